@@ -1,0 +1,27 @@
+// Package verbs is the Go form of the RDMA verbs (libibverbs) and the RDMA
+// connection manager (librdmacm), independent of what carries the bytes.
+//
+// A Provider supplies the objects: "rdmacore" drives real devices (InfiniBand,
+// RoCE, iWARP, Soft-RoCE) through rdma-core, and "soft" emulates a reliable
+// connected NIC in pure Go so that the same program runs on machines without
+// an RDMA device. Both obey the same semantics and limits; package verbstest is
+// the conformance suite that holds them to it.
+//
+// The object model follows libibverbs closely so that a reader of the C API
+// finds what they expect:
+//
+//	Provider -> EventChannel -> CMID            (connection manager)
+//	CMID.Context() -> Context -> PD -> MR        (memory)
+//	Context -> CompChannel -> CQ                 (completions)
+//	CMID.CreateQP(PD, QPInitAttr) -> QP          (reliable connected queue pair)
+//
+// Registered memory never lives on the Go heap: it comes from AllocMemory
+// (an mmap of a memfd), so that a device, or a peer process, may access it at
+// any time without the garbage collector moving or freeing it.
+//
+// Waiting never parks an OS thread: completion channels and CM event channels
+// wait on Go's runtime poller (rdmacore) or on Go channels (soft).
+//
+// Posting work requests and polling completions allocate nothing: callers keep
+// their SendWR, RecvWR and []WC values and reuse them.
+package verbs

@@ -1,0 +1,112 @@
+package verbs
+
+import (
+	"sort"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// Memory is a block of memory outside the Go heap, suitable for registration:
+// page-aligned, zeroed, never moved or freed by the garbage collector. On Linux
+// it is an mmap of a memfd, so a provider may share it with another process on
+// the same host (the soft provider's shared-memory path does).
+type Memory struct {
+	buf  []byte
+	fd   int // memfd, -1 when the platform has none
+	free sync.Once
+}
+
+// AllocMemory returns size bytes of registrable memory, rounded up to whole
+// pages. Free it with Free once every MR over it is deregistered.
+func AllocMemory(size int) (*Memory, error) {
+	if size <= 0 {
+		return nil, Errorf("alloc_memory", syscall.EINVAL, "size %d must be positive", size)
+	}
+	m, err := allocMemory(roundToPage(size))
+	if err != nil {
+		return nil, err
+	}
+	trackMemory(m)
+	return m, nil
+}
+
+// Bytes is the whole block. It stays valid until Free.
+func (m *Memory) Bytes() []byte { return m.buf }
+
+// Len is the block's size in bytes.
+func (m *Memory) Len() int { return len(m.buf) }
+
+// Addr is the virtual address of the block's first byte.
+func (m *Memory) Addr() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(m.buf))) }
+
+// FD is the memfd behind the block, or -1. It belongs to the Memory: do not
+// close it.
+func (m *Memory) FD() int { return m.fd }
+
+// Free unmaps the block. Using Bytes afterwards faults; Free twice is a no-op.
+func (m *Memory) Free() error {
+	var err error
+	m.free.Do(func() {
+		untrackMemory(m)
+		err = freeMemory(m)
+	})
+	return err
+}
+
+func roundToPage(n int) int {
+	p := pageSize
+	return (n + p - 1) / p * p
+}
+
+// The allocation table lets RegMR check that a buffer is registrable and lets
+// providers find the Memory (and its memfd) behind an address.
+var (
+	memMu    sync.RWMutex
+	memTable []*Memory // sorted by Addr
+)
+
+func trackMemory(m *Memory) {
+	memMu.Lock()
+	defer memMu.Unlock()
+	i := sort.Search(len(memTable), func(i int) bool { return memTable[i].Addr() > m.Addr() })
+	memTable = append(memTable, nil)
+	copy(memTable[i+1:], memTable[i:])
+	memTable[i] = m
+}
+
+func untrackMemory(m *Memory) {
+	memMu.Lock()
+	defer memMu.Unlock()
+	for i, x := range memTable {
+		if x == m {
+			memTable = append(memTable[:i], memTable[i+1:]...)
+			return
+		}
+	}
+}
+
+// MemoryOf returns the Memory that contains all of buf and buf's offset in it,
+// or nil if buf is not (entirely) inside memory from AllocMemory.
+func MemoryOf(buf []byte) (*Memory, int) {
+	if len(buf) == 0 {
+		return nil, 0
+	}
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	end := start + uintptr(len(buf))
+	memMu.RLock()
+	defer memMu.RUnlock()
+	i := sort.Search(len(memTable), func(i int) bool { return memTable[i].Addr() > start }) - 1
+	if i < 0 {
+		return nil, 0
+	}
+	m := memTable[i]
+	if end > m.Addr()+uintptr(m.Len()) {
+		return nil, 0
+	}
+	return m, int(start - m.Addr())
+}
+
+// AddrOf is the virtual address of buf's first byte, the form SGEs and
+// remote addresses take.
+func AddrOf(buf []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))) }
