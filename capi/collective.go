@@ -1,0 +1,109 @@
+package capi
+
+import "fmt"
+
+// Broadcast sends data as one message to every connected peer, in index
+// order. It fails with ErrNoPeers when there is none.
+func (c *Context) Broadcast(data []byte) error {
+	c.collMu.Lock()
+	defer c.collMu.Unlock()
+	live, err := c.livePeers("broadcast", c.live[:0])
+	c.live = live
+	if err != nil {
+		return err
+	}
+	if len(data) > c.bufSize {
+		return fmt.Errorf("capi: broadcast: %w: %d bytes exceed the context's buffer size of %d bytes",
+			ErrMessageTooLong, len(data), c.bufSize)
+	}
+	for _, p := range live {
+		if err := c.send(p, data); err != nil {
+			return fmt.Errorf("capi: broadcast: %w", err)
+		}
+	}
+	return nil
+}
+
+// SequentialAllToAll exchanges one msgSize-byte block per participant: the
+// server is participant 0 and its connected clients are 1..n in peer index
+// order. Afterwards recv holds every participant's block in participant
+// order, (n+1)*msgSize bytes, on every participant. send must hold at least
+// msgSize bytes; only the first msgSize are sent.
+//
+// On a server the exchange runs peer by peer: it receives each client's block
+// in turn, then sends the combined blocks to each client, so clients need no
+// connections to each other. A client sends its block to its first connected
+// peer (the server) and receives the combined blocks; the whole (n+1)*msgSize
+// bytes must fit in bufSize on both sides. If recv is too small on a client,
+// the combined message stays queued.
+func (c *Context) SequentialAllToAll(send, recv []byte, msgSize int) error {
+	if msgSize <= 0 {
+		return fmt.Errorf("capi: all-to-all: %w: message size %d", ErrInvalidArgument, msgSize)
+	}
+	if len(send) < msgSize {
+		return fmt.Errorf("capi: all-to-all: %w: send buffer of %d bytes is shorter than the message size %d",
+			ErrInvalidArgument, len(send), msgSize)
+	}
+	c.collMu.Lock()
+	defer c.collMu.Unlock()
+	live, err := c.livePeers("all-to-all", c.live[:0])
+	c.live = live
+	if err != nil {
+		return err
+	}
+	if c.isServer {
+		return c.allToAllServer(live, send[:msgSize], recv, msgSize)
+	}
+	return c.allToAllClient(live[0], send[:msgSize], recv, msgSize)
+}
+
+func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int) error {
+	total := (len(clients) + 1) * msgSize
+	if total > c.bufSize {
+		return fmt.Errorf("capi: all-to-all: %w: %d participants of %d bytes make %d bytes, more than the buffer size of %d bytes",
+			ErrMessageTooLong, len(clients)+1, msgSize, total, c.bufSize)
+	}
+	if len(recv) < total {
+		return fmt.Errorf("capi: all-to-all: %w: receive buffer of %d bytes, need %d", ErrInvalidArgument, len(recv), total)
+	}
+	copy(recv, send)
+	for i, p := range clients {
+		block := recv[(i+1)*msgSize : (i+2)*msgSize]
+		if _, err := c.recv(p, block, exactly(msgSize)); err != nil {
+			return fmt.Errorf("capi: all-to-all: participant %d: %w", i+1, err)
+		}
+	}
+	for i, p := range clients {
+		if err := c.send(p, recv[:total]); err != nil {
+			return fmt.Errorf("capi: all-to-all: participant %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) error {
+	if err := c.send(server, send); err != nil {
+		return fmt.Errorf("capi: all-to-all: %w", err)
+	}
+	check := func(n int) error {
+		if n%msgSize != 0 || n < 2*msgSize {
+			return fmt.Errorf("%w: combined message of %d bytes is not 2 or more blocks of %d bytes",
+				ErrProtocol, n, msgSize)
+		}
+		return nil
+	}
+	if _, err := c.recv(server, recv, check); err != nil {
+		return fmt.Errorf("capi: all-to-all: %w", err)
+	}
+	return nil
+}
+
+// exactly accepts only messages of n bytes.
+func exactly(n int) func(int) error {
+	return func(got int) error {
+		if got != n {
+			return fmt.Errorf("%w: got a %d-byte message, want a %d-byte all-to-all block", ErrProtocol, got, n)
+		}
+		return nil
+	}
+}

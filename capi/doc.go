@@ -1,0 +1,30 @@
+// Package capi is the Go mirror of the seed's C interface, rdma_lib.h: a
+// Context that is either a server (it listens and accepts peers) or a client
+// (it connects to peers), numbered peers, whole-message Send and Recv, and two
+// collectives, Broadcast and SequentialAllToAll.
+//
+// Package capi/clib builds the same API as a C shared library (librdma.so
+// with rdma_lib.h); it is a thin layer over this package.
+//
+// Connections are rdma conns (package rdma: rdma.Listen on the server,
+// rdma.Dialer on clients). On them every message is framed by a 4-byte
+// big-endian length, so message boundaries survive the byte stream: one Send
+// is exactly one Recv on the other side.
+//
+// Semantics, as in the seed and DESIGN.md:
+//   - A server context listens on ip:port from Init on (port 0 picks a free
+//     port, see Addr); a client context uses ip as the source address of its
+//     connections and ignores port, so several clients and a server can share
+//     one host through different loopback addresses.
+//   - Peers are numbered from 0 in the order their connections complete
+//     (ConnectPeer or AcceptPeer). A context has at most MaxPeers peers over
+//     its lifetime: a disconnected peer keeps its index, which is never reused.
+//   - bufSize bounds every message the context sends; a longer Send fails
+//     with ErrMessageTooLong.
+//   - Recv of a message longer than its buffer fails with ErrMessageTooLong
+//     and leaves the message queued, so a retry with a big enough buffer
+//     gets it.
+//
+// A Context is safe for concurrent use: calls on different peers run in
+// parallel, calls on one peer are serialized per direction.
+package capi

@@ -1,0 +1,32 @@
+package capi
+
+import "errors"
+
+// Limits and defaults of rdma_lib.h, with the seed's values.
+const (
+	// MaxPeers is the most peers a context may have over its lifetime.
+	MaxPeers = 64
+	// MaxWR and CQDepth are the seed's queue sizes; the rdma conns size
+	// their own queues, so these are informational here.
+	MaxWR   = 128
+	CQDepth = 256
+	// BufferSize is the seed's default message buffer size.
+	BufferSize = 4096
+	// MaxBufSize is the largest bufSize Init accepts, so that every message
+	// length fits the C API's int return values.
+	MaxBufSize = 1 << 30
+)
+
+// Errors returned, wrapped with the operation and peer, by Context methods.
+// Match them with errors.Is.
+var (
+	ErrClosed           = errors.New("context closed")
+	ErrInvalidArgument  = errors.New("invalid argument")
+	ErrNotServer        = errors.New("not a server context")
+	ErrTooManyPeers     = errors.New("too many peers (MAX_PEERS is 64)")
+	ErrNoSuchPeer       = errors.New("no such peer")
+	ErrPeerDisconnected = errors.New("peer disconnected")
+	ErrNoPeers          = errors.New("no connected peers")
+	ErrMessageTooLong   = errors.New("message too long")
+	ErrProtocol         = errors.New("protocol error")
+)

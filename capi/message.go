@@ -1,0 +1,155 @@
+package capi
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+const (
+	headerLen = 4
+	// maxCoalesce bounds the per-peer buffer that lets a header and a small
+	// payload leave in one Write; longer messages go out as two Writes.
+	maxCoalesce = 64 << 10
+	// readBufSize is the per-peer read buffer: a small message and the next
+	// header usually arrive in one Read.
+	readBufSize = 16 << 10
+)
+
+// noMessage marks a peer with no message header read ahead.
+const noMessage = -1
+
+// peer is one connection and its framing state.
+type peer struct {
+	idx    int
+	conn   net.Conn
+	closed atomic.Bool
+
+	sendMu sync.Mutex
+	wbuf   []byte // header + payload of messages up to cap(wbuf)-headerLen
+
+	recvMu  sync.Mutex
+	r       *bufio.Reader
+	hdr     [headerLen]byte
+	pending int // length of the next message once its header is read, else noMessage
+}
+
+func newPeer(idx int, conn net.Conn, bufSize int) *peer {
+	return &peer{
+		idx:     idx,
+		conn:    conn,
+		wbuf:    make([]byte, headerLen+min(bufSize, maxCoalesce)),
+		r:       bufio.NewReaderSize(conn, readBufSize),
+		pending: noMessage,
+	}
+}
+
+func (p *peer) isClosed() bool { return p.closed.Load() }
+
+// disconnect closes the connection once; it reports whether this call did.
+func (p *peer) disconnect() bool {
+	if !p.closed.CompareAndSwap(false, true) {
+		return false
+	}
+	p.conn.Close()
+	return true
+}
+
+// Send sends data as one message to peer idx and returns len(data). A message
+// longer than the context's buffer size fails with ErrMessageTooLong.
+func (c *Context) Send(idx int, data []byte) (int, error) {
+	p, err := c.peer("send to", idx)
+	if err != nil {
+		return -1, err
+	}
+	if err := c.send(p, data); err != nil {
+		return -1, err
+	}
+	return len(data), nil
+}
+
+func (c *Context) send(p *peer, data []byte) error {
+	if len(data) > c.bufSize {
+		return fmt.Errorf("capi: send to peer %d: %w: %d bytes exceed the context's buffer size of %d bytes",
+			p.idx, ErrMessageTooLong, len(data), c.bufSize)
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	binary.BigEndian.PutUint32(p.wbuf[:headerLen], uint32(len(data)))
+	var err error
+	if headerLen+len(data) <= len(p.wbuf) {
+		n := copy(p.wbuf[headerLen:], data)
+		_, err = p.conn.Write(p.wbuf[:headerLen+n])
+	} else if _, err = p.conn.Write(p.wbuf[:headerLen]); err == nil {
+		_, err = p.conn.Write(data)
+	}
+	if err != nil {
+		return c.ioError("send to", p, err)
+	}
+	return nil
+}
+
+// Recv receives one whole message from peer idx into buf and returns its
+// length. A message longer than buf fails with ErrMessageTooLong and stays
+// queued: a later Recv with a big enough buffer receives it.
+func (c *Context) Recv(idx int, buf []byte) (int, error) {
+	p, err := c.peer("recv from", idx)
+	if err != nil {
+		return -1, err
+	}
+	return c.recv(p, buf, nil)
+}
+
+// recv receives the next message of p. check, if not nil, vets the message
+// length before anything is consumed; a refused message stays queued.
+func (c *Context) recv(p *peer, buf []byte, check func(n int) error) (int, error) {
+	p.recvMu.Lock()
+	defer p.recvMu.Unlock()
+	if p.pending == noMessage {
+		if _, err := io.ReadFull(p.r, p.hdr[:]); err != nil {
+			return -1, c.ioError("recv from", p, err)
+		}
+		n := binary.BigEndian.Uint32(p.hdr[:])
+		if n > MaxBufSize {
+			// No capi peer sends this: the stream is not ours, or is
+			// corrupt, and cannot be resynchronized.
+			p.disconnect()
+			return -1, fmt.Errorf("capi: recv from peer %d: %w: message length %d exceeds %d; peer disconnected",
+				p.idx, ErrProtocol, n, MaxBufSize)
+		}
+		p.pending = int(n)
+	}
+	n := p.pending
+	if check != nil {
+		if err := check(n); err != nil {
+			return -1, fmt.Errorf("capi: recv from peer %d: %w (the message stays queued)", p.idx, err)
+		}
+	}
+	if n > len(buf) {
+		return -1, fmt.Errorf("capi: recv from peer %d: %w: the %d-byte message does not fit in %d bytes (it stays queued; retry with a bigger buffer)",
+			p.idx, ErrMessageTooLong, n, len(buf))
+	}
+	if _, err := io.ReadFull(p.r, buf[:n]); err != nil {
+		return -1, c.ioError("recv from", p, err)
+	}
+	p.pending = noMessage
+	return n, nil
+}
+
+// ioError explains a failed read or write on p's connection.
+func (c *Context) ioError(op string, p *peer, err error) error {
+	switch {
+	case c.isClosed():
+		return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrClosed)
+	case p.isClosed():
+		return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrPeerDisconnected)
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("capi: %s peer %d: the peer closed the connection: %w", op, p.idx, err)
+	}
+	return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, err)
+}

@@ -1,0 +1,40 @@
+package capi
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"time"
+)
+
+// DialTimeout bounds ConnectPeer, so that a client never waits forever for a
+// server that is not there.
+const DialTimeout = 10 * time.Second
+
+// transport is the seam between capi and what carries its connections: rdma
+// conns in production, TCP loopback in tests that compare the two.
+type transport struct {
+	name   string
+	listen func(address string) (net.Listener, error)
+	// dial connects to address from the source IP local.
+	dial func(ctx context.Context, local net.IP, address string) (net.Conn, error)
+}
+
+// tcpTransport carries capi over plain TCP; tests use it as the baseline.
+var tcpTransport = transport{
+	name: "tcp",
+	listen: func(address string) (net.Listener, error) {
+		return net.Listen("tcp", address)
+	},
+	dial: func(ctx context.Context, local net.IP, address string) (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local}}
+		return d.DialContext(ctx, "tcp", address)
+	},
+}
+
+// defaultTransport is what Init uses.
+var defaultTransport = tcpTransport
+
+func joinHostPort(ip net.IP, port int) string {
+	return net.JoinHostPort(ip.String(), strconv.Itoa(port))
+}
