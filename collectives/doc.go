@@ -1,0 +1,61 @@
+// Package collectives runs MPI-style collective operations (barrier,
+// broadcast, scatter, gather, all-gather, all-to-all, reduce, all-reduce)
+// over a group of ranks connected by ordinary net.Conns: rdma.Conns built by
+// Join, or any reliable byte streams handed to NewGroup.
+//
+// # Semantics
+//
+// Every rank of a Group calls the same operations in the same order with
+// matching arguments, as with an MPI communicator. The results are those of
+// the MPI operation of the same name. Floating-point reductions are computed
+// in one fixed order per element, so every rank ends with bitwise identical
+// results (the order may differ from a left-to-right serial loop, as in MPI).
+//
+// Operations of one Group must not run concurrently; a second operation
+// started while one is running fails at once (without touching the group).
+//
+// # Algorithms
+//
+// Algorithms are picked from the message size and the group size, as MPI
+// libraries and NCCL do:
+//
+//   - Barrier: dissemination (ceil(log2 n) rounds).
+//   - Broadcast: binomial tree for small messages; scatter then ring
+//     all-gather (van de Geijn) for large ones.
+//   - AllReduce: recursive doubling for small messages, with non-power-of-two
+//     sizes folded in first; ring reduce-scatter then ring all-gather for
+//     large ones.
+//   - Reduce: binomial tree for small messages; ring reduce-scatter then a
+//     gather of the reduced blocks for large ones.
+//   - AllGather: Bruck's dissemination for small totals, ring for large.
+//   - AllToAll: Bruck for small blocks, pairwise exchange for large blocks.
+//   - Scatter and Gather: linear, every link to the root busy at once.
+//
+// Messages are cut into frames of at most 256 KiB. Each link has a sending
+// goroutine, so a rank sends and receives at the same time and no send ever
+// waits for the peer's send: the algorithms are free of deadlock even over
+// unbuffered conns such as net.Pipe. Reductions run frame by frame as data
+// arrives, while the sender keeps the link busy.
+//
+// # Framing and failures
+//
+// Every frame carries a 16-byte header: the operation's sequence number,
+// its kind, its root, element type and reduction op, an algorithm step, and
+// the payload length. A rank whose peer is in a different operation, or in the
+// same one with other arguments, gets an error naming that peer instead of
+// silently mixing data.
+//
+// Any failure of an operation (a peer's connection lost, a mismatched frame,
+// bad arguments, a cancelled context, Close) breaks the Group: the operation
+// returns the cause, the Group closes all its conns so that its peers fail
+// too instead of waiting forever, and every later operation returns an error
+// matching ErrBroken and the original cause. A failure caused by a peer is a
+// *RankError naming that peer. Err reports the state.
+//
+// # Wire format
+//
+// Elements of AllReduce and Reduce travel as the bytes of the host's
+// representation. The package assumes that every rank is little-endian (as
+// are amd64, arm64, riscv64 and ppc64le); mixing byte orders in one Group is not
+// supported.
+package collectives

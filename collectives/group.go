@@ -1,0 +1,384 @@
+package collectives
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// maxSize is the largest group: roots travel as uint16 in frame headers.
+const maxSize = 1 << 16
+
+// Scratch buffer slots; each grows to the largest size an operation needed
+// and is then reused, so operations allocate nothing in steady state.
+const (
+	slotFrame = iota // one received frame awaiting reduction
+	slotWork         // a working copy of the data
+	slotPackA        // Bruck packing, send side
+	slotPackB        // Bruck packing, receive side
+	numSlots
+)
+
+// Group is one rank's handle on a set of ranks connected pairwise. It owns
+// its conns: Close, and any failure, closes them.
+//
+// A Group's operations must be called by one goroutine at a time; Rank,
+// Size, Err and Close may be called at any time.
+type Group struct {
+	rank, size int
+	links      []*link // links[rank] == nil; nil for peers not connected
+
+	quit      chan struct{} // closed by Close: stops the sending goroutines
+	abortc    chan struct{} // closed by a failure: the senders send abortMsg
+	abortMsg  []byte
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	busy   atomic.Bool
+	failed atomic.Bool
+	mu     sync.Mutex
+	err    error // first failure; set once
+
+	// State of the running operation (operation goroutine only).
+	seq     uint32
+	cur     header
+	curName string
+	stop    func() bool
+	red     reducer
+	scr     [numSlots][]uint64
+}
+
+// NewGroup makes a Group of len(peers) ranks in which this process is rank
+// rank. peers[i] is a reliable, ordered byte stream to rank i, and
+// peers[rank] must be nil. A nil entry for another rank means "not
+// connected": an operation whose algorithm needs that link fails saying so.
+// The Group takes ownership of the conns.
+//
+// Every rank's conn to every other rank must carry only this Group's
+// traffic, in both directions.
+func NewGroup(rank int, peers []net.Conn) (*Group, error) {
+	n := len(peers)
+	if n == 0 || n > maxSize {
+		return nil, fmt.Errorf("collectives: NewGroup: %d peers: the size of a group is 1 to %d", n, maxSize)
+	}
+	if rank < 0 || rank >= n {
+		return nil, fmt.Errorf("collectives: NewGroup: rank %d out of range [0, %d)", rank, n)
+	}
+	if peers[rank] != nil {
+		return nil, fmt.Errorf("collectives: NewGroup: peers[%d] is this rank itself and must be nil", rank)
+	}
+	g := &Group{
+		rank:   rank,
+		size:   n,
+		links:  make([]*link, n),
+		quit:   make(chan struct{}),
+		abortc: make(chan struct{}),
+	}
+	for i, c := range peers {
+		if i == rank {
+			continue
+		}
+		if c == nil {
+			continue
+		}
+		g.links[i] = newLink(i, c)
+	}
+	for _, l := range g.links {
+		if l != nil {
+			g.wg.Add(1)
+			go l.sendLoop(g)
+		}
+	}
+	return g, nil
+}
+
+// Rank is this process's rank, in [0, Size()).
+func (g *Group) Rank() int { return g.rank }
+
+// Size is the number of ranks in the group.
+func (g *Group) Size() int { return g.size }
+
+// Err is nil while the Group is usable, and otherwise the failure that broke
+// it (ErrClosed after Close).
+func (g *Group) Err() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
+// Close closes the Group's conns and stops its goroutines. An operation
+// running meanwhile fails with ErrClosed. Close is idempotent.
+func (g *Group) Close() error {
+	g.fail(ErrClosed, false)
+	g.closeOnce.Do(func() { close(g.quit) })
+	g.wg.Wait()
+	for _, l := range g.links {
+		if l != nil {
+			_ = l.conn.Close()
+		}
+	}
+	return nil
+}
+
+// abortGrace bounds how long a failing rank tries to finish the frame it is
+// writing and to tell its peers why it fails.
+const abortGrace = time.Second
+
+// fail records the first failure. With notify (a failed operation), it wakes
+// this rank's blocked reads, and each link's sender finishes the frame it is
+// writing, sends an abort frame naming the rank to blame, and closes the conn,
+// so that the peers fail too (naming the culprit) instead of waiting for a
+// rank that will not answer. Without notify (Close) the conns are closed at
+// once.
+func (g *Group) fail(err error, notify bool) {
+	g.mu.Lock()
+	first := g.err == nil
+	if first {
+		g.err = err
+		g.failed.Store(true)
+	}
+	g.mu.Unlock()
+	if !first {
+		return
+	}
+	if !notify {
+		for _, l := range g.links {
+			if l != nil {
+				_ = l.conn.Close()
+			}
+		}
+		return
+	}
+	blamed := g.rank
+	var re *RankError
+	if errors.As(err, &re) && re.Op != "link" {
+		blamed = re.Rank
+	}
+	text := err.Error()
+	if len(text) > abortTextMax {
+		text = text[:abortTextMax]
+	}
+	msg := make([]byte, hdrLen+len(text))
+	h := header{kind: kindAbort, root: uint16(blamed), len: uint32(len(text))}
+	h.put(msg)
+	copy(msg[hdrLen:], text)
+	g.abortMsg = msg
+	past, grace := time.Unix(1, 0), time.Now().Add(abortGrace)
+	for _, l := range g.links {
+		if l != nil {
+			_ = l.conn.SetReadDeadline(past)
+			_ = l.conn.SetWriteDeadline(grace)
+		}
+	}
+	close(g.abortc)
+}
+
+// begin starts an operation: it checks the group is usable and idle, stamps
+// the operation's header and arranges for ctx's cancellation to fail it.
+func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
+	name := k.String()
+	if !g.busy.CompareAndSwap(false, true) {
+		return fmt.Errorf("collectives: %s: %w", name, ErrBusy)
+	}
+	if err := g.Err(); err != nil {
+		g.busy.Store(false)
+		return &brokenError{op: name, cause: err}
+	}
+	g.seq++
+	g.cur = header{seq: g.seq, kind: k, arg: arg, root: uint16(root)}
+	g.curName = name
+	if err := ctx.Err(); err != nil {
+		// The peers are (or will be) waiting for this rank: failing, which
+		// closes the conns, is what releases them.
+		return g.end(context.Cause(ctx))
+	}
+	if ctx.Done() != nil {
+		g.stop = context.AfterFunc(ctx, func() { g.fail(context.Cause(ctx), true) })
+	}
+	return nil
+}
+
+// end finishes the operation started by begin. On failure it breaks the
+// group and waits until no sending goroutine uses the caller's buffers.
+func (g *Group) end(err error) error {
+	if g.stop != nil {
+		if !g.stop() {
+			// ctx fired during the operation: the group is (being) failed.
+			if err == nil {
+				err = context.Canceled
+			}
+			g.fail(err, true)
+		}
+		g.stop = nil
+	}
+	if err != nil {
+		g.fail(err, true)
+		g.drainSends()
+		err = &opError{op: g.curName, cause: g.Err()}
+	}
+	g.busy.Store(false)
+	return err
+}
+
+// badArg fails the operation for an argument error. The group breaks like
+// for any other failure: the peers are already committed to the operation.
+func (g *Group) badArg(format string, args ...any) error {
+	return g.end(fmt.Errorf(format, args...))
+}
+
+func (g *Group) checkRoot(root int) error {
+	if root < 0 || root >= g.size {
+		return fmt.Errorf("root %d out of range [0, %d)", root, g.size)
+	}
+	return nil
+}
+
+func (g *Group) peer(p int) (*link, error) {
+	if l := g.links[p]; l != nil {
+		return l, nil
+	}
+	return nil, &RankError{Rank: p, Op: "link", Err: fmt.Errorf("rank %d has no conn to rank %d: %w", g.rank, p, ErrNotConnected)}
+}
+
+// send posts data to rank p; the link's goroutine writes it. data must not
+// change until waitSends.
+func (g *Group) send(p int, tag uint32, data []byte) error {
+	l, err := g.peer(p)
+	if err != nil {
+		return err
+	}
+	if l.pending == maxPending {
+		if err := g.waitOne(l); err != nil {
+			return err
+		}
+	}
+	h := g.cur
+	h.tag = tag
+	select {
+	case l.sendq <- sendReq{h: h, data: data}:
+		l.pending++
+		return nil
+	case <-g.quit:
+		return ErrClosed
+	}
+}
+
+func (g *Group) waitOne(l *link) error {
+	select {
+	case err := <-l.done:
+		l.pending--
+		return err
+	case <-g.quit:
+		return ErrClosed
+	}
+}
+
+// waitSends waits until every posted send has been written.
+func (g *Group) waitSends() error {
+	for _, l := range g.links {
+		if l == nil {
+			continue
+		}
+		for l.pending > 0 {
+			if err := g.waitOne(l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// drainSends waits out the posted sends after a failure (the conns are
+// closed, so they end quickly), or until Close.
+func (g *Group) drainSends() {
+	for _, l := range g.links {
+		if l == nil {
+			continue
+		}
+		for l.pending > 0 {
+			if g.waitOne(l) == ErrClosed {
+				return
+			}
+		}
+	}
+}
+
+// recv receives exactly len(dst) bytes from rank p.
+func (g *Group) recv(p int, tag uint32, dst []byte) error {
+	l, err := g.peer(p)
+	if err != nil {
+		return err
+	}
+	h := g.cur
+	h.tag = tag
+	for {
+		n := min(len(dst), frameMax)
+		h.len = uint32(n)
+		if err := l.readHeader(&h); err != nil {
+			return err
+		}
+		if err := l.readPayload(dst[:n]); err != nil {
+			return err
+		}
+		dst = dst[n:]
+		if len(dst) == 0 {
+			return nil
+		}
+	}
+}
+
+// recvReduce receives len(dst) bytes from rank p and combines them into dst
+// frame by frame with g.red; srcFirst puts the received values on the left
+// of the operator.
+func (g *Group) recvReduce(p int, tag uint32, dst []byte, srcFirst bool) error {
+	l, err := g.peer(p)
+	if err != nil {
+		return err
+	}
+	h := g.cur
+	h.tag = tag
+	buf := g.scratch(slotFrame, min(len(dst), frameMax))
+	for {
+		n := min(len(dst), frameMax)
+		h.len = uint32(n)
+		if err := l.readHeader(&h); err != nil {
+			return err
+		}
+		if err := l.readPayload(buf[:n]); err != nil {
+			return err
+		}
+		g.red.fn(dst[:n], buf[:n], g.red.op, srcFirst)
+		dst = dst[n:]
+		if len(dst) == 0 {
+			return nil
+		}
+	}
+}
+
+// exchange sends out to rank to while receiving in from rank from, then
+// waits for the send: one step of most algorithms.
+func (g *Group) exchange(to, from int, tag uint32, out, in []byte) error {
+	if err := g.send(to, tag, out); err != nil {
+		return err
+	}
+	if err := g.recv(from, tag, in); err != nil {
+		return err
+	}
+	return g.waitSends()
+}
+
+// scratch returns an 8-byte aligned buffer of n bytes from slot, reused
+// across operations.
+func (g *Group) scratch(slot, n int) []byte {
+	words := (n + 7) / 8
+	if cap(g.scr[slot]) < words {
+		g.scr[slot] = make([]uint64, words)
+	}
+	s := g.scr[slot][:words]
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), n)
+}

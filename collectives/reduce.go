@@ -1,0 +1,120 @@
+package collectives
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Op is a reduction operator.
+type Op int
+
+const (
+	Sum  Op = iota // a + b (integers wrap around)
+	Prod           // a * b (integers wrap around)
+	Min            // the builtin min: NaN if either operand is NaN
+	Max            // the builtin max: NaN if either operand is NaN
+)
+
+func (o Op) String() string {
+	switch o {
+	case Sum:
+		return "Sum"
+	case Prod:
+		return "Prod"
+	case Min:
+		return "Min"
+	case Max:
+		return "Max"
+	}
+	return fmt.Sprintf("Op(%d)", int(o))
+}
+
+func (o Op) valid() bool { return o >= Sum && o <= Max }
+
+// Number is an element type of AllReduce and Reduce.
+type Number interface {
+	~int32 | ~int64 | ~uint32 | ~uint64 | ~float32 | ~float64
+}
+
+// reducer combines received bytes into local ones; the element type is
+// fixed by the instantiation behind fn.
+type reducer struct {
+	fn   func(dst, src []byte, op Op, srcFirst bool)
+	op   Op
+	elem int
+}
+
+// typeArg encodes T and op for frame headers, so that ranks that disagree on
+// either fail instead of combining unrelated bits.
+func typeArg[T Number](op Op) uint8 {
+	var zero T
+	one := T(1)
+	a := uint8(unsafe.Sizeof(zero)) // 4 or 8
+	if one/2 != 0 {
+		a |= 0x10 // floating point
+	}
+	if zero-one < zero {
+		a |= 0x20 // signed
+	}
+	return a | uint8(op)<<6
+}
+
+// view reinterprets b (which comes from a []T or an 8-byte aligned scratch
+// buffer) as a []T.
+func view[T Number](b []byte) []T {
+	var zero T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/int(unsafe.Sizeof(zero)))
+}
+
+// bytesOf is the memory of s as bytes.
+func bytesOf[T Number](s []T) []byte {
+	var zero T
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), len(s)*int(unsafe.Sizeof(zero)))
+}
+
+// reduceBytes sets dst[i] = src[i] op dst[i] (srcFirst) or dst[i] op src[i].
+// The operand order matters for bitwise reproducibility (NaN payloads), so
+// callers choose it the same way on every rank.
+func reduceBytes[T Number](dstB, srcB []byte, op Op, srcFirst bool) {
+	dst, src := view[T](dstB), view[T](srcB)
+	src = src[:len(dst)]
+	if srcFirst {
+		switch op {
+		case Sum:
+			for i := range dst {
+				dst[i] = src[i] + dst[i]
+			}
+		case Prod:
+			for i := range dst {
+				dst[i] = src[i] * dst[i]
+			}
+		case Min:
+			for i := range dst {
+				dst[i] = min(src[i], dst[i])
+			}
+		case Max:
+			for i := range dst {
+				dst[i] = max(src[i], dst[i])
+			}
+		}
+		return
+	}
+	switch op {
+	case Sum:
+		for i := range dst {
+			dst[i] += src[i]
+		}
+	case Prod:
+		for i := range dst {
+			dst[i] *= src[i]
+		}
+	case Min:
+		for i := range dst {
+			dst[i] = min(dst[i], src[i])
+		}
+	case Max:
+		for i := range dst {
+			dst[i] = max(dst[i], src[i])
+		}
+	}
+}
