@@ -1,0 +1,300 @@
+// Command clib is librdma.so: the seed's rdma_lib.h C API over package capi.
+// Build it with
+//
+//	go build -buildmode=c-shared -o build/lib/librdma.so ./capi/clib
+//
+// (make capi does, and installs include/rdma_lib.h and rdma.pc beside it).
+// cgo's generated header is not the API: it speaks in Go types, while
+// include/rdma_lib.h declares exactly the seed's functions and constants.
+//
+// An rdma_context* handed to C is a runtime/cgo.Handle value, never a Go
+// pointer; every call checks it against the live handles first, so NULL, a
+// stale or a made-up context is an error, not a crash. Errors are set as the
+// calling thread's rdma_get_error() text (a __thread buffer in errbuf.c):
+// cgo runs an exported function, and the C calls it makes, on the thread that
+// called it.
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+void rdma_set_error(const char *msg, size_t len);
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"runtime/cgo"
+	"strings"
+	"sync"
+	"unsafe"
+
+	"github.com/rdmanet/rdma/capi"
+)
+
+func main() {}
+
+// contexts maps each live handle given to C to its context.
+var contexts sync.Map // cgo.Handle -> *capi.Context
+
+// setError makes msg the calling thread's rdma_get_error() text.
+func setError(fn string, err error) {
+	msg := fn + ": " + strings.TrimPrefix(err.Error(), "capi: ")
+	// The C side copies msg before returning and keeps no pointer to it.
+	C.rdma_set_error((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+}
+
+// recoverTo turns a panic into an error return, so that no bug in this
+// library takes down the C program. Use as: defer recoverTo("fn", &ret, -1).
+func recoverTo[T any](fn string, ret *T, failed T) {
+	if r := recover(); r != nil {
+		setError(fn, fmt.Errorf("internal error: %v", r))
+		*ret = failed
+	}
+}
+
+var (
+	errNilCtx   = errors.New("ctx is NULL")
+	errStaleCtx = errors.New("ctx is not a live rdma_context (not returned by rdma_init, or already passed to rdma_cleanup)")
+)
+
+func lookup(h C.uintptr_t) (*capi.Context, error) {
+	if h == 0 {
+		return nil, errNilCtx
+	}
+	v, ok := contexts.Load(cgo.Handle(h))
+	if !ok {
+		return nil, errStaleCtx
+	}
+	return v.(*capi.Context), nil
+}
+
+// length converts a C size to a Go length no larger than limit.
+func length(n C.size_t, what string, limit int) (int, error) {
+	if uint64(n) > uint64(limit) {
+		return 0, fmt.Errorf("%s %d is too large (the limit is %d)", what, uint64(n), limit)
+	}
+	return int(n), nil
+}
+
+// bytesOf views C memory as a byte slice; it never points into the Go heap.
+func bytesOf(p unsafe.Pointer, n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	return unsafe.Slice((*byte)(p), n)
+}
+
+//export rdma_init
+func rdma_init(ip *C.char, port C.int, bufSize C.size_t, isServer C.bool) (ret C.uintptr_t) {
+	const fn = "rdma_init"
+	defer recoverTo(fn, &ret, 0)
+	if ip == nil {
+		setError(fn, errors.New("ip is NULL"))
+		return 0
+	}
+	size, err := length(bufSize, "buffer size", capi.MaxBufSize)
+	if err != nil {
+		setError(fn, err)
+		return 0
+	}
+	ctx, err := capi.Init(C.GoString(ip), int(port), size, bool(isServer))
+	if err != nil {
+		setError(fn, err)
+		return 0
+	}
+	h := cgo.NewHandle(ctx)
+	contexts.Store(h, ctx)
+	return C.uintptr_t(h)
+}
+
+//export rdma_cleanup
+func rdma_cleanup(h C.uintptr_t) {
+	const fn = "rdma_cleanup"
+	var ignored int
+	defer recoverTo(fn, &ignored, 0)
+	if h == 0 {
+		return // like free(NULL)
+	}
+	v, ok := contexts.LoadAndDelete(cgo.Handle(h))
+	if !ok {
+		setError(fn, errStaleCtx)
+		return
+	}
+	cgo.Handle(h).Delete()
+	if err := v.(*capi.Context).Close(); err != nil {
+		setError(fn, err)
+	}
+}
+
+//export rdma_connect_peer
+func rdma_connect_peer(h C.uintptr_t, peerIP *C.char, peerPort C.int) (ret C.int) {
+	const fn = "rdma_connect_peer"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	if peerIP == nil {
+		setError(fn, errors.New("peer_ip is NULL"))
+		return -1
+	}
+	idx, err := ctx.ConnectPeer(C.GoString(peerIP), int(peerPort))
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return C.int(idx)
+}
+
+//export rdma_accept_peer
+func rdma_accept_peer(h C.uintptr_t) (ret C.int) {
+	const fn = "rdma_accept_peer"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	idx, err := ctx.AcceptPeer()
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return C.int(idx)
+}
+
+//export rdma_disconnect_peer
+func rdma_disconnect_peer(h C.uintptr_t, idx C.int) (ret C.int) {
+	const fn = "rdma_disconnect_peer"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	if err := ctx.DisconnectPeer(int(idx)); err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return 0
+}
+
+//export rdma_send
+func rdma_send(h C.uintptr_t, idx C.int, data unsafe.Pointer, n C.size_t) (ret C.int) {
+	const fn = "rdma_send"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	if data == nil {
+		setError(fn, errors.New("data is NULL"))
+		return -1
+	}
+	size, err := length(n, "len", ctx.BufSize())
+	if err != nil {
+		setError(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
+		return -1
+	}
+	sent, err := ctx.Send(int(idx), bytesOf(data, size))
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return C.int(sent)
+}
+
+//export rdma_recv
+func rdma_recv(h C.uintptr_t, idx C.int, data unsafe.Pointer, maxLen C.size_t) (ret C.int) {
+	const fn = "rdma_recv"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	if data == nil {
+		setError(fn, errors.New("data is NULL"))
+		return -1
+	}
+	// No message is longer than MaxBufSize, so a larger buffer is as good
+	// as MaxBufSize bytes of it.
+	size := min(uint64(maxLen), capi.MaxBufSize)
+	n, err := ctx.Recv(int(idx), bytesOf(data, int(size)))
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return C.int(n)
+}
+
+//export rdma_broadcast
+func rdma_broadcast(h C.uintptr_t, data unsafe.Pointer, n C.size_t) (ret C.int) {
+	const fn = "rdma_broadcast"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	if data == nil {
+		setError(fn, errors.New("data is NULL"))
+		return -1
+	}
+	size, err := length(n, "len", ctx.BufSize())
+	if err != nil {
+		setError(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
+		return -1
+	}
+	if err := ctx.Broadcast(bytesOf(data, size)); err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return C.int(size)
+}
+
+//export rdma_sequential_alltoall
+func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, msgSize C.size_t) (ret C.int) {
+	const fn = "rdma_sequential_alltoall"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	switch {
+	case sendBuf == nil:
+		setError(fn, errors.New("send_buf is NULL"))
+		return -1
+	case recvBuf == nil:
+		setError(fn, errors.New("recv_buf is NULL"))
+		return -1
+	case msgSize == 0:
+		setError(fn, errors.New("msg_size is 0"))
+		return -1
+	}
+	size, err := length(msgSize, "msg_size", ctx.BufSize())
+	if err != nil {
+		setError(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
+		return -1
+	}
+	// C gives no length for recv_buf: it must hold (n+1)*msg_size bytes,
+	// which capi checks against buf_size, so buf_size bytes of it is a
+	// bound that is never written past.
+	err = ctx.SequentialAllToAll(bytesOf(sendBuf, size), bytesOf(recvBuf, ctx.BufSize()), size)
+	if err != nil {
+		setError(fn, err)
+		return -1
+	}
+	return 0
+}
+
+// Keep the C int results in range: every length is at most MaxBufSize.
+var _ = [1]struct{}{}[capi.MaxBufSize/math.MaxInt32]

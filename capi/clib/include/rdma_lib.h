@@ -1,0 +1,66 @@
+/*
+ * rdma_lib.h: the C API of librdma, the seed's interface carried by Go rdma
+ * conns (github.com/rdmanet/rdma/capi/clib).
+ *
+ * Build:  cc -Ibuild/include prog.c -Lbuild/lib -lrdma
+ *    or:  cc prog.c $(pkg-config --cflags --libs rdma)
+ *
+ * Semantics
+ *  - A server context (is_server) listens on ip:port from rdma_init on; a
+ *    client context uses ip as the source address of its connections and
+ *    ignores port.
+ *  - Peers are numbered from 0 in connect/accept order, at most MAX_PEERS per
+ *    context over its lifetime; a disconnected peer keeps its index.
+ *  - rdma_send sends one message of at most buf_size bytes (as given to
+ *    rdma_init) and returns len; rdma_recv receives one whole message and
+ *    returns its length. A message longer than max_len is an error and stays
+ *    queued, so a retry with a bigger buffer receives it.
+ *  - rdma_broadcast sends one message to every connected peer; returns len.
+ *  - rdma_sequential_alltoall: the server is participant 0, its connected
+ *    clients are 1..n in accept order. Every participant ends with all
+ *    participants' msg_size-byte blocks, in participant order, in recv_buf,
+ *    which must hold (n+1)*msg_size bytes; (n+1)*msg_size must not exceed
+ *    buf_size. The server exchanges with one client at a time and relays
+ *    between clients. Returns 0.
+ *  - Every failing call returns -1 (rdma_init: NULL) and sets the calling
+ *    thread's rdma_get_error() text; success leaves that text unchanged.
+ *    Calls block until done; rdma_connect_peer gives up after 10 seconds.
+ *  - Calls on one context may come from several threads.
+ */
+#ifndef RDMA_LIB_H
+#define RDMA_LIB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MAX_PEERS 64
+#define MAX_WR 128
+#define CQ_DEPTH 256
+#define BUFFER_SIZE 4096
+
+/* Opaque: a handle, never dereferenced. */
+typedef struct rdma_context rdma_context;
+
+rdma_context* rdma_init(const char *ip, int port, size_t buf_size, bool is_server);
+void rdma_cleanup(rdma_context *ctx);
+
+int rdma_connect_peer(rdma_context *ctx, const char *peer_ip, int peer_port);
+int rdma_accept_peer(rdma_context *ctx);
+int rdma_disconnect_peer(rdma_context *ctx, int peer_idx);
+
+int rdma_send(rdma_context *ctx, int peer_idx, const void *data, size_t len);
+int rdma_recv(rdma_context *ctx, int peer_idx, void *data, size_t max_len);
+int rdma_broadcast(rdma_context *ctx, const void *data, size_t len);
+int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t msg_size);
+
+const char* rdma_get_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RDMA_LIB_H */
