@@ -1,0 +1,848 @@
+//go:build cgo && linux
+
+package rdmacore
+
+// This is the only file of the package that imports "C". It holds thin,
+// lowercase, one-to-one wrappers of the libibverbs and librdmacm calls the
+// provider uses, plus the copies between C structs and the verbs Go types.
+// No C type leaves this file: C objects travel through the rest of the
+// package as the opaque pointer types below, and every decision (validation,
+// locking, bookkeeping, waiting) is made in Go elsewhere.
+
+/*
+#cgo LDFLAGS: -lrdmacm -libverbs
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+// ibv_query_port is a macro in verbs.h, which cgo cannot call.
+static int rc_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
+	return ibv_query_port(ctx, port, attr);
+}
+
+static void rc_fill_sockaddr(struct sockaddr_storage *ss, int v6, const uint8_t *ip, uint16_t port, uint32_t scope) {
+	memset(ss, 0, sizeof(*ss));
+	if (v6) {
+		struct sockaddr_in6 *s = (struct sockaddr_in6 *)ss;
+		s->sin6_family = AF_INET6;
+		s->sin6_port = htons(port);
+		memcpy(&s->sin6_addr, ip, 16);
+		s->sin6_scope_id = scope;
+	} else {
+		struct sockaddr_in *s = (struct sockaddr_in *)ss;
+		s->sin_family = AF_INET;
+		s->sin_port = htons(port);
+		memcpy(&s->sin_addr, ip, 4);
+	}
+}
+
+// rc_read_sockaddr copies an address out; it returns the family (0 if none).
+static int rc_read_sockaddr(const struct sockaddr *sa, uint8_t *ip16, uint16_t *port, uint32_t *scope) {
+	if (sa == NULL) return 0;
+	if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+		memcpy(ip16, &s->sin_addr, 4);
+		*port = ntohs(s->sin_port);
+		return AF_INET;
+	}
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+		memcpy(ip16, &s->sin6_addr, 16);
+		*port = ntohs(s->sin6_port);
+		*scope = s->sin6_scope_id;
+		return AF_INET6;
+	}
+	return sa->sa_family;
+}
+
+// Out-parameters of the waiting calls live in C memory owned by the channel,
+// so that no Go pointer is handed to C and nothing is allocated per event.
+struct rc_cq_event {
+	struct ibv_cq *cq;
+	void *cq_context;
+};
+
+struct rc_cm_event {
+	struct rdma_cm_event *ev;
+};
+
+// The per-QP scratch for posting: WR and SGE arrays in C memory, filled from
+// the Go work requests, and the bad_wr out-parameter.
+struct rc_send_scratch {
+	struct ibv_send_wr *wr;
+	struct ibv_sge *sge;
+	struct ibv_send_wr *bad;
+	int nwr, nsge;
+};
+
+struct rc_recv_scratch {
+	struct ibv_recv_wr *wr;
+	struct ibv_sge *sge;
+	struct ibv_recv_wr *bad;
+	int nwr, nsge;
+};
+
+static struct rc_send_scratch *rc_alloc_send_scratch(int nwr, int nsge) {
+	struct rc_send_scratch *s = calloc(1, sizeof(*s));
+	if (!s) return NULL;
+	s->wr = calloc(nwr, sizeof(*s->wr));
+	s->sge = calloc((size_t)nwr * (nsge ? nsge : 1), sizeof(*s->sge));
+	if (!s->wr || !s->sge) { free(s->wr); free(s->sge); free(s); return NULL; }
+	s->nwr = nwr; s->nsge = nsge;
+	return s;
+}
+
+static void rc_free_send_scratch(struct rc_send_scratch *s) {
+	if (!s) return;
+	free(s->wr); free(s->sge); free(s);
+}
+
+static struct rc_recv_scratch *rc_alloc_recv_scratch(int nwr, int nsge) {
+	struct rc_recv_scratch *s = calloc(1, sizeof(*s));
+	if (!s) return NULL;
+	s->wr = calloc(nwr, sizeof(*s->wr));
+	s->sge = calloc((size_t)nwr * (nsge ? nsge : 1), sizeof(*s->sge));
+	if (!s->wr || !s->sge) { free(s->wr); free(s->sge); free(s); return NULL; }
+	s->nwr = nwr; s->nsge = nsge;
+	return s;
+}
+
+static void rc_free_recv_scratch(struct rc_recv_scratch *s) {
+	if (!s) return;
+	free(s->wr); free(s->sge); free(s);
+}
+
+static void rc_set_send_wr(struct rc_send_scratch *s, int i, uint64_t wr_id, int opcode, unsigned flags,
+		uint32_t imm, uint64_t raddr, uint32_t rkey, int nsge, int last) {
+	struct ibv_send_wr *w = &s->wr[i];
+	w->wr_id = wr_id;
+	w->next = last ? NULL : &s->wr[i + 1];
+	w->sg_list = nsge ? &s->sge[(size_t)i * s->nsge] : NULL;
+	w->num_sge = nsge;
+	w->opcode = opcode;
+	w->send_flags = flags;
+	w->imm_data = htonl(imm);
+	w->wr.rdma.remote_addr = raddr;
+	w->wr.rdma.rkey = rkey;
+}
+
+static int rc_post_send(struct ibv_qp *qp, struct rc_send_scratch *s) {
+	s->bad = NULL;
+	return ibv_post_send(qp, s->wr, &s->bad);
+}
+
+static int rc_post_send_bad(struct rc_send_scratch *s) {
+	return s->bad ? (int)(s->bad - s->wr) : -1;
+}
+
+static int rc_post_recv(struct ibv_qp *qp, struct rc_recv_scratch *s) {
+	s->bad = NULL;
+	return ibv_post_recv(qp, s->wr, &s->bad);
+}
+
+static int rc_post_recv_bad(struct rc_recv_scratch *s) {
+	return s->bad ? (int)(s->bad - s->wr) : -1;
+}
+
+static uint32_t rc_wc_imm(const struct ibv_wc *wc) { return ntohl(wc->imm_data); }
+
+static uint64_t rc_be64(uint64_t x) { return be64toh(x); }
+
+static uint64_t rc_device_guid(struct ibv_context *ctx) {
+	return be64toh(ibv_get_device_guid(ctx->device));
+}
+
+static void rc_init_qp_attr(struct ibv_qp_init_attr *a, struct ibv_cq *scq, struct ibv_cq *rcq,
+		uint32_t swr, uint32_t rwr, uint32_t ssge, uint32_t rsge, uint32_t inl, int sigall) {
+	memset(a, 0, sizeof(*a));
+	a->send_cq = scq;
+	a->recv_cq = rcq;
+	a->qp_type = IBV_QPT_RC;
+	a->sq_sig_all = sigall;
+	a->cap.max_send_wr = swr;
+	a->cap.max_recv_wr = rwr;
+	a->cap.max_send_sge = ssge;
+	a->cap.max_recv_sge = rsge;
+	a->cap.max_inline_data = inl;
+}
+
+// rc_connect and rc_accept build the rdma_conn_param on the C stack: its
+// private_data points at Go memory passed as an argument, which C may hold
+// only for the duration of the call.
+static void rc_conn_param(struct rdma_conn_param *p, const void *pd, int pdlen, int rr, int id, int rc, int rnr) {
+	memset(p, 0, sizeof(*p));
+	p->private_data = pdlen ? pd : NULL;
+	p->private_data_len = pdlen;
+	p->responder_resources = rr;
+	p->initiator_depth = id;
+	p->flow_control = 1;
+	p->retry_count = rc;
+	p->rnr_retry_count = rnr;
+}
+
+static int rc_connect(struct rdma_cm_id *cid, const void *pd, int pdlen, int rr, int id, int rc, int rnr) {
+	struct rdma_conn_param p;
+	rc_conn_param(&p, pd, pdlen, rr, id, rc, rnr);
+	return rdma_connect(cid, &p);
+}
+
+static int rc_accept(struct rdma_cm_id *cid, const void *pd, int pdlen, int rr, int id, int rc, int rnr) {
+	struct rdma_conn_param p;
+	rc_conn_param(&p, pd, pdlen, rr, id, rc, rnr);
+	return rdma_accept(cid, &p);
+}
+
+static struct ibv_context *rc_id_verbs(struct rdma_cm_id *id) { return id->verbs; }
+static struct ibv_qp *rc_id_qp(struct rdma_cm_id *id) { return id->qp; }
+static int rc_channel_fd(struct rdma_event_channel *ch) { return ch->fd; }
+static int rc_comp_channel_fd(struct ibv_comp_channel *ch) { return ch->fd; }
+*/
+import "C"
+
+import (
+	"net"
+	"syscall"
+	"unsafe"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Opaque handles of C objects; only this file converts them back.
+type (
+	ctxPtr      unsafe.Pointer // struct ibv_context *
+	devListPtr  unsafe.Pointer // struct ibv_context ** from rdma_get_devices
+	pdPtr       unsafe.Pointer // struct ibv_pd *
+	mrPtr       unsafe.Pointer // struct ibv_mr *
+	compChPtr   unsafe.Pointer // struct ibv_comp_channel *
+	cqPtr       unsafe.Pointer // struct ibv_cq *
+	qpPtr       unsafe.Pointer // struct ibv_qp *
+	ecPtr       unsafe.Pointer // struct rdma_event_channel *
+	idPtr       unsafe.Pointer // struct rdma_cm_id *
+	cmEventPtr  unsafe.Pointer // struct rdma_cm_event *
+	cqEvOutPtr  unsafe.Pointer // struct rc_cq_event *
+	cmEvOutPtr  unsafe.Pointer // struct rc_cm_event *
+	wcArrayPtr  unsafe.Pointer // struct ibv_wc[n]
+	sendScratch unsafe.Pointer // struct rc_send_scratch *
+	recvScratch unsafe.Pointer // struct rc_recv_scratch *
+)
+
+// errnoOf turns cgo's errno result into an Errno, EIO when a call failed
+// without setting one.
+func errnoOf(err error) syscall.Errno {
+	if e, ok := err.(syscall.Errno); ok && e != 0 {
+		return e
+	}
+	return syscall.EIO
+}
+
+// --- devices ---
+
+func ibvGetDeviceListErrno() syscall.Errno {
+	var n C.int
+	l, err := C.ibv_get_device_list(&n)
+	if l == nil {
+		return errnoOf(err)
+	}
+	C.ibv_free_device_list(l)
+	if n == 0 {
+		return syscall.ENODEV
+	}
+	return 0
+}
+
+func rdmaGetDevices() (devListPtr, []ctxPtr, syscall.Errno) {
+	var n C.int
+	l, err := C.rdma_get_devices(&n)
+	if l == nil {
+		return nil, nil, errnoOf(err)
+	}
+	arr := unsafe.Slice(l, int(n))
+	ctxs := make([]ctxPtr, 0, len(arr))
+	for _, c := range arr {
+		if c != nil {
+			ctxs = append(ctxs, ctxPtr(c))
+		}
+	}
+	return devListPtr(l), ctxs, 0
+}
+
+func rdmaFreeDevices(l devListPtr) { C.rdma_free_devices((**C.struct_ibv_context)(l)) }
+
+func ibvDeviceName(ctx ctxPtr) string {
+	c := (*C.struct_ibv_context)(ctx)
+	return C.GoString(C.ibv_get_device_name(c.device))
+}
+
+func ibvDeviceGUID(ctx ctxPtr) uint64 {
+	return uint64(C.rc_device_guid((*C.struct_ibv_context)(ctx)))
+}
+
+// ibvTransportIWARP reports whether the device's transport is iWARP.
+func ibvTransportIWARP(ctx ctxPtr) bool {
+	c := (*C.struct_ibv_context)(ctx)
+	return c.device.transport_type == C.IBV_TRANSPORT_IWARP
+}
+
+func ibvQueryDevice(ctx ctxPtr) (verbs.DeviceAttr, syscall.Errno) {
+	var a C.struct_ibv_device_attr
+	if r := C.ibv_query_device((*C.struct_ibv_context)(ctx), &a); r != 0 {
+		return verbs.DeviceAttr{}, syscall.Errno(r)
+	}
+	return verbs.DeviceAttr{
+		FWVersion:       C.GoString(&a.fw_ver[0]),
+		NodeGUID:        uint64(C.rc_be64(C.uint64_t(a.node_guid))),
+		VendorID:        uint32(a.vendor_id),
+		MaxMRSize:       uint64(a.max_mr_size),
+		MaxQP:           int(a.max_qp),
+		MaxQPWR:         int(a.max_qp_wr),
+		MaxSGE:          int(a.max_sge),
+		MaxCQ:           int(a.max_cq),
+		MaxCQE:          int(a.max_cqe),
+		MaxMR:           int(a.max_mr),
+		MaxPD:           int(a.max_pd),
+		MaxQPRdAtom:     int(a.max_qp_rd_atom),
+		MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
+		PhysPortCnt:     int(a.phys_port_cnt),
+	}, 0
+}
+
+func ibvQueryPort(ctx ctxPtr, port int) (verbs.PortAttr, syscall.Errno) {
+	var a C.struct_ibv_port_attr
+	if r := C.rc_query_port((*C.struct_ibv_context)(ctx), C.uint8_t(port), &a); r != 0 {
+		return verbs.PortAttr{}, syscall.Errno(r)
+	}
+	return verbs.PortAttr{
+		State:      verbs.PortState(a.state),
+		MaxMTU:     verbs.MTU(a.max_mtu),
+		ActiveMTU:  verbs.MTU(a.active_mtu),
+		GIDTblLen:  int(a.gid_tbl_len),
+		LID:        uint16(a.lid),
+		LinkLayer:  verbs.LinkLayer(a.link_layer),
+		MaxMsgSize: uint32(a.max_msg_sz),
+	}, 0
+}
+
+func ibvQueryGID(ctx ctxPtr, port, index int) (verbs.GID, syscall.Errno) {
+	var g C.union_ibv_gid
+	if r := C.ibv_query_gid((*C.struct_ibv_context)(ctx), C.uint8_t(port), C.int(index), &g); r != 0 {
+		return verbs.GID{}, errnoOf(syscall.Errno(-r))
+	}
+	var out verbs.GID
+	copy(out[:], unsafe.Slice((*byte)(unsafe.Pointer(&g)), 16))
+	return out, 0
+}
+
+// --- PD and MR ---
+
+func ibvAllocPD(ctx ctxPtr) (pdPtr, syscall.Errno) {
+	p, err := C.ibv_alloc_pd((*C.struct_ibv_context)(ctx))
+	if p == nil {
+		return nil, errnoOf(err)
+	}
+	return pdPtr(p), 0
+}
+
+func ibvDeallocPD(pd pdPtr) syscall.Errno {
+	return syscall.Errno(C.ibv_dealloc_pd((*C.struct_ibv_pd)(pd)))
+}
+
+func pdContext(pd pdPtr) ctxPtr { return ctxPtr((*C.struct_ibv_pd)(pd).context) }
+
+// ibvRegMR registers n bytes at addr, which is memory outside the Go heap.
+func ibvRegMR(pd pdPtr, addr unsafe.Pointer, n int, access verbs.Access) (mrPtr, uint32, uint32, syscall.Errno) {
+	m, err := C.ibv_reg_mr((*C.struct_ibv_pd)(pd), addr, C.size_t(n), C.int(access))
+	if m == nil {
+		return nil, 0, 0, errnoOf(err)
+	}
+	return mrPtr(m), uint32(m.lkey), uint32(m.rkey), 0
+}
+
+func ibvDeregMR(mr mrPtr) syscall.Errno {
+	return syscall.Errno(C.ibv_dereg_mr((*C.struct_ibv_mr)(mr)))
+}
+
+// --- completion channels and CQs ---
+
+func ibvCreateCompChannel(ctx ctxPtr) (compChPtr, int, syscall.Errno) {
+	ch, err := C.ibv_create_comp_channel((*C.struct_ibv_context)(ctx))
+	if ch == nil {
+		return nil, -1, errnoOf(err)
+	}
+	return compChPtr(ch), int(C.rc_comp_channel_fd(ch)), 0
+}
+
+func ibvDestroyCompChannel(ch compChPtr) syscall.Errno {
+	return syscall.Errno(C.ibv_destroy_comp_channel((*C.struct_ibv_comp_channel)(ch)))
+}
+
+func allocCQEventOut() cqEvOutPtr {
+	return cqEvOutPtr(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_rc_cq_event{}))))
+}
+
+func freeCQEventOut(p cqEvOutPtr) { C.free(unsafe.Pointer(p)) }
+
+// ibvGetCQEvent reads one event from a (non-blocking) channel; EAGAIN when
+// there is none.
+func ibvGetCQEvent(ch compChPtr, out cqEvOutPtr) (cqPtr, syscall.Errno) {
+	o := (*C.struct_rc_cq_event)(out)
+	r, err := C.ibv_get_cq_event((*C.struct_ibv_comp_channel)(ch), &o.cq, &o.cq_context)
+	if r != 0 {
+		return nil, errnoOf(err)
+	}
+	return cqPtr(o.cq), 0
+}
+
+func ibvAckCQEvents(cq cqPtr, n int) { C.ibv_ack_cq_events((*C.struct_ibv_cq)(cq), C.uint(n)) }
+
+func ibvCreateCQ(ctx ctxPtr, cqe int, ch compChPtr) (cqPtr, int, syscall.Errno) {
+	cq, err := C.ibv_create_cq((*C.struct_ibv_context)(ctx), C.int(cqe), nil, (*C.struct_ibv_comp_channel)(ch), 0)
+	if cq == nil {
+		return nil, 0, errnoOf(err)
+	}
+	return cqPtr(cq), int(cq.cqe), 0
+}
+
+func ibvDestroyCQ(cq cqPtr) syscall.Errno {
+	return syscall.Errno(C.ibv_destroy_cq((*C.struct_ibv_cq)(cq)))
+}
+
+func ibvReqNotifyCQ(cq cqPtr, solicitedOnly bool) syscall.Errno {
+	s := C.int(0)
+	if solicitedOnly {
+		s = 1
+	}
+	return syscall.Errno(C.ibv_req_notify_cq((*C.struct_ibv_cq)(cq), s))
+}
+
+func allocWCArray(n int) wcArrayPtr {
+	return wcArrayPtr(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.struct_ibv_wc{}))))
+}
+
+func freeWCArray(p wcArrayPtr) { C.free(unsafe.Pointer(p)) }
+
+// ibvPollCQ polls up to len(out) completions through the C array wcs (which
+// holds at least len(out) entries) and copies them into out.
+func ibvPollCQ(cq cqPtr, wcs wcArrayPtr, out []verbs.WC) (int, syscall.Errno) {
+	n := C.ibv_poll_cq((*C.struct_ibv_cq)(cq), C.int(len(out)), (*C.struct_ibv_wc)(wcs))
+	if n < 0 {
+		return 0, syscall.Errno(-n)
+	}
+	arr := unsafe.Slice((*C.struct_ibv_wc)(wcs), int(n))
+	for i := range arr {
+		w := &arr[i]
+		o := &out[i]
+		o.WRID = uint64(w.wr_id)
+		o.Status = verbs.WCStatus(w.status)
+		o.Opcode = verbs.WCOpcode(w.opcode)
+		o.VendorErr = uint32(w.vendor_err)
+		o.ByteLen = uint32(w.byte_len)
+		o.QPNum = uint32(w.qp_num)
+		o.Flags = verbs.WCFlags(w.wc_flags)
+		o.Imm = 0
+		if o.Flags&verbs.WCWithImm != 0 {
+			o.Imm = uint32(C.rc_wc_imm(w))
+		}
+	}
+	return int(n), 0
+}
+
+// --- QPs ---
+
+// rdmaCreateQP creates an RC QP on a CM ID; c is updated with what was granted.
+func rdmaCreateQP(id idPtr, pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap, sigAll bool) (qpPtr, syscall.Errno) {
+	var a C.struct_ibv_qp_init_attr
+	initQPAttr(&a, scq, rcq, c, sigAll)
+	r, err := C.rdma_create_qp((*C.struct_rdma_cm_id)(id), (*C.struct_ibv_pd)(pd), &a)
+	if r != 0 {
+		return nil, errnoOf(err)
+	}
+	readQPCap(&a.cap, c)
+	return qpPtr(C.rc_id_qp((*C.struct_rdma_cm_id)(id))), 0
+}
+
+// ibvCreateQP creates an RC QP outside the CM (used to probe limits).
+func ibvCreateQP(pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap) (qpPtr, syscall.Errno) {
+	var a C.struct_ibv_qp_init_attr
+	initQPAttr(&a, scq, rcq, c, false)
+	q, err := C.ibv_create_qp((*C.struct_ibv_pd)(pd), &a)
+	if q == nil {
+		return nil, errnoOf(err)
+	}
+	readQPCap(&a.cap, c)
+	return qpPtr(q), 0
+}
+
+func initQPAttr(a *C.struct_ibv_qp_init_attr, scq, rcq cqPtr, c *verbs.QPCap, sigAll bool) {
+	s := C.int(0)
+	if sigAll {
+		s = 1
+	}
+	C.rc_init_qp_attr(a, (*C.struct_ibv_cq)(scq), (*C.struct_ibv_cq)(rcq), C.uint32_t(c.MaxSendWR),
+		C.uint32_t(c.MaxRecvWR), C.uint32_t(c.MaxSendSGE), C.uint32_t(c.MaxRecvSGE), C.uint32_t(c.MaxInlineData), s)
+}
+
+func readQPCap(a *C.struct_ibv_qp_cap, c *verbs.QPCap) {
+	c.MaxSendWR = int(a.max_send_wr)
+	c.MaxRecvWR = int(a.max_recv_wr)
+	c.MaxSendSGE = int(a.max_send_sge)
+	c.MaxRecvSGE = int(a.max_recv_sge)
+	c.MaxInlineData = int(a.max_inline_data)
+}
+
+func rdmaDestroyQP(id idPtr) { C.rdma_destroy_qp((*C.struct_rdma_cm_id)(id)) }
+
+func ibvDestroyQP(qp qpPtr) syscall.Errno {
+	return syscall.Errno(C.ibv_destroy_qp((*C.struct_ibv_qp)(qp)))
+}
+
+func qpNum(qp qpPtr) uint32 { return uint32((*C.struct_ibv_qp)(qp).qp_num) }
+
+func ibvModifyQP(qp qpPtr, attr *verbs.QPAttr, mask verbs.QPAttrMask) syscall.Errno {
+	var a C.struct_ibv_qp_attr
+	a.qp_state = C.enum_ibv_qp_state(attr.State)
+	a.path_mtu = C.enum_ibv_mtu(attr.PathMTU)
+	a.min_rnr_timer = C.uint8_t(attr.MinRNRTimer)
+	a.timeout = C.uint8_t(attr.Timeout)
+	a.retry_cnt = C.uint8_t(attr.RetryCnt)
+	a.rnr_retry = C.uint8_t(attr.RNRRetry)
+	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
+	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	return syscall.Errno(C.ibv_modify_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask)))
+}
+
+func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
+	var a C.struct_ibv_qp_attr
+	var ia C.struct_ibv_qp_init_attr
+	mask := C.IBV_QP_STATE | C.IBV_QP_CAP | C.IBV_QP_PATH_MTU | C.IBV_QP_MIN_RNR_TIMER | C.IBV_QP_TIMEOUT |
+		C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MAX_QP_RD_ATOMIC | C.IBV_QP_MAX_DEST_RD_ATOMIC |
+		C.IBV_QP_DEST_QPN
+	if r := C.ibv_query_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask), &ia); r != 0 {
+		return verbs.QPAttr{}, syscall.Errno(r)
+	}
+	out := verbs.QPAttr{
+		State:           verbs.QPState(a.qp_state),
+		PathMTU:         verbs.MTU(a.path_mtu),
+		MinRNRTimer:     int(a.min_rnr_timer),
+		Timeout:         int(a.timeout),
+		RetryCnt:        int(a.retry_cnt),
+		RNRRetry:        int(a.rnr_retry),
+		MaxRdAtomic:     int(a.max_rd_atomic),
+		MaxDestRdAtomic: int(a.max_dest_rd_atomic),
+		QPNum:           qpNum(qp),
+		DestQPNum:       uint32(a.dest_qp_num),
+	}
+	readQPCap(&a.cap, &out.Cap)
+	return out, 0
+}
+
+// --- posting ---
+
+func allocSendScratch(nwr, nsge int) sendScratch {
+	return sendScratch(C.rc_alloc_send_scratch(C.int(nwr), C.int(nsge)))
+}
+
+func freeSendScratch(s sendScratch) { C.rc_free_send_scratch((*C.struct_rc_send_scratch)(s)) }
+
+// setSendWR copies wr into slot i of s; last ends the list there. The
+// caller has checked len(wr.SG) against the scratch's SGE capacity.
+func setSendWR(s sendScratch, i int, wr *verbs.SendWR, last bool) {
+	cs := (*C.struct_rc_send_scratch)(s)
+	sges := unsafe.Slice(cs.sge, int(cs.nwr)*int(max(cs.nsge, 1)))[i*int(cs.nsge):]
+	for j := range wr.SG {
+		sges[j].addr = C.uint64_t(wr.SG[j].Addr)
+		sges[j].length = C.uint32_t(wr.SG[j].Length)
+		sges[j].lkey = C.uint32_t(wr.SG[j].LKey)
+	}
+	l := C.int(0)
+	if last {
+		l = 1
+	}
+	C.rc_set_send_wr(cs, C.int(i), C.uint64_t(wr.WRID), C.int(wr.Opcode), C.uint(wr.Flags), C.uint32_t(wr.Imm),
+		C.uint64_t(wr.RemoteAddr), C.uint32_t(wr.RKey), C.int(len(wr.SG)), l)
+}
+
+// ibvPostSend posts the list in s; on failure it returns the index of the
+// refused WR (-1 if the provider did not say).
+func ibvPostSend(qp qpPtr, s sendScratch) (int, syscall.Errno) {
+	cs := (*C.struct_rc_send_scratch)(s)
+	if r := C.rc_post_send((*C.struct_ibv_qp)(qp), cs); r != 0 {
+		return int(C.rc_post_send_bad(cs)), syscall.Errno(r)
+	}
+	return 0, 0
+}
+
+func allocRecvScratch(nwr, nsge int) recvScratch {
+	return recvScratch(C.rc_alloc_recv_scratch(C.int(nwr), C.int(nsge)))
+}
+
+func freeRecvScratch(s recvScratch) { C.rc_free_recv_scratch((*C.struct_rc_recv_scratch)(s)) }
+
+func setRecvWR(s recvScratch, i int, wr *verbs.RecvWR, last bool) {
+	cs := (*C.struct_rc_recv_scratch)(s)
+	wrs := unsafe.Slice(cs.wr, int(cs.nwr))
+	sges := unsafe.Slice(cs.sge, int(cs.nwr)*int(max(cs.nsge, 1)))[i*int(cs.nsge):]
+	for j := range wr.SG {
+		sges[j].addr = C.uint64_t(wr.SG[j].Addr)
+		sges[j].length = C.uint32_t(wr.SG[j].Length)
+		sges[j].lkey = C.uint32_t(wr.SG[j].LKey)
+	}
+	w := &wrs[i]
+	w.wr_id = C.uint64_t(wr.WRID)
+	w.num_sge = C.int(len(wr.SG))
+	w.sg_list = nil
+	if len(wr.SG) > 0 {
+		w.sg_list = &sges[0]
+	}
+	w.next = nil
+	if !last {
+		w.next = &wrs[i+1]
+	}
+}
+
+func ibvPostRecv(qp qpPtr, s recvScratch) (int, syscall.Errno) {
+	cs := (*C.struct_rc_recv_scratch)(s)
+	if r := C.rc_post_recv((*C.struct_ibv_qp)(qp), cs); r != 0 {
+		return int(C.rc_post_recv_bad(cs)), syscall.Errno(r)
+	}
+	return 0, 0
+}
+
+// --- connection manager ---
+
+func rdmaCreateEventChannel() (ecPtr, int, syscall.Errno) {
+	ch, err := C.rdma_create_event_channel()
+	if ch == nil {
+		return nil, -1, errnoOf(err)
+	}
+	return ecPtr(ch), int(C.rc_channel_fd(ch)), 0
+}
+
+func rdmaDestroyEventChannel(ch ecPtr) {
+	C.rdma_destroy_event_channel((*C.struct_rdma_event_channel)(ch))
+}
+
+func allocCMEventOut() cmEvOutPtr {
+	return cmEvOutPtr(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_rc_cm_event{}))))
+}
+
+func freeCMEventOut(p cmEvOutPtr) { C.free(unsafe.Pointer(p)) }
+
+func rdmaCreateID(ch ecPtr) (idPtr, syscall.Errno) {
+	// The out-parameter is C memory: a Go variable would escape per call.
+	out := (**C.struct_rdma_cm_id)(C.calloc(1, C.size_t(unsafe.Sizeof(uintptr(0)))))
+	defer C.free(unsafe.Pointer(out))
+	r, err := C.rdma_create_id((*C.struct_rdma_event_channel)(ch), out, nil, C.RDMA_PS_TCP)
+	if r != 0 {
+		return nil, errnoOf(err)
+	}
+	return idPtr(*out), 0
+}
+
+func rdmaDestroyID(id idPtr) syscall.Errno {
+	r, err := C.rdma_destroy_id((*C.struct_rdma_cm_id)(id))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+// sockaddrOf fills ss from a TCP address; ok is false for an address that
+// is neither IPv4 nor IPv6.
+func sockaddrOf(ss *C.struct_sockaddr_storage, a *net.TCPAddr, scope uint32) bool {
+	if ip4 := a.IP.To4(); ip4 != nil || a.IP == nil {
+		var b [4]byte
+		copy(b[:], ip4)
+		C.rc_fill_sockaddr(ss, 0, (*C.uint8_t)(&b[0]), C.uint16_t(a.Port), 0)
+		return true
+	}
+	if ip6 := a.IP.To16(); ip6 != nil {
+		var b [16]byte
+		copy(b[:], ip6)
+		C.rc_fill_sockaddr(ss, 1, (*C.uint8_t)(&b[0]), C.uint16_t(a.Port), C.uint32_t(scope))
+		return true
+	}
+	return false
+}
+
+func saPtr(ss *C.struct_sockaddr_storage) *C.struct_sockaddr {
+	return (*C.struct_sockaddr)(unsafe.Pointer(ss))
+}
+
+func rdmaBindAddr(id idPtr, a *net.TCPAddr, scope uint32) syscall.Errno {
+	var ss C.struct_sockaddr_storage
+	if !sockaddrOf(&ss, a, scope) {
+		return syscall.EAFNOSUPPORT
+	}
+	r, err := C.rdma_bind_addr((*C.struct_rdma_cm_id)(id), saPtr(&ss))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaListen(id idPtr, backlog int) syscall.Errno {
+	r, err := C.rdma_listen((*C.struct_rdma_cm_id)(id), C.int(backlog))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaResolveAddr(id idPtr, src *net.TCPAddr, srcScope uint32, dst *net.TCPAddr, dstScope uint32, ms int) syscall.Errno {
+	var sss, dss C.struct_sockaddr_storage
+	var sp *C.struct_sockaddr
+	if src != nil {
+		if !sockaddrOf(&sss, src, srcScope) {
+			return syscall.EAFNOSUPPORT
+		}
+		sp = saPtr(&sss)
+	}
+	if !sockaddrOf(&dss, dst, dstScope) {
+		return syscall.EAFNOSUPPORT
+	}
+	r, err := C.rdma_resolve_addr((*C.struct_rdma_cm_id)(id), sp, saPtr(&dss), C.int(ms))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaResolveRoute(id idPtr, ms int) syscall.Errno {
+	r, err := C.rdma_resolve_route((*C.struct_rdma_cm_id)(id), C.int(ms))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaConnect(id idPtr, p *verbs.ConnParam) syscall.Errno {
+	var pd unsafe.Pointer
+	if len(p.PrivateData) > 0 {
+		pd = unsafe.Pointer(&p.PrivateData[0])
+	}
+	r, err := C.rc_connect((*C.struct_rdma_cm_id)(id), pd, C.int(len(p.PrivateData)), C.int(p.ResponderResources),
+		C.int(p.InitiatorDepth), C.int(p.RetryCount), C.int(p.RNRRetryCount))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaAccept(id idPtr, p *verbs.ConnParam) syscall.Errno {
+	var pd unsafe.Pointer
+	if len(p.PrivateData) > 0 {
+		pd = unsafe.Pointer(&p.PrivateData[0])
+	}
+	r, err := C.rc_accept((*C.struct_rdma_cm_id)(id), pd, C.int(len(p.PrivateData)), C.int(p.ResponderResources),
+		C.int(p.InitiatorDepth), C.int(p.RetryCount), C.int(p.RNRRetryCount))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaReject(id idPtr, privateData []byte) syscall.Errno {
+	var pd unsafe.Pointer
+	if len(privateData) > 0 {
+		pd = unsafe.Pointer(&privateData[0])
+	}
+	r, err := C.rdma_reject((*C.struct_rdma_cm_id)(id), pd, C.uint8_t(len(privateData)))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaDisconnect(id idPtr) syscall.Errno {
+	r, err := C.rdma_disconnect((*C.struct_rdma_cm_id)(id))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func rdmaMigrateID(id idPtr, ch ecPtr) syscall.Errno {
+	r, err := C.rdma_migrate_id((*C.struct_rdma_cm_id)(id), (*C.struct_rdma_event_channel)(ch))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+func idVerbs(id idPtr) ctxPtr { return ctxPtr(C.rc_id_verbs((*C.struct_rdma_cm_id)(id))) }
+
+func readSockaddr(sa *C.struct_sockaddr) *net.TCPAddr {
+	var ip [16]byte
+	var port C.uint16_t
+	var scope C.uint32_t
+	switch C.rc_read_sockaddr(sa, (*C.uint8_t)(&ip[0]), &port, &scope) {
+	case C.AF_INET:
+		return &net.TCPAddr{IP: net.IPv4(ip[0], ip[1], ip[2], ip[3]), Port: int(port)}
+	case C.AF_INET6:
+		a := &net.TCPAddr{IP: append(net.IP(nil), ip[:]...), Port: int(port)}
+		if scope != 0 {
+			if ifi, err := net.InterfaceByIndex(int(scope)); err == nil {
+				a.Zone = ifi.Name
+			}
+		}
+		return a
+	}
+	return nil
+}
+
+func rdmaGetLocalAddr(id idPtr) *net.TCPAddr {
+	return readSockaddr(C.rdma_get_local_addr((*C.struct_rdma_cm_id)(id)))
+}
+
+func rdmaGetPeerAddr(id idPtr) *net.TCPAddr {
+	return readSockaddr(C.rdma_get_peer_addr((*C.struct_rdma_cm_id)(id)))
+}
+
+// rawCMEvent is an rdma_cm_event copied into Go memory.
+type rawCMEvent struct {
+	typ    verbs.CMEventType
+	id     idPtr
+	listen idPtr
+	status int
+	param  verbs.ConnParam
+}
+
+// rdmaGetCMEvent fetches one event from a (non-blocking) channel into out;
+// EAGAIN when there is none.
+func rdmaGetCMEvent(ch ecPtr, out cmEvOutPtr) (cmEventPtr, syscall.Errno) {
+	o := (*C.struct_rc_cm_event)(out)
+	r, err := C.rdma_get_cm_event((*C.struct_rdma_event_channel)(ch), &o.ev)
+	if r != 0 {
+		return nil, errnoOf(err)
+	}
+	return cmEventPtr(o.ev), 0
+}
+
+// readCMEvent copies an event, private data included, into Go memory.
+func readCMEvent(ev cmEventPtr) rawCMEvent {
+	e := (*C.struct_rdma_cm_event)(ev)
+	out := rawCMEvent{
+		typ:    verbs.CMEventType(e.event),
+		id:     idPtr(e.id),
+		listen: idPtr(e.listen_id),
+		status: int(e.status),
+	}
+	switch out.typ {
+	case verbs.EventConnectRequest, verbs.EventConnectResponse, verbs.EventEstablished, verbs.EventRejected:
+		cp := (*C.struct_rdma_conn_param)(unsafe.Pointer(&e.param))
+		if cp.private_data != nil && cp.private_data_len > 0 {
+			out.param.PrivateData = C.GoBytes(cp.private_data, C.int(cp.private_data_len))
+		}
+		out.param.ResponderResources = int(cp.responder_resources)
+		out.param.InitiatorDepth = int(cp.initiator_depth)
+		out.param.RetryCount = int(cp.retry_count)
+		out.param.RNRRetryCount = int(cp.rnr_retry_count)
+	}
+	return out
+}
+
+func rdmaAckCMEvent(ev cmEventPtr) { C.rdma_ack_cm_event((*C.struct_rdma_cm_event)(ev)) }

@@ -1,0 +1,19 @@
+// Package rdmacore is the verbs provider for real RDMA devices (InfiniBand,
+// RoCE, iWARP, Soft-RoCE, siw): a thin cgo layer over rdma-core's libibverbs
+// and librdmacm. Importing it registers the provider "rdmacore" with package
+// verbs.
+//
+// All cgo lives in one file of one-to-one wrappers; everything else is Go.
+// Completion channels and CM event channels are set non-blocking and waited
+// on through Go's runtime poller, so a waiting goroutine holds no OS thread.
+// Posting work requests and polling completions go through C arrays kept per
+// QP and per CQ, so they allocate nothing and hand no Go pointer to C.
+// Registered memory must come from verbs.AllocMemory.
+//
+// Built without cgo, or on another OS than Linux, the package still compiles
+// and registers a provider that lists no device and whose Open explains that
+// the software provider ("soft") is the one to use.
+package rdmacore
+
+// ProviderName is the name the provider registers under.
+const ProviderName = "rdmacore"

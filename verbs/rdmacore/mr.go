@@ -1,0 +1,94 @@
+//go:build cgo && linux
+
+package rdmacore
+
+import (
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// protDomain is a verbs.PD.
+type protDomain struct {
+	p   pdPtr
+	ctx ctxPtr
+	mu  sync.Mutex
+	// dead is set once Dealloc succeeded.
+	dead bool
+}
+
+var _ verbs.PD = (*protDomain)(nil)
+
+// RegMR registers buf, which must lie inside memory from verbs.AllocMemory:
+// the device reads and writes it at any time, so it must never be Go heap
+// memory that the garbage collector could free.
+func (pd *protDomain) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	if len(buf) == 0 {
+		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL, "empty buffer")
+	}
+	if m, _ := verbs.MemoryOf(buf); m == nil {
+		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL,
+			"buffer is not inside memory from verbs.AllocMemory (Go heap memory cannot be registered)")
+	}
+	if access&verbs.AccessRemoteWrite != 0 && access&verbs.AccessLocalWrite == 0 {
+		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL, "REMOTE_WRITE requires LOCAL_WRITE")
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return nil, verbs.ErrClosed
+	}
+	p, lkey, rkey, errno := ibvRegMR(pd.p, unsafe.Pointer(unsafe.SliceData(buf)), len(buf), access)
+	if errno != 0 {
+		return nil, &verbs.Error{Op: "ibv_reg_mr", Errno: errno}
+	}
+	return &memRegion{p: p, buf: buf, lkey: lkey, rkey: rkey, access: access}, nil
+}
+
+// Dealloc is ibv_dealloc_pd; the kernel refuses (EBUSY) while MRs or QPs use it.
+func (pd *protDomain) Dealloc() error {
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return verbs.ErrClosed
+	}
+	if errno := ibvDeallocPD(pd.p); errno != 0 {
+		return &verbs.Error{Op: "ibv_dealloc_pd", Errno: errno}
+	}
+	pd.dead = true
+	return nil
+}
+
+// memRegion is a verbs.MR.
+type memRegion struct {
+	p          mrPtr
+	buf        []byte
+	lkey, rkey uint32
+	access     verbs.Access
+	mu         sync.Mutex
+	dead       bool
+}
+
+var _ verbs.MR = (*memRegion)(nil)
+
+func (m *memRegion) Bytes() []byte        { return m.buf }
+func (m *memRegion) Addr() uint64         { return verbs.AddrOf(m.buf) }
+func (m *memRegion) Len() int             { return len(m.buf) }
+func (m *memRegion) LKey() uint32         { return m.lkey }
+func (m *memRegion) RKey() uint32         { return m.rkey }
+func (m *memRegion) Access() verbs.Access { return m.access }
+
+func (m *memRegion) Dereg() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.dead {
+		return verbs.ErrClosed
+	}
+	if errno := ibvDeregMR(m.p); errno != 0 {
+		return &verbs.Error{Op: "ibv_dereg_mr", Errno: errno}
+	}
+	m.dead = true
+	return nil
+}

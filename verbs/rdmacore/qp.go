@@ -1,0 +1,181 @@
+//go:build cgo && linux
+
+package rdmacore
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// postChunk bounds the C arrays of a QP's scratch: longer WR lists are
+// posted in chunks of this many.
+const postChunk = 64
+
+// queuePair is a verbs.QP created on a CM ID.
+type queuePair struct {
+	p        qpPtr
+	id       *cmid
+	num      uint32
+	cap      verbs.QPCap
+	sendCQ   *cq
+	recvCQ   *cq
+	sendMu   sync.Mutex // guards send and dead for posting
+	send     sendScratch
+	sendSlot int // WRs per send chunk
+	recvMu   sync.Mutex
+	recv     recvScratch
+	recvSlot int
+	dead     bool // set with both sendMu and recvMu held
+}
+
+var _ verbs.QP = (*queuePair)(nil)
+
+func (q *queuePair) Num() uint32 { return q.num }
+
+// PostSend posts wrs in order. It allocates nothing: each chunk of WRs is
+// copied into the QP's C arrays and posted with one ibv_post_send.
+func (q *queuePair) PostSend(wrs []verbs.SendWR) error {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	if q.dead {
+		return verbs.ErrClosed
+	}
+	for base := 0; base < len(wrs); {
+		n := 0
+		var refused error
+		for n < q.sendSlot && base+n < len(wrs) {
+			if err := q.checkSend(&wrs[base+n]); err != nil {
+				refused = err
+				break
+			}
+			n++
+		}
+		for i := 0; i < n; i++ {
+			setSendWR(q.send, i, &wrs[base+i], i == n-1)
+		}
+		if n > 0 {
+			if bad, errno := ibvPostSend(q.p, q.send); errno != 0 {
+				if bad < 0 || bad >= n {
+					bad = 0
+				}
+				return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_send", Errno: errno}}
+			}
+		}
+		if refused != nil {
+			return &verbs.PostError{Index: base + n, Err: refused}
+		}
+		base += n
+	}
+	return nil
+}
+
+// checkSend refuses what does not fit the QP's granted limits before it
+// reaches C (the scratch arrays are sized by them).
+func (q *queuePair) checkSend(wr *verbs.SendWR) error {
+	if wr.Opcode > verbs.OpRDMARead {
+		return verbs.Errorf("ibv_post_send", syscall.EINVAL, "unsupported opcode %d", wr.Opcode)
+	}
+	if len(wr.SG) > q.cap.MaxSendSGE {
+		return verbs.Errorf("ibv_post_send", syscall.EINVAL, "%d SGEs, the QP allows %d", len(wr.SG), q.cap.MaxSendSGE)
+	}
+	if wr.Flags&verbs.SendInline != 0 {
+		if wr.Opcode == verbs.OpRDMARead {
+			return verbs.Errorf("ibv_post_send", syscall.EINVAL, "RDMA_READ cannot be inline")
+		}
+		total := 0
+		for i := range wr.SG {
+			total += int(wr.SG[i].Length)
+		}
+		if total > q.cap.MaxInlineData {
+			return verbs.Errorf("ibv_post_send", syscall.EINVAL, "%d inline bytes, the QP allows %d", total, q.cap.MaxInlineData)
+		}
+	}
+	return nil
+}
+
+// PostRecv posts receive WRs in order; it allocates nothing.
+func (q *queuePair) PostRecv(wrs []verbs.RecvWR) error {
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	if q.dead {
+		return verbs.ErrClosed
+	}
+	for base := 0; base < len(wrs); {
+		n := 0
+		var refused error
+		for n < q.recvSlot && base+n < len(wrs) {
+			if len(wrs[base+n].SG) > q.cap.MaxRecvSGE {
+				refused = verbs.Errorf("ibv_post_recv", syscall.EINVAL, "%d SGEs, the QP allows %d",
+					len(wrs[base+n].SG), q.cap.MaxRecvSGE)
+				break
+			}
+			n++
+		}
+		for i := 0; i < n; i++ {
+			setRecvWR(q.recv, i, &wrs[base+i], i == n-1)
+		}
+		if n > 0 {
+			if bad, errno := ibvPostRecv(q.p, q.recv); errno != 0 {
+				if bad < 0 || bad >= n {
+					bad = 0
+				}
+				return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_recv", Errno: errno}}
+			}
+		}
+		if refused != nil {
+			return &verbs.PostError{Index: base + n, Err: refused}
+		}
+		base += n
+	}
+	return nil
+}
+
+func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	if attr == nil {
+		return verbs.Errorf("ibv_modify_qp", syscall.EINVAL, "nil attributes")
+	}
+	q.sendMu.Lock()
+	dead := q.dead
+	q.sendMu.Unlock()
+	if dead {
+		return verbs.ErrClosed
+	}
+	if errno := ibvModifyQP(q.p, attr, mask); errno != 0 {
+		return &verbs.Error{Op: "ibv_modify_qp", Errno: errno}
+	}
+	return nil
+}
+
+func (q *queuePair) Query() (verbs.QPAttr, error) {
+	q.sendMu.Lock()
+	dead := q.dead
+	q.sendMu.Unlock()
+	if dead {
+		return verbs.QPAttr{}, verbs.ErrClosed
+	}
+	a, errno := ibvQueryQP(q.p)
+	if errno != 0 {
+		return a, &verbs.Error{Op: "ibv_query_qp", Errno: errno}
+	}
+	return a, nil
+}
+
+// Destroy is rdma_destroy_qp; the QP's scratch arrays go with it.
+func (q *queuePair) Destroy() error {
+	q.sendMu.Lock()
+	defer q.sendMu.Unlock()
+	q.recvMu.Lock()
+	defer q.recvMu.Unlock()
+	if q.dead {
+		return verbs.ErrClosed
+	}
+	q.dead = true
+	q.id.destroyQP(q)
+	freeSendScratch(q.send)
+	freeRecvScratch(q.recv)
+	q.sendCQ.users.Add(-1)
+	q.recvCQ.users.Add(-1)
+	return nil
+}
