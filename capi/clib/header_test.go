@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// seedAPI is the seed's rdma_lib.h API, which include/rdma_lib.h must
+// declare exactly (whitespace aside).
+var seedAPI = []string{
+	"rdma_context* rdma_init(const char *ip, int port, size_t buf_size, bool is_server);",
+	"void rdma_cleanup(rdma_context *ctx);",
+	"int rdma_connect_peer(rdma_context *ctx, const char *peer_ip, int peer_port);",
+	"int rdma_accept_peer(rdma_context *ctx);",
+	"int rdma_disconnect_peer(rdma_context *ctx, int peer_idx);",
+	"int rdma_send(rdma_context *ctx, int peer_idx, const void *data, size_t len);",
+	"int rdma_recv(rdma_context *ctx, int peer_idx, void *data, size_t max_len);",
+	"int rdma_broadcast(rdma_context *ctx, const void *data, size_t len);",
+	"int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t msg_size);",
+	"const char* rdma_get_error(void);",
+}
+
+var seedConstants = map[string]string{
+	"MAX_PEERS": "64", "MAX_WR": "128", "CQ_DEPTH": "256", "BUFFER_SIZE": "4096",
+}
+
+func TestHeaderDeclaresTheSeedAPI(t *testing.T) {
+	src, err := os.ReadFile("include/rdma_lib.h")
+	require.NoError(t, err)
+	text := regexp.MustCompile(`(?s)/\*.*?\*/`).ReplaceAllString(string(src), "")
+
+	var protos []string
+	for _, m := range regexp.MustCompile(`(?m)^[a-z][^#\n;]*\([^;]*\);`).FindAllString(text, -1) {
+		if strings.HasPrefix(m, "typedef") {
+			continue
+		}
+		protos = append(protos, strings.Join(strings.Fields(m), " "))
+	}
+	want := append([]string(nil), seedAPI...)
+	sort.Strings(want)
+	sort.Strings(protos)
+	assert.Equal(t, want, protos)
+
+	defines := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^#define\s+([A-Z_]+)\s+(\S+)`).FindAllStringSubmatch(text, -1) {
+		if m[1] != "RDMA_LIB_H" {
+			defines[m[1]] = m[2]
+		}
+	}
+	assert.Equal(t, seedConstants, defines)
+	assert.Contains(t, text, "#include <stdbool.h>")
+	assert.Contains(t, text, "#include <stddef.h>")
+	assert.Contains(t, text, "typedef struct rdma_context rdma_context;")
+}
+
+// Every function of the header is exported by this package or errbuf.c.
+func TestEveryFunctionIsDefined(t *testing.T) {
+	goSrc, err := os.ReadFile("clib.go")
+	require.NoError(t, err)
+	cSrc, err := os.ReadFile("errbuf.c")
+	require.NoError(t, err)
+	for _, proto := range seedAPI {
+		name := regexp.MustCompile(`(rdma_[a-z_]+)\(`).FindStringSubmatch(proto)[1]
+		exported := strings.Contains(string(goSrc), "//export "+name+"\n")
+		inC := strings.Contains(string(cSrc), name+"(void) {")
+		assert.True(t, exported != inC, "%s: exported from Go %v, defined in C %v", name, exported, inC)
+	}
+}
