@@ -86,3 +86,12 @@ bench-capi: capi
 	@mkdir -p $(C_BIN)
 	$(CC) $(C_FLAGS) -o $(C_BIN)/capi_bench capi/clib/testdata/capi_bench.c $(C_LIBS)
 	CAPI_BENCH_C=$(CURDIR)/$(C_BIN)/capi_bench $(GO) test -run '^$$' -bench RoundTrip64 -benchmem ./capi/
+
+# --- Soft-RoCE (rdmacore helper) ---------------------------------------------
+# The rdmacore provider on a real kernel RDMA stack: builds test binaries and
+# runs them in the QEMU guest of ../shared/softroce (rdma_rxe): rdmacore's own
+# tests with the verbs conformance suite, and the root package's tests with
+# RDMA_PROVIDER=rdmacore. SOFTROCE_RUN overrides the path of run-in-vm.sh.
+.PHONY: test-softroce
+test-softroce:
+	GO=$(GO) scripts/softroce-test.sh

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# softroce-test.sh: build the tests that need a real kernel RDMA stack and run
+# them, with the rdmacore provider, inside the Soft-RoCE VM of
+# ../shared/softroce (a throw-away QEMU guest with the rdma_rxe driver).
+#
+#   scripts/softroce-test.sh            what `make test-softroce` runs
+#
+# Environment: GO (go), SOFTROCE_RUN (path of run-in-vm.sh), SOFTROCE_RACE
+# ("-race", or "" to build without the race detector), TESTFLAGS (extra flags
+# for every test binary, e.g. "-test.v -test.run Conformance").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+RUN=${SOFTROCE_RUN:-../shared/softroce/run-in-vm.sh}
+RACE=${SOFTROCE_RACE--race}
+OUT=build/softroce
+
+if [ ! -x "$RUN" ]; then
+	echo "test-softroce: $RUN not found; set SOFTROCE_RUN to the path of softroce's run-in-vm.sh" >&2
+	exit 2
+fi
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+# The guest has the same Debian 12 libibverbs/librdmacm as the host: the
+# binaries are linked against the host's and copied in.
+echo "test-softroce: building test binaries ($RACE)"
+# shellcheck disable=SC2086
+$GO test $RACE -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
+if [ -n "$($GO list -f '{{join .TestGoFiles ""}}{{join .XTestGoFiles ""}}' .)" ]; then
+	# shellcheck disable=SC2086
+	$GO test $RACE -c -o "$OUT/rdma.test" .
+fi
+
+cat >"$OUT/run.sh" <<'GUEST'
+#!/bin/sh
+# Runs in the guest, in the directory holding the test binaries.
+status=0
+echo "== verbs/rdmacore on $SOFTROCE_DEV ($SOFTROCE_IP): provider tests and the verbs conformance suite"
+./rdmacore.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
+if [ -x ./rdma.test ]; then
+	echo "== rdma (root package) with RDMA_PROVIDER=rdmacore"
+	RDMA_PROVIDER=rdmacore ./rdma.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
+fi
+exit $status
+GUEST
+chmod +x "$OUT/run.sh"
+
+echo "test-softroce: running in the Soft-RoCE VM"
+SOFTROCE_PASSENV="${SOFTROCE_PASSENV:-GOTRACEBACK GODEBUG GOMAXPROCS GOGC} TESTFLAGS" TESTFLAGS="${TESTFLAGS:-}" \
+	"$RUN" "$OUT" ./run.sh
