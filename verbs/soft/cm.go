@@ -1,0 +1,843 @@
+package soft
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Listener limits. A TCP connection to a listening port holds one of
+// maxHandshakes slots until its REQ arrives, and at most handshakeTimeout.
+var (
+	handshakeTimeout atomic.Int64
+	maxHandshakes    atomic.Int64
+)
+
+func init() {
+	handshakeTimeout.Store(int64(5 * time.Second))
+	maxHandshakes.Store(64)
+}
+
+// SetHandshakeTimeout sets how long a connection to a soft listener may
+// take to deliver its connection request before it is dropped (default 5
+// s), for listeners started afterwards. It returns the previous value.
+func SetHandshakeTimeout(d time.Duration) time.Duration {
+	return time.Duration(handshakeTimeout.Swap(int64(d)))
+}
+
+// SetMaxHandshakes sets how many connections may be in their handshake on
+// one soft listener at once (default 64); more are closed on arrival. It
+// applies to listeners started afterwards and returns the previous value.
+func SetMaxHandshakes(n int) int { return int(maxHandshakes.Swap(int64(n))) }
+
+const (
+	defaultConnectTimeout = 10 * time.Second
+	rtuTimeout            = 10 * time.Second
+	disconnectTimeout     = 3 * time.Second
+	defaultBacklog        = 128
+)
+
+// eventChannel queues CM events; waiters park on a Go channel.
+type eventChannel struct {
+	mu     sync.Mutex
+	q      []verbs.CMEvent
+	wake   chan struct{}
+	closed chan struct{}
+	dead   bool
+}
+
+func newEventChannel() *eventChannel {
+	return &eventChannel{wake: make(chan struct{}, 1), closed: make(chan struct{})}
+}
+
+func (c *eventChannel) push(ev verbs.CMEvent) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.q = append(c.q, ev)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *eventChannel) CreateID() (verbs.CMID, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return nil, verbs.ErrClosed
+	}
+	return &cmID{ch: c, cancel: make(chan struct{})}, nil
+}
+
+func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
+	var timer <-chan time.Time
+	for {
+		c.mu.Lock()
+		if c.dead {
+			c.mu.Unlock()
+			return verbs.CMEvent{}, verbs.ErrClosed
+		}
+		if len(c.q) > 0 {
+			ev := c.q[0]
+			c.q[0] = verbs.CMEvent{}
+			c.q = c.q[1:]
+			if len(c.q) > 0 {
+				select {
+				case c.wake <- struct{}{}:
+				default:
+				}
+			}
+			c.mu.Unlock()
+			return ev, nil
+		}
+		c.mu.Unlock()
+		if !deadline.IsZero() && timer == nil {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return verbs.CMEvent{}, os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-c.wake:
+		case <-c.closed:
+		case <-timer:
+			return verbs.CMEvent{}, os.ErrDeadlineExceeded
+		}
+	}
+}
+
+func (c *eventChannel) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return verbs.ErrClosed
+	}
+	c.dead = true
+	c.q = nil
+	close(c.closed)
+	return nil
+}
+
+type idState int
+
+const (
+	idIdle idState = iota
+	idBound
+	idListening
+	idAddrResolved
+	idRouteResolved
+	idConnecting
+	idConnectRequest // passive side, before Accept/Reject
+	idAccepting      // passive side, REP sent, waiting for RTU
+	idConnected
+	idDisconnecting
+	idDone // disconnected, rejected or failed
+)
+
+// cmID is an RDMA CM ID. A listening ID owns a TCP listener at its
+// address; a connection's ID owns the TCP connection (through its QP's
+// engine once connected).
+type cmID struct {
+	mu        sync.Mutex
+	ch        *eventChannel
+	state     idState
+	local     *net.TCPAddr
+	remote    *net.TCPAddr
+	timeout   time.Duration
+	ctx       *device
+	qp        *qp
+	destroyed bool
+	cancel    chan struct{}
+	wg        sync.WaitGroup
+
+	// Listening IDs.
+	ln      *net.TCPListener
+	slots   chan struct{}
+	pending int
+	backlog int
+
+	// Connection-request IDs (passive side).
+	parent *cmID
+	tr     *tcpTransport
+	req    hsMsg
+}
+
+func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) {
+	id.mu.Lock()
+	ch := id.ch
+	id.mu.Unlock()
+	ch.push(verbs.CMEvent{Type: typ, ID: id, Status: status, Param: param})
+}
+
+// localIP reports whether ip is an address of this host.
+func localIP(ip net.IP) bool {
+	if ip.IsUnspecified() || ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func copyAddr(a *net.TCPAddr) *net.TCPAddr {
+	if a == nil {
+		return nil
+	}
+	b := *a
+	b.IP = append(net.IP(nil), a.IP...)
+	return &b
+}
+
+func (id *cmID) BindAddr(addr *net.TCPAddr) error {
+	const op = "rdma_bind_addr"
+	if addr == nil || addr.IP == nil || addr.Port < 0 || addr.Port > 65535 {
+		return verbs.Errorf(op, syscall.EINVAL, "need an IP address and a port")
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idIdle {
+		return verbs.Errorf(op, syscall.EINVAL, "ID already bound")
+	}
+	if !localIP(addr.IP) {
+		return verbs.Errorf(op, syscall.EADDRNOTAVAIL, "%v is not an address of this host", addr.IP)
+	}
+	id.local = copyAddr(addr)
+	id.state = idBound
+	id.ctx = cmContext
+	return nil
+}
+
+func (id *cmID) Listen(backlog int) error {
+	const op = "rdma_listen"
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idBound {
+		return verbs.Errorf(op, syscall.EINVAL, "bind the ID before listening")
+	}
+	ln, err := net.ListenTCP("tcp", id.local)
+	if err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EADDRINUSE
+		}
+		return verbs.Errorf(op, errno, "%v", err)
+	}
+	id.ln = ln
+	id.local = copyAddr(ln.Addr().(*net.TCPAddr))
+	if backlog <= 0 {
+		backlog = defaultBacklog
+	}
+	id.backlog = backlog
+	id.slots = make(chan struct{}, max(1, int(maxHandshakes.Load())))
+	id.state = idListening
+	hsTimeout := time.Duration(handshakeTimeout.Load())
+	id.wg.Add(1)
+	go id.acceptLoop(ln, hsTimeout)
+	return nil
+}
+
+func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
+	defer id.wg.Done()
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of fds and the like: back off briefly, keep serving.
+			select {
+			case <-id.cancel:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		select {
+		case id.slots <- struct{}{}:
+		default:
+			c.Close() // too many handshakes in progress
+			continue
+		}
+		id.wg.Add(1)
+		go id.handshake(c, hsTimeout)
+	}
+}
+
+// readHandshake reads one handshake message from tr.
+func readHandshake(tr *tcpTransport) (hsMsg, error) {
+	var hb [hsHdrLen]byte
+	if err := tr.readPayload(hb[:]); err != nil {
+		return hsMsg{}, err
+	}
+	_, n, err := parseHandshakeHeader(hb[:])
+	if err != nil {
+		return hsMsg{}, err
+	}
+	b := make([]byte, hsHdrLen+n)
+	copy(b, hb[:])
+	if err := tr.readPayload(b[hsHdrLen:]); err != nil {
+		return hsMsg{}, err
+	}
+	return parseHandshake(b)
+}
+
+// handshake reads a connection request on a freshly accepted connection
+// and turns it into EventConnectRequest. Anything else is dropped.
+func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
+	defer id.wg.Done()
+	release := func() { <-id.slots }
+	tr, err := newTCPTransport(c)
+	if err != nil {
+		c.Close()
+		release()
+		return
+	}
+	_ = tr.setReadDeadline(time.Now().Add(hsTimeout))
+	// Destroying the listener ends handshakes in progress.
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-id.cancel:
+			_ = tr.setReadDeadline(time.Unix(1, 0))
+		case <-stop:
+		}
+	}()
+	m, err := readHandshake(tr)
+	close(stop)
+	release()
+	if err != nil || m.typ != msgREQ {
+		c.Close()
+		return
+	}
+	_ = tr.setReadDeadline(time.Time{})
+	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext,
+		cancel: make(chan struct{}), timeout: rtuTimeout,
+		local: copyAddr(c.LocalAddr().(*net.TCPAddr)), remote: copyAddr(c.RemoteAddr().(*net.TCPAddr))}
+	id.mu.Lock()
+	if id.destroyed || id.pending >= id.backlog {
+		id.mu.Unlock()
+		c.Close()
+		return
+	}
+	id.pending++
+	child.ch = id.ch
+	ch := id.ch
+	id.mu.Unlock()
+	ch.push(verbs.CMEvent{Type: verbs.EventConnectRequest, ID: child, Listen: id, Param: verbs.ConnParam{
+		PrivateData:        append([]byte(nil), m.priv...),
+		ResponderResources: int(m.respRes),
+		InitiatorDepth:     int(m.initDepth),
+		RetryCount:         int(m.retry),
+		RNRRetryCount:      int(m.rnrRetry),
+	}})
+}
+
+func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error {
+	const op = "rdma_resolve_addr"
+	if dst == nil || dst.IP == nil {
+		return verbs.Errorf(op, syscall.EINVAL, "no destination address")
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idIdle && id.state != idBound {
+		return verbs.Errorf(op, syscall.EINVAL, "ID is not idle")
+	}
+	var srcIP net.IP
+	if src != nil && src.IP != nil {
+		srcIP = src.IP
+	} else if id.local != nil && !id.local.IP.IsUnspecified() {
+		srcIP = id.local.IP
+	}
+	ch := id.ch
+	fail := func(errno syscall.Errno) error {
+		ch.push(verbs.CMEvent{Type: verbs.EventAddrError, ID: id, Status: -int(errno)})
+		return nil
+	}
+	if dst.IP.IsUnspecified() || dst.IP.IsMulticast() || dst.IP.Equal(net.IPv4bcast) || dst.Port <= 0 || dst.Port > 65535 {
+		return fail(syscall.EADDRNOTAVAIL)
+	}
+	if srcIP != nil && !localIP(srcIP) {
+		return fail(syscall.EADDRNOTAVAIL)
+	}
+	if srcIP == nil {
+		// Ask the kernel for the route's source address; connecting a UDP
+		// socket sends nothing.
+		u, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: dst.IP, Port: dst.Port, Zone: dst.Zone})
+		if err != nil {
+			return fail(syscall.EHOSTUNREACH)
+		}
+		srcIP = u.LocalAddr().(*net.UDPAddr).IP
+		u.Close()
+	}
+	id.local = &net.TCPAddr{IP: append(net.IP(nil), srcIP...)}
+	id.remote = copyAddr(dst)
+	id.timeout = max(id.timeout, timeout)
+	id.ctx = cmContext
+	id.state = idAddrResolved
+	ch.push(verbs.CMEvent{Type: verbs.EventAddrResolved, ID: id})
+	return nil
+}
+
+func (id *cmID) ResolveRoute(timeout time.Duration) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idAddrResolved {
+		return verbs.Errorf("rdma_resolve_route", syscall.EINVAL, "resolve the address first")
+	}
+	id.timeout = max(id.timeout, timeout)
+	id.state = idRouteResolved
+	id.ch.push(verbs.CMEvent{Type: verbs.EventRouteResolved, ID: id})
+	return nil
+}
+
+func (id *cmID) Context() verbs.Context {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.ctx == nil {
+		return nil
+	}
+	return id.ctx
+}
+
+func (id *cmID) CreateQP(pdi verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, error) {
+	const op = "rdma_create_qp"
+	p, ok := pdi.(*pd)
+	if !ok || p == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "PD is not from the soft provider")
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return nil, verbs.ErrClosed
+	}
+	if id.qp != nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "ID already has a QP")
+	}
+	if id.ctx == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "ID has no device yet: bind or resolve an address first")
+	}
+	q, err := newQP(p, attr)
+	if err != nil {
+		return nil, err
+	}
+	q.id = id
+	q.state = verbs.QPSInit // rdma_create_qp moves the QP to INIT
+	id.qp = q
+	return q, nil
+}
+
+func (id *cmID) QP() verbs.QP {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.qp == nil {
+		return nil
+	}
+	return id.qp
+}
+
+func (id *cmID) qpDestroyed(q *qp) {
+	id.mu.Lock()
+	if id.qp == q {
+		id.qp = nil
+	}
+	id.mu.Unlock()
+}
+
+func checkParam(op string, p *verbs.ConnParam, limit int) error {
+	if len(p.PrivateData) > limit {
+		return verbs.Errorf(op, syscall.EINVAL, "%d bytes of private data, at most %d", len(p.PrivateData), limit)
+	}
+	if p.RetryCount < 0 || p.RetryCount > 7 || p.RNRRetryCount < 0 || p.RNRRetryCount > 7 ||
+		p.ResponderResources < 0 || p.ResponderResources > maxRdAtom || p.InitiatorDepth < 0 || p.InitiatorDepth > maxRdAtom {
+		return verbs.Errorf(op, syscall.EINVAL, "connection parameter out of range")
+	}
+	return nil
+}
+
+func (id *cmID) Connect(param *verbs.ConnParam) error {
+	const op = "rdma_connect"
+	if param == nil {
+		param = &verbs.ConnParam{}
+	}
+	if err := checkParam(op, param, verbs.MaxPrivateDataConnect); err != nil {
+		return err
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idRouteResolved {
+		return verbs.Errorf(op, syscall.EINVAL, "resolve the route first")
+	}
+	q := id.qp
+	if q == nil {
+		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
+	}
+	q.mu.Lock()
+	req := hsMsg{typ: msgREQ, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
+		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
+		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
+		transports: transportTCP, priv: append([]byte(nil), param.PrivateData...)}
+	q.mu.Unlock()
+	id.state = idConnecting
+	timeout := id.timeout
+	if timeout <= 0 {
+		timeout = defaultConnectTimeout
+	}
+	id.wg.Add(1)
+	go id.connect(q, req, *param, id.local, id.remote, timeout)
+	return nil
+}
+
+// connectFailed records a failed connect and reports it.
+func (id *cmID) connectFailed(typ verbs.CMEventType, status int, param verbs.ConnParam) {
+	id.mu.Lock()
+	id.state = idDone
+	id.mu.Unlock()
+	id.event(typ, status, param)
+}
+
+func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *net.TCPAddr, timeout time.Duration) {
+	defer id.wg.Done()
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	go func() {
+		select {
+		case <-id.cancel:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.IP}}
+	nc, err := d.DialContext(ctx, "tcp", remote.String())
+	if err != nil {
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			id.connectFailed(verbs.EventRejected, verbs.RejectStatusNoListener, verbs.ConnParam{})
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
+			id.connectFailed(verbs.EventUnreachable, -int(syscall.ETIMEDOUT), verbs.ConnParam{})
+		default:
+			id.connectFailed(verbs.EventUnreachable, -int(syscall.EHOSTUNREACH), verbs.ConnParam{})
+		}
+		return
+	}
+	c := nc.(*net.TCPConn)
+	tr, err := newTCPTransport(c)
+	fail := func(err error) {
+		c.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			id.connectFailed(verbs.EventUnreachable, -int(syscall.ETIMEDOUT), verbs.ConnParam{})
+			return
+		}
+		id.connectFailed(verbs.EventConnectError, -int(syscall.ECONNRESET), verbs.ConnParam{})
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if ctx.Err() == context.Canceled {
+			_ = c.SetDeadline(time.Unix(1, 0))
+		}
+	})
+	defer stop()
+	_ = c.SetDeadline(deadline)
+	b, _ := req.marshal()
+	if _, err := c.Write(b); err != nil {
+		fail(err)
+		return
+	}
+	m, err := readHandshake(tr)
+	if err == nil && m.typ != msgREP && m.typ != msgREJ {
+		err = errBadHandshake
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	if m.typ == msgREJ {
+		c.Close()
+		id.connectFailed(verbs.EventRejected, verbs.RejectStatusConsumer, verbs.ConnParam{PrivateData: append([]byte(nil), m.priv...)})
+		return
+	}
+	rtu, _ := (&hsMsg{typ: msgRTU}).marshal()
+	if _, err := c.Write(rtu); err != nil {
+		fail(err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	id.mu.Lock()
+	if id.destroyed || id.qp != q {
+		id.mu.Unlock()
+		c.Close()
+		return
+	}
+	id.state = idConnected
+	id.local = copyAddr(c.LocalAddr().(*net.TCPAddr))
+	id.mu.Unlock()
+	q.start(tr, &m, id.engineDown)
+	q.mu.Lock()
+	q.attr.RetryCnt = int(req.retry)
+	q.attr.RNRRetry = int(m.rnrRetry)
+	if param.InitiatorDepth > 0 {
+		q.attr.MaxRdAtomic = min(param.InitiatorDepth, max(int(m.respRes), 1))
+	}
+	if param.ResponderResources > 0 {
+		q.attr.MaxDestRdAtomic = param.ResponderResources
+	}
+	if q.state == verbs.QPSInit {
+		q.setState(verbs.QPSRTR)
+		q.setState(verbs.QPSRTS)
+	}
+	q.mu.Unlock()
+	q.startReceiver(nil)
+	id.event(verbs.EventEstablished, 0, verbs.ConnParam{
+		PrivateData:        append([]byte(nil), m.priv...),
+		ResponderResources: int(m.respRes),
+		InitiatorDepth:     int(m.initDepth),
+		RetryCount:         int(m.retry),
+		RNRRetryCount:      int(m.rnrRetry),
+	})
+}
+
+// engineDown is called once when a connection's engine stops.
+func (id *cmID) engineDown(error) {
+	id.mu.Lock()
+	st := id.state
+	id.state = idDone
+	id.mu.Unlock()
+	switch st {
+	case idConnected, idDisconnecting:
+		id.event(verbs.EventDisconnected, 0, verbs.ConnParam{})
+	case idAccepting:
+		id.event(verbs.EventConnectError, -int(syscall.ECONNRESET), verbs.ConnParam{})
+	}
+}
+
+func (id *cmID) Accept(param *verbs.ConnParam) error {
+	const op = "rdma_accept"
+	if param == nil {
+		param = &verbs.ConnParam{}
+	}
+	if err := checkParam(op, param, verbs.MaxPrivateDataAccept); err != nil {
+		return err
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idConnectRequest {
+		return verbs.Errorf(op, syscall.EINVAL, "no connection request to accept")
+	}
+	q := id.qp
+	if q == nil {
+		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
+	}
+	rep := hsMsg{typ: msgREP, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
+		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
+		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
+		transports: transportTCP, priv: param.PrivateData}
+	b, err := rep.marshal()
+	if err != nil {
+		return verbs.Errorf(op, syscall.EINVAL, "%v", err)
+	}
+	c := id.tr.c
+	_ = c.SetWriteDeadline(time.Now().Add(rtuTimeout))
+	if _, err := c.Write(b); err != nil {
+		return verbs.Errorf(op, syscall.ECONNRESET, "%v", err)
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	id.releasePending()
+	id.state = idAccepting
+	tr := id.tr
+	id.tr = nil
+	req := id.req
+	q.start(tr, &req, id.engineDown)
+	q.mu.Lock()
+	q.attr.RetryCnt = int(req.retry)
+	q.attr.RNRRetry = int(req.rnrRetry)
+	if param.ResponderResources > 0 {
+		q.attr.MaxDestRdAtomic = param.ResponderResources
+	}
+	if param.InitiatorDepth > 0 {
+		q.attr.MaxRdAtomic = min(param.InitiatorDepth, max(int(req.respRes), 1))
+	}
+	if q.state == verbs.QPSInit {
+		q.setState(verbs.QPSRTR)
+		q.setState(verbs.QPSRTS)
+	}
+	q.mu.Unlock()
+	q.startReceiver(func() error {
+		_ = tr.setReadDeadline(time.Now().Add(rtuTimeout))
+		m, err := readHandshake(tr)
+		if err != nil {
+			return err
+		}
+		if m.typ != msgRTU {
+			return errBadHandshake
+		}
+		_ = tr.setReadDeadline(time.Time{})
+		id.mu.Lock()
+		ok := id.state == idAccepting
+		if ok {
+			id.state = idConnected
+		}
+		id.mu.Unlock()
+		if ok {
+			id.event(verbs.EventEstablished, 0, verbs.ConnParam{})
+		}
+		return nil
+	})
+	return nil
+}
+
+// releasePending frees the listener's backlog entry. Called with id.mu held.
+func (id *cmID) releasePending() {
+	if p := id.parent; p != nil && id.state == idConnectRequest {
+		p.mu.Lock()
+		p.pending--
+		p.mu.Unlock()
+	}
+}
+
+func (id *cmID) Reject(privateData []byte) error {
+	const op = "rdma_reject"
+	if len(privateData) > verbs.MaxPrivateDataReject {
+		return verbs.Errorf(op, syscall.EINVAL, "%d bytes of private data, at most %d", len(privateData), verbs.MaxPrivateDataReject)
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idConnectRequest {
+		return verbs.Errorf(op, syscall.EINVAL, "no connection request to reject")
+	}
+	b, _ := (&hsMsg{typ: msgREJ, priv: privateData}).marshal()
+	c := id.tr.c
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, err := c.Write(b)
+	c.Close()
+	id.releasePending()
+	id.state = idDone
+	id.tr = nil
+	if err != nil {
+		return verbs.Errorf(op, syscall.ECONNRESET, "%v", err)
+	}
+	return nil
+}
+
+func (id *cmID) Disconnect() error {
+	id.mu.Lock()
+	if id.destroyed {
+		id.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	switch id.state {
+	case idConnected, idAccepting:
+	case idDisconnecting, idDone:
+		id.mu.Unlock()
+		return nil
+	default:
+		id.mu.Unlock()
+		return verbs.Errorf("rdma_disconnect", syscall.EINVAL, "ID is not connected")
+	}
+	if id.state == idAccepting {
+		// Not established yet: report as a disconnect once the engine stops.
+		id.state = idConnected
+	}
+	id.state = idDisconnecting
+	q := id.qp
+	id.mu.Unlock()
+	if q != nil {
+		q.disconnect(disconnectTimeout)
+	}
+	return nil
+}
+
+func (id *cmID) Migrate(ch verbs.EventChannel) error {
+	c, ok := ch.(*eventChannel)
+	if !ok || c == nil {
+		return verbs.Errorf("rdma_migrate_id", syscall.EINVAL, "event channel is not from the soft provider")
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	id.ch = c
+	return nil
+}
+
+func (id *cmID) LocalAddr() *net.TCPAddr {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return copyAddr(id.local)
+}
+
+func (id *cmID) RemoteAddr() *net.TCPAddr {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	return copyAddr(id.remote)
+}
+
+func (id *cmID) Destroy() error {
+	id.mu.Lock()
+	if id.destroyed {
+		id.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	if id.qp != nil {
+		id.mu.Unlock()
+		return verbs.Errorf("rdma_destroy_id", syscall.EBUSY, "destroy the ID's QP first")
+	}
+	id.releasePending()
+	id.destroyed = true
+	close(id.cancel)
+	if id.ln != nil {
+		id.ln.Close()
+	}
+	if id.tr != nil {
+		id.tr.close()
+		id.tr = nil
+	}
+	id.mu.Unlock()
+	id.wg.Wait()
+	return nil
+}

@@ -1,0 +1,654 @@
+package soft
+
+import (
+	"errors"
+	"io"
+	"runtime"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// The engine moves a connected QP's frames.
+//
+// Transmit: exactly one goroutine at a time holds the transmit role
+// (qp.txBusy). Whoever adds work (PostSend, the receiver queuing an ACK,
+// NAK or READ response, a timer) takes the role if it is free and writes
+// the batch itself without blocking; if the transport cannot take it all,
+// the remainder (txPend) and the role pass to the QP's sender goroutine,
+// which may block. So PostSend never blocks, and on the latency path the
+// bytes leave from the caller's goroutine with no hand-off.
+//
+// Receive: one receiver goroutine per connection reads frames, executes
+// requests against registered memory, and generates completions and
+// coalesced ACKs (when it runs out of input, or every ackEvery requests).
+
+// start attaches a transport and starts the sender; the receiver starts
+// with startReceiver once the handshake is complete.
+func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
+	q.mu.Lock()
+	q.tr = tr
+	q.downNotify = down
+	q.attr.DestQPNum = peer.qpn
+	q.ackEvery = max(1, min(16, int(peer.sqDepth)/4))
+	q.running = true
+	q.wg.Add(1)
+	q.mu.Unlock()
+	go q.sender()
+}
+
+func (q *qp) startReceiver(pre func() error) {
+	q.wg.Add(1)
+	go q.receiver(pre)
+}
+
+// stop closes the transport and waits for the engine's goroutines.
+func (q *qp) stop() {
+	q.mu.Lock()
+	tr := q.tr
+	if q.running {
+		q.running = false
+		close(q.done)
+	}
+	q.mu.Unlock()
+	if tr != nil {
+		_ = tr.close()
+	}
+	q.wg.Wait()
+}
+
+// kick makes sure pending transmit work gets written. Called with mu held;
+// it may release and retake mu.
+func (q *qp) kick() {
+	if q.txBusy || q.tr == nil || q.txDead {
+		return
+	}
+	q.txBusy = true
+	for {
+		v, _ := q.buildBatch()
+		if len(v) == 0 {
+			q.txBusy = false
+			return
+		}
+		tr := q.tr
+		q.mu.Unlock()
+		n, err := tr.writev(v, false)
+		q.mu.Lock()
+		if err != nil {
+			q.txFailed()
+			return
+		}
+		if rest := trimVec(v, n); len(rest) > 0 {
+			q.txPend = rest
+			select {
+			case q.senderWake <- struct{}{}:
+			default:
+			}
+			return
+		}
+		q.afterWrite()
+	}
+}
+
+// txFailed: the transport broke; the receiver sees it too and tears down.
+func (q *qp) txFailed() {
+	q.txDead = true
+	q.txBusy = false
+	q.txPend = nil
+}
+
+// afterWrite runs when a whole batch is out. Called with mu held.
+func (q *qp) afterWrite() {
+	if q.discSent && !q.finSent {
+		q.finSent = true
+		_ = q.tr.closeWrite()
+	}
+}
+
+// sender writes what a non-blocking attempt left over, and everything that
+// queues behind it, blocking on the transport as needed.
+func (q *qp) sender() {
+	defer q.wg.Done()
+	for {
+		select {
+		case <-q.senderWake:
+		case <-q.done:
+			return
+		}
+		q.mu.Lock()
+		v := q.txPend
+		q.txPend = nil
+		for !q.txDead {
+			if len(v) == 0 {
+				v, _ = q.buildBatch()
+				if len(v) == 0 {
+					q.txBusy = false
+					break
+				}
+			}
+			tr := q.tr
+			q.mu.Unlock()
+			_, err := tr.writev(v, true)
+			q.mu.Lock()
+			v = nil
+			if err != nil {
+				q.txFailed()
+				break
+			}
+			q.afterWrite()
+		}
+		q.mu.Unlock()
+	}
+}
+
+// ackable is the ACK value the responder may send: every request before it
+// has executed and its READ response (if any) is ahead of it in the stream.
+func (q *qp) ackable() uint32 {
+	if q.respHead != q.respTail {
+		return q.resp[q.respHead%uint32(len(q.resp))].psn
+	}
+	return q.rcvExpected
+}
+
+// buildBatch collects the frames to write next into q.iovBuf: READ
+// responses, a NAK, requests (each carrying the current ACK), a DISC, and
+// a standalone ACK if one is wanted and nothing else carried it. Called
+// with mu held by the transmit role's holder.
+func (q *qp) buildBatch() ([][]byte, int) {
+	if q.txDead || q.discSent {
+		return nil, 0
+	}
+	v := q.iovBuf[:0]
+	nh, bytes := 0, 0
+	frame := func(h *header) {
+		h.encode(&q.hdrs[nh])
+		v = append(v, q.hdrs[nh][:])
+		nh++
+		bytes += hdrLen
+	}
+	for q.respHead != q.respTail && nh < len(q.hdrs) && bytes < batchBytes {
+		r := &q.resp[q.respHead%uint32(len(q.resp))]
+		frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
+		if len(r.data) > 0 {
+			v = append(v, r.data)
+			bytes += len(r.data)
+		}
+		r.data = nil
+		q.respHead++
+		q.lastAckSent = r.psn + 1
+	}
+	ack := q.ackable()
+	if q.nakPending && q.respHead == q.respTail && nh < len(q.hdrs) {
+		frame(&header{typ: frameNak, flags: flagAck, psn: q.nakPSN, ack: q.nakPSN, imm: q.nakSyn})
+		q.nakPending = false
+		q.lastAckSent = q.nakPSN
+	}
+	if q.state == verbs.QPSRTS && !q.rnrWait && !q.discWanted {
+		for q.sqSent != q.sqTail && nh < len(q.hdrs) && bytes < batchBytes {
+			s := q.slot(q.sqSent)
+			if len(v)+1+len(s.sg) > cap(v) {
+				break
+			}
+			if s.status != verbs.WCSuccess {
+				q.flush(q.sqSent, s.status, true)
+				break
+			}
+			if s.op == verbs.OpRDMARead && q.readsOut >= max(q.attr.MaxRdAtomic, 1) {
+				break
+			}
+			h := header{psn: q.sqSent, ack: ack, flags: flagAck, len: s.length, imm: s.imm}
+			if s.solicited {
+				h.flags |= flagSolicited
+			}
+			switch s.op {
+			case verbs.OpSend:
+				h.typ = frameSend
+			case verbs.OpSendWithImm:
+				h.typ = frameSendImm
+			case verbs.OpRDMAWrite:
+				h.typ = frameWrite
+			case verbs.OpRDMAWriteWithImm:
+				h.typ = frameWriteImm
+			case verbs.OpRDMARead:
+				h.typ = frameReadReq
+				q.readsOut++
+			}
+			if s.op != verbs.OpSend && s.op != verbs.OpSendWithImm {
+				h.rkey, h.raddr = s.rkey, s.raddr
+			}
+			frame(&h)
+			if h.typ != frameReadReq {
+				v = append(v, s.sg...)
+				bytes += int(s.length)
+			}
+			q.sqSent++
+			q.lastAckSent = ack
+		}
+	}
+	if q.discWanted && nh < len(q.hdrs) {
+		frame(&header{typ: frameDisc})
+		q.discSent = true
+	}
+	if q.ackWanted && ack != q.lastAckSent && nh < len(q.hdrs) && !q.discSent {
+		frame(&header{typ: frameAck, flags: flagAck, ack: ack})
+		q.lastAckSent = ack
+	}
+	if q.lastAckSent == q.rcvExpected {
+		q.ackWanted = false
+	}
+	q.iovBuf = v[:0]
+	return v, bytes
+}
+
+// rnrExpired ends an RNR wait: retransmission resumes.
+func (q *qp) rnrExpired() {
+	q.mu.Lock()
+	if q.rnrWait {
+		q.rnrWait = false
+		q.kick()
+	}
+	q.mu.Unlock()
+}
+
+// armWatchdog (re)starts the transport timer. Called with mu held.
+func (q *qp) armWatchdog() {
+	d := ackTimeout(q.attr.Timeout)
+	if d == 0 || q.state != verbs.QPSRTS || q.destroyed {
+		q.wdTimer.Stop()
+		q.wdArmed = false
+		return
+	}
+	q.wdArmed = true
+	q.wdStrikes = 0
+	q.wdLast = q.progress
+	q.wdTimer.Reset(d)
+}
+
+// watchdog fires every ack timeout. Sent WRs that see no response for
+// more than (retry count + 1) timeouts complete with RETRY_EXC_ERR: the peer
+// is silent, as a NIC concludes after its retransmissions go unanswered.
+func (q *qp) watchdog() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.wdArmed || q.state != verbs.QPSRTS || q.destroyed {
+		return
+	}
+	outstanding := q.sqHead != q.sqSent
+	if outstanding && q.progress == q.wdLast {
+		q.wdStrikes++
+		if q.wdStrikes > q.attr.RetryCnt {
+			q.wdArmed = false
+			q.flush(q.sqHead, verbs.WCRetryExcErr, true)
+			return
+		}
+	} else {
+		q.wdStrikes = 0
+	}
+	q.wdLast = q.progress
+	q.wdTimer.Reset(ackTimeout(q.attr.Timeout))
+}
+
+var errProtocol = errors.New("soft: peer broke the frame protocol")
+
+// receiver reads and executes frames until the transport ends.
+func (q *qp) receiver(pre func() error) {
+	defer q.wg.Done()
+	var err error
+	if pre != nil {
+		err = pre()
+	}
+	if err == nil {
+		err = q.receive()
+	}
+	q.mu.Lock()
+	q.flush(0, 0, false)
+	q.txDead = true
+	down := q.downNotify
+	q.downNotify = nil
+	q.mu.Unlock()
+	if down != nil {
+		down(err)
+	}
+}
+
+// scratch holds the receiver's snapshot of a scatter list, so that it can
+// read a payload without holding mu.
+type scratch struct {
+	sg [maxSGE][]byte
+	n  int
+}
+
+func (q *qp) receive() error {
+	var (
+		hb       [hdrLen]byte
+		h        header
+		sc       scratch
+		owed     int // requests executed since we last asked for an ACK
+		gotDisc  bool
+		tr       = q.tr
+		rdWakeup bool
+	)
+	for {
+		if owed > 0 && tr.idle() {
+			if rdWakeup {
+				// A consumer was just woken; let it run first so that its
+				// reply carries the ACK and no standalone one is needed.
+				runtime.Gosched()
+				rdWakeup = false
+			}
+			q.mu.Lock()
+			if q.lastAckSent != q.ackable() {
+				q.ackWanted = true
+				q.kick()
+			}
+			q.mu.Unlock()
+			owed = 0
+		}
+		if err := tr.readHeader(&hb); err != nil {
+			if gotDisc && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
+				return nil
+			}
+			return err
+		}
+		if err := h.decode(&hb); err != nil {
+			return err
+		}
+		if h.flags&flagAck != 0 && h.typ != frameNak {
+			if err := q.onAck(h.ack); err != nil {
+				return err
+			}
+		}
+		switch h.typ {
+		case frameAck:
+		case frameNak:
+			if err := q.onNak(&h); err != nil {
+				return err
+			}
+		case frameReadResp:
+			if err := q.onReadResp(&h, &sc); err != nil {
+				return err
+			}
+		case frameDisc:
+			gotDisc = true
+			q.mu.Lock()
+			q.flush(0, 0, false)
+			if !q.discWanted {
+				q.discWanted = true
+				q.kick()
+			}
+			q.mu.Unlock()
+		default:
+			executed, woke, err := q.onRequest(&h, &sc)
+			if err != nil {
+				return err
+			}
+			if executed {
+				owed++
+				rdWakeup = rdWakeup || woke
+				if owed >= q.ackEvery {
+					q.mu.Lock()
+					q.ackWanted = true
+					q.kick()
+					q.mu.Unlock()
+					owed = 0
+				}
+			}
+		}
+	}
+}
+
+// onAck completes send WRs the peer has acknowledged.
+func (q *qp) onAck(a uint32) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state == verbs.QPSErr || q.state == verbs.QPSReset || a == q.sqHead {
+		return nil
+	}
+	if seqLT(a, q.sqHead) || seqLT(q.sqSent, a) {
+		return errProtocol
+	}
+	q.progress++
+	q.completeTo(a)
+	if q.sqSent != q.sqTail {
+		q.kick() // a READ slot may have freed up
+	}
+	return nil
+}
+
+func (q *qp) onNak(h *header) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.state == verbs.QPSErr || q.state == verbs.QPSReset {
+		return nil
+	}
+	p := h.psn
+	if seqLT(p, q.sqHead) || !seqLT(p, q.sqSent) {
+		return errProtocol
+	}
+	q.progress++
+	q.completeTo(p)
+	if q.state == verbs.QPSErr {
+		return nil
+	}
+	switch h.imm &^ 0xff {
+	case nakRNR:
+		s := q.slot(p)
+		s.rnr++
+		if q.attr.RNRRetry != 7 && s.rnr > q.attr.RNRRetry {
+			q.flush(p, verbs.WCRNRRetryExcErr, true)
+			return nil
+		}
+		// Go back to p: the responder drops everything after it until p
+		// comes again.
+		for i := p; i != q.sqSent; i++ {
+			if q.slot(i).op == verbs.OpRDMARead {
+				q.readsOut--
+			}
+		}
+		q.sqSent = p
+		q.rnrWait = true
+		q.rnrTimer.Reset(rnrDelay(h.imm & 0xff))
+	case nakRemAccess:
+		q.flush(p, verbs.WCRemAccessErr, true)
+	case nakInvReq:
+		q.flush(p, verbs.WCRemInvReqErr, true)
+	default:
+		q.flush(p, verbs.WCRemOpErr, true)
+	}
+	return nil
+}
+
+func (q *qp) onReadResp(h *header, sc *scratch) error {
+	q.mu.Lock()
+	p := h.psn
+	if q.state == verbs.QPSErr || q.state == verbs.QPSReset {
+		q.mu.Unlock()
+		return q.tr.discard(int(h.len))
+	}
+	if seqLT(p, q.sqHead) || !seqLT(p, q.sqSent) {
+		q.mu.Unlock()
+		return errProtocol
+	}
+	s := q.slot(p)
+	if s.op != verbs.OpRDMARead || s.length != h.len {
+		q.mu.Unlock()
+		return errProtocol
+	}
+	sc.n = copy(sc.sg[:], s.sg)
+	q.mu.Unlock()
+	for i := 0; i < sc.n; i++ {
+		if err := q.tr.readPayload(sc.sg[i]); err != nil {
+			return err
+		}
+		sc.sg[i] = nil
+	}
+	q.mu.Lock()
+	if q.state != verbs.QPSErr && q.state != verbs.QPSReset && !seqLT(p, q.sqHead) {
+		q.progress++
+		q.completeTo(p + 1)
+		if q.sqSent != q.sqTail {
+			q.kick()
+		}
+	}
+	q.mu.Unlock()
+	return nil
+}
+
+// nak queues a NAK for the request at the responder's expected PSN. Called
+// with mu held.
+func (q *qp) nak(syn uint32) {
+	q.nakPending = true
+	q.nakPSN = q.rcvExpected
+	q.nakSyn = syn
+	q.kick()
+}
+
+// onRequest executes one request frame as the responder. It reports
+// whether the request executed (and needs an ACK) and whether it produced
+// a completion that may have woken a consumer.
+func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) {
+	q.mu.Lock()
+	st := q.state
+	if st != verbs.QPSRTR && st != verbs.QPSRTS && st != verbs.QPSSQD {
+		// A QP in ERR or RESET drops requests unanswered, as hardware does.
+		q.mu.Unlock()
+		return false, false, q.tr.discard(h.payloadLen())
+	}
+	if h.psn != q.rcvExpected {
+		if q.rnrDiscard || seqLT(h.psn, q.rcvExpected) {
+			q.mu.Unlock()
+			return false, false, q.tr.discard(h.payloadLen())
+		}
+		q.mu.Unlock()
+		return false, false, errProtocol
+	}
+	q.rnrDiscard = false
+	needRecv := h.typ == frameSend || h.typ == frameSendImm || h.typ == frameWriteImm
+	if needRecv && q.rqHead == q.rqTail {
+		q.rnrDiscard = true
+		q.nak(nakRNR | uint32(q.attr.MinRNRTimer&0xff))
+		q.mu.Unlock()
+		return false, false, q.tr.discard(h.payloadLen())
+	}
+	var dst []byte // WRITE / READ target
+	if h.typ == frameWrite || h.typ == frameWriteImm || h.typ == frameReadReq {
+		need := verbs.AccessRemoteWrite
+		if h.typ == frameReadReq {
+			need = verbs.AccessRemoteRead
+		}
+		if h.len > 0 {
+			m := q.pd.lookup(h.rkey)
+			ok := m != nil && m.access&need != 0
+			if ok {
+				dst, ok = m.slice(h.raddr, h.len)
+			}
+			if !ok {
+				// Class C error: NAK the requester, and the responder's
+				// QP goes to ERR too.
+				q.nak(nakRemAccess)
+				q.flush(0, 0, false)
+				q.mu.Unlock()
+				return false, false, q.tr.discard(h.payloadLen())
+			}
+		}
+	}
+	switch h.typ {
+	case frameReadReq:
+		if q.respTail-q.respHead >= uint32(max(q.attr.MaxDestRdAtomic, 1)) {
+			q.nak(nakInvReq)
+			q.flush(0, 0, false)
+			q.mu.Unlock()
+			return false, false, nil
+		}
+		q.resp[q.respTail%uint32(len(q.resp))] = readResp{psn: h.psn, data: dst}
+		q.respTail++
+		q.rcvExpected++
+		q.kick()
+		q.mu.Unlock()
+		return true, false, nil
+	case frameWrite:
+		q.mu.Unlock()
+		if err := q.tr.readPayload(dst); err != nil {
+			return false, false, err
+		}
+		q.mu.Lock()
+		q.rcvExpected++
+		q.mu.Unlock()
+		return true, false, nil
+	}
+	// SEND, SEND_WITH_IMM, WRITE_WITH_IMM: consume a receive.
+	r := &q.rq[q.rqHead%uint32(len(q.rq))]
+	wc := verbs.WC{WRID: r.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.num}
+	if h.typ != frameSend {
+		wc.Flags = verbs.WCWithImm
+		wc.Imm = h.imm
+	}
+	if h.typ == frameWriteImm {
+		wc.Opcode = verbs.WCRecvRDMAWithImm
+	} else {
+		var bad verbs.WCStatus
+		var syn uint32
+		switch {
+		case r.status != verbs.WCSuccess:
+			bad, syn = r.status, nakRemOp
+		case uint64(h.len) > r.length:
+			bad, syn = verbs.WCLocLenErr, nakInvReq
+		}
+		if bad != verbs.WCSuccess {
+			q.rqHead++
+			wc.Status = bad
+			q.rcq.push(&wc, false)
+			q.nak(syn)
+			q.flush(0, 0, false)
+			q.mu.Unlock()
+			return false, true, q.tr.discard(h.payloadLen())
+		}
+		sc.n = copy(sc.sg[:], r.sg)
+	}
+	q.rqHead++
+	q.mu.Unlock()
+	if h.typ == frameWriteImm {
+		if err := q.tr.readPayload(dst); err != nil {
+			return false, false, err
+		}
+	} else {
+		left := int(h.len)
+		for i := 0; i < sc.n && left > 0; i++ {
+			b := sc.sg[i]
+			if len(b) > left {
+				b = b[:left]
+			}
+			if err := q.tr.readPayload(b); err != nil {
+				return false, false, err
+			}
+			left -= len(b)
+			sc.sg[i] = nil
+		}
+	}
+	q.mu.Lock()
+	q.rcvExpected++
+	if q.state != verbs.QPSErr && q.state != verbs.QPSReset {
+		if !q.rcq.push(&wc, h.flags&flagSolicited != 0) {
+			q.flush(0, 0, false)
+		}
+	}
+	q.mu.Unlock()
+	return true, true, nil
+}
+
+// disconnect starts an orderly teardown: the QP flushes, a DISC goes to
+// the peer, and the receiver ends when the peer's DISC (or the end of the
+// stream, or the deadline) arrives.
+func (q *qp) disconnect(timeout time.Duration) {
+	q.mu.Lock()
+	q.flush(0, 0, false)
+	if !q.discWanted {
+		q.discWanted = true
+		q.kick()
+	}
+	tr := q.tr
+	q.mu.Unlock()
+	if tr != nil {
+		_ = tr.setReadDeadline(time.Now().Add(timeout))
+	}
+}

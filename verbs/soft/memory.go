@@ -1,0 +1,154 @@
+package soft
+
+import (
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// pd is a protection domain. Its MRs live in a copy-on-write table indexed
+// by key so that the data path looks keys up with one atomic load and no lock.
+type pd struct {
+	ctx  *device
+	mu   sync.Mutex // serialises table changes
+	mrs  atomic.Pointer[[]*mr]
+	gen  []uint8 // per table slot, so a stale key does not match a reused slot
+	free []int   // free table slots
+	nMR  int
+	nQP  atomic.Int64
+	dead bool
+}
+
+// mr is a registered memory region. lkey == rkey, as on rxe and mlx5.
+type mr struct {
+	pd     *pd
+	buf    []byte
+	addr   uint64
+	key    uint32
+	access verbs.Access
+	dead   atomic.Bool
+}
+
+const validAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+
+func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
+	const op = "ibv_reg_mr"
+	if len(buf) == 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "empty buffer")
+	}
+	if access&^validAccess != 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "unknown access flags %#x", uint32(access&^validAccess))
+	}
+	if access&verbs.AccessRemoteWrite != 0 && access&verbs.AccessLocalWrite == 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "REMOTE_WRITE requires LOCAL_WRITE")
+	}
+	if uint64(len(buf)) > maxMRSize {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "length %d above the device's max MR size", len(buf))
+	}
+	if m, _ := verbs.MemoryOf(buf); m == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "buffer is not registrable memory (use verbs.AllocMemory; Go heap memory cannot be registered)")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return nil, verbs.ErrClosed
+	}
+	if p.nMR >= maxMR {
+		return nil, verbs.Errorf(op, syscall.ENOMEM, "too many MRs")
+	}
+	old := p.table()
+	var idx int
+	if n := len(p.free); n > 0 {
+		idx = p.free[n-1]
+		p.free = p.free[:n-1]
+	} else {
+		idx = len(old)
+		p.gen = append(p.gen, 0)
+	}
+	p.gen[idx]++
+	m := &mr{pd: p, buf: buf, addr: verbs.AddrOf(buf), access: access,
+		key: uint32(idx)<<8 | uint32(p.gen[idx])}
+	tbl := make([]*mr, max(len(old), idx+1))
+	copy(tbl, old)
+	tbl[idx] = m
+	p.mrs.Store(&tbl)
+	p.nMR++
+	return m, nil
+}
+
+func (p *pd) table() []*mr {
+	if t := p.mrs.Load(); t != nil {
+		return *t
+	}
+	return nil
+}
+
+// lookup finds a live MR by key; nil if none.
+func (p *pd) lookup(key uint32) *mr {
+	t := p.mrs.Load()
+	if t == nil {
+		return nil
+	}
+	idx := int(key >> 8)
+	if idx >= len(*t) {
+		return nil
+	}
+	m := (*t)[idx]
+	if m == nil || m.key != key {
+		return nil
+	}
+	return m
+}
+
+// slice returns the part of the MR at [addr, addr+n), or nil when out of bounds.
+func (m *mr) slice(addr uint64, n uint32) ([]byte, bool) {
+	if addr < m.addr {
+		return nil, false
+	}
+	off := addr - m.addr
+	if off > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-off {
+		return nil, false
+	}
+	return m.buf[off : off+uint64(n) : off+uint64(n)], true
+}
+
+func (p *pd) Dealloc() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return verbs.ErrClosed
+	}
+	if p.nMR > 0 || p.nQP.Load() > 0 {
+		return verbs.Errorf("ibv_dealloc_pd", syscall.EBUSY, "%d MRs and %d QPs still use the PD", p.nMR, p.nQP.Load())
+	}
+	p.dead = true
+	p.ctx.objs.Add(-1)
+	return nil
+}
+
+func (m *mr) Bytes() []byte        { return m.buf }
+func (m *mr) Addr() uint64         { return m.addr }
+func (m *mr) Len() int             { return len(m.buf) }
+func (m *mr) LKey() uint32         { return m.key }
+func (m *mr) RKey() uint32         { return m.key }
+func (m *mr) Access() verbs.Access { return m.access }
+
+func (m *mr) Dereg() error {
+	p := m.pd
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m.dead.Swap(true) {
+		return verbs.ErrClosed
+	}
+	old := p.table()
+	idx := int(m.key >> 8)
+	tbl := make([]*mr, len(old))
+	copy(tbl, old)
+	tbl[idx] = nil
+	p.mrs.Store(&tbl)
+	p.free = append(p.free, idx)
+	p.nMR--
+	return nil
+}

@@ -1,0 +1,584 @@
+package soft
+
+import (
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// sendSlot is one send queue entry, filled at post time: SGEs are resolved
+// to slices of registered memory then, inline data copied.
+type sendSlot struct {
+	wrid      uint64
+	op        verbs.Opcode
+	signaled  bool
+	solicited bool
+	imm       uint32
+	raddr     uint64
+	rkey      uint32
+	length    uint32
+	sg        [][]byte
+	inl       []byte
+	status    verbs.WCStatus // a local error found at post time, reported in order
+	rnr       int            // RNR NAKs received for this WR
+}
+
+type recvSlot struct {
+	wrid   uint64
+	sg     [][]byte
+	length uint64
+	status verbs.WCStatus
+}
+
+type readResp struct {
+	psn  uint32
+	data []byte
+}
+
+// qp is an RC queue pair: its queues, its state, and (once connected) the
+// engine that moves its frames (engine.go).
+type qp struct {
+	num    uint32
+	pd     *pd
+	scq    *cq
+	rcq    *cq
+	cap    verbs.QPCap
+	sigAll bool
+
+	mu    sync.Mutex
+	state verbs.QPState
+	attr  verbs.QPAttr // the rest of the attributes (timeouts, retries, depths)
+
+	// Send queue; slot for PSN p is sq[p % len(sq)].
+	// sqHead <= sqSent <= sqTail (mod 2^32): completed, transmitted, posted.
+	sq       []sendSlot
+	sqHead   uint32
+	sqSent   uint32
+	sqTail   uint32
+	readsOut int  // RDMA READs transmitted and not answered
+	rnrWait  bool // waiting out an RNR NAK before retransmitting
+	progress uint64
+
+	// Receive queue.
+	rq     []recvSlot
+	rqHead uint32
+	rqTail uint32
+
+	// Responder state.
+	rcvExpected uint32 // PSN of the next request to execute
+	rnrDiscard  bool   // after an RNR NAK: drop requests until the NAKed one returns
+	resp        []readResp
+	respHead    uint32
+	respTail    uint32
+	nakPending  bool
+	nakPSN      uint32
+	nakSyn      uint32
+	lastAckSent uint32
+	ackWanted   bool
+	ackEvery    int
+
+	// Transmitter: one holder at a time (txBusy), see engine.go.
+	tr         transport
+	txBusy     bool
+	txDead     bool
+	txPend     [][]byte
+	iovBuf     [][]byte
+	hdrs       [][hdrLen]byte
+	senderWake chan struct{}
+	discWanted bool
+	discSent   bool
+	finSent    bool
+
+	// Lifecycle.
+	id         *cmID
+	running    bool
+	done       chan struct{}
+	wg         sync.WaitGroup
+	rnrTimer   *time.Timer
+	wdTimer    *time.Timer
+	wdLast     uint64
+	wdArmed    bool
+	wdStrikes  int
+	destroyed  bool
+	downNotify func(error) // called once when the engine stops
+}
+
+const (
+	maxBatchFrames = 64
+	batchBytes     = 1 << 20
+	defaultTimeout = 20 // 4.096 us * 2^20 = 4.3 s: rdma_cm's IB default
+	defaultMinRNR  = 12 // 0.64 ms
+)
+
+func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
+	const op = "ibv_create_qp"
+	if attr == nil || attr.SendCQ == nil || attr.RecvCQ == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "send and receive CQs are required")
+	}
+	scq, ok1 := attr.SendCQ.(*cq)
+	rcq, ok2 := attr.RecvCQ.(*cq)
+	if !ok1 || !ok2 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "CQs are not from the soft provider")
+	}
+	c := attr.Cap
+	if c.MaxSendWR < 1 || c.MaxSendWR > maxQPWR || c.MaxRecvWR < 0 || c.MaxRecvWR > maxQPWR {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "queue sizes send %d recv %d outside 1..%d", c.MaxSendWR, c.MaxRecvWR, maxQPWR)
+	}
+	if c.MaxSendSGE < 0 || c.MaxSendSGE > maxSGE || c.MaxRecvSGE < 0 || c.MaxRecvSGE > maxSGE {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "SGE counts send %d recv %d outside 0..%d", c.MaxSendSGE, c.MaxRecvSGE, maxSGE)
+	}
+	if c.MaxInlineData < 0 || c.MaxInlineData > maxInline {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "max inline %d outside 0..%d", c.MaxInlineData, maxInline)
+	}
+	c.MaxSendSGE = max(c.MaxSendSGE, 1)
+	c.MaxRecvSGE = max(c.MaxRecvSGE, 1)
+	q := &qp{
+		num: nextQPN(), pd: p, scq: scq, rcq: rcq, cap: c, sigAll: attr.SignalAll,
+		state:      verbs.QPSReset,
+		sq:         make([]sendSlot, c.MaxSendWR),
+		rq:         make([]recvSlot, max(c.MaxRecvWR, 1)),
+		resp:       make([]readResp, maxRdAtom),
+		iovBuf:     make([][]byte, 0, maxBatchFrames*(1+c.MaxSendSGE)+8),
+		hdrs:       make([][hdrLen]byte, maxBatchFrames),
+		senderWake: make(chan struct{}, 1),
+		done:       make(chan struct{}),
+		ackEvery:   16,
+	}
+	q.attr = verbs.QPAttr{PathMTU: portMTU, MinRNRTimer: defaultMinRNR, Timeout: defaultTimeout,
+		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
+	sgs := make([][]byte, c.MaxSendWR*c.MaxSendSGE)
+	var inl []byte
+	if c.MaxInlineData > 0 {
+		inl = make([]byte, c.MaxSendWR*c.MaxInlineData)
+	}
+	for i := range q.sq {
+		q.sq[i].sg = sgs[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
+		if inl != nil {
+			q.sq[i].inl = inl[i*c.MaxInlineData : i*c.MaxInlineData : (i+1)*c.MaxInlineData]
+		}
+	}
+	rsgs := make([][]byte, len(q.rq)*c.MaxRecvSGE)
+	for i := range q.rq {
+		q.rq[i].sg = rsgs[i*c.MaxRecvSGE : i*c.MaxRecvSGE : (i+1)*c.MaxRecvSGE]
+	}
+	q.rnrTimer = time.AfterFunc(time.Hour, q.rnrExpired)
+	q.rnrTimer.Stop()
+	q.wdTimer = time.AfterFunc(time.Hour, q.watchdog)
+	q.wdTimer.Stop()
+	p.nQP.Add(1)
+	scq.addQP(q)
+	rcq.addQP(q)
+	return q, nil
+}
+
+func (q *qp) Num() uint32 { return q.num }
+
+func (q *qp) slot(psn uint32) *sendSlot { return &q.sq[psn%uint32(len(q.sq))] }
+
+// seqLT reports a < b in 32-bit sequence space.
+func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
+
+func (q *qp) PostSend(wrs []verbs.SendWR) error {
+	q.mu.Lock()
+	for i := range wrs {
+		if err := q.postSend(&wrs[i]); err != nil {
+			if i > 0 {
+				q.kick()
+			}
+			q.mu.Unlock()
+			return &verbs.PostError{Index: i, Err: err}
+		}
+	}
+	q.kick()
+	q.mu.Unlock()
+	return nil
+}
+
+var (
+	errPostState   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP is not in RTS"}
+	errPostSGE     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_send_sge"}
+	errPostOpcode  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "unsupported opcode"}
+	errPostInline  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline data above the QP's max_inline_data"}
+	errPostReadInl = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "RDMA_READ cannot be inline"}
+	errPostFull    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.ENOMEM, Detail: "send queue full"}
+	errRecvState   = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "QP is in RESET"}
+	errRecvSGE     = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_recv_sge"}
+	errRecvFull    = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.ENOMEM, Detail: "receive queue full"}
+	errDestroyed   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP destroyed"}
+)
+
+func (q *qp) postSend(wr *verbs.SendWR) error {
+	if q.destroyed {
+		return errDestroyed
+	}
+	if q.state != verbs.QPSRTS && q.state != verbs.QPSErr {
+		return errPostState
+	}
+	if len(wr.SG) > q.cap.MaxSendSGE {
+		return errPostSGE
+	}
+	if wr.Opcode > verbs.OpRDMARead {
+		return errPostOpcode
+	}
+	inline := wr.Flags&verbs.SendInline != 0
+	if inline {
+		if wr.Opcode == verbs.OpRDMARead {
+			return errPostReadInl
+		}
+		n := 0
+		for i := range wr.SG {
+			n += int(wr.SG[i].Length)
+		}
+		if n > q.cap.MaxInlineData {
+			return errPostInline
+		}
+	}
+	if q.sqTail-q.sqHead == uint32(len(q.sq)) {
+		return errPostFull
+	}
+	if q.state == verbs.QPSErr {
+		// Posting to a QP in ERR is allowed and flushes at once, as on hardware.
+		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, QPNum: q.num}
+		q.scq.push(&wc, false)
+		return nil
+	}
+	s := q.slot(q.sqTail)
+	s.wrid, s.op, s.imm, s.raddr, s.rkey = wr.WRID, wr.Opcode, wr.Imm, wr.RemoteAddr, wr.RKey
+	s.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
+	s.solicited = wr.Flags&verbs.SendSolicited != 0
+	s.status, s.rnr = verbs.WCSuccess, 0
+	s.sg = s.sg[:0]
+	var total uint64
+	if inline {
+		s.inl = s.inl[:0]
+		for i := range wr.SG {
+			s.inl = append(s.inl, q.localBytes(&wr.SG[i])...)
+		}
+		total = uint64(len(s.inl))
+		if total > 0 {
+			s.sg = append(s.sg, s.inl)
+		}
+	} else {
+		need := verbs.Access(0)
+		if wr.Opcode == verbs.OpRDMARead {
+			need = verbs.AccessLocalWrite
+		}
+		for i := range wr.SG {
+			g := &wr.SG[i]
+			total += uint64(g.Length)
+			if g.Length == 0 {
+				continue
+			}
+			m := q.pd.lookup(g.LKey)
+			if m == nil || m.access&need != need {
+				s.status = verbs.WCLocProtErr
+				continue
+			}
+			b, ok := m.slice(g.Addr, g.Length)
+			if !ok {
+				s.status = verbs.WCLocProtErr
+				continue
+			}
+			s.sg = append(s.sg, b)
+		}
+	}
+	if total > maxMsgSize && s.status == verbs.WCSuccess {
+		s.status = verbs.WCLocLenErr
+	}
+	s.length = uint32(total)
+	q.sqTail++
+	return nil
+}
+
+// localBytes returns the bytes an inline SGE names. Inline data ignores the
+// lkey, so the address may lie outside any MR (on hardware the CPU copies it
+// at post time); registered memory is looked up first.
+func (q *qp) localBytes(g *verbs.SGE) []byte {
+	if g.Length == 0 {
+		return nil
+	}
+	if m := q.pd.lookup(g.LKey); m != nil {
+		if b, ok := m.slice(g.Addr, g.Length); ok {
+			return b
+		}
+	}
+	// The caller vouches for Addr: it came from verbs.AddrOf of a live buffer.
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&g.Addr))
+	return unsafe.Slice((*byte)(p), g.Length)
+}
+
+func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range wrs {
+		if err := q.postRecv(&wrs[i]); err != nil {
+			return &verbs.PostError{Index: i, Err: err}
+		}
+	}
+	return nil
+}
+
+func (q *qp) postRecv(wr *verbs.RecvWR) error {
+	if q.destroyed {
+		return errDestroyed
+	}
+	if q.state == verbs.QPSReset {
+		return errRecvState
+	}
+	if len(wr.SG) > q.cap.MaxRecvSGE {
+		return errRecvSGE
+	}
+	if q.rqTail-q.rqHead == uint32(q.cap.MaxRecvWR) {
+		return errRecvFull
+	}
+	if q.state == verbs.QPSErr {
+		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.rcq.push(&wc, false)
+		return nil
+	}
+	r := &q.rq[q.rqTail%uint32(len(q.rq))]
+	r.wrid, r.status, r.length = wr.WRID, verbs.WCSuccess, 0
+	r.sg = r.sg[:0]
+	for i := range wr.SG {
+		g := &wr.SG[i]
+		r.length += uint64(g.Length)
+		if g.Length == 0 {
+			continue
+		}
+		m := q.pd.lookup(g.LKey)
+		if m == nil || m.access&verbs.AccessLocalWrite == 0 {
+			r.status = verbs.WCLocProtErr
+			continue
+		}
+		b, ok := m.slice(g.Addr, g.Length)
+		if !ok {
+			r.status = verbs.WCLocProtErr
+			continue
+		}
+		r.sg = append(r.sg, b)
+	}
+	q.rqTail++
+	return nil
+}
+
+// wcOpcode maps a send opcode to its completion opcode.
+func wcOpcode(op verbs.Opcode) verbs.WCOpcode {
+	switch op {
+	case verbs.OpRDMAWrite, verbs.OpRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.OpRDMARead:
+		return verbs.WCRDMARead
+	}
+	return verbs.WCSend
+}
+
+// completeTo completes every send WR before PSN a successfully (the peer
+// acknowledged them). Called with mu held.
+func (q *qp) completeTo(a uint32) {
+	for q.sqHead != a {
+		s := q.slot(q.sqHead)
+		if s.op == verbs.OpRDMARead {
+			q.readsOut--
+		}
+		q.sqHead++
+		if s.signaled {
+			wc := verbs.WC{WRID: s.wrid, Status: verbs.WCSuccess, Opcode: wcOpcode(s.op), ByteLen: s.length, QPNum: q.num}
+			if !q.scq.push(&wc, false) {
+				q.flush(0, 0, false)
+				return
+			}
+		}
+	}
+}
+
+// flush moves the QP to ERR and completes every outstanding WR with
+// WR_FLUSH_ERR, except the send WR at errPSN (when hasErr), which gets
+// errStatus. Called with mu held.
+func (q *qp) flush(errPSN uint32, errStatus verbs.WCStatus, hasErr bool) {
+	if q.state == verbs.QPSErr && !hasErr && q.sqHead == q.sqTail && q.rqHead == q.rqTail {
+		return
+	}
+	q.state = verbs.QPSErr
+	q.rnrWait = false
+	q.readsOut = 0
+	for q.sqHead != q.sqTail {
+		s := q.slot(q.sqHead)
+		wc := verbs.WC{WRID: s.wrid, Status: verbs.WCWRFlushErr, QPNum: q.num, Opcode: wcOpcode(s.op)}
+		if hasErr && q.sqHead == errPSN {
+			wc.Status = errStatus
+		}
+		s.sg = s.sg[:0]
+		q.sqHead++
+		q.scq.push(&wc, false)
+	}
+	q.sqSent = q.sqTail
+	for q.rqHead != q.rqTail {
+		r := &q.rq[q.rqHead%uint32(len(q.rq))]
+		wc := verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		r.sg = r.sg[:0]
+		q.rqHead++
+		q.rcq.push(&wc, false)
+	}
+}
+
+// fatal moves the QP to ERR from outside (CQ overrun on a shared CQ).
+func (q *qp) fatal(verbs.WCStatus) {
+	q.mu.Lock()
+	q.flush(0, 0, false)
+	q.mu.Unlock()
+}
+
+func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	const op = "ibv_modify_qp"
+	if attr == nil {
+		return verbs.Errorf(op, syscall.EINVAL, "nil attributes")
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return verbs.ErrClosed
+	}
+	if mask&verbs.QPAttrTimeout != 0 && (attr.Timeout < 0 || attr.Timeout > 31) ||
+		mask&verbs.QPAttrRetryCnt != 0 && (attr.RetryCnt < 0 || attr.RetryCnt > 7) ||
+		mask&verbs.QPAttrRNRRetry != 0 && (attr.RNRRetry < 0 || attr.RNRRetry > 7) ||
+		mask&verbs.QPAttrMinRNRTimer != 0 && (attr.MinRNRTimer < 0 || attr.MinRNRTimer > 31) ||
+		mask&verbs.QPAttrMaxRdAtomic != 0 && (attr.MaxRdAtomic < 0 || attr.MaxRdAtomic > maxRdAtom) ||
+		mask&verbs.QPAttrMaxDestRdAtomic != 0 && (attr.MaxDestRdAtomic < 0 || attr.MaxDestRdAtomic > maxRdAtom) ||
+		mask&verbs.QPAttrPathMTU != 0 && (attr.PathMTU < verbs.MTU256 || attr.PathMTU > portMTU) {
+		return verbs.Errorf(op, syscall.EINVAL, "attribute out of range")
+	}
+	if mask&verbs.QPAttrState != 0 {
+		if !validTransition(q.state, attr.State) {
+			return verbs.Errorf(op, syscall.EINVAL, "no transition %v -> %v", q.state, attr.State)
+		}
+		if attr.State == verbs.QPSRTR && q.tr == nil && q.id == nil {
+			return verbs.Errorf(op, syscall.EINVAL, "RTR needs a connected peer: let the CM connect the QP")
+		}
+	}
+	if mask&verbs.QPAttrTimeout != 0 {
+		q.attr.Timeout = attr.Timeout
+	}
+	if mask&verbs.QPAttrRetryCnt != 0 {
+		q.attr.RetryCnt = attr.RetryCnt
+	}
+	if mask&verbs.QPAttrRNRRetry != 0 {
+		q.attr.RNRRetry = attr.RNRRetry
+	}
+	if mask&verbs.QPAttrMinRNRTimer != 0 {
+		q.attr.MinRNRTimer = attr.MinRNRTimer
+	}
+	if mask&verbs.QPAttrMaxRdAtomic != 0 {
+		q.attr.MaxRdAtomic = attr.MaxRdAtomic
+	}
+	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
+		q.attr.MaxDestRdAtomic = attr.MaxDestRdAtomic
+	}
+	if mask&verbs.QPAttrPathMTU != 0 {
+		q.attr.PathMTU = attr.PathMTU
+	}
+	if mask&verbs.QPAttrState != 0 {
+		q.setState(attr.State)
+	}
+	if mask&verbs.QPAttrTimeout != 0 {
+		q.armWatchdog()
+	}
+	return nil
+}
+
+// validTransition is the IB QP state machine for the states a CM-managed RC
+// QP uses.
+func validTransition(from, to verbs.QPState) bool {
+	switch to {
+	case verbs.QPSReset, verbs.QPSErr:
+		return true
+	case verbs.QPSInit:
+		return from == verbs.QPSReset || from == verbs.QPSInit
+	case verbs.QPSRTR:
+		return from == verbs.QPSInit
+	case verbs.QPSRTS:
+		return from == verbs.QPSRTR || from == verbs.QPSRTS || from == verbs.QPSSQD
+	case verbs.QPSSQD:
+		return from == verbs.QPSRTS
+	}
+	return false
+}
+
+// setState applies a validated transition. Called with mu held.
+func (q *qp) setState(s verbs.QPState) {
+	switch s {
+	case verbs.QPSErr:
+		q.flush(0, 0, false)
+	case verbs.QPSReset:
+		// RESET forgets every WR without completing it, as on hardware.
+		for q.sqHead != q.sqTail {
+			q.slot(q.sqHead).sg = q.slot(q.sqHead).sg[:0]
+			q.sqHead++
+		}
+		q.sqSent = q.sqTail
+		q.rqHead = q.rqTail
+		q.readsOut = 0
+		q.rnrWait = false
+		q.state = s
+	default:
+		q.state = s
+		if s == verbs.QPSRTS {
+			q.armWatchdog()
+			q.kick()
+		}
+	}
+}
+
+func (q *qp) Query() (verbs.QPAttr, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.destroyed {
+		return verbs.QPAttr{}, verbs.ErrClosed
+	}
+	a := q.attr
+	a.State = q.state
+	a.Cap = q.cap
+	a.QPNum = q.num
+	return a, nil
+}
+
+// Destroy stops the engine (closing the connection's transport) and frees
+// the QP. WRs still queued are dropped without completions.
+func (q *qp) Destroy() error {
+	q.mu.Lock()
+	if q.destroyed {
+		q.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	q.destroyed = true
+	q.state = verbs.QPSReset
+	id := q.id
+	q.mu.Unlock()
+	q.stop()
+	q.rnrTimer.Stop()
+	q.wdTimer.Stop()
+	q.scq.removeQP(q)
+	q.rcq.removeQP(q)
+	q.pd.nQP.Add(-1)
+	if id != nil {
+		id.qpDestroyed(q)
+	}
+	return nil
+}
+
+// rnrDelay is the IB encoding of the RNR NAK timer.
+func rnrDelay(code uint32) time.Duration {
+	us := [32]uint32{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+	return time.Duration(us[code&31]) * time.Microsecond
+}
+
+// ackTimeout is the IB local ack timeout: 4.096 us * 2^t (0: infinite).
+func ackTimeout(t int) time.Duration {
+	if t <= 0 {
+		return 0
+	}
+	return time.Duration(4096<<uint(t)) * time.Nanosecond
+}

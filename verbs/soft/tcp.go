@@ -1,0 +1,264 @@
+package soft
+
+import (
+	"errors"
+	"io"
+	"net"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// tcpTransport carries frames on the TCP connection that carried the
+// handshake. Reads go through a buffer for headers and small payloads, and
+// straight into the destination (readv of the destination and the buffer)
+// for the rest; writes are one writev of headers and registered memory.
+// Both use the socket's raw fd through syscall.RawConn, so that waiting
+// parks on Go's poller and a non-blocking attempt is possible.
+type tcpTransport struct {
+	c  *net.TCPConn
+	rc syscall.RawConn
+
+	// Read side, used by one goroutine.
+	buf    []byte
+	r, w   int
+	riov   [2]unix.Iovec
+	rcnt   int
+	rwait  bool
+	rn     int
+	rerr   error
+	readFn func(fd uintptr) bool
+
+	// Write side, used by one goroutine at a time.
+	wiov    []unix.Iovec
+	wbufs   [][]byte
+	widx    int
+	woff    int
+	wn      int
+	wwait   bool
+	werr    error
+	writeFn func(fd uintptr) bool
+}
+
+const (
+	tcpBufSize = 128 << 10
+	iovMax     = 1024 // IOV_MAX on Linux
+)
+
+func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetNoDelay(true)
+	t := &tcpTransport{c: c, rc: rc, buf: make([]byte, tcpBufSize), wiov: make([]unix.Iovec, iovMax)}
+	t.readFn = t.doRead
+	t.writeFn = t.doWrite
+	return t, nil
+}
+
+func (t *tcpTransport) doRead(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&t.riov[0])), uintptr(t.rcnt))
+		switch e {
+		case 0:
+			t.rn = int(n)
+			if n == 0 {
+				t.rerr = io.EOF
+			}
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if t.rwait {
+				return false
+			}
+			t.rn = 0
+			return true
+		default:
+			t.rerr = e
+			return true
+		}
+	}
+}
+
+// readv reads into a, then b, at least one byte unless wait is false.
+func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
+	t.rcnt = 0
+	for _, p := range [2][]byte{a, b} {
+		if len(p) > 0 {
+			t.riov[t.rcnt].Base = &p[0]
+			t.riov[t.rcnt].SetLen(len(p))
+			t.rcnt++
+		}
+	}
+	t.rwait, t.rn, t.rerr = wait, 0, nil
+	err := t.rc.Read(t.readFn)
+	t.riov[0].Base, t.riov[1].Base = nil, nil
+	if err != nil {
+		return 0, err
+	}
+	return t.rn, t.rerr
+}
+
+func (t *tcpTransport) readHeader(h *[hdrLen]byte) error {
+	for t.w-t.r < hdrLen {
+		if t.r > 0 && len(t.buf)-t.r < hdrLen {
+			t.w = copy(t.buf, t.buf[t.r:t.w])
+			t.r = 0
+		}
+		n, err := t.readv(nil, t.buf[t.w:], true)
+		t.w += n
+		if err != nil {
+			if err == io.EOF && t.w > t.r {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	copy(h[:], t.buf[t.r:])
+	t.r += hdrLen
+	return nil
+}
+
+func (t *tcpTransport) readPayload(dst []byte) error {
+	n := copy(dst, t.buf[t.r:t.w])
+	t.r += n
+	dst = dst[n:]
+	for len(dst) > 0 {
+		t.r, t.w = 0, 0
+		n, err := t.readv(dst, t.buf, true)
+		if n <= len(dst) {
+			dst = dst[n:]
+		} else {
+			t.w = n - len(dst)
+			dst = nil
+		}
+		if err != nil && len(dst) > 0 {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tcpTransport) discard(n int) error {
+	k := min(n, t.w-t.r)
+	t.r += k
+	n -= k
+	for n > 0 {
+		t.r, t.w = 0, 0
+		got, err := t.readv(nil, t.buf, true)
+		k := min(n, got)
+		t.r, t.w = k, got
+		n -= k
+		if err != nil && n > 0 {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *tcpTransport) idle() bool {
+	if t.w > t.r {
+		return false
+	}
+	t.r, t.w = 0, 0
+	n, err := t.readv(nil, t.buf, false)
+	t.w = n
+	return n == 0 && err == nil
+}
+
+func (t *tcpTransport) doWrite(fd uintptr) bool {
+	for t.widx < len(t.wbufs) {
+		k := 0
+		for i := t.widx; i < len(t.wbufs) && k < len(t.wiov); i++ {
+			b := t.wbufs[i]
+			if i == t.widx {
+				b = b[t.woff:]
+			}
+			if len(b) == 0 {
+				continue
+			}
+			t.wiov[k].Base = &b[0]
+			t.wiov[k].SetLen(len(b))
+			k++
+		}
+		if k == 0 {
+			t.widx = len(t.wbufs)
+			break
+		}
+		n, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(k))
+		switch e {
+		case 0:
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return !t.wwait
+		default:
+			t.werr = e
+			return true
+		}
+		t.wn += int(n)
+		for n > 0 {
+			rem := uintptr(len(t.wbufs[t.widx]) - t.woff)
+			if n >= rem {
+				n -= rem
+				t.widx++
+				t.woff = 0
+			} else {
+				t.woff += int(n)
+				n = 0
+			}
+		}
+		for t.widx < len(t.wbufs) && len(t.wbufs[t.widx]) == t.woff {
+			t.widx++
+			t.woff = 0
+		}
+	}
+	return true
+}
+
+func (t *tcpTransport) writev(bufs [][]byte, wait bool) (int, error) {
+	t.wbufs, t.widx, t.woff, t.wn, t.wwait, t.werr = bufs, 0, 0, 0, wait, nil
+	err := t.rc.Write(t.writeFn)
+	n, werr := t.wn, t.werr
+	t.wbufs = nil
+	clear(t.wiov[:min(len(t.wiov), len(bufs))])
+	if err != nil {
+		return n, err
+	}
+	return n, werr
+}
+
+func (t *tcpTransport) closeWrite() error { return t.c.CloseWrite() }
+
+func (t *tcpTransport) setReadDeadline(d time.Time) error { return t.c.SetReadDeadline(d) }
+
+func (t *tcpTransport) close() error {
+	err := t.c.Close()
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// trimVec drops the first n bytes of v, returning what is left; it rewrites
+// v's first remaining element in place.
+func trimVec(v [][]byte, n int) [][]byte {
+	for len(v) > 0 && n >= len(v[0]) {
+		n -= len(v[0])
+		v = v[1:]
+	}
+	if len(v) > 0 && n > 0 {
+		v[0] = v[0][n:]
+	}
+	return v
+}

@@ -1,0 +1,44 @@
+package soft
+
+import "time"
+
+// transport is the seam between the QP engine (engine.go: send and receive
+// queues, PSNs, acknowledgements, RNR and transport retries, completions)
+// and how frames move between the two ends of a connection. The engine
+// frames everything itself (wire.go); a transport only moves bytes in order,
+// reliably, with vectored writes straight out of registered memory and reads
+// straight into it.
+//
+// TCP (tcp.go) is the one transport today: the connection that carried the
+// CM handshake then carries the frames. A same-host shared-memory transport
+// slots in beside it: the REQ offers a set of transports (hsMsg.transports,
+// with setup data in hsMsg.ext), the REP picks one, and the CM hands the
+// engine whichever transport was chosen. The engine does not change.
+//
+// Concurrency: one goroutine (the engine's receiver) calls the read methods;
+// one holder of the engine's transmit role at a time calls writev. close may
+// be called at any time by anyone and unblocks both.
+type transport interface {
+	// readHeader fills h with the next hdrLen bytes, blocking until they
+	// arrive; io.EOF (or another error) when the stream ends.
+	readHeader(h *[hdrLen]byte) error
+	// readPayload fills dst with the next len(dst) bytes.
+	readPayload(dst []byte) error
+	// discard skips the next n bytes.
+	discard(n int) error
+	// idle reports whether nothing more has arrived: the next read would
+	// block. The engine flushes coalesced acknowledgements when it does.
+	idle() bool
+	// writev writes the buffers in order. With wait false it never blocks:
+	// it writes what the transport takes now and returns the count (0 and a
+	// nil error when nothing fits). With wait true it returns once all are
+	// written or the transport failed.
+	writev(bufs [][]byte, wait bool) (int, error)
+	// closeWrite ends the outgoing stream after what was written (the
+	// peer's reads then end with io.EOF).
+	closeWrite() error
+	// setReadDeadline bounds the blocking reads (zero: none).
+	setReadDeadline(t time.Time) error
+	// close releases the transport and unblocks everything.
+	close() error
+}

@@ -1,0 +1,288 @@
+package soft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Frames: every message between two connected QPs is a fixed 32-byte header
+// followed by Len payload bytes (none for READ_REQ, ACK, NAK and DISC).
+//
+//	off size field
+//	0   1    type (frame*)
+//	1   1    flags (flag*)
+//	2   2    reserved, zero
+//	4   4    PSN: the request's sequence number (responses: the request's)
+//	8   4    ACK: with flagAck, every request with PSN < ACK has executed
+//	12  4    Len: payload length (READ_REQ: the length asked for)
+//	16  4    Imm (SEND/WRITE_WITH_IMM), NAK syndrome (NAK)
+//	20  4    RKey (WRITE*, READ_REQ)
+//	24  8    remote address (WRITE*, READ_REQ)
+//
+// Integers are little-endian: both ends are this package.
+const hdrLen = 32
+
+const (
+	frameSend     = 1
+	frameSendImm  = 2
+	frameWrite    = 3
+	frameWriteImm = 4
+	frameReadReq  = 5
+	frameReadResp = 6
+	frameAck      = 7
+	frameNak      = 8
+	frameDisc     = 9
+	frameMax      = frameDisc
+)
+
+const (
+	flagSolicited = 1 << 0
+	flagAck       = 1 << 1
+	flagsValid    = flagSolicited | flagAck
+)
+
+// NAK syndromes (carried in Imm). The low byte of an RNR NAK's Imm is the
+// responder's min RNR timer, as in IB's AETH.
+const (
+	nakRNR       = 1 << 8
+	nakRemAccess = 2 << 8
+	nakInvReq    = 3 << 8
+	nakRemOp     = 4 << 8
+)
+
+// header is a decoded frame header.
+type header struct {
+	typ   uint8
+	flags uint8
+	psn   uint32
+	ack   uint32
+	len   uint32
+	imm   uint32
+	rkey  uint32
+	raddr uint64
+}
+
+func (h *header) encode(b *[hdrLen]byte) {
+	b[0] = h.typ
+	b[1] = h.flags
+	b[2], b[3] = 0, 0
+	binary.LittleEndian.PutUint32(b[4:], h.psn)
+	binary.LittleEndian.PutUint32(b[8:], h.ack)
+	binary.LittleEndian.PutUint32(b[12:], h.len)
+	binary.LittleEndian.PutUint32(b[16:], h.imm)
+	binary.LittleEndian.PutUint32(b[20:], h.rkey)
+	binary.LittleEndian.PutUint64(b[24:], h.raddr)
+}
+
+var errBadFrame = errors.New("soft: malformed frame header")
+
+// decode parses and validates a header read off the network.
+func (h *header) decode(b *[hdrLen]byte) error {
+	h.typ = b[0]
+	h.flags = b[1]
+	h.psn = binary.LittleEndian.Uint32(b[4:])
+	h.ack = binary.LittleEndian.Uint32(b[8:])
+	h.len = binary.LittleEndian.Uint32(b[12:])
+	h.imm = binary.LittleEndian.Uint32(b[16:])
+	h.rkey = binary.LittleEndian.Uint32(b[20:])
+	h.raddr = binary.LittleEndian.Uint64(b[24:])
+	if h.typ == 0 || h.typ > frameMax || h.flags&^flagsValid != 0 || b[2] != 0 || b[3] != 0 {
+		return errBadFrame
+	}
+	if h.len > maxMsgSize {
+		return errBadFrame
+	}
+	switch h.typ {
+	case frameAck, frameNak, frameDisc:
+		if h.len != 0 {
+			return errBadFrame
+		}
+	}
+	return nil
+}
+
+// payloadLen is how many bytes follow the header on the wire.
+func (h *header) payloadLen() int {
+	switch h.typ {
+	case frameSend, frameSendImm, frameWrite, frameWriteImm, frameReadResp:
+		return int(h.len)
+	}
+	return 0
+}
+
+// Handshake messages travel on the TCP connection before frames start:
+// the active side sends REQ, the passive side answers REP or REJ, the
+// active side confirms a REP with RTU (IB CM's REQ/REP/REJ/RTU).
+//
+//	off size field
+//	0   4    magic "SRDM"
+//	4   1    version (1)
+//	5   1    type (msg*)
+//	6   2    body length (<= maxHandshakeBody)
+//	8   ...  body
+//
+// REQ/REP body: qpn u32, sq depth u32, rq depth u32, responder resources u8,
+// initiator depth u8, retry count u8, rnr retry count u8, transports u32
+// (a bit set of ways to carry frames: the REQ offers, the REP picks one;
+// bit 0 is this TCP connection), private data length u8, private data,
+// extension length u16, extension bytes (for the chosen transport's setup).
+// REJ body: private data length u8, private data. RTU body: empty.
+const (
+	hsMagic          = "SRDM"
+	hsVersion        = 1
+	hsHdrLen         = 8
+	maxHandshakeBody = 1024
+	maxExtLen        = 512
+)
+
+const (
+	msgREQ = 1
+	msgREP = 2
+	msgREJ = 3
+	msgRTU = 4
+)
+
+const transportTCP = 1 << 0
+
+// hsMsg is a decoded handshake message.
+type hsMsg struct {
+	typ        uint8
+	qpn        uint32
+	sqDepth    uint32
+	rqDepth    uint32
+	respRes    uint8
+	initDepth  uint8
+	retry      uint8
+	rnrRetry   uint8
+	transports uint32
+	priv       []byte
+	ext        []byte
+}
+
+func (m *hsMsg) privLimit() int {
+	switch m.typ {
+	case msgREQ:
+		return 56
+	case msgREP:
+		return 196
+	case msgREJ:
+		return 148
+	}
+	return 0
+}
+
+// marshal encodes m; it fails when a field is out of range.
+func (m *hsMsg) marshal() ([]byte, error) {
+	if len(m.priv) > m.privLimit() {
+		return nil, fmt.Errorf("soft: private data of %d bytes above %d", len(m.priv), m.privLimit())
+	}
+	if len(m.ext) > maxExtLen {
+		return nil, fmt.Errorf("soft: handshake extension of %d bytes above %d", len(m.ext), maxExtLen)
+	}
+	b := make([]byte, hsHdrLen, hsHdrLen+64+len(m.priv)+len(m.ext))
+	copy(b, hsMagic)
+	b[4] = hsVersion
+	b[5] = m.typ
+	switch m.typ {
+	case msgREQ, msgREP:
+		b = binary.LittleEndian.AppendUint32(b, m.qpn)
+		b = binary.LittleEndian.AppendUint32(b, m.sqDepth)
+		b = binary.LittleEndian.AppendUint32(b, m.rqDepth)
+		b = append(b, m.respRes, m.initDepth, m.retry, m.rnrRetry)
+		b = binary.LittleEndian.AppendUint32(b, m.transports)
+		b = append(b, byte(len(m.priv)))
+		b = append(b, m.priv...)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(m.ext)))
+		b = append(b, m.ext...)
+	case msgREJ:
+		b = append(b, byte(len(m.priv)))
+		b = append(b, m.priv...)
+	case msgRTU:
+	default:
+		return nil, fmt.Errorf("soft: unknown handshake message type %d", m.typ)
+	}
+	binary.LittleEndian.PutUint16(b[6:], uint16(len(b)-hsHdrLen))
+	return b, nil
+}
+
+var errBadHandshake = errors.New("soft: malformed handshake")
+
+// parseHandshakeHeader checks the fixed part and returns type and body length.
+func parseHandshakeHeader(b []byte) (typ uint8, bodyLen int, err error) {
+	if len(b) < hsHdrLen || string(b[:4]) != hsMagic || b[4] != hsVersion {
+		return 0, 0, errBadHandshake
+	}
+	typ = b[5]
+	if typ < msgREQ || typ > msgRTU {
+		return 0, 0, errBadHandshake
+	}
+	n := int(binary.LittleEndian.Uint16(b[6:]))
+	if n > maxHandshakeBody {
+		return 0, 0, errBadHandshake
+	}
+	return typ, n, nil
+}
+
+// parseHandshake decodes a whole message (header and body) read off the
+// network. The returned slices alias b.
+func parseHandshake(b []byte) (hsMsg, error) {
+	var m hsMsg
+	typ, n, err := parseHandshakeHeader(b)
+	if err != nil {
+		return m, err
+	}
+	if len(b) != hsHdrLen+n {
+		return m, errBadHandshake
+	}
+	m.typ = typ
+	body := b[hsHdrLen:]
+	switch typ {
+	case msgREQ, msgREP:
+		if len(body) < 21 {
+			return m, errBadHandshake
+		}
+		m.qpn = binary.LittleEndian.Uint32(body)
+		m.sqDepth = binary.LittleEndian.Uint32(body[4:])
+		m.rqDepth = binary.LittleEndian.Uint32(body[8:])
+		m.respRes, m.initDepth, m.retry, m.rnrRetry = body[12], body[13], body[14], body[15]
+		m.transports = binary.LittleEndian.Uint32(body[16:])
+		pl := int(body[20])
+		body = body[21:]
+		if pl > m.privLimit() || len(body) < pl+2 {
+			return m, errBadHandshake
+		}
+		m.priv = body[:pl:pl]
+		body = body[pl:]
+		el := int(binary.LittleEndian.Uint16(body))
+		body = body[2:]
+		if el > maxExtLen || len(body) != el {
+			return m, errBadHandshake
+		}
+		m.ext = body[:el:el]
+		if m.qpn == 0 || m.qpn > 0xffffff || m.sqDepth == 0 || m.sqDepth > maxQPWR || m.rqDepth > maxQPWR ||
+			m.retry > 7 || m.rnrRetry > 7 || m.respRes > maxRdAtom || m.initDepth > maxRdAtom {
+			return m, errBadHandshake
+		}
+		if typ == msgREP && m.transports&(m.transports-1) != 0 {
+			return m, errBadHandshake // a REP picks exactly one transport
+		}
+		if m.transports == 0 {
+			return m, errBadHandshake
+		}
+	case msgREJ:
+		if len(body) < 1 {
+			return m, errBadHandshake
+		}
+		pl := int(body[0])
+		if pl > m.privLimit() || len(body) != 1+pl {
+			return m, errBadHandshake
+		}
+		m.priv = body[1 : 1+pl : 1+pl]
+	case msgRTU:
+		if len(body) != 0 {
+			return m, errBadHandshake
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,300 @@
+// Package verbstest is the conformance suite every verbs provider must
+// pass: the behaviour of an RC NIC driven through the RDMA CM, including the
+// limits and failure modes of real hardware. A provider's tests call Run.
+package verbstest
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Config says which provider to test and where.
+type Config struct {
+	// Provider is the registry name ("soft", "rdmacore").
+	Provider string
+	// IP is the local address listeners bind and clients dial (127.0.0.1
+	// for soft; the RDMA device's address inside a Soft-RoCE VM). Never a
+	// hard-coded address: the suite uses only this one.
+	IP net.IP
+	// SilencePeer, if set, makes the peer of the given connected QP stop
+	// answering without closing the connection (a hung or partitioned
+	// host). Tests that need it are skipped when it is nil.
+	SilencePeer func(t *testing.T, peer verbs.QP)
+	// Skip names subtests to skip on this provider, with the reason.
+	Skip map[string]string
+	// Timeout bounds each wait for an event or completion (default 10 s).
+	Timeout time.Duration
+}
+
+type suite struct {
+	cfg Config
+	p   verbs.Provider
+}
+
+// Run runs the whole suite; each behaviour is a subtest.
+func Run(t *testing.T, cfg Config) {
+	p, err := verbs.Lookup(cfg.Provider)
+	require.NoError(t, err)
+	require.NotNil(t, cfg.IP, "Config.IP is required")
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	s := &suite{cfg: cfg, p: p}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if why, ok := cfg.Skip[tc.name]; ok {
+				t.Skip(why)
+			}
+			tc.fn(t, s)
+		})
+	}
+}
+
+type testCase struct {
+	name string
+	fn   func(t *testing.T, s *suite)
+}
+
+var tests []testCase
+
+func register(name string, fn func(t *testing.T, s *suite)) {
+	tests = append(tests, testCase{name, fn})
+}
+
+func (s *suite) addr(port int) *net.TCPAddr { return &net.TCPAddr{IP: s.cfg.IP, Port: port} }
+
+// device opens the provider's first device.
+func (s *suite) device(t *testing.T) verbs.Context {
+	devs, err := s.p.Devices()
+	require.NoError(t, err)
+	require.NotEmpty(t, devs, "provider %s has no device", s.cfg.Provider)
+	ctx, err := s.p.Open(devs[0].Name)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, ctx.Close()) })
+	return ctx
+}
+
+// channel creates a CM event channel closed at cleanup.
+func (s *suite) channel(t *testing.T) verbs.EventChannel {
+	ch, err := s.p.CreateEventChannel()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ch.Close() })
+	return ch
+}
+
+// expect waits for the next event on ch and checks its type.
+func (s *suite) expect(t *testing.T, ch verbs.EventChannel, typ verbs.CMEventType) verbs.CMEvent {
+	t.Helper()
+	ev, err := ch.GetEvent(time.Now().Add(s.cfg.Timeout))
+	require.NoError(t, err, "waiting for %v", typ)
+	require.Equal(t, typ, ev.Type, "event status %d", ev.Status)
+	return ev
+}
+
+// memory allocates registrable memory freed at cleanup.
+func memory(t *testing.T, n int) *verbs.Memory {
+	m, err := verbs.AllocMemory(n)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, m.Free()) })
+	return m
+}
+
+// endpoint is one side of a connection.
+type endpoint struct {
+	ch   verbs.EventChannel
+	id   verbs.CMID
+	pd   verbs.PD
+	cc   verbs.CompChannel
+	scq  verbs.CQ
+	rcq  verbs.CQ
+	qp   verbs.QP
+	mem  *verbs.Memory
+	mr   verbs.MR
+	buf  []byte
+	mu   sync.Mutex
+	done bool
+}
+
+// pairOpts shapes a connection.
+type pairOpts struct {
+	cap        verbs.QPCap
+	cqe        int
+	access     verbs.Access
+	memSize    int
+	connect    verbs.ConnParam
+	accept     verbs.ConnParam
+	sharedCQ   bool
+	signalAll  bool
+	beforeConn func(client, server *endpoint) // e.g. pre-post receives
+}
+
+func defaultOpts() pairOpts {
+	return pairOpts{
+		cap:     verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInlineData: 64},
+		cqe:     256,
+		access:  verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
+		memSize: 1 << 20,
+		connect: verbs.ConnParam{ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7},
+		accept:  verbs.ConnParam{ResponderResources: 4, InitiatorDepth: 4, RetryCount: 7, RNRRetryCount: 7},
+	}
+}
+
+// resources creates PD, channel, CQs, QP and an MR for an ID.
+func (s *suite) resources(t *testing.T, e *endpoint, o *pairOpts) {
+	ctx := e.id.Context()
+	require.NotNil(t, ctx, "ID has no device")
+	var err error
+	e.pd, err = ctx.AllocPD()
+	require.NoError(t, err)
+	e.cc, err = ctx.CreateCompChannel()
+	require.NoError(t, err)
+	e.scq, err = ctx.CreateCQ(o.cqe, e.cc)
+	require.NoError(t, err)
+	e.rcq = e.scq
+	if !o.sharedCQ {
+		e.rcq, err = ctx.CreateCQ(o.cqe, e.cc)
+		require.NoError(t, err)
+	}
+	e.qp, err = e.id.CreateQP(e.pd, &verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: o.cap, SignalAll: o.signalAll})
+	require.NoError(t, err)
+	e.mem = memory(t, o.memSize)
+	e.buf = e.mem.Bytes()[:o.memSize]
+	e.mr, err = e.pd.RegMR(e.buf, o.access)
+	require.NoError(t, err)
+}
+
+// release tears an endpoint down in the order the verbs require.
+func (e *endpoint) release(t *testing.T) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.done {
+		return
+	}
+	e.done = true
+	if e.qp != nil {
+		require.NoError(t, e.qp.Destroy())
+	}
+	if e.id != nil {
+		require.NoError(t, e.id.Destroy())
+	}
+	if e.mr != nil {
+		require.NoError(t, e.mr.Dereg())
+	}
+	if e.rcq != nil && e.rcq != e.scq {
+		require.NoError(t, e.rcq.Destroy())
+	}
+	if e.scq != nil {
+		require.NoError(t, e.scq.Destroy())
+	}
+	if e.cc != nil {
+		require.NoError(t, e.cc.Close())
+	}
+	if e.pd != nil {
+		require.NoError(t, e.pd.Dealloc())
+	}
+}
+
+// listener is a listening ID on cfg.IP with a free port.
+func (s *suite) listener(t *testing.T) (verbs.EventChannel, verbs.CMID) {
+	ch := s.channel(t)
+	id, err := ch.CreateID()
+	require.NoError(t, err)
+	require.NoError(t, id.BindAddr(s.addr(0)))
+	require.NoError(t, id.Listen(16))
+	t.Cleanup(func() { _ = id.Destroy() })
+	require.NotZero(t, id.LocalAddr().Port, "LocalAddr must report the chosen port")
+	return ch, id
+}
+
+// dialer creates a client ID and resolves dst through ROUTE_RESOLVED.
+func (s *suite) dialer(t *testing.T, dst *net.TCPAddr) *endpoint {
+	c := &endpoint{ch: s.channel(t)}
+	var err error
+	c.id, err = c.ch.CreateID()
+	require.NoError(t, err)
+	require.NoError(t, c.id.ResolveAddr(nil, dst, s.cfg.Timeout))
+	s.expect(t, c.ch, verbs.EventAddrResolved)
+	require.NoError(t, c.id.ResolveRoute(s.cfg.Timeout))
+	s.expect(t, c.ch, verbs.EventRouteResolved)
+	return c
+}
+
+// pair connects a client and a server endpoint.
+func (s *suite) pair(t *testing.T, o pairOpts) (client, server *endpoint) {
+	lch, lid := s.listener(t)
+	client = s.dialer(t, lid.LocalAddr())
+	t.Cleanup(func() { client.release(t) })
+	s.resources(t, client, &o)
+	require.NoError(t, client.id.Connect(&o.connect))
+	req := s.expect(t, lch, verbs.EventConnectRequest)
+	require.Equal(t, lid, req.Listen)
+	server = &endpoint{ch: lch, id: req.ID}
+	t.Cleanup(func() { server.release(t) })
+	s.resources(t, server, &o)
+	if o.beforeConn != nil {
+		o.beforeConn(client, server)
+	}
+	require.NoError(t, server.id.Accept(&o.accept))
+	s.expect(t, client.ch, verbs.EventEstablished)
+	s.expect(t, lch, verbs.EventEstablished)
+	return client, server
+}
+
+// poll waits for n completions on cq, failing after the suite's timeout.
+func (s *suite) poll(t *testing.T, cq verbs.CQ, n int) []verbs.WC {
+	t.Helper()
+	out := make([]verbs.WC, 0, n)
+	wc := make([]verbs.WC, n)
+	deadline := time.Now().Add(s.cfg.Timeout)
+	for len(out) < n {
+		k, err := cq.Poll(wc[:n-len(out)])
+		require.NoError(t, err)
+		out = append(out, wc[:k]...)
+		if k == 0 {
+			require.True(t, time.Now().Before(deadline), "timed out with %d of %d completions: %+v", len(out), n, out)
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return out
+}
+
+// pollOne waits for one completion and checks its status.
+func (s *suite) pollOne(t *testing.T, cq verbs.CQ, status verbs.WCStatus) verbs.WC {
+	t.Helper()
+	wc := s.poll(t, cq, 1)[0]
+	require.Equal(t, status, wc.Status, "completion %+v: %v", wc, wc.Status)
+	return wc
+}
+
+// quiet checks that no completion arrives on cq for d.
+func quiet(t *testing.T, cq verbs.CQ, d time.Duration) {
+	t.Helper()
+	wc := make([]verbs.WC, 4)
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		n, err := cq.Poll(wc)
+		require.NoError(t, err)
+		require.Zero(t, n, "unexpected completion %+v", wc[:n])
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func postRecv(t *testing.T, e *endpoint, wrid uint64, off, n int) {
+	t.Helper()
+	require.NoError(t, e.qp.PostRecv([]verbs.RecvWR{{WRID: wrid, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[off:off+n])}}}))
+}
+
+func postSend(t *testing.T, e *endpoint, wr verbs.SendWR) {
+	t.Helper()
+	require.NoError(t, e.qp.PostSend([]verbs.SendWR{wr}))
+}
+
+func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
