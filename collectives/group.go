@@ -217,6 +217,10 @@ func (g *Group) end(err error) error {
 		g.stop = nil
 	}
 	if err != nil {
+		var re *RankError
+		if errors.As(err, &re) && re.Op == "send" && g.links[re.Rank] != nil && !g.failed.Load() {
+			err = g.links[re.Rank].explain(err)
+		}
 		g.fail(err, true)
 		g.drainSends()
 		err = &opError{op: g.curName, cause: g.Err()}

@@ -1,9 +1,11 @@
 package collectives
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"time"
 )
 
 // maxPending bounds the sends posted on one link and not yet waited for.
@@ -26,7 +28,8 @@ type link struct {
 	done    chan error // one value per processed sendReq; capacity maxPending
 	pending int        // posted, not yet taken from done (operation goroutine)
 
-	rhdr [hdrLen]byte // operation goroutine
+	rhdr     [hdrLen]byte // operation goroutine
+	midFrame bool         // operation goroutine: reading a payload
 
 	wbuf []byte // sending goroutine: header, or header and a small payload
 	werr error  // sending goroutine: first write error, sticky
@@ -66,7 +69,14 @@ func (l *link) sendLoop(g *Group) {
 		case <-abortc:
 			abortc = nil
 			l.writeAbort(g.abortMsg)
-			_ = l.conn.Close()
+			// Half-close where possible: a full close with our receive
+			// buffer holding unread data resets the connection, and the
+			// peer's failing sends would hide the abort frame.
+			if cw, ok := l.conn.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			} else {
+				_ = l.conn.Close()
+			}
 		case <-g.quit:
 			return
 		}
@@ -127,6 +137,8 @@ func (l *link) readHeader(want *header) error {
 
 // readPayload fills b from the conn.
 func (l *link) readPayload(b []byte) error {
+	l.midFrame = true
+	defer func() { l.midFrame = false }()
 	if _, err := io.ReadFull(l.conn, b); err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
@@ -148,4 +160,42 @@ func (l *link) readAbort(h *header) error {
 		return err
 	}
 	return &RankError{Rank: blamed, Op: "failed", Err: fmt.Errorf("reported by rank %d: %s", l.peer, text[:h.len])}
+}
+
+// explainWait bounds the search for a peer's abort frame after a send to it
+// failed.
+const explainWait = 200 * time.Millisecond
+
+// explain replaces the error of a failed send by the reason the peer gave,
+// when the peer failed first and said why in an abort frame still waiting
+// to be read: the blame then goes to the rank that caused the failure, not to
+// the messenger.
+func (l *link) explain(err error) error {
+	if l.midFrame {
+		return err
+	}
+	_ = l.conn.SetReadDeadline(time.Now().Add(explainWait))
+	for i := 0; i < 2*maxPending; i++ {
+		if _, e := io.ReadFull(l.conn, l.rhdr[:]); e != nil {
+			return err
+		}
+		var h header
+		h.get(l.rhdr[:])
+		if h.kind == kindAbort {
+			if ab := l.readAbort(&h); ab != nil {
+				var re *RankError
+				if errors.As(ab, &re) && re.Op == "failed" {
+					return ab
+				}
+			}
+			return err
+		}
+		if h.len > frameMax {
+			return err
+		}
+		if _, e := io.CopyN(io.Discard, l.conn, int64(h.len)); e != nil {
+			return err
+		}
+	}
+	return err
 }
