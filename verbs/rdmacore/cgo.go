@@ -196,6 +196,21 @@ static int rc_accept(struct rdma_cm_id *cid, const void *pd, int pdlen, int rr, 
 	return rdma_accept(cid, &p);
 }
 
+static int rc_async_fd(struct ibv_context *ctx) { return ctx->async_fd; }
+
+// rc_get_async_event returns the CQ of an IBV_EVENT_CQ_ERR (NULL for any
+// other event) in *cq; the event stays in *ev until acknowledged.
+static int rc_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev, struct ibv_cq **cq) {
+	int r = ibv_get_async_event(ctx, ev);
+	if (r == 0) *cq = ev->event_type == IBV_EVENT_CQ_ERR ? ev->element.cq : NULL;
+	return r;
+}
+
+struct rc_async_event {
+	struct ibv_async_event ev;
+	struct ibv_cq *cq;
+};
+
 static struct ibv_context *rc_id_verbs(struct rdma_cm_id *id) { return id->verbs; }
 static struct ibv_qp *rc_id_qp(struct rdma_cm_id *id) { return id->qp; }
 static int rc_channel_fd(struct rdma_event_channel *ch) { return ch->fd; }
@@ -226,6 +241,7 @@ type (
 	cqEvOutPtr  unsafe.Pointer // struct rc_cq_event *
 	cmEvOutPtr  unsafe.Pointer // struct rc_cm_event *
 	wcArrayPtr  unsafe.Pointer // struct ibv_wc[n]
+	asyncOutPtr unsafe.Pointer // struct rc_async_event *
 	sendScratch unsafe.Pointer // struct rc_send_scratch *
 	recvScratch unsafe.Pointer // struct rc_recv_scratch *
 )
@@ -448,6 +464,31 @@ func ibvPollCQ(cq cqPtr, wcs wcArrayPtr, out []verbs.WC) (int, syscall.Errno) {
 		}
 	}
 	return int(n), 0
+}
+
+// --- asynchronous events ---
+
+func ibvAsyncFD(ctx ctxPtr) int { return int(C.rc_async_fd((*C.struct_ibv_context)(ctx))) }
+
+func allocAsyncOut() asyncOutPtr {
+	return asyncOutPtr(C.calloc(1, C.size_t(unsafe.Sizeof(C.struct_rc_async_event{}))))
+}
+
+func freeAsyncOut(p asyncOutPtr) { C.free(unsafe.Pointer(p)) }
+
+// ibvGetAsyncEvent reads one asynchronous event from the (non-blocking)
+// context into out; it returns the CQ when the event is IBV_EVENT_CQ_ERR.
+func ibvGetAsyncEvent(ctx ctxPtr, out asyncOutPtr) (cqPtr, syscall.Errno) {
+	o := (*C.struct_rc_async_event)(out)
+	r, err := C.rc_get_async_event((*C.struct_ibv_context)(ctx), &o.ev, &o.cq)
+	if r != 0 {
+		return nil, errnoOf(err)
+	}
+	return cqPtr(o.cq), 0
+}
+
+func ibvAckAsyncEvent(out asyncOutPtr) {
+	C.ibv_ack_async_event(&(*C.struct_rc_async_event)(out).ev)
 }
 
 // --- QPs ---

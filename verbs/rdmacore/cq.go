@@ -126,6 +126,9 @@ type cq struct {
 	wcs   wcArrayPtr
 	dead  bool
 	users atomic.Int32 // QPs using the CQ
+	// overrun is set by the device's asynchronous event reader when the CQ
+	// overflowed (IBV_EVENT_CQ_ERR).
+	overrun atomic.Bool
 
 	unacked atomic.Int64 // events delivered by GetEvent and not yet acknowledged
 	ackMu   sync.Mutex
@@ -162,6 +165,7 @@ func newCQ(ctx ctxPtr, cqe int, ch verbs.CompChannel) (*cq, error) {
 	if cc != nil {
 		cc.cqs[p] = q
 	}
+	watchCQ(q)
 	return q, nil
 }
 
@@ -171,6 +175,9 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	defer q.mu.Unlock()
 	if q.dead {
 		return 0, verbs.ErrClosed
+	}
+	if q.overrun.Load() {
+		return 0, verbs.ErrCQOverrun
 	}
 	total := 0
 	for total < len(wc) {
@@ -241,5 +248,6 @@ func (q *cq) Destroy() error {
 	}
 	q.dead = true
 	freeWCArray(q.wcs)
+	unwatchCQ(q)
 	return nil
 }

@@ -557,3 +557,38 @@ func TestCompChannelClose(t *testing.T) {
 		t.Fatal("Close did not unblock GetEvent")
 	}
 }
+
+// Overflowing a CQ is reported by Poll as ErrCQOverrun (the device says so
+// with an asynchronous IBV_EVENT_CQ_ERR; the completions themselves are lost).
+func TestCQOverrun(t *testing.T) {
+	_, ip := softroce(t)
+	srv, cli, _, _, _ := connect(t, ip)
+	// The client's CQ takes both its send and receive completions: more
+	// signaled writes than it holds, never polled, overflow it.
+	n := cli.cq.Cap() + 4
+	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SG:         []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:8])},
+		RemoteAddr: srv.mr.Addr(), RKey: srv.mr.RKey()}}
+	qa, err := cli.qp.Query()
+	require.NoError(t, err)
+	posted := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for posted < n && time.Now().Before(deadline) {
+		// Keep the send queue from filling: at most MaxSendWR outstanding, and
+		// completions stay unpolled so the CQ overflows.
+		if err := cli.qp.PostSend(wr); err != nil {
+			require.ErrorIs(t, err, syscall.ENOMEM, "posted %d of %d (send queue %d)", posted, n, qa.Cap.MaxSendWR)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		posted++
+	}
+	for time.Now().Before(deadline) {
+		if _, err := cli.cq.Poll(nil); err != nil {
+			require.ErrorIs(t, err, verbs.ErrCQOverrun)
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("no overrun after %d signaled sends on a CQ of %d", posted, cli.cq.Cap())
+}
