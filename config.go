@@ -1,0 +1,115 @@
+package rdma
+
+import (
+	"math/bits"
+	"time"
+)
+
+// Config tunes connections. A nil *Config and the zero Config are valid and
+// mean the defaults; out-of-range values are clamped (see each field).
+type Config struct {
+	// Provider is the verbs provider: "soft", "rdmacore", "auto" or "".
+	// "" reads the RDMA_PROVIDER environment variable and, if that is empty
+	// too, means "auto": rdmacore when a device with an active port exists,
+	// else soft.
+	Provider string
+
+	// RingSize is the receive ring each side registers for the peer to write
+	// into: how many bytes may be in flight toward a connection before its
+	// reader consumes them. Rounded up to a power of two in [4 KiB, 1 GiB];
+	// default 1 MiB.
+	RingSize int
+
+	// SendBufferSize is the registered memory a connection copies outgoing
+	// bytes into until the transfer completes. Rounded up to a power of two
+	// in [4 KiB, 1 GiB]; default RingSize.
+	SendBufferSize int
+
+	// SendDepth is the number of work requests the send queue holds;
+	// [8, 4096], default 128.
+	SendDepth int
+
+	// RecvDepth is the number of receive work requests kept posted, which
+	// bounds the messages in flight toward a connection; [8, 1023], default
+	// 128.
+	RecvDepth int
+
+	// InlineThreshold: writes of at most this many bytes are posted inline
+	// (copied into the work request, no DMA read of a buffer), up to what the
+	// device grants. Default 256; negative disables inline sends.
+	InlineThreshold int
+
+	// KeepAlive is how often an idle connection probes its peer, so that a
+	// peer that vanished silently is detected through the transport's retry
+	// timeout. Default 2 s; negative disables the probe.
+	KeepAlive time.Duration
+
+	// HandshakeTimeout bounds how long a listener waits for an incoming
+	// connection to become established after its request arrived, and how
+	// long Close waits for outstanding sends to drain. Default 10 s.
+	HandshakeTimeout time.Duration
+}
+
+const (
+	defaultRingSize        = 1 << 20
+	minRingSize            = 4 << 10
+	maxRingSize            = 1 << 30
+	defaultSendDepth       = 128
+	defaultRecvDepth       = 128
+	maxSendDepth           = 4096
+	maxRecvDepth           = 1023 // the credit field carries at most 1023 receives
+	minDepth               = 8
+	defaultInline          = 256
+	defaultKeepAlive       = 2 * time.Second
+	defaultHandshakeTimout = 10 * time.Second
+)
+
+// withDefaults returns a copy of c (nil: the zero Config) with every field
+// filled in and clamped.
+func (c *Config) withDefaults() Config {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	if r.RingSize <= 0 {
+		r.RingSize = defaultRingSize
+	}
+	r.RingSize = pow2Clamp(r.RingSize, minRingSize, maxRingSize)
+	if r.SendBufferSize <= 0 {
+		r.SendBufferSize = r.RingSize
+	}
+	r.SendBufferSize = pow2Clamp(r.SendBufferSize, minRingSize, maxRingSize)
+	if r.SendDepth <= 0 {
+		r.SendDepth = defaultSendDepth
+	}
+	r.SendDepth = clamp(r.SendDepth, minDepth, maxSendDepth)
+	if r.RecvDepth <= 0 {
+		r.RecvDepth = defaultRecvDepth
+	}
+	r.RecvDepth = clamp(r.RecvDepth, minDepth, maxRecvDepth)
+	switch {
+	case r.InlineThreshold == 0:
+		r.InlineThreshold = defaultInline
+	case r.InlineThreshold < 0:
+		r.InlineThreshold = 0
+	case r.InlineThreshold > 1024:
+		r.InlineThreshold = 1024
+	}
+	if r.KeepAlive == 0 {
+		r.KeepAlive = defaultKeepAlive
+	}
+	if r.HandshakeTimeout <= 0 {
+		r.HandshakeTimeout = defaultHandshakeTimout
+	}
+	return r
+}
+
+func clamp(v, lo, hi int) int {
+	return max(lo, min(v, hi))
+}
+
+// pow2Clamp rounds v up to a power of two within [lo, hi] (both powers of two).
+func pow2Clamp(v, lo, hi int) int {
+	v = clamp(v, lo, hi)
+	return 1 << bits.Len(uint(v-1))
+}

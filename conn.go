@@ -1,0 +1,928 @@
+package rdma
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Conn is a net.Conn carried by an RDMA reliable connection. It is safe for
+// concurrent use: Reads are serialised among themselves, Writes too, and a
+// Read and a Write run in parallel.
+type Conn struct {
+	provider     string
+	laddr, raddr *Addr
+	cfg          Config
+
+	// verbs objects, owned by the Conn and released by Close.
+	ech    verbs.EventChannel
+	id     verbs.CMID
+	pd     verbs.PD
+	cch    verbs.CompChannel
+	cq     verbs.CQ
+	qp     verbs.QP
+	mem    *verbs.Memory
+	ringMR verbs.MR
+	sendMR verbs.MR
+
+	ring     []byte // our receive ring, written by the peer
+	ringMask uint64
+	ringLog  uint8
+	sbuf     []byte // send staging ring (registered, local access)
+	sbufMask uint64
+	ibuf     []byte // staging for inline sends
+	inline   int    // largest write sent inline
+	sqDepth  uint64 // send WRs data and credits may occupy (one more is kept for markers)
+	rqDepth  int    // receive WRs kept posted
+	sigEvery uint64 // at most this many unsignaled sends in a row
+	chunk    int    // largest single RDMA write
+
+	peer struct {
+		addr      uint64 // peer ring address
+		rkey      uint32
+		size      uint64
+		mask      uint64
+		shift     uint // byte-credit unit of the peer's ring
+		recvDepth int
+	}
+	shift uint // byte-credit unit of our ring
+
+	rmu sync.Mutex // serialises Read
+	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
+
+	mu sync.Mutex // guards everything below
+	// receive side
+	rcvTail     uint64 // ring bytes landed
+	rcvHead     uint64 // ring bytes consumed by Read
+	rcvCredited uint64 // ring bytes the peer has been told are free
+	recvOwed    int    // receive WRs reposted, not yet credited to the peer
+	recvPosted  int    // receive WRs outstanding on the QP
+	finRcvd     bool
+	// send side
+	sndTail    uint64 // peer ring bytes written (or reserved by the writer)
+	sndAcked   uint64 // peer ring bytes the peer has freed
+	msgCredits int    // receives the peer has posted that we may consume
+	sbTail     uint64 // send buffer bytes reserved
+	sbPosted   uint64 // send buffer bytes posted
+	sbHead     uint64 // send buffer bytes whose WRs completed
+	sqPosted   uint64 // send WRs posted (the next WR's id)
+	sqDone     uint64 // send WRs completed
+	sqReserved uint64 // send WRs reserved by the writer, not yet posted
+	unsignaled uint64 // unsignaled sends since the last signaled one
+	sqEnds     []uint64
+	creditWant bool // a credit update is due but could not be posted
+	finSent    bool
+	err        error // why the connection failed; nil while healthy
+	closed     bool
+	torn       bool // verbs objects destroyed
+
+	wcs  [32]verbs.WC
+	swr  [1]verbs.SendWR
+	sge  [1]verbs.SGE
+	rwrs []verbs.RecvWR
+
+	rcvReady chan struct{} // poked when the receive side changed
+	sndReady chan struct{} // poked when send resources were freed
+	closedCh chan struct{} // closed by Close
+	rdl, wdl deadline
+
+	stopping   atomic.Bool
+	unacked    int // completion events not yet acknowledged (poller only)
+	pollerDone chan struct{}
+	cmDone     chan struct{}
+}
+
+const recvWRID = 1 << 63 // set in the WR id of every receive
+
+// maxChunk bounds one RDMA write, so that the reader starts on a long Write
+// before all of it has landed.
+const maxChunk = 64 << 10
+
+// newConn sets up a connection's verbs resources on id (whose device is
+// known: route resolved, or a connect request) and posts its receives.
+func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (c *Conn, err error) {
+	c = &Conn{
+		provider:   provider,
+		cfg:        cfg,
+		ech:        ech,
+		id:         id,
+		rcvReady:   make(chan struct{}, 1),
+		sndReady:   make(chan struct{}, 1),
+		closedCh:   make(chan struct{}),
+		rdl:        makeDeadline(),
+		wdl:        makeDeadline(),
+		pollerDone: make(chan struct{}),
+		cmDone:     make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			c.releaseVerbs()
+		}
+	}()
+	ctx := id.Context()
+	if ctx == nil {
+		return nil, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
+	}
+	attr, err := ctx.Query()
+	if err != nil {
+		return nil, err
+	}
+	sq, rq := cfg.SendDepth, cfg.RecvDepth
+	if attr.MaxQPWR > 0 {
+		sq, rq = min(sq, attr.MaxQPWR-1), min(rq, attr.MaxQPWR)
+	}
+	if attr.MaxCQE > 0 && sq+1+rq > attr.MaxCQE {
+		sq, rq = min(sq, attr.MaxCQE/2-1), min(rq, attr.MaxCQE/2)
+	}
+	if sq < 4 || rq < minDepth {
+		return nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
+	}
+	inline := cfg.InlineThreshold
+	if inline > attr.MaxInlineData {
+		inline = attr.MaxInlineData
+	}
+
+	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
+	ibufSize := max(inline, 64)
+	if c.mem, err = verbs.AllocMemory(ringSize + sbufSize + ibufSize); err != nil {
+		return nil, err
+	}
+	all := c.mem.Bytes()
+	c.ring = all[:ringSize:ringSize]
+	c.sbuf = all[ringSize : ringSize+sbufSize : ringSize+sbufSize]
+	c.ibuf = all[ringSize+sbufSize : ringSize+sbufSize+ibufSize]
+	c.ringMask, c.ringLog = uint64(ringSize-1), ringLog(ringSize)
+	c.shift = creditShift(c.ringLog)
+	c.sbufMask = uint64(sbufSize - 1)
+
+	if c.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.ringMR, err = c.pd.RegMR(c.ring, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if c.sendMR, err = c.pd.RegMR(all[ringSize:], verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if c.cch, err = ctx.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = ctx.CreateCQ(sq+1+rq, c.cch); err != nil {
+		return nil, err
+	}
+	qa := &verbs.QPInitAttr{
+		SendCQ: c.cq,
+		RecvCQ: c.cq,
+		Cap: verbs.QPCap{
+			MaxSendWR:     sq + 1,
+			MaxRecvWR:     rq,
+			MaxSendSGE:    1,
+			MaxRecvSGE:    1,
+			MaxInlineData: inline,
+		},
+	}
+	if c.qp, err = id.CreateQP(c.pd, qa); err != nil {
+		return nil, err
+	}
+	if qa.Cap.MaxInlineData < inline {
+		inline = qa.Cap.MaxInlineData
+	}
+	c.inline = inline
+	c.sqDepth = uint64(sq)
+	c.rqDepth = rq
+	c.sigEvery = max(c.sqDepth/4, 1)
+	c.chunk = min(maxChunk, ringSize/4, sbufSize/4)
+	c.sqEnds = make([]uint64, sq+1)
+	c.rwrs = make([]verbs.RecvWR, rq)
+	for i := range c.rwrs {
+		c.rwrs[i].WRID = recvWRID
+	}
+	if err = c.qp.PostRecv(c.rwrs); err != nil {
+		return nil, err
+	}
+	c.recvPosted = rq
+	return c, nil
+}
+
+// hello is this side's half of the handshake.
+func (c *Conn) hello() hello {
+	return hello{
+		version:   protoVersion,
+		recvDepth: uint16(c.rqDepth),
+		ringAddr:  c.ringMR.Addr(),
+		ringKey:   c.ringMR.RKey(),
+		ringLog:   c.ringLog,
+	}
+}
+
+// setPeer takes in the peer's hello.
+func (c *Conn) setPeer(h hello) {
+	c.peer.addr = h.ringAddr
+	c.peer.rkey = h.ringKey
+	c.peer.size = 1 << h.ringLog
+	c.peer.mask = c.peer.size - 1
+	c.peer.shift = creditShift(h.ringLog)
+	c.peer.recvDepth = int(h.recvDepth)
+	c.msgCredits = int(h.recvDepth)
+	c.chunk = min(c.chunk, int(c.peer.size/4))
+}
+
+// start runs the connection once it is established.
+func (c *Conn) start() {
+	c.laddr = fromTCPAddr(c.id.LocalAddr())
+	c.raddr = fromTCPAddr(c.id.RemoteAddr())
+	c.tuneQP()
+	go c.pollLoop()
+	go c.cmLoop()
+}
+
+// tuneQP sets the transport timeout so that a peer that stops answering is
+// declared dead within a few seconds (4.096 us * 2^16 = 268 ms per try, 8
+// tries). Devices that fix the timeout at RTR->RTS refuse the change; the
+// connection manager's value then stands.
+func (c *Conn) tuneQP() {
+	_ = c.qp.Modify(&verbs.QPAttr{Timeout: 16, RetryCnt: 7}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt)
+}
+
+// Read reads data the peer wrote. It returns as soon as any data is there;
+// io.EOF once the peer has closed its sending side and everything before
+// that was read.
+func (c *Conn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, c.opErr("read", net.ErrClosed)
+		}
+		if isClosed(c.rdl.wait()) {
+			c.mu.Unlock()
+			return 0, c.opErr("read", os.ErrDeadlineExceeded)
+		}
+		if avail := c.rcvTail - c.rcvHead; avail > 0 {
+			if len(b) == 0 {
+				c.mu.Unlock()
+				return 0, nil
+			}
+			off := c.rcvHead & c.ringMask
+			n := int(min(avail, uint64(len(b))))
+			c.mu.Unlock()
+			// The bytes are ours until we credit them back: no lock needed.
+			first := min(n, len(c.ring)-int(off))
+			copy(b, c.ring[off:int(off)+first])
+			copy(b[first:n], c.ring)
+			c.mu.Lock()
+			c.rcvHead += uint64(n)
+			c.creditLocked(false)
+			c.mu.Unlock()
+			return n, nil
+		}
+		if c.finRcvd {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return 0, c.opErr("read", err)
+		}
+		if len(b) == 0 {
+			c.mu.Unlock()
+			return 0, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.rcvReady:
+		case <-c.rdl.wait():
+		case <-c.closedCh:
+		}
+	}
+}
+
+// Write writes b to the connection. It returns once all of b is posted to the
+// send queue (copied into registered memory, so b may be reused), or with an
+// error; a short count comes with the error.
+func (c *Conn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	sent := 0
+	for {
+		c.mu.Lock()
+		if err := c.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			return sent, c.opErr("write", err)
+		}
+		if sent == len(b) {
+			c.mu.Unlock()
+			return sent, nil
+		}
+		n, inline := c.reserveLocked(len(b) - sent)
+		if n == 0 {
+			c.mu.Unlock()
+			select {
+			case <-c.sndReady:
+			case <-c.wdl.wait():
+			case <-c.closedCh:
+			}
+			continue
+		}
+		p := b[sent : sent+n]
+		var err error
+		if inline {
+			copy(c.ibuf, p)
+			c.sge[0] = verbs.SGE{Addr: verbs.AddrOf(c.ibuf), Length: uint32(n), LKey: c.sendMR.LKey()}
+			err = c.postDataLocked(n, verbs.SendInline)
+			c.mu.Unlock()
+		} else {
+			off := c.sbTail & c.sbufMask
+			c.sbTail += uint64(n)
+			c.sqReserved++
+			c.mu.Unlock()
+			// The reserved bytes are the writer's alone until posted.
+			buf := c.sbuf[off : off+uint64(n)]
+			copy(buf, p)
+			c.mu.Lock()
+			c.sqReserved--
+			c.sge[0] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(n), LKey: c.sendMR.LKey()}
+			// Reserved ring space must be filled, or the stream would
+			// desynchronise: only a failed connection stops the post now.
+			if err = c.err; err == nil {
+				err = c.postDataLocked(n, 0)
+			}
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return sent, c.opErr("write", err)
+		}
+		sent += n
+	}
+}
+
+// writeErrLocked says why a Write cannot go on, or nil.
+func (c *Conn) writeErrLocked() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case isClosed(c.wdl.wait()):
+		return os.ErrDeadlineExceeded
+	case c.finSent:
+		return errWriteClosed
+	case c.err != nil:
+		return c.err
+	}
+	return nil
+}
+
+// reserveLocked claims room for the next RDMA write of at most want bytes:
+// peer ring space, a message credit and a send queue slot, and send buffer
+// space when not inline. It returns 0 when something is exhausted.
+func (c *Conn) reserveLocked(want int) (n int, inline bool) {
+	if c.msgCredits <= c.finReserve()+1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		return 0, false
+	}
+	room := c.peer.size - (c.sndTail - c.sndAcked)
+	contig := c.peer.size - c.sndTail&c.peer.mask
+	n64 := min(uint64(want), uint64(c.chunk), room, contig)
+	if n64 == 0 {
+		return 0, false
+	}
+	if int(n64) > c.inline {
+		free := uint64(len(c.sbuf)) - (c.sbTail - c.sbHead)
+		sbContig := uint64(len(c.sbuf)) - c.sbTail&c.sbufMask
+		n64 = min(n64, free, sbContig)
+		if n64 == 0 {
+			return 0, false
+		}
+	}
+	n = int(n64)
+	c.sndTail += n64
+	c.msgCredits--
+	return n, n <= c.inline
+}
+
+// finReserve is the message credit kept back for the FIN.
+func (c *Conn) finReserve() int {
+	if c.finSent {
+		return 0
+	}
+	return 1
+}
+
+// postDataLocked posts the data write described by c.sge[0].
+func (c *Conn) postDataLocked(n int, flags verbs.SendFlags) error {
+	if flags&verbs.SendInline == 0 {
+		c.sbPosted += uint64(n)
+	}
+	return c.postLocked(verbs.OpRDMAWriteWithImm, immData(n), c.sge[:], flags, false)
+}
+
+// postLocked posts one send WR into the peer ring (data, credit, control,
+// probe), signaled when due.
+func (c *Conn) postLocked(op verbs.Opcode, imm uint32, sg []verbs.SGE, flags verbs.SendFlags, signal bool) error {
+	seq := c.sqPosted
+	if signal || c.unsignaled+1 >= c.sigEvery ||
+		c.sqPosted+1-c.sqDone+c.sqReserved >= c.sqDepth/2 ||
+		c.sbTail-c.sbHead >= uint64(len(c.sbuf))/2 {
+		flags |= verbs.SendSignaled
+		c.unsignaled = 0
+	} else {
+		c.unsignaled++
+	}
+	wr := &c.swr[0]
+	*wr = verbs.SendWR{
+		WRID:       seq,
+		Opcode:     op,
+		Flags:      flags,
+		SG:         sg,
+		Imm:        imm,
+		RemoteAddr: c.peer.addr + c.sndTail&c.peer.mask,
+		RKey:       c.peer.rkey,
+	}
+	if op == verbs.OpRDMAWriteWithImm && len(sg) == 1 && imm>>immKindShift == immKindData {
+		// The data's place: where it was reserved, before sndTail moved on.
+		wr.RemoteAddr = c.peer.addr + (c.sndTail-uint64(sg[0].Length))&c.peer.mask
+	}
+	c.sqEnds[seq%uint64(len(c.sqEnds))] = c.sbPosted
+	if err := c.qp.PostSend(c.swr[:]); err != nil {
+		c.failLocked(err)
+		return err
+	}
+	c.sqPosted++
+	return nil
+}
+
+// creditLocked returns ring and receive credit to the peer when a quarter of
+// either window is owed (or when force and anything is).
+func (c *Conn) creditLocked(force bool) {
+	if c.err != nil || c.torn {
+		return
+	}
+	freed := c.rcvHead - c.rcvCredited
+	units := min(freed>>c.shift, creditBytesMax)
+	recvs := min(c.recvOwed, creditRecvMax)
+	due := units<<c.shift >= uint64(len(c.ring))/4 || recvs >= c.rqDepth/4 ||
+		(force && (units > 0 || recvs > 0))
+	if !due {
+		c.creditWant = false
+		return
+	}
+	if c.msgCredits <= c.finReserve() || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		c.creditWant = true // retried when completions free what is missing
+		return
+	}
+	c.creditWant = false
+	if c.postLocked(verbs.OpRDMAWriteWithImm, immCredit(recvs, units), nil, 0, false) != nil {
+		return
+	}
+	c.msgCredits--
+	c.rcvCredited += units << c.shift
+	c.recvOwed -= recvs
+}
+
+// sendFinLocked posts the FIN. The caller made sure a queue slot is free.
+func (c *Conn) sendFinLocked() error {
+	if err := c.postLocked(verbs.OpRDMAWriteWithImm, immCtl(ctlFin), nil, 0, true); err != nil {
+		return err
+	}
+	c.finSent = true
+	c.msgCredits--
+	return nil
+}
+
+// postProbeLocked posts a signaled zero-length RDMA write: no receive is
+// consumed at the peer, yet the transport must deliver it, so it detects a
+// dead peer (keepalive), drains the send queue (Close) and, on a QP in
+// error, completes with a flush error that wakes the poller.
+func (c *Conn) postProbeLocked() error {
+	if c.torn || c.sqPosted-c.sqDone+c.sqReserved > c.sqDepth {
+		return verbs.ErrClosed
+	}
+	return c.postLocked(verbs.OpRDMAWrite, 0, nil, 0, true)
+}
+
+// failLocked records why the connection failed (the first reason wins) and
+// wakes every waiter.
+func (c *Conn) failLocked(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	poke(c.rcvReady)
+	poke(c.sndReady)
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// pollLoop moves completions into the connection's state until Close. It
+// waits on the completion channel, which parks on the runtime poller.
+func (c *Conn) pollLoop() {
+	defer close(c.pollerDone)
+	for !c.stopping.Load() {
+		n, err := c.cq.Poll(c.wcs[:])
+		if err == nil && n == 0 {
+			if err = c.cq.ReqNotify(false); err == nil {
+				// Completions that arrived before arming produce no event.
+				n, err = c.cq.Poll(c.wcs[:])
+			}
+			if err == nil && n == 0 {
+				if _, err = c.cch.GetEvent(); err == nil {
+					if c.unacked++; c.unacked >= 64 {
+						c.cch.AckEvents(c.cq, c.unacked)
+						c.unacked = 0
+					}
+					continue
+				}
+			}
+		}
+		if err != nil {
+			c.mu.Lock()
+			if !c.closed {
+				c.failLocked(err)
+			}
+			c.mu.Unlock()
+			return
+		}
+		c.handle(c.wcs[:n])
+	}
+}
+
+// handle applies a batch of completions.
+func (c *Conn) handle(wcs []verbs.WC) {
+	var rcvChanged, sndChanged bool
+	var perr error
+	reposts := 0
+	c.mu.Lock()
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.WRID&recvWRID != 0 {
+			c.recvPosted--
+			rcvChanged = true
+			if wc.Status != verbs.WCSuccess {
+				c.failLocked(wcError(wc.Status))
+				continue
+			}
+			reposts++
+			if perr == nil && c.err == nil {
+				perr = c.recvLocked(wc, &sndChanged)
+			}
+			continue
+		}
+		seq := wc.WRID
+		if seq < c.sqDone || seq >= c.sqPosted {
+			c.failLocked(protoError("completion for a send that is not outstanding"))
+			continue
+		}
+		c.sqDone = seq + 1
+		c.sbHead = c.sqEnds[seq%uint64(len(c.sqEnds))]
+		sndChanged = true
+		if wc.Status != verbs.WCSuccess {
+			c.failLocked(wcError(wc.Status))
+		}
+	}
+	if perr != nil {
+		c.failLocked(perr)
+	}
+	if reposts > 0 && c.err == nil && !c.torn {
+		if err := c.qp.PostRecv(c.rwrs[:reposts]); err != nil {
+			c.failLocked(err)
+		} else {
+			c.recvPosted += reposts
+			c.recvOwed += reposts
+		}
+	}
+	c.creditLocked(false)
+	if rcvChanged {
+		poke(c.rcvReady)
+	}
+	if sndChanged {
+		poke(c.sndReady)
+	}
+	c.mu.Unlock()
+	if perr != nil {
+		// Tell the peer: it gets a disconnect, we keep our error.
+		_ = c.id.Disconnect()
+	}
+}
+
+// recvLocked applies one message from the peer. Every value in it is checked:
+// a peer that breaks the protocol gets its connection failed, nothing more.
+func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool) error {
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
+		return protoError("message without immediate data")
+	}
+	imm := wc.Imm
+	payload := uint64(imm & immPayload)
+	switch imm >> immKindShift {
+	case immKindData:
+		n := payload
+		if c.finRcvd {
+			return protoError("data after FIN")
+		}
+		if n == 0 || uint64(wc.ByteLen) != n {
+			return protoError("data length does not match the bytes written")
+		}
+		if c.rcvTail&c.ringMask+n > uint64(len(c.ring)) || c.rcvTail+n > c.rcvCredited+uint64(len(c.ring)) {
+			return protoError("data beyond the receive window")
+		}
+		c.rcvTail += n
+	case immKindCredit:
+		recvs := int(payload >> creditRecvShift)
+		bytes := (payload & creditBytesMax) << c.peer.shift
+		if wc.ByteLen != 0 || c.msgCredits+recvs > c.peer.recvDepth || bytes > c.sndTail-c.sndAcked {
+			return protoError("credit for more than was sent")
+		}
+		c.msgCredits += recvs
+		c.sndAcked += bytes
+		*sndChanged = true
+	case immKindCtl:
+		if payload != ctlFin || c.finRcvd || wc.ByteLen != 0 {
+			return protoError("unknown or repeated control message")
+		}
+		c.finRcvd = true
+	default:
+		return protoError("reserved message kind")
+	}
+	return nil
+}
+
+// wcError turns a failed completion into the connection's error.
+func wcError(s verbs.WCStatus) error {
+	switch s {
+	case verbs.WCWRFlushErr:
+		return errReset
+	case verbs.WCRetryExcErr:
+		return errRetry
+	case verbs.WCRNRRetryExcErr:
+		return errRNR
+	}
+	return &connError{"work completion failed: " + s.String(), syscall.EIO}
+}
+
+// cmLoop watches the connection manager's events and probes an idle
+// connection every KeepAlive; it waits on the event channel, which parks on
+// the runtime poller.
+func (c *Conn) cmLoop() {
+	defer close(c.cmDone)
+	for {
+		var dl time.Time
+		if c.cfg.KeepAlive > 0 {
+			dl = time.Now().Add(c.cfg.KeepAlive)
+		}
+		ev, err := c.ech.GetEvent(dl)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.keepalive()
+			continue
+		}
+		if err != nil {
+			return
+		}
+		switch ev.Type {
+		case verbs.EventDisconnected, verbs.EventDeviceRemoval:
+			// The QP is in error and its receives flush, which wakes the
+			// poller; a probe makes sure of it even with none outstanding.
+			c.mu.Lock()
+			if !c.closed && !c.torn {
+				if c.postProbeLocked() != nil && !c.finRcvd {
+					c.failLocked(errReset)
+				}
+			}
+			c.mu.Unlock()
+		}
+	}
+}
+
+// keepalive probes the peer when nothing is outstanding on the send queue (if
+// something is, the transport's retry timeout already watches the peer).
+func (c *Conn) keepalive() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed && !c.torn && c.err == nil && c.sqPosted == c.sqDone && c.sqReserved == 0 {
+		if err := c.postProbeLocked(); err != nil {
+			c.failLocked(err)
+		}
+	}
+}
+
+// CloseWrite shuts down the sending side, as (*net.TCPConn).CloseWrite does:
+// the peer reads what was written, then io.EOF; reading goes on.
+func (c *Conn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		switch {
+		case c.closed:
+			return c.opErr("close", net.ErrClosed)
+		case c.finSent:
+			return nil
+		case c.err != nil:
+			return c.opErr("close", c.err)
+		}
+		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+			if err := c.sendFinLocked(); err != nil {
+				c.failLocked(err)
+				return c.opErr("close", err)
+			}
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.sndReady:
+		case <-c.closedCh:
+		}
+		c.mu.Lock()
+	}
+}
+
+// Close closes the connection. Bytes already written are delivered (within
+// HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
+// return net.ErrClosed.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	}
+	c.closed = true
+	close(c.closedCh)
+	c.mu.Unlock()
+	// Wait for Reads and Writes in progress to leave the buffers.
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.drain()
+	_ = c.id.Disconnect()
+	c.stopPoller()
+	c.releaseVerbs()
+	c.id.Destroy()
+	c.ech.Close() // ends cmLoop
+	<-c.cmDone
+	c.rdl.stop()
+	c.wdl.stop()
+	return nil
+}
+
+// drain posts the FIN and waits until every posted send has completed, so
+// that the disconnect that follows loses nothing.
+func (c *Conn) drain() {
+	var timer *time.Timer
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.err == nil {
+		switch {
+		case !c.finSent:
+			if c.sqPosted-c.sqDone < c.sqDepth {
+				if c.sendFinLocked() != nil {
+					return
+				}
+				continue
+			}
+		case c.sqDone == c.sqPosted:
+			return
+		case c.unsignaled > 0:
+			// The last send is unsignaled: nothing would report it.
+			if c.postProbeLocked() != nil {
+				return
+			}
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(c.cfg.HandshakeTimeout)
+			defer timer.Stop()
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.sndReady:
+			c.mu.Lock()
+		case <-timer.C:
+			c.mu.Lock()
+			return
+		}
+	}
+}
+
+// stopPoller ends pollLoop: after the disconnect the QP is in error, so a
+// probe completes at once (flushed) and wakes it.
+func (c *Conn) stopPoller() {
+	c.stopping.Store(true)
+	c.mu.Lock()
+	err := c.postProbeLocked()
+	c.mu.Unlock()
+	if err == nil {
+		t := time.NewTimer(2 * time.Second)
+		defer t.Stop()
+		select {
+		case <-c.pollerDone:
+			return
+		case <-t.C:
+		}
+	}
+	// No completion is coming: closing the channel ends GetEvent.
+	c.cch.Close()
+	<-c.pollerDone
+}
+
+// releaseVerbs destroys the verbs objects newConn created, in the order the
+// verbs require.
+func (c *Conn) releaseVerbs() {
+	c.mu.Lock()
+	c.torn = true
+	c.mu.Unlock()
+	if c.qp != nil {
+		c.qp.Destroy()
+	}
+	if c.cq != nil {
+		if c.unacked > 0 {
+			c.cch.AckEvents(c.cq, c.unacked)
+			c.unacked = 0
+		}
+		c.cq.Destroy()
+	}
+	if c.cch != nil {
+		c.cch.Close()
+	}
+	if c.sendMR != nil {
+		c.sendMR.Dereg()
+	}
+	if c.ringMR != nil {
+		c.ringMR.Dereg()
+	}
+	if c.pd != nil {
+		c.pd.Dealloc()
+	}
+	if c.mem != nil {
+		c.mem.Free()
+	}
+}
+
+// LocalAddr returns the local address.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// Provider names the verbs provider that carries the connection: "soft" or
+// "rdmacore".
+func (c *Conn) Provider() string { return c.provider }
+
+// SetDeadline sets the read and write deadlines.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if err := c.checkOpen("set deadline"); err != nil {
+		return err
+	}
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Reads, pending ones included.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if err := c.checkOpen("set read deadline"); err != nil {
+		return err
+	}
+	c.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for Writes, pending ones included.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if err := c.checkOpen("set write deadline"); err != nil {
+		return err
+	}
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *Conn) checkOpen(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.opErr(op, net.ErrClosed)
+	}
+	return nil
+}
+
+func (c *Conn) opErr(op string, err error) error {
+	var src, dst net.Addr
+	if c.laddr != nil {
+		src = c.laddr
+	}
+	if c.raddr != nil {
+		dst = c.raddr
+	}
+	return opError(op, src, dst, err)
+}

@@ -1,0 +1,71 @@
+package rdma
+
+import (
+	"sync"
+	"time"
+)
+
+// deadline is one direction's deadline, modelled on net.Pipe's: a channel
+// that is closed once the deadline passes, remade when the deadline is moved.
+// Waiting on it allocates nothing; only SetDeadline does.
+type deadline struct {
+	mu     sync.Mutex
+	timer  *time.Timer
+	cancel chan struct{} // closed when the deadline has passed
+}
+
+func makeDeadline() deadline { return deadline{cancel: make(chan struct{})} }
+
+// set moves the deadline to t; the zero time means none.
+func (d *deadline) set(t time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil && !d.timer.Stop() {
+		<-d.cancel // the timer fired; wait for its close to be visible
+	}
+	d.timer = nil
+	closed := isClosed(d.cancel)
+	if t.IsZero() {
+		if closed {
+			d.cancel = make(chan struct{})
+		}
+		return
+	}
+	if dur := time.Until(t); dur > 0 {
+		if closed {
+			d.cancel = make(chan struct{})
+		}
+		cancel := d.cancel
+		d.timer = time.AfterFunc(dur, func() { close(cancel) })
+		return
+	}
+	if !closed {
+		close(d.cancel)
+	}
+}
+
+// wait returns a channel that is closed once the deadline has passed.
+func (d *deadline) wait() chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cancel
+}
+
+// stop releases the timer.
+func (d *deadline) stop() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+		d.timer = nil
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}

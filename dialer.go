@@ -1,0 +1,255 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Dialer holds options for connecting to an RDMA listener. The zero value
+// is ready to use.
+type Dialer struct {
+	// Timeout bounds the whole connect (address and route resolution, the
+	// handshake); zero means no bound beyond the context's.
+	Timeout time.Duration
+	// LocalAddr is the local address to connect from (*Addr or
+	// *net.TCPAddr); nil picks one.
+	LocalAddr net.Addr
+	// Config tunes the connection; nil means defaults.
+	Config *Config
+}
+
+// Dial connects to the RDMA listener at address ("host:port") on network
+// "rdma", "rdma4", "rdma6" (or their "tcp" aliases).
+func Dial(network, address string) (net.Conn, error) {
+	var d Dialer
+	return d.Dial(network, address)
+}
+
+// Dial connects to address; see the package function Dial.
+func (d *Dialer) Dial(network, address string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, address)
+}
+
+// resolveTimeout bounds address and route resolution when nothing else does.
+const resolveTimeout = 5 * time.Second
+
+// DialContext connects to address. ctx bounds the connect; once connected,
+// ctx no longer matters. The result is a *Conn.
+func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := d.dial(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+	var laddr, raddr net.Addr
+	if d.LocalAddr != nil {
+		laddr = d.LocalAddr
+	}
+	if ctx == nil {
+		panic("rdma: nil context")
+	}
+	fail := func(err error) (*Conn, error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			err = mapCtxErr(ctx, err)
+		}
+		return nil, opError("dial", laddr, raddr, err)
+	}
+	tcpNet, err := tcpNetwork(network)
+	if err != nil {
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	rt, err := resolveTCP(ctx, tcpNet, address)
+	if err != nil {
+		return fail(err)
+	}
+	raddr = fromTCPAddr(rt)
+	src, err := toTCPAddr(d.LocalAddr)
+	if err != nil {
+		return fail(err)
+	}
+	cfg := d.Config.withDefaults()
+	prov, err := chooseProvider(cfg.Provider)
+	if err != nil {
+		return fail(err)
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	c, err := connect(ctx, prov, src, rt, cfg)
+	if err != nil {
+		return fail(err)
+	}
+	return c, nil
+}
+
+// resolveTCP resolves address as net.Dial would, honouring ctx.
+func resolveTCP(ctx context.Context, network, address string) (*net.TCPAddr, error) {
+	host, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	if host == "" {
+		// As net.Dial: an empty host is the local system.
+		return net.ResolveTCPAddr(network, address)
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return net.ResolveTCPAddr(network, address)
+	}
+	ips, err := net.DefaultResolver.LookupIP(ctx, map[string]string{"tcp": "ip", "tcp4": "ip4", "tcp6": "ip6"}[network], host)
+	if err != nil {
+		return nil, err
+	}
+	p, err := net.DefaultResolver.LookupPort(ctx, network, port)
+	if err != nil {
+		return nil, err
+	}
+	return &net.TCPAddr{IP: ips[0], Port: p}, nil
+}
+
+// connect runs the active side of the connection manager's handshake.
+func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	id, err := ech.CreateID()
+	if err != nil {
+		ech.Close()
+		return nil, err
+	}
+	var c *Conn
+	ok := false
+	defer func() {
+		if !ok {
+			if c != nil {
+				c.releaseVerbs()
+			}
+			id.Destroy()
+			ech.Close()
+		}
+	}()
+	wait := func(want verbs.CMEventType) (verbs.CMEvent, error) {
+		ev, err := waitEvent(ctx, ech)
+		if err != nil {
+			return ev, err
+		}
+		if ev.Type != want {
+			return ev, eventError(ev)
+		}
+		return ev, nil
+	}
+	if err := id.ResolveAddr(src, dst, stepTimeout(ctx)); err != nil {
+		return nil, err
+	}
+	if _, err := wait(verbs.EventAddrResolved); err != nil {
+		return nil, err
+	}
+	if err := id.ResolveRoute(stepTimeout(ctx)); err != nil {
+		return nil, err
+	}
+	if _, err := wait(verbs.EventRouteResolved); err != nil {
+		return nil, err
+	}
+	if c, err = newConn(prov.Name(), ech, id, cfg); err != nil {
+		return nil, err
+	}
+	h := c.hello()
+	if err := id.Connect(&verbs.ConnParam{PrivateData: h.marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		return nil, err
+	}
+	ev, err := wait(verbs.EventEstablished)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := parseHello(ev.Param.PrivateData)
+	if err == nil && peer.version != protoVersion {
+		err = fmt.Errorf("%w: the listener answered with version %d", errHello, peer.version)
+	}
+	if err != nil {
+		id.Disconnect()
+		return nil, err
+	}
+	c.setPeer(peer)
+	c.start()
+	ok = true
+	return c, nil
+}
+
+// stepTimeout is the timeout for one resolution step.
+func stepTimeout(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return max(time.Until(dl), time.Millisecond)
+	}
+	return resolveTimeout
+}
+
+// waitEvent waits for the next connection manager event, or for ctx.
+func waitEvent(ctx context.Context, ech verbs.EventChannel) (verbs.CMEvent, error) {
+	for {
+		// GetEvent takes a deadline, not a context: wait in slices so that a
+		// cancellation is seen promptly.
+		dl := time.Now().Add(100 * time.Millisecond)
+		if cd, ok := ctx.Deadline(); ok && cd.Before(dl) {
+			dl = cd
+		}
+		ev, err := ech.GetEvent(dl)
+		if err == nil {
+			return ev, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return ev, err
+		}
+		if err := ctx.Err(); err != nil {
+			return ev, err
+		}
+	}
+}
+
+// eventError turns an unexpected connection manager event into an error.
+func eventError(ev verbs.CMEvent) error {
+	switch ev.Type {
+	case verbs.EventRejected:
+		switch parseReject(ev.Param.PrivateData) {
+		case rejectBadHello:
+			return &connError{"the listener refused the handshake (malformed or unsupported version)", syscall.ECONNREFUSED}
+		case rejectNoRes:
+			return &connError{"the listener could not set up the connection", syscall.ECONNREFUSED}
+		}
+		return syscall.ECONNREFUSED
+	case verbs.EventUnreachable:
+		return syscall.EHOSTUNREACH
+	case verbs.EventAddrError, verbs.EventRouteError, verbs.EventConnectError:
+		if ev.Status != 0 {
+			errno := syscall.Errno(ev.Status)
+			if ev.Status < 0 {
+				errno = syscall.Errno(-ev.Status)
+			}
+			return fmt.Errorf("rdma: %v: %w", ev.Type, errno)
+		}
+		return fmt.Errorf("rdma: %v", ev.Type)
+	}
+	return fmt.Errorf("rdma: unexpected connection manager event %v", ev.Type)
+}
+
+// mapCtxErr returns what net.Dial returns for a context that ended.
+func mapCtxErr(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return os.ErrDeadlineExceeded // net.Dial's timeout error satisfies this too
+	}
+	return err
+}

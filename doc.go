@@ -1,0 +1,38 @@
+// Package rdma makes RDMA ordinary Go networking: Dial and Listen return a
+// net.Conn and a net.Listener carried by an RDMA reliable connection (an RC
+// queue pair) over pre-registered memory, so that anything written against
+// net.Conn (hashicorp/yamux, net/http, gRPC, crypto/tls) runs over RDMA
+// unchanged.
+//
+// The bytes move through the verbs API (package verbs) of whichever provider
+// is chosen: "rdmacore" for real devices (InfiniBand, RoCE, iWARP, Soft-RoCE)
+// and "soft", a pure-Go emulation over TCP that runs anywhere. Config.Provider
+// picks one, else the RDMA_PROVIDER environment variable, else the automatic
+// choice: rdmacore when a device with an active port exists, soft otherwise.
+// Conn.Provider says which carries a connection.
+//
+// # Wire protocol
+//
+// Each side of a connection registers a receive ring (Config.RingSize bytes,
+// remote-writable) and tells the peer its address, rkey and size in the
+// connection manager's private data, together with a protocol version and the
+// number of receive work requests it keeps posted. A Write copies the caller's
+// bytes into a registered send buffer (or, when small, posts them inline) and
+// RDMA-writes them with immediate data into the next free bytes of the peer's
+// ring; the immediate value says how many bytes landed. The ring is consumed
+// strictly in order, so no offsets travel. The receiver returns credit for
+// ring bytes that Read has consumed and for the receive work requests it has
+// reposted, in batches (when a quarter of the window is used), as a
+// zero-length RDMA write with immediate. Sends are unsignaled but for one in
+// every few and every one posted while resources run low; completions are
+// polled in batches into a reused array. A half-close travels as a FIN
+// control message, so that the peer reads everything sent before it and then
+// io.EOF. An idle connection posts a zero-length RDMA write every
+// Config.KeepAlive, so that a peer that died silently is detected through the
+// transport's retry timeout.
+//
+// No OS thread waits per connection: a connection's completion goroutine
+// waits on its completion channel and its connection-manager goroutine on its
+// event channel, both of which park on Go's runtime poller. Steady-state Read
+// and Write allocate nothing.
+package rdma

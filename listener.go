@@ -1,0 +1,255 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// ListenConfig holds options for listening.
+type ListenConfig struct {
+	// Config tunes accepted connections; nil means defaults.
+	Config *Config
+}
+
+// Listener accepts RDMA connections. *Listener implements net.Listener.
+type Listener struct {
+	provider string
+	cfg      Config
+	ech      verbs.EventChannel
+	id       verbs.CMID
+	addr     *Addr
+
+	ready     chan *Conn    // established connections waiting for Accept
+	done      chan struct{} // closed by Close
+	ctx       context.Context
+	cancel    context.CancelFunc // ends handshakes in progress
+	closeOnce sync.Once
+	slots     chan struct{} // bounds handshakes in progress
+	wg        sync.WaitGroup
+}
+
+// listenBacklog is the connection manager backlog and the number of
+// established connections that may wait for Accept.
+const listenBacklog = 128
+
+// maxHandshakes bounds connection requests being set up at once; more are
+// rejected, as a full backlog refuses them.
+const maxHandshakes = 64
+
+// Listen announces on the local address ("host:port"; port 0 picks one) on
+// network "rdma", "rdma4", "rdma6" (or their "tcp" aliases).
+func Listen(network, address string) (net.Listener, error) {
+	var lc ListenConfig
+	return lc.Listen(context.Background(), network, address)
+}
+
+// Listen announces on the local address; see the package function Listen.
+// The result is a *Listener.
+func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
+	l, err := lc.listen(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*Listener, error) {
+	fail := func(la net.Addr, err error) (*Listener, error) {
+		return nil, opError("listen", la, nil, err)
+	}
+	tcpNet, err := tcpNetwork(network)
+	if err != nil {
+		return fail(nil, err)
+	}
+	ta, err := resolveTCP(ctx, tcpNet, address)
+	if err != nil {
+		return fail(nil, err)
+	}
+	la := fromTCPAddr(ta)
+	cfg := lc.Config.withDefaults()
+	prov, err := chooseProvider(cfg.Provider)
+	if err != nil {
+		return fail(la, err)
+	}
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		return fail(la, err)
+	}
+	id, err := ech.CreateID()
+	if err != nil {
+		ech.Close()
+		return fail(la, err)
+	}
+	if err := id.BindAddr(ta); err != nil {
+		id.Destroy()
+		ech.Close()
+		return fail(la, err)
+	}
+	if err := id.Listen(listenBacklog); err != nil {
+		id.Destroy()
+		ech.Close()
+		return fail(la, err)
+	}
+	l := &Listener{
+		provider: prov.Name(),
+		cfg:      cfg,
+		ech:      ech,
+		id:       id,
+		addr:     fromTCPAddr(id.LocalAddr()),
+		ready:    make(chan *Conn, listenBacklog),
+		done:     make(chan struct{}),
+		slots:    make(chan struct{}, maxHandshakes),
+	}
+	if l.addr == nil {
+		l.addr = la
+	}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.loop(prov)
+	return l, nil
+}
+
+// Accept waits for and returns the next connection (a *Conn).
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.AcceptRDMA()
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// AcceptRDMA waits for and returns the next connection.
+func (l *Listener) AcceptRDMA() (*Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		return nil, opError("accept", l.addr, nil, net.ErrClosed)
+	}
+}
+
+// Close stops listening. A pending Accept returns net.ErrClosed; connections
+// already accepted stay open.
+func (l *Listener) Close() error {
+	err := error(net.ErrClosed)
+	l.closeOnce.Do(func() {
+		err = nil
+		close(l.done)
+		l.cancel()
+		l.id.Destroy()
+		l.ech.Close() // ends loop
+		l.wg.Wait()
+		for {
+			select {
+			case c := <-l.ready:
+				c.Close()
+				continue
+			default:
+			}
+			break
+		}
+	})
+	if err != nil {
+		return opError("close", l.addr, nil, err)
+	}
+	return nil
+}
+
+// Addr returns the listener's address.
+func (l *Listener) Addr() net.Addr { return l.addr }
+
+// Provider names the verbs provider the listener accepts on.
+func (l *Listener) Provider() string { return l.provider }
+
+// loop receives connection requests and hands each to a handshake goroutine,
+// so that a slow or silent peer never holds up the others.
+func (l *Listener) loop(prov verbs.Provider) {
+	defer l.wg.Done()
+	for {
+		ev, err := l.ech.GetEvent(time.Time{})
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			return
+		}
+		if ev.Type != verbs.EventConnectRequest || ev.ID == nil {
+			continue // events of requests not yet migrated, e.g. a peer that gave up
+		}
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			ev.ID.Reject(marshalReject(rejectNoRes))
+			ev.ID.Destroy()
+			continue
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-l.slots }()
+			l.handshake(prov, ev)
+		}()
+	}
+}
+
+// handshake runs the passive side for one connection request.
+func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
+	id := ev.ID
+	peer, err := parseHello(ev.Param.PrivateData)
+	if err != nil {
+		id.Reject(marshalReject(rejectBadHello))
+		id.Destroy()
+		return
+	}
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		id.Reject(marshalReject(rejectNoRes))
+		id.Destroy()
+		return
+	}
+	if err := id.Migrate(ech); err != nil {
+		id.Reject(marshalReject(rejectNoRes))
+		id.Destroy()
+		ech.Close()
+		return
+	}
+	c, err := newConn(prov.Name(), ech, id, l.cfg)
+	if err != nil {
+		id.Reject(marshalReject(rejectNoRes))
+		id.Destroy()
+		ech.Close()
+		return
+	}
+	abort := func() {
+		c.releaseVerbs()
+		id.Destroy()
+		ech.Close()
+	}
+	c.setPeer(peer)
+	h := c.hello()
+	h.version = min(peer.version, protoVersion)
+	if err := id.Accept(&verbs.ConnParam{PrivateData: h.marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		abort()
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
+	est, err := waitEvent(ctx, ech)
+	cancel()
+	if err != nil || est.Type != verbs.EventEstablished {
+		id.Disconnect()
+		abort()
+		return
+	}
+	c.start()
+	select {
+	case l.ready <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
