@@ -44,6 +44,15 @@ type Config struct {
 	// timeout. Default 2 s; negative disables the probe.
 	KeepAlive time.Duration
 
+	// PollTime is how long a Read or Write that would block busy-polls the
+	// completion queue before it sleeps, so that a peer that answers within
+	// it is seen without waking the connection's completion goroutine. It
+	// pays off with rdmacore, whose completions arrive by DMA; with soft,
+	// whose completions come from a goroutine woken by the network poller,
+	// polling only competes with that goroutine for the CPU. Zero or
+	// negative: never poll (the default).
+	PollTime time.Duration
+
 	// HandshakeTimeout bounds how long a listener waits for an incoming
 	// connection to become established after its request arrived, and how
 	// long Close waits for outstanding sends to drain. Default 10 s.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -53,6 +54,8 @@ type Conn struct {
 		recvDepth int
 	}
 	shift uint // byte-credit unit of our ring
+
+	pollMu sync.Mutex // serialises polling the CQ and applying the batch
 
 	rmu sync.Mutex // serialises Read
 	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
@@ -257,6 +260,7 @@ func (c *Conn) tuneQP() {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	spun := false
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -299,6 +303,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, nil
 		}
 		c.mu.Unlock()
+		if !spun {
+			spun = true
+			if c.spin() {
+				continue
+			}
+		}
 		select {
 		case <-c.rcvReady:
 		case <-c.rdl.wait():
@@ -314,6 +324,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	sent := 0
+	spun := false
 	for {
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
@@ -327,6 +338,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
 			c.mu.Unlock()
+			if !spun {
+				spun = true
+				if c.spin() {
+					continue
+				}
+			}
 			select {
 			case <-c.sndReady:
 			case <-c.wdl.wait():
@@ -530,11 +547,11 @@ func poke(ch chan struct{}) {
 func (c *Conn) pollLoop() {
 	defer close(c.pollerDone)
 	for !c.stopping.Load() {
-		n, err := c.cq.Poll(c.wcs[:])
+		n, err := c.pollBatch()
 		if err == nil && n == 0 {
 			if err = c.cq.ReqNotify(false); err == nil {
 				// Completions that arrived before arming produce no event.
-				n, err = c.cq.Poll(c.wcs[:])
+				n, err = c.pollBatch()
 			}
 			if err == nil && n == 0 {
 				if _, err = c.cch.GetEvent(); err == nil {
@@ -554,7 +571,46 @@ func (c *Conn) pollLoop() {
 			c.mu.Unlock()
 			return
 		}
+	}
+}
+
+// pollBatch polls one batch of completions and applies it. Polling and
+// applying are one step under pollMu, so that batches apply in order
+// whichever goroutine polls.
+func (c *Conn) pollBatch() (int, error) {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	n, err := c.cq.Poll(c.wcs[:])
+	if n > 0 {
 		c.handle(c.wcs[:n])
+	}
+	return n, err
+}
+
+// spin busy-polls the completion queue for up to PollTime on behalf of a
+// Read or Write that would otherwise sleep: when the peer answers within
+// that time, the caller goes on without two goroutine hand-offs (completion
+// goroutine, then caller). It reports whether any completion was applied.
+func (c *Conn) spin() bool {
+	if c.cfg.PollTime <= 0 {
+		return false
+	}
+	start := time.Now()
+	for {
+		if c.pollMu.TryLock() {
+			n, err := c.cq.Poll(c.wcs[:])
+			if n > 0 {
+				c.handle(c.wcs[:n])
+			}
+			c.pollMu.Unlock()
+			if n > 0 || err != nil {
+				return true
+			}
+		}
+		if time.Since(start) >= c.cfg.PollTime {
+			return false
+		}
+		runtime.Gosched()
 	}
 }
 
