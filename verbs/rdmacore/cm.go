@@ -3,7 +3,6 @@
 package rdmacore
 
 import (
-	"errors"
 	"net"
 	"os"
 	"sync"
@@ -25,22 +24,27 @@ func lookupID(p idPtr) *cmid {
 	return ids[p]
 }
 
-// eventChannel is a verbs.EventChannel whose descriptor parks waiters on Go's
-// runtime poller. Closing it unblocks waiters at once; the C channel itself
-// is destroyed when its last ID is, since librdmacm's IDs keep using it.
+// eventChannel is a verbs.EventChannel. A goroutine per channel (parked on
+// Go's runtime poller, never an OS thread) takes librdmacm's events as they
+// come, copies and acknowledges them, and queues them for GetEvent. Taking
+// them eagerly is what lets the channel answer a peer's disconnect at once,
+// as the verbs contract says (see answerDisconnect).
+//
+// Closing the channel stops the goroutine and unblocks GetEvent; the C
+// channel itself is destroyed when its last ID is, since librdmacm's IDs
+// keep using it.
 type eventChannel struct {
-	p   ecPtr
-	w   *fdWaiter
-	out cmEvOutPtr // C out-parameter of rdma_get_cm_event
-
-	getMu  sync.Mutex // serialises GetEvent (try and its results)
-	try    func(uintptr) bool
-	gotEv  cmEventPtr
-	gotErr syscall.Errno
+	p    ecPtr
+	w    *fdWaiter
+	out  cmEvOutPtr // C out-parameter of rdma_get_cm_event, the pump's alone
+	done chan struct{}
 
 	mu     sync.Mutex
+	q      []verbs.CMEvent
+	wake   chan struct{} // a token when q becomes non-empty
+	closed chan struct{}
+	dead   bool
 	nids   int // IDs on this channel
-	closed bool
 	freed  bool
 }
 
@@ -56,21 +60,55 @@ func newEventChannel() (*eventChannel, error) {
 		rdmaDestroyEventChannel(p)
 		return nil, err
 	}
-	c := &eventChannel{p: p, w: w, out: allocCMEventOut()}
-	c.try = c.tryGet
+	c := &eventChannel{p: p, w: w, out: allocCMEventOut(), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	go c.pump()
 	return c, nil
 }
 
-func (c *eventChannel) tryGet(uintptr) bool {
-	c.gotEv, c.gotErr = rdmaGetCMEvent(c.p, c.out)
-	return c.gotErr != syscall.EAGAIN
+// pump moves events from librdmacm to the Go queue until the channel closes.
+func (c *eventChannel) pump() {
+	defer close(c.done)
+	var ev cmEventPtr
+	var errno syscall.Errno
+	try := func(uintptr) bool {
+		ev, errno = rdmaGetCMEvent(c.p, c.out)
+		return errno != syscall.EAGAIN
+	}
+	for {
+		if err := c.w.wait(try); err != nil {
+			return
+		}
+		if errno != 0 {
+			// Only a broken channel fails here; say so to the waiters.
+			c.push(verbs.CMEvent{Type: verbs.EventDeviceRemoval, Status: int(errno)})
+			return
+		}
+		if e, ok := c.deliver(ev); ok {
+			c.push(e)
+		}
+	}
+}
+
+func (c *eventChannel) push(ev verbs.CMEvent) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.q = append(c.q, ev)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 // CreateID is rdma_create_id with RDMA_PS_TCP.
 func (c *eventChannel) CreateID() (verbs.CMID, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.dead {
 		return nil, verbs.ErrClosed
 	}
 	p, errno := rdmaCreateID(c.p)
@@ -90,32 +128,43 @@ func (c *eventChannel) adoptLocked(p idPtr) *cmid {
 	return id
 }
 
-// GetEvent is rdma_get_cm_event. The event is copied into Go memory (private
-// data included) and acknowledged before it is returned.
+// GetEvent returns the next event, waiting until the deadline (zero: none).
 func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
-	c.getMu.Lock()
-	defer c.getMu.Unlock()
+	var timer <-chan time.Time
 	for {
 		c.mu.Lock()
-		closed := c.closed
-		c.mu.Unlock()
-		if closed {
+		if c.dead {
+			c.mu.Unlock()
 			return verbs.CMEvent{}, verbs.ErrClosed
 		}
-		if err := c.w.setDeadline(deadline); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return verbs.CMEvent{}, verbs.ErrClosed
+		if len(c.q) > 0 {
+			ev := c.q[0]
+			c.q[0] = verbs.CMEvent{}
+			c.q = c.q[1:]
+			if len(c.q) > 0 {
+				select {
+				case c.wake <- struct{}{}:
+				default:
+				}
 			}
-			return verbs.CMEvent{}, err
-		}
-		if err := c.w.wait(c.try); err != nil {
-			return verbs.CMEvent{}, err
-		}
-		if c.gotErr != 0 {
-			return verbs.CMEvent{}, &verbs.Error{Op: "rdma_get_cm_event", Errno: c.gotErr}
-		}
-		if ev, ok := c.deliver(c.gotEv); ok {
+			c.mu.Unlock()
 			return ev, nil
+		}
+		c.mu.Unlock()
+		if !deadline.IsZero() && timer == nil {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return verbs.CMEvent{}, os.ErrDeadlineExceeded
+			}
+			t := time.NewTimer(d)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-c.wake:
+		case <-c.closed:
+		case <-timer:
+			return verbs.CMEvent{}, os.ErrDeadlineExceeded
 		}
 	}
 }
@@ -147,10 +196,13 @@ func (c *eventChannel) deliver(p cmEventPtr) (verbs.CMEvent, bool) {
 		return ev, false
 	}
 	ev.ID = id
-	if raw.typ == verbs.EventRejected && ev.Status < 0 {
-		// librdmacm reports some rejects as negative errnos (-ETIMEDOUT when
-		// the peer does not answer): keep the errno positive, as documented.
+	if ev.Status < 0 {
+		// librdmacm reports some failures as negative errnos (-ETIMEDOUT
+		// when the peer does not answer): keep errnos positive.
 		ev.Status = -ev.Status
+	}
+	if raw.typ == verbs.EventDisconnected {
+		id.answerDisconnect()
 	}
 	return ev, true
 }
@@ -159,15 +211,16 @@ func (c *eventChannel) deliver(p cmEventPtr) (verbs.CMEvent, bool) {
 // destroyed now if no ID uses it, else when the last ID is destroyed.
 func (c *eventChannel) Close() error {
 	c.mu.Lock()
-	if c.closed {
+	if c.dead {
 		c.mu.Unlock()
 		return verbs.ErrClosed
 	}
-	c.closed = true
+	c.dead = true
+	c.q = nil
+	close(c.closed)
 	c.mu.Unlock()
-	c.w.close() // waits until no waiter is inside rdma_get_cm_event
-	c.getMu.Lock()
-	defer c.getMu.Unlock()
+	c.w.close()
+	<-c.done // the pump is out of rdma_get_cm_event for good
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.maybeFreeLocked()
@@ -175,7 +228,7 @@ func (c *eventChannel) Close() error {
 }
 
 func (c *eventChannel) maybeFreeLocked() {
-	if c.closed && c.nids == 0 && !c.freed {
+	if c.dead && c.nids == 0 && !c.freed {
 		c.freed = true
 		rdmaDestroyEventChannel(c.p)
 		freeCMEventOut(c.out)
@@ -196,6 +249,9 @@ type cmid struct {
 	ch   *eventChannel
 	qp   *queuePair
 	dead bool
+	// disconnected: rdma_disconnect was called, by Disconnect or by
+	// answerDisconnect.
+	disconnected bool
 }
 
 var _ verbs.CMID = (*cmid)(nil)
@@ -399,12 +455,37 @@ func (id *cmid) Reject(privateData []byte) error {
 	return id.op("rdma_reject", rdmaReject(id.p, privateData))
 }
 
+// Disconnect is rdma_disconnect: the QP moves to ERR (outstanding WRs
+// flush) and the peer hears of it. Disconnecting twice is not an error.
 func (id *cmid) Disconnect() error {
 	defer id.mu.Unlock()
 	if !id.live() {
 		return verbs.ErrClosed
 	}
-	return id.op("rdma_disconnect", rdmaDisconnect(id.p))
+	if id.disconnected {
+		return nil
+	}
+	if err := id.op("rdma_disconnect", rdmaDisconnect(id.p)); err != nil {
+		return err
+	}
+	id.disconnected = true
+	return nil
+}
+
+// answerDisconnect runs when the peer disconnected. On the IB CM (and RoCE)
+// librdmacm leaves the local QP in RTS and the peer waits for a DREP, which
+// rdma_disconnect sends, before it reports its own DISCONNECTED: without an
+// answer it waits for the DREQ to time out (about 100 s on rxe). The verbs
+// contract has both sides hear of a disconnect and both QPs flush, so the
+// provider answers for the application, as every librdmacm program does.
+func (id *cmid) answerDisconnect() {
+	defer id.mu.Unlock()
+	if !id.live() || id.disconnected {
+		return
+	}
+	if rdmaDisconnect(id.p) == 0 {
+		id.disconnected = true
+	}
 }
 
 // Migrate is rdma_migrate_id: future events of the ID arrive on ch.
@@ -421,7 +502,7 @@ func (id *cmid) Migrate(ch verbs.EventChannel) error {
 		return nil
 	}
 	nc.mu.Lock()
-	if nc.closed {
+	if nc.dead {
 		nc.mu.Unlock()
 		return verbs.ErrClosed
 	}
