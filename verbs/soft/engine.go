@@ -328,22 +328,27 @@ func (q *qp) receive() error {
 		tr       = q.tr
 		rdWakeup bool
 	)
-	for {
-		if owed > 0 && tr.idle() {
-			if rdWakeup {
-				// A consumer was just woken; let it run first so that its
-				// reply carries the ACK and no standalone one is needed.
-				runtime.Gosched()
-				rdWakeup = false
-			}
-			q.mu.Lock()
-			if q.lastAckSent != q.ackable() {
-				q.ackWanted = true
-				q.kick()
-			}
-			q.mu.Unlock()
-			owed = 0
+	// Out of input: acknowledge what executed (coalesced ACK).
+	tr.setIdle(func() {
+		if owed == 0 {
+			return
 		}
+		if rdWakeup {
+			// A consumer was just woken; let it run first so that its
+			// reply carries the ACK and no standalone one is needed.
+			runtime.Gosched()
+			rdWakeup = false
+		}
+		q.mu.Lock()
+		if q.lastAckSent != q.ackable() {
+			q.ackWanted = true
+			q.kick()
+		}
+		q.mu.Unlock()
+		owed = 0
+	})
+	defer tr.setIdle(nil)
+	for {
 		if err := tr.readHeader(&hb); err != nil {
 			if gotDisc && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
 				return nil

@@ -30,6 +30,8 @@ type tcpTransport struct {
 	rn     int
 	rerr   error
 	readFn func(fd uintptr) bool
+	onIdle func()
+	idled  bool
 
 	// Write side, used by one goroutine at a time.
 	wiov    []unix.Iovec
@@ -73,6 +75,12 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 			continue
 		case unix.EAGAIN:
 			if t.rwait {
+				if t.onIdle != nil && !t.idled {
+					// Input that arrives meanwhile marks the fd ready, so
+					// the poller does not park us past it.
+					t.idled = true
+					t.onIdle()
+				}
 				return false
 			}
 			t.rn = 0
@@ -94,7 +102,7 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 			t.rcnt++
 		}
 	}
-	t.rwait, t.rn, t.rerr = wait, 0, nil
+	t.rwait, t.rn, t.rerr, t.idled = wait, 0, nil, false
 	err := t.rc.Read(t.readFn)
 	t.riov[0].Base, t.riov[1].Base = nil, nil
 	if err != nil {
@@ -166,15 +174,7 @@ func (t *tcpTransport) discard(n int) error {
 	return nil
 }
 
-func (t *tcpTransport) idle() bool {
-	if t.w > t.r {
-		return false
-	}
-	t.r, t.w = 0, 0
-	n, err := t.readv(nil, t.buf, false)
-	t.w = n
-	return n == 0 && err == nil
-}
+func (t *tcpTransport) setIdle(f func()) { t.onIdle = f }
 
 func (t *tcpTransport) doWrite(fd uintptr) bool {
 	for t.widx < len(t.wbufs) {

@@ -26,9 +26,11 @@ type transport interface {
 	readPayload(dst []byte) error
 	// discard skips the next n bytes.
 	discard(n int) error
-	// idle reports whether nothing more has arrived: the next read would
-	// block. The engine flushes coalesced acknowledgements when it does.
-	idle() bool
+	// setIdle installs a hook that the read methods call when they are
+	// about to block for lack of input (once per wait). The engine flushes
+	// coalesced acknowledgements there, so that the check costs no extra
+	// system call.
+	setIdle(f func())
 	// writev writes the buffers in order. With wait false it never blocks:
 	// it writes what the transport takes now and returns the count (0 and a
 	// nil error when nothing fits). With wait true it returns once all are

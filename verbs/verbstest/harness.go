@@ -27,7 +27,7 @@ type Config struct {
 	// SilencePeer, if set, makes the peer of the given connected QP stop
 	// answering without closing the connection (a hung or partitioned
 	// host). Tests that need it are skipped when it is nil.
-	SilencePeer func(t *testing.T, peer verbs.QP)
+	SilencePeer func(t testing.TB, peer verbs.QP)
 	// Skip names subtests to skip on this provider, with the reason.
 	Skip map[string]string
 	// Timeout bounds each wait for an event or completion (default 10 s).
@@ -72,7 +72,7 @@ func register(name string, fn func(t *testing.T, s *suite)) {
 func (s *suite) addr(port int) *net.TCPAddr { return &net.TCPAddr{IP: s.cfg.IP, Port: port} }
 
 // device opens the provider's first device.
-func (s *suite) device(t *testing.T) verbs.Context {
+func (s *suite) device(t testing.TB) verbs.Context {
 	devs, err := s.p.Devices()
 	require.NoError(t, err)
 	require.NotEmpty(t, devs, "provider %s has no device", s.cfg.Provider)
@@ -83,7 +83,7 @@ func (s *suite) device(t *testing.T) verbs.Context {
 }
 
 // channel creates a CM event channel closed at cleanup.
-func (s *suite) channel(t *testing.T) verbs.EventChannel {
+func (s *suite) channel(t testing.TB) verbs.EventChannel {
 	ch, err := s.p.CreateEventChannel()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ch.Close() })
@@ -91,7 +91,7 @@ func (s *suite) channel(t *testing.T) verbs.EventChannel {
 }
 
 // expect waits for the next event on ch and checks its type.
-func (s *suite) expect(t *testing.T, ch verbs.EventChannel, typ verbs.CMEventType) verbs.CMEvent {
+func (s *suite) expect(t testing.TB, ch verbs.EventChannel, typ verbs.CMEventType) verbs.CMEvent {
 	t.Helper()
 	ev, err := ch.GetEvent(time.Now().Add(s.cfg.Timeout))
 	require.NoError(t, err, "waiting for %v", typ)
@@ -100,7 +100,7 @@ func (s *suite) expect(t *testing.T, ch verbs.EventChannel, typ verbs.CMEventTyp
 }
 
 // memory allocates registrable memory freed at cleanup.
-func memory(t *testing.T, n int) *verbs.Memory {
+func memory(t testing.TB, n int) *verbs.Memory {
 	m, err := verbs.AllocMemory(n)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, m.Free()) })
@@ -148,7 +148,7 @@ func defaultOpts() pairOpts {
 }
 
 // resources creates PD, channel, CQs, QP and an MR for an ID.
-func (s *suite) resources(t *testing.T, e *endpoint, o *pairOpts) {
+func (s *suite) resources(t testing.TB, e *endpoint, o *pairOpts) {
 	ctx := e.id.Context()
 	require.NotNil(t, ctx, "ID has no device")
 	var err error
@@ -172,7 +172,7 @@ func (s *suite) resources(t *testing.T, e *endpoint, o *pairOpts) {
 }
 
 // release tears an endpoint down in the order the verbs require.
-func (e *endpoint) release(t *testing.T) {
+func (e *endpoint) release(t testing.TB) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.done {
@@ -203,7 +203,7 @@ func (e *endpoint) release(t *testing.T) {
 }
 
 // listener is a listening ID on cfg.IP with a free port.
-func (s *suite) listener(t *testing.T) (verbs.EventChannel, verbs.CMID) {
+func (s *suite) listener(t testing.TB) (verbs.EventChannel, verbs.CMID) {
 	ch := s.channel(t)
 	id, err := ch.CreateID()
 	require.NoError(t, err)
@@ -215,7 +215,7 @@ func (s *suite) listener(t *testing.T) (verbs.EventChannel, verbs.CMID) {
 }
 
 // dialer creates a client ID and resolves dst through ROUTE_RESOLVED.
-func (s *suite) dialer(t *testing.T, dst *net.TCPAddr) *endpoint {
+func (s *suite) dialer(t testing.TB, dst *net.TCPAddr) *endpoint {
 	c := &endpoint{ch: s.channel(t)}
 	var err error
 	c.id, err = c.ch.CreateID()
@@ -228,7 +228,7 @@ func (s *suite) dialer(t *testing.T, dst *net.TCPAddr) *endpoint {
 }
 
 // pair connects a client and a server endpoint.
-func (s *suite) pair(t *testing.T, o pairOpts) (client, server *endpoint) {
+func (s *suite) pair(t testing.TB, o pairOpts) (client, server *endpoint) {
 	lch, lid := s.listener(t)
 	client = s.dialer(t, lid.LocalAddr())
 	t.Cleanup(func() { client.release(t) })
@@ -249,7 +249,7 @@ func (s *suite) pair(t *testing.T, o pairOpts) (client, server *endpoint) {
 }
 
 // poll waits for n completions on cq, failing after the suite's timeout.
-func (s *suite) poll(t *testing.T, cq verbs.CQ, n int) []verbs.WC {
+func (s *suite) poll(t testing.TB, cq verbs.CQ, n int) []verbs.WC {
 	t.Helper()
 	out := make([]verbs.WC, 0, n)
 	wc := make([]verbs.WC, n)
@@ -267,7 +267,7 @@ func (s *suite) poll(t *testing.T, cq verbs.CQ, n int) []verbs.WC {
 }
 
 // pollOne waits for one completion and checks its status.
-func (s *suite) pollOne(t *testing.T, cq verbs.CQ, status verbs.WCStatus) verbs.WC {
+func (s *suite) pollOne(t testing.TB, cq verbs.CQ, status verbs.WCStatus) verbs.WC {
 	t.Helper()
 	wc := s.poll(t, cq, 1)[0]
 	require.Equal(t, status, wc.Status, "completion %+v: %v", wc, wc.Status)
@@ -275,7 +275,7 @@ func (s *suite) pollOne(t *testing.T, cq verbs.CQ, status verbs.WCStatus) verbs.
 }
 
 // quiet checks that no completion arrives on cq for d.
-func quiet(t *testing.T, cq verbs.CQ, d time.Duration) {
+func quiet(t testing.TB, cq verbs.CQ, d time.Duration) {
 	t.Helper()
 	wc := make([]verbs.WC, 4)
 	end := time.Now().Add(d)
@@ -287,12 +287,12 @@ func quiet(t *testing.T, cq verbs.CQ, d time.Duration) {
 	}
 }
 
-func postRecv(t *testing.T, e *endpoint, wrid uint64, off, n int) {
+func postRecv(t testing.TB, e *endpoint, wrid uint64, off, n int) {
 	t.Helper()
 	require.NoError(t, e.qp.PostRecv([]verbs.RecvWR{{WRID: wrid, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[off:off+n])}}}))
 }
 
-func postSend(t *testing.T, e *endpoint, wr verbs.SendWR) {
+func postSend(t testing.TB, e *endpoint, wr verbs.SendWR) {
 	t.Helper()
 	require.NoError(t, e.qp.PostSend([]verbs.SendWR{wr}))
 }

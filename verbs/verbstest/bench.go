@@ -1,0 +1,245 @@
+package verbstest
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// benchSuite builds a suite for the exported benchmark helpers.
+func benchSuite(b *testing.B, cfg Config) *suite {
+	p, err := verbs.Lookup(cfg.Provider)
+	require.NoError(b, err)
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	return &suite{cfg: cfg, p: p}
+}
+
+// waitCQ returns completions from cq, sleeping on its completion channel
+// (ReqNotify + GetEvent) when there are none: the event-driven way a
+// net.Conn built on the verbs waits.
+func waitCQ(cq verbs.CQ, cc verbs.CompChannel, wc []verbs.WC) (int, error) {
+	for {
+		if n, err := cq.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		if err := cq.ReqNotify(false); err != nil {
+			return 0, err
+		}
+		if n, err := cq.Poll(wc); n > 0 || err != nil {
+			return n, err
+		}
+		got, err := cc.GetEvent()
+		if err != nil {
+			return 0, err
+		}
+		cc.AckEvents(got, 1)
+	}
+}
+
+// BenchWrite measures RDMA WRITE throughput with size-byte writes, keeping
+// up to 32 in flight; a write counts once its completion says the data is
+// in the peer's memory.
+func BenchWrite(b *testing.B, cfg Config, size int) {
+	s := benchSuite(b, cfg)
+	o := defaultOpts()
+	o.sharedCQ = true
+	o.memSize = 4 * size
+	o.cap.MaxSendWR = 64
+	c, sv := s.pair(b, o)
+	const depth = 32
+	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
+	wc := make([]verbs.WC, 64)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			wr[0].WRID = uint64(posted)
+			if err := c.qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		n, err := waitCQ(c.scq, c.cc, wc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, w := range wc[:n] {
+			if w.Status != verbs.WCSuccess {
+				b.Fatalf("completion %+v", w)
+			}
+		}
+		done += n
+	}
+	b.StopTimer()
+}
+
+// BenchPingPong measures the round trip of a size-byte SEND answered by a
+// size-byte SEND, both sides waiting on completion channels.
+func BenchPingPong(b *testing.B, cfg Config, size int) {
+	s := benchSuite(b, cfg)
+	o := defaultOpts()
+	o.sharedCQ = true
+	o.memSize = 1 << 16
+	c, sv := s.pair(b, o)
+	recvWR := func(e *endpoint) []verbs.RecvWR {
+		return []verbs.RecvWR{{SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[size:2*size])}}}
+	}
+	sendWR := func(e *endpoint) []verbs.SendWR {
+		return []verbs.SendWR{{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[:size])}}}
+	}
+	crecv, csend, srecv, ssend := recvWR(c), sendWR(c), recvWR(sv), sendWR(sv)
+	require.NoError(b, sv.qp.PostRecv(srecv))
+	require.NoError(b, c.qp.PostRecv(crecv))
+	errc := make(chan error, 1)
+	go func() {
+		// The echo side: every receive is answered; every 16th send is
+		// signaled so the send queue drains, as hardware requires.
+		wc := make([]verbs.WC, 16)
+		for i := 0; ; {
+			n, err := waitCQ(sv.scq, sv.cc, wc)
+			if err != nil {
+				errc <- err
+				return
+			}
+			for _, w := range wc[:n] {
+				if w.Status != verbs.WCSuccess {
+					errc <- nil // flushed at teardown
+					return
+				}
+				if w.Opcode != verbs.WCRecv {
+					continue
+				}
+				if err := sv.qp.PostRecv(srecv); err != nil {
+					errc <- err
+					return
+				}
+				i++
+				ssend[0].Flags = 0
+				if i%16 == 0 {
+					ssend[0].Flags = verbs.SendSignaled
+				}
+				if err := sv.qp.PostSend(ssend); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+	}()
+	wc := make([]verbs.WC, 16)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		csend[0].Flags = 0
+		if i%16 == 15 {
+			csend[0].Flags = verbs.SendSignaled
+		}
+		if err := c.qp.PostSend(csend); err != nil {
+			b.Fatal(err)
+		}
+		for got := false; !got; {
+			n, err := waitCQ(c.scq, c.cc, wc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, w := range wc[:n] {
+				if w.Status != verbs.WCSuccess {
+					b.Fatalf("completion %+v", w)
+				}
+				if w.Opcode == verbs.WCRecv {
+					got = true
+					if err := c.qp.PostRecv(crecv); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	require.NoError(b, c.id.Disconnect())
+	require.NoError(b, <-errc)
+}
+
+// tcpPair returns both ends of a loopback TCP connection on ip.
+func tcpPair(b *testing.B, ip net.IP) (net.Conn, net.Conn) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip})
+	require.NoError(b, err)
+	defer ln.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- res{c, err}
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(b, err)
+	r := <-ch
+	require.NoError(b, r.err)
+	b.Cleanup(func() { a.Close(); r.c.Close() })
+	return a, r.c
+}
+
+// BenchTCPWrite is BenchWrite's baseline: size-byte writes on a loopback
+// TCP connection, counted once the reader has them.
+func BenchTCPWrite(b *testing.B, ip net.IP, size int) {
+	a, z := tcpPair(b, ip)
+	done := make(chan error, 1)
+	n := int64(b.N) * int64(size)
+	go func() {
+		_, err := io.CopyBuffer(io.Discard, io.LimitReader(z, n), make([]byte, size))
+		done <- err
+	}()
+	buf := make([]byte, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := a.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	require.NoError(b, <-done)
+	b.StopTimer()
+}
+
+// BenchTCPPingPong is BenchPingPong's baseline on loopback TCP.
+func BenchTCPPingPong(b *testing.B, ip net.IP, size int) {
+	a, z := tcpPair(b, ip)
+	go func() {
+		buf := make([]byte, size)
+		for {
+			if _, err := io.ReadFull(z, buf); err != nil {
+				return
+			}
+			if _, err := z.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := a.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(a, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+}
