@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rdmanet/rdma"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -323,7 +324,8 @@ func TestMaxPeers(t *testing.T) {
 		require.NoError(t, cl.DisconnectPeer(3))
 		_, err = cl.ConnectPeer("127.0.0.1", s.port)
 		require.ErrorIs(t, err, ErrTooManyPeers)
-		// Every connection works.
+		// Every other connection works.
+		require.NoError(t, s.server.DisconnectPeer(3))
 		require.NoError(t, s.server.Broadcast([]byte("x")))
 		buf := make([]byte, 1)
 		for i := 0; i < MaxPeers; i++ {
@@ -373,8 +375,8 @@ func TestSequentialAllToAll(t *testing.T) {
 		}
 		// Without client 2 (peer 1), the others are participants 1 and 2.
 		require.NoError(t, s.server.DisconnectPeer(1))
-		s.clients = []*Context{s.clients[0], s.clients[2]}
-		results := runAllToAll(t, s, msgSize, 9, 4*msgSize)
+		three := &star{server: s.server, clients: []*Context{s.clients[0], s.clients[2]}}
+		results := runAllToAll(t, three, msgSize, 9, 4*msgSize)
 		want := append(append(block(msgSize, 0, 9), block(msgSize, 1, 9)...), block(msgSize, 2, 9)...)
 		for p, got := range results {
 			require.NoError(t, got.err, "participant %d", p)
@@ -455,7 +457,7 @@ func TestSequentialAllToAllErrors(t *testing.T) {
 		require.NoError(t, err)
 		err = s.server.SequentialAllToAll(send, recv, 16)
 		require.ErrorIs(t, err, ErrProtocol)
-		assert.Contains(t, err.Error(), "participant 1: capi: recv from peer 0: protocol error: got a 5-byte message, want a 16-byte all-to-all block (the message stays queued)")
+		assert.Contains(t, err.Error(), "capi: all-to-all: participant 1: recv from peer 0: protocol error: got a 5-byte message, want a 16-byte all-to-all block (the message stays queued)")
 		n, err = s.server.Recv(0, buf)
 		require.NoError(t, err)
 		assert.Equal(t, 5, n)
@@ -554,4 +556,17 @@ func block(msgSize, p, round int) []byte {
 	b := make([]byte, msgSize)
 	copy(b, fmt.Sprintf("p%d r%d", p, round))
 	return b
+}
+
+// Init's connections are rdma conns.
+func TestDefaultTransportIsRDMA(t *testing.T) {
+	s := newStar(t, defaultTransport, 1, 64)
+	for _, c := range []*Context{s.server, s.clients[0]} {
+		p, err := c.peer("test", 0)
+		require.NoError(t, err)
+		conn, ok := p.conn.(*rdma.Conn)
+		require.True(t, ok, "a %T, not an *rdma.Conn", p.conn)
+		assert.NotEmpty(t, conn.Provider())
+		assert.Equal(t, "rdma", conn.LocalAddr().Network())
+	}
 }

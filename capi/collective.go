@@ -18,7 +18,7 @@ func (c *Context) Broadcast(data []byte) error {
 	}
 	for _, p := range live {
 		if err := c.send(p, data); err != nil {
-			return fmt.Errorf("capi: broadcast: %w", err)
+			return within("broadcast", err)
 		}
 	}
 	return nil
@@ -70,12 +70,12 @@ func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int
 	for i, p := range clients {
 		block := recv[(i+1)*msgSize : (i+2)*msgSize]
 		if _, err := c.recv(p, block, exactly(msgSize)); err != nil {
-			return fmt.Errorf("capi: all-to-all: participant %d: %w", i+1, err)
+			return within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
 		}
 	}
 	for i, p := range clients {
 		if err := c.send(p, recv[:total]); err != nil {
-			return fmt.Errorf("capi: all-to-all: participant %d: %w", i+1, err)
+			return within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
 		}
 	}
 	return nil
@@ -83,7 +83,7 @@ func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int
 
 func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) error {
 	if err := c.send(server, send); err != nil {
-		return fmt.Errorf("capi: all-to-all: %w", err)
+		return within("all-to-all", err)
 	}
 	check := func(n int) error {
 		if n%msgSize != 0 || n < 2*msgSize {
@@ -93,7 +93,7 @@ func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) e
 		return nil
 	}
 	if _, err := c.recv(server, recv, check); err != nil {
-		return fmt.Errorf("capi: all-to-all: %w", err)
+		return within("all-to-all", err)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package capi
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Limits and defaults of rdma_lib.h, with the seed's values.
 const (
@@ -30,3 +33,18 @@ var (
 	ErrMessageTooLong   = errors.New("message too long")
 	ErrProtocol         = errors.New("protocol error")
 )
+
+// wrapped is an error of a collective that carries the error of one of its
+// steps: its text names both once, and errors.Is sees the step's error.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
+
+// within reports err, from a step of op, as op's error.
+func within(op string, err error) error {
+	return &wrapped{msg: "capi: " + op + ": " + strings.TrimPrefix(err.Error(), "capi: "), err: err}
+}

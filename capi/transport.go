@@ -32,8 +32,8 @@ var tcpTransport = transport{
 	},
 }
 
-// defaultTransport is what Init uses.
-var defaultTransport = tcpTransport
+// defaultTransport is what Init uses: rdma conns.
+var defaultTransport = rdmaTransport
 
 func joinHostPort(ip net.IP, port int) string {
 	return net.JoinHostPort(ip.String(), strconv.Itoa(port))
