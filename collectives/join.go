@@ -1,0 +1,83 @@
+package collectives
+
+import (
+	"context"
+	"net"
+	"os"
+
+	"github.com/rdmanet/rdma"
+)
+
+// Join makes this process rank rank of a group of size ranks whose rank 0
+// listens at rootAddr ("host:port"), connected pairwise by rdma conns made
+// with cfg (nil: defaults). It is Bootstrap{Config: cfg}.Join.
+//
+// Every rank calls Join with the same size and rootAddr. Rank 0 listens at
+// rootAddr; every other rank dials it, listens on an ephemeral port of the
+// address its conn to the root leaves from, and says so; rank 0 sends every
+// rank the table of addresses; each rank i > 0 then dials every rank j > i.
+// Join returns once every rank has all its conns (it ends with a barrier).
+// ctx bounds the whole bootstrap: without a deadline, Join waits as long as
+// it takes every rank to arrive.
+func Join(ctx context.Context, rank, size int, rootAddr string, cfg *rdma.Config) (*Group, error) {
+	b := Bootstrap{Config: cfg}
+	return b.Join(ctx, rank, size, rootAddr)
+}
+
+// JoinFromEnv is Join with rank, size and root address taken from the
+// environment, as launchers set it:
+//
+//   - rank and size: RDMA_RANK and RDMA_WORLD_SIZE; else Open MPI's
+//     OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE; else MPICH's PMI_RANK and
+//     PMI_SIZE; else Slurm's SLURM_PROCID and SLURM_NTASKS; else torchrun's
+//     RANK and WORLD_SIZE;
+//   - root address: RDMA_ROOT_ADDR (host:port), else torchrun's MASTER_ADDR
+//     and MASTER_PORT. mpirun and srun do not provide one: set RDMA_ROOT_ADDR.
+//   - RDMA_LOCAL_ADDR, optional: the IP this rank listens on and dials from.
+//
+// A missing or malformed variable is an error that says what to set.
+func JoinFromEnv(ctx context.Context, cfg *rdma.Config) (*Group, error) {
+	p, err := paramsFromEnv(os.Getenv)
+	if err != nil {
+		return nil, joinError(-1, err)
+	}
+	b := Bootstrap{Config: cfg, LocalAddr: p.local}
+	return b.Join(ctx, p.rank, p.size, p.root)
+}
+
+// Bootstrap holds the options of a Join.
+type Bootstrap struct {
+	// Config tunes the rdma conns; nil means defaults.
+	Config *rdma.Config
+	// LocalAddr is the IP this rank listens on and dials from; "" means
+	// the address its conn to the root leaves from.
+	LocalAddr string
+	// TCP carries the group over kernel TCP instead of rdma conns (to
+	// compare the two, or where RDMA is not wanted); Config is then unused.
+	TCP bool
+}
+
+// Join is the package function Join with b's options.
+func (b *Bootstrap) Join(ctx context.Context, rank, size int, rootAddr string) (*Group, error) {
+	tr := tcpTransport
+	if !b.TCP {
+		tr = rdmaTransport(b.Config)
+	}
+	return join(ctx, tr, rank, size, rootAddr, b.LocalAddr)
+}
+
+func rdmaTransport(cfg *rdma.Config) transport {
+	return transport{
+		listen: func(ctx context.Context, addr string) (net.Listener, error) {
+			lc := rdma.ListenConfig{Config: cfg}
+			return lc.Listen(ctx, rdma.Network, addr)
+		},
+		dial: func(ctx context.Context, local, addr string) (net.Conn, error) {
+			d := rdma.Dialer{Config: cfg}
+			if local != "" {
+				d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(local)}
+			}
+			return d.DialContext(ctx, rdma.Network, addr)
+		},
+	}
+}
