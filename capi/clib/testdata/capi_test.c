@@ -364,6 +364,48 @@ static void test_max_peers(void) {
     rdma_cleanup(max_srv);
 }
 
+// ---- rdma_cleanup unblocks calls blocked in other threads --------------
+
+static rdma_context *blocked_ctx;
+
+// closed_or_gone: a call on a context being cleaned up fails as closed if
+// it started first, or finds the context gone if it started after.
+static int closed_or_gone(const char *err) {
+    return strstr(err, "context closed") != NULL || strstr(err, "not a live rdma_context") != NULL;
+}
+
+static void *blocked_accept(void *arg) {
+    (void)arg;
+    int ret = rdma_accept_peer(blocked_ctx);
+    CHECK(ret == -1 && closed_or_gone(rdma_get_error()), "accept returned %d: '%s'", ret, rdma_get_error());
+    return NULL;
+}
+
+static void *blocked_recv(void *arg) {
+    rdma_context *cl = arg;
+    char b[8];
+    int ret = rdma_recv(cl, 0, b, sizeof(b));
+    CHECK(ret == -1 && closed_or_gone(rdma_get_error()), "recv returned %d: '%s'", ret, rdma_get_error());
+    return NULL;
+}
+
+static void test_cleanup_unblocks(void) {
+    blocked_ctx = new_server(64);
+    int port = test_port - 1;
+    rdma_context *cl = rdma_init("127.0.0.3", 0, 64, false);
+    CHECK(cl != NULL, "client init: %s", rdma_get_error());
+    EXPECT_OK(rdma_connect_peer(cl, "127.0.0.1", port), 0);
+    EXPECT_OK(rdma_accept_peer(blocked_ctx), 0);
+    pthread_t a, r;
+    pthread_create(&a, NULL, blocked_accept, NULL);
+    pthread_create(&r, NULL, blocked_recv, cl);
+    usleep(100 * 1000); // most likely both block first; either way they fail cleanly
+    rdma_cleanup(cl);
+    rdma_cleanup(blocked_ctx);
+    pthread_join(a, NULL);
+    pthread_join(r, NULL);
+}
+
 // ---- the seed's simple client, as a separate program -------------------
 
 static void test_simple_client(const char *path) {
@@ -400,6 +442,8 @@ int main(int argc, char **argv) {
     test_star();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
+    printf("capi_test: cleanup unblocks other threads\n");
+    test_cleanup_unblocks();
     if (argc > 1) {
         printf("capi_test: simple client %s\n", argv[1]);
         test_simple_client(argv[1]);
