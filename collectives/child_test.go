@@ -1,5 +1,154 @@
 package collectives
 
-const childEnv = "COLLECTIVES_TEST_CHILD"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
 
-func childMain() int { return 0 }
+	"github.com/stretchr/testify/require"
+)
+
+// Ranks in separate processes: the test binary runs itself once per rank
+// with the launcher's environment, and TestMain hands over to childMain.
+const (
+	childEnv = "COLLECTIVES_TEST_CHILD"
+	dieEnv   = "COLLECTIVES_TEST_DIE" // this rank exits in the middle of an operation
+)
+
+func childMain() int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := childRun(ctx); err != nil {
+		fmt.Println("ERROR:", err)
+		return 1
+	}
+	fmt.Println("OK")
+	return 0
+}
+
+func childRun(ctx context.Context) error {
+	g, err := JoinFromEnv(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	n, r := g.Size(), g.Rank()
+	if os.Getenv(dieEnv) == strconv.Itoa(r) {
+		// Take part in the first barrier, then die while the others reduce.
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
+		os.Exit(3)
+	}
+	if os.Getenv(dieEnv) != "" {
+		if err := g.Barrier(ctx); err != nil {
+			return err
+		}
+		buf := make([]float64, 1<<18)
+		for i := 0; i < 1000; i++ {
+			if err := AllReduce(ctx, g, buf, buf, Sum); err != nil {
+				return err
+			}
+		}
+		return errors.New("a rank died, yet every operation succeeded")
+	}
+
+	buf := make([]float64, 100003)
+	for i := range buf {
+		buf[i] = float64(r*i%7) - 3
+	}
+	if err := AllReduce(ctx, g, buf, buf, Sum); err != nil {
+		return err
+	}
+	for i := range buf {
+		var want float64
+		for q := 0; q < n; q++ {
+			want += float64(q*i%7) - 3
+		}
+		if buf[i] != want {
+			return fmt.Errorf("AllReduce: element %d is %v, want %v", i, buf[i], want)
+		}
+	}
+	send, recv := make([]byte, n*1000), make([]byte, n*1000)
+	for i := range send {
+		send[i] = byte(r ^ i/1000)
+	}
+	if err := g.AllToAll(ctx, send, recv); err != nil {
+		return err
+	}
+	for i := range recv {
+		if recv[i] != byte(i/1000^r) {
+			return fmt.Errorf("AllToAll: byte %d is %d", i, recv[i])
+		}
+	}
+	return g.Barrier(ctx)
+}
+
+// startRanks runs n ranks of the test binary with extra environment.
+func startRanks(t *testing.T, n int, extra ...string) []*exec.Cmd {
+	root := freeAddr(t, "127.0.0.1")
+	cmds := make([]*exec.Cmd, n)
+	for r := range cmds {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), childEnv+"=1",
+			"RDMA_RANK="+strconv.Itoa(r), "RDMA_WORLD_SIZE="+strconv.Itoa(n),
+			"RDMA_ROOT_ADDR="+root)
+		cmd.Env = append(cmd.Env, extra...)
+		cmds[r] = cmd
+	}
+	return cmds
+}
+
+func TestRanksInSeparateProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const n = 4
+	cmds := startRanks(t, n)
+	outs := make([]chan string, n)
+	for r, cmd := range cmds {
+		outs[r] = make(chan string, 1)
+		go func() {
+			out, err := cmd.CombinedOutput()
+			outs[r] <- fmt.Sprintf("%s (exit: %v)", out, err)
+		}()
+	}
+	for r := range cmds {
+		out := <-outs[r]
+		require.True(t, strings.HasPrefix(out, "OK\n"), "rank %d: %s", r, out)
+	}
+}
+
+// A rank process that exits in the middle makes every other one fail with
+// an error naming it.
+func TestRankProcessDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	const n, dead = 4, 2
+	cmds := startRanks(t, n, dieEnv+"="+strconv.Itoa(dead))
+	outs := make([]chan string, n)
+	for r, cmd := range cmds {
+		outs[r] = make(chan string, 1)
+		go func() {
+			out, err := cmd.CombinedOutput()
+			outs[r] <- fmt.Sprintf("%s (exit: %v)", out, err)
+		}()
+	}
+	for r := range cmds {
+		out := <-outs[r]
+		if r == dead {
+			require.Contains(t, out, "exit status 3")
+			continue
+		}
+		require.Contains(t, out, "ERROR:", "rank %d", r)
+		require.Contains(t, out, "rank "+strconv.Itoa(dead)+":", "rank %d: %s", r, out)
+		t.Logf("rank %d: %s", r, out)
+	}
+}
