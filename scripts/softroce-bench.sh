@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# softroce-bench.sh: in one Soft-RoCE guest run, measure rdma.Conn over the
+# rdmacore provider beside rdma-core's rstream (rsockets) and perftest's
+# ib_send_bw / ib_send_lat, and the kernel's TCP, for the same sizes, and print
+# the ratios. The guest is emulated (TCG): only ratios from one run mean
+# anything, never the absolute figures.
+#
+#   scripts/softroce-bench.sh            (SIZES="64 4096 65536" COUNT=500 by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+RUN=${SOFTROCE_RUN:-../shared/softroce/run-in-vm.sh}
+SIZES=${SIZES:-64 4096 65536}
+COUNT=${COUNT:-500}
+OUT=build/softroce-bench
+[ -x "$RUN" ] || { echo "softroce-bench: $RUN not found; set SOFTROCE_RUN" >&2; exit 2; }
+rm -rf "$OUT"
+mkdir -p "$OUT"
+$GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
+
+cat >"$OUT/run.sh" <<GUEST
+#!/bin/sh
+# Each line: <tool> <test> <size> <MB/s> <us per transfer>
+ip=\$SOFTROCE_IP
+for s in $SIZES; do
+	# rstream: ping-pong of s bytes, COUNT times (its Gb/sec counts both directions)
+	rstream -b "\$ip" -S \$s -C $COUNT >/dev/null 2>&1 & p=\$!
+	sleep 1
+	rstream -s "\$ip" -S \$s -C $COUNT | awk -v s=\$s '\$1=="custom" {printf "rstream pingpong %d %.3f %.2f\n", s, \$7*1000/8, \$8}'
+	wait \$p
+	for n in rdma tcp; do
+		./softroce-bench -net \$n -test pingpong -size \$s -count $COUNT |
+			awk '{printf "%s pingpong %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
+	done
+	# ib_send_bw: a stream of COUNT sends of s bytes
+	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s >/dev/null 2>&1 & p=\$!
+	sleep 1
+	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s "\$ip" |
+		awk -v s=\$s '\$1==s && NF>=5 {printf "ib_send_bw stream %d %.3f 0\n", s, \$4}'
+	wait \$p
+	for n in rdma tcp; do
+		./softroce-bench -net \$n -test stream -size \$s -count $COUNT |
+			awk '{printf "%s stream %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
+	done
+done
+# ib_send_lat: 64-byte ping-pong; t_avg is half a round trip
+ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 >/dev/null 2>&1 & p=\$!
+sleep 1
+ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 "\$ip" |
+	awk '\$1==64 && NF>=6 {printf "ib_send_lat pingpong 64 0 %.2f\n", 2*\$6}'
+wait \$p
+GUEST
+chmod +x "$OUT/run.sh"
+"$RUN" "$OUT" ./run.sh | tee "$OUT/results.txt"
+
+echo
+echo "rdma.Conn (rdmacore) vs the references, same guest run; >1 means rdma.Conn is faster"
+awk '
+	{ mbs[$1" "$2" "$3] = $4; us[$1" "$2" "$3] = $5; sizes[$3] = 1 }
+	END {
+		for (s in sizes) {
+			k = "rdma pingpong " s
+			if (("rstream pingpong " s) in mbs && mbs["rstream pingpong " s] > 0)
+				printf "pingpong %6d B: rdma.Conn/rstream throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
+					mbs[k] / mbs["rstream pingpong " s], mbs[k] / mbs["tcp pingpong " s]
+			k = "rdma stream " s
+			if (("ib_send_bw stream " s) in mbs && mbs["ib_send_bw stream " s] > 0)
+				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
+					mbs[k] / mbs["ib_send_bw stream " s], mbs[k] / mbs["tcp stream " s]
+		}
+		if (("ib_send_lat pingpong 64") in us)
+			printf "64 B round trip: ib_send_lat %.1f us, rstream %.1f us, rdma.Conn %.1f us, TCP %.1f us: rdma.Conn/rstream latency %.2fx, rdma.Conn/ib_send_lat %.2fx\n",
+				us["ib_send_lat pingpong 64"], us["rstream pingpong 64"], us["rdma pingpong 64"], us["tcp pingpong 64"],
+				us["rdma pingpong 64"] / us["rstream pingpong 64"], us["rdma pingpong 64"] / us["ib_send_lat pingpong 64"]
+	}' "$OUT/results.txt" | sort

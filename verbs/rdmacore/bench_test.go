@@ -1,0 +1,70 @@
+//go:build cgo && linux
+
+package rdmacore
+
+import (
+	"testing"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// pingPong runs b.N 64-byte SEND round trips between the two ends; wait is
+// how a side waits for its completion.
+func pingPong(b *testing.B, wait func(e *end, wc []verbs.WC)) {
+	_, ip := softroce(b)
+	srv, cli, _, _, _ := connect(b, ip)
+	// connect pre-posted one receive on the server; keep one posted per side.
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(cli.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}))
+	csend := []verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}}
+	ssend := []verbs.SendWR{{WRID: 4, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}}
+	srecv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:4096])}}}
+	crecv := []verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}
+	wc := make([]verbs.WC, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		must(cli.qp.PostSend(csend))
+		wait(cli, wc) // send completion
+		wait(srv, wc) // receive
+		must(srv.qp.PostRecv(srecv))
+		must(srv.qp.PostSend(ssend))
+		wait(srv, wc)
+		wait(cli, wc)
+		must(cli.qp.PostRecv(crecv))
+	}
+	b.StopTimer()
+	disconnect(b, cli, srv)
+}
+
+func BenchmarkPingPongBusyPoll(b *testing.B) {
+	pingPong(b, func(e *end, wc []verbs.WC) {
+		for {
+			n, err := e.cq.Poll(wc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n == 1 {
+				if wc[0].Status != verbs.WCSuccess {
+					b.Fatal(wc[0].Status)
+				}
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkPingPongEvents(b *testing.B) {
+	pingPong(b, func(e *end, wc []verbs.WC) {
+		w := e.wait(b)
+		if w.Status != verbs.WCSuccess {
+			b.Fatal(w.Status)
+		}
+	})
+}
