@@ -25,22 +25,29 @@ run() { # name, program args...
 	pids+=($!)
 }
 
-# wait_for NAME TEXT: wait until NAME's output contains TEXT.
+# wait_for NAME PID TEXT: wait until NAME's output contains TEXT; fail at
+# once if NAME exits first.
 wait_for() {
 	for _ in $(seq 1 $((limit * 10))); do
-		grep -q "$2" "$logs/$1" && return 0
+		grep -q "$3" "$logs/$1" && return 0
+		if ! kill -0 "$2" 2>/dev/null; then
+			grep -q "$3" "$logs/$1" && return 0
+			echo "demo: $1 exited before printing '$3':" >&2
+			cat "$logs/$1" >&2
+			return 1
+		fi
 		sleep 0.1
 	done
-	echo "demo: timed out waiting for $1 to print '$2'" >&2
+	echo "demo: timed out waiting for $1 to print '$3'" >&2
 	cat "$logs/$1" >&2
 	return 1
 }
 
 run server "$bin/server"
-wait_for server "Waiting for client 1" || exit 1
+wait_for server "${pids[0]}" "Waiting for client 1" || exit 1
 # One client at a time, so that client 1 is participant 1.
 run client1 "$bin/client" 1 127.0.0.2
-wait_for server "Client 1 connected" || exit 1
+wait_for server "${pids[0]}" "Client 1 connected" || exit 1
 run client2 "$bin/client" 2 127.0.0.3
 
 status=0
