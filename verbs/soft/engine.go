@@ -358,6 +358,12 @@ func (q *qp) receive() error {
 		if err := h.decode(&hb); err != nil {
 			return err
 		}
+		if q.silent.Load() {
+			if err := tr.discard(h.payloadLen()); err != nil {
+				return err
+			}
+			continue
+		}
 		if h.flags&flagAck != 0 && h.typ != frameNak {
 			if err := q.onAck(h.ack); err != nil {
 				return err

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -104,6 +105,7 @@ type qp struct {
 	wdStrikes  int
 	destroyed  bool
 	downNotify func(error) // called once when the engine stops
+	silent     atomic.Bool  // tests: ignore the peer entirely (a hung host)
 }
 
 const (

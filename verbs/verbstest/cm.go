@@ -1,7 +1,10 @@
 package verbstest
 
 import (
+	"net"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -57,4 +60,262 @@ func testConnectAcceptDisconnect(t *testing.T, s *suite) {
 	a, err = c.qp.Query()
 	require.NoError(t, err)
 	require.Equal(t, verbs.QPSErr, a.State)
+}
+
+func init() {
+	register("PrivateDataLimits", testPrivateDataLimits)
+	register("Reject", testReject)
+	register("ConnectRefused", testConnectRefused)
+	register("ConnectTimeout", testConnectTimeout)
+	register("ResolveErrors", testResolveErrors)
+	register("EventChannel", testEventChannel)
+	register("Migrate", testMigrate)
+	register("PeerGone", testPeerGone)
+	register("DisconnectFlushesSends", testDisconnectFlushesSends)
+	register("ManyConnections", testManyConnections)
+}
+
+func bytesOf(n int, seed byte) []byte {
+	b := make([]byte, n)
+	fill(b, seed)
+	return b
+}
+
+func testPrivateDataLimits(t *testing.T, s *suite) {
+	lch, lid := s.listener(t)
+	o := defaultOpts()
+	c := s.dialer(t, lid.LocalAddr())
+	t.Cleanup(func() { c.release(t) })
+	s.resources(t, c, &o)
+	p := o.connect
+	p.PrivateData = bytesOf(verbs.MaxPrivateDataConnect+1, 1)
+	require.True(t, isErrno(c.id.Connect(&p), syscall.EINVAL), "57 bytes on connect")
+	p.PrivateData = bytesOf(verbs.MaxPrivateDataConnect, 1)
+	require.NoError(t, c.id.Connect(&p))
+	req := s.expect(t, lch, verbs.EventConnectRequest)
+	require.Equal(t, p.PrivateData, req.Param.PrivateData[:verbs.MaxPrivateDataConnect])
+	sv := &endpoint{ch: lch, id: req.ID}
+	t.Cleanup(func() { sv.release(t) })
+	s.resources(t, sv, &o)
+	a := o.accept
+	a.PrivateData = bytesOf(verbs.MaxPrivateDataAccept+1, 2)
+	require.True(t, isErrno(sv.id.Accept(&a), syscall.EINVAL), "197 bytes on accept")
+	require.True(t, isErrno(sv.id.Reject(bytesOf(verbs.MaxPrivateDataReject+1, 3)), syscall.EINVAL), "149 bytes on reject")
+	a.PrivateData = bytesOf(verbs.MaxPrivateDataAccept, 2)
+	require.NoError(t, sv.id.Accept(&a))
+	est := s.expect(t, c.ch, verbs.EventEstablished)
+	require.Equal(t, a.PrivateData, est.Param.PrivateData[:verbs.MaxPrivateDataAccept])
+	s.expect(t, lch, verbs.EventEstablished)
+}
+
+func testReject(t *testing.T, s *suite) {
+	lch, lid := s.listener(t)
+	o := defaultOpts()
+	c := s.dialer(t, lid.LocalAddr())
+	t.Cleanup(func() { c.release(t) })
+	s.resources(t, c, &o)
+	require.NoError(t, c.id.Connect(&o.connect))
+	req := s.expect(t, lch, verbs.EventConnectRequest)
+	why := bytesOf(verbs.MaxPrivateDataReject, 9)
+	require.NoError(t, req.ID.Reject(why))
+	ev := s.expect(t, c.ch, verbs.EventRejected)
+	require.Equal(t, verbs.RejectStatusConsumer, ev.Status)
+	require.Equal(t, why, ev.Param.PrivateData[:len(why)])
+	require.NoError(t, req.ID.Destroy())
+	// The listener keeps working.
+	c2 := s.dialer(t, lid.LocalAddr())
+	t.Cleanup(func() { c2.release(t) })
+	s.resources(t, c2, &o)
+	require.NoError(t, c2.id.Connect(&o.connect))
+	req = s.expect(t, lch, verbs.EventConnectRequest)
+	sv := &endpoint{ch: lch, id: req.ID}
+	t.Cleanup(func() { sv.release(t) })
+	s.resources(t, sv, &o)
+	require.NoError(t, sv.id.Accept(&o.accept))
+	s.expect(t, c2.ch, verbs.EventEstablished)
+}
+
+func testConnectRefused(t *testing.T, s *suite) {
+	// A port that was just free: listen, note it, stop listening.
+	ch := s.channel(t)
+	l, err := ch.CreateID()
+	require.NoError(t, err)
+	require.NoError(t, l.BindAddr(s.addr(0)))
+	require.NoError(t, l.Listen(1))
+	dst := l.LocalAddr()
+	require.NoError(t, l.Destroy())
+	o := defaultOpts()
+	c := s.dialer(t, dst)
+	t.Cleanup(func() { c.release(t) })
+	s.resources(t, c, &o)
+	require.NoError(t, c.id.Connect(&o.connect))
+	ev := s.expect(t, c.ch, verbs.EventRejected)
+	require.Equal(t, verbs.RejectStatusNoListener, ev.Status)
+}
+
+func testConnectTimeout(t *testing.T, s *suite) {
+	// A listener that never answers: the connect fails with UNREACHABLE
+	// once the resolve timeouts pass.
+	lch, lid := s.listener(t)
+	o := defaultOpts()
+	c := &endpoint{ch: s.channel(t)}
+	var err error
+	c.id, err = c.ch.CreateID()
+	require.NoError(t, err)
+	t.Cleanup(func() { c.release(t) })
+	require.NoError(t, c.id.ResolveAddr(nil, lid.LocalAddr(), 300*time.Millisecond))
+	s.expect(t, c.ch, verbs.EventAddrResolved)
+	require.NoError(t, c.id.ResolveRoute(300*time.Millisecond))
+	s.expect(t, c.ch, verbs.EventRouteResolved)
+	s.resources(t, c, &o)
+	require.NoError(t, c.id.Connect(&o.connect))
+	req := s.expect(t, lch, verbs.EventConnectRequest)
+	s.expect(t, c.ch, verbs.EventUnreachable)
+	require.NoError(t, req.ID.Destroy())
+}
+
+func testResolveErrors(t *testing.T, s *suite) {
+	ch := s.channel(t)
+	id, err := ch.CreateID()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, id.Destroy()) }()
+	require.Error(t, id.ResolveRoute(time.Second), "route before address")
+	require.Error(t, id.Connect(&verbs.ConnParam{}), "connect before route")
+	require.Error(t, id.ResolveAddr(nil, nil, time.Second))
+	// An address no device can reach: ADDR_ERROR (or an immediate error).
+	if err := id.ResolveAddr(nil, &net.TCPAddr{IP: net.IPv4zero, Port: 1}, time.Second); err == nil {
+		s.expect(t, ch, verbs.EventAddrError)
+	}
+	id2, err := ch.CreateID()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, id2.Destroy()) }()
+	if err := id2.ResolveAddr(nil, &net.TCPAddr{IP: net.IPv4(224, 0, 0, 1), Port: 1}, time.Second); err == nil {
+		s.expect(t, ch, verbs.EventAddrError)
+	}
+	id3, err := ch.CreateID()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, id3.Destroy()) }()
+	require.Error(t, id3.BindAddr(&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1)}), "binding an address that is not ours (TEST-NET-1, never contacted)")
+	require.Error(t, id3.Listen(1), "listen before bind")
+}
+
+func testEventChannel(t *testing.T, s *suite) {
+	ch, err := s.p.CreateEventChannel()
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = ch.GetEvent(start.Add(30 * time.Millisecond))
+	require.True(t, isDeadline(err), "deadline: %v", err)
+	require.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond)
+	_, err = ch.GetEvent(time.Now().Add(-time.Second))
+	require.True(t, isDeadline(err), "past deadline: %v", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := ch.GetEvent(time.Time{})
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, ch.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, verbs.ErrClosed)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("Close did not unblock GetEvent")
+	}
+	_, err = ch.CreateID()
+	require.Error(t, err, "CreateID on a closed channel")
+}
+
+func testMigrate(t *testing.T, s *suite) {
+	ch1, ch2 := s.channel(t), s.channel(t)
+	_, lid := s.listener(t)
+	id, err := ch1.CreateID()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, id.Destroy()) }()
+	require.NoError(t, id.Migrate(ch2))
+	require.NoError(t, id.ResolveAddr(nil, lid.LocalAddr(), s.cfg.Timeout))
+	ev := s.expect(t, ch2, verbs.EventAddrResolved)
+	require.Equal(t, id, ev.ID)
+	_, err = ch1.GetEvent(time.Now().Add(20 * time.Millisecond))
+	require.True(t, isDeadline(err), "the old channel gets nothing: %v", err)
+}
+
+func testPeerGone(t *testing.T, s *suite) {
+	// The peer's resources vanish without a disconnect (a killed process
+	// releases them the same way): the survivor sees DISCONNECTED and its
+	// outstanding WRs flush.
+	c, sv := s.pair(t, defaultOpts())
+	postRecv(t, c, 1, 0, 64)
+	sv.release(t)
+	s.expect(t, c.ch, verbs.EventDisconnected)
+	require.Equal(t, uint64(1), s.pollOne(t, c.rcq, verbs.WCWRFlushErr).WRID)
+	a, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State)
+}
+
+func testDisconnectFlushesSends(t *testing.T, s *suite) {
+	c, sv := s.pair(t, defaultOpts())
+	// Outstanding (RNR-retried) sends flush when the peer disconnects.
+	for i := 0; i < 3; i++ {
+		postSend(t, c, verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
+	}
+	quiet(t, c.scq, 10e6)
+	require.NoError(t, sv.id.Disconnect())
+	s.expect(t, sv.ch, verbs.EventDisconnected)
+	s.expect(t, c.ch, verbs.EventDisconnected)
+	for i, wc := range s.poll(t, c.scq, 3) {
+		require.Equal(t, verbs.WCWRFlushErr, wc.Status)
+		require.Equal(t, uint64(i), wc.WRID)
+	}
+	require.NoError(t, sv.id.Disconnect(), "a second disconnect is harmless")
+}
+
+func testManyConnections(t *testing.T, s *suite) {
+	lch, lid := s.listener(t)
+	o := defaultOpts()
+	o.memSize = 1 << 16
+	const n = 8
+	clients := make([]*endpoint, n)
+	for i := range clients {
+		c := s.dialer(t, lid.LocalAddr())
+		t.Cleanup(func() { c.release(t) })
+		s.resources(t, c, &o)
+		clients[i] = c
+		require.NoError(t, c.id.Connect(&o.connect))
+	}
+	// Requests and the ESTABLISHED of accepted ones interleave on the
+	// listener's channel.
+	servers := map[verbs.CMID]*endpoint{}
+	for est := 0; est < n; {
+		ev, err := lch.GetEvent(time.Now().Add(s.cfg.Timeout))
+		require.NoError(t, err)
+		switch ev.Type {
+		case verbs.EventConnectRequest:
+			sv := &endpoint{ch: lch, id: ev.ID}
+			t.Cleanup(func() { sv.release(t) })
+			s.resources(t, sv, &o)
+			servers[ev.ID] = sv
+			postRecv(t, sv, 1, 0, 64)
+			require.NoError(t, sv.id.Accept(&o.accept))
+		case verbs.EventEstablished:
+			require.Contains(t, servers, ev.ID)
+			est++
+		default:
+			t.Fatalf("unexpected %v", ev.Type)
+		}
+	}
+	for _, c := range clients {
+		s.expect(t, c.ch, verbs.EventEstablished)
+	}
+	for i, c := range clients {
+		c.buf[0] = byte(i)
+		postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:1])}})
+		s.pollOne(t, c.scq, verbs.WCSuccess)
+	}
+	seen := map[byte]bool{}
+	for _, sv := range servers {
+		s.pollOne(t, sv.rcq, verbs.WCSuccess)
+		seen[sv.buf[0]] = true
+	}
+	require.Len(t, seen, n)
 }

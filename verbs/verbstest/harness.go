@@ -27,7 +27,10 @@ type Config struct {
 	// SilencePeer, if set, makes the peer of the given connected QP stop
 	// answering without closing the connection (a hung or partitioned
 	// host). Tests that need it are skipped when it is nil.
-	SilencePeer func(t testing.TB, peer verbs.QP)
+	SilencePeer func(t *testing.T, peer verbs.QP)
+	// TCPListener says the provider's listener is a TCP port at the RDMA
+	// address (soft), which the suite then attacks with junk connections.
+	TCPListener bool
 	// Skip names subtests to skip on this provider, with the reason.
 	Skip map[string]string
 	// Timeout bounds each wait for an event or completion (default 10 s).

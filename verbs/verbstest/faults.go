@@ -1,0 +1,381 @@
+package verbstest
+
+import (
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+func init() {
+	register("RemoteAccessBadRKey", testRemoteAccessBadRKey)
+	register("RemoteAccessBounds", testRemoteAccessBounds)
+	register("RemoteAccessFlags", testRemoteAccessFlags)
+	register("DeregThenRemoteAccess", testDeregThenRemoteAccess)
+	register("LocalProtection", testLocalProtection)
+	register("RNRRetryExceeded", testRNRRetryExceeded)
+	register("RNRWriteWithImm", testRNRWriteWithImm)
+	register("RNRRecovers", testRNRRecovers)
+	register("RecvTooSmall", testRecvTooSmall)
+	register("CQOverrun", testCQOverrun)
+	register("CQEvents", testCQEvents)
+	register("CompChannelClose", testCompChannelClose)
+	register("TransportRetryExceeded", testTransportRetryExceeded)
+	register("ZeroAllocDataPath", testZeroAllocDataPath)
+	register("ListenerRobustness", testListenerRobustness)
+}
+
+// remoteFault posts wr (expected to fail at the responder) followed by two
+// SENDs, and checks the requester's completions: the fault, then flushes;
+// and that both QPs end in ERR, as on hardware.
+func (s *suite) remoteFault(t *testing.T, c, sv *endpoint, wr verbs.SendWR, want verbs.WCStatus) {
+	t.Helper()
+	wr.WRID = 100
+	wr.Flags |= verbs.SendSignaled
+	postSend(t, c, wr)
+	for i := 0; i < 2; i++ {
+		postSend(t, c, verbs.SendWR{WRID: uint64(101 + i), Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:4])}})
+	}
+	wcs := s.poll(t, c.scq, 3)
+	require.Equal(t, uint64(100), wcs[0].WRID)
+	require.Equal(t, want, wcs[0].Status, "got %v", wcs[0].Status)
+	for i, wc := range wcs[1:] {
+		require.Equal(t, uint64(101+i), wc.WRID)
+		require.Equal(t, verbs.WCWRFlushErr, wc.Status, "after an error every outstanding WR flushes")
+	}
+	a, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State)
+	// A WR posted afterwards flushes too.
+	postSend(t, c, verbs.SendWR{WRID: 200, Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:4])}})
+	require.Equal(t, uint64(200), s.pollOne(t, c.scq, verbs.WCWRFlushErr).WRID)
+}
+
+func testRemoteAccessBadRKey(t *testing.T, s *suite) {
+	c, sv := s.pair(t, defaultOpts())
+	s.remoteFault(t, c, sv, verbs.SendWR{Opcode: verbs.OpRDMAWrite, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey() ^ 0x5a5a00}, verbs.WCRemAccessErr)
+}
+
+func testRemoteAccessBounds(t *testing.T, s *suite) {
+	c, sv := s.pair(t, defaultOpts())
+	end := verbs.AddrOf(sv.buf) + uint64(len(sv.buf))
+	s.remoteFault(t, c, sv, verbs.SendWR{Opcode: verbs.OpRDMARead, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: end - 32, RKey: sv.mr.RKey()}, verbs.WCRemAccessErr)
+}
+
+func testRemoteAccessFlags(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.access = verbs.AccessLocalWrite | verbs.AccessRemoteRead // no REMOTE_WRITE
+	c, sv := s.pair(t, o)
+	// READ is allowed...
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()})
+	s.pollOne(t, c.scq, verbs.WCSuccess)
+	// ...WRITE is not.
+	s.remoteFault(t, c, sv, verbs.SendWR{Opcode: verbs.OpRDMAWrite, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}, verbs.WCRemAccessErr)
+	a, err := sv.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State, "the responder's QP goes to ERR too")
+}
+
+func testDeregThenRemoteAccess(t *testing.T, s *suite) {
+	c, sv := s.pair(t, defaultOpts())
+	rkey := sv.mr.RKey()
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: rkey})
+	s.pollOne(t, c.scq, verbs.WCSuccess)
+	require.NoError(t, sv.mr.Dereg())
+	sv.mr = nil
+	s.remoteFault(t, c, sv, verbs.SendWR{Opcode: verbs.OpRDMAWrite, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: rkey}, verbs.WCRemAccessErr)
+}
+
+func testLocalProtection(t *testing.T, s *suite) {
+	c, _ := s.pair(t, defaultOpts())
+	bad := verbs.SGEOf(c.mr, c.buf[:64])
+	bad.LKey ^= 0x5a5a00
+	postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{bad}})
+	require.Equal(t, uint64(1), s.pollOne(t, c.scq, verbs.WCLocProtErr).WRID)
+	a, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State)
+}
+
+func rnrOpts(retry int) pairOpts {
+	o := defaultOpts()
+	// IB CM: each side's rnr_retry is the count its peer asked for.
+	o.connect.RNRRetryCount = retry
+	o.accept.RNRRetryCount = retry
+	return o
+}
+
+func testRNRRetryExceeded(t *testing.T, s *suite) {
+	c, _ := s.pair(t, rnrOpts(1))
+	s.remoteFaultNoRecv(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])}})
+}
+
+func testRNRWriteWithImm(t *testing.T, s *suite) {
+	c, sv := s.pair(t, rnrOpts(1))
+	// WRITE_WITH_IMM consumes a receive: without one it is RNR too.
+	s.remoteFaultNoRecv(t, c, verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: 1, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()})
+}
+
+func (s *suite) remoteFaultNoRecv(t *testing.T, c *endpoint, wr verbs.SendWR) {
+	t.Helper()
+	wr.WRID = 7
+	wr.Flags = verbs.SendSignaled
+	postSend(t, c, wr)
+	postSend(t, c, verbs.SendWR{WRID: 8, Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:4])}})
+	wcs := s.poll(t, c.scq, 2)
+	require.Equal(t, verbs.WCRNRRetryExcErr, wcs[0].Status, "got %v", wcs[0].Status)
+	require.Equal(t, uint64(7), wcs[0].WRID)
+	require.Equal(t, verbs.WCWRFlushErr, wcs[1].Status)
+	a, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State)
+}
+
+func testRNRRecovers(t *testing.T, s *suite) {
+	c, sv := s.pair(t, rnrOpts(7))
+	for i := 0; i < 3; i++ {
+		c.buf[i] = byte(i + 1)
+		postSend(t, c, verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[i:i+1])}})
+	}
+	quiet(t, c.scq, 50e6)
+	for i := 0; i < 3; i++ {
+		postRecv(t, sv, uint64(i), i*64, 64)
+	}
+	for i, wc := range s.poll(t, c.scq, 3) {
+		require.Equal(t, verbs.WCSuccess, wc.Status)
+		require.Equal(t, uint64(i), wc.WRID)
+	}
+	for i, wc := range s.poll(t, sv.rcq, 3) {
+		require.Equal(t, verbs.WCSuccess, wc.Status)
+		require.Equal(t, byte(i+1), sv.buf[i*64], "data arrives once, in order")
+	}
+	quiet(t, sv.rcq, 10e6)
+}
+
+func testRecvTooSmall(t *testing.T, s *suite) {
+	c, sv := s.pair(t, defaultOpts())
+	postRecv(t, sv, 1, 0, 16)
+	postSend(t, c, verbs.SendWR{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:100])}})
+	require.Equal(t, uint64(1), s.pollOne(t, sv.rcq, verbs.WCLocLenErr).WRID)
+	wc := s.poll(t, c.scq, 1)[0]
+	require.Contains(t, []verbs.WCStatus{verbs.WCRemInvReqErr, verbs.WCRemOpErr}, wc.Status, "got %v", wc.Status)
+}
+
+func testCQOverrun(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.cqe = 4
+	o.sharedCQ = true
+	c, sv := s.pair(t, o)
+	n := c.scq.Cap() + 4
+	wr := verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}
+	for i := 0; i < n; i++ {
+		require.NoError(t, c.qp.PostSend([]verbs.SendWR{wr}))
+	}
+	wc := make([]verbs.WC, 1)
+	deadline := time.Now().Add(s.cfg.Timeout)
+	for {
+		time.Sleep(time.Millisecond)
+		a, err := c.qp.Query()
+		require.NoError(t, err)
+		if a.State == verbs.QPSErr {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "QP not in ERR after a CQ overrun")
+	}
+	_, err := c.scq.Poll(wc)
+	require.ErrorIs(t, err, verbs.ErrCQOverrun)
+}
+
+func testCQEvents(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.sharedCQ = true
+	c, sv := s.pair(t, o)
+	got := make(chan verbs.CQ, 4)
+	errc := make(chan error, 4)
+	wait := func() {
+		go func() {
+			cq, err := sv.cc.GetEvent()
+			if err != nil {
+				errc <- err
+				return
+			}
+			sv.cc.AckEvents(cq, 1)
+			got <- cq
+		}()
+	}
+	require.NoError(t, sv.rcq.ReqNotify(false))
+	wait()
+	for i := 0; i < 3; i++ {
+		postRecv(t, sv, uint64(i), i*64, 64)
+	}
+	for i := 0; i < 3; i++ {
+		postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
+	}
+	select {
+	case cq := <-got:
+		require.Equal(t, sv.rcq, cq)
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("no completion event")
+	}
+	s.poll(t, sv.rcq, 3)
+	// One event per arm: three completions gave one event.
+	wait()
+	postRecv(t, sv, 9, 0, 64)
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
+	s.pollOne(t, sv.rcq, verbs.WCSuccess)
+	select {
+	case <-got:
+		t.Fatal("an event without arming the CQ")
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	// Arming with completions already queued does not fire for them.
+	postRecv(t, sv, 10, 0, 64)
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, sv.rcq.ReqNotify(false))
+	s.pollOne(t, sv.rcq, verbs.WCSuccess)
+	select {
+	case <-got:
+		t.Fatal("an event for a completion queued before arming")
+	case <-time.After(30 * time.Millisecond):
+	}
+	// The next completion after arming fires.
+	postRecv(t, sv, 11, 0, 64)
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
+	select {
+	case cq := <-got:
+		require.Equal(t, sv.rcq, cq)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("no completion event after re-arming")
+	}
+}
+
+func testCompChannelClose(t *testing.T, s *suite) {
+	ctx := s.device(t)
+	cc, err := ctx.CreateCompChannel()
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cc.GetEvent()
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, cc.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, verbs.ErrClosed)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("Close did not unblock GetEvent")
+	}
+}
+
+func testTransportRetryExceeded(t *testing.T, s *suite) {
+	if s.cfg.SilencePeer == nil {
+		t.Skip("provider offers no way to silence a peer")
+	}
+	c, sv := s.pair(t, defaultOpts())
+	// 4.096 us * 2^12 = 16.8 ms per try, 2 retries.
+	require.NoError(t, c.qp.Modify(&verbs.QPAttr{Timeout: 12, RetryCnt: 2}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt))
+	s.cfg.SilencePeer(t, sv.qp)
+	postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()})
+	postSend(t, c, verbs.SendWR{WRID: 2, Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:4])}})
+	wcs := s.poll(t, c.scq, 2)
+	require.Equal(t, verbs.WCRetryExcErr, wcs[0].Status, "got %v", wcs[0].Status)
+	require.Equal(t, verbs.WCWRFlushErr, wcs[1].Status)
+}
+
+func testZeroAllocDataPath(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.sharedCQ = true
+	c, sv := s.pair(t, o)
+	write := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:4096])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
+	send := []verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:32])}}}
+	recv := []verbs.RecvWR{{SG: []verbs.SGE{verbs.SGEOf(sv.mr, sv.buf[:64])}}}
+	wc := make([]verbs.WC, 8)
+	wait := func(cq verbs.CQ) {
+		for {
+			n, err := cq.Poll(wc)
+			if err != nil || n > 0 {
+				if err != nil || wc[0].Status != verbs.WCSuccess {
+					panic("completion failed")
+				}
+				return
+			}
+			runtime.Gosched() // let the provider's goroutines run
+		}
+	}
+	round := func() {
+		if err := c.qp.PostSend(write); err != nil {
+			panic(err)
+		}
+		wait(c.scq)
+		if err := sv.qp.PostRecv(recv); err != nil {
+			panic(err)
+		}
+		if err := c.qp.PostSend(send); err != nil {
+			panic(err)
+		}
+		wait(c.scq)
+		wait(sv.rcq)
+	}
+	round() // warm up
+	allocs := testing.AllocsPerRun(200, round)
+	require.Zero(t, allocs, "posting, the transfer and polling allocate nothing")
+}
+
+func testListenerRobustness(t *testing.T, s *suite) {
+	// A soft listener is a TCP port at the RDMA address: whatever arrives
+	// there that is not a handshake must not disturb it.
+	if !s.cfg.TCPListener {
+		t.Skip("the provider's listener is not a TCP port")
+	}
+	lch, lid := s.listener(t)
+	addr := lid.LocalAddr().String()
+	var junk []net.Conn
+	defer func() {
+		for _, c := range junk {
+			c.Close()
+		}
+	}()
+	for _, payload := range []string{"", "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "SRDM\x01\x01\xff\xff", "SRDM\x01\x01\x04\x00abcd", "\x00\x00\x00\x00\x00\x00\x00\x00"} {
+		nc, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		junk = append(junk, nc)
+		if payload != "" {
+			_, _ = nc.Write([]byte(payload))
+		}
+	}
+	// A real connection still gets through, and no junk produced an event.
+	o := defaultOpts()
+	c := s.dialer(t, lid.LocalAddr())
+	t.Cleanup(func() { c.release(t) })
+	s.resources(t, c, &o)
+	require.NoError(t, c.id.Connect(&o.connect))
+	req := s.expect(t, lch, verbs.EventConnectRequest)
+	sv := &endpoint{ch: lch, id: req.ID}
+	t.Cleanup(func() { sv.release(t) })
+	s.resources(t, sv, &o)
+	require.NoError(t, sv.id.Accept(&o.accept))
+	s.expect(t, c.ch, verbs.EventEstablished)
+	s.expect(t, lch, verbs.EventEstablished)
+	_, err := lch.GetEvent(time.Now().Add(20 * time.Millisecond))
+	require.True(t, isDeadline(err), "junk must not produce events: %v", err)
+}
