@@ -111,18 +111,66 @@ func (g *Group) Err() error {
 	return g.err
 }
 
-// Close closes the Group's conns and stops its goroutines. An operation
-// running meanwhile fails with ErrClosed. Close is idempotent.
+// closeLinger bounds how long Close waits for the peers to close their side.
+const closeLinger = time.Second
+
+// Close ends the Group and closes its conns. An operation running meanwhile
+// fails with ErrClosed. Close is idempotent.
+//
+// On a Group that has not failed, Close is graceful where the conns support
+// CloseWrite (rdma and TCP conns do): it half-closes every conn and waits,
+// at most one second, until the peers close theirs. So the last operation's
+// data reaches every rank even if this process exits right after Close, and
+// no peer sees its last writes fail because this rank went away first. The
+// ranks of a group normally close at about the same time; closing them one
+// after another from one goroutine makes each Close wait out the delay.
 func (g *Group) Close() error {
-	g.fail(ErrClosed, false)
+	g.mu.Lock()
+	graceful := g.err == nil && !g.busy.Load()
+	g.mu.Unlock()
+	g.fail(ErrClosed, false, !graceful)
 	g.closeOnce.Do(func() { close(g.quit) })
 	g.wg.Wait()
+	if graceful {
+		g.linger()
+	}
 	for _, l := range g.links {
 		if l != nil {
 			_ = l.conn.Close()
 		}
 	}
 	return nil
+}
+
+// linger half-closes every conn and reads (and drops) whatever arrives until
+// the peer's EOF or closeLinger.
+func (g *Group) linger() {
+	deadline := time.Now().Add(closeLinger)
+	var wg sync.WaitGroup
+	for _, l := range g.links {
+		if l == nil {
+			continue
+		}
+		cw, ok := l.conn.(interface{ CloseWrite() error })
+		if !ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cw.CloseWrite() != nil {
+				return
+			}
+			_ = l.conn.SetReadDeadline(deadline)
+			var buf [512]byte
+			for {
+				if _, err := l.conn.Read(buf[:]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // abortGrace bounds how long a failing rank tries to finish the frame it is
@@ -135,7 +183,7 @@ const abortGrace = time.Second
 // so that the peers fail too (naming the culprit) instead of waiting for a
 // rank that will not answer. Without notify (Close) the conns are closed at
 // once.
-func (g *Group) fail(err error, notify bool) {
+func (g *Group) fail(err error, notify, closeConns bool) {
 	g.mu.Lock()
 	first := g.err == nil
 	if first {
@@ -147,6 +195,9 @@ func (g *Group) fail(err error, notify bool) {
 		return
 	}
 	if !notify {
+		if !closeConns {
+			return
+		}
 		for _, l := range g.links {
 			if l != nil {
 				_ = l.conn.Close()
@@ -198,7 +249,7 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 		return g.end(context.Cause(ctx))
 	}
 	if ctx.Done() != nil {
-		g.stop = context.AfterFunc(ctx, func() { g.fail(context.Cause(ctx), true) })
+		g.stop = context.AfterFunc(ctx, func() { g.fail(context.Cause(ctx), true, true) })
 	}
 	return nil
 }
@@ -212,7 +263,7 @@ func (g *Group) end(err error) error {
 			if err == nil {
 				err = context.Canceled
 			}
-			g.fail(err, true)
+			g.fail(err, true, true)
 		}
 		g.stop = nil
 	}
@@ -221,7 +272,7 @@ func (g *Group) end(err error) error {
 		if errors.As(err, &re) && re.Op == "send" && g.links[re.Rank] != nil && !g.failed.Load() {
 			err = g.links[re.Rank].explain(err)
 		}
-		g.fail(err, true)
+		g.fail(err, true, true)
 		g.drainSends()
 		err = &opError{op: g.curName, cause: g.Err()}
 	}

@@ -67,12 +67,23 @@ func newGroups(t testing.TB, n int, m mesh) []*Group {
 		require.NoError(t, err)
 		gs[i] = g
 	}
-	t.Cleanup(func() {
-		for _, g := range gs {
-			g.Close()
-		}
-	})
+	t.Cleanup(func() { closeAll(gs) })
 	return gs
+}
+
+// closeAll closes every rank's group at once, as separate processes would.
+func closeAll(gs []*Group) {
+	var wg sync.WaitGroup
+	for _, g := range gs {
+		if g != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				g.Close()
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 // runAll runs f on every rank at once and returns each rank's error.

@@ -36,13 +36,7 @@ func joinAll(t testing.TB, n int, f func(ctx context.Context, rank int, root str
 		}()
 	}
 	wg.Wait()
-	t.Cleanup(func() {
-		for _, g := range gs {
-			if g != nil {
-				g.Close()
-			}
-		}
-	})
+	t.Cleanup(func() { closeAll(gs) })
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 		require.Equal(t, r, gs[r].Rank())
@@ -183,9 +177,9 @@ func TestJoinIgnoresStrays(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	defer closeAll(gs)
 	for r := range gs {
 		require.NoError(t, errs[r])
-		defer gs[r].Close()
 	}
 	checkGroup(t, gs)
 }
