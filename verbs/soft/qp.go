@@ -105,7 +105,7 @@ type qp struct {
 	wdStrikes  int
 	destroyed  bool
 	downNotify func(error) // called once when the engine stops
-	silent     atomic.Bool  // tests: ignore the peer entirely (a hung host)
+	silent     atomic.Bool // tests: ignore the peer entirely (a hung host)
 }
 
 const (
