@@ -38,8 +38,13 @@ import (
 
 func main() {}
 
-// contexts maps each live handle given to C to its context.
-var contexts sync.Map // cgo.Handle -> *capi.Context
+// contexts maps each live handle given to C to its context. A plain map
+// under a lock: a lookup on every call must not allocate, as boxing a
+// handle into a sync.Map key would.
+var contexts = struct {
+	sync.RWMutex
+	m map[cgo.Handle]*capi.Context
+}{m: map[cgo.Handle]*capi.Context{}}
 
 // setError makes msg the calling thread's rdma_get_error() text.
 func setError(fn string, err error) {
@@ -66,11 +71,13 @@ func lookup(h C.uintptr_t) (*capi.Context, error) {
 	if h == 0 {
 		return nil, errNilCtx
 	}
-	v, ok := contexts.Load(cgo.Handle(h))
+	contexts.RLock()
+	ctx, ok := contexts.m[cgo.Handle(h)]
+	contexts.RUnlock()
 	if !ok {
 		return nil, errStaleCtx
 	}
-	return v.(*capi.Context), nil
+	return ctx, nil
 }
 
 // length converts a C size to a Go length no larger than limit.
@@ -84,7 +91,7 @@ func length(n C.size_t, what string, limit int) (int, error) {
 // bytesOf views C memory as a byte slice; it never points into the Go heap.
 func bytesOf(p unsafe.Pointer, n int) []byte {
 	if n == 0 {
-		return []byte{}
+		return nil
 	}
 	return unsafe.Slice((*byte)(p), n)
 }
@@ -108,7 +115,9 @@ func rdma_init(ip *C.char, port C.int, bufSize C.size_t, isServer C.bool) (ret C
 		return 0
 	}
 	h := cgo.NewHandle(ctx)
-	contexts.Store(h, ctx)
+	contexts.Lock()
+	contexts.m[h] = ctx
+	contexts.Unlock()
 	return C.uintptr_t(h)
 }
 
@@ -120,13 +129,16 @@ func rdma_cleanup(h C.uintptr_t) {
 	if h == 0 {
 		return // like free(NULL)
 	}
-	v, ok := contexts.LoadAndDelete(cgo.Handle(h))
+	contexts.Lock()
+	ctx, ok := contexts.m[cgo.Handle(h)]
+	delete(contexts.m, cgo.Handle(h))
+	contexts.Unlock()
 	if !ok {
 		setError(fn, errStaleCtx)
 		return
 	}
 	cgo.Handle(h).Delete()
-	if err := v.(*capi.Context).Close(); err != nil {
+	if err := ctx.Close(); err != nil {
 		setError(fn, err)
 	}
 }
