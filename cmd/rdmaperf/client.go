@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmanet/rdma"
+)
+
+// transport is one way of reaching the server: rdma, or TCP for the
+// baseline. Both run the very same test code over a net.Conn.
+type transport struct {
+	name string // "rdma" or "tcp"
+	addr string
+	dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+const dialTimeout = 10 * time.Second
+
+func rdmaTransport(o *options, addr string) transport {
+	d := &rdma.Dialer{Timeout: dialTimeout, Config: o.rdmaConfig()}
+	return transport{name: "rdma", addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
+		return d.DialContext(ctx, "rdma", a)
+	}}
+}
+
+func tcpTransport(addr string) transport {
+	d := &net.Dialer{Timeout: dialTimeout}
+	return transport{name: "tcp", addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
+		return d.DialContext(ctx, "tcp", a)
+	}}
+}
+
+// testSpec is one measured run: a test kind and size over a transport,
+// on o.parallel connections.
+type testSpec struct {
+	kind       uint8
+	size       int
+	parallel   int
+	duration   time.Duration // measured time; ignored when iterations > 0
+	iterations int64         // messages per connection; 0: run for duration
+	warmup     time.Duration
+}
+
+// worker is what one connection measured.
+type worker struct {
+	start, end time.Time
+	bytes      int64
+	msgs       int64
+	hist       *hist // latency only
+	err        error
+}
+
+// measure is one run's (or the median of several runs') figures.
+type measure struct {
+	Bytes       int64   `json:"bytes"`
+	Messages    int64   `json:"messages"`
+	Seconds     float64 `json:"seconds"`
+	BytesPerSec float64 `json:"bytes_per_sec"`
+	MsgsPerSec  float64 `json:"msgs_per_sec"`
+	// Round-trip latency, in nanoseconds (latency tests only).
+	MinNs  int64 `json:"min_ns,omitempty"`
+	MeanNs int64 `json:"mean_ns,omitempty"`
+	P50Ns  int64 `json:"p50_ns,omitempty"`
+	P99Ns  int64 `json:"p99_ns,omitempty"`
+	P999Ns int64 `json:"p999_ns,omitempty"`
+	MaxNs  int64 `json:"max_ns,omitempty"`
+}
+
+// runTest runs spec over tr and returns its figures and the provider that
+// carried it ("" for TCP).
+func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string, error) {
+	conns := make([]net.Conn, 0, spec.parallel)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	h := header{Kind: spec.kind, Size: spec.size, Iters: spec.iterations}
+	if spec.iterations == 0 {
+		h.Duration = spec.warmup + spec.duration
+	}
+	var hb [headerLen]byte
+	h.marshal(&hb)
+	provider := ""
+	for range spec.parallel {
+		c, err := tr.dial(ctx, tr.addr)
+		if err != nil {
+			return measure{}, "", fmt.Errorf("%s: %w", tr.name, err)
+		}
+		conns = append(conns, c)
+		if rc, ok := c.(*rdma.Conn); ok {
+			provider = rc.Provider()
+		}
+		c.SetDeadline(time.Now().Add(headerTimeout))
+		if _, err := c.Write(hb[:]); err != nil {
+			return measure{}, "", fmt.Errorf("%s %s: sending the control header: %w", tr.name, tr.addr, err)
+		}
+		if err := readReply(c); err != nil {
+			return measure{}, "", fmt.Errorf("%s %s: %w", tr.name, tr.addr, err)
+		}
+		c.SetDeadline(time.Time{})
+	}
+
+	var stop atomic.Bool
+	warmEnd := time.Now().Add(spec.warmup)
+	if spec.iterations == 0 {
+		t := time.AfterFunc(spec.warmup+spec.duration, func() { stop.Store(true) })
+		defer t.Stop()
+	}
+	// A cancelled run stops the loops and unblocks any Read or Write.
+	ctxDone := context.AfterFunc(ctx, func() {
+		stop.Store(true)
+		for _, c := range conns {
+			c.SetDeadline(time.Now())
+		}
+	})
+	defer ctxDone()
+
+	ws := make([]worker, spec.parallel)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch spec.kind {
+			case kindStream:
+				ws[i] = streamWorker(c, spec.size, warmEnd, spec.iterations, &stop)
+			default:
+				ws[i] = latencyWorker(c, spec.size, warmEnd, spec.iterations, &stop)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return measure{}, provider, err
+	}
+	for i := range ws {
+		if ws[i].err != nil {
+			return measure{}, provider, fmt.Errorf("%s %s conn %d: %w", tr.name, kindName(spec.kind), i, ws[i].err)
+		}
+	}
+	return aggregate(ws), provider, nil
+}
+
+// aggregate sums the connections' counts over the wall time from the first
+// one's start to the last one's end.
+func aggregate(ws []worker) measure {
+	var m measure
+	var first, last time.Time
+	var h *hist
+	for i := range ws {
+		w := &ws[i]
+		m.Bytes += w.bytes
+		m.Messages += w.msgs
+		if first.IsZero() || w.start.Before(first) {
+			first = w.start
+		}
+		if w.end.After(last) {
+			last = w.end
+		}
+		if w.hist != nil {
+			if h == nil {
+				h = newHist()
+			}
+			h.merge(w.hist)
+		}
+	}
+	if d := last.Sub(first); d > 0 {
+		m.Seconds = d.Seconds()
+		m.BytesPerSec = float64(m.Bytes) / m.Seconds
+		m.MsgsPerSec = float64(m.Messages) / m.Seconds
+	}
+	if h != nil {
+		m.MinNs, m.MeanNs, m.MaxNs = h.minimum(), h.mean(), h.max
+		m.P50Ns, m.P99Ns, m.P999Ns = h.quantile(0.50), h.quantile(0.99), h.quantile(0.999)
+	}
+	return m
+}
+
+type closeWriter interface{ CloseWrite() error }
+
+// streamWorker writes size-byte messages until stop (or iters of them),
+// half-closes, and waits for the server's count: the clock stops when the
+// server has received everything, so bytes still buffered are not counted
+// as delivered.
+func streamWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *atomic.Bool) (w worker) {
+	buf := make([]byte, size)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	var warm int64
+	for time.Now().Before(warmEnd) && !stop.Load() {
+		n, err := c.Write(buf)
+		warm += int64(n)
+		if err != nil {
+			w.err = err
+			return w
+		}
+	}
+	w.start = time.Now()
+	for !stop.Load() && (iters == 0 || w.msgs < iters) {
+		n, err := c.Write(buf)
+		w.bytes += int64(n)
+		if err != nil {
+			w.err = err
+			return w
+		}
+		w.msgs++
+	}
+	cw, ok := c.(closeWriter)
+	if !ok {
+		w.err = errors.New("the connection cannot half-close")
+		return w
+	}
+	if err := cw.CloseWrite(); err != nil {
+		w.err = err
+		return w
+	}
+	var rb [resultLen]byte
+	if _, err := io.ReadFull(c, rb[:]); err != nil {
+		w.err = fmt.Errorf("reading the server's count: %w", err)
+		return w
+	}
+	w.end = time.Now()
+	res := parseStreamResult(&rb)
+	if res.Bytes != warm+w.bytes {
+		w.err = fmt.Errorf("the server received %d bytes, the client sent %d", res.Bytes, warm+w.bytes)
+	}
+	return w
+}
+
+// latencyWorker ping-pongs size-byte messages until stop (or iters of them)
+// and records every round trip in a histogram. The loop allocates nothing.
+func latencyWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *atomic.Bool) (w worker) {
+	out := make([]byte, size)
+	in := make([]byte, size)
+	for i := range out {
+		out[i] = byte(i)
+	}
+	w.hist = newHist()
+	for time.Now().Before(warmEnd) && !stop.Load() {
+		if w.err = roundTrip(c, out, in); w.err != nil {
+			return w
+		}
+	}
+	w.start = time.Now()
+	for !stop.Load() && (iters == 0 || w.msgs < iters) {
+		t0 := time.Now()
+		if w.err = roundTrip(c, out, in); w.err != nil {
+			return w
+		}
+		w.hist.record(time.Since(t0))
+		w.msgs++
+	}
+	w.end = time.Now()
+	w.bytes = w.msgs * int64(size)
+	if cw, ok := c.(closeWriter); ok {
+		if w.err = cw.CloseWrite(); w.err != nil {
+			return w
+		}
+		// The server closes after our CloseWrite; anything else is an error.
+		if n, err := c.Read(in); n != 0 || err != io.EOF {
+			w.err = fmt.Errorf("after the last round trip: read %d bytes, %v; want EOF", n, err)
+		}
+	}
+	return w
+}
+
+// roundTrip writes out and reads the echo into in (same length).
+func roundTrip(c net.Conn, out, in []byte) error {
+	if _, err := c.Write(out); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c, in); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// report is a whole client run: what was run and every result. It is the
+// --json output as is.
+type report struct {
+	Tool       string   `json:"tool"`
+	Version    int      `json:"version"`
+	Mode       string   `json:"mode"`   // "client" or "loopback"
+	Server     string   `json:"server"` // "remote", "in-process" or "separate process"
+	Address    string   `json:"address"`
+	TCPAddress string   `json:"tcp_address,omitempty"`
+	Parallel   int      `json:"parallel"`
+	DurationNs int64    `json:"duration_ns,omitempty"`
+	Iterations int64    `json:"iterations,omitempty"`
+	WarmupNs   int64    `json:"warmup_ns"`
+	Rounds     int      `json:"rounds"`
+	GoVersion  string   `json:"go_version"`
+	CPUs       int      `json:"cpus"`
+	Results    []result `json:"results"`
+}
+
+// result is one test kind and size over one transport, over all rounds.
+type result struct {
+	Test      string    `json:"test"` // "stream" or "latency"
+	Size      int       `json:"size"`
+	Transport string    `json:"transport"`          // "rdma" or "tcp"
+	Provider  string    `json:"provider,omitempty"` // rdma's provider
+	Parallel  int       `json:"parallel"`
+	Rounds    []measure `json:"rounds"`
+	// Median is each figure's median over the rounds.
+	Median measure `json:"median"`
+	// VsTCP is this result over TCP's in the same run: throughput ratio for
+	// stream (higher is better), p50 round-trip ratio for latency (lower is
+	// better). Absent without a baseline, and for TCP itself.
+	VsTCP *float64 `json:"vs_tcp,omitempty"`
+
+	kind uint8
+}
+
+func newReport(o *options) *report {
+	r := &report{
+		Tool: "rdmaperf", Version: protoVersion, Mode: "client", Server: "remote",
+		Address: o.addr, Parallel: o.parallel, WarmupNs: int64(o.warmup), Rounds: o.rounds,
+		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+	}
+	if o.baseline {
+		r.TCPAddress = o.tcpAddr
+	}
+	if o.iterations > 0 {
+		r.Iterations = o.iterations
+	} else {
+		r.DurationNs = int64(o.duration)
+	}
+	if o.loopback {
+		r.Mode, r.Server = "loopback", "in-process"
+		if o.fork {
+			r.Server = "separate process"
+		}
+	}
+	return r
+}
+
+// finish computes medians and ratios once all rounds are in.
+func (r *report) finish() {
+	for i := range r.Results {
+		r.Results[i].Median = median(r.Results[i].Rounds)
+	}
+	for i := range r.Results {
+		res := &r.Results[i]
+		if res.Transport == "tcp" {
+			continue
+		}
+		for j := range r.Results {
+			b := &r.Results[j]
+			if b.Transport != "tcp" || b.kind != res.kind || b.Size != res.Size {
+				continue
+			}
+			var v float64
+			if res.kind == kindStream && b.Median.BytesPerSec > 0 {
+				v = res.Median.BytesPerSec / b.Median.BytesPerSec
+			} else if res.kind == kindLatency && b.Median.P50Ns > 0 {
+				v = float64(res.Median.P50Ns) / float64(b.Median.P50Ns)
+			}
+			if v > 0 {
+				res.VsTCP = &v
+			}
+		}
+	}
+}
+
+// median takes each figure's median over ms independently.
+func median(ms []measure) measure {
+	if len(ms) == 1 {
+		return ms[0]
+	}
+	medF := func(f func(m *measure) float64) float64 {
+		v := make([]float64, len(ms))
+		for i := range ms {
+			v[i] = f(&ms[i])
+		}
+		slices.Sort(v)
+		n := len(v)
+		if n%2 == 1 {
+			return v[n/2]
+		}
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	medI := func(f func(m *measure) int64) int64 {
+		return int64(medF(func(m *measure) float64 { return float64(f(m)) }))
+	}
+	return measure{
+		Bytes:       medI(func(m *measure) int64 { return m.Bytes }),
+		Messages:    medI(func(m *measure) int64 { return m.Messages }),
+		Seconds:     medF(func(m *measure) float64 { return m.Seconds }),
+		BytesPerSec: medF(func(m *measure) float64 { return m.BytesPerSec }),
+		MsgsPerSec:  medF(func(m *measure) float64 { return m.MsgsPerSec }),
+		MinNs:       medI(func(m *measure) int64 { return m.MinNs }),
+		MeanNs:      medI(func(m *measure) int64 { return m.MeanNs }),
+		P50Ns:       medI(func(m *measure) int64 { return m.P50Ns }),
+		P99Ns:       medI(func(m *measure) int64 { return m.P99Ns }),
+		P999Ns:      medI(func(m *measure) int64 { return m.P999Ns }),
+		MaxNs:       medI(func(m *measure) int64 { return m.MaxNs }),
+	}
+}
+
+func (r *report) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// writeTable prints the results as aligned tables, one per test kind.
+func (r *report) writeTable(w io.Writer) error {
+	var b strings.Builder
+	how := fmt.Sprintf("%v per test after %v warm-up", time.Duration(r.DurationNs), time.Duration(r.WarmupNs))
+	if r.Iterations > 0 {
+		how = fmt.Sprintf("%d messages per connection per test after %v warm-up", r.Iterations, time.Duration(r.WarmupNs))
+	}
+	rounds := "1 round"
+	if r.Rounds > 1 {
+		rounds = fmt.Sprintf("median of %d rounds", r.Rounds)
+	}
+	fmt.Fprintf(&b, "rdmaperf %s: server %s (%s), %s; P=%d; %s; %s; %s, %d CPUs\n",
+		r.Mode, r.Address, r.Server, baselineText(r), r.Parallel, how, rounds, r.GoVersion, r.CPUs)
+
+	var stream, lat []result
+	lw := 0
+	for _, res := range r.Results {
+		lw = max(lw, len(res.label()))
+		if res.kind == kindStream {
+			stream = append(stream, res)
+		} else {
+			lat = append(lat, res)
+		}
+	}
+	if len(stream) > 0 {
+		fmt.Fprintf(&b, "\nstream bandwidth, client -> server (vs tcp: throughput ratio, higher is better)\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "size\t%-*s\tMiB/s\tGbit/s\tmsg/s\tvs tcp\t\n", lw, "transport")
+		for _, res := range stream {
+			m := res.Median
+			fmt.Fprintf(tw, "%s\t%-*s\t%.1f\t%.2f\t%.0f\t%s\t\n", formatSize(res.Size), lw, res.label(),
+				m.BytesPerSec/(1<<20), m.BytesPerSec*8/1e9, m.MsgsPerSec, ratioText(res.VsTCP))
+		}
+		tw.Flush()
+	}
+	if len(lat) > 0 {
+		fmt.Fprintf(&b, "\nround-trip latency, ping-pong of the message size (vs tcp: p50 ratio, lower is better)\n")
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "size\t%-*s\tmsg/s\tmin\tp50\tp99\tp99.9\tmax\tvs tcp\t\n", lw, "transport")
+		for _, res := range lat {
+			m := res.Median
+			fmt.Fprintf(tw, "%s\t%-*s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(), m.MsgsPerSec,
+				usText(m.MinNs), usText(m.P50Ns), usText(m.P99Ns), usText(m.P999Ns), usText(m.MaxNs), ratioText(res.VsTCP))
+		}
+		tw.Flush()
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func baselineText(r *report) string {
+	if r.TCPAddress == "" {
+		return "no TCP baseline"
+	}
+	return "TCP baseline " + r.TCPAddress
+}
+
+func (res *result) label() string {
+	if res.Provider != "" {
+		return res.Transport + "/" + res.Provider
+	}
+	return res.Transport
+}
+
+func ratioText(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", *v)
+}
+
+func usText(ns int64) string {
+	us := float64(ns) / 1e3
+	switch {
+	case us >= 1e6:
+		return fmt.Sprintf("%.2fs", us/1e6)
+	case us >= 1e3:
+		return fmt.Sprintf("%.2fms", us/1e3)
+	case us >= 100:
+		return fmt.Sprintf("%.1fus", us)
+	}
+	return fmt.Sprintf("%.2fus", us)
+}
