@@ -43,6 +43,7 @@ wait_for() {
 	return 1
 }
 
+echo "demo: provider ${RDMA_PROVIDER:-auto (rdmacore with an active RDMA device, else soft)}; server 127.0.0.1:5555, clients 127.0.0.2 and 127.0.0.3"
 run server "$bin/server"
 wait_for server "${pids[0]}" "Waiting for client 1" || exit 1
 # One client at a time, so that client 1 is participant 1.
