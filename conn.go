@@ -401,36 +401,40 @@ func (c *Conn) writeErrLocked() error {
 // reserveLocked claims room for the next RDMA write of at most want bytes:
 // peer ring space, a message credit and a send queue slot, and send buffer
 // space when not inline. It returns 0 when something is exhausted.
+//
+// It waits for room for a whole chunk (or all of want, if less) rather than
+// posting whatever sliver completions or credits have just freed: that would
+// shred a stream into tiny writes (silly window syndrome). The wait always
+// ends: ring credit comes back in quarter-ring steps, and when the send
+// buffer is more than half full every send is signaled.
 func (c *Conn) reserveLocked(want int) (n int, inline bool) {
-	if c.msgCredits <= c.finReserve()+1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if c.msgCredits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
 		return 0, false
 	}
-	room := c.peer.size - (c.sndTail - c.sndAcked)
-	contig := c.peer.size - c.sndTail&c.peer.mask
-	n64 := min(uint64(want), uint64(c.chunk), room, contig)
-	if n64 == 0 {
+	n64 := min(uint64(want), uint64(c.chunk))
+	if c.peer.size-(c.sndTail-c.sndAcked) < n64 {
 		return 0, false
 	}
+	n64 = min(n64, c.peer.size-c.sndTail&c.peer.mask) // up to the ring's end
 	if int(n64) > c.inline {
 		free := uint64(len(c.sbuf)) - (c.sbTail - c.sbHead)
-		sbContig := uint64(len(c.sbuf)) - c.sbTail&c.sbufMask
-		n64 = min(n64, free, sbContig)
-		if n64 == 0 {
+		contig := uint64(len(c.sbuf)) - c.sbTail&c.sbufMask
+		pad := uint64(0)
+		if contig < n64 {
+			pad = contig // skip the buffer's tail rather than post a sliver from it
+		}
+		if free < pad+n64 {
 			return 0, false
 		}
+		// Nothing is reserved and unposted here (the writer posts before it
+		// reserves again), so the pad counts as posted at once.
+		c.sbTail += pad
+		c.sbPosted += pad
 	}
 	n = int(n64)
 	c.sndTail += n64
 	c.msgCredits--
 	return n, n <= c.inline
-}
-
-// finReserve is the message credit kept back for the FIN.
-func (c *Conn) finReserve() int {
-	if c.finSent {
-		return 0
-	}
-	return 1
 }
 
 // postDataLocked posts the data write described by c.sge[0].
@@ -491,7 +495,7 @@ func (c *Conn) creditLocked(force bool) {
 		c.creditWant = false
 		return
 	}
-	if c.msgCredits <= c.finReserve() || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if c.msgCredits < 1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
 		c.creditWant = true // retried when completions free what is missing
 		return
 	}
@@ -787,7 +791,7 @@ func (c *Conn) CloseWrite() error {
 		case c.err != nil:
 			return c.opErr("close", c.err)
 		}
-		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+		if c.msgCredits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
 			if err := c.sendFinLocked(); err != nil {
 				c.failLocked(err)
 				return c.opErr("close", err)
@@ -841,7 +845,7 @@ func (c *Conn) drain() {
 	for c.err == nil {
 		switch {
 		case !c.finSent:
-			if c.sqPosted-c.sqDone < c.sqDepth {
+			if c.msgCredits >= 2 && c.sqPosted-c.sqDone < c.sqDepth {
 				if c.sendFinLocked() != nil {
 					return
 				}
