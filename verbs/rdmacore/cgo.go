@@ -196,6 +196,14 @@ static int rc_accept(struct rdma_cm_id *cid, const void *pd, int pdlen, int rr, 
 	return rdma_accept(cid, &p);
 }
 
+// rc_destroy_qp is rdma_destroy_qp that reports failure: librdmacm's
+// returns nothing and forgets the QP even when the kernel kept it.
+static int rc_destroy_qp(struct rdma_cm_id *id) {
+	int r = ibv_destroy_qp(id->qp);
+	if (r == 0) id->qp = NULL;
+	return r;
+}
+
 static int rc_async_fd(struct ibv_context *ctx) { return ctx->async_fd; }
 
 // rc_get_async_event returns the CQ of an IBV_EVENT_CQ_ERR (NULL for any
@@ -534,7 +542,9 @@ func readQPCap(a *C.struct_ibv_qp_cap, c *verbs.QPCap) {
 	c.MaxInlineData = int(a.max_inline_data)
 }
 
-func rdmaDestroyQP(id idPtr) { C.rdma_destroy_qp((*C.struct_rdma_cm_id)(id)) }
+func rdmaDestroyQP(id idPtr) syscall.Errno {
+	return syscall.Errno(C.rc_destroy_qp((*C.struct_rdma_cm_id)(id)))
+}
 
 func ibvDestroyQP(qp qpPtr) syscall.Errno {
 	return syscall.Errno(C.ibv_destroy_qp((*C.struct_ibv_qp)(qp)))

@@ -12,6 +12,12 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
+// cmEventMu serialises rdma_get_cm_event, which moves QPs through their
+// states for some events (RTR/RTS on a connect response, ERR on a reject),
+// with QP destruction: the kernel refuses (EBUSY) to destroy a QP that
+// another thread is modifying.
+var cmEventMu sync.Mutex
+
 // ids maps librdmacm's IDs to their Go wrappers, for the IDs events name.
 var (
 	idsMu sync.Mutex
@@ -72,7 +78,9 @@ func (c *eventChannel) pump() {
 	var ev cmEventPtr
 	var errno syscall.Errno
 	try := func(uintptr) bool {
+		cmEventMu.Lock()
 		ev, errno = rdmaGetCMEvent(c.p, c.out)
+		cmEventMu.Unlock()
 		return errno != syscall.EAGAIN
 	}
 	for {
@@ -270,6 +278,15 @@ func (id *cmid) live() bool {
 	return !id.dead
 }
 
+// needDevice refuses, as EINVAL, the calls that need the ID bound to a device:
+// librdmacm dereferences id->verbs in them without checking.
+func (id *cmid) needDevice(op string) error {
+	if idVerbs(id.p) == nil {
+		return verbs.Errorf(op, syscall.EINVAL, "the ID has no device yet: resolve its address first")
+	}
+	return nil
+}
+
 func scopeOf(a *net.TCPAddr) uint32 {
 	if a == nil || a.Zone == "" {
 		return 0
@@ -322,6 +339,9 @@ func (id *cmid) ResolveRoute(timeout time.Duration) error {
 	if !id.live() {
 		return verbs.ErrClosed
 	}
+	if err := id.needDevice("rdma_resolve_route"); err != nil {
+		return err
+	}
 	return id.op("rdma_resolve_route", rdmaResolveRoute(id.p, ms(timeout)))
 }
 
@@ -362,6 +382,9 @@ func (id *cmid) CreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, error) 
 	if id.qp != nil {
 		return nil, verbs.Errorf("rdma_create_qp", syscall.EINVAL, "the ID already has a QP")
 	}
+	if err := id.needDevice("rdma_create_qp"); err != nil {
+		return nil, err
+	}
 	qp, errno := rdmaCreateQP(id.p, p.p, scq.p, rcq.p, &c, attr.SignalAll)
 	if errno != 0 {
 		return nil, &verbs.Error{Op: "rdma_create_qp", Errno: errno}
@@ -384,13 +407,20 @@ func (id *cmid) CreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, error) 
 }
 
 // destroyQP is called by the QP's Destroy.
-func (id *cmid) destroyQP(q *queuePair) {
+func (id *cmid) destroyQP(q *queuePair) error {
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.qp == q {
-		rdmaDestroyQP(id.p)
-		id.qp = nil
+	if id.qp != q {
+		return verbs.ErrClosed
 	}
+	cmEventMu.Lock()
+	errno := rdmaDestroyQP(id.p)
+	cmEventMu.Unlock()
+	if errno != 0 {
+		return &verbs.Error{Op: "rdma_destroy_qp", Errno: errno}
+	}
+	id.qp = nil
+	return nil
 }
 
 func (id *cmid) QP() verbs.QP {
@@ -426,6 +456,9 @@ func (id *cmid) Connect(param *verbs.ConnParam) error {
 	if !id.live() {
 		return verbs.ErrClosed
 	}
+	if err := id.needDevice("rdma_connect"); err != nil {
+		return err
+	}
 	return id.op("rdma_connect", rdmaConnect(id.p, param))
 }
 
@@ -439,6 +472,9 @@ func (id *cmid) Accept(param *verbs.ConnParam) error {
 	defer id.mu.Unlock()
 	if !id.live() {
 		return verbs.ErrClosed
+	}
+	if err := id.needDevice("rdma_accept"); err != nil {
+		return err
 	}
 	return id.op("rdma_accept", rdmaAccept(id.p, param))
 }
@@ -465,6 +501,9 @@ func (id *cmid) Disconnect() error {
 	if id.disconnected {
 		return nil
 	}
+	if err := id.needDevice("rdma_disconnect"); err != nil {
+		return err
+	}
 	if err := id.op("rdma_disconnect", rdmaDisconnect(id.p)); err != nil {
 		return err
 	}
@@ -480,7 +519,7 @@ func (id *cmid) Disconnect() error {
 // provider answers for the application, as every librdmacm program does.
 func (id *cmid) answerDisconnect() {
 	defer id.mu.Unlock()
-	if !id.live() || id.disconnected {
+	if !id.live() || id.disconnected || idVerbs(id.p) == nil {
 		return
 	}
 	if rdmaDisconnect(id.p) == 0 {

@@ -136,10 +136,11 @@ func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if attr == nil {
 		return verbs.Errorf("ibv_modify_qp", syscall.EINVAL, "nil attributes")
 	}
+	// Held across the call: the kernel refuses to destroy a QP while it is
+	// being modified.
 	q.sendMu.Lock()
-	dead := q.dead
-	q.sendMu.Unlock()
-	if dead {
+	defer q.sendMu.Unlock()
+	if q.dead {
 		return verbs.ErrClosed
 	}
 	if errno := ibvModifyQP(q.p, attr, mask); errno != 0 {
@@ -150,9 +151,8 @@ func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 
 func (q *queuePair) Query() (verbs.QPAttr, error) {
 	q.sendMu.Lock()
-	dead := q.dead
-	q.sendMu.Unlock()
-	if dead {
+	defer q.sendMu.Unlock()
+	if q.dead {
 		return verbs.QPAttr{}, verbs.ErrClosed
 	}
 	a, errno := ibvQueryQP(q.p)
@@ -171,8 +171,10 @@ func (q *queuePair) Destroy() error {
 	if q.dead {
 		return verbs.ErrClosed
 	}
+	if err := q.id.destroyQP(q); err != nil {
+		return err
+	}
 	q.dead = true
-	q.id.destroyQP(q)
 	freeSendScratch(q.send)
 	freeRecvScratch(q.recv)
 	q.sendCQ.users.Add(-1)
