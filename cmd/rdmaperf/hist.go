@@ -84,6 +84,12 @@ func (h *hist) quantile(q float64) int64 {
 	}
 	rank := uint64(math.Ceil(q * float64(h.n)))
 	rank = max(1, min(rank, h.n))
+	switch rank { // the extremes are known exactly
+	case 1:
+		return h.min
+	case h.n:
+		return h.max
+	}
 	var seen uint64
 	for r := range h.counts {
 		for c, n := range h.counts[r] {

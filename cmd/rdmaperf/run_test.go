@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdma"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Every test here runs on the software provider, on loopback, for a few
+// hundred milliseconds at most.
+
+func runArgs(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	err := run(ctx, append([]string{"-provider", "soft"}, args...), &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func TestLoopbackTable(t *testing.T) {
+	out, _, err := runArgs(t, "-loopback", "-t", "100ms", "-warmup", "20ms", "-sizes", "64,64K", "-q")
+	require.NoError(t, err)
+	t.Log("\n" + out)
+	assert.Contains(t, out, "stream bandwidth, client -> server")
+	assert.Contains(t, out, "round-trip latency")
+	lines := strings.Split(out, "\n")
+	var rows []string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) > 2 && (f[0] == "64" || f[0] == "64K") && (f[1] == "rdma/soft" || f[1] == "tcp") {
+			rows = append(rows, l)
+		}
+	}
+	// 2 tests x 2 sizes x 2 transports.
+	require.Len(t, rows, 8, out)
+	for _, r := range rows {
+		f := strings.Fields(r)
+		if f[1] == "rdma/soft" {
+			assert.Regexp(t, `^\d+\.\d\dx$`, f[len(f)-1], "rdma rows carry the ratio to tcp: %s", r)
+		} else {
+			assert.Equal(t, "-", f[len(f)-1], r)
+		}
+	}
+	// The columns line up: every row of a table is as long as its heading.
+	for i, l := range lines {
+		if strings.HasPrefix(strings.TrimSpace(l), "size") {
+			for _, r := range lines[i+1:] {
+				if r == "" {
+					break
+				}
+				assert.Equal(t, len(l), len(r), "misaligned row %q under %q", r, l)
+			}
+		}
+	}
+}
+
+func TestLoopbackJSON(t *testing.T) {
+	out, _, err := runArgs(t, "-loopback", "-json", "-n", "50", "-warmup", "0", "-P", "2", "-rounds", "2", "-sizes", "100")
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Equal(t, "rdmaperf", rep.Tool)
+	assert.Equal(t, "loopback", rep.Mode)
+	assert.Equal(t, "in-process", rep.Server)
+	assert.Equal(t, 2, rep.Parallel)
+	assert.Equal(t, int64(50), rep.Iterations)
+	require.Len(t, rep.Results, 4)
+	for _, res := range rep.Results {
+		assert.Equal(t, 100, res.Size)
+		require.Len(t, res.Rounds, 2)
+		for _, m := range res.Rounds {
+			// -n counts messages per connection.
+			assert.Equal(t, int64(2*50), m.Messages)
+			assert.Equal(t, int64(2*50*100), m.Bytes)
+			assert.Positive(t, m.BytesPerSec)
+		}
+		switch res.Transport {
+		case "rdma":
+			assert.Equal(t, "soft", res.Provider)
+			require.NotNil(t, res.VsTCP)
+			assert.Positive(t, *res.VsTCP)
+		case "tcp":
+			assert.Empty(t, res.Provider)
+			assert.Nil(t, res.VsTCP)
+		default:
+			t.Errorf("transport %q", res.Transport)
+		}
+		if res.Test == "latency" {
+			m := res.Median
+			assert.Positive(t, m.MinNs)
+			assert.LessOrEqual(t, m.MinNs, m.P50Ns)
+			assert.LessOrEqual(t, m.P50Ns, m.P99Ns)
+			assert.LessOrEqual(t, m.P99Ns, m.P999Ns)
+			assert.LessOrEqual(t, m.P999Ns, m.MaxNs)
+		} else {
+			assert.Equal(t, "stream", res.Test)
+			assert.Zero(t, res.Median.P50Ns)
+		}
+	}
+}
+
+func TestLoopbackFork(t *testing.T) {
+	out, _, err := runArgs(t, "-loopback", "-fork", "-json", "-n", "20", "-warmup", "0", "-sizes", "4K")
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Equal(t, "separate process", rep.Server)
+	require.Len(t, rep.Results, 4)
+	for _, res := range rep.Results {
+		assert.Equal(t, int64(20), res.Median.Messages)
+	}
+}
+
+func TestProgressOnLongRuns(t *testing.T) {
+	var errOut bytes.Buffer
+	p := newProgress(&errOut, true, 2, true, 2*time.Second)
+	p.begin("stream size=64K over rdma, round 1/1")
+	p.done("stream size=64K over rdma, round 1/1", kindStream, measure{BytesPerSec: 100 << 20})
+	p.begin("latency size=64 over rdma, round 1/1")
+	p.done("latency size=64 over rdma, round 1/1", kindLatency, measure{P50Ns: 20000, P99Ns: 90000})
+	p.stop()
+	assert.Contains(t, errOut.String(), "test 1/2 stream size=64K over rdma, round 1/1: 100.0 MiB/s")
+	assert.Contains(t, errOut.String(), "test 2/2 latency size=64 over rdma, round 1/1: p50 20.00us p99 90.00us")
+
+	// A short run stays quiet, and so does -q.
+	errOut.Reset()
+	p = newProgress(&errOut, true, 2, true, 100*time.Millisecond)
+	p.done("x", kindStream, measure{})
+	p.stop()
+	p = newProgress(&errOut, false, 2, true, time.Hour)
+	p.done("x", kindStream, measure{})
+	p.stop()
+	assert.Empty(t, errOut.String())
+}
+
+// testServer starts a server like -s does, on free loopback ports.
+func testServer(t *testing.T) (*server, *syncBuffer) {
+	t.Helper()
+	o, err := parseOptions([]string{"-s", "-provider", "soft", "-addr", "127.0.0.1:0", "-tcp-addr", "127.0.0.1:0"}, io.Discard)
+	require.NoError(t, err)
+	log := &syncBuffer{}
+	s, err := listen(context.Background(), o, o.tcpAddr, log)
+	require.NoError(t, err)
+	t.Cleanup(s.close)
+	return s, log
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func TestServerBadHeader(t *testing.T) {
+	s, log := testServer(t)
+	o := &options{provider: "soft"}
+	for _, tr := range []transport{rdmaTransport(o, s.rdmaAddr()), tcpTransport(s.tcpAddr())} {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx := context.Background()
+			// Not rdmaperf at all: an error reply naming the problem.
+			c, err := tr.dial(ctx, tr.addr)
+			require.NoError(t, err)
+			_, err = c.Write([]byte(strings.Repeat("GET / HTTP/1.0\r\n", 2)))
+			require.NoError(t, err)
+			err = readReply(c)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "the server refused the test: bad control header: magic \"GET \"")
+			c.Close()
+
+			// A well-formed header asking for too much.
+			c, err = tr.dial(ctx, tr.addr)
+			require.NoError(t, err)
+			b := goodHeader()
+			b[8] = 0xff
+			_, err = c.Write(b[:])
+			require.NoError(t, err)
+			err = readReply(c)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "out of range")
+			c.Close()
+
+			// Half a header, then gone.
+			c, err = tr.dial(ctx, tr.addr)
+			require.NoError(t, err)
+			_, err = c.Write([]byte("RPRF\x01"))
+			require.NoError(t, err)
+			c.Close()
+
+			// The server still serves a real client.
+			m, _, err := runTest(ctx, tr, testSpec{kind: kindLatency, size: 64, parallel: 1, iterations: 10})
+			require.NoError(t, err)
+			assert.Equal(t, int64(10), m.Messages)
+			m, _, err = runTest(ctx, tr, testSpec{kind: kindStream, size: 1000, parallel: 2, iterations: 10})
+			require.NoError(t, err)
+			assert.Equal(t, int64(2*10*1000), m.Bytes)
+		})
+	}
+	require.Eventually(t, func() bool { return strings.Count(log.String(), "no control header") == 2 },
+		10*time.Second, 10*time.Millisecond, log.String())
+	assert.Contains(t, log.String(), "is not rdmaperf's")
+	assert.Contains(t, log.String(), "latency 64: 10 round trips")
+}
+
+// A client pointed at something that is not an rdmaperf server says so.
+func TestClientAgainstOtherServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
+		c.Close()
+	}()
+	_, _, err = runTest(context.Background(), tcpTransport(ln.Addr().String()),
+		testSpec{kind: kindLatency, size: 64, parallel: 1, iterations: 1})
+	<-done
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not an rdmaperf server")
+}
+
+func TestClientNoServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	_, _, err = runArgs(t, "-c", addr, "-n", "1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "rdma")
+}
+
+// The latency loop's round trip and recording allocate nothing, over rdma
+// and over TCP.
+func TestLatencyLoopAllocatesNothing(t *testing.T) {
+	s, _ := testServer(t)
+	o := &options{provider: "soft"}
+	for _, tr := range []transport{rdmaTransport(o, s.rdmaAddr()), tcpTransport(s.tcpAddr())} {
+		t.Run(tr.name, func(t *testing.T) {
+			c, err := tr.dial(context.Background(), tr.addr)
+			require.NoError(t, err)
+			defer c.Close()
+			if tr.name == "rdma" {
+				require.IsType(t, &rdma.Conn{}, c)
+			}
+			var hb [headerLen]byte
+			(&header{Kind: kindLatency, Size: 64}).marshal(&hb)
+			_, err = c.Write(hb[:])
+			require.NoError(t, err)
+			require.NoError(t, readReply(c))
+			out, in := make([]byte, 64), make([]byte, 64)
+			h := newHist()
+			for range 100 { // warm up: buffers, credits, poller
+				require.NoError(t, roundTrip(c, out, in))
+			}
+			var rtErr error
+			allocs := testing.AllocsPerRun(500, func() {
+				t0 := time.Now()
+				if err := roundTrip(c, out, in); err != nil {
+					rtErr = err
+				}
+				h.record(time.Since(t0))
+			})
+			require.NoError(t, rtErr)
+			assert.Zero(t, allocs)
+		})
+	}
+}
+
+func TestServerMode(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	errc := make(chan error, 1)
+	go func() {
+		errc <- run(ctx, []string{"-s", "-provider", "soft", "-addr", "127.0.0.1:0", "-tcp-addr", "127.0.0.1:0"}, out, io.Discard)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(out.String(), "rdmaperf server: rdma on 127.0.0.1:") },
+		10*time.Second, 10*time.Millisecond)
+	assert.Contains(t, out.String(), "(provider soft), TCP baseline on 127.0.0.1:")
+	cancel()
+	require.NoError(t, <-errc)
+}
