@@ -6,7 +6,8 @@ import (
 	"sync"
 
 	"github.com/rdmanet/rdma/verbs"
-	_ "github.com/rdmanet/rdma/verbs/soft" // the software provider is always available
+	_ "github.com/rdmanet/rdma/verbs/rdmacore" // real devices (a stub without cgo)
+	_ "github.com/rdmanet/rdma/verbs/soft"     // the software provider, always available
 )
 
 // ProviderEnv is the environment variable read when Config.Provider is empty.
