@@ -91,10 +91,11 @@ func (r *asyncReader) run() {
 		}
 		if got != nil {
 			cqsMu.Lock()
-			if q := liveCQs[got]; q != nil {
-				q.overrun.Store(true)
-			}
+			q := liveCQs[got]
 			cqsMu.Unlock()
+			if q != nil {
+				q.overflowed()
+			}
 		}
 		// Acknowledge at once: destroying a QP or CQ waits for it.
 		ibvAckAsyncEvent(r.out)

@@ -204,6 +204,17 @@ static int rc_destroy_qp(struct rdma_cm_id *id) {
 	return r;
 }
 
+// rc_modify_qp_init moves a CM ID's QP to INIT with the attributes the CM
+// chooses (port, P_Key index, access flags), which RESET->INIT requires.
+static int rc_modify_qp_init(struct rdma_cm_id *id, struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	int mask = 0;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	if (rdma_init_qp_attr(id, &a, &mask)) return errno ? errno : EINVAL;
+	return ibv_modify_qp(qp, &a, mask);
+}
+
 static int rc_async_fd(struct ibv_context *ctx) { return ctx->async_fd; }
 
 // rc_get_async_event returns the CQ of an IBV_EVENT_CQ_ERR (NULL for any
@@ -563,6 +574,11 @@ func ibvModifyQP(qp qpPtr, attr *verbs.QPAttr, mask verbs.QPAttrMask) syscall.Er
 	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
 	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
 	return syscall.Errno(C.ibv_modify_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask)))
+}
+
+// rdmaModifyQPInit moves the QP of id to INIT with the CM's attributes.
+func rdmaModifyQPInit(id idPtr, qp qpPtr) syscall.Errno {
+	return syscall.Errno(C.rc_modify_qp_init((*C.struct_rdma_cm_id)(id), (*C.struct_ibv_qp)(qp)))
 }
 
 func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {

@@ -400,8 +400,8 @@ func (id *cmid) CreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, error) 
 		rdmaDestroyQP(id.p)
 		return nil, verbs.Errorf("rdma_create_qp", syscall.ENOMEM, "allocating the posting arrays")
 	}
-	scq.users.Add(1)
-	rcq.users.Add(1)
+	scq.attach(q)
+	rcq.attach(q)
 	id.qp = q
 	return q, nil
 }

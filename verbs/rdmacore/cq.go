@@ -126,6 +126,8 @@ type cq struct {
 	wcs   wcArrayPtr
 	dead  bool
 	users atomic.Int32 // QPs using the CQ
+	qpsMu sync.Mutex
+	qps   map[*queuePair]struct{} // the QPs that complete here
 	// overrun is set by the device's asynchronous event reader when the CQ
 	// overflowed (IBV_EVENT_CQ_ERR).
 	overrun atomic.Bool
@@ -161,7 +163,7 @@ func newCQ(ctx ctxPtr, cqe int, ch verbs.CompChannel) (*cq, error) {
 	if errno != 0 {
 		return nil, &verbs.Error{Op: "ibv_create_cq", Errno: errno}
 	}
-	q := &cq{p: p, ctx: ctx, ch: cc, cap: n, wcs: allocWCArray(pollChunk)}
+	q := &cq{p: p, ctx: ctx, ch: cc, cap: n, wcs: allocWCArray(pollChunk), qps: map[*queuePair]struct{}{}}
 	if cc != nil {
 		cc.cqs[p] = q
 	}
@@ -209,6 +211,36 @@ func (q *cq) Channel() verbs.CompChannel {
 }
 
 func (q *cq) Cap() int { return q.cap }
+
+func (q *cq) attach(p *queuePair) {
+	q.users.Add(1)
+	q.qpsMu.Lock()
+	q.qps[p] = struct{}{}
+	q.qpsMu.Unlock()
+}
+
+func (q *cq) detach(p *queuePair) {
+	q.qpsMu.Lock()
+	delete(q.qps, p)
+	q.qpsMu.Unlock()
+	q.users.Add(-1)
+}
+
+// overflowed is called by the device's event reader on IBV_EVENT_CQ_ERR.
+// Some devices (rxe) merely drop the completions that did not fit, so the
+// QPs feeding the CQ are moved to ERR here, as hardware does.
+func (q *cq) overflowed() {
+	q.overrun.Store(true)
+	q.qpsMu.Lock()
+	qps := make([]*queuePair, 0, len(q.qps))
+	for p := range q.qps {
+		qps = append(qps, p)
+	}
+	q.qpsMu.Unlock()
+	for _, p := range qps {
+		p.toError()
+	}
+}
 
 func (q *cq) ack(n int) {
 	q.ackMu.Lock()

@@ -143,10 +143,24 @@ func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if q.dead {
 		return verbs.ErrClosed
 	}
+	if mask == verbs.QPAttrState && attr.State == verbs.QPSInit {
+		// RESET->INIT needs the port, P_Key index and access flags, which
+		// QPAttr does not carry: take the CM's, as rdma_create_qp does.
+		if errno := rdmaModifyQPInit(q.id.p, q.p); errno != 0 {
+			return &verbs.Error{Op: "ibv_modify_qp", Errno: errno}
+		}
+		return nil
+	}
 	if errno := ibvModifyQP(q.p, attr, mask); errno != 0 {
 		return &verbs.Error{Op: "ibv_modify_qp", Errno: errno}
 	}
 	return nil
+}
+
+// toError moves the QP to ERR, for a CQ overrun: the CQ and every QP that
+// feeds it are unusable then, as on hardware.
+func (q *queuePair) toError() {
+	q.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
 }
 
 func (q *queuePair) Query() (verbs.QPAttr, error) {
@@ -177,7 +191,7 @@ func (q *queuePair) Destroy() error {
 	q.dead = true
 	freeSendScratch(q.send)
 	freeRecvScratch(q.recv)
-	q.sendCQ.users.Add(-1)
-	q.recvCQ.users.Add(-1)
+	q.sendCQ.detach(q)
+	q.recvCQ.detach(q)
 	return nil
 }

@@ -1,0 +1,46 @@
+//go:build cgo && linux
+
+package rdmacore
+
+import (
+	"testing"
+
+	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/verbstest"
+)
+
+// kernelDiffers lists the conformance subtests whose expectation is not what
+// the kernel's RDMA stack does on Soft-RoCE (kernel 6.1, rdma-core 44), each
+// with what the kernel does instead. They are differences in the suite or in
+// the soft provider, not in rdmacore, which reports what the device says.
+var kernelDiffers = map[string]string{
+	"ConnectTimeout": "the IB CM gives no UNREACHABLE while the listener holds the request unanswered " +
+		"(nothing within 150 s on rxe); the resolve timeouts do not bound a connect",
+	"ResolveErrors": "the kernel resolves 0.0.0.0 to the local device (ADDR_RESOLVED), and rdma_listen " +
+		"on an unbound ID binds it to the wildcard address and succeeds",
+	"LocalProtection": "rxe completes a SEND with a bad lkey with LOC_QP_OP_ERR, not LOC_PROT_ERR",
+	"RecvTooSmall":    "rxe completes a receive too small for the SEND with LOC_QP_OP_ERR, not LOC_LEN_ERR",
+	"TransportRetryExceeded": "Timeout and RetryCnt may only be set on the RTR->RTS transition " +
+		"(ib_modify_qp_is_ok): modifying them on an RTS QP is EINVAL",
+	"ModifyToErrFlushes": "rxe (kernel 6.1) leaves a receive posted after the QP entered ERR in the queue, " +
+		"without a flush completion (hardware flushes it)",
+}
+
+// The verbs conformance suite, the one the soft provider passes, on a real
+// kernel RDMA stack (Soft-RoCE in the VM of `make test-softroce`).
+func TestConformance(t *testing.T) {
+	_, ip := softroce(t)
+	verbstest.Run(t, verbstest.Config{
+		Provider: ProviderName,
+		IP:       ip,
+		// A peer whose QP is in ERR drops every packet silently (rxe's
+		// receive checks): to the other side it is a host that stopped
+		// answering, while the connection stays up.
+		SilencePeer: func(t *testing.T, peer verbs.QP) {
+			if err := peer.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState); err != nil {
+				t.Fatalf("silencing the peer: %v", err)
+			}
+		},
+		Skip: kernelDiffers,
+	})
+}
