@@ -87,6 +87,39 @@ bench-capi: capi
 	$(CC) $(C_FLAGS) -o $(C_BIN)/capi_bench capi/clib/testdata/capi_bench.c $(C_LIBS)
 	CAPI_BENCH_C=$(CURDIR)/$(C_BIN)/capi_bench $(GO) test -run '^$$' -bench RoundTrip64 -benchmem ./capi/
 
+# --- Benchmarks (perf helper) --------------------------------------------------
+# The Go benchmarks of verbs, the root package (rdma.Conn) and collectives,
+# with -benchmem, then rdmaperf's loopback comparison (rdma vs TCP through the
+# same code, server in a separate process, median of PERF_ROUNDS rounds).
+# Everything goes to $(BENCH_OUT)/results.txt, rdmaperf's report also to
+# $(BENCH_OUT)/rdmaperf.json. BENCHTIME bounds each verbs/conn benchmark,
+# COLL_BENCHTIME each collectives one (16 MiB per op); a few minutes on 2 cores.
+BENCH_OUT      := $(BUILD)/bench
+BENCHTIME      ?= 1s
+COLL_BENCHTIME ?= 3x
+PERF_ROUNDS    ?= 5
+PERF_FLAGS     ?= -loopback -fork -rounds $(PERF_ROUNDS) -t 1s
+
+bench:
+	@mkdir -p $(BENCH_OUT) $(BUILD)/bin
+	$(GO) build -o $(BUILD)/bin/rdmaperf ./cmd/rdmaperf
+	@rm -f $(BENCH_OUT)/rdmaperf.json $(BENCH_OUT)/failed
+	@( \
+		echo "# make bench $$(date -u +%Y-%m-%dT%H:%M:%SZ); $$($(GO) version); $$(nproc) CPUs"; \
+		echo "# $(GO) test -run '^\$$' -bench . -benchmem -benchtime $(BENCHTIME) ./verbs/... ."; \
+		$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -timeout 20m ./verbs/... . \
+			|| echo "go benchmarks of verbs and rdma" >> $(BENCH_OUT)/failed; \
+		echo "# $(GO) test -run '^\$$' -bench . -benchmem -benchtime $(COLL_BENCHTIME) ./collectives/..."; \
+		$(GO) test -run '^$$' -bench . -benchmem -benchtime $(COLL_BENCHTIME) -timeout 20m ./collectives/... \
+			|| echo "go benchmarks of collectives" >> $(BENCH_OUT)/failed; \
+		echo "# rdmaperf $(PERF_FLAGS)"; \
+		$(BUILD)/bin/rdmaperf $(PERF_FLAGS) -json-file $(BENCH_OUT)/rdmaperf.json \
+			|| echo "rdmaperf" >> $(BENCH_OUT)/failed; \
+	) 2>&1 | tee $(BENCH_OUT)/results.txt
+	@echo "make bench: results in $(BENCH_OUT)/results.txt, rdmaperf's report in $(BENCH_OUT)/rdmaperf.json"
+	@if [ -f $(BENCH_OUT)/failed ]; then \
+		echo "make bench: FAILED: $$(paste -sd, $(BENCH_OUT)/failed) (see $(BENCH_OUT)/results.txt)" >&2; exit 1; fi
+
 # --- Soft-RoCE (rdmacore helper) ---------------------------------------------
 # The rdmacore provider on a real kernel RDMA stack: builds test binaries and
 # runs them in the QEMU guest of ../shared/softroce (rdma_rxe): rdmacore's own

@@ -49,8 +49,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.jsonFile != "" {
+		if err := writeJSONFile(rep, o.jsonFile); err != nil {
+			return err
+		}
+	}
 	if o.json {
 		return rep.writeJSON(stdout)
 	}
 	return rep.writeTable(stdout)
+}
+
+func writeJSONFile(rep *report, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := rep.writeJSON(f); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
 }

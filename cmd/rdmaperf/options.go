@@ -32,6 +32,7 @@ type options struct {
 	rounds     int
 	warmup     time.Duration
 	json       bool
+	jsonFile   string // also write the JSON report here
 	quiet      bool
 	ringSize   int
 	pollTime   time.Duration
@@ -95,6 +96,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "repeat each test this many `times`, alternating rdma and TCP; the table shows medians")
 	fs.DurationVar(&o.warmup, "warmup", 200*time.Millisecond, "untimed `duration` of traffic before each test is measured")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON instead of a table")
+	fs.StringVar(&o.jsonFile, "json-file", "", "also write the results as JSON to this `file`")
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&ring, "ring", "", "rdma receive ring and send buffer `size` (rdma.Config.RingSize; default the library's)")
 	fs.DurationVar(&o.pollTime, "poll", 0, "rdma busy-poll `time` before sleeping (rdma.Config.PollTime; default off)")
@@ -118,6 +120,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.fork && !o.loopback {
 		return nil, errors.New("-fork goes with -loopback")
+	}
+	if o.server && (o.json || o.jsonFile != "") {
+		return nil, errors.New("-json and -json-file are for the client: the server has no report")
 	}
 	if o.child && !o.server {
 		return nil, errors.New("-child is internal to -loopback -fork")

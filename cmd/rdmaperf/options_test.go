@@ -61,6 +61,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{[]string{"-s", "-loopback"}, "exactly one mode"},
 		{[]string{"-s", "-c", "127.0.0.1:1"}, "exactly one mode"},
 		{[]string{"-s", "-fork"}, "-fork goes with -loopback"},
+		{[]string{"-s", "-json"}, "for the client"},
 		{[]string{"-loopback", "-child"}, "internal"},
 		{[]string{"-loopback", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-c", "127.0.0.1"}, "want host:port"},

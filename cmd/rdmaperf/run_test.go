@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -29,9 +31,16 @@ func runArgs(t *testing.T, args ...string) (string, string, error) {
 }
 
 func TestLoopbackTable(t *testing.T) {
-	out, _, err := runArgs(t, "-loopback", "-t", "100ms", "-warmup", "20ms", "-sizes", "64,64K", "-q")
+	jsonPath := filepath.Join(t.TempDir(), "perf.json")
+	out, _, err := runArgs(t, "-loopback", "-t", "100ms", "-warmup", "20ms", "-sizes", "64,64K", "-q", "-json-file", jsonPath)
 	require.NoError(t, err)
 	t.Log("\n" + out)
+	// -json-file writes the same run as JSON beside the table.
+	js, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal(js, &rep), string(js))
+	require.Len(t, rep.Results, 8)
 	assert.Contains(t, out, "stream bandwidth, client -> server")
 	assert.Contains(t, out, "round-trip latency")
 	lines := strings.Split(out, "\n")
