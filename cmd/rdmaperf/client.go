@@ -54,6 +54,7 @@ type worker struct {
 	bytes      int64
 	msgs       int64
 	hist       *hist // latency only
+	server     serverResult
 	err        error
 }
 
@@ -71,6 +72,11 @@ type measure struct {
 	P99Ns  int64 `json:"p99_ns,omitempty"`
 	P999Ns int64 `json:"p999_ns,omitempty"`
 	MaxNs  int64 `json:"max_ns,omitempty"`
+	// CPU time over wall time, warm-up included (1 = one core all the
+	// time), of the client process and of the server process. With an
+	// in-process server both are the same process's.
+	ClientCPU float64 `json:"client_cpu"`
+	ServerCPU float64 `json:"server_cpu"`
 }
 
 // runTest runs spec over tr and returns its figures and the provider that
@@ -124,6 +130,7 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 	defer ctxDone()
 
 	ws := make([]worker, spec.parallel)
+	t0, cpu0 := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Add(1)
@@ -138,6 +145,8 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 		}()
 	}
 	wg.Wait()
+	cpu := processCPU() - cpu0
+	wall := time.Since(t0)
 	if err := ctx.Err(); err != nil {
 		return measure{}, provider, err
 	}
@@ -146,7 +155,9 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 			return measure{}, provider, fmt.Errorf("%s %s conn %d: %w", tr.name, kindName(spec.kind), i, ws[i].err)
 		}
 	}
-	return aggregate(ws), provider, nil
+	m := aggregate(ws)
+	m.ClientCPU = cpuShare(cpu, wall)
+	return m, provider, nil
 }
 
 // aggregate sums the connections' counts over the wall time from the first
@@ -165,6 +176,8 @@ func aggregate(ws []worker) measure {
 		if w.end.After(last) {
 			last = w.end
 		}
+		// Every connection sees the whole server process: take the largest.
+		m.ServerCPU = max(m.ServerCPU, cpuShare(w.server.CPU, w.server.Elapsed))
 		if w.hist != nil {
 			if h == nil {
 				h = newHist()
@@ -223,17 +236,26 @@ func streamWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *at
 		w.err = err
 		return w
 	}
+	w.server, w.err = readResult(c, warm+w.bytes)
+	w.end = time.Now()
+	return w
+}
+
+// readResult reads the server's count after the client's CloseWrite and
+// checks it against what the client sent; then the server closes.
+func readResult(c net.Conn, sent int64) (serverResult, error) {
 	var rb [resultLen]byte
 	if _, err := io.ReadFull(c, rb[:]); err != nil {
-		w.err = fmt.Errorf("reading the server's count: %w", err)
-		return w
+		return serverResult{}, fmt.Errorf("reading the server's count: %w", err)
 	}
-	w.end = time.Now()
-	res := parseStreamResult(&rb)
-	if res.Bytes != warm+w.bytes {
-		w.err = fmt.Errorf("the server received %d bytes, the client sent %d", res.Bytes, warm+w.bytes)
+	res := parseServerResult(&rb)
+	if res.Bytes != sent {
+		return res, fmt.Errorf("the server received %d bytes, the client sent %d", res.Bytes, sent)
 	}
-	return w
+	if n, err := c.Read(rb[:]); n != 0 || err != io.EOF {
+		return res, fmt.Errorf("after the server's count: read %d bytes, %v; want EOF", n, err)
+	}
+	return res, nil
 }
 
 // latencyWorker ping-pongs size-byte messages until stop (or iters of them)
@@ -245,10 +267,12 @@ func latencyWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *a
 		out[i] = byte(i)
 	}
 	w.hist = newHist()
+	var warm int64
 	for time.Now().Before(warmEnd) && !stop.Load() {
 		if w.err = roundTrip(c, out, in); w.err != nil {
 			return w
 		}
+		warm++
 	}
 	w.start = time.Now()
 	for !stop.Load() && (iters == 0 || w.msgs < iters) {
@@ -261,15 +285,15 @@ func latencyWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *a
 	}
 	w.end = time.Now()
 	w.bytes = w.msgs * int64(size)
-	if cw, ok := c.(closeWriter); ok {
-		if w.err = cw.CloseWrite(); w.err != nil {
-			return w
-		}
-		// The server closes after our CloseWrite; anything else is an error.
-		if n, err := c.Read(in); n != 0 || err != io.EOF {
-			w.err = fmt.Errorf("after the last round trip: read %d bytes, %v; want EOF", n, err)
-		}
+	cw, ok := c.(closeWriter)
+	if !ok {
+		w.err = errors.New("the connection cannot half-close")
+		return w
 	}
+	if w.err = cw.CloseWrite(); w.err != nil {
+		return w
+	}
+	w.server, w.err = readResult(c, (warm+w.msgs)*int64(size))
 	return w
 }
 

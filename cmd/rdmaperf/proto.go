@@ -25,15 +25,16 @@ import (
 //
 //	reply: magic [4]byte, status uint8, pad uint8, len uint16, len bytes of text
 //
-// After the reply, a stream test is the client writing until CloseWrite and
-// the server answering with streamResult (16 bytes: bytes received, ns from
-// the first byte to EOF); a latency test is the client writing size bytes
-// and the server echoing them, until the client's CloseWrite.
+// After the reply, a stream test is the client writing until CloseWrite; a
+// latency test is the client writing size bytes and the server echoing them,
+// until the client's CloseWrite. Either way the server then sends a
+// serverResult (resultLen bytes: bytes received, ns from the first byte to
+// EOF, ns of CPU its process used meanwhile) and closes.
 const (
 	protoVersion = 1
 	headerLen    = 32
 	replyLen     = 8
-	resultLen    = 16
+	resultLen    = 24
 	maxReplyText = 1024
 
 	kindStream  = 1
@@ -167,20 +168,23 @@ func readReply(r io.Reader) error {
 	return fmt.Errorf("the server's reply has unknown status %d", b[4])
 }
 
-// streamResult is what the server counted in a stream test.
-type streamResult struct {
+// serverResult is what the server counted in a test.
+type serverResult struct {
 	Bytes   int64
 	Elapsed time.Duration // first byte to EOF
+	CPU     time.Duration // the server process's CPU time (user+system) over Elapsed
 }
 
-func (s streamResult) marshal(b *[resultLen]byte) {
+func (s serverResult) marshal(b *[resultLen]byte) {
 	binary.BigEndian.PutUint64(b[0:8], uint64(s.Bytes))
 	binary.BigEndian.PutUint64(b[8:16], uint64(s.Elapsed))
+	binary.BigEndian.PutUint64(b[16:24], uint64(s.CPU))
 }
 
-func parseStreamResult(b *[resultLen]byte) streamResult {
-	return streamResult{
+func parseServerResult(b *[resultLen]byte) serverResult {
+	return serverResult{
 		Bytes:   int64(binary.BigEndian.Uint64(b[0:8])),
 		Elapsed: time.Duration(binary.BigEndian.Uint64(b[8:16])),
+		CPU:     time.Duration(binary.BigEndian.Uint64(b[16:24])),
 	}
 }

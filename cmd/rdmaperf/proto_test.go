@@ -97,11 +97,11 @@ func TestReply(t *testing.T) {
 	}
 }
 
-func TestStreamResult(t *testing.T) {
+func TestServerResult(t *testing.T) {
 	var b [resultLen]byte
-	r := streamResult{Bytes: 123456789, Elapsed: 1500 * time.Millisecond}
+	r := serverResult{Bytes: 123456789, Elapsed: 1500 * time.Millisecond, CPU: 2 * time.Second}
 	r.marshal(&b)
-	assert.Equal(t, r, parseStreamResult(&b))
+	assert.Equal(t, r, parseServerResult(&b))
 }
 
 // FuzzParseHeader: whatever arrives at a server's port, parseHeader returns

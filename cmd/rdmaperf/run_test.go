@@ -128,6 +128,26 @@ func TestLoopbackFork(t *testing.T) {
 	require.Len(t, rep.Results, 4)
 	for _, res := range rep.Results {
 		assert.Equal(t, int64(20), res.Median.Messages)
+		assert.Positive(t, res.Median.ClientCPU)
+		assert.Positive(t, res.Median.ServerCPU, "the server process reports its CPU time")
+	}
+}
+
+// A cancelled run (SIGINT) stops at once, however long it was meant to be.
+func TestCancel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := run(ctx, []string{"-provider", "soft", "-loopback", "-t", "10m", "-q", "-P", "2"}, io.Discard, io.Discard)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), 30*time.Second)
+}
+
+// -provider rdmacore works where a device is, else says how to use soft.
+func TestProviderRDMACore(t *testing.T) {
+	_, _, err := runArgs(t, "-loopback", "-provider", "rdmacore", "-n", "5", "-warmup", "0", "-q")
+	if err != nil {
+		assert.Contains(t, err.Error(), "use the software provider instead")
 	}
 }
 
@@ -229,7 +249,7 @@ func TestServerBadHeader(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Count(log.String(), "no control header") == 2 },
 		10*time.Second, 10*time.Millisecond, log.String())
 	assert.Contains(t, log.String(), "is not rdmaperf's")
-	assert.Contains(t, log.String(), "latency 64: 10 round trips")
+	assert.Contains(t, log.String(), "latency: 64: 640 bytes in")
 }
 
 // A client pointed at something that is not an rdmaperf server says so.

@@ -153,37 +153,40 @@ func (s *server) serve(c net.Conn) {
 	if h.Duration > 0 {
 		c.SetDeadline(time.Now().Add(h.Duration + testGrace))
 	}
+	var res serverResult
 	switch h.Kind {
 	case kindStream:
-		res, err := serveStream(c, h.Size)
-		if err != nil {
-			fmt.Fprintf(s.log, "rdmaperf server: %s %s: stream %s: %v\n", tr, peer, formatSize(h.Size), err)
-			return
-		}
-		fmt.Fprintf(s.log, "rdmaperf server: %s %s: stream %s: %d bytes in %v (%.1f MiB/s)\n",
-			tr, peer, formatSize(h.Size), res.Bytes, res.Elapsed.Round(time.Millisecond), mibps(res.Bytes, res.Elapsed))
+		res, err = serveStream(c, h.Size)
 	case kindLatency:
-		n, err := serveEcho(c, h.Size)
-		if err != nil {
-			fmt.Fprintf(s.log, "rdmaperf server: %s %s: latency %s: after %d round trips: %v\n", tr, peer, formatSize(h.Size), n, err)
-			return
-		}
-		fmt.Fprintf(s.log, "rdmaperf server: %s %s: latency %s: %d round trips\n", tr, peer, formatSize(h.Size), n)
+		res, err = serveEcho(c, h.Size)
 	}
+	if err == nil {
+		var b [resultLen]byte
+		res.marshal(&b)
+		_, err = c.Write(b[:])
+	}
+	what := fmt.Sprintf("%s %s %s: %s", tr, peer, kindName(h.Kind), formatSize(h.Size))
+	if err != nil {
+		fmt.Fprintf(s.log, "rdmaperf server: %s: after %d bytes: %v\n", what, res.Bytes, err)
+		return
+	}
+	fmt.Fprintf(s.log, "rdmaperf server: %s: %d bytes in %v (%.1f MiB/s), %.0f%% CPU\n", what, res.Bytes,
+		res.Elapsed.Round(time.Millisecond), mibps(res.Bytes, res.Elapsed), 100*cpuShare(res.CPU, res.Elapsed))
 }
 
-// serveStream reads until the client's CloseWrite and answers with what it
-// counted. It reads in chunks of at least 64 KiB whatever the message size,
-// so that for small messages the reader is not what is measured.
-func serveStream(c net.Conn, size int) (streamResult, error) {
+// serveStream reads until the client's CloseWrite. It reads in chunks of at
+// least 64 KiB whatever the message size, so that for small messages the
+// reader is not what is measured.
+func serveStream(c net.Conn, size int) (serverResult, error) {
 	buf := make([]byte, max(size, 64<<10))
-	var res streamResult
+	var res serverResult
 	var first time.Time
+	var cpu0 time.Duration
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
 			if res.Bytes == 0 {
-				first = time.Now()
+				first, cpu0 = time.Now(), processCPU()
 			}
 			res.Bytes += int64(n)
 		}
@@ -195,34 +198,47 @@ func serveStream(c net.Conn, size int) (streamResult, error) {
 		}
 	}
 	if res.Bytes > 0 {
-		res.Elapsed = time.Since(first)
+		res.Elapsed, res.CPU = time.Since(first), processCPU()-cpu0
 	}
-	var b [resultLen]byte
-	res.marshal(&b)
-	_, err := c.Write(b[:])
-	return res, err
+	return res, nil
 }
 
 // serveEcho sends back every size-byte message until the client's
 // CloseWrite.
-func serveEcho(c net.Conn, size int) (int64, error) {
+func serveEcho(c net.Conn, size int) (serverResult, error) {
 	buf := make([]byte, size)
-	var n int64
+	var res serverResult
+	var first time.Time
+	var cpu0 time.Duration
 	for {
 		if _, err := io.ReadFull(c, buf); err != nil {
-			if err == io.EOF {
-				return n, nil
+			switch err {
+			case io.EOF:
+				if res.Bytes > 0 {
+					res.Elapsed, res.CPU = time.Since(first), processCPU()-cpu0
+				}
+				return res, nil
+			case io.ErrUnexpectedEOF:
+				return res, fmt.Errorf("the client stopped inside a %d-byte message", size)
 			}
-			if err == io.ErrUnexpectedEOF {
-				return n, fmt.Errorf("the client stopped inside a %d-byte message", size)
-			}
-			return n, err
+			return res, err
+		}
+		if res.Bytes == 0 {
+			first, cpu0 = time.Now(), processCPU()
 		}
 		if _, err := c.Write(buf); err != nil {
-			return n, err
+			return res, err
 		}
-		n++
+		res.Bytes += int64(size)
 	}
+}
+
+// cpuShare is cpu over wall time: 1.0 is one core busy all the time.
+func cpuShare(cpu, wall time.Duration) float64 {
+	if wall <= 0 {
+		return 0
+	}
+	return float64(cpu) / float64(wall)
 }
 
 func mibps(bytes int64, d time.Duration) float64 {
