@@ -51,10 +51,24 @@ func (c *Context) SequentialAllToAll(send, recv []byte, msgSize int) error {
 	if err != nil {
 		return err
 	}
+	var parts int
 	if c.isServer {
-		return c.allToAllServer(live, send[:msgSize], recv, msgSize)
+		parts, err = len(live)+1, c.allToAllServer(live, send[:msgSize], recv, msgSize)
+	} else {
+		parts, err = c.allToAllClient(live[0], send[:msgSize], recv, msgSize)
 	}
-	return c.allToAllClient(live[0], send[:msgSize], recv, msgSize)
+	if err == nil {
+		c.parts = parts
+	}
+	return err
+}
+
+// Participants is the number of participants in the last successful
+// SequentialAllToAll (0 before any): recv then held that many blocks.
+func (c *Context) Participants() int {
+	c.collMu.Lock()
+	defer c.collMu.Unlock()
+	return c.parts
 }
 
 func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int) error {
@@ -81,9 +95,9 @@ func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int
 	return nil
 }
 
-func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) error {
+func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) (int, error) {
 	if err := c.send(server, send); err != nil {
-		return within("all-to-all", err)
+		return 0, within("all-to-all", err)
 	}
 	check := func(n int) error {
 		if n%msgSize != 0 || n < 2*msgSize {
@@ -92,10 +106,11 @@ func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) e
 		}
 		return nil
 	}
-	if _, err := c.recv(server, recv, check); err != nil {
-		return within("all-to-all", err)
+	n, err := c.recv(server, recv, check)
+	if err != nil {
+		return 0, within("all-to-all", err)
 	}
-	return nil
+	return n / msgSize, nil
 }
 
 // exactly accepts only messages of n bytes.

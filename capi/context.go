@@ -25,6 +25,7 @@ type Context struct {
 	// collMu serializes collectives, which share the scratch list live.
 	collMu sync.Mutex
 	live   []*peer
+	parts  int // participants in the last all-to-all
 
 	mu       sync.Mutex
 	peers    []*peer // by index; never shrinks, a disconnected peer stays

@@ -25,9 +25,11 @@ void rdma_set_error(const char *msg, size_t len);
 import "C"
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime/cgo"
 	"strings"
 	"sync"
@@ -300,12 +302,42 @@ func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, ms
 	// C gives no length for recv_buf: it must hold (n+1)*msg_size bytes,
 	// which capi checks against buf_size, so buf_size bytes of it is a
 	// bound that is never written past.
-	err = ctx.SequentialAllToAll(bytesOf(sendBuf, size), bytesOf(recvBuf, ctx.BufSize()), size)
+	recv := bytesOf(recvBuf, ctx.BufSize())
+	err = ctx.SequentialAllToAll(bytesOf(sendBuf, size), recv, size)
 	if err != nil {
 		setError(fn, err)
 		return -1
 	}
+	if verbose {
+		traceCombined(ctx, recv, size)
+	}
 	return 0
+}
+
+// verbose (RDMA_LIB_VERBOSE set and not "0") makes rdma_sequential_alltoall
+// print the combined messages, as the seed's library always did. Blocks are
+// fixed-size and NUL-padded, so a C program's printf("%s", recv_buf) shows
+// only the first; this shows them all, each up to its first NUL, joined the
+// way the seed joined them ("a; b; c;").
+var verbose = func() bool { v := os.Getenv("RDMA_LIB_VERBOSE"); return v != "" && v != "0" }()
+
+func traceCombined(ctx *capi.Context, recv []byte, msgSize int) {
+	var b strings.Builder
+	for i := 0; i < ctx.Participants(); i++ {
+		block := recv[i*msgSize : (i+1)*msgSize]
+		if n := bytes.IndexByte(block, 0); n >= 0 {
+			block = block[:n]
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.Write(block)
+	}
+	who := "CLIENT"
+	if ctx.IsServer() {
+		who = "SERVER"
+	}
+	fmt.Fprintf(os.Stdout, "%s: Combined message: '%s;'\n", who, b.String())
 }
 
 // Keep the C int results in range: every length is at most MaxBufSize.

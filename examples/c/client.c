@@ -68,7 +68,7 @@ int main(int argc, char *argv[]) {
             return 1;
         }
 
-        printf("Received combined: '%s' '%s' '%s'\n", recv_buf, recv_buf + MSG_SIZE, recv_buf + 2 * MSG_SIZE);
+        printf("Received combined: '%s'\n", recv_buf);
         // sleep(1);
     }
 

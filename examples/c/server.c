@@ -56,7 +56,7 @@ int main(void) {
             return 1;
         }
 
-        printf("Combined message: '%s' '%s' '%s'\n", recv_buf, recv_buf + MSG_SIZE, recv_buf + 2 * MSG_SIZE);
+        printf("Combined message: '%s'\n", recv_buf);
         // sleep(1);
     }
 
