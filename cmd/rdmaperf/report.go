@@ -44,6 +44,8 @@ type result struct {
 	// stream (higher is better), p50 round-trip ratio for latency (lower is
 	// better). Absent without a baseline, and for TCP itself.
 	VsTCP *float64 `json:"vs_tcp,omitempty"`
+	// VsTCPOf names the figure VsTCP compares: "bytes_per_sec" or "p50_ns".
+	VsTCPOf string `json:"vs_tcp_of,omitempty"`
 
 	kind uint8
 }
@@ -87,13 +89,14 @@ func (r *report) finish() {
 				continue
 			}
 			var v float64
+			var of string
 			if res.kind == kindStream && b.Median.BytesPerSec > 0 {
-				v = res.Median.BytesPerSec / b.Median.BytesPerSec
+				v, of = res.Median.BytesPerSec/b.Median.BytesPerSec, "bytes_per_sec"
 			} else if res.kind == kindLatency && b.Median.P50Ns > 0 {
-				v = float64(res.Median.P50Ns) / float64(b.Median.P50Ns)
+				v, of = float64(res.Median.P50Ns)/float64(b.Median.P50Ns), "p50_ns"
 			}
 			if v > 0 {
-				res.VsTCP = &v
+				res.VsTCP, res.VsTCPOf = &v, of
 			}
 		}
 	}

@@ -99,6 +99,7 @@ func TestLoopbackJSON(t *testing.T) {
 			assert.Equal(t, "soft", res.Provider)
 			require.NotNil(t, res.VsTCP)
 			assert.Positive(t, *res.VsTCP)
+			assert.Equal(t, map[string]string{"stream": "bytes_per_sec", "latency": "p50_ns"}[res.Test], res.VsTCPOf)
 		case "tcp":
 			assert.Empty(t, res.Provider)
 			assert.Nil(t, res.VsTCP)
