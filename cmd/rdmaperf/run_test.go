@@ -250,7 +250,7 @@ func TestServerBadHeader(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Count(log.String(), "no control header") == 2 },
 		10*time.Second, 10*time.Millisecond, log.String())
 	assert.Contains(t, log.String(), "is not rdmaperf's")
-	assert.Contains(t, log.String(), "latency: 64: 640 bytes in")
+	assert.Contains(t, log.String(), ": latency 64: 640 bytes in")
 }
 
 // A client pointed at something that is not an rdmaperf server says so.

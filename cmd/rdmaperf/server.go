@@ -165,7 +165,7 @@ func (s *server) serve(c net.Conn) {
 		res.marshal(&b)
 		_, err = c.Write(b[:])
 	}
-	what := fmt.Sprintf("%s %s %s: %s", tr, peer, kindName(h.Kind), formatSize(h.Size))
+	what := fmt.Sprintf("%s %s: %s %s", tr, peer, kindName(h.Kind), formatSize(h.Size))
 	if err != nil {
 		fmt.Fprintf(s.log, "rdmaperf server: %s: after %d bytes: %v\n", what, res.Bytes, err)
 		return
