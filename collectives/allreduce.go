@@ -27,7 +27,7 @@ func AllReduce[T Number](ctx context.Context, g *Group, send, recv []T, op Op) e
 		copy(rb, sb)
 	}
 	var zero T
-	g.red = reducer{fn: reduceBytes[T], op: op, elem: int(unsafe.Sizeof(zero))}
+	g.red = reducer{fn: reduceFuncFor[T](), op: op, elem: int(unsafe.Sizeof(zero))}
 	return g.end(g.allReduce(rb))
 }
 
@@ -45,7 +45,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 		return g.badArg("invalid op %v", op)
 	}
 	var zero T
-	g.red = reducer{fn: reduceBytes[T], op: op, elem: int(unsafe.Sizeof(zero))}
+	g.red = reducer{fn: reduceFuncFor[T](), op: op, elem: int(unsafe.Sizeof(zero))}
 	sb := bytesOf(send)
 	var work []byte
 	if g.rank == root {

@@ -59,6 +59,26 @@ func typeArg[T Number](op Op) uint8 {
 	return a | uint8(op)<<6
 }
 
+// reduceFuncFor returns the reduction over T's underlying type. The
+// instantiations are over concrete types, so that taking them as values
+// allocates nothing (a generic T would capture its dictionary).
+func reduceFuncFor[T Number]() func(dst, src []byte, op Op, srcFirst bool) {
+	switch typeArg[T](0) {
+	case 4 | 0x10 | 0x20:
+		return reduceBytes[float32]
+	case 8 | 0x10 | 0x20:
+		return reduceBytes[float64]
+	case 4 | 0x20:
+		return reduceBytes[int32]
+	case 8 | 0x20:
+		return reduceBytes[int64]
+	case 4:
+		return reduceBytes[uint32]
+	default:
+		return reduceBytes[uint64]
+	}
+}
+
 // view reinterprets b (which comes from a []T or an 8-byte aligned scratch
 // buffer) as a []T.
 func view[T Number](b []byte) []T {

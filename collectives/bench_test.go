@@ -1,0 +1,218 @@
+package collectives
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdma"
+	"github.com/stretchr/testify/require"
+)
+
+// Benchmarks, after nccl-tests: for a message of S bytes taking t,
+// algbw = S/t, and the bus bandwidth, comparable to a link's bandwidth
+// whatever the group size, is algbw*2(n-1)/n for AllReduce and
+// algbw*(n-1)/n for AllToAll. Each collective benchmark reports busbw and
+// its ratio to the point-to-point bandwidth of one conn of the same kind,
+// measured in the same run.
+//
+//	go test -run '^$' -bench . -benchtime 10x ./collectives
+
+const benchBytes = 16 << 20
+
+type benchTransport struct {
+	name string
+	pair func(b *testing.B) (net.Conn, net.Conn)
+	mesh func(b *testing.B, n int) []*Group
+}
+
+var benchTransports = []benchTransport{
+	{"tcp", tcpPair, func(b *testing.B, n int) []*Group { return newGroups(b, n, tcpMesh) }},
+	{"rdma", rdmaPair, func(b *testing.B, n int) []*Group {
+		return joinAll(b, n, func(ctx context.Context, rank int, root string) (*Group, error) {
+			return Join(ctx, rank, n, root, &rdma.Config{Provider: "soft"})
+		})
+	}},
+}
+
+func tcpPair(b *testing.B) (net.Conn, net.Conn) {
+	c := tcpMesh(b, 2)
+	return c[0][1], c[1][0]
+}
+
+func rdmaPair(b *testing.B) (net.Conn, net.Conn) {
+	lc := rdma.ListenConfig{Config: &rdma.Config{Provider: "soft"}}
+	ln, err := lc.Listen(context.Background(), rdma.Network, "127.0.0.1:0")
+	require.NoError(b, err)
+	defer ln.Close()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := ln.Accept()
+		ch <- res{c, err}
+	}()
+	d := rdma.Dialer{Config: &rdma.Config{Provider: "soft"}}
+	c1, err := d.Dial(rdma.Network, ln.Addr().String())
+	require.NoError(b, err)
+	r := <-ch
+	require.NoError(b, r.err)
+	return c1, r.c
+}
+
+// p2pBandwidth streams total bytes one way over a conn pair and returns
+// bytes per second.
+func p2pBandwidth(b *testing.B, a, c net.Conn, total int) float64 {
+	buf := make([]byte, 1<<20)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.CopyN(io.Discard, c, int64(total))
+	}()
+	start := time.Now()
+	for sent := 0; sent < total; sent += len(buf) {
+		if _, err := a.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+	return float64(total) / time.Since(start).Seconds()
+}
+
+// ringBandwidth is the bandwidth of one link while every rank streams
+// total bytes to its right neighbour over the group's own conns, outside
+// the collectives: the ceiling for ring algorithms when, as here, all ranks
+// share the host's cores.
+func ringBandwidth(b *testing.B, gs []*Group, total int) float64 {
+	n := len(gs)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for r, g := range gs {
+		right, left := g.links[(r+1)%n].conn, g.links[(r+n-1)%n].conn
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1<<20)
+			for sent := 0; sent < total; sent += len(buf) {
+				if _, err := right.Write(buf); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if _, err := io.CopyN(io.Discard, left, int64(total)); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(total) / time.Since(start).Seconds()
+}
+
+var p2pCache sync.Map // transport name -> bytes/s
+
+// p2pReference measures (once per run and transport) one conn's bandwidth.
+func p2pReference(b *testing.B, tr benchTransport) float64 {
+	if v, ok := p2pCache.Load(tr.name); ok {
+		return v.(float64)
+	}
+	a, c := tr.pair(b)
+	defer a.Close()
+	defer c.Close()
+	p2pBandwidth(b, a, c, 64<<20) // warm up
+	bw := p2pBandwidth(b, a, c, 256<<20)
+	p2pCache.Store(tr.name, bw)
+	return bw
+}
+
+func BenchmarkP2P(b *testing.B) {
+	for _, tr := range benchTransports {
+		b.Run(tr.name, func(b *testing.B) {
+			a, c := tr.pair(b)
+			defer a.Close()
+			defer c.Close()
+			b.ReportAllocs()
+			b.SetBytes(benchBytes)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				p2pBandwidth(b, a, c, benchBytes)
+			}
+		})
+	}
+}
+
+func benchCollective(b *testing.B, factor func(n int) float64, setup func(gs []*Group) func(g *Group) error) {
+	for _, tr := range benchTransports {
+		for _, n := range []int{2, 4, 8} {
+			b.Run(name(tr.name, "/n=", n), func(b *testing.B) {
+				ref := p2pReference(b, tr)
+				gs := tr.mesh(b, n)
+				d := newDriver(gs)
+				defer d.stop()
+				ring := ringBandwidth(b, gs, benchBytes)
+				op := setup(gs)
+				require.NoError(b, d.run(op))
+				b.ReportAllocs()
+				b.SetBytes(benchBytes)
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					if err := d.run(op); err != nil {
+						b.Fatal(err)
+					}
+				}
+				el := time.Since(start).Seconds()
+				algbw := float64(benchBytes) * float64(b.N) / el
+				busbw := algbw * factor(n)
+				b.ReportMetric(busbw/1e9, "busGB/s")
+				b.ReportMetric(ref/1e9, "p2pGB/s")
+				b.ReportMetric(ring/1e9, "ringGB/s")
+				b.ReportMetric(busbw/ref, "bus/p2p")
+				b.ReportMetric(busbw/ring, "bus/ring")
+			})
+		}
+	}
+}
+
+func BenchmarkAllReduce(b *testing.B) {
+	benchCollective(b, func(n int) float64 { return 2 * float64(n-1) / float64(n) }, func(gs []*Group) func(g *Group) error {
+		bufs := make([][]float32, len(gs))
+		for r := range bufs {
+			bufs[r] = make([]float32, benchBytes/4)
+		}
+		ctx := context.Background()
+		return func(g *Group) error { b := bufs[g.Rank()]; return AllReduce(ctx, g, b, b, Sum) }
+	})
+}
+
+func BenchmarkAllToAll(b *testing.B) {
+	benchCollective(b, func(n int) float64 { return float64(n-1) / float64(n) }, func(gs []*Group) func(g *Group) error {
+		n := len(gs)
+		send, recv := make([][]byte, n), make([][]byte, n)
+		for r := range send {
+			send[r] = make([]byte, benchBytes/n*n)
+			recv[r] = make([]byte, benchBytes/n*n)
+		}
+		ctx := context.Background()
+		return func(g *Group) error { return g.AllToAll(ctx, send[g.Rank()], recv[g.Rank()]) }
+	})
+}
+
+func BenchmarkBroadcast(b *testing.B) {
+	benchCollective(b, func(n int) float64 { return 1 }, func(gs []*Group) func(g *Group) error {
+		bufs := make([][]byte, len(gs))
+		for r := range bufs {
+			bufs[r] = make([]byte, benchBytes)
+		}
+		ctx := context.Background()
+		return func(g *Group) error { return g.Broadcast(ctx, 0, bufs[g.Rank()]) }
+	})
+}
