@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdma/collectives"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+const childEnv = "RDMARUN_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(child(mode))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// child is one rank started by rdmarun: it joins from the environment and
+// prints the group's sum of ranks; in mode "fail", rank 1 exits with 7 after
+// joining and the others wait for it in a barrier.
+func child(mode string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	g, err := collectives.JoinFromEnv(ctx, nil)
+	if err != nil {
+		fmt.Println("join:", err)
+		return 1
+	}
+	defer g.Close()
+	if mode == "fail" {
+		if g.Rank() == 1 {
+			os.Exit(7)
+		}
+		if err := g.Barrier(ctx); err != nil {
+			fmt.Println("barrier:", err)
+			return 1
+		}
+		return 0
+	}
+	v := []int64{int64(g.Rank())}
+	if err := collectives.AllReduce(ctx, g, v, v, collectives.Sum); err != nil {
+		fmt.Println("allreduce:", err)
+		return 1
+	}
+	fmt.Printf("local=%s sum=%d\n", os.Getenv("RDMA_LOCAL_ADDR"), v[0])
+	return 0
+}
+
+func TestRunsEveryRank(t *testing.T) {
+	t.Setenv(childEnv, "ok")
+	var out, errOut bytes.Buffer
+	status := run([]string{"-n", "3", "-hosts", "127.0.0.1,127.0.0.2", "--", os.Args[0], "-test.run=^$"}, &out, &errOut)
+	require.Equal(t, 0, status, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.ElementsMatch(t, []string{
+		"[0] local=127.0.0.1 sum=3",
+		"[1] local=127.0.0.2 sum=3",
+		"[2] local=127.0.0.1 sum=3",
+	}, lines)
+}
+
+func TestFailingRank(t *testing.T) {
+	t.Setenv(childEnv, "fail")
+	var out, errOut bytes.Buffer
+	status := run([]string{"-n", "3", "-grace", "20s", "--", os.Args[0], "-test.run=^$"}, &out, &errOut)
+	require.Equal(t, 7, status, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	// The survivors fail (they do not hang) and name the dead rank.
+	require.Contains(t, out.String(), "[0] barrier:")
+	require.Contains(t, out.String(), "[2] barrier:")
+	require.Contains(t, out.String(), "rank 1")
+	require.NotContains(t, errOut.String(), "killing")
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 2, run([]string{"-n", "2"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "usage")
+}
