@@ -51,28 +51,35 @@ func main() {
 		return
 	}
 
-	if *n < 1 || *n > 254 {
-		log.Fatalf("-n %d: want 1 to 254 ranks", *n)
+	if err := runLocal(ctx, *n, *count, *iters); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// runLocal runs n ranks in this process, rank r on 127.0.0.(r+1).
+func runLocal(ctx context.Context, n, count, iters int) error {
+	if n < 1 || n > 254 {
+		return fmt.Errorf("-n %d: want 1 to 254 ranks", n)
 	}
 	root, err := freeLoopbackAddr()
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, *n)
-	groups := make([]*collectives.Group, *n)
-	for r := 0; r < *n; r++ {
+	errs := make([]error, n)
+	groups := make([]*collectives.Group, n)
+	for r := 0; r < n; r++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			b := collectives.Bootstrap{LocalAddr: fmt.Sprintf("127.0.0.%d", r+1)}
-			g, err := b.Join(ctx, r, *n, root)
+			g, err := b.Join(ctx, r, n, root)
 			if err != nil {
 				errs[r] = err
 				return
 			}
 			groups[r] = g
-			errs[r] = run(ctx, g, *count, *iters)
+			errs[r] = run(ctx, g, count, iters)
 		}()
 	}
 	wg.Wait()
@@ -84,9 +91,7 @@ func main() {
 		}
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		log.Fatal(err)
-	}
+	return errors.Join(errs...)
 }
 
 func underLauncher() bool {
