@@ -36,6 +36,7 @@ type options struct {
 	quiet      bool
 	ringSize   int
 	pollTime   time.Duration
+	cpuProfile string // write a CPU profile of this process (-fork: the server's to <file>.server)
 }
 
 const (
@@ -100,6 +101,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&ring, "ring", "", "rdma receive ring and send buffer `size` (rdma.Config.RingSize; default the library's)")
 	fs.DurationVar(&o.pollTime, "poll", 0, "rdma busy-poll `time` before sleeping (rdma.Config.PollTime; default off)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write this process's CPU profile to `file` (with -fork, the server's to file.server)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -124,6 +124,9 @@ func forkServer(ctx context.Context, o *options) (rdmaAddr, tcpAddr string, stop
 	if o.ringSize > 0 {
 		args = append(args, "-ring", fmt.Sprint(o.ringSize))
 	}
+	if o.cpuProfile != "" {
+		args = append(args, "-cpuprofile", o.cpuProfile+".server")
+	}
 	if o.pollTime > 0 {
 		args = append(args, "-poll", o.pollTime.String())
 	}

@@ -121,8 +121,14 @@ func TestLoopbackJSON(t *testing.T) {
 }
 
 func TestLoopbackFork(t *testing.T) {
-	out, _, err := runArgs(t, "-loopback", "-fork", "-json", "-n", "20", "-warmup", "0", "-sizes", "4K")
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	out, _, err := runArgs(t, "-loopback", "-fork", "-json", "-n", "20", "-warmup", "0", "-sizes", "4K", "-cpuprofile", prof)
 	require.NoError(t, err)
+	for _, p := range []string{prof, prof + ".server"} {
+		st, err := os.Stat(p)
+		require.NoError(t, err, "both processes write a CPU profile")
+		assert.Positive(t, st.Size(), p)
+	}
 	var rep report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
 	assert.Equal(t, "separate process", rep.Server)
@@ -136,7 +142,7 @@ func TestLoopbackFork(t *testing.T) {
 
 // A cancelled run (SIGINT) stops at once, however long it was meant to be.
 func TestCancel(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	err := run(ctx, []string{"-provider", "soft", "-loopback", "-t", "10m", "-q", "-P", "2"}, io.Discard, io.Discard)
