@@ -72,6 +72,9 @@ func NewGroup(rank int, peers []net.Conn) (*Group, error) {
 	if peers[rank] != nil {
 		return nil, fmt.Errorf("collectives: NewGroup: peers[%d] is this rank itself and must be nil", rank)
 	}
+	if !littleEndian() {
+		return nil, errors.New("collectives: NewGroup: this host is big-endian; elements travel in host byte order and only little-endian hosts are supported")
+	}
 	g := &Group{
 		rank:   rank,
 		size:   n,
@@ -95,6 +98,11 @@ func NewGroup(rank int, peers []net.Conn) (*Group, error) {
 		}
 	}
 	return g, nil
+}
+
+func littleEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
 }
 
 // Rank is this process's rank, in [0, Size()).
