@@ -572,11 +572,13 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	}
 	stop := context.AfterFunc(ctx, func() {
 		if ctx.Err() == context.Canceled {
-			_ = c.SetDeadline(time.Unix(1, 0))
+			_ = c.SetWriteDeadline(time.Unix(1, 0))
+			_ = tr.setReadDeadline(time.Unix(1, 0))
 		}
 	})
 	defer stop()
-	_ = c.SetDeadline(deadline)
+	_ = c.SetWriteDeadline(deadline)
+	_ = tr.setReadDeadline(deadline)
 	b, _ := req.marshal()
 	if _, err := c.Write(b); err != nil {
 		fail(err)
@@ -600,7 +602,8 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		fail(err)
 		return
 	}
-	_ = c.SetDeadline(time.Time{})
+	_ = c.SetWriteDeadline(time.Time{})
+	_ = tr.setReadDeadline(time.Time{})
 	id.mu.Lock()
 	if id.destroyed || id.qp != q {
 		id.mu.Unlock()

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rdmanet/rdma/verbs"
@@ -26,7 +27,7 @@ type cq struct {
 func newCQ(c *device, cqe int, ch *compChannel) *cq {
 	q := &cq{ctx: c, ch: ch, ring: make([]verbs.WC, cqe), qps: map[*qp]struct{}{}}
 	if ch != nil {
-		ch.attach()
+		ch.attach(q)
 	}
 	return q
 }
@@ -126,18 +127,21 @@ func (q *cq) Cap() int { return len(q.ring) }
 
 func (q *cq) Destroy() error {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.dead {
+		q.mu.Unlock()
 		return verbs.ErrClosed
 	}
 	if len(q.qps) > 0 {
-		return verbs.Errorf("ibv_destroy_cq", syscall.EBUSY, "%d QPs still use the CQ", len(q.qps))
+		n := len(q.qps)
+		q.mu.Unlock()
+		return verbs.Errorf("ibv_destroy_cq", syscall.EBUSY, "%d QPs still use the CQ", n)
 	}
 	q.dead = true
-	if q.ch != nil {
-		q.ch.detach()
-	}
+	q.mu.Unlock()
 	q.ctx.objs.Add(-1)
+	if q.ch != nil {
+		q.ch.detach(q) // outside q.mu: the channel's lock comes first
+	}
 	return nil
 }
 
@@ -154,25 +158,54 @@ func (q *cq) removeQP(p *qp) {
 }
 
 // compChannel delivers CQ events. Waiters park on a Go channel (no OS
-// thread); the queue of events is a slice reused once drained, so steady
-// state allocates nothing.
+// thread), or, when the channel's CQs are fed by a single connected QP,
+// read that QP's transport themselves (see the receive role in engine.go).
+// The queue of events is a slice reused once drained, so steady state
+// allocates nothing.
 type compChannel struct {
-	ctx    *device
-	mu     sync.Mutex
-	events []*cq
-	head   int
-	cqs    int
-	wake   chan struct{} // capacity 1: "the queue may be non-empty"
-	closed chan struct{}
-	dead   bool
+	ctx     *device
+	mu      sync.Mutex
+	events  []*cq
+	head    int
+	cqs     []*cq
+	driving *qp // the QP a waiter is reading for, if any
+	nEvents atomic.Int64
+	wake    chan struct{} // capacity 1: "the queue may be non-empty"
+	closed  chan struct{}
+	dead    bool
+	deadA   atomic.Bool
 }
 
 func newCompChannel(c *device) *compChannel {
 	return &compChannel{ctx: c, wake: make(chan struct{}, 1), closed: make(chan struct{})}
 }
 
-func (c *compChannel) attach() { c.mu.Lock(); c.cqs++; c.mu.Unlock() }
-func (c *compChannel) detach() { c.mu.Lock(); c.cqs--; c.mu.Unlock() }
+func (c *compChannel) attach(q *cq) {
+	c.mu.Lock()
+	c.cqs = append(c.cqs, q)
+	c.mu.Unlock()
+}
+
+func (c *compChannel) detach(q *cq) {
+	c.mu.Lock()
+	for i, x := range c.cqs {
+		if x == q {
+			c.cqs = append(c.cqs[:i], c.cqs[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+}
+
+func (c *compChannel) isDead() bool { return c.deadA.Load() }
+
+// kick wakes a waiter to look again.
+func (c *compChannel) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
 
 func (c *compChannel) post(q *cq) {
 	c.mu.Lock()
@@ -181,11 +214,35 @@ func (c *compChannel) post(q *cq) {
 		return
 	}
 	c.events = append(c.events, q)
+	c.nEvents.Add(1)
+	drv := c.driving
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	c.kick()
+	if drv != nil && drv.rxParked.Load() {
+		// The waiter is blocked reading a transport for another reason.
+		drv.tr.interrupt()
 	}
+}
+
+// soleQP is the one running QP feeding all of c's CQs, or nil. Called with
+// c.mu held.
+func (c *compChannel) soleQP() *qp {
+	var only *qp
+	for _, q := range c.cqs {
+		q.mu.Lock()
+		for p := range q.qps {
+			if only != nil && only != p {
+				q.mu.Unlock()
+				return nil
+			}
+			only = p
+		}
+		q.mu.Unlock()
+	}
+	if only == nil || !only.rxLive.Load() {
+		return nil
+	}
+	return only
 }
 
 func (c *compChannel) GetEvent() (verbs.CQ, error) {
@@ -199,18 +256,30 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 			q := c.events[c.head]
 			c.events[c.head] = nil
 			c.head++
+			c.nEvents.Add(-1)
 			if c.head == len(c.events) {
 				c.head = 0
 				c.events = c.events[:0]
 			} else {
-				// Others are queued: pass the wake-up on to the next waiter.
-				select {
-				case c.wake <- struct{}{}:
-				default:
-				}
+				c.kick() // others are queued: pass the wake-up on
 			}
 			c.mu.Unlock()
 			return q, nil
+		}
+		p := c.soleQP()
+		if p != nil && c.driving == nil {
+			if p.rxOwner.CompareAndSwap(rxFree, rxApp) {
+				c.driving = p
+				c.mu.Unlock()
+				p.drive(c)
+				c.mu.Lock()
+				c.driving = nil
+				c.mu.Unlock()
+				continue
+			}
+			if p.rxOwner.Load() == rxBackground {
+				p.want(c)
+			}
 		}
 		c.mu.Unlock()
 		select {
@@ -224,14 +293,20 @@ func (c *compChannel) AckEvents(verbs.CQ, int) {}
 
 func (c *compChannel) Close() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.dead {
+		c.mu.Unlock()
 		return verbs.ErrClosed
 	}
 	// Unlike ibv_destroy_comp_channel, closing with CQs attached is allowed
 	// (their events are dropped), so that Close always unblocks GetEvent.
 	c.dead = true
+	c.deadA.Store(true)
 	close(c.closed)
 	c.ctx.objs.Add(-1)
+	drv := c.driving
+	c.mu.Unlock()
+	if drv != nil && drv.rxParked.Load() {
+		drv.tr.interrupt()
+	}
 	return nil
 }

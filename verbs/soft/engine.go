@@ -37,11 +37,6 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 	go q.sender()
 }
 
-func (q *qp) startReceiver(pre func() error) {
-	q.wg.Add(1)
-	go q.receiver(pre)
-}
-
 // stop closes the transport and waits for the engine's goroutines.
 func (q *qp) stop() {
 	q.mu.Lock()
@@ -55,6 +50,7 @@ func (q *qp) stop() {
 		_ = tr.close()
 	}
 	q.wg.Wait()
+	q.rxTimer.Stop()
 }
 
 // kick makes sure pending transmit work gets written. Called with mu held;
@@ -290,22 +286,191 @@ func (q *qp) watchdog() {
 
 var errProtocol = errors.New("soft: peer broke the frame protocol")
 
-// receiver reads and executes frames until the transport ends.
+// The receive role. Frames are read by whoever holds it: the QP's receiver
+// goroutine (the background), or a goroutine waiting in GetEvent on a
+// completion channel fed by this QP alone, which then reads the transport
+// itself, as a goroutine blocked in a TCP Read would: no hand-off between
+// goroutines on the latency path. When such a waiter gets its event it
+// lets go of the role, and the background takes it back only if nobody
+// waits again within rxHandback, so that ACKs, RDMA WRITEs and READ
+// requests keep being served while the application is busy elsewhere.
+const (
+	rxFree       = 0
+	rxBackground = 1
+	rxApp        = 2
+	rxHandback   = 200 * time.Microsecond
+)
+
+// rxState is the receive loop's state; only the role holder touches it.
+type rxState struct {
+	hb      [hdrLen]byte
+	h       header
+	sc      scratch
+	owed    int  // requests executed since we last asked for an ACK
+	woke    bool // a completion may have woken a consumer
+	gotDisc bool
+	drv     *compChannel // the channel whose waiter holds the role
+}
+
+// startReceiver starts the background receiver; pre (the handshake's last
+// step) runs first.
+func (q *qp) startReceiver(pre func() error) {
+	q.rxOwner.Store(rxBackground)
+	q.rxLive.Store(true)
+	q.tr.setIdle(q.rxIdle)
+	q.wg.Add(1)
+	go q.receiver(pre)
+}
+
+// receiver is the background holder of the receive role.
 func (q *qp) receiver(pre func() error) {
 	defer q.wg.Done()
-	var err error
 	if pre != nil {
-		err = pre()
+		if err := pre(); err != nil {
+			q.rxEnd(err)
+			return
+		}
 	}
-	if err == nil {
-		err = q.receive()
+	for {
+		err := q.rxLoop(nil)
+		if err != nil && err != errInterrupted {
+			return
+		}
+		// A waiter wants the role: hand it over and tell it.
+		q.rxWant.Store(false)
+		q.rxOwner.Store(rxFree)
+		if c := q.rxWanter.Swap(nil); c != nil {
+			c.kick()
+		}
+		for {
+			select {
+			case <-q.rxWake:
+			case <-q.rxTimer.C:
+			case <-q.done:
+				return
+			}
+			if q.rxEnded.Load() {
+				return
+			}
+			if q.rxOwner.CompareAndSwap(rxFree, rxBackground) {
+				break
+			}
+		}
 	}
+}
+
+// drive is GetEvent's side: with the role taken, read frames until c has
+// an event (or is closed), then let go of the role.
+func (q *qp) drive(c *compChannel) {
+	q.rxTimer.Stop()
+	q.rx.drv = c
+	_ = q.rxLoop(c)
+	q.rx.drv = nil
+	q.rxOwner.Store(rxFree)
+	if q.rxEnded.Load() {
+		return
+	}
+	if q.rxWant.Load() {
+		// Another channel's waiter asked meanwhile.
+		if w := q.rxWanter.Swap(nil); w != nil {
+			q.rxWant.Store(false)
+			w.kick()
+		}
+	}
+	q.rxTimer.Reset(rxHandback)
+}
+
+// want asks the background receiver to give the role to c's waiter.
+func (q *qp) want(c *compChannel) {
+	q.rxWanter.Store(c)
+	q.rxWant.Store(true)
+	if q.rxParked.Load() {
+		q.tr.interrupt()
+	}
+}
+
+// rxIdle runs when the role holder is about to block for input: flush a
+// coalesced ACK, and between frames give up the wait if the holder has
+// something better to do.
+func (q *qp) rxIdle(boundary bool) bool {
+	r := &q.rx
+	if r.owed > 0 {
+		if r.woke && r.drv == nil {
+			// A consumer was just woken; let it run first so that its
+			// reply carries the ACK and no standalone one is needed.
+			runtime.Gosched()
+		}
+		r.woke = false
+		q.mu.Lock()
+		if q.lastAckSent != q.ackable() {
+			q.ackWanted = true
+			q.kick()
+		}
+		q.mu.Unlock()
+		r.owed = 0
+	}
+	if !boundary {
+		return false
+	}
+	q.rxParked.Store(true)
+	if q.rxStop() {
+		q.rxParked.Store(false)
+		return true
+	}
+	return false
+}
+
+// rxStop reports whether the holder should stop reading.
+func (q *qp) rxStop() bool {
+	if c := q.rx.drv; c != nil {
+		return c.nEvents.Load() > 0 || c.isDead()
+	}
+	return q.rxWant.Load()
+}
+
+// rxLoop reads and executes frames until it should stop (errInterrupted
+// or nil) or the stream ends (the error, after rxEnd).
+func (q *qp) rxLoop(c *compChannel) error {
+	for {
+		if q.rxStop() {
+			if c != nil {
+				return nil
+			}
+			return errInterrupted
+		}
+		err := q.rxFrame()
+		q.rxParked.Store(false)
+		if err == errInterrupted {
+			continue
+		}
+		if err != nil {
+			if q.rx.gotDisc && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
+				err = nil
+			}
+			q.rxEnd(err)
+			if err == nil {
+				err = io.EOF
+			}
+			return err
+		}
+	}
+}
+
+// rxEnd tears the engine down once the stream ended. Called by the role
+// holder.
+func (q *qp) rxEnd(err error) {
+	q.rxLive.Store(false)
+	q.rxEnded.Store(true)
 	q.mu.Lock()
 	q.flush(0, 0, false)
 	q.txDead = true
 	down := q.downNotify
 	q.downNotify = nil
 	q.mu.Unlock()
+	select {
+	case q.rxWake <- struct{}{}:
+	default:
+	}
 	if down != nil {
 		down(err)
 	}
@@ -318,94 +483,60 @@ type scratch struct {
 	n  int
 }
 
-func (q *qp) receive() error {
-	var (
-		hb       [hdrLen]byte
-		h        header
-		sc       scratch
-		owed     int // requests executed since we last asked for an ACK
-		gotDisc  bool
-		tr       = q.tr
-		rdWakeup bool
-	)
-	// Out of input: acknowledge what executed (coalesced ACK).
-	tr.setIdle(func() {
-		if owed == 0 {
-			return
+// rxFrame reads and executes one frame.
+func (q *qp) rxFrame() error {
+	r := &q.rx
+	tr := q.tr
+	err := tr.readHeader(&r.hb)
+	q.rxParked.Store(false) // from here on, events we post need no interrupt
+	if err != nil {
+		return err
+	}
+	h := &r.h
+	if err := h.decode(&r.hb); err != nil {
+		return err
+	}
+	if q.silent.Load() {
+		return tr.discard(h.payloadLen())
+	}
+	if h.flags&flagAck != 0 && h.typ != frameNak {
+		if err := q.onAck(h.ack); err != nil {
+			return err
 		}
-		if rdWakeup {
-			// A consumer was just woken; let it run first so that its
-			// reply carries the ACK and no standalone one is needed.
-			runtime.Gosched()
-			rdWakeup = false
-		}
+	}
+	switch h.typ {
+	case frameAck:
+	case frameNak:
+		return q.onNak(h)
+	case frameReadResp:
+		return q.onReadResp(h, &r.sc)
+	case frameDisc:
+		r.gotDisc = true
 		q.mu.Lock()
-		if q.lastAckSent != q.ackable() {
-			q.ackWanted = true
+		q.flush(0, 0, false)
+		if !q.discWanted {
+			q.discWanted = true
 			q.kick()
 		}
 		q.mu.Unlock()
-		owed = 0
-	})
-	defer tr.setIdle(nil)
-	for {
-		if err := tr.readHeader(&hb); err != nil {
-			if gotDisc && (err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF)) {
-				return nil
-			}
+	default:
+		executed, woke, err := q.onRequest(h, &r.sc)
+		if err != nil {
 			return err
 		}
-		if err := h.decode(&hb); err != nil {
-			return err
-		}
-		if q.silent.Load() {
-			if err := tr.discard(h.payloadLen()); err != nil {
-				return err
-			}
-			continue
-		}
-		if h.flags&flagAck != 0 && h.typ != frameNak {
-			if err := q.onAck(h.ack); err != nil {
-				return err
-			}
-		}
-		switch h.typ {
-		case frameAck:
-		case frameNak:
-			if err := q.onNak(&h); err != nil {
-				return err
-			}
-		case frameReadResp:
-			if err := q.onReadResp(&h, &sc); err != nil {
-				return err
-			}
-		case frameDisc:
-			gotDisc = true
-			q.mu.Lock()
-			q.flush(0, 0, false)
-			if !q.discWanted {
-				q.discWanted = true
+		if executed {
+			r.owed++
+			r.woke = r.woke || woke
+			if r.owed >= q.ackEvery {
+				q.mu.Lock()
+				q.ackWanted = true
 				q.kick()
-			}
-			q.mu.Unlock()
-		default:
-			executed, woke, err := q.onRequest(&h, &sc)
-			if err != nil {
-				return err
-			}
-			if executed {
-				owed++
-				rdWakeup = rdWakeup || woke
-				if owed >= q.ackEvery {
-					q.mu.Lock()
-					q.ackWanted = true
-					q.kick()
-					q.mu.Unlock()
-					owed = 0
-				}
+				q.mu.Unlock()
+				r.owed = 0
 			}
 		}
 	}
+	return nil
 }
 
 // onAck completes send WRs the peer has acknowledged.

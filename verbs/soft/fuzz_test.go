@@ -87,7 +87,8 @@ func (m *memTransport) discard(n int) error {
 	_, err := io.CopyN(io.Discard, m.r, int64(n))
 	return err
 }
-func (m *memTransport) setIdle(func()) {}
+func (m *memTransport) setIdle(func(bool) bool) {}
+func (m *memTransport) interrupt()              {}
 func (m *memTransport) writev(bufs [][]byte, wait bool) (int, error) {
 	n := 0
 	for _, b := range bufs {

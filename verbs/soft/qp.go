@@ -106,6 +106,17 @@ type qp struct {
 	destroyed  bool
 	downNotify func(error) // called once when the engine stops
 	silent     atomic.Bool // tests: ignore the peer entirely (a hung host)
+
+	// Receive role (engine.go).
+	rx       rxState
+	rxOwner  atomic.Int32
+	rxWant   atomic.Bool
+	rxWanter atomic.Pointer[compChannel]
+	rxParked atomic.Bool
+	rxLive   atomic.Bool
+	rxEnded  atomic.Bool
+	rxWake   chan struct{}
+	rxTimer  *time.Timer
 }
 
 const (
@@ -170,6 +181,9 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 	q.rnrTimer.Stop()
 	q.wdTimer = time.AfterFunc(time.Hour, q.watchdog)
 	q.wdTimer.Stop()
+	q.rxWake = make(chan struct{}, 1)
+	q.rxTimer = time.NewTimer(time.Hour)
+	q.rxTimer.Stop()
 	p.nQP.Add(1)
 	scq.addQP(q)
 	rcq.addQP(q)

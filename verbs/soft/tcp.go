@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -30,8 +32,11 @@ type tcpTransport struct {
 	rn     int
 	rerr   error
 	readFn func(fd uintptr) bool
-	onIdle func()
-	idled  bool
+	onIdle   func(boundary bool) bool
+	idled    bool
+	boundary bool        // the current read is between frames
+	intr     atomic.Bool // interrupt requested
+	deadline atomic.Int64 // the read deadline the engine set (unix ns, 0 none)
 
 	// Write side, used by one goroutine at a time.
 	wiov    []unix.Iovec
@@ -79,7 +84,10 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 					// Input that arrives meanwhile marks the fd ready, so
 					// the poller does not park us past it.
 					t.idled = true
-					t.onIdle()
+					if t.onIdle(t.boundary) && t.boundary {
+						t.rerr = errInterrupted
+						return true
+					}
 				}
 				return false
 			}
@@ -102,16 +110,44 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 			t.rcnt++
 		}
 	}
-	t.rwait, t.rn, t.rerr, t.idled = wait, 0, nil, false
-	err := t.rc.Read(t.readFn)
-	t.riov[0].Base, t.riov[1].Base = nil, nil
-	if err != nil {
-		return 0, err
+	for {
+		t.rwait, t.rn, t.rerr, t.idled = wait, 0, nil, false
+		err := t.rc.Read(t.readFn)
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// Either the engine's deadline passed, or interrupt moved it.
+			if d := t.deadline.Load(); d == 0 || time.Now().UnixNano() < d {
+				t.restoreDeadline()
+				if t.boundary && t.intr.Swap(false) {
+					err = errInterrupted
+				} else {
+					continue
+				}
+			}
+		}
+		t.riov[0].Base, t.riov[1].Base = nil, nil
+		if err != nil {
+			return 0, err
+		}
+		return t.rn, t.rerr
 	}
-	return t.rn, t.rerr
+}
+
+func (t *tcpTransport) restoreDeadline() {
+	var d time.Time
+	if ns := t.deadline.Load(); ns != 0 {
+		d = time.Unix(0, ns)
+	}
+	_ = t.c.SetReadDeadline(d)
+}
+
+func (t *tcpTransport) interrupt() {
+	t.intr.Store(true)
+	_ = t.c.SetReadDeadline(time.Unix(1, 0))
 }
 
 func (t *tcpTransport) readHeader(h *[hdrLen]byte) error {
+	t.boundary = true
+	defer func() { t.boundary = false }()
 	for t.w-t.r < hdrLen {
 		if t.r > 0 && len(t.buf)-t.r < hdrLen {
 			t.w = copy(t.buf, t.buf[t.r:t.w])
@@ -174,7 +210,7 @@ func (t *tcpTransport) discard(n int) error {
 	return nil
 }
 
-func (t *tcpTransport) setIdle(f func()) { t.onIdle = f }
+func (t *tcpTransport) setIdle(f func(bool) bool) { t.onIdle = f }
 
 func (t *tcpTransport) doWrite(fd uintptr) bool {
 	for t.widx < len(t.wbufs) {
@@ -240,7 +276,14 @@ func (t *tcpTransport) writev(bufs [][]byte, wait bool) (int, error) {
 
 func (t *tcpTransport) closeWrite() error { return t.c.CloseWrite() }
 
-func (t *tcpTransport) setReadDeadline(d time.Time) error { return t.c.SetReadDeadline(d) }
+func (t *tcpTransport) setReadDeadline(d time.Time) error {
+	var ns int64
+	if !d.IsZero() {
+		ns = d.UnixNano()
+	}
+	t.deadline.Store(ns)
+	return t.c.SetReadDeadline(d)
+}
 
 func (t *tcpTransport) close() error {
 	err := t.c.Close()

@@ -1,6 +1,12 @@
 package soft
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// errInterrupted ends a read between frames early (see transport.interrupt).
+var errInterrupted = errors.New("soft: read interrupted")
 
 // transport is the seam between the QP engine (engine.go: send and receive
 // queues, PSNs, acknowledgements, RNR and transport retries, completions)
@@ -20,7 +26,8 @@ import "time"
 // be called at any time by anyone and unblocks both.
 type transport interface {
 	// readHeader fills h with the next hdrLen bytes, blocking until they
-	// arrive; io.EOF (or another error) when the stream ends.
+	// arrive; io.EOF (or another error) when the stream ends, errInterrupted
+	// after interrupt or the idle hook (bytes read so far stay buffered).
 	readHeader(h *[hdrLen]byte) error
 	// readPayload fills dst with the next len(dst) bytes.
 	readPayload(dst []byte) error
@@ -29,8 +36,12 @@ type transport interface {
 	// setIdle installs a hook that the read methods call when they are
 	// about to block for lack of input (once per wait). The engine flushes
 	// coalesced acknowledgements there, so that the check costs no extra
-	// system call.
-	setIdle(f func())
+	// system call. boundary says the read is readHeader's (between frames);
+	// there, the hook returning true abandons the read with errInterrupted.
+	setIdle(f func(boundary bool) bool)
+	// interrupt makes a read blocked between frames return errInterrupted
+	// (a read inside a frame carries on). Any goroutine may call it.
+	interrupt()
 	// writev writes the buffers in order. With wait false it never blocks:
 	// it writes what the transport takes now and returns the count (0 and a
 	// nil error when nothing fits). With wait true it returns once all are

@@ -298,7 +298,8 @@ func testManyConnections(t *testing.T, s *suite) {
 			postRecv(t, sv, 1, 0, 64)
 			require.NoError(t, sv.id.Accept(&o.accept))
 		case verbs.EventEstablished:
-			require.Contains(t, servers, ev.ID)
+			_, ok := servers[ev.ID]
+			require.True(t, ok, "ESTABLISHED for an ID we did not accept")
 			est++
 		default:
 			t.Fatalf("unexpected %v", ev.Type)
