@@ -346,6 +346,13 @@ func (q *qp) receiver(pre func() error) {
 			select {
 			case <-q.rxWake:
 			case <-q.rxTimer.C:
+				q.rxArmed.Store(false)
+				// Take over only once the role has been free for
+				// rxHandback: a waiter that keeps coming back keeps it.
+				if idle := monotime() - q.rxFreeAt.Load(); idle < int64(rxHandback) && q.rxOwner.Load() == rxFree {
+					q.armHandback(time.Duration(int64(rxHandback) - idle))
+					continue
+				}
 			case <-q.done:
 				return
 			}
@@ -362,10 +369,10 @@ func (q *qp) receiver(pre func() error) {
 // drive is GetEvent's side: with the role taken, read frames until c has
 // an event (or is closed), then let go of the role.
 func (q *qp) drive(c *compChannel) {
-	q.rxTimer.Stop()
 	q.rx.drv = c
 	_ = q.rxLoop(c)
 	q.rx.drv = nil
+	q.rxFreeAt.Store(monotime())
 	q.rxOwner.Store(rxFree)
 	if q.rxEnded.Load() {
 		return
@@ -377,8 +384,22 @@ func (q *qp) drive(c *compChannel) {
 			w.kick()
 		}
 	}
-	q.rxTimer.Reset(rxHandback)
+	q.armHandback(rxHandback)
 }
+
+// armHandback makes sure the background receiver looks again within d.
+// The timer is left running rather than stopped and reset on every wait,
+// which would cost the latency path a timer update each time.
+func (q *qp) armHandback(d time.Duration) {
+	if !q.rxArmed.Swap(true) {
+		q.rxTimer.Reset(d)
+	}
+}
+
+var procStart = time.Now()
+
+// monotime is a monotonic clock reading in nanoseconds.
+func monotime() int64 { return int64(time.Since(procStart)) }
 
 // want asks the background receiver to give the role to c's waiter.
 func (q *qp) want(c *compChannel) {

@@ -117,6 +117,8 @@ type qp struct {
 	rxEnded  atomic.Bool
 	rxWake   chan struct{}
 	rxTimer  *time.Timer
+	rxArmed  atomic.Bool
+	rxFreeAt atomic.Int64 // monotime when a waiter last let go of the role
 }
 
 const (

@@ -24,18 +24,18 @@ type tcpTransport struct {
 	rc syscall.RawConn
 
 	// Read side, used by one goroutine.
-	buf    []byte
-	r, w   int
-	riov   [2]unix.Iovec
-	rcnt   int
-	rwait  bool
-	rn     int
-	rerr   error
-	readFn func(fd uintptr) bool
+	buf      []byte
+	r, w     int
+	riov     [2]unix.Iovec
+	rcnt     int
+	rwait    bool
+	rn       int
+	rerr     error
+	readFn   func(fd uintptr) bool
 	onIdle   func(boundary bool) bool
 	idled    bool
-	boundary bool        // the current read is between frames
-	intr     atomic.Bool // interrupt requested
+	boundary bool         // the current read is between frames
+	intr     atomic.Bool  // interrupt requested
 	deadline atomic.Int64 // the read deadline the engine set (unix ns, 0 none)
 
 	// Write side, used by one goroutine at a time.
@@ -47,6 +47,8 @@ type tcpTransport struct {
 	wwait   bool
 	werr    error
 	writeFn func(fd uintptr) bool
+	wsmall  [512]byte
+	wone    [1][]byte
 }
 
 const (
@@ -263,6 +265,22 @@ func (t *tcpTransport) doWrite(fd uintptr) bool {
 }
 
 func (t *tcpTransport) writev(bufs [][]byte, wait bool) (int, error) {
+	// Small frames go out as one contiguous write: the kernel's per-iovec
+	// cost outweighs a copy of a few hundred bytes.
+	if len(bufs) > 1 {
+		n := 0
+		for _, b := range bufs {
+			n += len(b)
+		}
+		if n <= len(t.wsmall) {
+			k := 0
+			for _, b := range bufs {
+				k += copy(t.wsmall[k:], b)
+			}
+			t.wone[0] = t.wsmall[:k]
+			bufs = t.wone[:]
+		}
+	}
 	t.wbufs, t.widx, t.woff, t.wn, t.wwait, t.werr = bufs, 0, 0, 0, wait, nil
 	err := t.rc.Write(t.writeFn)
 	n, werr := t.wn, t.werr
