@@ -1,0 +1,38 @@
+// Package soft is the pure-Go verbs provider, registered as "soft": a
+// software RC NIC for machines without RDMA hardware. Import it for its side
+// effect:
+//
+//	import _ "github.com/rdmanet/rdma/verbs/soft"
+//
+// It offers one device, soft0 (transport "soft"), with one ACTIVE port
+// (Ethernet link layer, MTU 4096) and Soft-RoCE's limits: 32 SGEs, 16384 WRs
+// per queue, 32767 CQEs, 256 bytes of inline data, 128 outstanding RDMA
+// READs.
+//
+// An RC connection is one TCP connection at the RDMA address: a listening
+// CM ID is a TCP listener at the same ip:port, and rdma_connect dials it.
+// The CM handshake (REQ, REP or REJ, RTU; wire.go) carries the private data
+// and connection parameters; frames follow on the same connection. Anything
+// on the port that is not a well-formed REQ within the handshake timeout is
+// dropped (SetHandshakeTimeout, SetMaxHandshakes).
+//
+// The provider behaves as hardware does where programs can tell: private
+// data, SGE and inline limits; QP states; rkey, bounds and access checks on
+// remote operations (REM_ACCESS_ERR, both QPs to ERR); RNR NAKs retried per
+// rnr_retry and the responder's min RNR timer (7: forever); the transport
+// retry timeout (ack timeout x retry count: RETRY_EXC_ERR); in-order
+// completions; flushes after an error or a disconnect; CQ overruns.
+//
+// Data moves without copies through Go memory: a WR's SGEs are resolved to
+// registered memory at post time and written with one writev per batch of
+// frames; payloads are read straight into the target MR. Posting never
+// blocks and, like polling, allocates nothing. A send WR completes when the
+// peer's (coalesced) ACK arrives, so a completed RDMA WRITE is in the peer's
+// memory. A goroutine waiting in CompChannel.GetEvent for the completions
+// of a single QP reads that QP's connection itself, so that waking it costs
+// no goroutine hand-off (engine.go).
+//
+// The QP engine (engine.go) reaches the network only through the transport
+// interface (transport.go), so that a same-host shared-memory transport can
+// be chosen in the handshake beside TCP (tcp.go).
+package soft
