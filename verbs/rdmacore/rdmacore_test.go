@@ -18,7 +18,18 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// PeerMain, when set (by the external tests), is what this test binary runs
+// instead of its tests when re-executed with RDMACORE_PEER set: a peer
+// process that a test can kill.
+var PeerMain func()
+
+func TestMain(m *testing.M) {
+	if os.Getenv("RDMACORE_PEER") != "" && PeerMain != nil {
+		PeerMain()
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // softroce returns the RDMA device and address of the Soft-RoCE VM
 // (../shared/softroce), or skips the test outside it.
