@@ -2,6 +2,7 @@ package soft_test
 
 import (
 	"net"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,7 +12,12 @@ import (
 	"github.com/rdmanet/rdma/verbs/verbstest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(childEnv); addr != "" {
+		killChild(addr)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func TestConformance(t *testing.T) {
 	verbstest.Run(t, verbstest.Config{

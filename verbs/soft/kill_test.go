@@ -1,0 +1,102 @@
+package soft_test
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+const childEnv = "SOFT_TEST_KILL_CHILD"
+
+// killChild runs in a child process: connect to the address in the
+// environment and wait to be killed.
+func killChild(addr string) {
+	p, _ := verbs.Lookup("soft")
+	ch, _ := p.CreateEventChannel()
+	id, _ := ch.CreateID()
+	dst, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		os.Exit(3)
+	}
+	_ = id.ResolveAddr(nil, dst, 5*time.Second)
+	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
+	_ = id.ResolveRoute(5 * time.Second)
+	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
+	ctx := id.Context()
+	pd, _ := ctx.AllocPD()
+	cq, _ := ctx.CreateCQ(16, nil)
+	if _, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		os.Exit(4)
+	}
+	_ = id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7})
+	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
+	time.Sleep(time.Minute)
+	os.Exit(5)
+}
+
+// TestPeerProcessKilled: a peer process that dies (SIGKILL, no disconnect)
+// is seen as DISCONNECTED, and the survivor's outstanding WRs flush.
+func TestPeerProcessKilled(t *testing.T) {
+	p, err := verbs.Lookup("soft")
+	require.NoError(t, err)
+	ch, err := p.CreateEventChannel()
+	require.NoError(t, err)
+	defer ch.Close()
+	lid, err := ch.CreateID()
+	require.NoError(t, err)
+	defer lid.Destroy()
+	require.NoError(t, lid.BindAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}))
+	require.NoError(t, lid.Listen(4))
+
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+lid.LocalAddr().String())
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+
+	req, err := ch.GetEvent(time.Now().Add(10 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, verbs.EventConnectRequest, req.Type)
+	ctx := req.ID.Context()
+	pd, err := ctx.AllocPD()
+	require.NoError(t, err)
+	cq, err := ctx.CreateCQ(16, nil)
+	require.NoError(t, err)
+	qp, err := req.ID.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	mem, err := verbs.AllocMemory(4096)
+	require.NoError(t, err)
+	defer mem.Free()
+	mr, err := pd.RegMR(mem.Bytes(), verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	require.NoError(t, req.ID.Accept(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+	ev, err := ch.GetEvent(time.Now().Add(10 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, verbs.EventEstablished, ev.Type)
+	require.NoError(t, qp.PostRecv([]verbs.RecvWR{{WRID: 42, SG: []verbs.SGE{verbs.SGEOf(mr, mem.Bytes()[:64])}}}))
+
+	require.NoError(t, cmd.Process.Kill())
+	ev, err = ch.GetEvent(time.Now().Add(10 * time.Second))
+	require.NoError(t, err)
+	require.Equal(t, verbs.EventDisconnected, ev.Type)
+	wc := make([]verbs.WC, 2)
+	n, err := cq.Poll(wc)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, verbs.WCWRFlushErr, wc[0].Status)
+	require.Equal(t, uint64(42), wc[0].WRID)
+	a, err := qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State)
+
+	require.NoError(t, qp.Destroy())
+	require.NoError(t, req.ID.Destroy())
+	require.NoError(t, mr.Dereg())
+	require.NoError(t, cq.Destroy())
+	require.NoError(t, pd.Dealloc())
+}
