@@ -37,8 +37,13 @@ func TestContextCancelUnblocks(t *testing.T) {
 				buf := make([]float64, 1<<16)
 				return AllReduce(ctx, g, buf, buf, Sum)
 			})
+			// Each cancelled rank fails with its own cancellation, unless the
+			// other one's abort frame reached it first.
 			for r, err := range errs {
-				require.ErrorIs(t, err, context.Canceled, "rank %d", r)
+				if !errors.Is(err, context.Canceled) {
+					requireRank(t, err, 1-r, "rank %d", r)
+					require.Contains(t, err.Error(), "context canceled")
+				}
 			}
 			// The cancelled ranks told rank 2, and named themselves.
 			err := gs[2].Barrier(context.Background())
@@ -52,7 +57,6 @@ func TestContextCancelUnblocks(t *testing.T) {
 				err := g.Barrier(context.Background())
 				require.ErrorIs(t, err, ErrBroken, "rank %d", r)
 			}
-			require.ErrorIs(t, gs[0].Barrier(context.Background()), context.Canceled)
 		})
 	}
 }
