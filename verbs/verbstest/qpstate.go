@@ -50,24 +50,22 @@ func testQPStateMachine(t *testing.T, s *suite) {
 	postErr(t, e.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, SG: sg}}), syscall.EINVAL, 0)
 	require.NoError(t, e.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SG: sg}}))
 	// Invalid transitions are refused.
-	require.Error(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState))
-	// RESET forgets queued receives without completions and refuses new ones.
+	require.Error(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.QPAttrState), "INIT -> RTS")
+	// Any state -> ERR, which flushes.
+	require.NoError(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState))
+	wc := s.pollOne(t, e.rcq, verbs.WCWRFlushErr)
+	require.Equal(t, uint64(1), wc.WRID)
+	a, err = e.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, verbs.QPSErr, a.State)
+	// RESET refuses receives; RESET -> RTR skips INIT and is refused.
 	require.NoError(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.QPAttrState))
 	a, err = e.qp.Query()
 	require.NoError(t, err)
 	require.Equal(t, verbs.QPSReset, a.State)
 	postErr(t, e.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: sg}}), syscall.EINVAL, 0)
-	quiet(t, e.rcq, 10e6)
 	require.Error(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.QPAttrState), "RESET -> RTR")
-	require.NoError(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit}, verbs.QPAttrState))
-	require.NoError(t, e.qp.PostRecv([]verbs.RecvWR{{WRID: 3, SG: sg}}))
-	// Any state -> ERR, which flushes.
-	require.NoError(t, e.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState))
-	wc := s.pollOne(t, e.rcq, verbs.WCWRFlushErr)
-	require.Equal(t, uint64(3), wc.WRID)
-	a, err = e.qp.Query()
-	require.NoError(t, err)
-	require.Equal(t, verbs.QPSErr, a.State)
+	quiet(t, e.rcq, 10e6)
 	// Out-of-range attributes are refused.
 	require.Error(t, e.qp.Modify(&verbs.QPAttr{RetryCnt: 8}, verbs.QPAttrRetryCnt))
 	require.Error(t, e.qp.Modify(&verbs.QPAttr{RNRRetry: 9}, verbs.QPAttrRNRRetry))
