@@ -188,14 +188,16 @@ func checkReductions[T Number](t *testing.T, gs []*Group, counts []int) {
 				require.Equal(t, want, out[r], "AllReduce %v count %d rank %d", op, count, r)
 			}
 
-			// In place.
-			mustAll(t, gs, func(g *Group) error {
-				b := append(make([]T, 0, count), in[g.Rank()]...)
-				out[g.Rank()] = b
-				return AllReduce(testCtx(t), g, b, b, op)
-			})
-			for r := range out {
-				require.Equal(t, want, out[r], "AllReduce in place %v count %d rank %d", op, count, r)
+			// In place (the same code path for every count past the copy).
+			if count <= 1001 {
+				mustAll(t, gs, func(g *Group) error {
+					b := append(make([]T, 0, count), in[g.Rank()]...)
+					out[g.Rank()] = b
+					return AllReduce(testCtx(t), g, b, b, op)
+				})
+				for r := range out {
+					require.Equal(t, want, out[r], "AllReduce in place %v count %d rank %d", op, count, r)
+				}
 			}
 
 			root := (ci + int(op)) % n
