@@ -336,9 +336,12 @@ func (q *qp) receiver(pre func() error) {
 		if err != nil && err != errInterrupted {
 			return
 		}
-		// A waiter wants the role: hand it over and tell it.
+		// A waiter wants the role: hand it over and tell it. Should it not
+		// take the role after all, the handback timer brings us back.
 		q.rxWant.Store(false)
+		q.rxFreeAt.Store(monotime())
 		q.rxOwner.Store(rxFree)
+		q.armHandback(rxHandback)
 		if c := q.rxWanter.Swap(nil); c != nil {
 			c.kick()
 		}

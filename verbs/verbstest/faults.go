@@ -379,3 +379,116 @@ func testListenerRobustness(t *testing.T, s *suite) {
 	_, err := lch.GetEvent(time.Now().Add(20 * time.Millisecond))
 	require.True(t, isDeadline(err), "junk must not produce events: %v", err)
 }
+
+func init() {
+	register("EventThenPoll", testEventThenPoll)
+	register("SharedCompChannel", testSharedCompChannel)
+}
+
+// waitEvent is waitCQ with a time limit, for tests.
+func (s *suite) waitEvent(t *testing.T, cq verbs.CQ, cc verbs.CompChannel) verbs.WC {
+	t.Helper()
+	type res struct {
+		wc  verbs.WC
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		wc := make([]verbs.WC, 1)
+		_, err := waitCQ(cq, cc, wc)
+		done <- res{wc[0], err}
+	}()
+	select {
+	case r := <-done:
+		require.NoError(t, r.err)
+		return r.wc
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("no completion event")
+	}
+	return verbs.WC{}
+}
+
+func testEventThenPoll(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.sharedCQ = true
+	c, sv := s.pair(t, o)
+	wr := verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
+		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}
+	postSend(t, c, wr)
+	require.Equal(t, verbs.WCSuccess, s.waitEvent(t, c.scq, c.cc).Status)
+	// A consumer that waited for an event once may poll from then on:
+	// completions keep coming.
+	for i := 0; i < 20; i++ {
+		postSend(t, c, wr)
+		s.pollOne(t, c.scq, verbs.WCSuccess)
+	}
+}
+
+func testSharedCompChannel(t *testing.T, s *suite) {
+	// Two connections whose server CQs share one completion channel.
+	lch, lid := s.listener(t)
+	o := defaultOpts()
+	o.sharedCQ = true
+	var servers []*endpoint
+	var clients []*endpoint
+	var cc verbs.CompChannel
+	for i := 0; i < 2; i++ {
+		c := s.dialer(t, lid.LocalAddr())
+		t.Cleanup(func() { c.release(t) })
+		s.resources(t, c, &o)
+		require.NoError(t, c.id.Connect(&o.connect))
+		req := s.expect(t, lch, verbs.EventConnectRequest)
+		sv := &endpoint{ch: lch, id: req.ID}
+		t.Cleanup(func() { sv.release(t) })
+		s.resources(t, sv, &o)
+		if cc == nil {
+			cc = sv.cc
+		} else {
+			// Move this server's CQ onto the first one's channel.
+			require.NoError(t, sv.qp.Destroy())
+			require.NoError(t, sv.scq.Destroy())
+			var err error
+			sv.scq, err = sv.id.Context().CreateCQ(o.cqe, cc)
+			require.NoError(t, err)
+			sv.rcq = sv.scq
+			sv.qp, err = sv.id.CreateQP(sv.pd, &verbs.QPInitAttr{SendCQ: sv.scq, RecvCQ: sv.scq, Cap: o.cap})
+			require.NoError(t, err)
+		}
+		postRecv(t, sv, uint64(i), 0, 64)
+		require.NoError(t, sv.id.Accept(&o.accept))
+		s.expect(t, c.ch, verbs.EventEstablished)
+		s.expect(t, lch, verbs.EventEstablished)
+		servers = append(servers, sv)
+		clients = append(clients, c)
+	}
+	for _, sv := range servers {
+		require.NoError(t, sv.scq.ReqNotify(false))
+	}
+	for i, c := range clients {
+		c.buf[0] = byte(10 + i)
+		postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:1])}})
+	}
+	got := map[verbs.CQ]bool{}
+	deadline := time.Now().Add(s.cfg.Timeout)
+	for len(got) < 2 {
+		done := make(chan verbs.CQ, 1)
+		go func() {
+			cq, err := cc.GetEvent()
+			if err == nil {
+				cc.AckEvents(cq, 1)
+			}
+			done <- cq
+		}()
+		select {
+		case cq := <-done:
+			require.NotNil(t, cq)
+			got[cq] = true
+		case <-time.After(time.Until(deadline)):
+			t.Fatalf("events from %d of 2 CQs", len(got))
+		}
+	}
+	for i, sv := range servers {
+		require.Equal(t, uint64(i), s.pollOne(t, sv.rcq, verbs.WCSuccess).WRID)
+		require.Equal(t, byte(10+i), sv.buf[0])
+	}
+}
