@@ -149,6 +149,11 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 			return ev, err
 		}
 		if ev.Type != want {
+			if err := ctx.Err(); err != nil {
+				// The provider gave up as our deadline passed: the deadline
+				// is the cause the caller asked about.
+				return ev, err
+			}
 			return ev, eventError(ev)
 		}
 		return ev, nil
@@ -190,10 +195,13 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 	return c, nil
 }
 
-// stepTimeout is the timeout for one resolution step.
+// stepTimeout is the timeout handed to the provider for one resolution
+// step. With a deadline it runs a little past it, so that the deadline, not
+// the provider's timer, ends a dial that runs out of time: the caller then
+// gets the timeout error it asked for.
 func stepTimeout(ctx context.Context) time.Duration {
 	if dl, ok := ctx.Deadline(); ok {
-		return max(time.Until(dl), time.Millisecond)
+		return max(time.Until(dl), 0) + 500*time.Millisecond
 	}
 	return resolveTimeout
 }

@@ -230,3 +230,71 @@ func TestNoLeaks(t *testing.T) {
 	assert.LessOrEqual(t, countFDs(t), fds, "fds after %d cycles", n)
 	goleak.VerifyNone(t, goroutines)
 }
+
+func TestDialLocalAddr(t *testing.T) {
+	ln := listen(t, nil)
+	go func() {
+		if s, err := ln.Accept(); err == nil {
+			io.Copy(s, s)
+			s.Close()
+		}
+	}()
+	for _, la := range []net.Addr{&Addr{IP: net.IPv4(127, 0, 0, 2)}, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 3)}} {
+		d := Dialer{Config: softConfig(), LocalAddr: la}
+		c, err := d.Dial("rdma", ln.Addr().String())
+		require.NoError(t, err)
+		want := la.(interface{ String() string }).String()
+		host, _, _ := net.SplitHostPort(c.LocalAddr().String())
+		assert.Contains(t, want, host)
+		c.Close()
+		go func() {
+			if s, err := ln.Accept(); err == nil {
+				io.Copy(s, s)
+				s.Close()
+			}
+		}()
+	}
+}
+
+// A dial to a port where something accepts TCP but never answers the
+// handshake ends at the Dialer's timeout, as a timeout error.
+func TestDialTimeout(t *testing.T) {
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer tl.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	d := Dialer{Config: softConfig(), Timeout: 300 * time.Millisecond}
+	start := time.Now()
+	_, err = d.Dial("rdma", tl.Addr().String())
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	assert.True(t, errors.Is(err, os.ErrDeadlineExceeded), "%v", err)
+	var ne net.Error
+	require.True(t, errors.As(err, &ne))
+	assert.True(t, ne.Timeout())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = (&Dialer{Config: softConfig()}).DialContext(ctx, "rdma", tl.Addr().String())
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, os.ErrDeadlineExceeded), "%v", err)
+}
