@@ -216,16 +216,17 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 }
 
 var (
-	errPostState   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP is not in RTS"}
-	errPostSGE     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_send_sge"}
-	errPostOpcode  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "unsupported opcode"}
-	errPostInline  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline data above the QP's max_inline_data"}
-	errPostReadInl = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "RDMA_READ cannot be inline"}
-	errPostFull    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.ENOMEM, Detail: "send queue full"}
-	errRecvState   = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "QP is in RESET"}
-	errRecvSGE     = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_recv_sge"}
-	errRecvFull    = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.ENOMEM, Detail: "receive queue full"}
-	errDestroyed   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP destroyed"}
+	errPostState     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP is not in RTS"}
+	errPostSGE       = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_send_sge"}
+	errPostOpcode    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "unsupported opcode"}
+	errPostInline    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline data above the QP's max_inline_data"}
+	errPostInlineNil = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline SGE with a nil address"}
+	errPostReadInl   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "RDMA_READ cannot be inline"}
+	errPostFull      = &verbs.Error{Op: "ibv_post_send", Errno: syscall.ENOMEM, Detail: "send queue full"}
+	errRecvState     = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "QP is in RESET"}
+	errRecvSGE       = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_recv_sge"}
+	errRecvFull      = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.ENOMEM, Detail: "receive queue full"}
+	errDestroyed     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP destroyed"}
 )
 
 func (q *qp) postSend(wr *verbs.SendWR) error {
@@ -248,6 +249,9 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 		}
 		n := 0
 		for i := range wr.SG {
+			if wr.SG[i].Addr == 0 && wr.SG[i].Length > 0 {
+				return errPostInlineNil
+			}
 			n += int(wr.SG[i].Length)
 		}
 		if n > q.cap.MaxInlineData {
