@@ -315,7 +315,9 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := tr.dial(ctx, local, addrs[j])
+			// The peer listens already (the root sent the table after every
+			// rank said where it listens): a failure is transient, retry.
+			c, err := dialRetry(ctx, tr, local, addrs[j])
 			if err != nil {
 				errs <- &RankError{Rank: j, Op: "bootstrap", Err: err}
 				abort()

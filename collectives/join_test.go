@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,6 +38,9 @@ func joinAll(t testing.TB, n int, f func(ctx context.Context, rank int, root str
 	}
 	wg.Wait()
 	t.Cleanup(func() { closeAll(gs) })
+	for r, err := range errs {
+		assert.NoError(t, err, "rank %d", r) // every rank's error, to find the first cause
+	}
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 		require.Equal(t, r, gs[r].Rank())
