@@ -30,6 +30,9 @@ const (
 	maxAddrLen  = 255
 )
 
+// meshDialPatience bounds the retries of a dial to a peer's listener.
+const meshDialPatience = 10 * time.Second
+
 // helloTimeout bounds how long a bootstrap listener waits for an accepted
 // conn to say who it is.
 const helloTimeout = 10 * time.Second
@@ -316,8 +319,11 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 		go func() {
 			defer wg.Done()
 			// The peer listens already (the root sent the table after every
-			// rank said where it listens): a failure is transient, retry.
-			c, err := dialRetry(ctx, tr, local, addrs[j])
+			// rank said where it listens): a failure is transient, retry for
+			// a while; a peer that failed for good makes this rank fail too.
+			dctx, cancel := context.WithTimeout(ctx, meshDialPatience)
+			c, err := dialRetry(dctx, tr, local, addrs[j])
+			cancel()
 			if err != nil {
 				errs <- &RankError{Rank: j, Op: "bootstrap", Err: err}
 				abort()
