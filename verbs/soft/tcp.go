@@ -182,7 +182,14 @@ func (t *tcpTransport) readPayload(dst []byte) error {
 	dst = dst[n:]
 	for len(dst) > 0 {
 		t.r, t.w = 0, 0
-		n, err := t.readv(dst, t.buf, true)
+		// Read ahead into the buffer for the next header, but for large
+		// payloads only a little, so that the next payload also lands in
+		// place instead of being copied out of the buffer.
+		over := t.buf
+		if len(dst) >= 16<<10 {
+			over = t.buf[:4096]
+		}
+		n, err := t.readv(dst, over, true)
 		if n <= len(dst) {
 			dst = dst[n:]
 		} else {
