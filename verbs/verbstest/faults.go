@@ -492,3 +492,38 @@ func testSharedCompChannel(t *testing.T, s *suite) {
 		require.Equal(t, byte(10+i), sv.buf[0])
 	}
 }
+
+func init() { register("SolicitedEvents", testSolicitedEvents) }
+
+func testSolicitedEvents(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.sharedCQ = true
+	c, sv := s.pair(t, o)
+	got := make(chan error, 1)
+	go func() {
+		cq, err := sv.cc.GetEvent()
+		if err == nil {
+			sv.cc.AckEvents(cq, 1)
+		}
+		got <- err
+	}()
+	require.NoError(t, sv.rcq.ReqNotify(true))
+	postRecv(t, sv, 1, 0, 64)
+	postRecv(t, sv, 2, 64, 64)
+	sg := []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: sg})
+	require.Equal(t, uint64(1), s.pollOne(t, sv.rcq, verbs.WCSuccess).WRID)
+	select {
+	case <-got:
+		t.Fatal("an unsolicited receive fired a solicited-only arm")
+	case <-time.After(30 * time.Millisecond):
+	}
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSolicited, SG: sg})
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("a solicited receive did not fire the event")
+	}
+	require.Equal(t, uint64(2), s.pollOne(t, sv.rcq, verbs.WCSuccess).WRID)
+}
