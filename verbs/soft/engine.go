@@ -19,9 +19,11 @@ import (
 // which may block. So PostSend never blocks, and on the latency path the
 // bytes leave from the caller's goroutine with no hand-off.
 //
-// Receive: one receiver goroutine per connection reads frames, executes
-// requests against registered memory, and generates completions and
-// coalesced ACKs (when it runs out of input, or every ackEvery requests).
+// Receive: whoever holds the receive role (see rxOwner below: the QP's
+// receiver goroutine, or a goroutine waiting in GetEvent) reads frames,
+// executes requests against registered memory, and generates completions
+// and coalesced ACKs (when it runs out of input, or every ackEvery
+// requests; an ACK also rides on every frame we send).
 
 // start attaches a transport and starts the sender; the receiver starts
 // with startReceiver once the handshake is complete.
