@@ -163,7 +163,7 @@ func testConnectTimeout(t *testing.T, s *suite) {
 	c.id, err = c.ch.CreateID()
 	require.NoError(t, err)
 	t.Cleanup(func() { c.release(t) })
-	require.NoError(t, c.id.ResolveAddr(nil, lid.LocalAddr(), 300*time.Millisecond))
+	require.NoError(t, c.id.ResolveAddr(nil, lid.LocalAddr(), time.Second))
 	s.expect(t, c.ch, verbs.EventAddrResolved)
 	require.NoError(t, c.id.ResolveRoute(300*time.Millisecond))
 	s.expect(t, c.ch, verbs.EventRouteResolved)
