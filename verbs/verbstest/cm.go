@@ -165,7 +165,7 @@ func testConnectTimeout(t *testing.T, s *suite) {
 	t.Cleanup(func() { c.release(t) })
 	require.NoError(t, c.id.ResolveAddr(nil, lid.LocalAddr(), time.Second))
 	s.expect(t, c.ch, verbs.EventAddrResolved)
-	require.NoError(t, c.id.ResolveRoute(300*time.Millisecond))
+	require.NoError(t, c.id.ResolveRoute(time.Second))
 	s.expect(t, c.ch, verbs.EventRouteResolved)
 	s.resources(t, c, &o)
 	require.NoError(t, c.id.Connect(&o.connect))
