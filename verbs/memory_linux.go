@@ -11,13 +11,20 @@ import (
 var pageSize = os.Getpagesize()
 
 func allocMemory(size int) (*Memory, error) {
-	fd, err := unix.MemfdCreate("rdma-mr", unix.MFD_CLOEXEC)
+	// Sealable, so that the size can be sealed below: a process this memory
+	// is shared with (the soft provider's same-host path) can then map it
+	// without risking SIGBUS from a later shrink.
+	fd, err := unix.MemfdCreate("rdma-mr", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, &Error{Op: "memfd_create", Errno: err.(unix.Errno)}
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return nil, &Error{Op: "ftruncate", Errno: err.(unix.Errno)}
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		unix.Close(fd)
+		return nil, &Error{Op: "fcntl(F_ADD_SEALS)", Errno: err.(unix.Errno)}
 	}
 	buf, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

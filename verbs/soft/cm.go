@@ -174,6 +174,7 @@ type cmID struct {
 	parent *cmID
 	tr     *tcpTransport
 	req    hsMsg
+	shm    *shmPrepared // shared memory set up for this request (shm_linux.go)
 }
 
 func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) {
@@ -337,13 +338,15 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
 		return
 	}
 	_ = tr.setReadDeadline(time.Time{})
-	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext,
+	shm := shmAnswer(&m, c, time.Now().Add(hsTimeout))
+	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext, shm: shm,
 		cancel: make(chan struct{}), timeout: rtuTimeout,
 		local: copyAddr(c.LocalAddr().(*net.TCPAddr)), remote: copyAddr(c.RemoteAddr().(*net.TCPAddr))}
 	id.mu.Lock()
 	if id.destroyed || id.pending >= id.backlog {
 		id.mu.Unlock()
 		c.Close()
+		shm.abort()
 		return
 	}
 	id.pending++
@@ -557,6 +560,14 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		return
 	}
 	c := nc.(*net.TCPConn)
+	// Offer shared memory when the peer is on this host (shm.go); withdrawn
+	// unless the REP picks it.
+	offer := newShmOffer(remote, deadline)
+	defer offer.abort()
+	if offer != nil {
+		req.transports |= transportShm
+		req.ext = offer.extension()
+	}
 	tr, err := newTCPTransport(c)
 	fail := func(err error) {
 		c.Close()
@@ -597,8 +608,22 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		id.connectFailed(verbs.EventRejected, verbs.RejectStatusConsumer, verbs.ConnParam{PrivateData: append([]byte(nil), m.priv...)})
 		return
 	}
+	var etr transport = tr
+	switch {
+	case m.transports == transportShm && offer != nil:
+		st, err := offer.finish(c)
+		if err != nil {
+			fail(err)
+			return
+		}
+		etr = st
+	case m.transports != transportTCP:
+		fail(errBadHandshake)
+		return
+	}
 	rtu, _ := (&hsMsg{typ: msgRTU}).marshal()
 	if _, err := c.Write(rtu); err != nil {
+		_ = etr.close()
 		fail(err)
 		return
 	}
@@ -607,13 +632,14 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	id.mu.Lock()
 	if id.destroyed || id.qp != q {
 		id.mu.Unlock()
+		_ = etr.close()
 		c.Close()
 		return
 	}
 	id.state = idConnected
 	id.local = copyAddr(c.LocalAddr().(*net.TCPAddr))
 	id.mu.Unlock()
-	q.start(tr, &m, id.engineDown)
+	q.start(etr, &m, id.engineDown)
 	q.mu.Lock()
 	q.attr.RetryCnt = int(req.retry)
 	q.attr.RNRRetry = int(m.rnrRetry)
@@ -676,6 +702,9 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
 		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
 		transports: transportTCP, priv: param.PrivateData}
+	if id.shm != nil {
+		rep.transports = transportShm
+	}
 	b, err := rep.marshal()
 	if err != nil {
 		return verbs.Errorf(op, syscall.EINVAL, "%v", err)
@@ -691,7 +720,19 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	tr := id.tr
 	id.tr = nil
 	req := id.req
-	q.start(tr, &req, id.engineDown)
+	var etr transport = tr
+	if id.shm != nil {
+		// The RTU still comes on TCP (read below); frames go through
+		// shared memory.
+		st, err := id.shm.start(tr.c)
+		id.shm = nil
+		if err != nil {
+			_ = tr.close()
+			return verbs.Errorf(op, syscall.ECONNRESET, "%v", err)
+		}
+		etr = st
+	}
+	q.start(etr, &req, id.engineDown)
 	q.mu.Lock()
 	q.attr.RetryCnt = int(req.retry)
 	q.attr.RNRRetry = int(req.rnrRetry)
@@ -757,6 +798,8 @@ func (id *cmID) Reject(privateData []byte) error {
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, err := c.Write(b)
 	c.Close()
+	id.shm.abort()
+	id.shm = nil
 	id.releasePending()
 	id.state = idDone
 	id.tr = nil
@@ -840,6 +883,8 @@ func (id *cmID) Destroy() error {
 		id.tr.close()
 		id.tr = nil
 	}
+	id.shm.abort()
+	id.shm = nil
 	id.mu.Unlock()
 	id.wg.Wait()
 	return nil

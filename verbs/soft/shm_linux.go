@@ -1,0 +1,1111 @@
+//go:build linux
+
+package soft
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Ring layout: one header page of control words, each on its own cache
+// line, then the data area (a power of two). The producer owns tail and
+// wclosed, the consumer head; rwait is set by a consumer about to sleep and
+// cleared by whichever side wakes it, wwait likewise for a producer waiting
+// for space. Positions are byte counts since the start, never wrapped.
+//
+// The data area holds records, 8-byte aligned, never wrapped around the
+// end: an 8-byte header (kind uint32, length uint32) then
+//
+//	recData   length stream bytes (padded to 8)
+//	recRef    16 bytes: memory id uint32, zero uint32, offset uint64: the
+//	          next length stream bytes are at that offset of the sender's
+//	          registered memory with that id (passed over the unix socket)
+//	recPad    length bytes to skip: the rest of the data area
+//	recUnmap  8 bytes: memory id uint32, zero: the sender no longer uses it
+//
+// The producer publishes tail only at record boundaries. Everything read
+// from the ring or the header page is checked: the peer can write to them.
+const (
+	shmHdrPage  = 4096
+	shmRingSize = 1 << 20
+	shmRingMin  = 64 << 10
+	shmRingMax  = 256 << 20
+	shmMagic    = 0x31_4d_48_53_54_46_4f_53 // "SOFTSHM1"
+	offMagic    = 0
+	offTail     = 64
+	offWClosed  = 72
+	offHead     = 128
+	offRWait    = 192
+	offWWait    = 256
+
+	recData  = 1
+	recRef   = 2
+	recPad   = 3
+	recUnmap = 4
+	recHdr   = 8
+	refBody  = 16
+
+	// shmRefMin: payloads at least this long in registered memory travel
+	// by reference; smaller ones are copied into the ring with their header.
+	shmRefMin  = 512
+	maxExports = 64   // memories one side passes to its peer per connection
+	maxImports = 1024 // memories one side maps from its peer
+	shmTimeout = 2 * time.Second
+	extMagic   = "SHM1"
+	setupMagic = "SRNG"
+	memMagic   = "SMEM"
+)
+
+var errShmSetup = errors.New("soft: shared-memory setup failed")
+
+func au64(b []byte, off int) *atomic.Uint64 { return (*atomic.Uint64)(unsafe.Pointer(&b[off])) }
+func au32(b []byte, off int) *atomic.Uint32 { return (*atomic.Uint32)(unsafe.Pointer(&b[off])) }
+
+// bootID identifies this boot of this host: two processes with the same
+// boot ID share a kernel.
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	s := string(bytes.TrimSpace(b))
+	if len(s) != 36 {
+		return ""
+	}
+	return s
+})
+
+// shmRing is a view of one ring mapping.
+type shmRing struct {
+	mem     []byte
+	data    []byte
+	mask    uint64
+	tail    *atomic.Uint64
+	head    *atomic.Uint64
+	wclosed *atomic.Uint32
+	rwait   *atomic.Uint32
+	wwait   *atomic.Uint32
+}
+
+func viewRing(mem []byte) shmRing {
+	return shmRing{mem: mem, data: mem[shmHdrPage:], mask: uint64(len(mem) - shmHdrPage - 1),
+		tail: au64(mem, offTail), head: au64(mem, offHead), wclosed: au32(mem, offWClosed),
+		rwait: au32(mem, offRWait), wwait: au32(mem, offWWait)}
+}
+
+// shmLocal is what one side creates and passes to its peer: the ring it
+// reads (the peer writes it) and the two eventfds it waits on.
+type shmLocal struct {
+	ring    []byte
+	ringFD  int
+	evData  int // the peer signals: data in our ring
+	evSpace int // the peer signals: space in its ring
+}
+
+func newShmLocal() (*shmLocal, error) {
+	l := &shmLocal{ringFD: -1, evData: -1, evSpace: -1}
+	fail := func(err error) (*shmLocal, error) { l.free(); return nil, err }
+	fd, err := unix.MemfdCreate("rdma-soft-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return fail(err)
+	}
+	l.ringFD = fd
+	size := shmHdrPage + shmRingSize
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		return fail(err)
+	}
+	if l.ring, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return fail(err)
+	}
+	au64(l.ring, offMagic).Store(shmMagic)
+	if l.evData, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return fail(err)
+	}
+	if l.evSpace, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		return fail(err)
+	}
+	return l, nil
+}
+
+func (l *shmLocal) free() {
+	if l == nil {
+		return
+	}
+	if l.ring != nil {
+		_ = unix.Munmap(l.ring)
+		l.ring = nil
+	}
+	for _, fd := range []*int{&l.ringFD, &l.evData, &l.evSpace} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
+	}
+}
+
+// shmPeer is what the peer passed: the ring we write and its eventfds.
+type shmPeer struct {
+	ring    []byte
+	evData  int
+	evSpace int
+}
+
+func (p *shmPeer) free() {
+	if p == nil {
+		return
+	}
+	if p.ring != nil {
+		_ = unix.Munmap(p.ring)
+		p.ring = nil
+	}
+	if p.evData >= 0 {
+		unix.Close(p.evData)
+		p.evData = -1
+	}
+	if p.evSpace >= 0 {
+		unix.Close(p.evSpace)
+		p.evSpace = -1
+	}
+}
+
+func sendSetup(uc *net.UnixConn, l *shmLocal) error {
+	var b [16]byte
+	copy(b[:], setupMagic)
+	binary.LittleEndian.PutUint32(b[4:], shmRingSize)
+	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.evData, l.evSpace), nil)
+	return err
+}
+
+// recvFDs reads one message of exactly len(b) bytes carrying exactly nfd
+// descriptors. On error no descriptor stays open.
+func recvFDs(uc *net.UnixConn, b []byte, nfd int) ([]int, error) {
+	buf := make([]byte, len(b)+1)
+	oob := make([]byte, unix.CmsgSpace(4*(nfd+4)))
+	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	var fds []int
+	if oobn > 0 {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+			for i := range msgs {
+				if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+					fds = append(fds, f...)
+				}
+			}
+		}
+	}
+	if err == nil && (n != len(b) || len(fds) != nfd || flags&(unix.MSG_CTRUNC|unix.MSG_TRUNC) != 0) {
+		err = errShmSetup
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	copy(b, buf)
+	return fds, nil
+}
+
+// isEventfd reports whether fd is an eventfd.
+func isEventfd(fd int) bool {
+	s, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	return err == nil && s == "anon_inode:[eventfd]"
+}
+
+// mapSealed maps a memfd the peer passed, after checking that it cannot
+// shrink under us (which would turn our accesses into SIGBUS).
+func mapSealed(fd int, size int, prot int) ([]byte, error) {
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return nil, errShmSetup
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < int64(size) {
+		return nil, errShmSetup
+	}
+	return unix.Mmap(fd, 0, size, prot, unix.MAP_SHARED)
+}
+
+func recvSetup(uc *net.UnixConn) (*shmPeer, error) {
+	var b [16]byte
+	fds, err := recvFDs(uc, b[:], 3)
+	if err != nil {
+		return nil, err
+	}
+	p := &shmPeer{evData: fds[1], evSpace: fds[2]}
+	defer unix.Close(fds[0])
+	size := binary.LittleEndian.Uint32(b[4:])
+	if string(b[:4]) != setupMagic || size < shmRingMin || size > shmRingMax || size&(size-1) != 0 ||
+		!isEventfd(p.evData) || !isEventfd(p.evSpace) {
+		p.free()
+		return nil, errShmSetup
+	}
+	if p.ring, err = mapSealed(fds[0], shmHdrPage+int(size), unix.PROT_READ|unix.PROT_WRITE); err != nil {
+		p.free()
+		return nil, errShmSetup
+	}
+	if au64(p.ring, offMagic).Load() != shmMagic {
+		p.free()
+		return nil, errShmSetup
+	}
+	return p, nil
+}
+
+// shmEligible: shared memory is on and the address is this host's.
+func shmEligible(ip net.IP) bool {
+	return shmOn.Load() && bootID() != "" && ip != nil && localIP(ip)
+}
+
+// shmOffer is the active side's half: it listens on an abstract unix
+// socket named in the REQ for the passive side to connect to, and exchanges
+// rings and eventfds there as soon as it does.
+type shmOffer struct {
+	ln    *net.UnixListener
+	token [16]byte
+	ext   []byte
+	local *shmLocal
+	res   chan shmResult
+	done  bool
+}
+
+type shmResult struct {
+	uc   *net.UnixConn
+	peer *shmPeer
+	err  error
+}
+
+func newShmOffer(remote *net.TCPAddr, deadline time.Time) *shmOffer {
+	if remote == nil || !shmEligible(remote.IP) {
+		return nil
+	}
+	o := &shmOffer{res: make(chan shmResult, 1)}
+	var nb [12]byte
+	if _, err := rand.Read(o.token[:]); err != nil {
+		return nil
+	}
+	if _, err := rand.Read(nb[:]); err != nil {
+		return nil
+	}
+	name := "rdma-soft-" + hex.EncodeToString(nb[:])
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + name, Net: "unixpacket"})
+	if err != nil {
+		return nil
+	}
+	o.ln = ln
+	if o.local, err = newShmLocal(); err != nil {
+		ln.Close()
+		return nil
+	}
+	o.ext = append(o.ext, extMagic...)
+	o.ext = append(o.ext, bootID()...)
+	o.ext = append(o.ext, o.token[:]...)
+	o.ext = append(o.ext, byte(len(name)))
+	o.ext = append(o.ext, name...)
+	go o.serve(deadline)
+	return o
+}
+
+// serve accepts the passive side's connection, checks its token, sends our
+// setup and receives its own.
+func (o *shmOffer) serve(deadline time.Time) {
+	_ = o.ln.SetDeadline(deadline)
+	uc, err := o.ln.AcceptUnix()
+	o.ln.Close()
+	if err != nil {
+		o.res <- shmResult{err: err}
+		return
+	}
+	_ = uc.SetDeadline(deadline)
+	var tok [16]byte
+	_, err = recvFDs(uc, tok[:], 0)
+	if err == nil && tok != o.token {
+		err = errShmSetup
+	}
+	if err == nil {
+		err = sendSetup(uc, o.local)
+	}
+	var peer *shmPeer
+	if err == nil {
+		peer, err = recvSetup(uc)
+	}
+	if err != nil {
+		uc.Close()
+		o.res <- shmResult{err: err}
+		return
+	}
+	_ = uc.SetDeadline(time.Time{})
+	o.res <- shmResult{uc: uc, peer: peer}
+}
+
+// finish completes the offer once the REP picked shared memory.
+func (o *shmOffer) finish(c *net.TCPConn) (transport, error) {
+	o.done = true
+	r := <-o.res
+	if r.err != nil {
+		o.local.free()
+		return nil, r.err
+	}
+	t, err := newShmTransport(c, r.uc, o.local, r.peer)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// abort withdraws the offer (the REP picked TCP, or the connect failed).
+func (o *shmOffer) abort() {
+	if o == nil || o.done {
+		return
+	}
+	o.done = true
+	o.ln.Close()
+	r := <-o.res
+	if r.uc != nil {
+		r.uc.Close()
+	}
+	r.peer.free()
+	o.local.free()
+}
+
+func (o *shmOffer) extension() []byte {
+	if o == nil {
+		return nil
+	}
+	return o.ext
+}
+
+// shmPrepared is the passive side's half, set up before the connect
+// request is reported, so that Accept only has to pick it.
+type shmPrepared struct {
+	uc    *net.UnixConn
+	local *shmLocal
+	peer  *shmPeer
+}
+
+// shmAnswer sets up shared memory for a REQ that offers it, when this side
+// can: nil otherwise (the connection then uses TCP).
+func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
+	if req.transports&transportShm == 0 {
+		return nil
+	}
+	ra, _ := c.RemoteAddr().(*net.TCPAddr)
+	if ra == nil || !shmEligible(ra.IP) {
+		return nil
+	}
+	e := req.ext
+	if len(e) < 4+36+16+1 || string(e[:4]) != extMagic || string(e[4:40]) != bootID() {
+		return nil
+	}
+	var tok [16]byte
+	copy(tok[:], e[40:56])
+	nl := int(e[56])
+	if len(e) != 57+nl || nl == 0 {
+		return nil
+	}
+	name := string(e[57:])
+	if d := time.Now().Add(shmTimeout); d.Before(deadline) {
+		deadline = d
+	}
+	nd := net.Dialer{Deadline: deadline}
+	nc, err := nd.Dial("unixpacket", "@"+name)
+	if err != nil {
+		return nil
+	}
+	uc := nc.(*net.UnixConn)
+	_ = uc.SetDeadline(deadline)
+	p := &shmPrepared{uc: uc}
+	if _, err := uc.Write(tok[:]); err != nil {
+		p.abort()
+		return nil
+	}
+	if p.peer, err = recvSetup(uc); err != nil {
+		p.abort()
+		return nil
+	}
+	if p.local, err = newShmLocal(); err != nil {
+		p.abort()
+		return nil
+	}
+	if err := sendSetup(uc, p.local); err != nil {
+		p.abort()
+		return nil
+	}
+	_ = uc.SetDeadline(time.Time{})
+	return p
+}
+
+func (p *shmPrepared) abort() {
+	if p == nil {
+		return
+	}
+	p.uc.Close()
+	p.local.free()
+	p.peer.free()
+}
+
+// start makes the transport once the REP picking shared memory is sent.
+func (p *shmPrepared) start(c *net.TCPConn) (transport, error) {
+	return newShmTransport(c, p.uc, p.local, p.peer)
+}
+
+// shmTransport carries frames through two shared rings (transport.go).
+type shmTransport struct {
+	tcp  *net.TCPConn // liveness: the peer's death closes it
+	uc   *net.UnixConn
+	rx   shmRing // we consume
+	tx   shmRing // we produce
+	size uint64
+
+	evData, evSpace     *os.File // ours: we sleep on them
+	evDataRC, evSpaceRC syscall.RawConn
+	myData, mySpace     int // their descriptors, valid until free
+	peerData, peerSpace int // the peer's: we signal them
+
+	// Read side (one goroutine at a time).
+	rhead   uint64
+	recKind uint32
+	recSrc  []byte
+	recEnd  uint64
+	hpart   [hdrLen]byte
+	hn      int
+	onIdle  func(boundary bool) bool
+	intr    atomic.Bool
+	imports map[uint32][]byte
+	evbuf   [8]byte
+	waitFn  func(fd uintptr) bool
+	werrR   error
+
+	// Write side (one goroutine at a time).
+	wpos     uint64 // our tail, including records not yet published
+	whead    uint64 // the consumer's head as last seen
+	open     bool   // a recData record is open at recAt
+	recAt    uint64
+	recN     uint64
+	exports  map[*verbs.Memory]uint32
+	lastMem  *verbs.Memory
+	lastID   uint32
+	nextID   uint32
+	evbufW   [8]byte
+	spaceFn  func(fd uintptr) bool
+	noExport bool
+
+	// Lifecycle.
+	users     atomic.Int64
+	closed    atomic.Bool
+	gone      atomic.Bool
+	release   sync.Once
+	watchOnce sync.Once
+	watchFn   func()
+	watchDone chan struct{}
+}
+
+const shmClosing = 1 << 40
+
+var one = [8]byte{1}
+
+func signalFD(fd int) { _, _ = unix.Write(fd, one[:]) }
+
+func newShmTransport(c *net.TCPConn, uc *net.UnixConn, l *shmLocal, p *shmPeer) (*shmTransport, error) {
+	t := &shmTransport{tcp: c, uc: uc, rx: viewRing(l.ring), tx: viewRing(p.ring),
+		peerData: p.evData, peerSpace: p.evSpace, imports: map[uint32][]byte{},
+		exports: map[*verbs.Memory]uint32{}, watchDone: make(chan struct{})}
+	t.size = uint64(len(t.tx.data))
+	t.myData, t.mySpace = l.evData, l.evSpace
+	t.evData = os.NewFile(uintptr(l.evData), "eventfd")
+	t.evSpace = os.NewFile(uintptr(l.evSpace), "eventfd")
+	unix.Close(l.ringFD)
+	l.ring, l.ringFD, l.evData, l.evSpace = nil, -1, -1, -1
+	p.ring, p.evData, p.evSpace = nil, -1, -1
+	var err1, err2 error
+	t.evDataRC, err1 = t.evData.SyscallConn()
+	t.evSpaceRC, err2 = t.evSpace.SyscallConn()
+	t.waitFn = t.doWait
+	t.spaceFn = t.doWait
+	t.watchFn = t.startWatch
+	if err1 != nil || err2 != nil {
+		t.close()
+		return nil, errShmSetup
+	}
+	shmUsed.Add(1)
+	return t, nil
+}
+
+func (t *shmTransport) enter() bool {
+	if t.users.Add(1) >= shmClosing {
+		t.exit()
+		return false
+	}
+	return true
+}
+
+func (t *shmTransport) exit() {
+	if t.users.Add(-1) == shmClosing {
+		t.release.Do(t.free)
+	}
+}
+
+func (t *shmTransport) free() {
+	_ = unix.Munmap(t.rx.mem)
+	_ = unix.Munmap(t.tx.mem)
+	for id, m := range t.imports {
+		_ = unix.Munmap(m)
+		delete(t.imports, id)
+	}
+	t.evData.Close()
+	t.evSpace.Close()
+	unix.Close(t.peerData)
+	unix.Close(t.peerSpace)
+}
+
+func (t *shmTransport) startWatch() { go t.watch() }
+
+// watch reads the handshake's TCP connection, on which nothing more comes:
+// its end means the peer is gone (or we closed).
+func (t *shmTransport) watch() {
+	defer close(t.watchDone)
+	var b [1]byte
+	_, _ = t.tcp.Read(b[:])
+	t.gone.Store(true)
+	if t.enter() {
+		signalFD(t.myData)
+		signalFD(t.mySpace)
+		t.exit()
+	}
+}
+
+func (t *shmTransport) close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	t.tcp.Close()
+	t.uc.Close()
+	if t.enter() {
+		signalFD(t.myData)
+		signalFD(t.mySpace)
+		t.exit()
+	}
+	t.watchOnce.Do(func() { close(t.watchDone) })
+	<-t.watchDone
+	if t.users.Add(shmClosing) == shmClosing {
+		t.release.Do(t.free)
+	}
+	return nil
+}
+
+func (t *shmTransport) setIdle(f func(bool) bool) { t.onIdle = f }
+
+func (t *shmTransport) interrupt() {
+	t.intr.Store(true)
+	if t.enter() {
+		signalFD(t.myData)
+		t.exit()
+	}
+}
+
+func (t *shmTransport) setReadDeadline(d time.Time) error { return t.evData.SetReadDeadline(d) }
+
+func (t *shmTransport) doWait(fd uintptr) bool {
+	_, err := unix.Read(int(fd), t.evbuf[:])
+	if err == unix.EAGAIN {
+		return false
+	}
+	return true
+}
+
+// ---- read side ----
+
+func (t *shmTransport) readHeader(h *[hdrLen]byte) error {
+	if !t.enter() {
+		return net.ErrClosed
+	}
+	defer t.exit()
+	t.watchOnce.Do(t.watchFn)
+	for t.hn < hdrLen {
+		if err := t.next(t.hn == 0); err != nil {
+			if err == io.EOF && t.hn > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		t.hn += t.take(t.hpart[t.hn:])
+	}
+	*h = t.hpart
+	t.hn = 0
+	return nil
+}
+
+func (t *shmTransport) readPayload(dst []byte) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if !t.enter() {
+		return net.ErrClosed
+	}
+	defer t.exit()
+	for len(dst) > 0 {
+		if err := t.next(false); err != nil {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		dst = dst[t.take(dst):]
+	}
+	return nil
+}
+
+func (t *shmTransport) discard(n int) error {
+	if n == 0 {
+		return nil
+	}
+	if !t.enter() {
+		return net.ErrClosed
+	}
+	defer t.exit()
+	for n > 0 {
+		if err := t.next(false); err != nil {
+			if err == io.EOF {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		k := min(n, len(t.recSrc))
+		t.recSrc = t.recSrc[k:]
+		n -= k
+		t.done()
+	}
+	return nil
+}
+
+// take copies from the current record into dst.
+func (t *shmTransport) take(dst []byte) int {
+	n := copy(dst, t.recSrc)
+	t.recSrc = t.recSrc[n:]
+	t.done()
+	return n
+}
+
+// done releases a fully read recData record's ring space.
+func (t *shmTransport) done() {
+	if len(t.recSrc) == 0 && t.recKind == recData {
+		t.recKind = 0
+		t.consume(t.recEnd)
+	}
+}
+
+// consume moves the ring's head to h and wakes a producer waiting for space.
+func (t *shmTransport) consume(h uint64) {
+	t.rhead = h
+	t.rx.head.Store(h)
+	if t.rx.wwait.Load() != 0 && t.rx.wwait.CompareAndSwap(1, 0) {
+		signalFD(t.peerSpace)
+	}
+}
+
+// next makes a record with unread stream bytes current, waiting for one.
+// boundary: the read is between frames (interruptible).
+func (t *shmTransport) next(boundary bool) error {
+	stage := 0
+	for len(t.recSrc) == 0 {
+		t.recKind = 0
+		avail := t.rx.tail.Load() - t.rhead
+		if avail == 0 {
+			if err := t.wait(boundary, &stage); err != nil {
+				return err
+			}
+			continue
+		}
+		if avail > t.size || avail%8 != 0 {
+			return errProtocol
+		}
+		pos := t.rhead & t.rx.mask
+		room := t.size - pos
+		w := binary.LittleEndian.Uint64(t.rx.data[pos:])
+		kind, n := uint32(w), w>>32
+		switch kind {
+		case recData:
+			tot := recHdr + (n+7)&^7
+			if n == 0 || tot > avail || tot > room {
+				return errProtocol
+			}
+			t.recKind = recData
+			t.recSrc = t.rx.data[pos+recHdr : pos+recHdr+n : pos+recHdr+n]
+			t.recEnd = t.rhead + tot
+		case recRef:
+			if n == 0 || recHdr+refBody > avail || recHdr+refBody > room {
+				return errProtocol
+			}
+			id := binary.LittleEndian.Uint32(t.rx.data[pos+recHdr:])
+			off := binary.LittleEndian.Uint64(t.rx.data[pos+recHdr+8:])
+			m, err := t.imported(id)
+			if err != nil {
+				return err
+			}
+			if off > uint64(len(m)) || n > uint64(len(m))-off {
+				return errProtocol
+			}
+			t.recKind = recRef
+			t.recSrc = m[off : off+n : off+n]
+			t.consume(t.rhead + recHdr + refBody)
+		case recPad:
+			if n != room-recHdr || room > avail {
+				return errProtocol
+			}
+			t.consume(t.rhead + room)
+		case recUnmap:
+			if n != 0 || recHdr+8 > avail || recHdr+8 > room {
+				return errProtocol
+			}
+			id := binary.LittleEndian.Uint32(t.rx.data[pos+recHdr:])
+			if m, ok := t.imports[id]; ok {
+				_ = unix.Munmap(m)
+				delete(t.imports, id)
+			}
+			t.consume(t.rhead + recHdr + 8)
+		default:
+			return errProtocol
+		}
+	}
+	return nil
+}
+
+// wait waits for the ring to become non-empty: first the idle hook, then a
+// bounded spin, then sleep on the eventfd.
+func (t *shmTransport) wait(boundary bool, stage *int) error {
+	if t.closed.Load() {
+		return net.ErrClosed
+	}
+	if t.rx.wclosed.Load() != 0 && t.rx.tail.Load() == t.rhead {
+		return io.EOF
+	}
+	if t.gone.Load() && t.rx.tail.Load() == t.rhead {
+		return io.ErrUnexpectedEOF
+	}
+	if boundary && t.intr.Swap(false) {
+		return errInterrupted
+	}
+	switch *stage {
+	case 0:
+		*stage = 1
+		if t.onIdle != nil && t.onIdle(boundary) && boundary {
+			return errInterrupted
+		}
+		return nil
+	case 1:
+		*stage = 2
+		if spin := shmSpin.Load(); spin > 0 {
+			end := monotime() + spin
+			for i := 1; ; i++ {
+				if t.rx.tail.Load() != t.rhead {
+					return nil
+				}
+				if i%32 == 0 {
+					if t.intr.Load() || t.closed.Load() || monotime() > end {
+						return nil
+					}
+					runtime.Gosched()
+				}
+			}
+		}
+	}
+	t.rx.rwait.Store(1)
+	if t.rx.tail.Load() != t.rhead || t.rx.wclosed.Load() != 0 || t.gone.Load() || t.closed.Load() || (boundary && t.intr.Load()) {
+		t.rx.rwait.Store(0)
+		return nil
+	}
+	err := t.evDataRC.Read(t.waitFn)
+	t.rx.rwait.Store(0)
+	return err
+}
+
+// imported returns the mapping of the peer's memory id, receiving its
+// descriptor from the unix socket if it has not come yet (the peer sends
+// it before the first reference).
+func (t *shmTransport) imported(id uint32) ([]byte, error) {
+	if m, ok := t.imports[id]; ok {
+		return m, nil
+	}
+	for {
+		var b [16]byte
+		fds, err := recvFDs(t.uc, b[:], 1)
+		if err != nil {
+			if t.closed.Load() {
+				return nil, net.ErrClosed
+			}
+			return nil, io.ErrUnexpectedEOF
+		}
+		got := binary.LittleEndian.Uint32(b[4:])
+		size := binary.LittleEndian.Uint64(b[8:])
+		_, dup := t.imports[got]
+		if string(b[:4]) != memMagic || dup || len(t.imports) >= maxImports || size == 0 || size > maxMRSize {
+			unix.Close(fds[0])
+			return nil, errProtocol
+		}
+		m, err := mapSealed(fds[0], int(size), unix.PROT_READ)
+		unix.Close(fds[0])
+		if err != nil {
+			return nil, errProtocol
+		}
+		t.imports[got] = m
+		if got == id {
+			return m, nil
+		}
+	}
+}
+
+// ---- write side ----
+
+// refOf finds the id under which the peer knows the registered memory
+// holding b (passing it now if needed), and b's offset in it.
+func (t *shmTransport) refOf(b []byte) (uint32, uint64, bool) {
+	if t.noExport {
+		return 0, 0, false
+	}
+	m, off := verbs.MemoryOf(b)
+	if m == nil || m.FD() < 0 {
+		return 0, 0, false
+	}
+	if m == t.lastMem {
+		return t.lastID, uint64(off), true
+	}
+	id, ok := t.exports[m]
+	if !ok {
+		if len(t.exports) >= maxExports {
+			return 0, 0, false
+		}
+		var err error
+		if id, err = t.export(m); err != nil {
+			t.noExport = true
+			return 0, 0, false
+		}
+		t.exports[m] = id
+	}
+	t.lastMem, t.lastID = m, id
+	return id, uint64(off), true
+}
+
+// export passes a read-only descriptor of m's memfd to the peer.
+func (t *shmTransport) export(m *verbs.Memory) (uint32, error) {
+	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(m.FD()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+	t.nextID++
+	var b [16]byte
+	copy(b[:], memMagic)
+	binary.LittleEndian.PutUint32(b[4:], t.nextID)
+	binary.LittleEndian.PutUint64(b[8:], uint64(m.Len()))
+	if _, _, err := t.uc.WriteMsgUnix(b[:], unix.UnixRights(fd), nil); err != nil {
+		return 0, err
+	}
+	return t.nextID, nil
+}
+
+// room reserves need contiguous bytes at wpos, padding to the end of the
+// ring if they do not fit there. false: not enough space now.
+func (t *shmTransport) reserve(need uint64) (bool, error) {
+	for {
+		pos := t.wpos & t.tx.mask
+		end := t.size - pos
+		free := t.size - (t.wpos - t.whead)
+		if end >= need && free >= need {
+			return true, nil
+		}
+		if end < need && free >= end {
+			binary.LittleEndian.PutUint64(t.tx.data[pos:], uint64(recPad)|(end-recHdr)<<32)
+			t.wpos += end
+			continue
+		}
+		if ok, err := t.refresh(); !ok || err != nil {
+			return false, err
+		}
+	}
+}
+
+// closeRec ends the open recData record.
+func (t *shmTransport) closeRec() {
+	if !t.open {
+		return
+	}
+	t.open = false
+	binary.LittleEndian.PutUint64(t.tx.data[t.recAt&t.tx.mask:], uint64(recData)|t.recN<<32)
+	t.wpos = t.recAt + recHdr + (t.recN+7)&^7
+}
+
+// publish makes the closed records visible and wakes a sleeping consumer.
+func (t *shmTransport) publish() {
+	t.closeRec()
+	t.tx.tail.Store(t.wpos)
+	if t.tx.rwait.Load() != 0 && t.tx.rwait.CompareAndSwap(1, 0) {
+		signalFD(t.peerData)
+	}
+}
+
+// refresh rereads the consumer's head; it reports whether space was freed.
+func (t *shmTransport) refresh() (bool, error) {
+	h := t.tx.head.Load()
+	if h == t.whead {
+		return false, nil
+	}
+	if h < t.whead || h > t.wpos || h%8 != 0 {
+		return false, errProtocol
+	}
+	t.whead = h
+	return true, nil
+}
+
+// appendData copies as much of b as fits into the open (or a new) recData
+// record; 0 when the ring is full.
+func (t *shmTransport) appendData(b []byte) (int, error) {
+	for {
+		if !t.open {
+			ok, err := t.reserve(recHdr + 8)
+			if !ok || err != nil {
+				return 0, err
+			}
+			t.open, t.recAt, t.recN = true, t.wpos, 0
+		}
+		start := t.recAt + recHdr
+		pos := start & t.tx.mask
+		lim := min(t.size-pos, t.whead+t.size-start, t.size/4)
+		if lim <= t.recN {
+			if _, err := t.refresh(); err != nil {
+				return 0, err
+			}
+			lim = min(t.size-pos, t.whead+t.size-start, t.size/4)
+		}
+		if lim > t.recN {
+			k := copy(t.tx.data[pos+t.recN:pos+lim], b)
+			t.recN += uint64(k)
+			return k, nil
+		}
+		// The record cannot grow: end it and try a new one (reserve then
+		// pads at the ring's end, or finds no space).
+		t.closeRec()
+	}
+}
+
+// putRef writes a recRef record for n stream bytes; false when the ring
+// is full.
+func (t *shmTransport) putRef(id uint32, off uint64, n int) (bool, error) {
+	t.closeRec()
+	ok, err := t.reserve(recHdr + refBody)
+	if !ok || err != nil {
+		return false, err
+	}
+	p := t.wpos & t.tx.mask
+	binary.LittleEndian.PutUint64(t.tx.data[p:], uint64(recRef)|uint64(n)<<32)
+	binary.LittleEndian.PutUint64(t.tx.data[p+8:], uint64(id))
+	binary.LittleEndian.PutUint64(t.tx.data[p+16:], off)
+	t.wpos += recHdr + refBody
+	return true, nil
+}
+
+func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
+	if !t.enter() {
+		return 0, net.ErrClosed
+	}
+	defer t.exit()
+	n := 0
+	for i := 0; i < len(bufs); {
+		if t.closed.Load() {
+			return n, net.ErrClosed
+		}
+		if t.gone.Load() {
+			return n, syscall.EPIPE
+		}
+		b := bufs[i]
+		if len(b) == 0 {
+			i++
+			continue
+		}
+		k, err, ref := 0, error(nil), false
+		if len(b) >= shmRefMin {
+			var id uint32
+			var off uint64
+			if id, off, ref = t.refOf(b); ref {
+				var ok bool
+				if ok, err = t.putRef(id, off, len(b)); ok {
+					k = len(b)
+				}
+			}
+		}
+		if !ref {
+			k, err = t.appendData(b)
+		}
+		progress := k > 0
+		if err != nil {
+			t.publish()
+			return n, err
+		}
+		if !progress {
+			t.publish()
+			if !wait {
+				return n, nil
+			}
+			if err := t.waitSpace(); err != nil {
+				return n, err
+			}
+			continue
+		}
+		n += k
+		if k == len(b) {
+			i++
+		} else {
+			bufs[i] = b[k:]
+		}
+	}
+	t.publish()
+	return n, nil
+}
+
+// waitSpace sleeps until the consumer frees ring space.
+func (t *shmTransport) waitSpace() error {
+	for {
+		t.tx.wwait.Store(1)
+		if h := t.tx.head.Load(); h != t.whead {
+			t.tx.wwait.Store(0)
+			return nil
+		}
+		if t.closed.Load() {
+			return net.ErrClosed
+		}
+		if t.gone.Load() {
+			return syscall.EPIPE
+		}
+		if err := t.evSpaceRC.Read(t.spaceFn); err != nil {
+			return err
+		}
+	}
+}
+
+func (t *shmTransport) closeWrite() error {
+	if !t.enter() {
+		return net.ErrClosed
+	}
+	defer t.exit()
+	t.publish()
+	t.tx.wclosed.Store(1)
+	signalFD(t.peerData)
+	return nil
+}

@@ -1,0 +1,24 @@
+//go:build !linux
+
+package soft
+
+import (
+	"net"
+	"time"
+)
+
+// Shared memory needs memfds, eventfds and descriptor passing: on this
+// platform connections always use TCP. These stand-ins keep the CM's code
+// the same on every platform.
+
+type shmOffer struct{}
+
+func newShmOffer(*net.TCPAddr, time.Time) *shmOffer          { return nil }
+func (o *shmOffer) extension() []byte                        { return nil }
+func (o *shmOffer) abort()                                   {}
+func (o *shmOffer) finish(*net.TCPConn) (transport, error)   { return nil, errBadHandshake }
+func shmAnswer(*hsMsg, *net.TCPConn, time.Time) *shmPrepared { return nil }
+func (p *shmPrepared) abort()                                {}
+func (p *shmPrepared) start(*net.TCPConn) (transport, error) { return nil, errBadHandshake }
+
+type shmPrepared struct{}
