@@ -2,21 +2,41 @@ package soft_test
 
 import (
 	"net"
+	"runtime"
 	"testing"
 
+	"github.com/rdmanet/rdma/verbs/soft"
 	"github.com/rdmanet/rdma/verbs/verbstest"
 )
 
 var benchCfg = verbstest.Config{Provider: "soft", IP: net.IPv4(127, 0, 0, 1)}
 
+// softPaths runs f over each transport the soft provider has between two
+// endpoints on one host: TCP (the path between hosts) and, on Linux, shared
+// memory (the default between local processes).
+func softPaths(b *testing.B, f func(b *testing.B)) {
+	b.Run("soft-tcp", func(b *testing.B) {
+		prev := soft.SetSharedMemory(false)
+		defer soft.SetSharedMemory(prev)
+		f(b)
+	})
+	if runtime.GOOS == "linux" {
+		b.Run("soft-shm", func(b *testing.B) {
+			prev := soft.SetSharedMemory(true)
+			defer soft.SetSharedMemory(prev)
+			f(b)
+		})
+	}
+}
+
 // BenchmarkWrite64K: RDMA WRITE throughput beside TCP loopback in the same run.
 func BenchmarkWrite64K(b *testing.B) {
-	b.Run("soft", func(b *testing.B) { verbstest.BenchWrite(b, benchCfg, 64<<10) })
+	softPaths(b, func(b *testing.B) { verbstest.BenchWrite(b, benchCfg, 64<<10) })
 	b.Run("tcp", func(b *testing.B) { verbstest.BenchTCPWrite(b, benchCfg.IP, 64<<10) })
 }
 
 // BenchmarkPingPong64: 64-byte SEND/RECV round trip beside TCP loopback.
 func BenchmarkPingPong64(b *testing.B) {
-	b.Run("soft", func(b *testing.B) { verbstest.BenchPingPong(b, benchCfg, 64) })
+	softPaths(b, func(b *testing.B) { verbstest.BenchPingPong(b, benchCfg, 64) })
 	b.Run("tcp", func(b *testing.B) { verbstest.BenchTCPPingPong(b, benchCfg.IP, 64) })
 }
