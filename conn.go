@@ -69,26 +69,31 @@ type Conn struct {
 	recvPosted  int    // receive WRs outstanding on the QP
 	finRcvd     bool
 	// send side
-	sndTail    uint64 // peer ring bytes written (or reserved by the writer)
-	sndAcked   uint64 // peer ring bytes the peer has freed
-	msgCredits int    // receives the peer has posted that we may consume
-	sbTail     uint64 // send buffer bytes reserved
-	sbPosted   uint64 // send buffer bytes posted
-	sbHead     uint64 // send buffer bytes whose WRs completed
-	sqPosted   uint64 // send WRs posted (the next WR's id)
-	sqDone     uint64 // send WRs completed
-	sqReserved uint64 // send WRs reserved by the writer, not yet posted
-	unsignaled uint64 // unsignaled sends since the last signaled one
-	sqEnds     []uint64
-	creditWant bool // a credit update is due but could not be posted
-	finSent    bool
-	err        error // why the connection failed; nil while healthy
-	closed     bool
-	torn       bool // verbs objects destroyed
+	sndTail    uint64   // peer ring bytes written (or reserved by the writer)
+	sndAcked   uint64   // peer ring bytes the peer has freed
+	msgCredits int      // receives the peer has posted that we may consume
+	sbTail     uint64   // send buffer bytes reserved
+	sbPosted   uint64   // send buffer bytes posted
+	sbHead     uint64   // send buffer bytes whose WRs completed
+	sqPosted   uint64   // send WRs posted (the next WR's id)
+	sqDone     uint64   // send WRs completed
+	sqReserved uint64   // send WRs reserved by the writer, not yet posted
+	unsignaled uint64   // unsignaled sends since the last signaled one
+	sqEnds     []uint64 // per queue slot: send buffer bytes posted up to that WR
+	creditWant bool     // a credit update is due but could not be queued
+
+	// The send queue as posted: WRs are built under mu into slots indexed by
+	// their id, then handed to the QP in order by submit.
+	sq          []verbs.SendWR
+	sqSGE       []verbs.SGE
+	sqSubmitted uint64 // WRs handed to the QP
+	submitting  bool   // a goroutine is in submit
+	finSent     bool
+	err         error // why the connection failed; nil while healthy
+	closed      bool
+	torn        bool // verbs objects destroyed
 
 	wcs  [32]verbs.WC
-	swr  [1]verbs.SendWR
-	sge  [1]verbs.SGE
 	rwrs []verbs.RecvWR
 
 	rcvReady chan struct{} // poked when the receive side changed
@@ -153,7 +158,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	}
 
 	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
-	ibufSize := max(inline, 64)
+	slots := sq + 2 // every WR that can be outstanding (sq, plus one probe), and one spare
+	ibufSize := max(slots*inline, 64)
 	if c.mem, err = verbs.AllocMemory(ringSize + sbufSize + ibufSize); err != nil {
 		return nil, err
 	}
@@ -202,7 +208,9 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.rqDepth = rq
 	c.sigEvery = max(c.sqDepth/4, 1)
 	c.chunk = min(maxChunk, ringSize/4, sbufSize/4)
-	c.sqEnds = make([]uint64, sq+1)
+	c.sq = make([]verbs.SendWR, slots)
+	c.sqSGE = make([]verbs.SGE, slots)
+	c.sqEnds = make([]uint64, slots)
 	c.rwrs = make([]verbs.RecvWR, rq)
 	for i := range c.rwrs {
 		c.rwrs[i].WRID = recvWRID
@@ -286,7 +294,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Lock()
 			c.rcvHead += uint64(n)
 			c.creditLocked(false)
-			c.mu.Unlock()
+			c.unlockSubmit()
 			return n, nil
 		}
 		if c.finRcvd {
@@ -326,6 +334,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 	sent := 0
 	spun := false
 	for {
+		if sent == len(b) && sent > 0 {
+			return sent, nil // all queued: what happens to the conn now is not this Write's
+		}
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()
@@ -352,33 +363,34 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		p := b[sent : sent+n]
-		var err error
 		if inline {
-			copy(c.ibuf, p)
-			c.sge[0] = verbs.SGE{Addr: verbs.AddrOf(c.ibuf), Length: uint32(n), LKey: c.sendMR.LKey()}
-			err = c.postDataLocked(n, verbs.SendInline)
+			// Each queue slot has its own inline staging, so the bytes
+			// stay put until whoever posts the queue gets to them.
+			slot := int(c.sqPosted % uint64(len(c.sq)))
+			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
+			copy(buf, p)
+			c.enqueueDataLocked(buf, verbs.SendInline)
 			c.mu.Unlock()
 		} else {
 			off := c.sbTail & c.sbufMask
 			c.sbTail += uint64(n)
 			c.sqReserved++
 			c.mu.Unlock()
-			// The reserved bytes are the writer's alone until posted.
+			// The reserved bytes are the writer's alone until queued.
 			buf := c.sbuf[off : off+uint64(n)]
 			copy(buf, p)
 			c.mu.Lock()
 			c.sqReserved--
-			c.sge[0] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(n), LKey: c.sendMR.LKey()}
 			// Reserved ring space must be filled, or the stream would
-			// desynchronise: only a failed connection stops the post now.
-			if err = c.err; err == nil {
-				err = c.postDataLocked(n, 0)
+			// desynchronise: only a failed connection stops it now.
+			if err := c.err; err != nil {
+				c.mu.Unlock()
+				return sent, c.opErr("write", err)
 			}
+			c.enqueueDataLocked(buf, 0)
 			c.mu.Unlock()
 		}
-		if err != nil {
-			return sent, c.opErr("write", err)
-		}
+		c.submit()
 		sent += n
 	}
 }
@@ -437,18 +449,25 @@ func (c *Conn) reserveLocked(want int) (n int, inline bool) {
 	return n, n <= c.inline
 }
 
-// postDataLocked posts the data write described by c.sge[0].
-func (c *Conn) postDataLocked(n int, flags verbs.SendFlags) error {
+// enqueueDataLocked queues the data write of buf (in the send buffer or an
+// inline slot).
+func (c *Conn) enqueueDataLocked(buf []byte, flags verbs.SendFlags) {
+	n := uint64(len(buf))
 	if flags&verbs.SendInline == 0 {
-		c.sbPosted += uint64(n)
+		c.sbPosted += n
 	}
-	return c.postLocked(verbs.OpRDMAWriteWithImm, immData(n), c.sge[:], flags, false)
+	// The data's place is where it was reserved, before sndTail moved on.
+	addr := c.peer.addr + (c.sndTail-n)&c.peer.mask
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, immData(int(n)), buf, addr, flags, false)
 }
 
-// postLocked posts one send WR into the peer ring (data, credit, control,
-// probe), signaled when due.
-func (c *Conn) postLocked(op verbs.Opcode, imm uint32, sg []verbs.SGE, flags verbs.SendFlags, signal bool) error {
+// enqueueLocked queues one send WR into the peer ring (data, credit,
+// control, probe), signaled when due, and counts it as posted. submit then
+// hands the queue to the QP outside mu, so that a post (which on soft
+// writes to a socket) never holds up completion processing or Read.
+func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
 	seq := c.sqPosted
+	slot := seq % uint64(len(c.sq))
 	if signal || c.unsignaled+1 >= c.sigEvery ||
 		c.sqPosted+1-c.sqDone+c.sqReserved >= c.sqDepth/2 ||
 		c.sbTail-c.sbHead >= uint64(len(c.sbuf))/2 {
@@ -457,26 +476,54 @@ func (c *Conn) postLocked(op verbs.Opcode, imm uint32, sg []verbs.SGE, flags ver
 	} else {
 		c.unsignaled++
 	}
-	wr := &c.swr[0]
-	*wr = verbs.SendWR{
+	var sg []verbs.SGE
+	if len(buf) > 0 {
+		c.sqSGE[slot] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: c.sendMR.LKey()}
+		sg = c.sqSGE[slot : slot+1]
+	}
+	c.sq[slot] = verbs.SendWR{
 		WRID:       seq,
 		Opcode:     op,
 		Flags:      flags,
 		SG:         sg,
 		Imm:        imm,
-		RemoteAddr: c.peer.addr + c.sndTail&c.peer.mask,
+		RemoteAddr: addr,
 		RKey:       c.peer.rkey,
 	}
-	if op == verbs.OpRDMAWriteWithImm && len(sg) == 1 && imm>>immKindShift == immKindData {
-		// The data's place: where it was reserved, before sndTail moved on.
-		wr.RemoteAddr = c.peer.addr + (c.sndTail-uint64(sg[0].Length))&c.peer.mask
-	}
-	c.sqEnds[seq%uint64(len(c.sqEnds))] = c.sbPosted
-	if err := c.qp.PostSend(c.swr[:]); err != nil {
-		c.failLocked(err)
-		return err
-	}
+	c.sqEnds[slot] = c.sbPosted
 	c.sqPosted++
+}
+
+// submit posts the queued send WRs, in order. One goroutine at a time holds
+// the role; WRs queued meanwhile by others are posted by it. It returns the
+// error of a post this call made.
+func (c *Conn) submit() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.submitting {
+		return nil
+	}
+	c.submitting = true
+	defer func() { c.submitting = false }()
+	for c.sqSubmitted != c.sqPosted {
+		if c.torn {
+			return verbs.ErrClosed
+		}
+		n := uint64(len(c.sq))
+		h, t := c.sqSubmitted%n, c.sqPosted%n
+		if t <= h {
+			t = n
+		}
+		batch := c.sq[h:t]
+		c.mu.Unlock()
+		err := c.qp.PostSend(batch)
+		c.mu.Lock()
+		c.sqSubmitted += t - h
+		if err != nil {
+			c.failLocked(err)
+			return err
+		}
+	}
 	return nil
 }
 
@@ -500,33 +547,30 @@ func (c *Conn) creditLocked(force bool) {
 		return
 	}
 	c.creditWant = false
-	if c.postLocked(verbs.OpRDMAWriteWithImm, immCredit(recvs, units), nil, 0, false) != nil {
-		return
-	}
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, immCredit(recvs, units), nil, c.peer.addr, 0, false)
 	c.msgCredits--
 	c.rcvCredited += units << c.shift
 	c.recvOwed -= recvs
 }
 
-// sendFinLocked posts the FIN. The caller made sure a queue slot is free.
-func (c *Conn) sendFinLocked() error {
-	if err := c.postLocked(verbs.OpRDMAWriteWithImm, immCtl(ctlFin), nil, 0, true); err != nil {
-		return err
-	}
+// sendFinLocked queues the FIN. The caller made sure a queue slot and two
+// message credits are free, and submits afterwards.
+func (c *Conn) sendFinLocked() {
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, immCtl(ctlFin), nil, c.peer.addr, 0, true)
 	c.finSent = true
 	c.msgCredits--
-	return nil
 }
 
-// postProbeLocked posts a signaled zero-length RDMA write: no receive is
+// postProbeLocked queues a signaled zero-length RDMA write: no receive is
 // consumed at the peer, yet the transport must deliver it, so it detects a
 // dead peer (keepalive), drains the send queue (Close) and, on a QP in
 // error, completes with a flush error that wakes the poller.
-func (c *Conn) postProbeLocked() error {
+func (c *Conn) postProbeLocked() bool {
 	if c.torn || c.sqPosted-c.sqDone+c.sqReserved > c.sqDepth {
-		return verbs.ErrClosed
+		return false
 	}
-	return c.postLocked(verbs.OpRDMAWrite, 0, nil, 0, true)
+	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.peer.addr, 0, true)
+	return true
 }
 
 // failLocked records why the connection failed (the first reason wins) and
@@ -669,7 +713,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	if sndChanged {
 		poke(c.sndReady)
 	}
-	c.mu.Unlock()
+	c.unlockSubmit()
 	if perr != nil {
 		// Tell the peer: it gets a disconnect, we keep our error.
 		_ = c.id.Disconnect()
@@ -753,12 +797,10 @@ func (c *Conn) cmLoop() {
 			// The QP is in error and its receives flush, which wakes the
 			// poller; a probe makes sure of it even with none outstanding.
 			c.mu.Lock()
-			if !c.closed && !c.torn {
-				if c.postProbeLocked() != nil && !c.finRcvd {
-					c.failLocked(errReset)
-				}
+			if !c.closed && !c.torn && !c.postProbeLocked() && !c.finRcvd {
+				c.failLocked(errReset)
 			}
-			c.mu.Unlock()
+			c.unlockSubmit()
 		}
 	}
 }
@@ -767,11 +809,19 @@ func (c *Conn) cmLoop() {
 // something is, the transport's retry timeout already watches the peer).
 func (c *Conn) keepalive() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.closed && !c.torn && c.err == nil && c.sqPosted == c.sqDone && c.sqReserved == 0 {
-		if err := c.postProbeLocked(); err != nil {
-			c.failLocked(err)
-		}
+		c.postProbeLocked()
+	}
+	c.unlockSubmit()
+}
+
+// unlockSubmit releases mu and submits what was queued under it, unless a
+// submit in progress will.
+func (c *Conn) unlockSubmit() {
+	pending := c.sqSubmitted != c.sqPosted && !c.submitting
+	c.mu.Unlock()
+	if pending {
+		c.submit()
 	}
 }
 
@@ -780,20 +830,24 @@ func (c *Conn) keepalive() {
 func (c *Conn) CloseWrite() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for {
+		c.mu.Lock()
 		switch {
 		case c.closed:
+			c.mu.Unlock()
 			return c.opErr("close", net.ErrClosed)
 		case c.finSent:
+			c.mu.Unlock()
 			return nil
 		case c.err != nil:
-			return c.opErr("close", c.err)
+			err := c.err
+			c.mu.Unlock()
+			return c.opErr("close", err)
 		}
 		if c.msgCredits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
-			if err := c.sendFinLocked(); err != nil {
-				c.failLocked(err)
+			c.sendFinLocked()
+			c.mu.Unlock()
+			if err := c.submit(); err != nil {
 				return c.opErr("close", err)
 			}
 			return nil
@@ -803,7 +857,6 @@ func (c *Conn) CloseWrite() error {
 		case <-c.sndReady:
 		case <-c.closedCh:
 		}
-		c.mu.Lock()
 	}
 }
 
@@ -840,36 +893,41 @@ func (c *Conn) Close() error {
 // that the disconnect that follows loses nothing.
 func (c *Conn) drain() {
 	var timer *time.Timer
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for c.err == nil {
+	for {
+		c.mu.Lock()
+		queued := false
 		switch {
+		case c.err != nil:
+			c.mu.Unlock()
+			return
 		case !c.finSent:
 			if c.msgCredits >= 2 && c.sqPosted-c.sqDone < c.sqDepth {
-				if c.sendFinLocked() != nil {
-					return
-				}
-				continue
+				c.sendFinLocked()
+				queued = true
 			}
 		case c.sqDone == c.sqPosted:
+			c.mu.Unlock()
 			return
 		case c.unsignaled > 0:
 			// The last send is unsignaled: nothing would report it.
-			if c.postProbeLocked() != nil {
+			if !c.postProbeLocked() {
+				c.mu.Unlock()
 				return
 			}
+			queued = true
+		}
+		c.mu.Unlock()
+		if queued {
+			c.submit()
 			continue
 		}
 		if timer == nil {
 			timer = time.NewTimer(c.cfg.HandshakeTimeout)
 			defer timer.Stop()
 		}
-		c.mu.Unlock()
 		select {
 		case <-c.sndReady:
-			c.mu.Lock()
 		case <-timer.C:
-			c.mu.Lock()
 			return
 		}
 	}
@@ -880,9 +938,9 @@ func (c *Conn) drain() {
 func (c *Conn) stopPoller() {
 	c.stopping.Store(true)
 	c.mu.Lock()
-	err := c.postProbeLocked()
+	ok := c.postProbeLocked()
 	c.mu.Unlock()
-	if err == nil {
+	if ok && c.submit() == nil {
 		t := time.NewTimer(2 * time.Second)
 		defer t.Stop()
 		select {
@@ -901,6 +959,11 @@ func (c *Conn) stopPoller() {
 func (c *Conn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
+	for c.submitting { // a post in flight must finish before the QP goes
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
 	c.mu.Unlock()
 	if c.qp != nil {
 		c.qp.Destroy()
