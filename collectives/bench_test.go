@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -38,14 +39,36 @@ var benchTransports = []benchTransport{
 	}},
 }
 
+// In the Soft-RoCE VM (../shared/softroce), the conns of the real verbs
+// provider join the comparison, on the emulated device's address.
+func init() {
+	ip := os.Getenv("SOFTROCE_IP")
+	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
+		return
+	}
+	cfg := &rdma.Config{Provider: "rdmacore"}
+	benchTransports = append(benchTransports, benchTransport{"rdmacore",
+		func(b *testing.B) (net.Conn, net.Conn) { return rdmaPairWith(b, cfg, ip) },
+		func(b *testing.B, n int) []*Group {
+			return joinAllAt(b, n, freeAddr(b, ip), func(ctx context.Context, rank int, root string) (*Group, error) {
+				bs := Bootstrap{Config: cfg, LocalAddr: ip}
+				return bs.Join(ctx, rank, n, root)
+			})
+		}})
+}
+
 func tcpPair(b *testing.B) (net.Conn, net.Conn) {
 	c := tcpMesh(b, 2)
 	return c[0][1], c[1][0]
 }
 
 func rdmaPair(b *testing.B) (net.Conn, net.Conn) {
-	lc := rdma.ListenConfig{Config: &rdma.Config{Provider: "soft"}}
-	ln, err := lc.Listen(context.Background(), rdma.Network, "127.0.0.1:0")
+	return rdmaPairWith(b, &rdma.Config{Provider: "soft"}, "127.0.0.1")
+}
+
+func rdmaPairWith(b *testing.B, cfg *rdma.Config, ip string) (net.Conn, net.Conn) {
+	lc := rdma.ListenConfig{Config: cfg}
+	ln, err := lc.Listen(context.Background(), rdma.Network, net.JoinHostPort(ip, "0"))
 	require.NoError(b, err)
 	defer ln.Close()
 	type res struct {
@@ -57,7 +80,7 @@ func rdmaPair(b *testing.B) (net.Conn, net.Conn) {
 		c, err := ln.Accept()
 		ch <- res{c, err}
 	}()
-	d := rdma.Dialer{Config: &rdma.Config{Provider: "soft"}}
+	d := rdma.Dialer{Config: cfg}
 	c1, err := d.Dial(rdma.Network, ln.Addr().String())
 	require.NoError(b, err)
 	r := <-ch

@@ -3,6 +3,7 @@ package collectives
 import (
 	"context"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,10 @@ func freeAddr(t testing.TB, ip string) string {
 
 // joinAll runs Join for every rank at once.
 func joinAll(t testing.TB, n int, f func(ctx context.Context, rank int, root string) (*Group, error)) []*Group {
-	root := freeAddr(t, "127.0.0.1")
+	return joinAllAt(t, n, freeAddr(t, "127.0.0.1"), f)
+}
+
+func joinAllAt(t testing.TB, n int, root string, f func(ctx context.Context, rank int, root string) (*Group, error)) []*Group {
 	gs := make([]*Group, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -125,6 +129,45 @@ func TestJoinRDMA(t *testing.T) {
 			}
 			checkGroup(t, gs)
 		})
+	}
+}
+
+// Over real verbs: runs in the Soft-RoCE VM of ../shared/softroce (the
+// kernel's rdma_rxe driver under rdma-core), where SOFTROCE_IP is the address
+// of the emulated RDMA device; elsewhere there is no device to test.
+//
+//	go test -c -o /tmp/vm/c.test ./collectives && run-in-vm.sh /tmp/vm ./c.test -test.run RDMACore -test.v
+func TestJoinRDMACore(t *testing.T) {
+	ip := os.Getenv("SOFTROCE_IP")
+	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
+		t.Skip("needs an RDMA device: run in the Soft-RoCE VM (../shared/softroce)")
+	}
+	cfg := &rdma.Config{Provider: "rdmacore"}
+	const n = 4
+	gs := joinAllAt(t, n, freeAddr(t, ip), func(ctx context.Context, rank int, root string) (*Group, error) {
+		b := Bootstrap{Config: cfg, LocalAddr: ip}
+		return b.Join(ctx, rank, n, root)
+	})
+	for _, g := range gs {
+		for _, l := range g.links {
+			if l != nil {
+				require.Equal(t, "rdmacore", l.conn.(*rdma.Conn).Provider())
+			}
+		}
+	}
+	checkGroup(t, gs)
+	in := make([][]float32, n)
+	for r := range in {
+		in[r] = inputs[float32](mib/4+3, seedOf(13, r))
+	}
+	want := serialReduce(in, Sum)
+	out := make([][]float32, n)
+	mustAll(t, gs, func(g *Group) error {
+		out[g.Rank()] = make([]float32, len(want))
+		return AllReduce(testCtx(t), g, in[g.Rank()], out[g.Rank()], Sum)
+	})
+	for r := range out {
+		require.Equal(t, want, out[r], "rank %d", r)
 	}
 }
 
