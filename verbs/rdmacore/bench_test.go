@@ -8,9 +8,10 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// pingPong runs b.N 64-byte SEND round trips between the two ends; wait is
-// how a side waits for its completion.
-func pingPong(b *testing.B, wait func(e *end, wc []verbs.WC)) {
+// pingPong runs b.N 64-byte round trips between the two ends, as inline
+// SENDs or (writeImm) RDMA_WRITE_WITH_IMMs; wait is how a side waits for
+// its completion.
+func pingPong(b *testing.B, writeImm bool, wait func(e *end, wc []verbs.WC)) {
 	_, ip := softroce(b)
 	srv, cli, _, _, _ := connect(b, ip)
 	// connect pre-posted one receive on the server; keep one posted per side.
@@ -26,6 +27,10 @@ func pingPong(b *testing.B, wait func(e *end, wc []verbs.WC)) {
 		SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}}
 	srecv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:4096])}}}
 	crecv := []verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}
+	if writeImm {
+		csend[0].Opcode, csend[0].RemoteAddr, csend[0].RKey = verbs.OpRDMAWriteWithImm, srv.mr.Addr(), srv.mr.RKey()
+		ssend[0].Opcode, ssend[0].RemoteAddr, ssend[0].RKey = verbs.OpRDMAWriteWithImm, cli.mr.Addr(), cli.mr.RKey()
+	}
 	wc := make([]verbs.WC, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -43,8 +48,8 @@ func pingPong(b *testing.B, wait func(e *end, wc []verbs.WC)) {
 	disconnect(b, cli, srv)
 }
 
-func BenchmarkPingPongBusyPoll(b *testing.B) {
-	pingPong(b, func(e *end, wc []verbs.WC) {
+func busyWait(b *testing.B) func(e *end, wc []verbs.WC) {
+	return func(e *end, wc []verbs.WC) {
 		for {
 			n, err := e.cq.Poll(wc)
 			if err != nil {
@@ -57,14 +62,18 @@ func BenchmarkPingPongBusyPoll(b *testing.B) {
 				return
 			}
 		}
-	})
+	}
 }
 
-func BenchmarkPingPongEvents(b *testing.B) {
-	pingPong(b, func(e *end, wc []verbs.WC) {
+func eventWait(b *testing.B) func(e *end, wc []verbs.WC) {
+	return func(e *end, wc []verbs.WC) {
 		w := e.wait(b)
 		if w.Status != verbs.WCSuccess {
 			b.Fatal(w.Status)
 		}
-	})
+	}
 }
+
+func BenchmarkPingPongBusyPoll(b *testing.B)       { pingPong(b, false, busyWait(b)) }
+func BenchmarkPingPongEvents(b *testing.B)         { pingPong(b, false, eventWait(b)) }
+func BenchmarkPingPongWriteImmEvents(b *testing.B) { pingPong(b, true, eventWait(b)) }

@@ -76,7 +76,12 @@ func (provider) Open(name string) (verbs.Context, error) {
 
 // CreateEventChannel is rdma_create_event_channel.
 func (provider) CreateEventChannel() (verbs.EventChannel, error) {
-	if ds, _ := (provider{}).Devices(); len(ds) == 0 {
+	list, ctxs, errno := rdmaGetDevices()
+	if errno != 0 {
+		return nil, noDevice("rdma_create_event_channel")
+	}
+	rdmaFreeDevices(list)
+	if len(ctxs) == 0 {
 		return nil, noDevice("rdma_create_event_channel")
 	}
 	return newEventChannel()
