@@ -107,7 +107,11 @@ func join(ctx context.Context, tr transport, rank, size int, rootAddr, local str
 	}
 	stop := context.AfterFunc(ctx, closeAll)
 	defer func() {
-		stop()
+		if !stop() && err == nil {
+			// ctx ended just as Join finished: the conns are being closed.
+			g.Close()
+			g, err = nil, context.Cause(ctx)
+		}
 		if err != nil {
 			closeAll()
 			if ctx.Err() != nil {
