@@ -4,6 +4,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // Each benchmark runs over rdma (the soft provider) and over TCP loopback in
@@ -29,9 +31,18 @@ func tcpPair(b *testing.B) (client, server net.Conn) {
 	return client, server
 }
 
+// benchPairs runs f over rdma on the soft provider's default same-host
+// transport (shared memory), over rdma with soft carrying frames on TCP, and
+// over TCP loopback.
 func benchPairs(b *testing.B, f func(b *testing.B, c, s net.Conn)) {
 	b.Run("rdma", func(b *testing.B) {
 		c, s := pair(b, nil)
+		f(b, c, s)
+	})
+	b.Run("rdma-softtcp", func(b *testing.B) {
+		prev := soft.SetSharedMemory(false)
+		c, s := pair(b, nil)
+		soft.SetSharedMemory(prev)
 		f(b, c, s)
 	})
 	b.Run("tcp", func(b *testing.B) {

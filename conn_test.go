@@ -17,6 +17,10 @@ import (
 )
 
 func TestNettestConn(t *testing.T) {
+	softTransports(t, func(t *testing.T, _ []string) { testNettestConn(t) })
+}
+
+func testNettestConn(t *testing.T) {
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
 		ln, err := (&ListenConfig{Config: softConfig()}).Listen(t.Context(), "rdma", "127.0.0.1:0")
 		if err != nil {
@@ -67,6 +71,10 @@ func TestEcho(t *testing.T) {
 
 // A message far larger than the ring is split, and the ring wraps many times.
 func TestLargerThanRing(t *testing.T) {
+	softTransports(t, func(t *testing.T, _ []string) { testLargerThanRing(t) })
+}
+
+func testLargerThanRing(t *testing.T) {
 	cfg := softConfig()
 	cfg.RingSize = 8 << 10
 	cfg.SendBufferSize = 4 << 10
@@ -92,6 +100,10 @@ func TestLargerThanRing(t *testing.T) {
 // Both directions at once, with small credit windows, so that credits and
 // data cross all the time.
 func TestBidirectional(t *testing.T) {
+	softTransports(t, func(t *testing.T, _ []string) { testBidirectional(t) })
+}
+
+func testBidirectional(t *testing.T) {
 	cfg := softConfig()
 	cfg.RingSize = 16 << 10
 	cfg.RecvDepth = 8

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // helperEnv makes the test binary act as a peer process: "mode addr".
@@ -46,10 +48,11 @@ func runHelper() {
 }
 
 // startPeer runs the test binary as a peer process that dials ln.
-func startPeer(t *testing.T, mode string, ln *Listener) *exec.Cmd {
+func startPeer(t *testing.T, mode string, ln *Listener, env []string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), helperEnv+"="+mode+" "+ln.Addr().String())
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() {
@@ -70,45 +73,61 @@ func readUntilError(c *Conn, start time.Time) (error, time.Duration) {
 	}
 }
 
+// softTransports runs f once per transport the soft provider has between
+// two processes on one host: shared memory (its default) and TCP. env is
+// what a peer process needs in its environment to match.
+func softTransports(t *testing.T, f func(t *testing.T, env []string)) {
+	t.Run("shm", func(t *testing.T) { f(t, nil) })
+	t.Run("tcp", func(t *testing.T) {
+		prev := soft.SetSharedMemory(false)
+		defer soft.SetSharedMemory(prev)
+		f(t, []string{"RDMA_SOFT_SHM=0"})
+	})
+}
+
 // A peer killed mid-stream: the survivor's Read fails (not io.EOF) within
 // 10 s, and the listener goes on serving.
 func TestPeerKilled(t *testing.T) {
-	ln := listen(t, nil)
-	cmd := startPeer(t, "stream", ln)
-	c, err := ln.AcceptRDMA()
-	require.NoError(t, err)
-	defer c.Close()
-	_, err = io.ReadFull(c, make([]byte, 4<<20))
-	require.NoError(t, err)
+	softTransports(t, func(t *testing.T, env []string) {
+		ln := listen(t, nil)
+		cmd := startPeer(t, "stream", ln, env)
+		c, err := ln.AcceptRDMA()
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = io.ReadFull(c, make([]byte, 4<<20))
+		require.NoError(t, err)
 
-	require.NoError(t, cmd.Process.Kill())
-	err, took := readUntilError(c, time.Now())
-	assert.NotEqual(t, io.EOF, err)
-	assert.Less(t, took, 10*time.Second)
-	t.Logf("survivor's Read: %v after %v", err, took)
+		require.NoError(t, cmd.Process.Kill())
+		err, took := readUntilError(c, time.Now())
+		assert.NotEqual(t, io.EOF, err)
+		assert.Less(t, took, 10*time.Second)
+		t.Logf("survivor's Read: %v after %v", err, took)
 
-	checkServes(t, ln)
+		checkServes(t, ln)
+	})
 }
 
 // A peer that stops answering without closing anything (SIGSTOP: its
 // sockets stay open): the keepalive finds out within 10 s.
 func TestPeerSilent(t *testing.T) {
-	ln := listen(t, nil)
-	cmd := startPeer(t, "idle", ln)
-	c, err := ln.AcceptRDMA()
-	require.NoError(t, err)
-	defer c.Close()
-	_, err = io.ReadFull(c, make([]byte, 1024))
-	require.NoError(t, err)
+	softTransports(t, func(t *testing.T, env []string) {
+		ln := listen(t, nil)
+		cmd := startPeer(t, "idle", ln, env)
+		c, err := ln.AcceptRDMA()
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = io.ReadFull(c, make([]byte, 1024))
+		require.NoError(t, err)
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
-	err, took := readUntilError(c, time.Now())
-	assert.NotEqual(t, io.EOF, err)
-	assert.False(t, errors.Is(err, os.ErrDeadlineExceeded))
-	assert.Less(t, took, 10*time.Second)
-	t.Logf("survivor's Read: %v after %v", err, took)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGSTOP))
+		err, took := readUntilError(c, time.Now())
+		assert.NotEqual(t, io.EOF, err)
+		assert.False(t, errors.Is(err, os.ErrDeadlineExceeded))
+		assert.Less(t, took, 10*time.Second)
+		t.Logf("survivor's Read: %v after %v", err, took)
 
-	checkServes(t, ln)
+		checkServes(t, ln)
+	})
 }
 
 // checkServes makes sure ln still accepts and echoes.
