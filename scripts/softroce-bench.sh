@@ -22,21 +22,26 @@ OUT=build/softroce-bench
 rm -rf "$OUT"
 mkdir -p "$OUT"
 $GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
+$GO test -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
 
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh
 # Each line: <tool> <test> <size> <MB/s> <us per transfer>
 ip=\$SOFTROCE_IP
 for s in $SIZES; do
-	# rstream: ping-pong of s bytes, COUNT times (its Gb/sec counts both directions)
+	# rstream: ping-pong of s bytes, COUNT times; its Gb/sec counts both
+	# directions and its usec/xfer is half a round trip
 	rstream -b "\$ip" -S \$s -C $COUNT >/dev/null 2>&1 & p=\$!
 	sleep 1
-	rstream -s "\$ip" -S \$s -C $COUNT | awk -v s=\$s '\$1=="custom" {printf "rstream pingpong %d %.3f %.2f\n", s, \$7*1000/8, \$8}'
+	rstream -s "\$ip" -S \$s -C $COUNT | awk -v s=\$s '\$1=="custom" {printf "rstream pingpong %d %.3f %.2f\n", s, \$7*1000/8, 2*\$8}'
 	wait \$p
 	for n in rdma tcp; do
 		./softroce-bench -net \$n -test pingpong -size \$s -count $COUNT |
 			awk '{printf "%s pingpong %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
 	done
+	# rsockets busy-polls 10 us before it sleeps; rdma.Conn can too (Config.PollTime)
+	./softroce-bench -net rdma -polltime 50us -test pingpong -size \$s -count $COUNT |
+		awk '{printf "rdma-poll pingpong %d %.3f %.2f\n", \$3, \$6, \$8}'
 	# ib_send_bw: a stream of COUNT sends of s bytes
 	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s >/dev/null 2>&1 & p=\$!
 	sleep 1
@@ -48,6 +53,10 @@ for s in $SIZES; do
 			awk '{printf "%s stream %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
 	done
 done
+# The provider alone: 64-byte inline SEND ping-pong on raw verbs, waiting on
+# completion channels (what rdma.Conn's layering costs is the difference)
+./rdmacore.test -test.run '^\$' -test.bench 'PingPongEvents\$' -test.benchtime ${COUNT}x |
+	awk '/^BenchmarkPingPongEvents/ {printf "verbs pingpong 64 0 %.2f\n", \$3/1000}'
 # ib_send_lat: 64-byte ping-pong; t_avg is half a round trip
 ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 >/dev/null 2>&1 & p=\$!
 sleep 1
@@ -66,15 +75,16 @@ awk '
 		for (s in sizes) {
 			k = "rdma pingpong " s
 			if (("rstream pingpong " s) in mbs && mbs["rstream pingpong " s] > 0)
-				printf "pingpong %6d B: rdma.Conn/rstream throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
-					mbs[k] / mbs["rstream pingpong " s], mbs[k] / mbs["tcp pingpong " s]
+				printf "pingpong %6d B: rdma.Conn/rstream throughput %.2fx (with PollTime 50us %.2fx)   rdma.Conn/TCP %.2fx\n", s,
+					mbs[k] / mbs["rstream pingpong " s], mbs["rdma-poll pingpong " s] / mbs["rstream pingpong " s],
+					mbs[k] / mbs["tcp pingpong " s]
 			k = "rdma stream " s
 			if (("ib_send_bw stream " s) in mbs && mbs["ib_send_bw stream " s] > 0)
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
 					mbs[k] / mbs["ib_send_bw stream " s], mbs[k] / mbs["tcp stream " s]
 		}
 		if (("ib_send_lat pingpong 64") in us)
-			printf "64 B round trip: ib_send_lat %.1f us, rstream %.1f us, rdma.Conn %.1f us, TCP %.1f us: rdma.Conn/rstream latency %.2fx, rdma.Conn/ib_send_lat %.2fx\n",
-				us["ib_send_lat pingpong 64"], us["rstream pingpong 64"], us["rdma pingpong 64"], us["tcp pingpong 64"],
-				us["rdma pingpong 64"] / us["rstream pingpong 64"], us["rdma pingpong 64"] / us["ib_send_lat pingpong 64"]
+			printf "64 B round trip (us): ib_send_lat %.1f, rstream %.1f, rdmacore raw verbs %.1f, rdma.Conn %.1f (PollTime 50us: %.1f), TCP %.1f; rstream/rdma.Conn %.2fx, ib_send_lat/rdma.Conn %.2fx (>1: rdma.Conn faster)\n",
+				us["ib_send_lat pingpong 64"], us["rstream pingpong 64"], us["verbs pingpong 64"], us["rdma pingpong 64"],
+				us["rdma-poll pingpong 64"], us["tcp pingpong 64"], us["rstream pingpong 64"] / us["rdma pingpong 64"], us["ib_send_lat pingpong 64"] / us["rdma pingpong 64"]
 	}' "$OUT/results.txt" | sort
