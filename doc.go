@@ -16,20 +16,30 @@
 // Each side of a connection registers a receive ring (Config.RingSize bytes,
 // remote-writable) and tells the peer its address, rkey and size in the
 // connection manager's private data, together with a protocol version and the
-// number of receive work requests it keeps posted. A Write copies the caller's
-// bytes into a registered send buffer (or, when small, posts them inline) and
-// RDMA-writes them with immediate data into the next free bytes of the peer's
-// ring; the immediate value says how many bytes landed. The ring is consumed
-// strictly in order, so no offsets travel. The receiver returns credit for
-// ring bytes that Read has consumed and for the receive work requests it has
-// reposted, in batches (when a quarter of the window is used), as a
-// zero-length RDMA write with immediate. Sends are unsignaled but for one in
-// every few and every one posted while resources run low; completions are
-// polled in batches into a reused array. A half-close travels as a FIN
-// control message, so that the peer reads everything sent before it and then
-// io.EOF. An idle connection posts a zero-length RDMA write every
-// Config.KeepAlive, so that a peer that died silently is detected through the
-// transport's retry timeout.
+// number of receive work requests it keeps posted (a versioned, checksummed
+// 32-byte hello; a malformed one is a rejected connect). A Write copies the
+// caller's bytes into a registered send buffer (or, when small, posts them
+// inline) and RDMA-writes them with immediate data into the next free bytes
+// of the peer's ring; the immediate value says how many bytes landed. The
+// ring is consumed strictly in order, so no offsets travel.
+//
+// Flow control is by credit, as in rsocket: a sender may use as much of the
+// peer's ring as the peer has freed, and as many messages as the peer has
+// receives posted. The receiver returns both kinds in one zero-length RDMA
+// write with immediate, in batches (once a quarter of either window is owed);
+// the last message credit is only ever spent on such an update, so two
+// senders can never starve each other. A sender waits for room for a whole
+// chunk rather than post slivers (silly window avoidance).
+//
+// Sends are unsignaled but for one in every few and every one posted while
+// resources run low; they are built under the connection's lock and posted
+// outside it, in order, so that a slow post never holds up completion
+// processing. Completions are polled in batches into a reused array. A
+// half-close travels as a FIN control message, so that the peer reads
+// everything sent before it and then io.EOF. An idle connection posts a
+// zero-length RDMA write every Config.KeepAlive, so that a peer that died
+// silently is detected through the transport's retry timeout. A peer that
+// breaks any of these rules gets its connection failed with a protocol error.
 //
 // No OS thread waits per connection: a connection's completion goroutine
 // waits on its completion channel and its connection-manager goroutine on its
