@@ -94,6 +94,19 @@ func TestJoinTCP(t *testing.T) {
 	}
 }
 
+// Ranks may start before the root listens: they keep dialing.
+func TestJoinRootStartsLast(t *testing.T) {
+	const n = 3
+	gs := joinAll(t, n, func(ctx context.Context, rank int, root string) (*Group, error) {
+		if rank == 0 {
+			time.Sleep(300 * time.Millisecond)
+		}
+		b := Bootstrap{TCP: true}
+		return b.Join(ctx, rank, n, root)
+	})
+	checkGroup(t, gs)
+}
+
 // Ranks on different loopback addresses stand in for different hosts.
 func TestJoinTCPSeveralHosts(t *testing.T) {
 	const n = 4
