@@ -37,6 +37,16 @@
 // unbuffered conns such as net.Pipe. Reductions run frame by frame as data
 // arrives, while the sender keeps the link busy.
 //
+// # Memory
+//
+// Operations allocate nothing in steady state: reductions work on views of
+// the caller's slices, frames are handed to the link goroutines by value,
+// and the scratch buffers some algorithms need (a received frame, a
+// non-root's partial result in Reduce, Bruck's rotated copies) grow to the
+// largest size used so far and are kept for the Group's lifetime. A
+// cancellable ctx costs one small allocation per operation
+// (context.AfterFunc).
+//
 // # Framing and failures
 //
 // Every frame carries a 16-byte header: the operation's sequence number,
@@ -47,10 +57,14 @@
 //
 // Any failure of an operation (a peer's connection lost, a mismatched frame,
 // bad arguments, a cancelled context, Close) breaks the Group: the operation
-// returns the cause, the Group closes all its conns so that its peers fail
-// too instead of waiting forever, and every later operation returns an error
-// matching ErrBroken and the original cause. A failure caused by a peer is a
-// *RankError naming that peer. Err reports the state.
+// returns the cause, and every later operation returns an error matching
+// ErrBroken and the original cause; Err reports the state. The failing rank
+// wakes its own blocked reads, lets each link finish the frame it is writing
+// (for at most a second), sends an abort frame saying which rank it blames
+// and why, and half-closes the conn. So its peers fail too instead of waiting
+// forever, and the error every rank returns is a *RankError naming the rank
+// that failed first (a rank whose process died is named by its peers'
+// connection errors, and they pass the name on).
 //
 // # Wire format
 //
