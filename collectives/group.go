@@ -166,10 +166,10 @@ func (g *Group) linger() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			_ = l.conn.SetDeadline(deadline) // a half-close may wait for flow control
 			if cw.CloseWrite() != nil {
 				return
 			}
-			_ = l.conn.SetReadDeadline(deadline)
 			var buf [512]byte
 			for {
 				if _, err := l.conn.Read(buf[:]); err != nil {
