@@ -490,9 +490,8 @@ type shmTransport struct {
 	onIdle  func(boundary bool) bool
 	intr    atomic.Bool
 	imports map[uint32][]byte
-	evbuf   [8]byte
+	rArm    bool
 	waitFn  func(fd uintptr) bool
-	werrR   error
 
 	// Write side (one goroutine at a time).
 	wpos     uint64 // our tail, including records not yet published
@@ -504,7 +503,7 @@ type shmTransport struct {
 	lastMem  *verbs.Memory
 	lastID   uint32
 	nextID   uint32
-	evbufW   [8]byte
+	wArm     bool
 	spaceFn  func(fd uintptr) bool
 	noExport bool
 
@@ -539,7 +538,7 @@ func newShmTransport(c *net.TCPConn, uc *net.UnixConn, l *shmLocal, p *shmPeer) 
 	t.evDataRC, err1 = t.evData.SyscallConn()
 	t.evSpaceRC, err2 = t.evSpace.SyscallConn()
 	t.waitFn = t.doWait
-	t.spaceFn = t.doWait
+	t.spaceFn = t.doWaitSpace
 	t.watchFn = t.startWatch
 	if err1 != nil || err2 != nil {
 		t.close()
@@ -623,10 +622,26 @@ func (t *shmTransport) interrupt() {
 
 func (t *shmTransport) setReadDeadline(d time.Time) error { return t.evData.SetReadDeadline(d) }
 
-func (t *shmTransport) doWait(fd uintptr) bool {
-	_, err := unix.Read(int(fd), t.evbuf[:])
-	if err == unix.EAGAIN {
-		return false
+// doWait and doWaitSpace are RawConn.Read callbacks that park once on the
+// poller. The eventfd's counter is never read: every write to an eventfd is
+// a new edge for the (edge-triggered) poller, so reading it back would only
+// cost a system call per wake-up. RawConn.Read forgets a readiness that
+// came before it started, so the first call looks again at what a signal
+// would announce (published before signalling), and a signal sent after
+// that look wakes the wait.
+func (t *shmTransport) doWait(uintptr) bool {
+	if t.rArm {
+		t.rArm = false
+		return t.rx.tail.Load() != t.rhead || t.rx.wclosed.Load() != 0 || t.gone.Load() ||
+			t.closed.Load() || t.intr.Load()
+	}
+	return true
+}
+
+func (t *shmTransport) doWaitSpace(uintptr) bool {
+	if t.wArm {
+		t.wArm = false
+		return t.tx.head.Load() != t.whead || t.gone.Load() || t.closed.Load()
 	}
 	return true
 }
@@ -806,6 +821,14 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	switch *stage {
 	case 0:
 		*stage = 1
+		// Yield once first: a consumer that what we just delivered woke
+		// (on this P) then runs, and its reply carries the ACK that the
+		// idle hook would otherwise send on its own, waking the peer
+		// twice per message.
+		runtime.Gosched()
+		if t.rx.tail.Load() != t.rhead {
+			return nil
+		}
 		if t.onIdle != nil && t.onIdle(boundary) && boundary {
 			return errInterrupted
 		}
@@ -832,6 +855,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		t.rx.rwait.Store(0)
 		return nil
 	}
+	t.rArm = true
 	err := t.evDataRC.Read(t.waitFn)
 	t.rx.rwait.Store(0)
 	return err
@@ -893,8 +917,7 @@ func (t *shmTransport) refOf(b []byte) (uint32, uint64, bool) {
 			return 0, 0, false
 		}
 		var err error
-		if id, err = t.export(m); err != nil {
-			t.noExport = true
+		if id, err = t.export(m, b); err != nil {
 			return 0, 0, false
 		}
 		t.exports[m] = id
@@ -903,21 +926,30 @@ func (t *shmTransport) refOf(b []byte) (uint32, uint64, bool) {
 	return id, uint64(off), true
 }
 
-// export passes a read-only descriptor of m's memfd to the peer.
-func (t *shmTransport) export(m *verbs.Memory) (uint32, error) {
+// export passes a read-only descriptor of m's memfd to the peer (which can
+// then neither write to it nor resize it). b lies in m.
+func (t *shmTransport) export(m *verbs.Memory, b []byte) (uint32, error) {
 	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(m.FD()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(fd)
-	t.nextID++
-	var b [16]byte
-	copy(b[:], memMagic)
-	binary.LittleEndian.PutUint32(b[4:], t.nextID)
-	binary.LittleEndian.PutUint64(b[8:], uint64(m.Len()))
-	if _, _, err := t.uc.WriteMsgUnix(b[:], unix.UnixRights(fd), nil); err != nil {
+	// m still being tracked after the open means that it was not freed
+	// (which untracks it before closing its memfd), so the descriptor
+	// number did not name some other file when we opened it.
+	var st unix.Stat_t
+	if cur, _ := verbs.MemoryOf(b); cur != m || unix.Fstat(fd, &st) != nil || st.Size <= 0 {
+		return 0, errShmSetup
+	}
+	var msg [16]byte
+	copy(msg[:], memMagic)
+	binary.LittleEndian.PutUint32(msg[4:], t.nextID+1)
+	binary.LittleEndian.PutUint64(msg[8:], uint64(st.Size))
+	if _, _, err := t.uc.WriteMsgUnix(msg[:], unix.UnixRights(fd), nil); err != nil {
+		t.noExport = true
 		return 0, err
 	}
+	t.nextID++
 	return t.nextID, nil
 }
 
@@ -1093,6 +1125,7 @@ func (t *shmTransport) waitSpace() error {
 		if t.gone.Load() {
 			return syscall.EPIPE
 		}
+		t.wArm = true
 		if err := t.evSpaceRC.Read(t.spaceFn); err != nil {
 			return err
 		}
