@@ -94,7 +94,7 @@ func TestHTTP(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	d := &Dialer{Config: softConfig()}
+	d := &Dialer{Config: testConfig()}
 	tr := &http.Transport{DialContext: d.DialContext}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
@@ -120,7 +120,7 @@ func TestGRPC(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Stop()
 
-	d := &Dialer{Config: softConfig()}
+	d := &Dialer{Config: testConfig()}
 	cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {

@@ -22,7 +22,8 @@ func TestNettestConn(t *testing.T) {
 
 func testNettestConn(t *testing.T) {
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		ln, err := (&ListenConfig{Config: softConfig()}).Listen(t.Context(), "rdma", "127.0.0.1:0")
+		cfg := testConfig()
+		ln, err := (&ListenConfig{Config: cfg}).Listen(t.Context(), "rdma", net.JoinHostPort(testHost(cfg), "0"))
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -32,7 +33,7 @@ func testNettestConn(t *testing.T) {
 			c, _ := ln.Accept()
 			acc <- c
 		}()
-		d := Dialer{Config: softConfig()}
+		d := Dialer{Config: cfg}
 		c1, err = d.Dial("rdma", ln.Addr().String())
 		if err != nil {
 			return nil, nil, nil, err
@@ -75,7 +76,7 @@ func TestLargerThanRing(t *testing.T) {
 }
 
 func testLargerThanRing(t *testing.T) {
-	cfg := softConfig()
+	cfg := testConfig()
 	cfg.RingSize = 8 << 10
 	cfg.SendBufferSize = 4 << 10
 	c, s := pair(t, cfg)
@@ -104,7 +105,7 @@ func TestBidirectional(t *testing.T) {
 }
 
 func testBidirectional(t *testing.T) {
-	cfg := softConfig()
+	cfg := testConfig()
 	cfg.RingSize = 16 << 10
 	cfg.RecvDepth = 8
 	cfg.SendDepth = 8

@@ -24,7 +24,7 @@ const helperEnv = "RDMA_TEST_PEER"
 // forever ("stream") or writes a little and idles ("idle").
 func runHelper() {
 	mode, addr, _ := strings.Cut(os.Getenv(helperEnv), " ")
-	d := Dialer{Config: softConfig(), Timeout: 10 * time.Second}
+	d := Dialer{Config: testConfig(), Timeout: 10 * time.Second}
 	c, err := d.Dial("rdma", addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "peer:", err)
@@ -77,6 +77,10 @@ func readUntilError(c *Conn, start time.Time) (error, time.Duration) {
 // two processes on one host: shared memory (its default) and TCP. env is
 // what a peer process needs in its environment to match.
 func softTransports(t *testing.T, f func(t *testing.T, env []string)) {
+	if p := testConfig().Provider; p != ProviderSoft {
+		t.Run(p, func(t *testing.T) { f(t, nil) }) // the VM: one run, on its provider
+		return
+	}
 	t.Run("shm", func(t *testing.T) { f(t, nil) })
 	t.Run("tcp", func(t *testing.T) {
 		prev := soft.SetSharedMemory(false)

@@ -39,7 +39,7 @@ func TestDialErrors(t *testing.T) {
 	ln := listen(t, nil)
 	addr := ln.Addr().String()
 	ln.Close()
-	d := Dialer{Config: softConfig(), Timeout: 5 * time.Second}
+	d := Dialer{Config: testConfig(), Timeout: 5 * time.Second}
 	_, err := d.Dial("rdma", addr)
 	require.Error(t, err)
 	var oe *net.OpError
@@ -67,7 +67,7 @@ func TestListenErrors(t *testing.T) {
 	assert.Equal(t, "rdma", oe.Net)
 
 	ln := listen(t, nil)
-	_, err = (&ListenConfig{Config: softConfig()}).Listen(context.Background(), "rdma", ln.Addr().String())
+	_, err = (&ListenConfig{Config: testConfig()}).Listen(context.Background(), "rdma", ln.Addr().String())
 	require.Error(t, err, "a second listener on the same port")
 	require.True(t, errors.As(err, &oe))
 	assert.Equal(t, "listen", oe.Op)
@@ -129,7 +129,7 @@ func TestNetworks(t *testing.T) {
 // Garbage and silent half-open TCP connections on a soft listener's port
 // never stall Accept or an honest client.
 func TestGarbageOnPort(t *testing.T) {
-	ln := listen(t, nil)
+	ln := listen(t, softConfig())
 	addr := ln.Addr().String()
 	var junk []net.Conn
 	defer func() {
@@ -232,7 +232,7 @@ func TestNoLeaks(t *testing.T) {
 }
 
 func TestDialLocalAddr(t *testing.T) {
-	ln := listen(t, nil)
+	ln := listen(t, softConfig())
 	go func() {
 		if s, err := ln.Accept(); err == nil {
 			io.Copy(s, s)

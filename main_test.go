@@ -18,18 +18,44 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// softConfig is the configuration of every test connection: the software
-// provider, whatever the environment says.
+// softConfig is the configuration of tests about the software provider:
+// soft, whatever the environment says.
 func softConfig() *Config { return &Config{Provider: ProviderSoft} }
 
-// listen starts a soft listener on a free loopback port.
+// inVM reports whether the tests run inside the Soft-RoCE VM
+// (scripts/softroce-test.sh), where the generic ones use the provider
+// RDMA_PROVIDER names, on $SOFTROCE_IP (the RDMA CM cannot bind rxe to
+// 127.0.0.1). Elsewhere they use soft on loopback.
+func inVM() bool { return os.Getenv("SOFTROCE_DEV") != "" }
+
+// testConfig is the configuration of the generic tests.
+func testConfig() *Config {
+	if inVM() {
+		p := os.Getenv(ProviderEnv)
+		if p == "" {
+			p = ProviderRDMACore
+		}
+		return &Config{Provider: p}
+	}
+	return softConfig()
+}
+
+// testHost is the address tests listen on for cfg's provider.
+func testHost(cfg *Config) string {
+	if ip := os.Getenv("SOFTROCE_IP"); ip != "" && inVM() && cfg.Provider != ProviderSoft {
+		return ip
+	}
+	return "127.0.0.1"
+}
+
+// listen starts a listener on a free port (nil cfg: testConfig).
 func listen(t testing.TB, cfg *Config) *Listener {
 	t.Helper()
 	if cfg == nil {
-		cfg = softConfig()
+		cfg = testConfig()
 	}
 	lc := ListenConfig{Config: cfg}
-	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	ln, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(testHost(cfg), "0"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	return ln.(*Listener)
@@ -39,7 +65,7 @@ func listen(t testing.TB, cfg *Config) *Listener {
 func dial(t testing.TB, ln net.Listener, cfg *Config) *Conn {
 	t.Helper()
 	if cfg == nil {
-		cfg = softConfig()
+		cfg = &Config{Provider: ln.(*Listener).Provider()}
 	}
 	d := Dialer{Config: cfg, Timeout: 10 * time.Second}
 	c, err := d.Dial("rdma", ln.Addr().String())

@@ -120,7 +120,7 @@ func (r *rawPeer) close() {
 // A connect whose hello is malformed is rejected; the listener serves on
 // and Accept never sees it.
 func TestMalformedHello(t *testing.T) {
-	ln := listen(t, nil)
+	ln := listen(t, softConfig())
 	cases := map[string]func(h hello) []byte{
 		"empty":     func(h hello) []byte { return nil },
 		"garbage":   func(h hello) []byte { return []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n") },
@@ -197,7 +197,7 @@ func TestDialRejectsBadAccept(t *testing.T) {
 // A peer that sends garbage immediate values gets its connection failed
 // with a protocol error; nothing panics and the listener serves on.
 func TestGarbageImm(t *testing.T) {
-	ln := listen(t, nil)
+	ln := listen(t, softConfig())
 	ring := uint64(defaultRingSize)
 	cases := []struct {
 		name    string
