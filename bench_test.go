@@ -31,9 +31,9 @@ func tcpPair(b *testing.B) (client, server net.Conn) {
 	return client, server
 }
 
-// benchPairs runs f over rdma on the soft provider's default same-host
-// transport (shared memory), over rdma with soft carrying frames on TCP, and
-// over TCP loopback.
+// benchPairs runs f over rdma (on soft: its default same-host transport,
+// shared memory; in the Soft-RoCE VM: RDMA_PROVIDER), over rdma with soft
+// carrying frames on TCP, and over TCP loopback.
 func benchPairs(b *testing.B, f func(b *testing.B, c, s net.Conn)) {
 	b.Run("rdma", func(b *testing.B) {
 		c, s := pair(b, nil)
@@ -41,7 +41,7 @@ func benchPairs(b *testing.B, f func(b *testing.B, c, s net.Conn)) {
 	})
 	b.Run("rdma-softtcp", func(b *testing.B) {
 		prev := soft.SetSharedMemory(false)
-		c, s := pair(b, nil)
+		c, s := pair(b, softConfig())
 		soft.SetSharedMemory(prev)
 		f(b, c, s)
 	})
