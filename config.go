@@ -57,6 +57,21 @@ type Config struct {
 	// connection to become established after its request arrived, and how
 	// long Close waits for outstanding sends to drain. Default 10 s.
 	HandshakeTimeout time.Duration
+
+	// RDMAOnly turns off the soft side of a listener on a host with an RDMA
+	// device: by default such a listener accepts, on the same ip:port, both
+	// rdmacore connections (RDMA CM port space) and soft ones (a TCP
+	// listener on that port) from peers without a device. A listener whose
+	// provider is soft ignores it. See the package doc, "Mixed fleets".
+	RDMAOnly bool
+
+	// RDMAConnectTimeout bounds the rdmacore attempt of a dial whose
+	// provider is auto on a host with an RDMA device: if the peer has not
+	// answered over the RDMA connection manager by then, the dial falls back
+	// to soft. A peer that answers that nothing listens there (or an address
+	// no RDMA device reaches) makes it fall back at once. Default 1.5 s;
+	// negative disables the fallback (such dials use rdmacore only).
+	RDMAConnectTimeout time.Duration
 }
 
 const (
@@ -71,6 +86,8 @@ const (
 	defaultInline          = 256
 	defaultKeepAlive       = 2 * time.Second
 	defaultHandshakeTimout = 10 * time.Second
+
+	defaultRDMAConnectTimeout = 1500 * time.Millisecond
 )
 
 // withDefaults returns a copy of c (nil: the zero Config) with every field
@@ -109,6 +126,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if r.HandshakeTimeout <= 0 {
 		r.HandshakeTimeout = defaultHandshakeTimout
+	}
+	if r.RDMAConnectTimeout == 0 {
+		r.RDMAConnectTimeout = defaultRDMAConnectTimeout
 	}
 	return r
 }

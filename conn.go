@@ -19,6 +19,7 @@ import (
 // Read and a Write run in parallel.
 type Conn struct {
 	provider     string
+	fallback     error // why an auto dial fell back to soft (mixed.go)
 	laddr, raddr *Addr
 	cfg          Config
 

@@ -90,7 +90,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	c, err := connect(ctx, prov, src, rt, cfg)
+	c, err := connectWithFallback(ctx, prov, src, rt, cfg) // mixed.go
 	if err != nil {
 		return fail(err)
 	}
@@ -234,9 +234,9 @@ func eventError(ev verbs.CMEvent) error {
 	case verbs.EventRejected:
 		switch parseReject(ev.Param.PrivateData) {
 		case rejectBadHello:
-			return &connError{"the listener refused the handshake (malformed or unsupported version)", syscall.ECONNREFUSED}
+			return errRefusedHello
 		case rejectNoRes:
-			return &connError{"the listener could not set up the connection", syscall.ECONNREFUSED}
+			return errRefusedNoRes
 		}
 		return syscall.ECONNREFUSED
 	case verbs.EventUnreachable:

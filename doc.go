@@ -41,6 +41,20 @@
 // silently is detected through the transport's retry timeout. A peer that
 // breaks any of these rules gets its connection failed with a protocol error.
 //
+// # Mixed fleets
+//
+// Hosts with and without RDMA devices serve each other. A Listener on a host
+// with a device listens twice on the same ip:port: in the RDMA connection
+// manager's port space (rdmacore) and on TCP (soft), and hands both kinds of
+// connection out through one Accept; Config.RDMAOnly leaves the soft side
+// out. A Dialer whose provider is auto, on a host with a device, tries
+// rdmacore first and falls back to soft when the peer does not answer over
+// the RDMA connection manager: at once when it answers that nothing listens
+// there or no RDMA device reaches it, after Config.RDMAConnectTimeout
+// (default 1.5 s) when it stays silent. A listener that answers and refuses
+// is not second-guessed. Conn.Provider says what carries a connection and
+// Conn.Fallback why a dial fell back.
+//
 // No OS thread waits per connection: a connection's completion goroutine
 // waits on its completion channel and its connection-manager goroutine on its
 // event channel, both of which park on Go's runtime poller. Steady-state Read

@@ -18,11 +18,16 @@ type ListenConfig struct {
 }
 
 // Listener accepts RDMA connections. *Listener implements net.Listener.
+//
+// On a host with an RDMA device a Listener has two sides on the same
+// ip:port, handed out through one Accept: rdmacore (the RDMA connection
+// manager's port space) and soft (a TCP listener), for peers without a
+// device; Config.RDMAOnly leaves the soft side out. Conn.Provider says which
+// side a connection came in on.
 type Listener struct {
 	provider string
 	cfg      Config
-	ech      verbs.EventChannel
-	id       verbs.CMID
+	sides    []listenSide // the provider's own first, then soft's (mixed.go)
 	addr     *Addr
 
 	ready     chan *Conn    // established connections waiting for Accept
@@ -77,31 +82,15 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 	if err != nil {
 		return fail(la, err)
 	}
-	ech, err := prov.CreateEventChannel()
+	sides, err := listenSides(prov, ta, cfg) // mixed.go
 	if err != nil {
-		return fail(la, err)
-	}
-	id, err := ech.CreateID()
-	if err != nil {
-		ech.Close()
-		return fail(la, err)
-	}
-	if err := id.BindAddr(ta); err != nil {
-		id.Destroy()
-		ech.Close()
-		return fail(la, err)
-	}
-	if err := id.Listen(listenBacklog); err != nil {
-		id.Destroy()
-		ech.Close()
 		return fail(la, err)
 	}
 	l := &Listener{
 		provider: prov.Name(),
 		cfg:      cfg,
-		ech:      ech,
-		id:       id,
-		addr:     fromTCPAddr(id.LocalAddr()),
+		sides:    sides,
+		addr:     fromTCPAddr(sides[0].id.LocalAddr()),
 		ready:    make(chan *Conn, listenBacklog),
 		done:     make(chan struct{}),
 		slots:    make(chan struct{}, maxHandshakes),
@@ -110,8 +99,10 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 		l.addr = la
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Add(1)
-	go l.loop(prov)
+	for _, sd := range sides {
+		l.wg.Add(1)
+		go l.loop(sd)
+	}
 	return l, nil
 }
 
@@ -142,8 +133,10 @@ func (l *Listener) Close() error {
 		err = nil
 		close(l.done)
 		l.cancel()
-		l.id.Destroy()
-		l.ech.Close() // ends loop
+		for _, sd := range l.sides {
+			sd.id.Destroy()
+			sd.ech.Close() // ends its loop
+		}
 		l.wg.Wait()
 		for {
 			select {
@@ -164,15 +157,18 @@ func (l *Listener) Close() error {
 // Addr returns the listener's address.
 func (l *Listener) Addr() net.Addr { return l.addr }
 
-// Provider names the verbs provider the listener accepts on.
+// Provider names the verbs provider the listener accepts on: "rdmacore" on
+// a host with a device (whose listener also accepts soft connections unless
+// Config.RDMAOnly is set), else "soft".
 func (l *Listener) Provider() string { return l.provider }
 
 // loop receives connection requests and hands each to a handshake goroutine,
 // so that a slow or silent peer never holds up the others.
-func (l *Listener) loop(prov verbs.Provider) {
+func (l *Listener) loop(sd listenSide) {
 	defer l.wg.Done()
+	prov := sd.prov
 	for {
-		ev, err := l.ech.GetEvent(time.Time{})
+		ev, err := sd.ech.GetEvent(time.Time{})
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue

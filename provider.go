@@ -28,7 +28,7 @@ func chooseProvider(name string) (verbs.Provider, error) {
 	}
 	switch name {
 	case "", ProviderAuto:
-		if p, err := verbs.Lookup(ProviderRDMACore); err == nil && hasActiveDevice(p) {
+		if p, err := verbs.Lookup(hardwareProvider); err == nil && hasActiveDevice(p) {
 			return p, nil
 		}
 		return verbs.Lookup(ProviderSoft)

@@ -1,0 +1,185 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Mixed fleets: some hosts have an RDMA device, some do not. A listener on a
+// host with a device listens twice on the same ip:port, once in the RDMA
+// connection manager's port space (rdmacore) and once on TCP (soft), so that
+// hosts without a device reach the same service; a dial whose provider is
+// auto tries rdmacore first and falls back to soft when the peer does not
+// answer over the RDMA connection manager. The two port spaces are separate
+// on InfiniBand and RoCE, so the same port number is free in both.
+
+// hardwareProvider is the provider auto prefers when it has a device with an
+// active port. A variable so that tests can put a provider of their own,
+// with a port space of its own, in its place.
+var hardwareProvider = ProviderRDMACore
+
+// listenSide is one provider's listening CM ID and the channel of its events.
+type listenSide struct {
+	prov verbs.Provider
+	ech  verbs.EventChannel
+	id   verbs.CMID
+}
+
+func (sd listenSide) close() {
+	sd.id.Destroy()
+	sd.ech.Close()
+}
+
+// mixedBindAttempts bounds the tries to find a port (when the caller asked
+// for port 0) that is free in both port spaces.
+const mixedBindAttempts = 16
+
+// listenSides binds and listens at ta with prov and, when prov is not soft
+// and cfg allows it, with soft at the same port.
+func listenSides(prov verbs.Provider, ta *net.TCPAddr, cfg Config) ([]listenSide, error) {
+	mixed := prov.Name() != ProviderSoft && !cfg.RDMAOnly
+	var soft verbs.Provider
+	if mixed {
+		var err error
+		if soft, err = verbs.Lookup(ProviderSoft); err != nil {
+			return nil, err
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		first, err := listenOne(prov, ta)
+		if err != nil || !mixed {
+			if err != nil {
+				return nil, err
+			}
+			return []listenSide{first}, nil
+		}
+		at := *first.id.LocalAddr()
+		if ta.IP != nil {
+			at.IP = ta.IP // as asked: the provider may report the device's address for a wildcard
+		}
+		second, err := listenOne(soft, &at)
+		if err == nil {
+			return []listenSide{first, second}, nil
+		}
+		first.close()
+		if ta.Port != 0 || !errors.Is(err, syscall.EADDRINUSE) || attempt == mixedBindAttempts {
+			return nil, fmt.Errorf("rdma: the soft side of a listener on a host with an RDMA device (set Config.RDMAOnly to listen without it): %w", err)
+		}
+		// The port the RDMA CM picked is taken on TCP: pick another.
+	}
+}
+
+func listenOne(prov verbs.Provider, ta *net.TCPAddr) (listenSide, error) {
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		return listenSide{}, err
+	}
+	id, err := ech.CreateID()
+	if err != nil {
+		ech.Close()
+		return listenSide{}, err
+	}
+	sd := listenSide{prov, ech, id}
+	if err := id.BindAddr(ta); err != nil {
+		sd.close()
+		return listenSide{}, err
+	}
+	if err := id.Listen(listenBacklog); err != nil {
+		sd.close()
+		return listenSide{}, err
+	}
+	return sd, nil
+}
+
+// Errors of a listener that answered over the connection manager and
+// refused: a peer that runs this package on a device, so no reason to fall
+// back.
+var (
+	errRefusedHello = &connError{"the listener refused the handshake (malformed or unsupported version)", syscall.ECONNREFUSED}
+	errRefusedNoRes = &connError{"the listener could not set up the connection", syscall.ECONNREFUSED}
+)
+
+// autoProvider reports whether the Config.Provider value (after the
+// environment) leaves the choice to auto.
+func autoProvider(name string) bool {
+	if name == "" {
+		name = envProvider()
+	}
+	return name == "" || name == ProviderAuto
+}
+
+func envProvider() string { return os.Getenv(ProviderEnv) }
+
+// FallbackError is what Conn.Fallback returns: why a dial whose provider is
+// auto, on a host with an RDMA device, is carried by soft.
+type FallbackError struct {
+	Provider string        // the provider tried first: "rdmacore"
+	Err      error         // what that attempt ended with
+	Elapsed  time.Duration // how long it took before soft was tried
+}
+
+func (e *FallbackError) Error() string {
+	return fmt.Sprintf("rdma: fell back to soft after %v: %s attempt: %v", e.Elapsed.Round(time.Millisecond), e.Provider, e.Err)
+}
+
+func (e *FallbackError) Unwrap() error { return e.Err }
+
+// Fallback returns a *FallbackError when the connection was dialed with
+// provider auto on a host with an RDMA device and is carried by soft because
+// the peer did not answer over the RDMA connection manager; else nil.
+func (c *Conn) Fallback() error {
+	if c.fallback == nil {
+		return nil
+	}
+	return c.fallback
+}
+
+// connectWithFallback connects with prov; when prov was chosen by auto and
+// is not soft, a failure that says the peer has no RDMA listener (no answer
+// within cfg.RDMAConnectTimeout, unreachable, nothing listening, no RDMA
+// route) is followed by a soft connect within what is left of ctx.
+func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
+	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
+		return connect(ctx, prov, src, dst, cfg)
+	}
+	soft, err := verbs.Lookup(ProviderSoft)
+	if err != nil {
+		return connect(ctx, prov, src, dst, cfg)
+	}
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
+	c, err := connect(actx, prov, src, dst, cfg)
+	cancel()
+	if err == nil {
+		return c, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // the caller's bound, not ours
+	}
+	if !fallbackOn(err) {
+		return nil, err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("no answer over the RDMA connection manager within %v: %w", cfg.RDMAConnectTimeout, err)
+	}
+	fb := &FallbackError{Provider: prov.Name(), Err: err, Elapsed: time.Since(start)}
+	c, serr := connect(ctx, soft, src, dst, cfg)
+	if serr != nil {
+		return nil, fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err)
+	}
+	c.fallback = fb
+	return c, nil
+}
+
+// fallbackOn reports whether a failed rdmacore connect may be retried on
+// soft: anything but a listener of ours that answered and refused.
+func fallbackOn(err error) bool {
+	return !errors.Is(err, errRefusedHello) && !errors.Is(err, errRefusedNoRes) && !errors.Is(err, errHello)
+}
