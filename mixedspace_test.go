@@ -26,9 +26,9 @@ type spaceProvider struct {
 
 	mu     sync.Mutex
 	ports  map[int]*spaceID // port in this space -> the ID bound to it
-	silent map[int]bool // ports whose connects are never answered
-	force  []int        // ports handed out first for port 0 (tests of collisions)
-	ids    sync.Map     // inner verbs.CMID -> *spaceID
+	silent map[int]bool     // ports whose connects are never answered
+	force  []int            // ports handed out first for port 0 (tests of collisions)
+	ids    sync.Map         // inner verbs.CMID -> *spaceID
 
 	silentAddr *net.TCPAddr // a TCP listener that accepts and never answers
 	deadAddr   *net.TCPAddr // a TCP port nothing listens on
