@@ -16,9 +16,10 @@ import (
 // Benchmarks, after nccl-tests: for a message of S bytes taking t,
 // algbw = S/t, and the bus bandwidth, comparable to a link's bandwidth
 // whatever the group size, is algbw*2(n-1)/n for AllReduce and
-// algbw*(n-1)/n for AllToAll. Each collective benchmark reports busbw and
-// its ratio to the point-to-point bandwidth of one conn of the same kind,
-// measured in the same run.
+// algbw*(n-1)/n for AllToAll. Each collective benchmark reports busbw,
+// the point-to-point bandwidth of one of the group's conns and the per-link
+// bandwidth of a raw ring over them (both measured just before, on the same
+// conns), and the ratios. BenchmarkP2P gives one fresh conn pair's figure.
 //
 //	go test -run '^$' -bench . -benchtime 10x ./collectives
 
@@ -108,52 +109,45 @@ func p2pBandwidth(b *testing.B, a, c net.Conn, total int) float64 {
 	return float64(total) / time.Since(start).Seconds()
 }
 
-// ringBandwidth is the bandwidth of one link while every rank streams
-// total bytes to its right neighbour over the group's own conns, outside
-// the collectives: the ceiling for ring algorithms when, as here, all ranks
-// share the host's cores.
-func ringBandwidth(b *testing.B, gs []*Group, total int) float64 {
+// refBytes is streamed for each reference figure, after a warm-up.
+const refBytes = 48 << 20
+
+// streamBandwidth is the bandwidth of one link while each listed rank
+// streams refBytes to the next over the group's own conns, outside the
+// collectives. With one pair it is the point-to-point figure; with every
+// rank sending to its right neighbour it is the ceiling for ring
+// algorithms when, as on one host, all ranks share the cores.
+func streamBandwidth(b *testing.B, gs []*Group, senders int) float64 {
 	n := len(gs)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for r, g := range gs {
-		right, left := g.links[(r+1)%n].conn, g.links[(r+n-1)%n].conn
-		wg.Add(2)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 1<<20)
-			for sent := 0; sent < total; sent += len(buf) {
-				if _, err := right.Write(buf); err != nil {
-					b.Error(err)
-					return
+	run := func(total int) time.Duration {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for r := 0; r < senders; r++ {
+			right := gs[r].links[(r+1)%n].conn
+			left := gs[(r+1)%n].links[r].conn
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 1<<20)
+				for sent := 0; sent < total; sent += len(buf) {
+					if _, err := right.Write(buf); err != nil {
+						b.Error(err)
+						return
+					}
 				}
-			}
-		}()
-		go func() {
-			defer wg.Done()
-			if _, err := io.CopyN(io.Discard, left, int64(total)); err != nil {
-				b.Error(err)
-			}
-		}()
+			}()
+			go func() {
+				defer wg.Done()
+				if _, err := io.CopyN(io.Discard, left, int64(total)); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		return time.Since(start)
 	}
-	wg.Wait()
-	return float64(total) / time.Since(start).Seconds()
-}
-
-var p2pCache sync.Map // transport name -> bytes/s
-
-// p2pReference measures (once per run and transport) one conn's bandwidth.
-func p2pReference(b *testing.B, tr benchTransport) float64 {
-	if v, ok := p2pCache.Load(tr.name); ok {
-		return v.(float64)
-	}
-	a, c := tr.pair(b)
-	defer a.Close()
-	defer c.Close()
-	p2pBandwidth(b, a, c, 64<<20) // warm up
-	bw := p2pBandwidth(b, a, c, 256<<20)
-	p2pCache.Store(tr.name, bw)
-	return bw
+	run(4 << 20)
+	return float64(refBytes) / run(refBytes).Seconds()
 }
 
 func BenchmarkP2P(b *testing.B) {
@@ -176,11 +170,11 @@ func benchCollective(b *testing.B, factor func(n int) float64, setup func(gs []*
 	for _, tr := range benchTransports {
 		for _, n := range []int{2, 4, 8} {
 			b.Run(name(tr.name, "/n=", n), func(b *testing.B) {
-				ref := p2pReference(b, tr)
 				gs := tr.mesh(b, n)
 				d := newDriver(gs)
 				defer d.stop()
-				ring := ringBandwidth(b, gs, benchBytes)
+				ref := streamBandwidth(b, gs, 1)
+				ring := streamBandwidth(b, gs, n)
 				op := setup(gs)
 				require.NoError(b, d.run(op))
 				b.ReportAllocs()
