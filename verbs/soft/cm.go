@@ -323,7 +323,9 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
 	_ = tr.setReadDeadline(time.Now().Add(hsTimeout))
 	// Destroying the listener ends handshakes in progress.
 	stop := make(chan struct{})
+	id.wg.Add(1) // so that Destroy waits for this watcher too
 	go func() {
+		defer id.wg.Done()
 		select {
 		case <-id.cancel:
 			_ = tr.setReadDeadline(time.Unix(1, 0))
@@ -539,7 +541,9 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	deadline := time.Now().Add(timeout)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	id.wg.Add(1) // so that Destroy waits for this watcher too
 	go func() {
+		defer id.wg.Done()
 		select {
 		case <-id.cancel:
 			cancel()
