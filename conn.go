@@ -806,11 +806,13 @@ func (c *Conn) cmLoop() {
 	}
 }
 
-// keepalive probes the peer when nothing is outstanding on the send queue (if
-// something is, the transport's retry timeout already watches the peer).
+// keepalive probes the peer when no signaled send is outstanding (if one
+// is, the transport's retry timeout already watches the peer). Unsignaled
+// sends at the tail do not count: the transport may have delivered them long
+// ago and watch nothing, and only a signaled WR behind them reports them.
 func (c *Conn) keepalive() {
 	c.mu.Lock()
-	if !c.closed && !c.torn && c.err == nil && c.sqPosted == c.sqDone && c.sqReserved == 0 {
+	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqPosted == c.sqDone || c.unsignaled > 0) {
 		c.postProbeLocked()
 	}
 	c.unlockSubmit()
