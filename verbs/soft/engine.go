@@ -713,8 +713,10 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 			if !ok {
 				// Class C error: NAK the requester, and the responder's
 				// QP goes to ERR too.
-				q.nak(nakRemAccess)
+				// ERR first: the NAK may leave (and the requester see
+				// it) before nak returns, which releases mu to write.
 				q.flush(0, 0, false)
+				q.nak(nakRemAccess)
 				q.mu.Unlock()
 				return false, false, q.tr.discard(h.payloadLen())
 			}
@@ -723,8 +725,8 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 	switch h.typ {
 	case frameReadReq:
 		if q.respTail-q.respHead >= uint32(max(q.attr.MaxDestRdAtomic, 1)) {
-			q.nak(nakInvReq)
 			q.flush(0, 0, false)
+			q.nak(nakInvReq)
 			q.mu.Unlock()
 			return false, false, nil
 		}
@@ -766,8 +768,8 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 			q.rqHead++
 			wc.Status = bad
 			q.rcq.push(&wc, false)
-			q.nak(syn)
 			q.flush(0, 0, false)
+			q.nak(syn)
 			q.mu.Unlock()
 			return false, true, q.tr.discard(h.payloadLen())
 		}

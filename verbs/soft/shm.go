@@ -31,11 +31,15 @@ var (
 	shmUsed atomic.Int64 // connections set up over shared memory (tests)
 )
 
-// defaultShmSpin is the default bounded spin of a reader on an empty ring.
-// A reader that spins holds a CPU for up to this long per wait; it pays off
-// when the peer answers within it (request/response traffic), and costs at
-// most this much CPU per message otherwise.
-const defaultShmSpin = 20 * time.Microsecond
+// defaultShmSpin is the default bounded spin of a reader on an empty ring:
+// none. A reader that spins holds a CPU for up to the spin time per wait.
+// It pays off when the peer answers within it and has a CPU of its own to
+// answer on (a round trip then costs a few microseconds instead of two
+// eventfd wake-ups); on a machine with few CPUs and other work, spinning
+// takes CPU time the peer needs and makes round trips slower (measured on a
+// busy 2-CPU host: 5 us of spin about broke even, 20-50 us doubled the
+// median round trip), hence off by default.
+const defaultShmSpin = 0
 
 func init() {
 	v := strings.ToLower(strings.TrimSpace(os.Getenv("RDMA_SOFT_SHM")))
@@ -57,8 +61,8 @@ func init() {
 func SetSharedMemory(on bool) bool { return shmOn.Swap(on) }
 
 // SetSharedMemorySpin sets how long a reader of a shared-memory connection
-// busy-waits on an empty ring before it sleeps on its eventfd (default 20
-// us, RDMA_SOFT_SHM_SPIN overrides it; 0 never spins). Spinning costs up to
+// busy-waits on an empty ring before it sleeps on its eventfd (default 0:
+// off; RDMA_SOFT_SHM_SPIN, e.g. "5us", sets it too). Spinning costs up to
 // that much CPU time per wait and saves the wake-up of a sleeping reader
 // (a system call on each side and a scheduler hand-off) when data arrives
 // within it. It returns the previous value.

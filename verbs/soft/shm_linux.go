@@ -841,11 +841,10 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 				if t.rx.tail.Load() != t.rhead {
 					return nil
 				}
-				if i%32 == 0 {
+				if i%64 == 0 {
 					if t.intr.Load() || t.closed.Load() || monotime() > end {
 						return nil
 					}
-					runtime.Gosched()
 				}
 			}
 		}

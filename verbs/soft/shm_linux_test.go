@@ -1,0 +1,273 @@
+//go:build linux
+
+package soft
+
+import (
+	"bytes"
+	"io"
+	"math/rand"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// shmPair builds two connected shared-memory transports the way the CM
+// does (rings and eventfds exchanged over a unix socket), without the CM.
+func shmPair(t *testing.T) (a, b *shmTransport) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := ln.AcceptTCP()
+		acc <- c
+	}()
+	ta, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	tb := <-acc
+	require.NotNil(t, tb)
+
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	unixConn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "unix")
+		c, err := net.FileConn(f)
+		f.Close()
+		require.NoError(t, err)
+		return c.(*net.UnixConn)
+	}
+	ua, ub := unixConn(fds[0]), unixConn(fds[1])
+
+	la, err := newShmLocal()
+	require.NoError(t, err)
+	lb, err := newShmLocal()
+	require.NoError(t, err)
+	require.NoError(t, sendSetup(ua, la))
+	pb, err := recvSetup(ub)
+	require.NoError(t, err)
+	require.NoError(t, sendSetup(ub, lb))
+	pa, err := recvSetup(ua)
+	require.NoError(t, err)
+	a, err = newShmTransport(ta, ua, la, pa)
+	require.NoError(t, err)
+	b, err = newShmTransport(tb, ub, lb, pb)
+	require.NoError(t, err)
+	t.Cleanup(func() { a.close(); b.close() })
+	return a, b
+}
+
+// frame writes a header-like 32-byte block and a payload, as the engine does.
+func writeFrame(tr transport, hdr *[hdrLen]byte, payload []byte, v [][]byte) error {
+	v = append(v[:0], hdr[:], payload)
+	_, err := tr.writev(v, true)
+	return err
+}
+
+// A stream of frames of random sizes, some payloads in registered memory
+// (passed by reference), some on the Go heap (copied through the ring),
+// wrapping the ring many times, arrives intact and in order.
+func TestShmTransportStream(t *testing.T) {
+	a, b := shmPair(t)
+	mem, err := verbs.AllocMemory(4 << 20)
+	require.NoError(t, err)
+	defer mem.Free()
+	reg := mem.Bytes()
+	heap := make([]byte, 1<<20)
+	rng := rand.New(rand.NewSource(1))
+	rng.Read(reg)
+	rng.Read(heap)
+
+	type rec struct {
+		src []byte
+	}
+	const n = 3000
+	sizes := make([]rec, n)
+	for i := range sizes {
+		sz := rng.Intn(70000)
+		if i%7 == 0 {
+			sz = rng.Intn(200)
+		}
+		if i%2 == 0 {
+			off := rng.Intn(len(reg) - sz)
+			sizes[i].src = reg[off : off+sz]
+		} else {
+			off := rng.Intn(len(heap) - sz)
+			sizes[i].src = heap[off : off+sz]
+		}
+	}
+	errc := make(chan error, 1)
+	go func() {
+		var hdr [hdrLen]byte
+		var v [][]byte
+		for i, r := range sizes {
+			hdr[0] = byte(i)
+			if err := writeFrame(a, &hdr, r.src, v); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- a.closeWrite()
+	}()
+	var h [hdrLen]byte
+	got := make([]byte, 70000)
+	for i, r := range sizes {
+		require.NoError(t, b.readHeader(&h), "frame %d", i)
+		require.Equal(t, byte(i), h[0])
+		dst := got[:len(r.src)]
+		// Read in two pieces, as the engine does with scatter lists.
+		k := len(dst) / 3
+		require.NoError(t, b.readPayload(dst[:k]))
+		require.NoError(t, b.readPayload(dst[k:]))
+		require.True(t, bytes.Equal(r.src, dst), "frame %d payload differs", i)
+	}
+	require.NoError(t, <-errc)
+	assert.Equal(t, io.EOF, b.readHeader(&h))
+	assert.NotEmpty(t, b.imports, "registered payloads went by reference")
+}
+
+// The data path allocates nothing: a small frame (copied) and a large one
+// from registered memory (by reference), written and read.
+func TestShmTransportAllocs(t *testing.T) {
+	a, b := shmPair(t)
+	mem, err := verbs.AllocMemory(64 << 10)
+	require.NoError(t, err)
+	defer mem.Free()
+	small := make([]byte, 64)
+	big := mem.Bytes()
+	dst := make([]byte, len(big))
+	var hdr, h [hdrLen]byte
+	v := make([][]byte, 0, 4)
+	run := func() {
+		v = append(v[:0], hdr[:], small)
+		if _, err := a.writev(v, true); err != nil {
+			t.Fatal(err)
+		}
+		v = append(v[:0], hdr[:], big)
+		if _, err := a.writev(v, true); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range [][]byte{dst[:64], dst} {
+			if err := b.readHeader(&h); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.readPayload(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run() // the first reference passes the memory's descriptor
+	assert.Zero(t, testing.AllocsPerRun(200, run))
+	assert.Equal(t, big, dst)
+}
+
+// What a peer writes into the ring is checked: garbage fails the read with
+// a protocol error, and nothing panics.
+func TestShmTransportGarbage(t *testing.T) {
+	cases := map[string]func(r *shmRing){
+		"unknown record": func(r *shmRing) {
+			r.data[0] = 99
+			r.tail.Store(8)
+		},
+		"tail beyond the ring": func(r *shmRing) { r.tail.Store(uint64(len(r.data)) + 8) },
+		"unaligned tail":       func(r *shmRing) { r.tail.Store(3) },
+		"data longer than published": func(r *shmRing) {
+			r.data[0] = recData
+			r.data[4] = 100
+			r.tail.Store(16)
+		},
+		"pad not to the end": func(r *shmRing) {
+			r.data[0] = recPad
+			r.tail.Store(8)
+		},
+		"reference out of bounds": func(r *shmRing) {
+			r.data[0] = recRef
+			r.data[4] = 100
+			r.tail.Store(24)
+		},
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			a, b := shmPair(t)
+			if name == "reference out of bounds" {
+				// Make memory id 1 known to b, then point past its end.
+				mem, err := verbs.AllocMemory(4096)
+				require.NoError(t, err)
+				defer mem.Free()
+				_, err = a.export(mem, mem.Bytes())
+				require.NoError(t, err)
+				_, err = b.imported(1)
+				require.NoError(t, err)
+				f(&a.tx)
+				a.tx.data[8] = 1
+				a.tx.data[16+1] = 0x10 // offset 4096
+			} else {
+				f(&a.tx)
+			}
+			var h [hdrLen]byte
+			assert.ErrorIs(t, b.readHeader(&h), errProtocol)
+		})
+	}
+}
+
+// The peer's death (its end of the handshake's TCP connection closing) ends
+// a blocked read at once; close unblocks a reader too.
+func TestShmTransportPeerGoneAndClose(t *testing.T) {
+	a, b := shmPair(t)
+	errc := make(chan error, 1)
+	go func() {
+		var h [hdrLen]byte
+		errc <- b.readHeader(&h)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	a.tcp.Close() // as the kernel does for a killed process
+	select {
+	case err := <-errc:
+		assert.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	case <-time.After(5 * time.Second):
+		t.Fatal("reader not woken by the peer's death")
+	}
+
+	c, d := shmPair(t)
+	_ = c
+	go func() {
+		var h [hdrLen]byte
+		errc <- d.readHeader(&h)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, d.close())
+	select {
+	case err := <-errc:
+		assert.Error(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("reader not woken by close")
+	}
+}
+
+// A writer blocked on a full ring wakes when the reader frees space.
+func TestShmTransportFullRing(t *testing.T) {
+	a, b := shmPair(t)
+	payload := make([]byte, 3*shmRingSize) // Go heap: copied through the ring
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	n, err := a.writev([][]byte{payload}, false)
+	require.NoError(t, err)
+	assert.Less(t, n, len(payload), "a non-blocking write takes only what fits")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.writev([][]byte{payload[n:]}, true)
+		errc <- err
+	}()
+	got := make([]byte, len(payload))
+	require.NoError(t, b.readPayload(got))
+	require.NoError(t, <-errc)
+	assert.Equal(t, payload, got)
+}
