@@ -936,25 +936,33 @@ func (c *Conn) drain() {
 	}
 }
 
-// stopPoller ends pollLoop: after the disconnect the QP is in error, so a
-// probe completes at once (flushed) and wakes it.
+// stopPoller ends pollLoop: with the QP in error, a probe completes at once
+// (flushed) and wakes it. Disconnect has moved the QP there, or is about to:
+// the Modify makes sure. Should no completion wake the poller anyway, the
+// completion channel is closed under it (providers that refuse while CQs use
+// the channel get probes until one gets through).
 func (c *Conn) stopPoller() {
 	c.stopping.Store(true)
-	c.mu.Lock()
-	ok := c.postProbeLocked()
-	c.mu.Unlock()
-	if ok && c.submit() == nil {
-		t := time.NewTimer(2 * time.Second)
-		defer t.Stop()
+	_ = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	for closed := false; ; {
+		c.mu.Lock()
+		ok := c.postProbeLocked()
+		c.mu.Unlock()
+		if ok {
+			c.submit()
+		}
 		select {
 		case <-c.pollerDone:
 			return
 		case <-t.C:
 		}
+		if !closed && c.cch.Close() == nil {
+			closed = true // GetEvent returns ErrClosed
+		}
+		t.Reset(time.Second)
 	}
-	// No completion is coming: closing the channel ends GetEvent.
-	c.cch.Close()
-	<-c.pollerDone
 }
 
 // releaseVerbs destroys the verbs objects newConn created, in the order the
