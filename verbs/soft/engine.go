@@ -33,6 +33,9 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 	q.downNotify = down
 	q.attr.DestQPNum = peer.qpn
 	q.ackEvery = max(1, min(16, int(peer.sqDepth)/4))
+	if h, ok := tr.(interface{ ackEvery(int) int }); ok {
+		q.ackEvery = h.ackEvery(q.ackEvery) // a transport where ACKs are cheap asks for more
+	}
 	q.running = true
 	q.wg.Add(1)
 	q.mu.Unlock()
@@ -300,7 +303,7 @@ const (
 	rxFree       = 0
 	rxBackground = 1
 	rxApp        = 2
-	rxHandback   = 200 * time.Microsecond
+	rxHandback   = time.Millisecond
 )
 
 // rxState is the receive loop's state; only the role holder touches it.
