@@ -409,13 +409,13 @@ var procStart = time.Now()
 // monotime is a monotonic clock reading in nanoseconds.
 func monotime() int64 { return int64(time.Since(procStart)) }
 
-// want asks the background receiver to give the role to c's waiter.
+// want asks the background receiver to give the role to c's waiter. It
+// does so the next time it runs out of input; until then it delivers
+// events through the channel as usual. Interrupting a parked receiver
+// instead would cost two wake-ups where waiting costs at most one.
 func (q *qp) want(c *compChannel) {
 	q.rxWanter.Store(c)
 	q.rxWant.Store(true)
-	if q.rxParked.Load() {
-		q.tr.interrupt()
-	}
 }
 
 // rxIdle runs when the role holder is about to block for input: flush a
