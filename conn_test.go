@@ -301,3 +301,26 @@ func TestNoSliverWrites(t *testing.T) {
 	// each ring wrap, and credit updates: far below two per write.
 	assert.Less(t, posted, uint64(2*count), "send WRs for %d writes", count)
 }
+
+// With PollTime set, Read and Write busy-poll the CQ before sleeping; the
+// data is the same either way.
+func TestPollTime(t *testing.T) {
+	cfg := testConfig()
+	cfg.PollTime = 50 * time.Microsecond
+	cfg.RingSize = 16 << 10
+	c, s := pair(t, cfg)
+	go io.Copy(s, s)
+	want := make([]byte, 1<<20)
+	rand.Read(want)
+	go func() {
+		for off := 0; off < len(want); off += 3000 {
+			if _, err := c.Write(want[off:min(len(want), off+3000)]); err != nil {
+				return
+			}
+		}
+	}()
+	got := make([]byte, len(want))
+	_, err := io.ReadFull(c, got)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got))
+}
