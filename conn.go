@@ -116,8 +116,8 @@ const maxChunk = 64 << 10
 
 // newConn sets up a connection's verbs resources on id (whose device is
 // known: route resolved, or a connect request) and posts its receives.
-func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (c *Conn, err error) {
-	c = &Conn{
+func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (_ *Conn, err error) {
+	c := &Conn{
 		provider:   provider,
 		cfg:        cfg,
 		ech:        ech,
@@ -132,7 +132,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	}
 	defer func() {
 		if err != nil {
-			c.releaseVerbs()
+			c.releaseVerbs() // c, not the nil result
 		}
 	}()
 	ctx := id.Context()

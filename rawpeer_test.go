@@ -257,3 +257,29 @@ func TestGarbageImm(t *testing.T) {
 	})
 	checkServes(t, ln)
 }
+
+// failingDevice is a device whose AllocPD fails: newConn must give back
+// what it set up before (memory) and return the error, not panic.
+type failingDevice struct{ verbs.Context }
+
+func (failingDevice) Query() (verbs.DeviceAttr, error) {
+	return verbs.DeviceAttr{MaxQPWR: 1024, MaxCQE: 4096, MaxInlineData: 64}, nil
+}
+func (failingDevice) AllocPD() (verbs.PD, error) {
+	return nil, verbs.Errorf("ibv_alloc_pd", syscall.ENOMEM, "test")
+}
+
+type idOnDevice struct {
+	verbs.CMID
+	ctx verbs.Context
+}
+
+func (i idOnDevice) Context() verbs.Context { return i.ctx }
+
+func TestNewConnFailureCleansUp(t *testing.T) {
+	_, err := newConn("test", nil, idOnDevice{ctx: failingDevice{}}, testConfig().withDefaults())
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, syscall.ENOMEM), "%v", err)
+	_, err = newConn("test", nil, idOnDevice{}, testConfig().withDefaults())
+	require.Error(t, err, "an ID without a device")
+}
