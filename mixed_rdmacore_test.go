@@ -1,0 +1,81 @@
+package rdma
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The mixed fleet on a real kernel RDMA stack: in the Soft-RoCE VM
+// (scripts/softroce-test.sh) this host has a device, rxe0, so a listener
+// with provider auto has an rdmacore side and a soft side on one ip:port,
+// and an auto dial to a soft-only listener falls back. Outside the VM there
+// is no device and the test skips.
+func TestMixedFleetRDMACore(t *testing.T) {
+	ip := os.Getenv("SOFTROCE_IP")
+	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
+		t.Skip("needs an RDMA device: runs in the Soft-RoCE VM (make test-softroce)")
+	}
+	t.Setenv(ProviderEnv, "")
+	lc := ListenConfig{}
+	l, err := lc.Listen(t.Context(), "rdma", ip+":0")
+	require.NoError(t, err)
+	ln := l.(*Listener)
+	t.Cleanup(func() { ln.Close() })
+	require.Equal(t, ProviderRDMACore, ln.Provider())
+	require.Len(t, ln.sides, 2, "a listener on a host with a device has a soft side too")
+	provs := echoServer(t, ln, 2)
+	addr := ln.Addr().String()
+
+	ac, err := dialCfg(t, nil, addr, 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ProviderRDMACore, ac.Provider())
+	assert.NoError(t, ac.Fallback())
+	assert.Equal(t, ProviderRDMACore, <-provs)
+	roundTrip(t, ac, 200_000)
+
+	// A peer without a device (soft) on the same ip:port.
+	sc, err := dialCfg(t, &Config{Provider: ProviderSoft}, addr, 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ProviderSoft, sc.Provider())
+	assert.Equal(t, ProviderSoft, <-provs)
+	roundTrip(t, sc, 200_000)
+
+	// RDMA only: the soft peer is refused, the rdmacore one served.
+	l2, err := (&ListenConfig{Config: &Config{RDMAOnly: true}}).Listen(t.Context(), "rdma", ip+":0")
+	require.NoError(t, err)
+	ln2 := l2.(*Listener)
+	require.Len(t, ln2.sides, 1)
+	provs2 := echoServer(t, ln2, 1)
+	_, err = dialCfg(t, &Config{Provider: ProviderSoft}, ln2.Addr().String(), 30*time.Second)
+	assert.True(t, errors.Is(err, syscall.ECONNREFUSED), "soft dial to an RDMA-only listener: %v", err)
+	c2, err := dialCfg(t, nil, ln2.Addr().String(), 30*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, ProviderRDMACore, c2.Provider())
+	assert.Equal(t, ProviderRDMACore, <-provs2)
+	roundTrip(t, c2, 1000)
+
+	// A host without a device listens soft only: the auto dial hears
+	// REJECTED (no listener) over the RDMA CM and falls back at once (the
+	// bound is an hour: only the answer can make it fall back).
+	l3, err := (&ListenConfig{Config: softConfig()}).Listen(t.Context(), "rdma", ip+":0")
+	require.NoError(t, err)
+	ln3 := l3.(*Listener)
+	provs3 := echoServer(t, ln3, 1)
+	start := time.Now()
+	fc, err := dialCfg(t, &Config{RDMAConnectTimeout: time.Hour}, ln3.Addr().String(), 30*time.Second)
+	require.NoError(t, err)
+	took := time.Since(start)
+	assert.Equal(t, ProviderSoft, fc.Provider())
+	assert.Equal(t, ProviderSoft, <-provs3)
+	var fb *FallbackError
+	require.True(t, errors.As(fc.Fallback(), &fb), "Fallback() = %v", fc.Fallback())
+	assert.Equal(t, ProviderRDMACore, fb.Provider)
+	t.Logf("rdmacore -> soft fallback: %v spent on the RDMA CM attempt, %v for the whole dial: %v", fb.Elapsed, took, fb)
+	roundTrip(t, fc, 100_000)
+}
