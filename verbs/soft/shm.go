@@ -21,6 +21,13 @@ import (
 // connection stays open as the liveness channel: when the peer process dies
 // the kernel closes it and the connection fails at once. See shm_linux.go;
 // elsewhere only TCP is used.
+//
+// Isolation differs from a NIC's in one respect: a memory block (from
+// verbs.AllocMemory) that a payload is sent from becomes readable as a whole
+// by the peer process, not only the registered range being sent. The peer
+// is a process on the same host that this one chose to connect to; where
+// that is not acceptable, SetSharedMemory(false) or RDMA_SOFT_SHM=0 keeps
+// every byte on TCP.
 
 // transportShm is bit 1 of the handshake's transport set.
 const transportShm = 1 << 1

@@ -271,3 +271,48 @@ func TestShmTransportFullRing(t *testing.T) {
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got)
 }
+
+// A REQ's shared-memory offer is taken only when it is well-formed, from
+// this boot of this host, and its socket answers; otherwise the connection
+// stays on TCP (shmAnswer returns nil).
+func TestShmAnswerRefuses(t *testing.T) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err == nil {
+			defer c.Close()
+			_, _ = io.Copy(io.Discard, c)
+		}
+	}()
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	defer c.Close()
+
+	o := newShmOffer(c.RemoteAddr().(*net.TCPAddr), time.Now().Add(time.Second))
+	require.NotNil(t, o, "an offer to a loopback peer")
+	good := o.extension()
+	o.abort()
+
+	other := append([]byte(nil), good...)
+	other[4] ^= 1 // another boot ID
+	bad := []struct {
+		name string
+		m    hsMsg
+	}{
+		{"not offered", hsMsg{transports: transportTCP, ext: good}},
+		{"no extension", hsMsg{transports: transportTCP | transportShm}},
+		{"other host or boot", hsMsg{transports: transportTCP | transportShm, ext: other}},
+		{"truncated", hsMsg{transports: transportTCP | transportShm, ext: good[:len(good)-1]}},
+		{"nobody listening", hsMsg{transports: transportTCP | transportShm, ext: good}}, // the offer was withdrawn
+	}
+	for _, tc := range bad {
+		assert.Nil(t, shmAnswer(&tc.m, c, time.Now().Add(time.Second)), tc.name)
+	}
+	prev := SetSharedMemory(false)
+	assert.Nil(t, newShmOffer(c.RemoteAddr().(*net.TCPAddr), time.Now().Add(time.Second)), "shared memory turned off")
+	SetSharedMemory(prev)
+	// Not an address of this host (TEST-NET-1; only compared, never contacted).
+	assert.Nil(t, newShmOffer(&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}, time.Now()), "a peer on another host")
+}
