@@ -7,13 +7,16 @@
 #
 # What runs: verbs/rdmacore's tests, which hold the verbs conformance suite
 # (verbstest) and rdma.Conn's net.Conn behaviour (nettest, half-close, peer
-# death, yamux, net/http, churn) over the rdmacore provider. The root
+# death, yamux, net/http, churn) over the rdmacore provider; the VM tests of
+# other packages listed in VM_TESTS below (collectives' Join and AllReduce
+# over rdmacore). The root
 # package's own tests pick the soft provider and 127.0.0.1 themselves, so in
 # the guest they would only test soft, slowly: SOFTROCE_ROOT_TESTS=1 adds them
 # (run with RDMA_PROVIDER=rdmacore), for when they honour it.
 #
 # Environment: GO (go), SOFTROCE_RUN (path of run-in-vm.sh), SOFTROCE_RACE
 # ("-race", or "" to build without the race detector), SOFTROCE_ROOT_TESTS,
+# SOFTROCE_VM_TESTS (replaces the VM_TESTS list),
 # TESTFLAGS (extra flags for every test binary, e.g. "-test.v -test.run Conformance").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,10 +49,21 @@ mkdir -p "$OUT"
 echo "test-softroce: building test binaries ($RACE)"
 # shellcheck disable=SC2086
 $GO test $RACE -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
+# Other packages' tests made for the VM (they skip without SOFTROCE_DEV):
+# package:test-regexp pairs; add yours here.
+VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore}
+: >"$OUT/packages"
+for entry in $VM_TESTS; do
+	pkg=${entry%%:*}
+	name=$(echo "${pkg#./}" | tr / -)
+	# shellcheck disable=SC2086
+	$GO test $RACE -c -o "$OUT/pkg-$name.test" "$pkg"
+	echo "$name ${entry#*:}" >>"$OUT/packages"
+done
 if [ "${SOFTROCE_ROOT_TESTS:-0}" = 1 ]; then
 	# Without -race: the guest is emulated, and the root package's tests are
 	# timing-heavy (yamux write timeouts, churn).
-	$GO test -c -o "$OUT/rdma.test" .
+	$GO test -c -o "$OUT/root.test" .
 fi
 
 cat >"$OUT/run.sh" <<'GUEST'
@@ -58,9 +72,13 @@ cat >"$OUT/run.sh" <<'GUEST'
 status=0
 echo "== verbs/rdmacore on $SOFTROCE_DEV ($SOFTROCE_IP): provider tests and the verbs conformance suite"
 ./rdmacore.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
-if [ -x ./rdma.test ]; then
+while read -r name run; do
+	echo "== $name: tests $run"
+	./pkg-$name.test -test.count=1 -test.timeout=10m -test.run "$run" $TESTFLAGS </dev/null || status=1
+done <packages
+if [ -x ./root.test ]; then
 	echo "== rdma (root package) with RDMA_PROVIDER=rdmacore"
-	RDMA_PROVIDER=rdmacore ./rdma.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
+	RDMA_PROVIDER=rdmacore ./root.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
 fi
 exit $status
 GUEST
