@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/internal/netnstest"
 )
 
 // The mixed fleet on a real kernel RDMA stack: in the Soft-RoCE VM
@@ -78,4 +80,42 @@ func TestMixedFleetRDMACore(t *testing.T) {
 	assert.Equal(t, ProviderRDMACore, fb.Provider)
 	t.Logf("rdmacore -> soft fallback: %v spent on the RDMA CM attempt, %v for the whole dial: %v", fb.Elapsed, took, fb)
 	roundTrip(t, fc, 100_000)
+}
+
+// A peer whose host has no RDMA device, on the far side of a wire: in the
+// Soft-RoCE VM, scripts/softroce-mixed.sh puts namespace $MIXED_NETNS at the
+// end of a veth pair whose near end carries an rxe device; the far end has
+// none, so the connect request the RDMA CM sends there is never answered (no
+// REJECTED, as from a host whose NIC is not RDMA-capable), and an auto dial
+// falls back to soft after Config.RDMAConnectTimeout. Skipped elsewhere.
+func TestMixedSilentPeerRDMACore(t *testing.T) {
+	if netnsChild(t) {
+		return
+	}
+	ns, peer := os.Getenv("MIXED_NETNS"), os.Getenv("MIXED_PEER")
+	if os.Getenv("SOFTROCE_DEV") == "" || ns == "" || peer == "" {
+		t.Skip("needs the Soft-RoCE VM set up by scripts/softroce-mixed.sh (make test-softroce-mixed)")
+	}
+	t.Setenv(ProviderEnv, "")
+	h := &netnstest.Host{NS: ns, IP: peer}
+	addr := peer + ":7000"
+	srv := startChild(t, h, "TestMixedSilentPeerRDMACore", "server "+addr)
+	t.Logf("soft-only server in %s: %s", ns, srv.expect(t, "LISTENING", time.Minute))
+
+	for _, bound := range []time.Duration{1500 * time.Millisecond, 500 * time.Millisecond} {
+		start := time.Now()
+		c, err := dialCfg(t, &Config{RDMAConnectTimeout: bound}, addr, time.Minute)
+		require.NoError(t, err)
+		took := time.Since(start)
+		assert.Equal(t, ProviderSoft, c.Provider())
+		var fb *FallbackError
+		require.True(t, errors.As(c.Fallback(), &fb), "Fallback() = %v", c.Fallback())
+		assert.Equal(t, ProviderRDMACore, fb.Provider)
+		assert.GreaterOrEqual(t, fb.Elapsed, bound)
+		t.Logf("RDMAConnectTimeout %v: fell back after %v, dial took %v in all: %v", bound, fb.Elapsed, took, fb)
+		_, err = c.Write([]byte{'e'})
+		require.NoError(t, err)
+		roundTrip(t, c, 100_000)
+		c.Close()
+	}
 }
