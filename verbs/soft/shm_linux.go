@@ -508,7 +508,7 @@ type shmTransport struct {
 	open     bool   // a recData record is open at recAt
 	recAt    uint64
 	recN     uint64
-	exports  map[*verbs.Memory]uint32
+	exports  map[*verbs.Memory]shmExport
 	lastMem  *verbs.Memory
 	lastID   uint32
 	nextID   uint32
@@ -537,7 +537,7 @@ func signalFD(fd int) { _, _ = unix.Write(fd, one[:]) }
 func newShmTransport(c *net.TCPConn, uc *net.UnixConn, l *shmLocal, p *shmPeer) (*shmTransport, error) {
 	t := &shmTransport{tcp: c, uc: uc, rx: viewRing(l.ring), tx: viewRing(p.ring),
 		peerData: p.evData, peerSpace: p.evSpace, imports: map[uint32][]byte{},
-		exports: map[*verbs.Memory]uint32{}, watchDone: make(chan struct{})}
+		exports: map[*verbs.Memory]shmExport{}, watchDone: make(chan struct{})}
 	t.size = uint64(len(t.tx.data))
 	t.myData, t.mySpace = l.evData, l.evSpace
 	t.evData = os.NewFile(uintptr(l.evData), "eventfd")
@@ -925,19 +925,51 @@ func (t *shmTransport) refOf(b []byte) (uint32, uint64, bool) {
 	if m == t.lastMem {
 		return t.lastID, uint64(off), true
 	}
-	id, ok := t.exports[m]
+	e, ok := t.exports[m]
 	if !ok {
+		t.sweep()
 		if len(t.exports) >= maxExports {
 			return 0, 0, false
 		}
-		var err error
-		if id, err = t.export(m, b); err != nil {
+		id, err := t.export(m, b)
+		if err != nil {
 			return 0, 0, false
 		}
-		t.exports[m] = id
+		e = shmExport{id: id, probe: b[:1:1]}
+		t.exports[m] = e
 	}
-	t.lastMem, t.lastID = m, id
-	return id, uint64(off), true
+	t.lastMem, t.lastID = m, e.id
+	return e.id, uint64(off), true
+}
+
+// shmExport is a memory passed to the peer: its id, and a byte of it by
+// which to tell whether it is still allocated (the slice is only compared,
+// never read: the memory may be unmapped).
+type shmExport struct {
+	id    uint32
+	probe []byte
+}
+
+// sweep tells the peer to unmap the memories passed to it that have been
+// freed since (recUnmap records), as far as the ring has room now.
+func (t *shmTransport) sweep() {
+	for m, e := range t.exports {
+		if cur, _ := verbs.MemoryOf(e.probe); cur == m {
+			continue
+		}
+		t.closeRec()
+		if ok, err := t.reserve(recHdr + 8); !ok || err != nil {
+			return
+		}
+		p := t.wpos & t.tx.mask
+		binary.LittleEndian.PutUint64(t.tx.data[p:], uint64(recUnmap))
+		binary.LittleEndian.PutUint64(t.tx.data[p+8:], uint64(e.id))
+		t.wpos += recHdr + 8
+		delete(t.exports, m)
+		if t.lastMem == m {
+			t.lastMem = nil
+		}
+	}
 }
 
 // export passes a read-only descriptor of m's memfd to the peer (which can

@@ -316,3 +316,33 @@ func TestShmAnswerRefuses(t *testing.T) {
 	// Not an address of this host (TEST-NET-1; only compared, never contacted).
 	assert.Nil(t, newShmOffer(&net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1}, time.Now()), "a peer on another host")
 }
+
+// Memory freed by the sender is unmapped by the receiver once the sender
+// passes its next memory: the peer does not keep freed blocks alive.
+func TestShmTransportUnmapsFreedMemory(t *testing.T) {
+	a, b := shmPair(t)
+	var hdr, h [hdrLen]byte
+	dst := make([]byte, 8192)
+	send := func(m *verbs.Memory) {
+		t.Helper()
+		_, err := a.writev([][]byte{hdr[:], m.Bytes()[:4096]}, true)
+		require.NoError(t, err)
+		require.NoError(t, b.readHeader(&h))
+		require.NoError(t, b.readPayload(dst[:4096]))
+		assert.Equal(t, m.Bytes()[:4096], dst[:4096])
+	}
+	m1, err := verbs.AllocMemory(8192)
+	require.NoError(t, err)
+	m1.Bytes()[0] = 1
+	send(m1)
+	require.Len(t, b.imports, 1)
+	require.NoError(t, m1.Free())
+
+	m2, err := verbs.AllocMemory(8192)
+	require.NoError(t, err)
+	defer m2.Free()
+	m2.Bytes()[0] = 2
+	send(m2)
+	assert.Len(t, b.imports, 1, "the freed memory's mapping is gone")
+	assert.Len(t, a.exports, 1)
+}
