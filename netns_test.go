@@ -3,6 +3,7 @@ package rdma
 import (
 	"bufio"
 	"bytes"
+	crand "crypto/rand"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -55,14 +56,15 @@ func netnsChild(t *testing.T) bool {
 // netnsServe listens at addr and serves until killed. The first byte of a
 // conn picks what it gets: 'e' echo; 'p' pairing, two such conns spliced
 // together (so that a client can get both ends of a pipe that crosses the
-// wire twice); 's' one exchange, then a Read until it fails, reported on
+// wire twice; 'p' is followed by an 8-byte key, and the two conns that send
+// the same key are spliced, as several clients pair at once); 's' one exchange, then a Read until it fails, reported on
 // stdout.
 func netnsServe(t *testing.T, addr string) {
 	ln, err := Listen("rdma", addr)
 	require.NoError(t, err)
 	fmt.Println("LISTENING", ln.Addr(), ln.(*Listener).Provider())
 	var mu sync.Mutex
-	var waiting net.Conn
+	waiting := map[[8]byte]net.Conn{} // pairing conns by the key they sent
 	for {
 		c, err := ln.Accept()
 		require.NoError(t, err)
@@ -77,11 +79,16 @@ func netnsServe(t *testing.T, addr string) {
 				io.Copy(c, c)
 				c.Close()
 			case 'p':
+				var key [8]byte
+				if _, err := io.ReadFull(c, key[:]); err != nil {
+					c.Close()
+					return
+				}
 				mu.Lock()
-				o := waiting
-				waiting = nil
+				o := waiting[key]
+				delete(waiting, key)
 				if o == nil {
-					waiting = c
+					waiting[key] = c
 				}
 				mu.Unlock()
 				if o != nil {
@@ -132,12 +139,12 @@ func readErr(c net.Conn) error {
 	}
 }
 
-func netnsDial(t *testing.T, addr string, mode byte) net.Conn {
+func netnsDial(t *testing.T, addr string, mode ...byte) net.Conn {
 	t.Helper()
 	d := Dialer{Timeout: 20 * time.Second}
 	c, err := d.Dial("rdma", addr)
 	require.NoError(t, err)
-	_, err = c.Write([]byte{mode})
+	_, err = c.Write(mode)
 	require.NoError(t, err)
 	return c
 }
@@ -176,8 +183,11 @@ func netnsClient(t *testing.T, addr string) {
 	}
 	wg.Wait()
 	nettest.TestConn(t, func() (c1, c2 net.Conn, stop func(), err error) {
-		c1 = netnsDial(t, addr, 'p')
-		c2 = netnsDial(t, addr, 'p')
+		key := make([]byte, 9)
+		key[0] = 'p'
+		crand.Read(key[1:])
+		c1 = netnsDial(t, addr, key...)
+		c2 = netnsDial(t, addr, key...)
 		return c1, c2, func() { c1.Close(); c2.Close() }, nil
 	})
 }
