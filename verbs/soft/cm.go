@@ -334,13 +334,17 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
 	}()
 	m, err := readHandshake(tr)
 	close(stop)
-	release()
 	if err != nil || m.typ != msgREQ {
+		release()
 		c.Close()
 		return
 	}
 	_ = tr.setReadDeadline(time.Time{})
+	// Setting up shared memory (a local exchange, at most shmTimeout) still
+	// holds the handshake slot, so that requests naming slow sockets are
+	// bounded like slow requests.
 	shm := shmAnswer(&m, c, time.Now().Add(hsTimeout))
+	release()
 	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext, shm: shm,
 		cancel: make(chan struct{}), timeout: rtuTimeout,
 		local: copyAddr(c.LocalAddr().(*net.TCPAddr)), remote: copyAddr(c.RemoteAddr().(*net.TCPAddr))}
