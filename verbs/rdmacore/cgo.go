@@ -363,8 +363,9 @@ func ibvQueryPort(ctx ctxPtr, port int) (verbs.PortAttr, syscall.Errno) {
 
 func ibvQueryGID(ctx ctxPtr, port, index int) (verbs.GID, syscall.Errno) {
 	var g C.union_ibv_gid
-	if r := C.ibv_query_gid((*C.struct_ibv_context)(ctx), C.uint8_t(port), C.int(index), &g); r != 0 {
-		return verbs.GID{}, errnoOf(syscall.Errno(-r))
+	// ibv_query_gid returns -1 and sets errno.
+	if r, err := C.ibv_query_gid((*C.struct_ibv_context)(ctx), C.uint8_t(port), C.int(index), &g); r != 0 {
+		return verbs.GID{}, errnoOf(err)
 	}
 	var out verbs.GID
 	copy(out[:], unsafe.Slice((*byte)(unsafe.Pointer(&g)), 16))

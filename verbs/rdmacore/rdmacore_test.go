@@ -119,6 +119,11 @@ func TestDeviceQuery(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.EINVAL)
 	_, err = ctx.QueryGID(1, 0)
 	require.NoError(t, err)
+	_, err = ctx.QueryGID(1, pa.GIDTblLen+1)
+	var ve *verbs.Error
+	require.ErrorAs(t, err, &ve)
+	assert.Equal(t, "ibv_query_gid", ve.Op)
+	assert.NotEqual(t, syscall.EPERM, ve.Errno, "errno, not the -1 return value")
 }
 
 func TestRegMRRefusesGoMemory(t *testing.T) {
