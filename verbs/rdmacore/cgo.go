@@ -386,8 +386,6 @@ func ibvDeallocPD(pd pdPtr) syscall.Errno {
 	return syscall.Errno(C.ibv_dealloc_pd((*C.struct_ibv_pd)(pd)))
 }
 
-func pdContext(pd pdPtr) ctxPtr { return ctxPtr((*C.struct_ibv_pd)(pd).context) }
-
 // ibvRegMR registers n bytes at addr, which is memory outside the Go heap.
 func ibvRegMR(pd pdPtr, addr unsafe.Pointer, n int, access verbs.Access) (mrPtr, uint32, uint32, syscall.Errno) {
 	m, err := C.ibv_reg_mr((*C.struct_ibv_pd)(pd), addr, C.size_t(n), C.int(access))
