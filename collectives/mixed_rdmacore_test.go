@@ -2,7 +2,10 @@ package collectives
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,4 +96,107 @@ func TestMixedGroupRDMACore(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A mixed group across a wire (make test-softroce-mixed): ranks 0 and 1 on
+// this host, which has an RDMA device (provider auto: rdmacore between
+// them), rank 2 a process in namespace $MIXED_NETNS at $MIXED_PEER, across
+// a veth pair, with no device (soft). Rank 1's dial to rank 2 goes out over
+// the RDMA CM, is never answered, and falls back to soft after
+// Config.RDMAConnectTimeout; rank 2's dial to the root reaches the soft side
+// of its listener. The ranks run childRun's operations (AllReduce,
+// AllToAll, Barrier) and check the results. Skipped elsewhere.
+func TestMixedWireRDMACore(t *testing.T) {
+	ns, peer, local := os.Getenv("MIXED_NETNS"), os.Getenv("MIXED_PEER"), os.Getenv("MIXED_LOCAL")
+	if os.Getenv("SOFTROCE_DEV") == "" || ns == "" || peer == "" || local == "" {
+		t.Skip("needs the Soft-RoCE VM set up by scripts/softroce-mixed.sh (make test-softroce-mixed)")
+	}
+	t.Setenv(rdma.ProviderEnv, "")
+	const n = 3
+	root := freeAddr(t, local)
+	far := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
+	far.Env = append(os.Environ(), childEnv+"=1", "RDMA_RANK=2", "RDMA_WORLD_SIZE=3",
+		"RDMA_ROOT_ADDR="+root, "RDMA_LOCAL_ADDR="+peer, "RDMA_PROVIDER=soft")
+	farOut := make(chan string, 1)
+	go func() {
+		out, err := far.CombinedOutput()
+		farOut <- fmt.Sprintf("%s (exit: %v)", out, err)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	errs := make(chan error, 2)
+	gs := make([]*Group, 2)
+	for r := 0; r < 2; r++ {
+		go func() {
+			b := Bootstrap{LocalAddr: local}
+			g, err := b.Join(ctx, r, n, root)
+			if err != nil {
+				errs <- err
+				return
+			}
+			gs[r] = g
+			errs <- childOps(ctx, g)
+		}()
+	}
+	for r := 0; r < 2; r++ {
+		assert.NoError(t, <-errs)
+	}
+	out := <-farOut
+	require.True(t, strings.HasPrefix(out, "OK\n"), "rank 2 (in %s): %s", ns, out)
+	for r, g := range gs {
+		if g == nil {
+			continue
+		}
+		for p, l := range g.links {
+			if l == nil {
+				continue
+			}
+			c := l.conn.(*rdma.Conn)
+			want := rdma.ProviderRDMACore
+			if p == 2 {
+				want = rdma.ProviderSoft
+			}
+			assert.Equal(t, want, c.Provider(), "rank %d -> rank %d", r, p)
+			if fb := c.Fallback(); fb != nil {
+				t.Logf("rank %d -> rank %d: %v", r, p, fb)
+			}
+		}
+		g.Close()
+	}
+}
+
+// childOps runs what childRun runs after its Join, with the same data and
+// checks, so that ranks in this process and in child processes make one
+// group.
+func childOps(ctx context.Context, g *Group) error {
+	n, r := g.Size(), g.Rank()
+	buf := make([]float64, 100003)
+	for i := range buf {
+		buf[i] = float64(r*i%7) - 3
+	}
+	if err := AllReduce(ctx, g, buf, buf, Sum); err != nil {
+		return err
+	}
+	for i := range buf {
+		var want float64
+		for q := 0; q < n; q++ {
+			want += float64(q*i%7) - 3
+		}
+		if buf[i] != want {
+			return fmt.Errorf("rank %d: AllReduce element %d is %v, want %v", r, i, buf[i], want)
+		}
+	}
+	send, recv := make([]byte, n*1000), make([]byte, n*1000)
+	for i := range send {
+		send[i] = byte(r ^ i/1000)
+	}
+	if err := g.AllToAll(ctx, send, recv); err != nil {
+		return err
+	}
+	for i := range recv {
+		if recv[i] != byte(i/1000^r) {
+			return fmt.Errorf("rank %d: AllToAll byte %d is %d", r, i, recv[i])
+		}
+	}
+	return g.Barrier(ctx)
 }

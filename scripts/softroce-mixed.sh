@@ -8,8 +8,9 @@
 # TestMixedSilentPeerRDMACore dials it with provider auto and must fall back
 # to soft after Config.RDMAConnectTimeout (the connect request is never
 # answered); TestMixedFleetRDMACore (one listener, both providers; fallback
-# on REJECTED) and collectives' TestMixedGroupRDMACore (2 rdmacore + 2 soft
-# ranks) run too. Addresses 10.77.1.1 and 10.77.1.2 exist only inside the
+# on REJECTED), collectives' TestMixedGroupRDMACore (2 rdmacore + 2 soft
+# ranks) and TestMixedWireRDMACore (2 ranks here on rdmacore, 1 across the
+# wire on soft) run too. Addresses 10.77.1.1 and 10.77.1.2 exist only inside the
 # guest, which has no network card.
 #
 # The guest image has no veth module: this script takes veth.ko from the
@@ -100,8 +101,9 @@ status=0
 echo "== rdma: mixed fleet on $SOFTROCE_DEV, and a peer without RDMA across the veth wire"
 MIXED_NETNS=far MIXED_PEER=10.77.1.2 ./rdma.test -test.count=1 -test.timeout=5m -test.v \
 	-test.run 'TestMixedFleetRDMACore|TestMixedSilentPeerRDMACore' $TESTFLAGS || status=1
-echo "== collectives: a group of rdmacore and soft ranks"
-./collectives.test -test.count=1 -test.timeout=5m -test.v -test.run 'TestMixedGroupRDMACore' $TESTFLAGS || status=1
+echo "== collectives: a group of rdmacore and soft ranks; one across the wire"
+MIXED_NETNS=far MIXED_PEER=10.77.1.2 MIXED_LOCAL=10.77.1.1 ./collectives.test -test.count=1 -test.timeout=5m -test.v \
+	-test.run 'TestMixedGroupRDMACore|TestMixedWireRDMACore' $TESTFLAGS || status=1
 exit $status
 GUEST
 chmod +x "$OUT/run.sh"
