@@ -128,12 +128,14 @@ bench:
 .PHONY: test-softroce
 test-softroce:
 	GO=$(GO) scripts/softroce-test.sh
+	GO=$(GO) scripts/softroce-mixed.sh
 
 # --- Mixed fleets on Soft-RoCE (mixed-cluster helper) ------------------------
 # In the same guest: a veth pair from the guest's rxe-carrying namespace to one
 # without RDMA; an auto dial across it falls back to soft after
-# Config.RDMAConnectTimeout; plus the mixed listener and a group of rdmacore
-# and soft ranks (those two also run in test-softroce). ~2.5 min.
+# Config.RDMAConnectTimeout, and a group with a rank across it; plus the mixed
+# listener and a group of rdmacore and soft ranks. Part of test-softroce
+# (~40 s more: a second guest boot).
 .PHONY: test-softroce-mixed
 test-softroce-mixed:
 	GO=$(GO) scripts/softroce-mixed.sh
