@@ -67,6 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var outMu sync.Mutex
 	cmds := make([]*exec.Cmd, *n)
 	var copiers sync.WaitGroup
+	var writeEnds []*os.File // the children's ends of the output pipes
 	for r := range cmds {
 		cmd := exec.Command(prog[0], prog[1:]...)
 		cmd.Env = append(os.Environ(),
@@ -76,16 +77,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"RDMA_LOCAL_ADDR="+hostList[r%len(hostList)],
 		)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		so, _ := cmd.StdoutPipe()
-		se, _ := cmd.StderrPipe()
-		for _, p := range []struct {
-			r io.Reader
-			w io.Writer
-		}{{so, stdout}, {se, stderr}} {
+		// Our own pipes, not StdoutPipe: Wait closes those as soon as the
+		// rank exits, which can drop its last lines before they are copied.
+		// These are read to EOF; the write ends close after Start below.
+		for _, w := range []struct {
+			dst  io.Writer
+			into *io.Writer
+		}{{stdout, &cmd.Stdout}, {stderr, &cmd.Stderr}} {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				fmt.Fprintf(stderr, "rdmarun: %v\n", err)
+				return 1
+			}
+			*w.into = pw
+			writeEnds = append(writeEnds, pw)
 			copiers.Add(1)
 			go func() {
 				defer copiers.Done()
-				prefixLines(p.r, p.w, fmt.Sprintf("[%d] ", r), &outMu)
+				defer pr.Close()
+				prefixLines(pr, w.dst, fmt.Sprintf("[%d] ", r), &outMu)
 			}()
 		}
 		cmds[r] = cmd
@@ -107,6 +117,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		started++
 		go func() { exits <- exit{r, cmd.Wait()} }()
 	}
+	// The children hold their own copies now: closing ours lets each copier
+	// see EOF once its rank (and anything it started) has exited.
+	for _, w := range writeEnds {
+		w.Close()
+	}
 	alive := make([]bool, len(cmds))
 	for r := 0; r < started; r++ {
 		alive[r] = true
@@ -121,13 +136,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case e := <-exits:
 			left--
 			alive[e.rank] = false
+			if e.err != nil {
+				// Every failure is reported; the exit status is the first
+				// one seen (survivors of a dead rank may be reaped first).
+				fmt.Fprintf(stderr, "rdmarun: rank %d: %v\n", e.rank, e.err)
+			}
 			if e.err != nil && status == 0 {
 				status = 1
 				var ee *exec.ExitError
 				if errors.As(e.err, &ee) && ee.ExitCode() > 0 {
 					status = ee.ExitCode()
 				}
-				fmt.Fprintf(stderr, "rdmarun: rank %d: %v\n", e.rank, e.err)
 				killTimer = time.After(*grace)
 			}
 		case <-killTimer:
