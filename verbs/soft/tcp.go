@@ -5,7 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -34,9 +34,17 @@ type tcpTransport struct {
 	readFn   func(fd uintptr) bool
 	onIdle   func(boundary bool) bool
 	idled    bool
-	boundary bool         // the current read is between frames
-	intr     atomic.Bool  // interrupt requested
-	deadline atomic.Int64 // the read deadline the engine set (unix ns, 0 none)
+	boundary bool // the current read is between frames
+
+	// The socket's read deadline is both the engine's deadline and, set
+	// in the past, interrupt's way to wake a parked read. dlMu orders the
+	// two: while an interrupt is pending (intr), the deadline stays in the
+	// past, so that a concurrent setReadDeadline (rdma_disconnect's, say)
+	// cannot re-park a read the interrupt has just woken, which would lose
+	// the interrupt.
+	dlMu     sync.Mutex
+	intr     bool  // interrupt requested, not yet seen by the reader
+	deadline int64 // the read deadline the engine set (unix ns, 0 none)
 
 	// Write side, used by one goroutine at a time.
 	wiov    []unix.Iovec
@@ -124,11 +132,13 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 		err := t.rc.Read(t.readFn)
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 			// Either the engine's deadline passed, or interrupt moved it.
-			if d := t.deadline.Load(); d == 0 || time.Now().UnixNano() < d {
-				t.restoreDeadline()
-				if t.boundary && t.intr.Swap(false) {
+			if !t.deadlinePassed() {
+				if t.takeInterrupt() && t.boundary {
 					err = errInterrupted
 				} else {
+					// Inside a frame the read carries on: the engine
+					// looks for what the interrupt was about before the
+					// next frame.
 					continue
 				}
 			}
@@ -141,17 +151,34 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 	}
 }
 
-func (t *tcpTransport) restoreDeadline() {
+// deadlinePassed reports whether the engine's read deadline has passed.
+func (t *tcpTransport) deadlinePassed() bool {
+	t.dlMu.Lock()
+	d := t.deadline
+	t.dlMu.Unlock()
+	return d != 0 && time.Now().UnixNano() >= d
+}
+
+// takeInterrupt consumes a pending interrupt, reporting whether there was
+// one, and puts the engine's deadline back on the socket.
+func (t *tcpTransport) takeInterrupt() bool {
+	t.dlMu.Lock()
+	defer t.dlMu.Unlock()
+	was := t.intr
+	t.intr = false
 	var d time.Time
-	if ns := t.deadline.Load(); ns != 0 {
-		d = time.Unix(0, ns)
+	if t.deadline != 0 {
+		d = time.Unix(0, t.deadline)
 	}
 	_ = t.c.SetReadDeadline(d)
+	return was
 }
 
 func (t *tcpTransport) interrupt() {
-	t.intr.Store(true)
+	t.dlMu.Lock()
+	t.intr = true
 	_ = t.c.SetReadDeadline(time.Unix(1, 0))
+	t.dlMu.Unlock()
 }
 
 func (t *tcpTransport) readHeader(h *[hdrLen]byte) error {
@@ -319,7 +346,12 @@ func (t *tcpTransport) setReadDeadline(d time.Time) error {
 	if !d.IsZero() {
 		ns = d.UnixNano()
 	}
-	t.deadline.Store(ns)
+	t.dlMu.Lock()
+	defer t.dlMu.Unlock()
+	t.deadline = ns
+	if t.intr {
+		return nil // the reader puts it on the socket once it has woken
+	}
 	return t.c.SetReadDeadline(d)
 }
 
