@@ -424,19 +424,25 @@ func (q *qp) want(c *compChannel) {
 func (q *qp) rxIdle(boundary bool) bool {
 	r := &q.rx
 	if r.owed > 0 {
-		if r.woke && r.drv == nil {
-			// A consumer was just woken; let it run first so that its
-			// reply carries the ACK and no standalone one is needed.
-			runtime.Gosched()
-		}
-		r.woke = false
+		woke := r.woke
+		r.woke, r.owed = false, 0
 		q.mu.Lock()
+		if woke && q.lastAckSent != q.ackable() {
+			// A consumer was just woken and has not replied yet: let it
+			// run first, so that its reply carries the ACK and no
+			// standalone one is needed. That consumer may be another
+			// goroutine even when a GetEvent waiter holds the role (one
+			// that hands completions on, as rdma.Conn's completion
+			// goroutine does to its reader).
+			q.mu.Unlock()
+			runtime.Gosched()
+			q.mu.Lock()
+		}
 		if q.lastAckSent != q.ackable() {
 			q.ackWanted = true
 			q.kick()
 		}
 		q.mu.Unlock()
-		r.owed = 0
 	}
 	if !boundary {
 		return false
