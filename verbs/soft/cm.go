@@ -360,7 +360,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
 	ch := id.ch
 	id.mu.Unlock()
 	ch.push(verbs.CMEvent{Type: verbs.EventConnectRequest, ID: child, Listen: id, Param: verbs.ConnParam{
-		PrivateData:        append([]byte(nil), m.priv...),
+		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataConnect),
 		ResponderResources: int(m.respRes),
 		InitiatorDepth:     int(m.initDepth),
 		RetryCount:         int(m.retry),
@@ -559,7 +559,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
-			id.connectFailed(verbs.EventRejected, verbs.RejectStatusNoListener, verbs.ConnParam{})
+			id.connectFailed(verbs.EventRejected, verbs.RejectStatusNoListener, verbs.ConnParam{PrivateData: padPrivateData(nil, verbs.MaxPrivateDataReject)})
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
 			id.connectFailed(verbs.EventUnreachable, -int(syscall.ETIMEDOUT), verbs.ConnParam{})
 		default:
@@ -613,7 +613,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	}
 	if m.typ == msgREJ {
 		c.Close()
-		id.connectFailed(verbs.EventRejected, verbs.RejectStatusConsumer, verbs.ConnParam{PrivateData: append([]byte(nil), m.priv...)})
+		id.connectFailed(verbs.EventRejected, verbs.RejectStatusConsumer, verbs.ConnParam{PrivateData: padPrivateData(m.priv, verbs.MaxPrivateDataReject)})
 		return
 	}
 	var etr transport = tr
@@ -664,7 +664,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	q.mu.Unlock()
 	q.startReceiver(nil)
 	id.event(verbs.EventEstablished, 0, verbs.ConnParam{
-		PrivateData:        append([]byte(nil), m.priv...),
+		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataAccept),
 		ResponderResources: int(m.respRes),
 		InitiatorDepth:     int(m.initDepth),
 		RetryCount:         int(m.retry),
@@ -896,4 +896,14 @@ func (id *cmID) Destroy() error {
 	id.mu.Unlock()
 	id.wg.Wait()
 	return nil
+}
+
+// padPrivateData returns a copy of the private data a peer sent, zero-padded
+// to the CM message's whole private data field (limit bytes), as the kernel
+// delivers it: the IB CM carries no length, so the receiver cannot tell the
+// sender's length from trailing zeros.
+func padPrivateData(b []byte, limit int) []byte {
+	p := make([]byte, max(limit, len(b)))
+	copy(p, b)
+	return p
 }

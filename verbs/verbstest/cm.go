@@ -25,14 +25,14 @@ func testConnectAcceptDisconnect(t *testing.T, s *suite) {
 	s.resources(t, c, &o)
 	require.NoError(t, c.id.Connect(&o.connect))
 	req := s.expect(t, lch, verbs.EventConnectRequest)
-	require.Equal(t, o.connect.PrivateData, req.Param.PrivateData[:len(o.connect.PrivateData)])
+	requirePadded(t, o.connect.PrivateData, req.Param.PrivateData, verbs.MaxPrivateDataConnect)
 	sv := &endpoint{ch: lch, id: req.ID}
 	t.Cleanup(func() { sv.release(t) })
 	s.resources(t, sv, &o)
 	require.NoError(t, sv.id.Accept(&o.accept))
 	est := s.expect(t, c.ch, verbs.EventEstablished)
 	require.Equal(t, c.id, est.ID)
-	require.Equal(t, o.accept.PrivateData, est.Param.PrivateData[:len(o.accept.PrivateData)])
+	requirePadded(t, o.accept.PrivateData, est.Param.PrivateData, verbs.MaxPrivateDataAccept)
 	est = s.expect(t, lch, verbs.EventEstablished)
 	require.Equal(t, sv.id, est.ID)
 
@@ -75,6 +75,16 @@ func init() {
 	register("ManyConnections", testManyConnections)
 }
 
+// requirePadded checks private data as the kernel delivers it: what the
+// peer sent, zero-padded to the whole field of the CM message (limit bytes),
+// since the IB CM carries no length.
+func requirePadded(t *testing.T, sent, got []byte, limit int) {
+	t.Helper()
+	require.Len(t, got, limit, "private data is padded to the CM message's field")
+	require.Equal(t, sent, got[:len(sent)])
+	require.Equal(t, make([]byte, limit-len(sent)), got[len(sent):], "padding is zeros")
+}
+
 func bytesOf(n int, seed byte) []byte {
 	b := make([]byte, n)
 	fill(b, seed)
@@ -93,7 +103,7 @@ func testPrivateDataLimits(t *testing.T, s *suite) {
 	p.PrivateData = bytesOf(verbs.MaxPrivateDataConnect, 1)
 	require.NoError(t, c.id.Connect(&p))
 	req := s.expect(t, lch, verbs.EventConnectRequest)
-	require.Equal(t, p.PrivateData, req.Param.PrivateData[:verbs.MaxPrivateDataConnect])
+	requirePadded(t, p.PrivateData, req.Param.PrivateData, verbs.MaxPrivateDataConnect)
 	sv := &endpoint{ch: lch, id: req.ID}
 	t.Cleanup(func() { sv.release(t) })
 	s.resources(t, sv, &o)
@@ -104,7 +114,7 @@ func testPrivateDataLimits(t *testing.T, s *suite) {
 	a.PrivateData = bytesOf(verbs.MaxPrivateDataAccept, 2)
 	require.NoError(t, sv.id.Accept(&a))
 	est := s.expect(t, c.ch, verbs.EventEstablished)
-	require.Equal(t, a.PrivateData, est.Param.PrivateData[:verbs.MaxPrivateDataAccept])
+	requirePadded(t, a.PrivateData, est.Param.PrivateData, verbs.MaxPrivateDataAccept)
 	s.expect(t, lch, verbs.EventEstablished)
 }
 
@@ -116,11 +126,11 @@ func testReject(t *testing.T, s *suite) {
 	s.resources(t, c, &o)
 	require.NoError(t, c.id.Connect(&o.connect))
 	req := s.expect(t, lch, verbs.EventConnectRequest)
-	why := bytesOf(verbs.MaxPrivateDataReject, 9)
+	why := bytesOf(verbs.MaxPrivateDataReject-20, 9)
 	require.NoError(t, req.ID.Reject(why))
 	ev := s.expect(t, c.ch, verbs.EventRejected)
 	require.Equal(t, verbs.RejectStatusConsumer, ev.Status)
-	require.Equal(t, why, ev.Param.PrivateData[:len(why)])
+	requirePadded(t, why, ev.Param.PrivateData, verbs.MaxPrivateDataReject)
 	require.NoError(t, req.ID.Destroy())
 	// The listener keeps working.
 	c2 := s.dialer(t, lid.LocalAddr())
