@@ -16,8 +16,6 @@ import (
 var kernelDiffers = map[string]string{
 	"ConnectTimeout": "the IB CM gives no UNREACHABLE while the listener holds the request unanswered " +
 		"(nothing within 150 s on rxe); the resolve timeouts do not bound a connect",
-	"ResolveErrors": "the kernel resolves 0.0.0.0 to the local device (ADDR_RESOLVED), and rdma_listen " +
-		"on an unbound ID binds it to the wildcard address and succeeds",
 	"TransportRetryExceeded": "Timeout and RetryCnt may only be set on the RTR->RTS transition " +
 		"(ib_modify_qp_is_ok): modifying them on an RTS QP is EINVAL",
 	"ModifyToErrFlushes": "rxe (kernel 6.1) leaves a receive posted after the QP entered ERR in the queue, " +

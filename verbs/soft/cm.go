@@ -239,8 +239,15 @@ func (id *cmID) Listen(backlog int) error {
 	if id.destroyed {
 		return verbs.ErrClosed
 	}
+	if id.state == idIdle {
+		// As rdma_listen does: an unbound ID is bound to the wildcard
+		// address and a free port first.
+		id.local = &net.TCPAddr{IP: net.IPv4zero}
+		id.ctx = cmContext
+		id.state = idBound
+	}
 	if id.state != idBound {
-		return verbs.Errorf(op, syscall.EINVAL, "bind the ID before listening")
+		return verbs.Errorf(op, syscall.EINVAL, "ID is already listening or connecting")
 	}
 	ln, err := net.ListenTCP("tcp", id.local)
 	if err != nil {
@@ -392,7 +399,9 @@ func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error 
 		ch.push(verbs.CMEvent{Type: verbs.EventAddrError, ID: id, Status: -int(errno)})
 		return nil
 	}
-	if dst.IP.IsUnspecified() || dst.IP.IsMulticast() || dst.IP.Equal(net.IPv4bcast) || dst.Port <= 0 || dst.Port > 65535 {
+	// The wildcard destination is this host (the kernel's
+	// cma_resolve_loopback); the route lookup below maps it to loopback.
+	if dst.IP.IsMulticast() || dst.IP.Equal(net.IPv4bcast) || dst.Port <= 0 || dst.Port > 65535 {
 		return fail(syscall.EADDRNOTAVAIL)
 	}
 	if srcIP != nil && !localIP(srcIP) {
