@@ -161,6 +161,8 @@ func testConnectRefused(t *testing.T, s *suite) {
 	require.NoError(t, c.id.Connect(&o.connect))
 	ev := s.expect(t, c.ch, verbs.EventRejected)
 	require.Equal(t, verbs.RejectStatusNoListener, ev.Status)
+	// The CM's REJ carries the private data field, here all zeros.
+	requirePadded(t, []byte{}, ev.Param.PrivateData, verbs.MaxPrivateDataReject)
 }
 
 func testConnectTimeout(t *testing.T, s *suite) {
