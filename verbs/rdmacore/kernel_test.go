@@ -15,8 +15,10 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// The kernel's behaviour where the conformance suite expects something else
-// (see kernelDiffers), pinned down so that a change shows.
+// The kernel's address-resolution and listen behaviour (0.0.0.0 resolves to
+// the local device; rdma_listen on an unbound ID binds the wildcard), which
+// the suite's ResolveErrors and the soft provider now follow, pinned down
+// here directly so that a change in the kernel shows.
 func TestKernelResolveAndListen(t *testing.T) {
 	softroce(t)
 	p, _ := verbs.Lookup(ProviderName)
