@@ -4,12 +4,12 @@ package rdmacore
 
 import (
 	"net"
-	"os"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/internal/cmevents"
 )
 
 // cmEventMu serialises rdma_get_cm_event, which moves QPs through their
@@ -45,13 +45,12 @@ type eventChannel struct {
 	out  cmEvOutPtr // C out-parameter of rdma_get_cm_event, the pump's alone
 	done chan struct{}
 
-	mu     sync.Mutex
-	q      []verbs.CMEvent
-	wake   chan struct{} // a token when q becomes non-empty
-	closed chan struct{}
-	dead   bool
-	nids   int // IDs on this channel
-	freed  bool
+	events *cmevents.Queue
+
+	mu    sync.Mutex
+	dead  bool // closed by the user; the C channel lives on while IDs use it
+	nids  int  // IDs on this channel
+	freed bool
 }
 
 var _ verbs.EventChannel = (*eventChannel)(nil)
@@ -67,7 +66,7 @@ func newEventChannel() (*eventChannel, error) {
 		return nil, err
 	}
 	c := &eventChannel{p: p, w: w, out: allocCMEventOut(), done: make(chan struct{}),
-		wake: make(chan struct{}, 1), closed: make(chan struct{})}
+		events: cmevents.New()}
 	go c.pump()
 	return c, nil
 }
@@ -98,19 +97,7 @@ func (c *eventChannel) pump() {
 	}
 }
 
-func (c *eventChannel) push(ev verbs.CMEvent) {
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
-		return
-	}
-	c.q = append(c.q, ev)
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *eventChannel) push(ev verbs.CMEvent) { c.events.Push(ev) }
 
 // CreateID is rdma_create_id with RDMA_PS_TCP.
 func (c *eventChannel) CreateID() (verbs.CMID, error) {
@@ -138,43 +125,7 @@ func (c *eventChannel) adoptLocked(p idPtr) *cmid {
 
 // GetEvent returns the next event, waiting until the deadline (zero: none).
 func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
-	var timer <-chan time.Time
-	for {
-		c.mu.Lock()
-		if c.dead {
-			c.mu.Unlock()
-			return verbs.CMEvent{}, verbs.ErrClosed
-		}
-		if len(c.q) > 0 {
-			ev := c.q[0]
-			c.q[0] = verbs.CMEvent{}
-			c.q = c.q[1:]
-			if len(c.q) > 0 {
-				select {
-				case c.wake <- struct{}{}:
-				default:
-				}
-			}
-			c.mu.Unlock()
-			return ev, nil
-		}
-		c.mu.Unlock()
-		if !deadline.IsZero() && timer == nil {
-			d := time.Until(deadline)
-			if d <= 0 {
-				return verbs.CMEvent{}, os.ErrDeadlineExceeded
-			}
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timer = t.C
-		}
-		select {
-		case <-c.wake:
-		case <-c.closed:
-		case <-timer:
-			return verbs.CMEvent{}, os.ErrDeadlineExceeded
-		}
-	}
+	return c.events.Get(deadline)
 }
 
 // deliver copies and acknowledges a C event; ok is false for an event about
@@ -224,8 +175,7 @@ func (c *eventChannel) Close() error {
 		return verbs.ErrClosed
 	}
 	c.dead = true
-	c.q = nil
-	close(c.closed)
+	c.events.Close()
 	c.mu.Unlock()
 	c.w.close()
 	<-c.done // the pump is out of rdma_get_cm_event for good

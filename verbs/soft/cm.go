@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/internal/cmevents"
 )
 
 // Listener limits. A TCP connection to a listening port holds one of
@@ -46,89 +47,30 @@ const (
 
 // eventChannel queues CM events; waiters park on a Go channel.
 type eventChannel struct {
-	mu     sync.Mutex
-	q      []verbs.CMEvent
-	wake   chan struct{}
-	closed chan struct{}
-	dead   bool
+	events *cmevents.Queue
 }
 
 func newEventChannel() *eventChannel {
-	return &eventChannel{wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	return &eventChannel{events: cmevents.New()}
 }
 
-func (c *eventChannel) push(ev verbs.CMEvent) {
-	c.mu.Lock()
-	if c.dead {
-		c.mu.Unlock()
-		return
-	}
-	c.q = append(c.q, ev)
-	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
-}
+func (c *eventChannel) push(ev verbs.CMEvent) { c.events.Push(ev) }
 
 func (c *eventChannel) CreateID() (verbs.CMID, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dead {
+	if c.events.Closed() {
 		return nil, verbs.ErrClosed
 	}
 	return &cmID{ch: c, cancel: make(chan struct{})}, nil
 }
 
 func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
-	var timer <-chan time.Time
-	for {
-		c.mu.Lock()
-		if c.dead {
-			c.mu.Unlock()
-			return verbs.CMEvent{}, verbs.ErrClosed
-		}
-		if len(c.q) > 0 {
-			ev := c.q[0]
-			c.q[0] = verbs.CMEvent{}
-			c.q = c.q[1:]
-			if len(c.q) > 0 {
-				select {
-				case c.wake <- struct{}{}:
-				default:
-				}
-			}
-			c.mu.Unlock()
-			return ev, nil
-		}
-		c.mu.Unlock()
-		if !deadline.IsZero() && timer == nil {
-			d := time.Until(deadline)
-			if d <= 0 {
-				return verbs.CMEvent{}, os.ErrDeadlineExceeded
-			}
-			t := time.NewTimer(d)
-			defer t.Stop()
-			timer = t.C
-		}
-		select {
-		case <-c.wake:
-		case <-c.closed:
-		case <-timer:
-			return verbs.CMEvent{}, os.ErrDeadlineExceeded
-		}
-	}
+	return c.events.Get(deadline)
 }
 
 func (c *eventChannel) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.dead {
+	if !c.events.Close() {
 		return verbs.ErrClosed
 	}
-	c.dead = true
-	c.q = nil
-	close(c.closed)
 	return nil
 }
 

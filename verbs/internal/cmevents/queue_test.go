@@ -1,0 +1,80 @@
+package cmevents
+
+import (
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+func TestFIFOAndDeadline(t *testing.T) {
+	q := New()
+	q.Push(verbs.CMEvent{Type: verbs.EventAddrResolved})
+	q.Push(verbs.CMEvent{Type: verbs.EventRouteResolved})
+	ev, err := q.Get(time.Time{})
+	require.NoError(t, err)
+	require.Equal(t, verbs.EventAddrResolved, ev.Type)
+	ev, err = q.Get(time.Now().Add(time.Second))
+	require.NoError(t, err)
+	require.Equal(t, verbs.EventRouteResolved, ev.Type)
+	_, err = q.Get(time.Now().Add(10 * time.Millisecond))
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "got %v", err)
+	_, err = q.Get(time.Now().Add(-time.Second))
+	require.True(t, errors.Is(err, os.ErrDeadlineExceeded), "got %v", err)
+}
+
+func TestCloseWakesWaiters(t *testing.T) {
+	q := New()
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := q.Get(time.Time{}); errs <- err }()
+	}
+	time.Sleep(10 * time.Millisecond) // let them park (a hang check below, not a speed one)
+	require.True(t, q.Close())
+	require.False(t, q.Close())
+	require.True(t, q.Closed())
+	for range 2 {
+		select {
+		case err := <-errs:
+			require.ErrorIs(t, err, verbs.ErrClosed)
+		case <-time.After(5 * time.Second):
+			t.Fatal("Close did not wake a waiter")
+		}
+	}
+	q.Push(verbs.CMEvent{}) // dropped, no panic
+	_, err := q.Get(time.Time{})
+	require.ErrorIs(t, err, verbs.ErrClosed)
+}
+
+func TestEveryEventReachesOneWaiter(t *testing.T) {
+	q := New()
+	const n = 100
+	got := make(chan verbs.CMEventType, n)
+	for range 4 {
+		go func() {
+			for {
+				ev, err := q.Get(time.Time{})
+				if err != nil {
+					return
+				}
+				got <- ev.Type
+			}
+		}()
+	}
+	for range n {
+		q.Push(verbs.CMEvent{Type: verbs.EventEstablished})
+	}
+	for range n {
+		select {
+		case ty := <-got:
+			require.Equal(t, verbs.EventEstablished, ty)
+		case <-time.After(5 * time.Second):
+			t.Fatal("an event was not delivered")
+		}
+	}
+	q.Close()
+}
