@@ -3,6 +3,7 @@ package collectives
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -30,6 +31,16 @@ func TestMixedGroupRDMACore(t *testing.T) {
 	const n = 4
 	cfgs := []*rdma.Config{nil, nil, {Provider: rdma.ProviderSoft}, {Provider: rdma.ProviderSoft}}
 	gs := joinAllAt(t, n, freeAddr(t, ip), func(ctx context.Context, rank int, root string) (*Group, error) {
+		if rank > 0 {
+			// An auto dial that reaches the root before it listens is
+			// refused over the RDMA CM and falls back to soft at once (a
+			// peer without a CM listener is a soft peer); what this test
+			// checks is the links between running listeners, so wait for
+			// the root's listener. Its soft side (TCP) opens after its RDMA
+			// side: once TCP answers, both do. The probe is junk to the soft
+			// side, which drops it.
+			waitListening(t, ctx, root)
+		}
 		b := Bootstrap{Config: cfgs[rank], LocalAddr: ip}
 		return b.Join(ctx, rank, n, root)
 	})
@@ -199,4 +210,17 @@ func childOps(ctx context.Context, g *Group) error {
 		}
 	}
 	return g.Barrier(ctx)
+}
+
+// waitListening returns once addr accepts a TCP connection, or ctx ends.
+func waitListening(t testing.TB, ctx context.Context, addr string) {
+	for ctx.Err() == nil {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("%s never listened: %v", addr, ctx.Err())
 }
