@@ -10,11 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-RUN=${SOFTROCE_RUN:-}
-for f in ../shared/softroce/run-in-vm.sh /work/shared/softroce/run-in-vm.sh; do
-	if [ -z "$RUN" ] && [ -x "$f" ]; then RUN=$f; fi
-done
-RUN=${RUN:-../shared/softroce/run-in-vm.sh}
+. scripts/softroce-run.sh
 SIZES=${SIZES:-64 4096 65536}
 COUNT=${COUNT:-500}
 OUT=build/softroce-bench

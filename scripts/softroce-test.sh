@@ -22,18 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-# run-in-vm.sh lives beside the checkout (../shared), or at the workspace's
-# shared path when the clone is elsewhere.
-RUN=${SOFTROCE_RUN:-}
-if [ -z "$RUN" ]; then
-	for f in ../shared/softroce/run-in-vm.sh /work/shared/softroce/run-in-vm.sh; do
-		if [ -x "$f" ]; then
-			RUN=$f
-			break
-		fi
-	done
-fi
-RUN=${RUN:-../shared/softroce/run-in-vm.sh}
+. scripts/softroce-run.sh
 RACE=${SOFTROCE_RACE--race}
 OUT=build/softroce
 

@@ -55,6 +55,12 @@ func setError(fn string, err error) {
 	C.rdma_set_error((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
 }
 
+// fail sets the calling thread's error text and returns the C API's -1.
+func fail(fn string, err error) C.int {
+	setError(fn, err)
+	return -1
+}
+
 // recoverTo turns a panic into an error return, so that no bug in this
 // library takes down the C program. Use as: defer recoverTo("fn", &ret, -1).
 func recoverTo[T any](fn string, ret *T, failed T) {
@@ -151,17 +157,14 @@ func rdma_connect_peer(h C.uintptr_t, peerIP *C.char, peerPort C.int) (ret C.int
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	if peerIP == nil {
-		setError(fn, errors.New("peer_ip is NULL"))
-		return -1
+		return fail(fn, errors.New("peer_ip is NULL"))
 	}
 	idx, err := ctx.ConnectPeer(C.GoString(peerIP), int(peerPort))
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	return C.int(idx)
 }
@@ -172,13 +175,11 @@ func rdma_accept_peer(h C.uintptr_t) (ret C.int) {
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	idx, err := ctx.AcceptPeer()
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	return C.int(idx)
 }
@@ -189,12 +190,10 @@ func rdma_disconnect_peer(h C.uintptr_t, idx C.int) (ret C.int) {
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	if err := ctx.DisconnectPeer(int(idx)); err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	return 0
 }
@@ -205,22 +204,18 @@ func rdma_send(h C.uintptr_t, idx C.int, data unsafe.Pointer, n C.size_t) (ret C
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	if data == nil {
-		setError(fn, errors.New("data is NULL"))
-		return -1
+		return fail(fn, errors.New("data is NULL"))
 	}
 	size, err := length(n, "len", ctx.BufSize())
 	if err != nil {
-		setError(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-		return -1
+		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
 	}
 	sent, err := ctx.Send(int(idx), bytesOf(data, size))
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	return C.int(sent)
 }
@@ -231,20 +226,17 @@ func rdma_recv(h C.uintptr_t, idx C.int, data unsafe.Pointer, maxLen C.size_t) (
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	if data == nil {
-		setError(fn, errors.New("data is NULL"))
-		return -1
+		return fail(fn, errors.New("data is NULL"))
 	}
 	// No message is longer than MaxBufSize, so a larger buffer is as good
 	// as MaxBufSize bytes of it.
 	size := min(uint64(maxLen), capi.MaxBufSize)
 	n, err := ctx.Recv(int(idx), bytesOf(data, int(size)))
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	return C.int(n)
 }
@@ -255,21 +247,17 @@ func rdma_broadcast(h C.uintptr_t, data unsafe.Pointer, n C.size_t) (ret C.int) 
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	if data == nil {
-		setError(fn, errors.New("data is NULL"))
-		return -1
+		return fail(fn, errors.New("data is NULL"))
 	}
 	size, err := length(n, "len", ctx.BufSize())
 	if err != nil {
-		setError(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-		return -1
+		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
 	}
 	if err := ctx.Broadcast(bytesOf(data, size)); err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	return C.int(size)
 }
@@ -280,24 +268,19 @@ func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, ms
 	defer recoverTo(fn, &ret, -1)
 	ctx, err := lookup(h)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	switch {
 	case sendBuf == nil:
-		setError(fn, errors.New("send_buf is NULL"))
-		return -1
+		return fail(fn, errors.New("send_buf is NULL"))
 	case recvBuf == nil:
-		setError(fn, errors.New("recv_buf is NULL"))
-		return -1
+		return fail(fn, errors.New("recv_buf is NULL"))
 	case msgSize == 0:
-		setError(fn, errors.New("msg_size is 0"))
-		return -1
+		return fail(fn, errors.New("msg_size is 0"))
 	}
 	size, err := length(msgSize, "msg_size", ctx.BufSize())
 	if err != nil {
-		setError(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-		return -1
+		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
 	}
 	// C gives no length for recv_buf: it must hold (n+1)*msg_size bytes,
 	// which capi checks against buf_size, so buf_size bytes of it is a
@@ -305,8 +288,7 @@ func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, ms
 	recv := bytesOf(recvBuf, ctx.BufSize())
 	err = ctx.SequentialAllToAll(bytesOf(sendBuf, size), recv, size)
 	if err != nil {
-		setError(fn, err)
-		return -1
+		return fail(fn, err)
 	}
 	if verbose {
 		traceCombined(ctx, recv, size)

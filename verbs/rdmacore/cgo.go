@@ -785,11 +785,17 @@ func rdmaResolveRoute(id idPtr, ms int) syscall.Errno {
 	return 0
 }
 
-func rdmaConnect(id idPtr, p *verbs.ConnParam) syscall.Errno {
-	var pd unsafe.Pointer
-	if len(p.PrivateData) > 0 {
-		pd = unsafe.Pointer(&p.PrivateData[0])
+// bytesPtr is b's first byte for C (private data is copied by librdmacm
+// during the call), or nil for an empty slice.
+func bytesPtr(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
 	}
+	return unsafe.Pointer(&b[0])
+}
+
+func rdmaConnect(id idPtr, p *verbs.ConnParam) syscall.Errno {
+	pd := bytesPtr(p.PrivateData)
 	r, err := C.rc_connect((*C.struct_rdma_cm_id)(id), pd, C.int(len(p.PrivateData)), C.int(p.ResponderResources),
 		C.int(p.InitiatorDepth), C.int(p.RetryCount), C.int(p.RNRRetryCount))
 	if r != 0 {
@@ -799,10 +805,7 @@ func rdmaConnect(id idPtr, p *verbs.ConnParam) syscall.Errno {
 }
 
 func rdmaAccept(id idPtr, p *verbs.ConnParam) syscall.Errno {
-	var pd unsafe.Pointer
-	if len(p.PrivateData) > 0 {
-		pd = unsafe.Pointer(&p.PrivateData[0])
-	}
+	pd := bytesPtr(p.PrivateData)
 	r, err := C.rc_accept((*C.struct_rdma_cm_id)(id), pd, C.int(len(p.PrivateData)), C.int(p.ResponderResources),
 		C.int(p.InitiatorDepth), C.int(p.RetryCount), C.int(p.RNRRetryCount))
 	if r != 0 {
@@ -812,10 +815,7 @@ func rdmaAccept(id idPtr, p *verbs.ConnParam) syscall.Errno {
 }
 
 func rdmaReject(id idPtr, privateData []byte) syscall.Errno {
-	var pd unsafe.Pointer
-	if len(privateData) > 0 {
-		pd = unsafe.Pointer(&privateData[0])
-	}
+	pd := bytesPtr(privateData)
 	r, err := C.rdma_reject((*C.struct_rdma_cm_id)(id), pd, C.uint8_t(len(privateData)))
 	if r != 0 {
 		return errnoOf(err)
