@@ -52,7 +52,7 @@ C_BIN     := $(BUILD)/bin
 C_FLAGS   := -O2 -Wall -Wextra -Werror -I$(BUILD)/include
 C_LIBS    := -L$(BUILD)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lrdma -pthread
 
-.PHONY: test-c bench-capi
+.PHONY: test-c capi-asan bench-capi
 
 capi:
 	@mkdir -p $(BUILD)/lib/pkgconfig $(BUILD)/include
@@ -62,13 +62,35 @@ capi:
 	cp capi/clib/rdma.pc $(CAPI_PC)
 
 # The C test drives librdma.so from several pthreads: a server and clients,
-# every error and its text, all-to-all.
-test-c: capi
-	@mkdir -p $(C_BIN)
-	$(CC) $(C_FLAGS) -o $(C_BIN)/capi_test capi/clib/testdata/capi_test.c $(C_LIBS)
-	PKG_CONFIG_PATH=$(CURDIR)/$(BUILD)/lib/pkgconfig sh -c \
-		'$(CC) -Wall -Werror -o $(C_BIN)/simple_client examples/c/simple_client.c $$(pkg-config --cflags --libs rdma)'
-	timeout 300 $(C_BIN)/capi_test $(C_BIN)/simple_client
+# every error and its text, all-to-all, a hostile server; then, in a network
+# namespace of its own, the examples' simple client and client against it.
+# Everything is built with AddressSanitizer, librdma.so too (go build -asan:
+# the Go side checks its own loads and stores into C memory against ASan's
+# shadow, so a write past a C caller's buffer from Go is caught as well).
+ASAN      := $(BUILD)/asan
+ASAN_LIB  := $(ASAN)/lib/librdma.so
+ASAN_BIN  := $(ASAN)/bin
+ASAN_CFLAGS := -O1 -g -fsanitize=address -fno-omit-frame-pointer -Wall -Wextra -Werror -I$(ASAN)/include
+ASAN_LIBS := -L$(ASAN)/lib -Wl,-rpath,'$$ORIGIN/../lib' -lrdma -pthread
+# halt_on_error: the first bad access ends the run with ASan's report.
+export ASAN_OPTIONS ?= halt_on_error=1:abort_on_error=0
+
+capi-asan:
+	@mkdir -p $(ASAN)/lib/pkgconfig $(ASAN)/include $(ASAN_BIN)
+	$(GO) build -asan -buildmode=c-shared -ldflags=-extldflags=-Wl,-soname,librdma.so -o $(ASAN_LIB) ./capi/clib
+	@rm -f $(ASAN)/lib/librdma.h
+	cp capi/clib/include/rdma_lib.h $(ASAN)/include/rdma_lib.h
+	cp capi/clib/rdma.pc $(ASAN)/lib/pkgconfig/rdma.pc
+
+test-c: capi-asan
+	$(CC) $(ASAN_CFLAGS) -o $(ASAN_BIN)/capi_test capi/clib/testdata/capi_test.c $(ASAN_LIBS)
+	@for p in server client; do \
+		echo "$(CC) -fsanitize=address ... -o $(ASAN_BIN)/$$p examples/c/$$p.c"; \
+		$(CC) $(ASAN_CFLAGS) -o $(ASAN_BIN)/$$p examples/c/$$p.c $(ASAN_LIBS) || exit 1; \
+	done
+	PKG_CONFIG_PATH=$(CURDIR)/$(ASAN)/lib/pkgconfig sh -c \
+		'$(CC) -fsanitize=address -g -Wall -Werror -o $(ASAN_BIN)/simple_client examples/c/simple_client.c $$(pkg-config --cflags --libs rdma)'
+	timeout 300 $(ASAN_BIN)/capi_test $(ASAN_BIN)/simple_client $(ASAN_BIN)/client
 
 # The seed's server and two clients on loopback, all-to-all, on the default
 # provider; fails (never hangs) unless all three finish.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -569,4 +570,79 @@ func TestDefaultTransportIsRDMA(t *testing.T) {
 		assert.NotEmpty(t, conn.Provider())
 		assert.Equal(t, "rdma", conn.LocalAddr().Network())
 	}
+}
+
+// hostileServer accepts one capi client on raw TCP and answers its first
+// all-to-all block with reply (raw bytes: a frame header and what follows),
+// then closes the connection.
+func hostileServer(t *testing.T, reply []byte) (port int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var hdr [4]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		if _, err := io.CopyN(io.Discard, c, int64(binary.BigEndian.Uint32(hdr[:]))); err != nil {
+			return
+		}
+		_, _ = c.Write(reply)
+	}()
+	return portOf(t, ln.Addr())
+}
+
+// No server makes a client's all-to-all write past recv, nor leave part of
+// a combined message in it.
+func TestSequentialAllToAllHostileServer(t *testing.T) {
+	const msgSize = 16
+	run := func(t *testing.T, reply []byte) ([]byte, error) {
+		port := hostileServer(t, reply)
+		cl, err := initWith(tcpTransport, "127.0.0.2", 0, 4096, false)
+		require.NoError(t, err)
+		defer cl.Close()
+		_, err = cl.ConnectPeer("127.0.0.1", port)
+		require.NoError(t, err)
+		// recv is the first 64 bytes of a larger array, whose tail must
+		// stay as it was.
+		mem := bytes.Repeat([]byte{0xee}, 128)
+		err = cl.SequentialAllToAll(block(msgSize, 1, 0), mem[:64], msgSize)
+		return mem, err
+	}
+	header := func(n int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n)) }
+
+	t.Run("oversized", func(t *testing.T) {
+		mem, err := run(t, append(header(4096), make([]byte, 4096)...))
+		require.ErrorIs(t, err, ErrMessageTooLong)
+		assert.EqualError(t, err, "capi: all-to-all: recv from peer 0: message too long: the combined message of 4096 bytes "+
+			"(256 blocks of 16) does not fit in the receive buffer of 64 bytes (the message stays queued)")
+		assert.Equal(t, bytes.Repeat([]byte{0xee}, 128), mem, "recv was written")
+	})
+	t.Run("one block over", func(t *testing.T) {
+		mem, err := run(t, append(header(80), make([]byte, 80)...))
+		require.ErrorIs(t, err, ErrMessageTooLong)
+		assert.Equal(t, bytes.Repeat([]byte{0xee}, 128), mem, "recv was written")
+	})
+	t.Run("truncated", func(t *testing.T) {
+		// The header promises 48 bytes; 20 arrive, then the server leaves:
+		// what was written is zeroed, nothing else is touched.
+		mem, err := run(t, append(header(48), bytes.Repeat([]byte{'s'}, 20)...))
+		require.Error(t, err)
+		assert.Equal(t, make([]byte, 48), mem[:48], "a partial result was left in recv")
+		assert.Equal(t, bytes.Repeat([]byte{0xee}, 80), mem[48:], "bytes past the message were written")
+	})
+	t.Run("fits", func(t *testing.T) {
+		mem, err := run(t, append(header(64), bytes.Repeat([]byte{'s'}, 64)...))
+		require.NoError(t, err)
+		assert.Equal(t, bytes.Repeat([]byte{'s'}, 64), mem[:64])
+		assert.Equal(t, bytes.Repeat([]byte{0xee}, 64), mem[64:])
+	})
 }

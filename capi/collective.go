@@ -34,8 +34,13 @@ func (c *Context) Broadcast(data []byte) error {
 // in turn, then sends the combined blocks to each client, so clients need no
 // connections to each other. A client sends its block to its first connected
 // peer (the server) and receives the combined blocks; the whole (n+1)*msgSize
-// bytes must fit in bufSize on both sides. If recv is too small on a client,
-// the combined message stays queued.
+// bytes must fit in bufSize on both sides.
+//
+// Nothing is ever written past len(recv), whatever a peer sends. A combined
+// message that does not fit in recv fails with ErrMessageTooLong before any
+// of it is read, and stays queued (Recv with a big enough buffer gets it).
+// On any failure recv holds no partial result: the bytes the call wrote are
+// zeroed again.
 func (c *Context) SequentialAllToAll(send, recv []byte, msgSize int) error {
 	if msgSize <= 0 {
 		return fmt.Errorf("capi: all-to-all: %w: message size %d", ErrInvalidArgument, msgSize)
@@ -51,16 +56,19 @@ func (c *Context) SequentialAllToAll(send, recv []byte, msgSize int) error {
 	if err != nil {
 		return err
 	}
-	var parts int
+	var parts, written int
 	if c.isServer {
-		parts, err = len(live)+1, c.allToAllServer(live, send[:msgSize], recv, msgSize)
+		parts = len(live) + 1
+		written, err = c.allToAllServer(live, send[:msgSize], recv, msgSize)
 	} else {
-		parts, err = c.allToAllClient(live[0], send[:msgSize], recv, msgSize)
+		parts, written, err = c.allToAllClient(live[0], send[:msgSize], recv, msgSize)
 	}
-	if err == nil {
-		c.parts = parts
+	if err != nil {
+		clear(recv[:written])
+		return err
 	}
-	return err
+	c.parts = parts
+	return nil
 }
 
 // Participants is the number of participants in the last successful
@@ -71,46 +79,60 @@ func (c *Context) Participants() int {
 	return c.parts
 }
 
-func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int) error {
+// allToAllServer runs the server's side; written is how much of recv it
+// wrote, to be cleared on failure.
+func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int) (written int, err error) {
 	total := (len(clients) + 1) * msgSize
 	if total > c.bufSize {
-		return fmt.Errorf("capi: all-to-all: %w: %d participants of %d bytes make %d bytes, more than the buffer size of %d bytes",
+		return 0, fmt.Errorf("capi: all-to-all: %w: %d participants of %d bytes make %d bytes, more than the buffer size of %d bytes",
 			ErrMessageTooLong, len(clients)+1, msgSize, total, c.bufSize)
 	}
 	if len(recv) < total {
-		return fmt.Errorf("capi: all-to-all: %w: receive buffer of %d bytes, need %d", ErrInvalidArgument, len(recv), total)
+		return 0, fmt.Errorf("capi: all-to-all: %w: receive buffer of %d bytes, need %d", ErrInvalidArgument, len(recv), total)
 	}
 	copy(recv, send)
 	for i, p := range clients {
 		block := recv[(i+1)*msgSize : (i+2)*msgSize]
 		if _, err := c.recv(p, block, exactly(msgSize)); err != nil {
-			return within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
+			return total, within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
 		}
 	}
 	for i, p := range clients {
 		if err := c.send(p, recv[:total]); err != nil {
-			return within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
+			return total, within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
 		}
 	}
-	return nil
+	return total, nil
 }
 
-func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) (int, error) {
+// allToAllClient runs a client's side: it returns the number of participants
+// and how much of recv it wrote, to be cleared on failure.
+func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) (parts, written int, err error) {
 	if err := c.send(server, send); err != nil {
-		return 0, within("all-to-all", err)
+		return 0, 0, within("all-to-all", err)
 	}
+	// The length is vetted before a byte of the message is read: a server
+	// cannot make this write past recv, nor leave a partial result in it.
+	vetted := 0
 	check := func(n int) error {
 		if n%msgSize != 0 || n < 2*msgSize {
 			return fmt.Errorf("%w: combined message of %d bytes is not 2 or more blocks of %d bytes",
 				ErrProtocol, n, msgSize)
 		}
+		if n > len(recv) {
+			return fmt.Errorf("%w: the combined message of %d bytes (%d blocks of %d) does not fit in the receive buffer of %d bytes",
+				ErrMessageTooLong, n, n/msgSize, msgSize, len(recv))
+		}
+		vetted = n
 		return nil
 	}
 	n, err := c.recv(server, recv, check)
 	if err != nil {
-		return 0, within("all-to-all", err)
+		// A read that failed midway may have written up to the vetted
+		// length; a refused message wrote nothing.
+		return 0, vetted, within("all-to-all", err)
 	}
-	return n / msgSize, nil
+	return n / msgSize, n, nil
 }
 
 // exactly accepts only messages of n bytes.

@@ -266,6 +266,24 @@ func rdma_broadcast(h C.uintptr_t, data unsafe.Pointer, n C.size_t) (ret C.int) 
 func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, msgSize C.size_t) (ret C.int) {
 	const fn = "rdma_sequential_alltoall"
 	defer recoverTo(fn, &ret, -1)
+	// C gives no length for recv_buf. BUFFER_SIZE is what the seed's own
+	// programs pass, so it is the bound: never written past, whatever
+	// buf_size is and whatever a peer sends.
+	return allToAll(fn, h, sendBuf, recvBuf, capi.BufferSize, msgSize)
+}
+
+//export rdma_sequential_alltoall_n
+func rdma_sequential_alltoall_n(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen, msgSize C.size_t) (ret C.int) {
+	const fn = "rdma_sequential_alltoall_n"
+	defer recoverTo(fn, &ret, -1)
+	// No combined message is longer than MaxBufSize, so a larger buffer is
+	// as good as MaxBufSize bytes of it.
+	return allToAll(fn, h, sendBuf, recvBuf, int(min(uint64(recvLen), capi.MaxBufSize)), msgSize)
+}
+
+// allToAll runs rdma_sequential_alltoall with recv_buf's first recvLen bytes
+// as the only memory it may write.
+func allToAll(fn string, h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen int, msgSize C.size_t) C.int {
 	ctx, err := lookup(h)
 	if err != nil {
 		return fail(fn, err)
@@ -282,12 +300,12 @@ func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, ms
 	if err != nil {
 		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
 	}
-	// C gives no length for recv_buf: it must hold (n+1)*msg_size bytes,
-	// which capi checks against buf_size, so buf_size bytes of it is a
-	// bound that is never written past.
-	recv := bytesOf(recvBuf, ctx.BufSize())
+	recv := bytesOf(recvBuf, recvLen)
 	err = ctx.SequentialAllToAll(bytesOf(sendBuf, size), recv, size)
 	if err != nil {
+		if fn == "rdma_sequential_alltoall" && (errors.Is(err, capi.ErrMessageTooLong) || errors.Is(err, capi.ErrInvalidArgument)) {
+			err = fmt.Errorf("%w (rdma_sequential_alltoall writes at most BUFFER_SIZE bytes: pass the buffer's length to rdma_sequential_alltoall_n)", err)
+		}
 		return fail(fn, err)
 	}
 	if verbose {

@@ -22,6 +22,15 @@
  *    which must hold (n+1)*msg_size bytes; (n+1)*msg_size must not exceed
  *    buf_size. The server exchanges with one client at a time and relays
  *    between clients. Returns 0.
+ *    Bound: the call never writes more than BUFFER_SIZE (4096) bytes into
+ *    recv_buf, whatever buf_size is and whatever a peer sends. A combined
+ *    message longer than that (or than recv_len, below) fails with
+ *    "message too long" before any of it is written, and stays queued
+ *    (rdma_recv with a big enough buffer receives it). On any failure
+ *    recv_buf holds no partial result: what the call wrote is zeroed.
+ *  - rdma_sequential_alltoall_n is the same with the length of recv_buf:
+ *    it never writes more than recv_len bytes there. Use it in new code,
+ *    and whenever (n+1)*msg_size may exceed BUFFER_SIZE.
  *  - Every failing call returns -1 (rdma_init: NULL) and sets the calling
  *    thread's rdma_get_error() text; success leaves that text unchanged.
  *    Calls block until done; rdma_connect_peer gives up after 10 seconds.
@@ -56,6 +65,7 @@ int rdma_send(rdma_context *ctx, int peer_idx, const void *data, size_t len);
 int rdma_recv(rdma_context *ctx, int peer_idx, void *data, size_t max_len);
 int rdma_broadcast(rdma_context *ctx, const void *data, size_t len);
 int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t msg_size);
+int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);
 
 const char* rdma_get_error(void);
 

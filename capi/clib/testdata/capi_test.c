@@ -4,17 +4,30 @@
 // buffer, broadcast, all-to-all, and every error with its text, including
 // that rdma_get_error() is per thread.
 //
-// Usage: capi_test [simple_client]   (with the path of examples/c's simple
-// client, also runs it against a server on 127.0.0.1:5555)
+// Usage: capi_test [simple_client client]   (with the paths of examples/c's
+// simple_client and client, also runs them against servers on
+// 127.0.0.1:5555, in a network namespace of their own where the test may
+// make one, so that nothing else on the host shares that port: the simple
+// client against an ordinary server, and client against a hostile server
+// that sends more than the client's receive buffer holds)
+//
+// make test-c builds this test, the library's callers and the examples with
+// AddressSanitizer: a write past a buffer fails the run.
 //
 // Exits 0 when every check passed; each failed check prints a line.
+#define _GNU_SOURCE // unshare
 #include "rdma_lib.h"
 
+#include <errno.h>
+#include <net/if.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +116,7 @@ static void test_bad_arguments(void) {
     EXPECT_ERROR(rdma_recv(nil, 0, buf, 1), -1, "rdma_recv: ctx is NULL");
     EXPECT_ERROR(rdma_broadcast(nil, buf, 1), -1, "rdma_broadcast: ctx is NULL");
     EXPECT_ERROR(rdma_sequential_alltoall(nil, buf, buf, 1), -1, "rdma_sequential_alltoall: ctx is NULL");
+    EXPECT_ERROR(rdma_sequential_alltoall_n(nil, buf, buf, sizeof(buf), 1), -1, "rdma_sequential_alltoall_n: ctx is NULL");
     rdma_cleanup(NULL); // like free(NULL): nothing happens
 
     // A pointer that rdma_init never returned.
@@ -127,6 +141,10 @@ static void test_bad_arguments(void) {
     EXPECT_ERROR(rdma_sequential_alltoall(cl, buf, NULL, 1), -1, "recv_buf is NULL");
     EXPECT_ERROR(rdma_sequential_alltoall(cl, buf, buf, 0), -1, "msg_size is 0");
     EXPECT_ERROR(rdma_sequential_alltoall(cl, buf, buf, 1), -1, "no connected peers");
+    EXPECT_ERROR(rdma_sequential_alltoall_n(cl, NULL, buf, sizeof(buf), 1), -1, "send_buf is NULL");
+    EXPECT_ERROR(rdma_sequential_alltoall_n(cl, buf, NULL, sizeof(buf), 1), -1, "recv_buf is NULL");
+    EXPECT_ERROR(rdma_sequential_alltoall_n(cl, buf, buf, sizeof(buf), 0), -1, "msg_size is 0");
+    EXPECT_ERROR(rdma_sequential_alltoall_n(cl, buf, buf, sizeof(buf), 1), -1, "no connected peers");
     EXPECT_ERROR(rdma_disconnect_peer(cl, 0), -1, "no such peer");
     rdma_cleanup(cl);
     // Used after cleanup: an error, not a crash.
@@ -329,6 +347,94 @@ static void test_star(void) {
     rdma_cleanup(srv);
 }
 
+// ---- a server that sends more than the client's recv_buf holds ---------
+
+// A server may send anything: here, through the library's own rdma_send,
+// combined messages longer than the client's receive buffer. The client's
+// buffers are malloc'd to their exact length, so that AddressSanitizer
+// catches a single byte written past them.
+static rdma_context *hostile_srv;
+static int hostile_port;
+
+static void *hostile_client(void *arg) {
+    (void)arg;
+    rdma_context *ctx = rdma_init("127.0.0.2", 0, BUFFER_SIZE * 4, false);
+    CHECK(ctx != NULL, "client init: %s", rdma_get_error());
+    if (!ctx) {
+        exit(1);
+    }
+    EXPECT_OK(rdma_connect_peer(ctx, "127.0.0.1", hostile_port), 0);
+    char send[MSG];
+    memset(send, 'c', sizeof(send));
+
+    // 1. 16384 bytes against rdma_sequential_alltoall's BUFFER_SIZE bound:
+    //    refused before a byte is written.
+    unsigned char *recv = malloc(BUFFER_SIZE);
+    memset(recv, 0xee, BUFFER_SIZE);
+    EXPECT_ERROR(rdma_sequential_alltoall(ctx, send, recv, MSG), -1,
+                 "rdma_sequential_alltoall: all-to-all: recv from peer 0: message too long: the combined message "
+                 "of 16384 bytes (256 blocks of 64) does not fit in the receive buffer of 4096 bytes (the message stays queued)");
+    CHECK(strstr(rdma_get_error(), "pass the buffer's length to rdma_sequential_alltoall_n") != NULL,
+          "no hint: '%s'", rdma_get_error());
+    int untouched = 1;
+    for (size_t i = 0; i < BUFFER_SIZE; i++) {
+        untouched &= recv[i] == 0xee;
+    }
+    CHECK(untouched, "recv_buf was written by a failed all-to-all");
+
+    // 2. The queued message goes to a buffer that holds it, with its length.
+    unsigned char *big = malloc(4 * BUFFER_SIZE);
+    EXPECT_OK(rdma_recv(ctx, 0, big, 4 * BUFFER_SIZE), 4 * BUFFER_SIZE);
+    CHECK(big[0] == 's' && big[4 * BUFFER_SIZE - 1] == 's', "the queued message differs");
+
+    // 3. rdma_sequential_alltoall_n with the exact length of a buffer one
+    //    block short of the combined message; then with room for it.
+    unsigned char *small = malloc(3 * MSG);
+    EXPECT_ERROR(rdma_sequential_alltoall_n(ctx, send, small, 3 * MSG, MSG), -1,
+                 "the combined message of 256 bytes (4 blocks of 64) does not fit in the receive buffer of 192 bytes");
+    EXPECT_OK(rdma_recv(ctx, 0, big, 4 * BUFFER_SIZE), 4 * MSG); // the refused one
+    EXPECT_OK(rdma_sequential_alltoall_n(ctx, send, big, 4 * BUFFER_SIZE, MSG), 0);
+    CHECK(big[0] == 's' && big[4 * MSG - 1] == 's', "the combined message differs");
+
+    // 4. Exactly BUFFER_SIZE fits rdma_sequential_alltoall; one block more
+    //    does not.
+    EXPECT_OK(rdma_sequential_alltoall(ctx, send, recv, MSG), 0);
+    CHECK(recv[0] == 's' && recv[BUFFER_SIZE - 1] == 's', "the 4096-byte combined message differs");
+    EXPECT_ERROR(rdma_sequential_alltoall(ctx, send, recv, MSG), -1,
+                 "the combined message of 4160 bytes (65 blocks of 64) does not fit in the receive buffer of 4096 bytes");
+    free(small);
+    free(big);
+    free(recv);
+    rdma_cleanup(ctx);
+    return NULL;
+}
+
+// hostile_send receives a client's block and answers with a combined
+// message of n bytes.
+static void hostile_send(size_t n) {
+    char block[MSG];
+    EXPECT_OK(rdma_recv(hostile_srv, 0, block, sizeof(block)), MSG);
+    char *msg = malloc(n);
+    memset(msg, 's', n);
+    EXPECT_OK(rdma_send(hostile_srv, 0, msg, n), n);
+    free(msg);
+}
+
+static void test_hostile_server(void) {
+    hostile_srv = new_server(BUFFER_SIZE * 4);
+    hostile_port = test_port - 1;
+    pthread_t t;
+    pthread_create(&t, NULL, hostile_client, NULL);
+    EXPECT_OK(rdma_accept_peer(hostile_srv), 0);
+    hostile_send(4 * BUFFER_SIZE); // 1 and 2
+    hostile_send(4 * MSG);         // 3: refused, then received
+    hostile_send(4 * MSG);         // 3: fits
+    hostile_send(BUFFER_SIZE);     // 4
+    hostile_send(BUFFER_SIZE + MSG);
+    pthread_join(t, NULL);
+    rdma_cleanup(hostile_srv);
+}
+
 // ---- MAX_PEERS ---------------------------------------------------------
 
 static rdma_context *max_srv;
@@ -406,7 +512,11 @@ static void test_cleanup_unblocks(void) {
     pthread_join(r, NULL);
 }
 
-// ---- the seed's simple client, as a separate program -------------------
+// ---- the example programs, as separate processes ------------------------
+
+// The examples talk to 127.0.0.1:5555; these tests run in a network
+// namespace of their own where they can (see main), so nothing else on the
+// host shares that port.
 
 static void test_simple_client(const char *path) {
     rdma_context *srv = rdma_init("127.0.0.1", 5555, BUFFER_SIZE, true);
@@ -429,8 +539,136 @@ static void test_simple_client(const char *path) {
     rdma_cleanup(srv);
 }
 
+// combined_reply receives the client's block of a round and answers with a
+// combined message of n bytes: 64-byte NUL-padded blocks, as the seed's
+// server sends them, the first one "Server Round <round>".
+static void combined_reply(rdma_context *srv, size_t n, int round) {
+    char block[MSG];
+    EXPECT_OK(rdma_recv(srv, 0, block, sizeof(block)), MSG);
+    char *msg = calloc(1, n);
+    for (size_t off = 0; off + MSG <= n; off += MSG) {
+        snprintf(msg + off, MSG, "Server Round %d block %zu", round, off / MSG);
+    }
+    EXPECT_OK(rdma_send(srv, 0, msg, n), n);
+    free(msg);
+}
+
+// test_hostile_example plays a hostile server to examples/c/client.c, which
+// asks for a 16384-byte buf_size and passes a malloc'd BUFFER_SIZE recv_buf:
+// round 1 gets a combined message of exactly BUFFER_SIZE bytes, round 2 one
+// of 16384. The client must take round 1, then fail cleanly with the
+// library's error, and AddressSanitizer must see nothing.
+static void test_hostile_example(const char *path) {
+    rdma_context *srv = rdma_init("127.0.0.1", 5555, BUFFER_SIZE * 4, true);
+    CHECK(srv != NULL, "server on 127.0.0.1:5555: %s", rdma_get_error());
+    if (!srv) {
+        return;
+    }
+    int out[2];
+    if (pipe(out) != 0) {
+        CHECK(0, "pipe: %s", strerror(errno));
+        return;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(out[1], 2);
+        close(out[0]);
+        close(out[1]);
+        execl(path, path, "1", "127.0.0.2", (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    EXPECT_OK(rdma_accept_peer(srv), 0);
+    EXPECT_OK(rdma_send(srv, 0, "START", 6), 6);
+    combined_reply(srv, BUFFER_SIZE, 1);
+    combined_reply(srv, BUFFER_SIZE * 4, 2);
+
+    static char log[1 << 16];
+    size_t len = 0;
+    for (ssize_t n; len < sizeof(log) - 1 && (n = read(out[0], log + len, sizeof(log) - 1 - len)) != 0;) {
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            break;
+        }
+        len += (size_t)n;
+    }
+    log[len] = '\0';
+    close(out[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 1, "client exit status %#x; its output:\n%s", status, log);
+    CHECK(strstr(log, "Received combined: 'Server Round 1 block 0'") != NULL, "round 1 missing; output:\n%s", log);
+    CHECK(strstr(log, "Broadcast failed: rdma_sequential_alltoall: all-to-all: recv from peer 0: message too long: "
+                      "the combined message of 16384 bytes (256 blocks of 64) does not fit in the receive buffer "
+                      "of 4096 bytes") != NULL,
+          "no clean failure in round 2; output:\n%s", log);
+    CHECK(strstr(log, "AddressSanitizer") == NULL, "AddressSanitizer report:\n%s", log);
+    rdma_cleanup(srv);
+}
+
+// bring_up_lo sets the loopback interface of a new network namespace up.
+static int bring_up_lo(void) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    strcpy(ifr.ifr_name, "lo");
+    int ret = ioctl(fd, SIOCGIFFLAGS, &ifr);
+    if (ret == 0) {
+        ifr.ifr_flags |= IFF_UP;
+        ret = ioctl(fd, SIOCSIFFLAGS, &ifr);
+    }
+    close(fd);
+    return ret;
+}
+
+// test_examples runs "capi_test --examples simple_client client" in a new
+// network namespace, or in this one (on port 5555 of the host) where the
+// test may not make one.
+static void test_examples(const char *simple_client, const char *client) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        // Only system calls between fork and exec: the child of a
+        // multi-threaded process.
+        if (unshare(CLONE_NEWNET) == 0) {
+            if (bring_up_lo() != 0) {
+                _exit(125);
+            }
+        } else {
+            static const char note[] = "capi_test: no network namespace (not root?): using the host's 127.0.0.1:5555\n";
+            (void)!write(2, note, sizeof(note) - 1);
+        }
+        execl("/proc/self/exe", "capi_test", "--examples", simple_client, client, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the examples' tests: exit status %#x", status);
+}
+
+static int report(const char *what) {
+    if (failures) {
+        printf("%s: FAILED %d of %d checks\n", what, failures, checks);
+        return 1;
+    }
+    printf("%s: PASS (%d checks)\n", what, checks);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 4 && strcmp(argv[1], "--examples") == 0) {
+        printf("capi_test: simple client %s\n", argv[2]);
+        test_simple_client(argv[2]);
+        printf("capi_test: hostile server against %s\n", argv[3]);
+        test_hostile_example(argv[3]);
+        return report("capi_test --examples");
+    }
     test_port = 20000 + (int)(getpid() % 20000);
     CHECK(rdma_get_error() != NULL && rdma_get_error()[0] == '\0', "initial error text '%s'", rdma_get_error());
 
@@ -440,18 +678,14 @@ int main(int argc, char **argv) {
     test_thread_local_errors();
     printf("capi_test: server and two clients\n");
     test_star();
+    printf("capi_test: a server that sends more than recv_buf holds\n");
+    test_hostile_server();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
     printf("capi_test: cleanup unblocks other threads\n");
     test_cleanup_unblocks();
-    if (argc > 1) {
-        printf("capi_test: simple client %s\n", argv[1]);
-        test_simple_client(argv[1]);
+    if (argc > 2) {
+        test_examples(argv[1], argv[2]);
     }
-    if (failures) {
-        printf("capi_test: FAILED %d of %d checks\n", failures, checks);
-        return 1;
-    }
-    printf("capi_test: PASS (%d checks)\n", checks);
-    return 0;
+    return report("capi_test");
 }
