@@ -14,6 +14,18 @@ type Config struct {
 	// else soft.
 	Provider string
 
+	// Wire is the protocol spoken on the connection: "rdma" (this
+	// package's own, the default) or "rsocket" (rdma-core's rsockets, to
+	// talk to C programs that use librdmacm's rsocket API directly or
+	// through LD_PRELOAD=librspreload.so; conns are *RsocketConn). ""
+	// reads the RDMA_WIRE environment variable and, if that is empty too,
+	// means "rdma"; anything else makes Dial and Listen fail. Both ends
+	// must speak the same. In rsocket mode the sizes below default to
+	// rsocket's (RingSize and SendBufferSize 128 KiB, SendDepth and
+	// RecvDepth 384 in [16, 65534], InlineThreshold 64): see the package
+	// doc, "Talking to rsockets".
+	Wire string
+
 	// RingSize is the receive ring each side registers for the peer to write
 	// into: how many bytes may be in flight toward a connection before its
 	// reader consumes them. Rounded up to a power of two in [4 KiB, 1 GiB];

@@ -43,6 +43,15 @@ const resolveTimeout = 5 * time.Second
 // DialContext connects to address. ctx bounds the connect; once connected,
 // ctx no longer matters. The result is a *Conn.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
+	if w, err := wireOf(d.Config); err != nil {
+		return nil, opError("dial", d.LocalAddr, nil, err)
+	} else if w == WireRsocket {
+		c, err := d.dialRsocket(ctx, network, address) // rsocket_dial.go
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	c, err := d.dial(ctx, network, address)
 	if err != nil {
 		return nil, err

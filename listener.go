@@ -28,6 +28,7 @@ type Listener struct {
 	provider string
 	cfg      Config
 	sides    []listenSide // the provider's own first, then soft's (mixed.go)
+	rs       *rsListen    // rsocket mode (rsocket_dial.go), else nil
 	addr     *Addr
 
 	ready     chan *Conn    // established connections waiting for Accept
@@ -78,6 +79,10 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 	}
 	la := fromTCPAddr(ta)
 	cfg := lc.Config.withDefaults()
+	rs, err := newRsListen(lc.Config)
+	if err != nil {
+		return fail(la, err)
+	}
 	prov, err := chooseProvider(cfg.Provider)
 	if err != nil {
 		return fail(la, err)
@@ -90,6 +95,7 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 		provider: prov.Name(),
 		cfg:      cfg,
 		sides:    sides,
+		rs:       rs,
 		addr:     fromTCPAddr(sides[0].id.LocalAddr()),
 		ready:    make(chan *Conn, listenBacklog),
 		done:     make(chan struct{}),
@@ -108,6 +114,9 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 
 // Accept waits for and returns the next connection (a *Conn).
 func (l *Listener) Accept() (net.Conn, error) {
+	if l.rs != nil {
+		return l.acceptRsocket()
+	}
 	c, err := l.AcceptRDMA()
 	if err != nil {
 		return nil, err
@@ -117,6 +126,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 
 // AcceptRDMA waits for and returns the next connection.
 func (l *Listener) AcceptRDMA() (*Conn, error) {
+	if l.rs != nil {
+		return nil, opError("accept", l.addr, nil, errAcceptRsocket)
+	}
 	select {
 	case c := <-l.ready:
 		return c, nil
@@ -138,6 +150,9 @@ func (l *Listener) Close() error {
 			sd.ech.Close() // ends its loop
 		}
 		l.wg.Wait()
+		if l.rs != nil {
+			l.rs.drain()
+		}
 		for {
 			select {
 			case c := <-l.ready:
@@ -196,6 +211,10 @@ func (l *Listener) loop(sd listenSide) {
 
 // handshake runs the passive side for one connection request.
 func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
+	if l.rs != nil {
+		l.handshakeRsocket(prov, ev)
+		return
+	}
 	id := ev.ID
 	peer, err := parseHello(ev.Param.PrivateData)
 	if err != nil {

@@ -1,0 +1,796 @@
+package rdma
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmanet/rdma/internal/rsocket"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// RsocketConn is a net.Conn that speaks rdma-core's rsockets protocol
+// (Config.Wire = "rsocket"), so that its peer may be a C program using
+// rsockets: rstream, or any TCP program run with
+// LD_PRELOAD=librspreload.so. It behaves as Conn does: deadlines,
+// net.ErrClosed after Close, *net.OpError with Net "rdma", CloseWrite as
+// rsockets' shutdown(SHUT_WR), io.EOF after the peer's shutdown or close.
+// Reads are serialised among themselves, Writes too; a Read and a Write run
+// in parallel.
+type RsocketConn struct {
+	provider     string
+	fallback     error
+	laddr, raddr *Addr
+	p            rsParams
+
+	ech    verbs.EventChannel
+	id     verbs.CMID
+	pd     verbs.PD
+	cch    verbs.CompChannel
+	cq     verbs.CQ
+	qp     verbs.QP
+	mem    *verbs.Memory
+	recvMR verbs.MR // target SGL and rbuf: the peer writes here
+	sendMR verbs.MR // send buffer and control staging
+
+	sgl    []byte // target SGL: the peer grants regions of its rbuf here
+	rbuf   []byte
+	sbuf   []byte
+	ctrl   []byte // one SGE per control slot, for region grants
+	inline int
+	peer   rsocket.ConnData
+
+	pollMu sync.Mutex // serialises polling the CQ and applying the batch
+	rmu    sync.Mutex // serialises Read
+	wmu    sync.Mutex // serialises Write and CloseWrite
+
+	mu       sync.Mutex // guards everything below, and posting
+	tx       rsocket.Tx
+	rx       rsocket.Rx
+	rdShut   bool  // the peer sent SHUTDOWN or DISCONNECT, or disconnected
+	peerGone bool  // the peer disconnected: writes fail
+	wrShut   bool  // this side sent SHUTDOWN
+	discSent bool  // this side sent DISCONNECT
+	err      error // why the connection failed
+	closed   bool
+	torn     bool // verbs objects destroyed
+	swr      [1]verbs.SendWR
+	ssge     [2]verbs.SGE
+	rwrs     []verbs.RecvWR
+	wcs      [32]verbs.WC
+
+	rcvReady, sndReady chan struct{}
+	closedCh           chan struct{}
+	rdl, wdl           deadline
+
+	stopping   atomic.Bool
+	unacked    int
+	pollerDone chan struct{}
+	cmDone     chan struct{}
+}
+
+const (
+	rsRecvWRID  = 1 << 63 // set in the WR id of every receive
+	rsProbeWRID = 1 << 62 // Close's wake-up probe, outside rsocket's accounting
+)
+
+// newRsocketConn sets up the verbs resources on id (device known) and posts
+// the receives, as rsocket.c's rs_create_ep does.
+func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rsParams) (_ *RsocketConn, err error) {
+	c := &RsocketConn{
+		provider:   provider,
+		p:          p,
+		ech:        ech,
+		id:         id,
+		rcvReady:   make(chan struct{}, 1),
+		sndReady:   make(chan struct{}, 1),
+		closedCh:   make(chan struct{}),
+		rdl:        makeDeadline(),
+		wdl:        makeDeadline(),
+		pollerDone: make(chan struct{}),
+		cmDone:     make(chan struct{}),
+	}
+	defer func() {
+		if err != nil {
+			c.releaseVerbs()
+		}
+	}()
+	ctx := id.Context()
+	if ctx == nil {
+		return nil, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
+	}
+	attr, err := ctx.Query()
+	if err != nil {
+		return nil, err
+	}
+	sq, rq := p.sqSize, p.rqSize
+	if attr.MaxQPWR > 0 {
+		sq, rq = min(sq, attr.MaxQPWR), min(rq, attr.MaxQPWR)
+	}
+	if attr.MaxCQE > 0 && sq+rq > attr.MaxCQE {
+		sq, rq = min(sq, attr.MaxCQE/2), min(rq, attr.MaxCQE/2)
+	}
+	if sq < rsocket.MinQueue || rq < rsocket.MinQueue {
+		return nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small for rsocket (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
+	}
+	inline := min(p.inline, attr.MaxInlineData)
+	sglLen := rsocket.SGLSize * rsocket.SGELen
+	ctrlLen := rsocket.CtrlSlots * rsocket.SGELen
+	if c.mem, err = verbs.AllocMemory(sglLen + p.rbufSize + p.sbufSize + ctrlLen); err != nil {
+		return nil, err
+	}
+	all := c.mem.Bytes()
+	recv := all[: sglLen+p.rbufSize : sglLen+p.rbufSize]
+	c.sgl = recv[:sglLen:sglLen]
+	c.rbuf = recv[sglLen:]
+	send := all[len(recv) : len(recv)+p.sbufSize+ctrlLen]
+	c.sbuf = send[:p.sbufSize:p.sbufSize]
+	c.ctrl = send[p.sbufSize:]
+
+	if c.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if c.recvMR, err = c.pd.RegMR(recv, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, err
+	}
+	if c.sendMR, err = c.pd.RegMR(send, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
+	if c.cch, err = ctx.CreateCompChannel(); err != nil {
+		return nil, err
+	}
+	if c.cq, err = ctx.CreateCQ(sq+rq, c.cch); err != nil {
+		return nil, err
+	}
+	qa := &verbs.QPInitAttr{
+		SendCQ: c.cq,
+		RecvCQ: c.cq,
+		Cap: verbs.QPCap{
+			MaxSendWR:     sq,
+			MaxRecvWR:     rq,
+			MaxSendSGE:    2,
+			MaxRecvSGE:    1,
+			MaxInlineData: inline,
+		},
+	}
+	if c.qp, err = id.CreateQP(c.pd, qa); err != nil {
+		return nil, err
+	}
+	c.inline = min(inline, qa.Cap.MaxInlineData)
+	c.p.sqSize, c.p.rqSize = sq, rq
+	c.rwrs = make([]verbs.RecvWR, rq)
+	for i := range c.rwrs {
+		c.rwrs[i].WRID = rsRecvWRID
+	}
+	if err = c.qp.PostRecv(c.rwrs); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// connData is this side's half of the handshake: no iomap, and the target
+// SGL read as little-endian (so no FlagNet, whatever the host).
+func (c *RsocketConn) connData() []byte {
+	cd := rsocket.ConnData{
+		Version:   rsocket.Version,
+		Credits:   uint16(c.p.rqSize),
+		TargetSGL: rsocket.SGE{Addr: c.recvMR.Addr(), Key: c.recvMR.RKey(), Length: rsocket.SGLSize},
+		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.recvMR.Addr()+uint64(len(c.sgl)), c.recvMR.RKey()),
+	}
+	b := make([]byte, rsocket.ConnDataLen)
+	cd.Marshal(b)
+	return b
+}
+
+// setPeer takes in the peer's connection data.
+func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
+	c.peer = peer
+	c.tx.Init(peer, c.p.sqSize, len(c.sbuf))
+	c.rx.Init(len(c.rbuf), c.recvMR.Addr()+uint64(len(c.sgl)), c.recvMR.RKey(), uint16(c.p.rqSize), peer)
+}
+
+// start runs the connection once it is established.
+func (c *RsocketConn) start() {
+	c.laddr = fromTCPAddr(c.id.LocalAddr())
+	c.raddr = fromTCPAddr(c.id.RemoteAddr())
+	_ = c.qp.Modify(&verbs.QPAttr{Timeout: 16, RetryCnt: 7}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt) // as Conn.tuneQP
+	c.mu.Lock()
+	c.creditLocked() // the second half of the rbuf, at once, as rsocket.c does
+	c.mu.Unlock()
+	go c.pollLoop()
+	go c.cmLoop()
+}
+
+// postLocked posts one signaled send (rsocket.c signals every send); its WR
+// id is the message's immediate, which is how its completion is accounted.
+func (c *RsocketConn) postLocked(op verbs.Opcode, msg uint32, sg []verbs.SGE, addr uint64, rkey uint32) error {
+	if c.torn {
+		return verbs.ErrClosed
+	}
+	flags := verbs.SendSignaled
+	n := 0
+	for i := range sg {
+		n += int(sg[i].Length)
+	}
+	if n > 0 && n <= c.inline {
+		flags |= verbs.SendInline
+	}
+	c.swr[0] = verbs.SendWR{WRID: uint64(msg), Opcode: op, Flags: flags, SG: sg, Imm: msg, RemoteAddr: addr, RKey: rkey}
+	if err := c.qp.PostSend(c.swr[:]); err != nil {
+		c.failLocked(err)
+		return err
+	}
+	return nil
+}
+
+// canCtrlLocked reports whether a credit or control message may go now.
+func (c *RsocketConn) canCtrlLocked() bool {
+	return c.err == nil && !c.torn && !c.peerGone && !c.discSent && c.tx.CtrlAvail()
+}
+
+// postCtrlLocked sends a control message (a zero-length write with
+// immediate); the caller checked canCtrlLocked.
+func (c *RsocketConn) postCtrlLocked(code uint32) error {
+	c.tx.TakeCtrl()
+	return c.postLocked(verbs.OpRDMAWriteWithImm, rsocket.Msg(rsocket.OpCtrl, code), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
+}
+
+// creditLocked returns credit, and grants free halves of the rbuf, when
+// due.
+func (c *RsocketConn) creditLocked() {
+	for c.rx.CreditDue() && c.canCtrlLocked() {
+		slot := c.tx.TakeCtrl()
+		buf := c.ctrl[slot*rsocket.SGELen : (slot+1)*rsocket.SGELen]
+		cr := c.rx.TakeCredit(buf)
+		var sg []verbs.SGE
+		addr, key := c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key
+		if cr.WithSGE {
+			c.ssge[0] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: c.sendMR.LKey()}
+			sg = c.ssge[:1]
+			addr, key = cr.Addr, cr.Key
+		}
+		if c.postLocked(verbs.OpRDMAWriteWithImm, cr.Imm, sg, addr, key) != nil {
+			return
+		}
+	}
+}
+
+// Read reads data the peer wrote. It returns as soon as any data is there;
+// io.EOF once the peer has shut down its sending side (or closed, or
+// disconnected) and everything before that was read.
+func (c *RsocketConn) Read(b []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return 0, c.opErr("read", net.ErrClosed)
+		}
+		if isClosed(c.rdl.wait()) {
+			c.mu.Unlock()
+			return 0, c.opErr("read", os.ErrDeadlineExceeded)
+		}
+		off, avail := c.rx.Buffered()
+		if avail > 0 {
+			if len(b) == 0 {
+				c.mu.Unlock()
+				return 0, nil
+			}
+			n := int(min(avail, uint64(len(b))))
+			c.mu.Unlock()
+			// The bytes are ours until consumed and credited back.
+			first := min(n, len(c.rbuf)-int(off))
+			copy(b, c.rbuf[off:int(off)+first])
+			copy(b[first:n], c.rbuf)
+			c.mu.Lock()
+			c.rx.Consume(uint64(n))
+			c.creditLocked()
+			c.mu.Unlock()
+			return n, nil
+		}
+		if c.rdShut {
+			c.mu.Unlock()
+			return 0, io.EOF
+		}
+		if err := c.err; err != nil {
+			c.mu.Unlock()
+			return 0, c.opErr("read", err)
+		}
+		c.mu.Unlock()
+		if len(b) == 0 {
+			return 0, nil
+		}
+		select {
+		case <-c.rcvReady:
+		case <-c.rdl.wait():
+		case <-c.closedCh:
+		}
+	}
+}
+
+// Write writes b. It returns once all of b is posted (copied into
+// registered memory), or with an error and the count posted before it.
+func (c *RsocketConn) Write(b []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	sent := 0
+	for {
+		c.mu.Lock()
+		if err := c.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			return sent, c.opErr("write", err)
+		}
+		if sent == len(b) {
+			c.mu.Unlock()
+			return sent, nil
+		}
+		d, ok := c.tx.NextData(len(b) - sent)
+		if !ok {
+			c.mu.Unlock()
+			select {
+			case <-c.sndReady:
+			case <-c.wdl.wait():
+			case <-c.closedCh:
+			}
+			continue
+		}
+		c.mu.Unlock()
+		// The reserved send buffer bytes are this writer's alone.
+		p := b[sent : sent+int(d.N)]
+		first := min(len(p), len(c.sbuf)-int(d.Off))
+		copy(c.sbuf[d.Off:], p[:first])
+		copy(c.sbuf, p[first:])
+		c.mu.Lock()
+		lkey := c.sendMR.LKey()
+		c.ssge[0] = verbs.SGE{Addr: verbs.AddrOf(c.sbuf[d.Off:]), Length: uint32(first), LKey: lkey}
+		sg := c.ssge[:1]
+		if first < len(p) {
+			c.ssge[1] = verbs.SGE{Addr: verbs.AddrOf(c.sbuf), Length: uint32(len(p) - first), LKey: lkey}
+			sg = c.ssge[:2]
+		}
+		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
+			sent += int(d.N)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// writeErrLocked says why a Write cannot go on, or nil.
+func (c *RsocketConn) writeErrLocked() error {
+	switch {
+	case c.closed:
+		return net.ErrClosed
+	case isClosed(c.wdl.wait()):
+		return os.ErrDeadlineExceeded
+	case c.wrShut || c.discSent:
+		return errWriteClosed
+	case c.peerGone:
+		return errReset
+	}
+	return c.err
+}
+
+// CloseWrite shuts down the sending side, as rsockets' shutdown(SHUT_WR)
+// and (*net.TCPConn).CloseWrite do: the peer reads what was written, then
+// EOF; reading goes on.
+func (c *RsocketConn) CloseWrite() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for {
+		c.mu.Lock()
+		switch {
+		case c.closed:
+			c.mu.Unlock()
+			return c.opErr("close", net.ErrClosed)
+		case c.wrShut || c.discSent || c.peerGone:
+			c.wrShut = true
+			c.mu.Unlock()
+			return nil
+		case c.err != nil:
+			err := c.err
+			c.mu.Unlock()
+			return c.opErr("close", err)
+		}
+		if c.canCtrlLocked() {
+			// As rsocket.c: once both directions are shut, a disconnect.
+			code := uint32(rsocket.CtrlShutdown)
+			if c.rdShut {
+				code = rsocket.CtrlDisconnect
+				c.discSent = true
+			}
+			c.wrShut = true
+			err := c.postCtrlLocked(code)
+			c.mu.Unlock()
+			if err != nil {
+				return c.opErr("close", err)
+			}
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.sndReady:
+		case <-c.closedCh:
+		}
+	}
+}
+
+// Close closes the connection: the bytes written are delivered (within
+// Config.HandshakeTimeout), the peer is told DISCONNECT and reads EOF.
+// Pending Reads and Writes return net.ErrClosed.
+func (c *RsocketConn) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.opErr("close", net.ErrClosed)
+	}
+	c.closed = true
+	close(c.closedCh)
+	c.mu.Unlock()
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.drain()
+	_ = c.id.Disconnect()
+	c.stopPoller()
+	c.releaseVerbs()
+	c.id.Destroy()
+	c.ech.Close() // ends cmLoop
+	<-c.cmDone
+	c.rdl.stop()
+	c.wdl.stop()
+	return nil
+}
+
+// drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
+// waits until every posted send has completed.
+func (c *RsocketConn) drain() {
+	timer := time.NewTimer(c.p.handshakeTimeout)
+	defer timer.Stop()
+	for {
+		c.mu.Lock()
+		if c.err != nil || c.peerGone || c.torn {
+			c.mu.Unlock()
+			return
+		}
+		if !c.discSent && c.canCtrlLocked() {
+			c.discSent = true
+			c.postCtrlLocked(rsocket.CtrlDisconnect)
+		}
+		done := c.discSent && c.tx.AllDone()
+		c.mu.Unlock()
+		if done {
+			return
+		}
+		select {
+		case <-c.sndReady:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// failLocked records why the connection failed (the first reason wins) and
+// wakes every waiter.
+func (c *RsocketConn) failLocked(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	poke(c.rcvReady)
+	poke(c.sndReady)
+}
+
+// pollLoop moves completions into the connection's state until Close,
+// waiting on the completion channel (the runtime poller).
+func (c *RsocketConn) pollLoop() {
+	defer close(c.pollerDone)
+	for !c.stopping.Load() {
+		n, err := c.pollBatch()
+		if err == nil && n == 0 {
+			if err = c.cq.ReqNotify(false); err == nil {
+				n, err = c.pollBatch()
+			}
+			if err == nil && n == 0 {
+				if _, err = c.cch.GetEvent(); err == nil {
+					if c.unacked++; c.unacked >= 64 {
+						c.cch.AckEvents(c.cq, c.unacked)
+						c.unacked = 0
+					}
+					continue
+				}
+			}
+		}
+		if err != nil {
+			c.mu.Lock()
+			if !c.closed {
+				c.failLocked(err)
+			}
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (c *RsocketConn) pollBatch() (int, error) {
+	c.pollMu.Lock()
+	defer c.pollMu.Unlock()
+	n, err := c.cq.Poll(c.wcs[:])
+	if n > 0 {
+		c.handle(c.wcs[:n])
+	}
+	return n, err
+}
+
+// handle applies a batch of completions.
+func (c *RsocketConn) handle(wcs []verbs.WC) {
+	var perr error
+	reposts := 0
+	c.mu.Lock()
+	// After Close or the peer's disconnect, flushed work requests are
+	// expected: they are not the connection's failure.
+	quiet := func() bool { return c.closed || c.peerGone || c.discSent }
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.WRID&rsRecvWRID != 0 {
+			if wc.Status != verbs.WCSuccess {
+				if !quiet() {
+					c.failLocked(wcError(wc.Status))
+				}
+				continue
+			}
+			reposts++
+			if perr == nil && c.err == nil {
+				perr = c.recvLocked(wc)
+			}
+			continue
+		}
+		if wc.WRID == rsProbeWRID {
+			continue
+		}
+		if err := c.tx.Completed(wc.WRID); err != nil && perr == nil {
+			perr = protoError(err.Error())
+		}
+		if wc.Status != verbs.WCSuccess && !quiet() {
+			c.failLocked(wcError(wc.Status))
+		}
+	}
+	if perr != nil {
+		c.failLocked(perr)
+	}
+	if reposts > 0 && c.err == nil && !c.torn {
+		if err := c.qp.PostRecv(c.rwrs[:reposts]); err != nil {
+			c.failLocked(err)
+		}
+	}
+	c.creditLocked()
+	c.mu.Unlock()
+	poke(c.rcvReady)
+	poke(c.sndReady)
+	if perr != nil {
+		_ = c.id.Disconnect() // the peer broke the protocol: it gets a disconnect
+	}
+}
+
+// recvLocked applies one message from the peer; every value in it is
+// checked, and one that breaks the protocol fails the connection.
+func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
+		return protoError("rsocket message without immediate data")
+	}
+	msg := wc.Imm
+	data := rsocket.MsgData(msg)
+	switch rsocket.MsgOp(msg) {
+	case rsocket.OpData:
+		if c.rdShut {
+			return protoError("rsocket data after shutdown")
+		}
+		if wc.ByteLen != data {
+			return protoError("rsocket data length does not match the bytes written")
+		}
+		if err := c.rx.OnData(data); err != nil {
+			return protoError(err.Error())
+		}
+	case rsocket.OpSGL:
+		var e *rsocket.SGE
+		switch wc.ByteLen {
+		case 0:
+		case rsocket.SGELen:
+			s := c.tx.NextSlot() * rsocket.SGELen
+			g := rsocket.ParseSGE(c.sgl[s:s+rsocket.SGELen], false) // we announced no FlagNet
+			e = &g
+		default:
+			return protoError("rsocket credit with a malformed region")
+		}
+		if err := c.tx.OnCredit(data, e); err != nil {
+			return protoError(err.Error())
+		}
+	case rsocket.OpIOMapSGL:
+		// Never announced; rsocket.c ignores it too.
+	case rsocket.OpCtrl:
+		switch data {
+		case rsocket.CtrlDisconnect:
+			c.rdShut, c.peerGone = true, true
+		case rsocket.CtrlShutdown:
+			c.rdShut = true
+		}
+	default:
+		return protoError("rsocket message of a reserved kind")
+	}
+	return nil
+}
+
+// cmLoop watches connection manager events and sends keepalives (a
+// zero-length RDMA WRITE, as rsocket.c's) on an idle connection.
+func (c *RsocketConn) cmLoop() {
+	defer close(c.cmDone)
+	for {
+		var dl time.Time
+		if c.p.keepAlive > 0 {
+			dl = time.Now().Add(c.p.keepAlive)
+		}
+		ev, err := c.ech.GetEvent(dl)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.mu.Lock()
+			if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
+				c.tx.TakeCtrl()
+				c.postLocked(verbs.OpRDMAWrite, rsocket.Msg(rsocket.OpCtrl, rsocket.CtrlKeepalive), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
+			}
+			c.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return
+		}
+		switch ev.Type {
+		case verbs.EventDisconnected, verbs.EventDeviceRemoval:
+			// rsocket.c takes a disconnect as the end of the stream. What
+			// landed before it is read first.
+			c.pollMu.Lock()
+			if !c.stopping.Load() {
+				if n, _ := c.cq.Poll(c.wcs[:]); n > 0 {
+					c.handle(c.wcs[:n])
+				}
+			}
+			c.pollMu.Unlock()
+			c.mu.Lock()
+			c.rdShut, c.peerGone = true, true
+			c.mu.Unlock()
+			poke(c.rcvReady)
+			poke(c.sndReady)
+		}
+	}
+}
+
+// stopPoller ends pollLoop: with the QP in error, a zero-length write
+// completes at once (flushed) and wakes it; should nothing wake it, the
+// completion channel is closed under it.
+func (c *RsocketConn) stopPoller() {
+	c.stopping.Store(true)
+	_ = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	for closed := false; ; {
+		c.mu.Lock()
+		if !c.torn {
+			c.swr[0] = verbs.SendWR{WRID: rsProbeWRID, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+				RemoteAddr: c.peer.TargetSGL.Addr, RKey: c.peer.TargetSGL.Key}
+			_ = c.qp.PostSend(c.swr[:])
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.pollerDone:
+			return
+		case <-t.C:
+		}
+		if !closed && c.cch.Close() == nil {
+			closed = true
+		}
+		t.Reset(time.Second)
+	}
+}
+
+// releaseVerbs destroys what newRsocketConn created, in the order the
+// verbs require.
+func (c *RsocketConn) releaseVerbs() {
+	c.mu.Lock()
+	c.torn = true
+	c.mu.Unlock()
+	c.pollMu.Lock() // cmLoop may poll until Close has closed the event channel
+	defer c.pollMu.Unlock()
+	if c.qp != nil {
+		c.qp.Destroy()
+	}
+	if c.cq != nil {
+		if c.unacked > 0 {
+			c.cch.AckEvents(c.cq, c.unacked)
+			c.unacked = 0
+		}
+		c.cq.Destroy()
+	}
+	if c.cch != nil {
+		c.cch.Close()
+	}
+	if c.sendMR != nil {
+		c.sendMR.Dereg()
+	}
+	if c.recvMR != nil {
+		c.recvMR.Dereg()
+	}
+	if c.pd != nil {
+		c.pd.Dealloc()
+	}
+	if c.mem != nil {
+		c.mem.Free()
+	}
+}
+
+// LocalAddr returns the local address.
+func (c *RsocketConn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address.
+func (c *RsocketConn) RemoteAddr() net.Addr { return c.raddr }
+
+// Provider names the verbs provider that carries the connection: "soft" or
+// "rdmacore".
+func (c *RsocketConn) Provider() string { return c.provider }
+
+// Fallback is as Conn.Fallback: why an auto dial is carried by soft, or nil.
+func (c *RsocketConn) Fallback() error {
+	if c.fallback == nil {
+		return nil
+	}
+	return c.fallback
+}
+
+// SetDeadline sets the read and write deadlines.
+func (c *RsocketConn) SetDeadline(t time.Time) error {
+	if err := c.checkOpen("set deadline"); err != nil {
+		return err
+	}
+	c.rdl.set(t)
+	c.wdl.set(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Reads, pending ones included.
+func (c *RsocketConn) SetReadDeadline(t time.Time) error {
+	if err := c.checkOpen("set read deadline"); err != nil {
+		return err
+	}
+	c.rdl.set(t)
+	return nil
+}
+
+// SetWriteDeadline sets the deadline for Writes, pending ones included.
+func (c *RsocketConn) SetWriteDeadline(t time.Time) error {
+	if err := c.checkOpen("set write deadline"); err != nil {
+		return err
+	}
+	c.wdl.set(t)
+	return nil
+}
+
+func (c *RsocketConn) checkOpen(op string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.opErr(op, net.ErrClosed)
+	}
+	return nil
+}
+
+func (c *RsocketConn) opErr(op string, err error) error {
+	var src, dst net.Addr
+	if c.laddr != nil {
+		src = c.laddr
+	}
+	if c.raddr != nil {
+		dst = c.raddr
+	}
+	return opError(op, src, dst, err)
+}

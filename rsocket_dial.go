@@ -1,0 +1,321 @@
+package rdma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/rdmanet/rdma/internal/rsocket"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Wire protocols (Config.Wire).
+const (
+	WireRDMA    = "rdma"    // this package's own protocol (the default)
+	WireRsocket = "rsocket" // rdma-core's rsockets: C programs on librdmacm's rsocket API
+	// WireEnv is the environment variable read when Config.Wire is empty.
+	WireEnv = "RDMA_WIRE"
+)
+
+// wireOf resolves the wire protocol a Config asks for.
+func wireOf(c *Config) (string, error) {
+	w, source := "", "Config.Wire"
+	if c != nil {
+		w = c.Wire
+	}
+	if w == "" {
+		w, source = os.Getenv(WireEnv), WireEnv
+	}
+	switch w {
+	case "", WireRDMA:
+		return WireRDMA, nil
+	case WireRsocket:
+		return WireRsocket, nil
+	}
+	return "", fmt.Errorf("rdma: %s=%q: unknown wire protocol (want %q or %q)", source, w, WireRDMA, WireRsocket)
+}
+
+// rsParams are a connection's sizes in rsocket mode: rsocket.c's defaults
+// (rbuf and send buffer 128 KiB, 384-deep queues, 64 bytes inline) unless
+// the Config sets them.
+type rsParams struct {
+	rbufSize, sbufSize int
+	sqSize, rqSize     int
+	inline             int
+	keepAlive          time.Duration
+	handshakeTimeout   time.Duration
+}
+
+func rsocketParams(c *Config) rsParams {
+	var r Config
+	if c != nil {
+		r = *c
+	}
+	d := r.withDefaults() // keep-alive and timeouts as in the default mode
+	p := rsParams{
+		rbufSize:         rsocket.DefaultRecvBuf,
+		sbufSize:         rsocket.DefaultSendBuf,
+		sqSize:           rsocket.DefaultQueue,
+		rqSize:           rsocket.DefaultQueue,
+		inline:           rsocket.DefaultInline,
+		keepAlive:        d.KeepAlive,
+		handshakeTimeout: d.HandshakeTimeout,
+	}
+	if r.RingSize > 0 {
+		p.rbufSize = pow2Clamp(r.RingSize, rsocket.MinBuf, rsocket.MaxBuf)
+	}
+	if r.SendBufferSize > 0 {
+		p.sbufSize = pow2Clamp(r.SendBufferSize, rsocket.MinBuf, rsocket.MaxBuf)
+	}
+	if r.SendDepth > 0 {
+		p.sqSize = clamp(r.SendDepth, rsocket.MinQueue, rsocket.MaxQueue)
+	}
+	if r.RecvDepth > 0 {
+		p.rqSize = clamp(r.RecvDepth, rsocket.MinQueue, rsocket.MaxQueue)
+	}
+	switch {
+	case r.InlineThreshold < 0:
+		p.inline = 0
+	case r.InlineThreshold > 0:
+		p.inline = min(r.InlineThreshold, 1024)
+	}
+	return p
+}
+
+// dialRsocket is DialContext in rsocket mode.
+func (d *Dialer) dialRsocket(ctx context.Context, network, address string) (*RsocketConn, error) {
+	var laddr, raddr net.Addr = d.LocalAddr, nil
+	if ctx == nil {
+		panic("rdma: nil context")
+	}
+	fail := func(err error) (*RsocketConn, error) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			err = mapCtxErr(ctx, err)
+		}
+		return nil, opError("dial", laddr, raddr, err)
+	}
+	tcpNet, err := tcpNetwork(network)
+	if err != nil {
+		return fail(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	rt, err := resolveTCP(ctx, tcpNet, address)
+	if err != nil {
+		return fail(err)
+	}
+	raddr = fromTCPAddr(rt)
+	src, err := toTCPAddr(d.LocalAddr)
+	if err != nil {
+		return fail(err)
+	}
+	cfg := d.Config.withDefaults()
+	prov, err := chooseProvider(cfg.Provider)
+	if err != nil {
+		return fail(err)
+	}
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	p := rsocketParams(d.Config)
+	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
+		c, err := connectRsocket(ctx, prov, src, rt, p)
+		if err != nil {
+			return fail(err)
+		}
+		return c, nil
+	}
+	// As connectWithFallback: an auto dial on a host with a device falls
+	// back to soft when the peer does not answer over the RDMA CM.
+	start := time.Now()
+	actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
+	c, err := connectRsocket(actx, prov, src, rt, p)
+	cancel()
+	if err == nil {
+		return c, nil
+	}
+	if ctx.Err() != nil {
+		return fail(ctx.Err())
+	}
+	soft, serr := verbs.Lookup(ProviderSoft)
+	if serr != nil || !fallbackOn(err) || errors.Is(err, rsocket.ErrConnData) {
+		return fail(err)
+	}
+	fb := &FallbackError{Provider: prov.Name(), Err: err, Elapsed: time.Since(start)}
+	c, serr = connectRsocket(ctx, soft, src, rt, p)
+	if serr != nil {
+		return fail(fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err))
+	}
+	c.fallback = fb
+	return c, nil
+}
+
+// connectRsocket runs rsocket.c's rs_do_connect: resolve, create the
+// endpoint, connect with rs_conn_data as private data, take the peer's from
+// the accept.
+func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		return nil, err
+	}
+	id, err := ech.CreateID()
+	if err != nil {
+		ech.Close()
+		return nil, err
+	}
+	var c *RsocketConn
+	ok := false
+	defer func() {
+		if !ok {
+			if c != nil {
+				c.releaseVerbs()
+			}
+			id.Destroy()
+			ech.Close()
+		}
+	}()
+	wait := func(want verbs.CMEventType) (verbs.CMEvent, error) {
+		ev, err := waitEvent(ctx, ech)
+		if err != nil {
+			return ev, err
+		}
+		if ev.Type != want {
+			if err := ctx.Err(); err != nil {
+				return ev, err
+			}
+			return ev, eventError(ev)
+		}
+		return ev, nil
+	}
+	if err := id.ResolveAddr(src, dst, stepTimeout(ctx)); err != nil {
+		return nil, err
+	}
+	if _, err := wait(verbs.EventAddrResolved); err != nil {
+		return nil, err
+	}
+	if err := id.ResolveRoute(stepTimeout(ctx)); err != nil {
+		return nil, err
+	}
+	if _, err := wait(verbs.EventRouteResolved); err != nil {
+		return nil, err
+	}
+	if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
+		return nil, err
+	}
+	if err := id.Connect(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		return nil, err
+	}
+	ev, err := wait(verbs.EventEstablished)
+	if err != nil {
+		return nil, err
+	}
+	peer, err := rsocket.ParseConnData(ev.Param.PrivateData)
+	if err != nil {
+		id.Disconnect()
+		return nil, err
+	}
+	c.setPeer(peer)
+	c.start()
+	ok = true
+	return c, nil
+}
+
+// rsListen is a Listener's rsocket mode: accepted connections wait here.
+type rsListen struct {
+	p     rsParams
+	ready chan *RsocketConn
+}
+
+// newRsListen returns nil unless c asks for rsocket mode.
+func newRsListen(c *Config) (*rsListen, error) {
+	w, err := wireOf(c)
+	if err != nil || w != WireRsocket {
+		return nil, err
+	}
+	return &rsListen{p: rsocketParams(c), ready: make(chan *RsocketConn, listenBacklog)}, nil
+}
+
+var errAcceptRsocket = errors.New("rdma: the listener speaks rsocket (Config.Wire): use Accept, whose conns are *RsocketConn")
+
+func (l *Listener) acceptRsocket() (net.Conn, error) {
+	select {
+	case c := <-l.rs.ready:
+		return c, nil
+	case <-l.done:
+		return nil, opError("accept", l.addr, nil, net.ErrClosed)
+	}
+}
+
+// drain closes the connections no Accept took.
+func (rl *rsListen) drain() {
+	for {
+		select {
+		case c := <-rl.ready:
+			c.Close()
+		default:
+			return
+		}
+	}
+}
+
+// handshakeRsocket is rsocket.c's rs_accept for one connection request: a
+// request whose private data is not rs_conn_data version 1 is rejected
+// without private data, as rsocket.c does.
+func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
+	id := ev.ID
+	peer, err := rsocket.ParseConnData(ev.Param.PrivateData)
+	if err != nil {
+		id.Reject(nil)
+		id.Destroy()
+		return
+	}
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		id.Reject(nil)
+		id.Destroy()
+		return
+	}
+	if err := id.Migrate(ech); err != nil {
+		id.Reject(nil)
+		id.Destroy()
+		ech.Close()
+		return
+	}
+	c, err := newRsocketConn(prov.Name(), ech, id, l.rs.p)
+	if err != nil {
+		id.Reject(nil)
+		id.Destroy()
+		ech.Close()
+		return
+	}
+	abort := func() {
+		c.releaseVerbs()
+		id.Destroy()
+		ech.Close()
+	}
+	c.setPeer(peer)
+	if err := id.Accept(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		abort()
+		return
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
+	est, err := waitEvent(ctx, ech)
+	cancel()
+	if err != nil || est.Type != verbs.EventEstablished {
+		id.Disconnect()
+		abort()
+		return
+	}
+	c.start()
+	select {
+	case l.rs.ready <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
