@@ -3,6 +3,7 @@ package collectives
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -265,4 +266,38 @@ func TestGarbageFromPeer(t *testing.T) {
 		b.Close()
 	}()
 	requireRank(t, g.Barrier(testCtx(t)), 1)
+}
+
+// An abort frame names the rank it blames; a peer cannot blame a rank outside
+// the group: such a frame is the peer's own protocol error.
+func TestAbortBlamesRankInGroup(t *testing.T) {
+	for _, tc := range []struct {
+		blamed   uint16
+		wantRank int
+		wantOp   string
+	}{
+		{blamed: 0, wantRank: 0, wantOp: "failed"},
+		{blamed: 1, wantRank: 1, wantOp: "failed"},
+		{blamed: 2, wantRank: 1, wantOp: "frame"},
+		{blamed: 65535, wantRank: 1, wantOp: "frame"},
+	} {
+		t.Run(name("blamed=", int(tc.blamed)), func(t *testing.T) {
+			a, b := net.Pipe()
+			g, err := NewGroup(0, []net.Conn{nil, a})
+			require.NoError(t, err)
+			defer g.Close()
+			go func() { _, _ = io.Copy(io.Discard, b) }()
+			text := []byte("boom")
+			frame := make([]byte, hdrLen+len(text))
+			h := header{kind: kindAbort, root: tc.blamed, len: uint32(len(text))}
+			h.put(frame)
+			copy(frame[hdrLen:], text)
+			go func() { _, _ = b.Write(frame) }()
+			err = g.Barrier(context.Background())
+			var re *RankError
+			require.ErrorAs(t, err, &re)
+			assert.Equal(t, tc.wantRank, re.Rank, "error %q", err)
+			assert.Equal(t, tc.wantOp, re.Op, "error %q", err)
+		})
+	}
 }

@@ -89,15 +89,6 @@ func (h header) String() string {
 	return fmt.Sprintf("op #%d %v (root %d, arg %#x, step %d, %d bytes)", h.seq, h.kind, h.root, h.arg, h.tag, h.len)
 }
 
-// frameLen is the payload length of frame i of a message of n bytes; both
-// ends compute it, so a difference is a protocol error.
-func frameCount(n int) int {
-	if n == 0 {
-		return 1
-	}
-	return (n + frameMax - 1) / frameMax
-}
-
 // mismatchError describes a frame that is not the one expected.
 type mismatchError struct {
 	got, want header

@@ -89,7 +89,7 @@ func NewGroup(rank int, peers []net.Conn) (*Group, error) {
 		if c == nil {
 			continue
 		}
-		g.links[i] = newLink(i, c)
+		g.links[i] = newLink(i, len(peers), c)
 	}
 	for _, l := range g.links {
 		if l != nil {

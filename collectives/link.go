@@ -22,6 +22,7 @@ type sendReq struct {
 // receive at once: no rank's send waits for its peer's send.
 type link struct {
 	peer int
+	size int // the group's size: bounds the rank a peer's abort frame blames
 	conn net.Conn
 
 	sendq   chan sendReq
@@ -35,9 +36,10 @@ type link struct {
 	werr error  // sending goroutine: first write error, sticky
 }
 
-func newLink(peer int, c net.Conn) *link {
+func newLink(peer, size int, c net.Conn) *link {
 	return &link{
 		peer:  peer,
+		size:  size,
 		conn:  c,
 		sendq: make(chan sendReq, maxPending),
 		done:  make(chan error, maxPending),
@@ -149,11 +151,16 @@ func (l *link) readPayload(b []byte) error {
 }
 
 // readAbort turns a peer's abort frame into the error it reports: the rank
-// the peer blames, and why.
+// the peer blames, and why. It always returns an error: Op "failed" for a
+// well-formed frame, else an error blaming the peer itself (a malformed
+// frame, or a blamed rank outside the group, is the sender's fault).
 func (l *link) readAbort(h *header) error {
 	blamed := int(h.root)
 	if h.len > abortTextMax {
 		return &RankError{Rank: l.peer, Op: "frame", Err: fmt.Errorf("abort frame with %d bytes of text", h.len)}
+	}
+	if blamed >= l.size {
+		return &RankError{Rank: l.peer, Op: "frame", Err: fmt.Errorf("abort frame blames rank %d of a group of %d", blamed, l.size)}
 	}
 	var text [abortTextMax]byte
 	if err := l.readPayload(text[:h.len]); err != nil {
@@ -182,11 +189,10 @@ func (l *link) explain(err error) error {
 		var h header
 		h.get(l.rhdr[:])
 		if h.kind == kindAbort {
-			if ab := l.readAbort(&h); ab != nil {
-				var re *RankError
-				if errors.As(ab, &re) && re.Op == "failed" {
-					return ab
-				}
+			ab := l.readAbort(&h)
+			var re *RankError
+			if errors.As(ab, &re) && re.Op == "failed" {
+				return ab
 			}
 			return err
 		}
