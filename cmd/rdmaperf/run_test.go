@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/verbs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -98,7 +99,13 @@ func TestLoopbackJSON(t *testing.T) {
 		case "rdma":
 			assert.Equal(t, "soft", res.Provider)
 			require.NotNil(t, res.VsTCP)
-			assert.Positive(t, *res.VsTCP)
+			// The ratio is rdma's median over tcp's, same test and size.
+			tcp := findResult(t, rep.Results, res.Test, res.Size, "tcp")
+			want := res.Median.BytesPerSec / tcp.Median.BytesPerSec
+			if res.Test == "latency" {
+				want = float64(res.Median.P50Ns) / float64(tcp.Median.P50Ns)
+			}
+			assert.InEpsilon(t, want, *res.VsTCP, 1e-9, "%s vs tcp", res.Test)
 			assert.Equal(t, map[string]string{"stream": "bytes_per_sec", "latency": "p50_ns"}[res.Test], res.VsTCPOf)
 		case "tcp":
 			assert.Empty(t, res.Provider)
@@ -150,12 +157,62 @@ func TestCancel(t *testing.T) {
 	assert.Less(t, time.Since(start), 30*time.Second)
 }
 
-// -provider rdmacore works where a device is, else says how to use soft.
-func TestProviderRDMACore(t *testing.T) {
-	_, _, err := runArgs(t, "-loopback", "-provider", "rdmacore", "-n", "5", "-warmup", "0", "-q")
-	if err != nil {
-		assert.Contains(t, err.Error(), "use the software provider instead")
+// findResult returns the result of test and size over transport.
+func findResult(t *testing.T, results []result, test string, size int, transport string) result {
+	t.Helper()
+	for _, r := range results {
+		if r.Test == test && r.Size == size && r.Transport == transport {
+			return r
+		}
 	}
+	t.Fatalf("no %s result for %s size %d", transport, test, size)
+	return result{}
+}
+
+// -provider rdmacore runs on rdma-core where a device with an active port
+// is, else fails saying how to use soft.
+func TestProviderRDMACore(t *testing.T) {
+	out, _, err := runArgs(t, "-loopback", "-provider", "rdmacore", "-n", "5", "-warmup", "0", "-q", "-json", "-baseline", "none")
+	if !hasRDMACoreDevice() {
+		require.Error(t, err, "no rdmacore device with an active port here, yet the run succeeded:\n%s", out)
+		assert.ErrorIs(t, err, verbs.ErrNoDevice)
+		assert.Contains(t, err.Error(), "use the software provider instead")
+		return
+	}
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.NotEmpty(t, rep.Results)
+	for _, res := range rep.Results {
+		assert.Equal(t, "rdma", res.Transport)
+		assert.Equal(t, "rdmacore", res.Provider, "%s size %d", res.Test, res.Size)
+		assert.Equal(t, int64(5), res.Median.Messages)
+	}
+}
+
+// hasRDMACoreDevice reports whether the rdmacore provider sees a device with
+// an active port, asked directly of the provider rather than through rdma.
+func hasRDMACoreDevice() bool {
+	p, err := verbs.Lookup("rdmacore")
+	if err != nil {
+		return false
+	}
+	devs, err := p.Devices()
+	if err != nil {
+		return false
+	}
+	for _, d := range devs {
+		ctx, err := p.Open(d.Name)
+		if err != nil {
+			continue
+		}
+		attr, err := ctx.QueryPort(1)
+		_ = ctx.Close()
+		if err == nil && (attr.State == verbs.PortActive || attr.State == verbs.PortActiveDefer) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestProgressOnLongRuns(t *testing.T) {

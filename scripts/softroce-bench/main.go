@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma"
-	_ "github.com/rdmanet/rdma/verbs/rdmacore"
 )
 
 func main() {
