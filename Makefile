@@ -40,7 +40,7 @@ vet:
 clean:
 	rm -rf $(BUILD)
 
-# --- C API (capi helper) ---------------------------------------------------
+# --- C API -------------------------------------------------------------------
 # librdma.so, its header rdma_lib.h (hand-written: cgo's own header speaks Go
 # types) and rdma.pc, so that `cc $$(pkg-config --cflags --libs rdma) prog.c`
 # works with PKG_CONFIG_PATH=build/lib/pkgconfig.
@@ -92,8 +92,9 @@ test-c: capi-asan
 		'$(CC) -fsanitize=address -g -Wall -Werror -o $(ASAN_BIN)/simple_client examples/c/simple_client.c $$(pkg-config --cflags --libs rdma)'
 	timeout 300 $(ASAN_BIN)/capi_test $(ASAN_BIN)/simple_client $(ASAN_BIN)/client
 
-# The seed's server and two clients on loopback, all-to-all, on the default
-# provider; fails (never hangs) unless all three finish.
+# The original rdma_lib's example server and two clients on loopback,
+# all-to-all, on the default provider; fails (never hangs) unless all three
+# finish.
 demo: capi
 	@mkdir -p $(C_BIN)
 	@for p in server client simple_client; do \
@@ -109,7 +110,7 @@ bench-capi: capi
 	$(CC) $(C_FLAGS) -o $(C_BIN)/capi_bench capi/clib/testdata/capi_bench.c $(C_LIBS)
 	CAPI_BENCH_C=$(CURDIR)/$(C_BIN)/capi_bench $(GO) test -run '^$$' -bench RoundTrip64 -benchmem ./capi/
 
-# --- Benchmarks (perf helper) --------------------------------------------------
+# --- Benchmarks --------------------------------------------------------------
 # The Go benchmarks of verbs, the root package (rdma.Conn) and collectives,
 # with -benchmem, then rdmaperf's loopback comparison (rdma vs TCP through the
 # same code, server in a separate process, median of PERF_ROUNDS rounds).
@@ -142,7 +143,7 @@ bench:
 	@if [ -f $(BENCH_OUT)/failed ]; then \
 		echo "make bench: FAILED: $$(paste -sd, $(BENCH_OUT)/failed) (see $(BENCH_OUT)/results.txt)" >&2; exit 1; fi
 
-# --- Soft-RoCE (rdmacore helper) ---------------------------------------------
+# --- Soft-RoCE ---------------------------------------------------------------
 # The rdmacore provider on a real kernel RDMA stack: builds test binaries and
 # runs them in the QEMU guest of ../shared/softroce (rdma_rxe): rdmacore's own
 # tests with the verbs conformance suite, and the root package's tests with
@@ -152,7 +153,7 @@ test-softroce:
 	GO=$(GO) scripts/softroce-test.sh
 	GO=$(GO) scripts/softroce-mixed.sh
 
-# --- Mixed fleets on Soft-RoCE (mixed-cluster helper) ------------------------
+# --- Mixed fleets on Soft-RoCE -----------------------------------------------
 # In the same guest: a veth pair from the guest's rxe-carrying namespace to one
 # without RDMA; an auto dial across it falls back to soft after
 # Config.RDMAConnectTimeout, and a group with a rank across it; plus the mixed

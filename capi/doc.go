@@ -1,7 +1,7 @@
-// Package capi is the Go mirror of the seed's C interface, rdma_lib.h: a
-// Context that is either a server (it listens and accepts peers) or a client
-// (it connects to peers), numbered peers, whole-message Send and Recv, and two
-// collectives, Broadcast and SequentialAllToAll.
+// Package capi is the Go mirror of the original rdma_lib's C interface,
+// rdma_lib.h: a Context that is either a server (it listens and accepts
+// peers) or a client (it connects to peers), numbered peers, whole-message
+// Send and Recv, and two collectives, Broadcast and SequentialAllToAll.
 //
 // Package capi/clib builds the same API as a C shared library (librdma.so
 // with rdma_lib.h); it is a thin layer over this package.
@@ -11,7 +11,7 @@
 // big-endian length, so message boundaries survive the byte stream: one Send
 // is exactly one Recv on the other side.
 //
-// Semantics, as in the seed and DESIGN.md:
+// Semantics, as in the original rdma_lib and docs/design.md:
 //   - A server context listens on ip:port from Init on (port 0 picks a free
 //     port, see Addr); a client context uses ip as the source address of its
 //     connections and ignores port, so several clients and a server can share

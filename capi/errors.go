@@ -5,15 +5,15 @@ import (
 	"strings"
 )
 
-// Limits and defaults of rdma_lib.h, with the seed's values.
+// Limits and defaults of rdma_lib.h, with the original rdma_lib's values.
 const (
 	// MaxPeers is the most peers a context may have over its lifetime.
 	MaxPeers = 64
-	// MaxWR and CQDepth are the seed's queue sizes; the rdma conns size
+	// MaxWR and CQDepth are rdma_lib's queue sizes; the rdma conns size
 	// their own queues, so these are informational here.
 	MaxWR   = 128
 	CQDepth = 256
-	// BufferSize is the seed's default message buffer size.
+	// BufferSize is rdma_lib's default message buffer size.
 	BufferSize = 4096
 	// MaxBufSize is the largest bufSize Init accepts, so that every message
 	// length fits the C API's int return values.

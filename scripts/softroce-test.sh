@@ -9,10 +9,11 @@
 # (verbstest) and rdma.Conn's net.Conn behaviour (nettest, half-close, peer
 # death, yamux, net/http, churn) over the rdmacore provider; the VM tests of
 # other packages listed in VM_TESTS below (collectives' Join and AllReduce
-# over rdmacore). The root
-# package's own tests pick the soft provider and 127.0.0.1 themselves, so in
-# the guest they would only test soft, slowly: SOFTROCE_ROOT_TESTS=1 adds them
-# (run with RDMA_PROVIDER=rdmacore), for when they honour it.
+# over rdmacore). SOFTROCE_ROOT_TESTS=1 adds the whole root package, run with
+# RDMA_PROVIDER=rdmacore: in the guest its generic tests use that provider on
+# $SOFTROCE_IP (main_test.go's testConfig), the soft-specific ones stay on
+# soft. It is off by default for its length under emulation; verbs/rdmacore's
+# conn tests run rdma.Conn's net.Conn behaviour on rdmacore meanwhile.
 #
 # Environment: GO (go), SOFTROCE_RUN (path of run-in-vm.sh), SOFTROCE_RACE
 # ("-race", or "" to build without the race detector), SOFTROCE_ROOT_TESTS,

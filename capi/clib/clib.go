@@ -1,11 +1,12 @@
-// Command clib is librdma.so: the seed's rdma_lib.h C API over package capi.
-// Build it with
+// Command clib is librdma.so: the original rdma_lib's C API (rdma_lib.h)
+// over package capi. Build it with
 //
 //	go build -buildmode=c-shared -o build/lib/librdma.so ./capi/clib
 //
 // (make capi does, and installs include/rdma_lib.h and rdma.pc beside it).
 // cgo's generated header is not the API: it speaks in Go types, while
-// include/rdma_lib.h declares exactly the seed's functions and constants.
+// include/rdma_lib.h declares exactly the original's functions and
+// constants.
 //
 // An rdma_context* handed to C is a runtime/cgo.Handle value, never a Go
 // pointer; every call checks it against the live handles first, so NULL, a
@@ -266,7 +267,7 @@ func rdma_broadcast(h C.uintptr_t, data unsafe.Pointer, n C.size_t) (ret C.int) 
 func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, msgSize C.size_t) (ret C.int) {
 	const fn = "rdma_sequential_alltoall"
 	defer recoverTo(fn, &ret, -1)
-	// C gives no length for recv_buf. BUFFER_SIZE is what the seed's own
+	// C gives no length for recv_buf. BUFFER_SIZE is what the original's own
 	// programs pass, so it is the bound: never written past, whatever
 	// buf_size is and whatever a peer sends.
 	return allToAll(fn, h, sendBuf, recvBuf, capi.BufferSize, msgSize)
@@ -315,10 +316,10 @@ func allToAll(fn string, h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen
 }
 
 // verbose (RDMA_LIB_VERBOSE set and not "0") makes rdma_sequential_alltoall
-// print the combined messages, as the seed's library always did. Blocks are
+// print the combined messages, as the original library always did. Blocks are
 // fixed-size and NUL-padded, so a C program's printf("%s", recv_buf) shows
 // only the first; this shows them all, each up to its first NUL, joined the
-// way the seed joined them ("a; b; c;").
+// way the original joined them ("a; b; c;").
 var verbose = func() bool { v := os.Getenv("RDMA_LIB_VERBOSE"); return v != "" && v != "0" }()
 
 func traceCombined(ctx *capi.Context, recv []byte, msgSize int) {

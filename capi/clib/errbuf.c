@@ -1,4 +1,4 @@
-// The error text of rdma_get_error, one buffer per thread, as the seed's API
+// The error text of rdma_get_error, one buffer per thread, as the original API
 // promises: a failing call sets the text of the thread that made it.
 //
 // This lives in its own file because a cgo preamble in a file with //export

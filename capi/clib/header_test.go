@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// seedAPI is the seed's rdma_lib.h API, which include/rdma_lib.h must
+// originalAPI is the original rdma_lib.h API, which include/rdma_lib.h must
 // declare exactly (whitespace aside).
-var seedAPI = []string{
+var originalAPI = []string{
 	"rdma_context* rdma_init(const char *ip, int port, size_t buf_size, bool is_server);",
 	"void rdma_cleanup(rdma_context *ctx);",
 	"int rdma_connect_peer(rdma_context *ctx, const char *peer_ip, int peer_port);",
@@ -26,17 +26,17 @@ var seedAPI = []string{
 	"const char* rdma_get_error(void);",
 }
 
-// addedAPI is what rdma_lib.h declares beyond the seed's API.
+// addedAPI is what rdma_lib.h declares beyond the original API.
 var addedAPI = []string{
 	"int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);",
 }
 
-var seedConstants = map[string]string{
+var originalConstants = map[string]string{
 	"MAX_PEERS": "64", "MAX_WR": "128", "CQ_DEPTH": "256", "BUFFER_SIZE": "4096",
 }
 
-// The header declares the seed's API unchanged, and what was added.
-func TestHeaderDeclaresTheSeedAPI(t *testing.T) {
+// The header declares the original API unchanged, and what was added.
+func TestHeaderDeclaresTheOriginalAPI(t *testing.T) {
 	src, err := os.ReadFile("include/rdma_lib.h")
 	require.NoError(t, err)
 	text := regexp.MustCompile(`(?s)/\*.*?\*/`).ReplaceAllString(string(src), "")
@@ -48,7 +48,7 @@ func TestHeaderDeclaresTheSeedAPI(t *testing.T) {
 		}
 		protos = append(protos, strings.Join(strings.Fields(m), " "))
 	}
-	want := append(append([]string(nil), seedAPI...), addedAPI...)
+	want := append(append([]string(nil), originalAPI...), addedAPI...)
 	sort.Strings(want)
 	sort.Strings(protos)
 	assert.Equal(t, want, protos)
@@ -59,7 +59,7 @@ func TestHeaderDeclaresTheSeedAPI(t *testing.T) {
 			defines[m[1]] = m[2]
 		}
 	}
-	assert.Equal(t, seedConstants, defines)
+	assert.Equal(t, originalConstants, defines)
 	assert.Contains(t, text, "#include <stdbool.h>")
 	assert.Contains(t, text, "#include <stddef.h>")
 	assert.Contains(t, text, "typedef struct rdma_context rdma_context;")
@@ -71,7 +71,7 @@ func TestEveryFunctionIsDefined(t *testing.T) {
 	require.NoError(t, err)
 	cSrc, err := os.ReadFile("errbuf.c")
 	require.NoError(t, err)
-	for _, proto := range append(append([]string(nil), seedAPI...), addedAPI...) {
+	for _, proto := range append(append([]string(nil), originalAPI...), addedAPI...) {
 		name := regexp.MustCompile(`(rdma_[a-z_]+)\(`).FindStringSubmatch(proto)[1]
 		exported := strings.Contains(string(goSrc), "//export "+name+"\n")
 		inC := strings.Contains(string(cSrc), name+"(void) {")

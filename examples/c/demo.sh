@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make demo: the seed's server and two clients, all-to-all over rdma on
+# make demo: the original rdma_lib's server and two clients, all-to-all over rdma on
 # loopback. The server is 127.0.0.1:5555; the clients connect from 127.0.0.2
 # and 127.0.0.3 (loopback addresses standing in for three hosts). Each
 # program prints, every round, the combined messages of all three; this
@@ -45,7 +45,7 @@ wait_for() {
 
 # The programs print recv_buf with %s, which stops at the end of the server's
 # NUL-padded block; the library's verbose mode prints all blocks, as the
-# seed's library did.
+# original library did.
 export RDMA_LIB_VERBOSE=1
 
 echo "demo: provider ${RDMA_PROVIDER:-auto (rdmacore with an active RDMA device, else soft)}; server 127.0.0.1:5555, clients 127.0.0.2 and 127.0.0.3"

@@ -15,11 +15,12 @@ var errInterrupted = errors.New("soft: read interrupted")
 // reliably, with vectored writes straight out of registered memory and reads
 // straight into it.
 //
-// TCP (tcp.go) is the one transport today: the connection that carried the
-// CM handshake then carries the frames. A same-host shared-memory transport
-// slots in beside it: the REQ offers a set of transports (hsMsg.transports,
-// with setup data in hsMsg.ext), the REP picks one, and the CM hands the
-// engine whichever transport was chosen. The engine does not change.
+// Two transports implement it: TCP (tcp.go), where the connection that
+// carried the CM handshake then carries the frames, and shared memory
+// between two processes on one host (shm.go, shm_linux.go). The REQ offers a
+// set of transports (hsMsg.transports, with setup data in hsMsg.ext), the
+// REP picks one, and the CM hands the engine whichever transport was chosen;
+// the engine is the same on both.
 //
 // Concurrency: one goroutine (the engine's receiver) calls the read methods;
 // one holder of the engine's transmit role at a time calls writev. close may

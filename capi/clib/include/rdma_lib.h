@@ -1,5 +1,5 @@
 /*
- * rdma_lib.h: the C API of librdma, the seed's interface carried by Go rdma
+ * rdma_lib.h: the C API of librdma, the original rdma_lib's interface carried by Go rdma
  * conns (github.com/rdmanet/rdma/capi/clib).
  *
  * Build:  cc -Ibuild/include prog.c -Lbuild/lib -lrdma

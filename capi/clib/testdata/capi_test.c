@@ -540,7 +540,7 @@ static void test_simple_client(const char *path) {
 }
 
 // combined_reply receives the client's block of a round and answers with a
-// combined message of n bytes: 64-byte NUL-padded blocks, as the seed's
+// combined message of n bytes: 64-byte NUL-padded blocks, as the original
 // server sends them, the first one "Server Round <round>".
 static void combined_reply(rdma_context *srv, size_t n, int round) {
     char block[MSG];
