@@ -3,31 +3,12 @@ package collectives
 import (
 	"context"
 	crand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"time"
-)
-
-// The bootstrap protocol, on conns made by a transport's dial and listen:
-//
-//	rank r>0 -> root   hello  {magic, version, msgHello, rank, size, addr}
-//	root -> rank r>0   table  {magic, version, msgTable, size, token, addr[1..size-1]}
-//	rank i -> rank j   mesh   {magic, version, msgMesh, rank i, size, token}   for 0 < i < j
-//
-// addr is where the rank listens for its lower-ranked peers; the conns to
-// the root double as the group's links to rank 0. token identifies the
-// session, so that a stray or stale connection to a listener is dropped.
-const (
-	bootMagic   = "RDCJ"
-	bootVersion = 1
-	msgHello    = 1
-	msgTable    = 2
-	msgMesh     = 3
-	maxAddrLen  = 255
 )
 
 // meshDialPatience bounds the retries of a dial to a peer's listener.
@@ -66,7 +47,7 @@ func joinError(rank int, err error) error {
 // join builds a full mesh for rank of size ranks over tr. local is the IP
 // (or host) this rank listens on and dials from; "" means the address its
 // conn to the root leaves from.
-func join(ctx context.Context, tr transport, rank, size int, rootAddr, local string) (g *Group, err error) {
+func join(ctx context.Context, tr transport, secret []byte, rank, size int, rootAddr, local string) (g *Group, err error) {
 	if size < 1 || size > maxSize {
 		return nil, joinError(rank, fmt.Errorf("size %d: the size of a group is 1 to %d", size, maxSize))
 	}
@@ -123,10 +104,10 @@ func join(ctx context.Context, tr transport, rank, size int, rootAddr, local str
 	deadline, _ := ctx.Deadline()
 
 	if rank == 0 {
-		if err := rootJoin(ctx, tr, size, rootAddr, peers, track, deadline); err != nil {
+		if err := rootJoin(ctx, tr, secret, size, rootAddr, peers, track, deadline); err != nil {
 			return nil, err
 		}
-	} else if err := memberJoin(ctx, tr, rank, size, rootAddr, local, peers, track, closeAll, deadline); err != nil {
+	} else if err := memberJoin(ctx, tr, secret, rank, size, rootAddr, local, peers, track, closeAll, deadline); err != nil {
 		return nil, err
 	}
 	for _, c := range peers {
@@ -147,7 +128,7 @@ func join(ctx context.Context, tr transport, rank, size int, rootAddr, local str
 	return g, nil
 }
 
-func rootJoin(ctx context.Context, tr transport, size int, rootAddr string, peers []net.Conn, track func(io.Closer) bool, deadline time.Time) error {
+func rootJoin(ctx context.Context, tr transport, secret []byte, size int, rootAddr string, peers []net.Conn, track func(io.Closer) bool, deadline time.Time) error {
 	ln, err := tr.listen(ctx, rootAddr)
 	if err != nil {
 		return err
@@ -156,65 +137,15 @@ func rootJoin(ctx context.Context, tr transport, size int, rootAddr string, peer
 		ln.Close()
 		return ctx.Err()
 	}
-	type arrival struct {
-		conn net.Conn
-		rank int
-		addr string
-	}
-	arrivals := make(chan arrival)
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	// Accepted conns not (yet) known to be ranks: closed when the root is
-	// done, which also ends their readers.
-	var strayMu sync.Mutex
-	strays := map[net.Conn]bool{}
-	defer func() {
-		ln.Close()
-		close(done)
-		strayMu.Lock()
-		for c := range strays {
-			c.Close()
-		}
-		strayMu.Unlock()
-		wg.Wait()
-	}()
-	acceptErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				acceptErr <- err
-				return
-			}
-			strayMu.Lock()
-			strays[c] = true
-			strayMu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = c.SetDeadline(earliest(deadline, time.Now().Add(helloTimeout)))
-				r, addr, err := readHello(c, size)
-				if err != nil {
-					c.Close() // not one of ours: drop it
-					return
-				}
-				select {
-				case arrivals <- arrival{c, r, addr}:
-				case <-done:
-					c.Close()
-				}
-			}()
-		}
-	}()
-	addrs := make([]string, size)
+	acc := startAcceptor(ln, deadline, func(c net.Conn) (arrival, error) {
+		return rootHandshake(c, newProver(secret), size)
+	})
+	defer acc.stop()
+	arrivals := make([]arrival, size)
 	for got := 0; got < size-1; {
 		select {
-		case a := <-arrivals:
-			strayMu.Lock()
-			delete(strays, a.conn)
-			strayMu.Unlock()
+		case a := <-acc.arrivals:
+			acc.take(a)
 			if !track(a.conn) {
 				return ctx.Err()
 			}
@@ -222,24 +153,24 @@ func rootJoin(ctx context.Context, tr transport, size int, rootAddr string, peer
 			if peers[a.rank] != nil {
 				return fmt.Errorf("two processes say they are rank %d (from %v and %v)", a.rank, peers[a.rank].RemoteAddr(), a.conn.RemoteAddr())
 			}
-			peers[a.rank], addrs[a.rank] = a.conn, a.addr
+			peers[a.rank], arrivals[a.rank] = a.conn, a
 			got++
-		case err := <-acceptErr:
+		case err := <-acc.errc:
 			return fmt.Errorf("accepting at %s: %w", rootAddr, err)
 		}
 	}
-	var token [8]byte
-	if _, err := crand.Read(token[:]); err != nil {
+	var tok token
+	if _, err := crand.Read(tok[:]); err != nil {
 		return err
 	}
-	table := appendHeader(nil, msgTable)
-	table = binary.LittleEndian.AppendUint32(table, uint32(size))
-	table = append(table, token[:]...)
-	for _, a := range addrs[1:] {
-		table = append(table, byte(len(a)))
-		table = append(table, a...)
-	}
+	addrs := make([]string, size-1)
 	for r := 1; r < size; r++ {
+		addrs[r-1] = arrivals[r].addr
+	}
+	p := newProver(secret)
+	var table []byte
+	for r := 1; r < size; r++ {
+		table = appendTable(table[:0], p, arrivals[r].nonce, tok, addrs)
 		if _, err := peers[r].Write(table); err != nil {
 			return &RankError{Rank: r, Op: "bootstrap", Err: err}
 		}
@@ -247,7 +178,29 @@ func rootJoin(ctx context.Context, tr transport, size int, rootAddr string, peer
 	return nil
 }
 
-func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, local string, peers []net.Conn, track func(io.Closer) bool, abort func(), deadline time.Time) error {
+// rootHandshake challenges a conn to the root and reads its hello. A conn
+// that speaks the protocol but fails the proof, or does not fit the group,
+// is told why before it is dropped.
+func rootHandshake(c net.Conn, p *prover, size int) (arrival, error) {
+	challenge, err := newNonce()
+	if err != nil {
+		return arrival{}, err
+	}
+	if _, err := c.Write(appendChallenge(nil, challenge)); err != nil {
+		return arrival{}, err
+	}
+	h, err := readHello(c, p, challenge, size)
+	if err != nil {
+		var ne net.Error
+		if !errors.As(err, &ne) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			_, _ = c.Write(appendRefuse(nil, err.Error()))
+		}
+		return arrival{}, err
+	}
+	return arrival{conn: c, rank: h.rank, addr: h.addr, nonce: h.nonce}, nil
+}
+
+func memberJoin(ctx context.Context, tr transport, secret []byte, rank, size int, rootAddr, local string, peers []net.Conn, track func(io.Closer) bool, abort func(), deadline time.Time) error {
 	c0, err := dialRetry(ctx, tr, local, rootAddr)
 	if err != nil {
 		return fmt.Errorf("dialing the root at %s: %w", rootAddr, err)
@@ -256,7 +209,6 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 		return ctx.Err()
 	}
 	peers[0] = c0
-	_ = c0.SetDeadline(deadline)
 	if local == "" {
 		host, _, err := net.SplitHostPort(c0.LocalAddr().String())
 		if err != nil {
@@ -276,15 +228,25 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 	if len(myAddr) > maxAddrLen {
 		return fmt.Errorf("listen address %q too long", myAddr)
 	}
-	hello := appendHeader(nil, msgHello)
-	hello = binary.LittleEndian.AppendUint32(hello, uint32(rank))
-	hello = binary.LittleEndian.AppendUint32(hello, uint32(size))
-	hello = append(hello, byte(len(myAddr)))
-	hello = append(hello, myAddr...)
-	if _, err := c0.Write(hello); err != nil {
+	if testHookListening != nil {
+		testHookListening(rank, myAddr)
+	}
+	p := newProver(secret)
+	_ = c0.SetDeadline(earliest(deadline, time.Now().Add(helloTimeout)))
+	challenge, err := readChallenge(c0)
+	if err != nil {
 		return &RankError{Rank: 0, Op: "bootstrap", Err: err}
 	}
-	token, addrs, err := readTable(c0, size)
+	mine, err := newNonce()
+	if err != nil {
+		return err
+	}
+	if _, err := c0.Write(appendHello(nil, p, challenge, rank, size, myAddr, mine)); err != nil {
+		return &RankError{Rank: 0, Op: "bootstrap", Err: err}
+	}
+	// The table comes once every rank has said hello: ctx bounds the wait.
+	_ = c0.SetDeadline(deadline)
+	tok, addrs, err := readTable(c0, p, mine, size)
 	if err != nil {
 		return &RankError{Rank: 0, Op: "bootstrap", Err: err}
 	}
@@ -293,28 +255,33 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 	var wg sync.WaitGroup
 	errs := make(chan error, size)
 	if rank > 1 {
+		acc := startAcceptor(ln, deadline, func(c net.Conn) (arrival, error) {
+			r, err := meshHandshake(c, newProver(secret), rank, size, tok)
+			return arrival{conn: c, rank: r}, err
+		})
+		defer acc.stop()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for need := rank - 1; need > 0; {
-				c, err := ln.Accept()
-				if err != nil {
+				select {
+				case a := <-acc.arrivals:
+					acc.take(a)
+					if !track(a.conn) {
+						return
+					}
+					if peers[a.rank] != nil {
+						a.conn.Close() // a duplicate
+						continue
+					}
+					_ = a.conn.SetDeadline(deadline)
+					peers[a.rank] = a.conn
+					need--
+				case err := <-acc.errc:
 					errs <- fmt.Errorf("accepting peers at %s: %w", myAddr, err)
 					abort()
 					return
 				}
-				if !track(c) {
-					return
-				}
-				_ = c.SetDeadline(earliest(deadline, time.Now().Add(helloTimeout)))
-				r, err := readMesh(c, size, token)
-				if err != nil || r <= 0 || r >= rank || peers[r] != nil {
-					c.Close() // stray, stale or duplicate
-					continue
-				}
-				_ = c.SetDeadline(deadline)
-				peers[r] = c
-				need--
 			}
 		}()
 	}
@@ -336,16 +303,13 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 			if !track(c) {
 				return
 			}
-			_ = c.SetDeadline(deadline)
-			msg := appendHeader(nil, msgMesh)
-			msg = binary.LittleEndian.AppendUint32(msg, uint32(rank))
-			msg = binary.LittleEndian.AppendUint32(msg, uint32(size))
-			msg = append(msg, token[:]...)
-			if _, err := c.Write(msg); err != nil {
+			_ = c.SetDeadline(earliest(deadline, time.Now().Add(helloTimeout)))
+			if err := meshDial(c, newProver(secret), rank, size, tok); err != nil {
 				errs <- &RankError{Rank: j, Op: "bootstrap", Err: err}
 				abort()
 				return
 			}
+			_ = c.SetDeadline(deadline)
 			peers[j] = c
 		}()
 	}
@@ -359,6 +323,49 @@ func memberJoin(ctx context.Context, tr transport, rank, size int, rootAddr, loc
 	}
 	return nil
 }
+
+// meshHandshake runs the listening side of a mesh link at rank: it returns
+// the lower rank that dialed.
+func meshHandshake(c net.Conn, p *prover, rank, size int, tok token) (int, error) {
+	challenge, err := newNonce()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := c.Write(appendChallenge(nil, challenge)); err != nil {
+		return 0, err
+	}
+	r, theirs, err := readMesh(c, p, challenge, size, tok)
+	if err != nil {
+		return 0, err
+	}
+	if r <= 0 || r >= rank {
+		return 0, fmt.Errorf("mesh hello from rank %d at rank %d", r, rank)
+	}
+	if _, err := c.Write(appendAck(nil, p, theirs, challenge, tok)); err != nil {
+		return 0, err
+	}
+	return r, nil
+}
+
+// meshDial runs the dialing side of a mesh link from rank.
+func meshDial(c net.Conn, p *prover, rank, size int, tok token) error {
+	challenge, err := readChallenge(c)
+	if err != nil {
+		return err
+	}
+	mine, err := newNonce()
+	if err != nil {
+		return err
+	}
+	if _, err := c.Write(appendMesh(nil, p, challenge, rank, size, tok, mine)); err != nil {
+		return err
+	}
+	return readAck(c, p, mine, challenge, tok)
+}
+
+// testHookListening, when set by a test, learns each rank's listen address
+// before the rank says hello to the root.
+var testHookListening func(rank int, addr string)
 
 // dialRetry dials until it succeeds or ctx ends: ranks start in any order,
 // and the root may not listen yet.
@@ -387,92 +394,3 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-func appendHeader(b []byte, typ byte) []byte {
-	b = append(b, bootMagic...)
-	return append(b, bootVersion, typ)
-}
-
-func readHeaderBoot(r io.Reader, typ byte) error {
-	var h [6]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return err
-	}
-	if string(h[:4]) != bootMagic {
-		return errors.New("not a collectives bootstrap message")
-	}
-	if h[4] != bootVersion {
-		return fmt.Errorf("bootstrap protocol version %d, want %d", h[4], bootVersion)
-	}
-	if h[5] != typ {
-		return fmt.Errorf("bootstrap message type %d, want %d", h[5], typ)
-	}
-	return nil
-}
-
-func readString(r io.Reader) (string, error) {
-	var n [1]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return "", err
-	}
-	b := make([]byte, n[0])
-	if _, err := io.ReadFull(r, b); err != nil {
-		return "", err
-	}
-	return string(b), nil
-}
-
-func readHello(r io.Reader, size int) (rank int, addr string, err error) {
-	if err := readHeaderBoot(r, msgHello); err != nil {
-		return 0, "", err
-	}
-	var b [8]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, "", err
-	}
-	rank = int(binary.LittleEndian.Uint32(b[0:]))
-	if s := int(binary.LittleEndian.Uint32(b[4:])); s != size {
-		return 0, "", fmt.Errorf("rank %d was started with size %d, the root with %d", rank, s, size)
-	}
-	if rank < 1 || rank >= size {
-		return 0, "", fmt.Errorf("hello from rank %d of %d", rank, size)
-	}
-	addr, err = readString(r)
-	return rank, addr, err
-}
-
-func readTable(r io.Reader, size int) (token [8]byte, addrs []string, err error) {
-	if err := readHeaderBoot(r, msgTable); err != nil {
-		return token, nil, err
-	}
-	var b [4]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return token, nil, err
-	}
-	if s := int(binary.LittleEndian.Uint32(b[:])); s != size {
-		return token, nil, fmt.Errorf("the root has size %d, this rank %d", s, size)
-	}
-	if _, err := io.ReadFull(r, token[:]); err != nil {
-		return token, nil, err
-	}
-	addrs = make([]string, size)
-	for i := 1; i < size; i++ {
-		if addrs[i], err = readString(r); err != nil {
-			return token, nil, err
-		}
-	}
-	return token, addrs, nil
-}
-
-func readMesh(r io.Reader, size int, token [8]byte) (int, error) {
-	if err := readHeaderBoot(r, msgMesh); err != nil {
-		return 0, err
-	}
-	var b [16]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return 0, err
-	}
-	if int(binary.LittleEndian.Uint32(b[4:])) != size || [8]byte(b[8:16]) != token {
-		return 0, errors.New("mesh hello from another session")
-	}
-	return int(binary.LittleEndian.Uint32(b[0:])), nil
-}

@@ -66,6 +66,23 @@
 // that failed first (a rank whose process died is named by its peers'
 // connection errors, and they pass the name on).
 //
+// # Bootstrap and its security
+//
+// Join builds the group's conns: rank 0 listens at the root address, the
+// other ranks dial it and listen for their lower-ranked peers. Every conn a
+// bootstrap listener accepts is heard out in a goroutine of its own under a
+// deadline of its own (10 s, or ctx's if sooner; at most 256 at once), so
+// silent or hostile conns delay nobody. With a job secret (Bootstrap.Secret
+// or RDMA_JOB_SECRET, set once by whoever launches the job; cmd/rdmarun
+// makes one up) a process joins only by proving it holds the secret: an
+// HMAC-SHA256 over a fresh nonce of the side it connects to, which proves it
+// back (the root signs the address table, a rank's listener acks), so the
+// secret never crosses the wire and a recorded exchange cannot be replayed.
+// A rank with a wrong secret is refused with an error that says so; the job
+// goes on. Without a secret, any process that reaches the root can claim a
+// rank. The secret authenticates the bootstrap only: the group's data then
+// flows unauthenticated and in clear on the conns it built.
+//
 // # Wire format
 //
 // Elements of AllReduce and Reduce travel as the bytes of the host's

@@ -3,7 +3,6 @@ package collectives
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"io"
 	"net"
 	"testing"
@@ -52,34 +51,54 @@ func FuzzPeerStream(f *testing.F) {
 	})
 }
 
-// Bootstrap messages are parsed without panics or unbounded allocation.
+// Bootstrap messages are parsed without panics or unbounded allocation, and
+// a message is believed only with a valid proof: a parser that accepts
+// input never accepts it under another secret or another challenge.
 func FuzzBootstrapMessages(f *testing.F) {
-	hello := appendHeader(nil, msgHello)
-	hello = binary.LittleEndian.AppendUint32(hello, 1)
-	hello = binary.LittleEndian.AppendUint32(hello, 4)
-	hello = append(hello, 9)
-	hello = append(hello, "127.0.0.1:1"...)
-	f.Add(hello)
-	table := appendHeader(nil, msgTable)
-	table = binary.LittleEndian.AppendUint32(table, 4)
-	table = append(table, make([]byte, 8)...)
-	for i := 0; i < 3; i++ {
-		table = append(table, 3, 'a', ':', '1')
-	}
-	f.Add(table)
-	mesh := appendHeader(nil, msgMesh)
-	mesh = binary.LittleEndian.AppendUint32(mesh, 2)
-	mesh = binary.LittleEndian.AppendUint32(mesh, 4)
-	mesh = append(mesh, make([]byte, 8)...)
-	f.Add(mesh)
-	f.Add([]byte("RDCJ\x01"))
+	p, other := newProver([]byte("job secret")), newProver([]byte("another"))
+	var challenge, mine nonce
+	copy(challenge[:], "challenge-nonce!")
+	copy(mine[:], "the-ranks-nonce!")
+	var tok token
+	copy(tok[:], "session!")
+	f.Add(appendChallenge(nil, challenge))
+	f.Add(appendHello(nil, p, challenge, 1, 4, "127.0.0.1:1", mine))
+	f.Add(appendHello(nil, other, challenge, 1, 4, "127.0.0.1:1", mine))
+	f.Add(appendTable(nil, p, mine, tok, []string{"a:1", "b:2", "c:3"}))
+	f.Add(appendRefuse(nil, "wrong job secret"))
+	f.Add(appendMesh(nil, p, challenge, 2, 4, tok, mine))
+	f.Add(appendAck(nil, p, mine, challenge, tok))
+	f.Add([]byte("RDCJ\x02"))
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		if r, _, err := readHello(bytes.NewReader(msg), 4); err == nil && (r < 1 || r >= 4) {
-			t.Fatalf("hello accepted rank %d of 4", r)
+		_, _ = readChallenge(bytes.NewReader(msg))
+		if h, err := readHello(bytes.NewReader(msg), p, challenge, 4); err == nil {
+			if h.rank < 1 || h.rank >= 4 {
+				t.Fatalf("hello accepted rank %d of 4", h.rank)
+			}
+			if _, err := readHello(bytes.NewReader(msg), other, challenge, 4); err == nil {
+				t.Fatal("hello accepted under another secret")
+			}
+			if _, err := readHello(bytes.NewReader(msg), p, mine, 4); err == nil {
+				t.Fatal("hello accepted for another challenge")
+			}
 		}
-		if _, addrs, err := readTable(bytes.NewReader(msg), 4); err == nil && len(addrs) != 4 {
-			t.Fatalf("table with %d addresses", len(addrs))
+		if _, addrs, err := readTable(bytes.NewReader(msg), p, mine, 4); err == nil {
+			if len(addrs) != 4 {
+				t.Fatalf("table with %d addresses", len(addrs))
+			}
+			if _, _, err := readTable(bytes.NewReader(msg), other, mine, 4); err == nil {
+				t.Fatal("table accepted under another secret")
+			}
 		}
-		_, _ = readMesh(bytes.NewReader(msg), 4, [8]byte{})
+		if _, _, err := readMesh(bytes.NewReader(msg), p, challenge, 4, tok); err == nil {
+			if _, _, err := readMesh(bytes.NewReader(msg), other, challenge, 4, tok); err == nil {
+				t.Fatal("mesh hello accepted under another secret")
+			}
+		}
+		if err := readAck(bytes.NewReader(msg), p, mine, challenge, tok); err == nil {
+			if err := readAck(bytes.NewReader(msg), other, mine, challenge, tok); err == nil {
+				t.Fatal("ack accepted under another secret")
+			}
+		}
 	})
 }

@@ -17,6 +17,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
+	if os.Getenv(intruderEnv) != "" {
+		os.Exit(intruderMain())
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -10,7 +10,8 @@ import (
 
 // Join makes this process rank rank of a group of size ranks whose rank 0
 // listens at rootAddr ("host:port"), connected pairwise by rdma conns made
-// with cfg (nil: defaults). It is Bootstrap{Config: cfg}.Join.
+// with cfg (nil: defaults). It is Bootstrap{Config: cfg}.Join: the job
+// secret, if any, comes from RDMA_JOB_SECRET.
 //
 // Every rank calls Join with the same size and rootAddr. Rank 0 listens at
 // rootAddr; every other rank dials it, listens on an ephemeral port of the
@@ -34,6 +35,8 @@ func Join(ctx context.Context, rank, size int, rootAddr string, cfg *rdma.Config
 //   - root address: RDMA_ROOT_ADDR (host:port), else torchrun's MASTER_ADDR
 //     and MASTER_PORT. mpirun and srun do not provide one: set RDMA_ROOT_ADDR.
 //   - RDMA_LOCAL_ADDR, optional: the IP this rank listens on and dials from.
+//   - RDMA_JOB_SECRET, optional but wanted wherever others can reach the
+//     root: the job secret (see Bootstrap.Secret).
 //
 // A missing or malformed variable is an error that says what to set.
 func JoinFromEnv(ctx context.Context, cfg *rdma.Config) (*Group, error) {
@@ -55,7 +58,19 @@ type Bootstrap struct {
 	// TCP carries the group over kernel TCP instead of rdma conns (to
 	// compare the two, or where RDMA is not wanted); Config is then unused.
 	TCP bool
+	// Secret is the job secret every rank must hold to join; nil means the
+	// value of the environment variable RDMA_JOB_SECRET (SecretEnv). A rank
+	// proves it knows the secret by an HMAC over a nonce of the side it
+	// connects to, which proves it back; the secret never crosses the wire.
+	// Without one (nil and the variable unset or empty) any process that
+	// reaches the root can claim a rank.
+	Secret []byte
 }
+
+// SecretEnv is the environment variable that holds the job secret when
+// Bootstrap.Secret is nil. Whoever launches the job sets it once for every
+// rank (cmd/rdmarun makes up a random one by itself).
+const SecretEnv = "RDMA_JOB_SECRET"
 
 // Join is the package function Join with b's options.
 func (b *Bootstrap) Join(ctx context.Context, rank, size int, rootAddr string) (*Group, error) {
@@ -63,7 +78,11 @@ func (b *Bootstrap) Join(ctx context.Context, rank, size int, rootAddr string) (
 	if !b.TCP {
 		tr = rdmaTransport(b.Config)
 	}
-	return join(ctx, tr, rank, size, rootAddr, b.LocalAddr)
+	secret := b.Secret
+	if secret == nil {
+		secret = []byte(os.Getenv(SecretEnv))
+	}
+	return join(ctx, tr, secret, rank, size, rootAddr, b.LocalAddr)
 }
 
 func rdmaTransport(cfg *rdma.Config) transport {

@@ -1,6 +1,8 @@
 // Command rdmarun starts one process per rank of a collectives group, as
 // mpirun does: each gets RDMA_RANK, RDMA_WORLD_SIZE and RDMA_ROOT_ADDR (and
-// RDMA_LOCAL_ADDR with -hosts), which collectives.JoinFromEnv reads.
+// RDMA_LOCAL_ADDR with -hosts), which collectives.JoinFromEnv reads, and
+// RDMA_JOB_SECRET: the job secret every rank must prove it holds to join,
+// made up at random for each run unless rdmarun's own environment has one.
 //
 //	rdmarun -n 4 [-root 127.0.0.1:29500] [-hosts 127.0.0.1,127.0.0.2] -- prog [args...]
 //
@@ -13,6 +15,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +30,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/rdmanet/rdma/collectives"
 )
 
 func main() {
@@ -61,6 +67,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 		*root = a
 	}
 
+	secret := os.Getenv(collectives.SecretEnv)
+	if secret == "" {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			fmt.Fprintln(stderr, "rdmarun: job secret:", err)
+			return 1
+		}
+		secret = hex.EncodeToString(b[:])
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -75,6 +91,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			"RDMA_WORLD_SIZE="+strconv.Itoa(*n),
 			"RDMA_ROOT_ADDR="+*root,
 			"RDMA_LOCAL_ADDR="+hostList[r%len(hostList)],
+			collectives.SecretEnv+"="+secret,
 		)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		// Our own pipes, not StdoutPipe: Wait closes those as soon as the

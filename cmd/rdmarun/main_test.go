@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"strings"
@@ -56,7 +57,10 @@ func child(mode string) int {
 		fmt.Println("allreduce:", err)
 		return 1
 	}
-	fmt.Printf("local=%s sum=%d\n", os.Getenv("RDMA_LOCAL_ADDR"), v[0])
+	// The job secret, which every rank must have had to join: not printed,
+	// only its hash, to compare.
+	secret := os.Getenv(collectives.SecretEnv)
+	fmt.Printf("local=%s sum=%d secret=%d:%x\n", os.Getenv("RDMA_LOCAL_ADDR"), v[0], len(secret), sha256.Sum256([]byte(secret)))
 	return 0
 }
 
@@ -66,11 +70,35 @@ func TestRunsEveryRank(t *testing.T) {
 	status := run([]string{"-n", "3", "-hosts", "127.0.0.1,127.0.0.2", "--", os.Args[0], "-test.run=^$"}, &out, &errOut)
 	require.Equal(t, 0, status, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3, out.String())
+	secrets := map[string]bool{}
+	for i, l := range lines {
+		l, secret, ok := strings.Cut(l, " secret=")
+		require.True(t, ok, l)
+		secrets[secret] = true
+		lines[i] = l
+	}
 	require.ElementsMatch(t, []string{
 		"[0] local=127.0.0.1 sum=3",
 		"[1] local=127.0.0.2 sum=3",
 		"[2] local=127.0.0.1 sum=3",
 	}, lines)
+	// One secret for the job, made up by rdmarun: 32 random bytes in hex.
+	require.Len(t, secrets, 1)
+	for s := range secrets {
+		require.True(t, strings.HasPrefix(s, "64:"), "secret %s", s)
+	}
+}
+
+// A secret in rdmarun's environment is the job's.
+func TestKeepsTheCallersSecret(t *testing.T) {
+	t.Setenv(childEnv, "ok")
+	t.Setenv(collectives.SecretEnv, "mine")
+	var out, errOut bytes.Buffer
+	status := run([]string{"-n", "2", "--", os.Args[0], "-test.run=^$"}, &out, &errOut)
+	require.Equal(t, 0, status, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	want := fmt.Sprintf("secret=4:%x", sha256.Sum256([]byte("mine")))
+	require.Equal(t, 2, strings.Count(out.String(), want), out.String())
 }
 
 func TestFailingRank(t *testing.T) {
