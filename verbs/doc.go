@@ -16,8 +16,8 @@
 //	CMID.CreateQP(PD, QPInitAttr) -> QP          (reliable connected queue pair)
 //
 // Registered memory never lives on the Go heap: it comes from AllocMemory
-// (an mmap of a memfd), so that a device, or a peer process, may access it at
-// any time without the garbage collector moving or freeing it.
+// (a private anonymous mmap), so that a device may access it at any time
+// without the garbage collector moving or freeing it.
 //
 // Waiting never parks an OS thread: completion channels and CM event channels
 // wait on Go's runtime poller (rdmacore) or on Go channels (soft).

@@ -8,12 +8,12 @@ import (
 )
 
 // Memory is a block of memory outside the Go heap, suitable for registration:
-// page-aligned, zeroed, never moved or freed by the garbage collector. On Linux
-// it is an mmap of a memfd, so a provider may share it with another process on
-// the same host (the soft provider's shared-memory path does).
+// page-aligned, zeroed, never moved or freed by the garbage collector. It is
+// private anonymous memory: no file descriptor names it, so it is never
+// shared with another process (a device reaches it only through the MRs
+// registered over it).
 type Memory struct {
 	buf  []byte
-	fd   int // memfd, -1 when the platform has none
 	free sync.Once
 }
 
@@ -40,10 +40,6 @@ func (m *Memory) Len() int { return len(m.buf) }
 // Addr is the virtual address of the block's first byte.
 func (m *Memory) Addr() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(m.buf))) }
 
-// FD is the memfd behind the block, or -1. It belongs to the Memory: do not
-// close it.
-func (m *Memory) FD() int { return m.fd }
-
 // Free unmaps the block. Using Bytes afterwards faults; Free twice is a no-op.
 func (m *Memory) Free() error {
 	var err error
@@ -60,7 +56,7 @@ func roundToPage(n int) int {
 }
 
 // The allocation table lets RegMR check that a buffer is registrable and lets
-// providers find the Memory (and its memfd) behind an address.
+// providers find the Memory behind an address.
 var (
 	memMu    sync.RWMutex
 	memTable []*Memory // sorted by Addr

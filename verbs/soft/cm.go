@@ -289,7 +289,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
 		return
 	}
 	_ = tr.setReadDeadline(time.Time{})
-	// Setting up shared memory (a local exchange, at most shmTimeout) still
+	// Setting up shared memory (a local exchange, at most shmSetupTimeout) still
 	// holds the handshake slot, so that requests naming slow sockets are
 	// bounded like slow requests.
 	shm := shmAnswer(&m, c, time.Now().Add(hsTimeout))
@@ -521,7 +521,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	c := nc.(*net.TCPConn)
 	// Offer shared memory when the peer is on this host (shm.go); withdrawn
 	// unless the REP picks it.
-	offer := newShmOffer(remote, deadline)
+	offer := newShmOffer(c, deadline)
 	defer offer.abort()
 	if offer != nil {
 		req.transports |= transportShm

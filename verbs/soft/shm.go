@@ -9,33 +9,60 @@ import (
 )
 
 // The same-host path. When both ends of a connection run on one host (same
-// boot ID, and able to pass file descriptors to each other over a unix
-// socket), the handshake may pick shared memory instead of TCP to carry the
-// frames: each direction is a ring in a sealed memfd mapped by both
-// processes, with an eventfd per direction for wake-ups, parked on Go's
-// runtime poller. Payloads in registered memory are not copied into the
-// ring: the ring carries a reference (the memory's memfd is passed once,
-// read-only) and the responder copies straight from the requester's
-// registered memory into its own, after its usual rkey, bounds and access
-// checks, so an RDMA WRITE or SEND is one copy. The handshake's TCP
-// connection stays open as the liveness channel: when the peer process dies
-// the kernel closes it and the connection fails at once. See shm_linux.go;
-// elsewhere only TCP is used.
+// boot ID) as the same user, the handshake may pick shared memory instead
+// of TCP to carry the frames: each direction is a ring in a sealed memfd
+// that its reader creates and its writer maps, with an eventfd per
+// direction for wake-ups, parked on Go's runtime poller. The handshake's
+// TCP connection stays open as the liveness channel: when the peer process
+// dies the kernel closes it and the connection fails at once. See
+// shm_linux.go; elsewhere only TCP is used.
 //
-// Isolation differs from a NIC's in one respect: a memory block (from
-// verbs.AllocMemory) that a payload is sent from becomes readable as a whole
-// by the peer process, not only the registered range being sent. The peer
-// is a process on the same host that this one chose to connect to; where
-// that is not acceptable, SetSharedMemory(false) or RDMA_SOFT_SHM=0 keeps
-// every byte on TCP.
+// What a peer can reach (the security model, as on a NIC): only bytes
+// inside MRs it was granted, within bounds, with the access the MR was
+// registered with, and nothing after Dereg, Destroy or disconnect; memory
+// used only as a send source is never reachable.
+//
+//   - On TCP, frames are the only input, and every RDMA WRITE or READ is
+//     checked against the target MR's rkey, bounds and access before a byte
+//     moves (engine.go).
+//   - On shared memory the same frames travel through the rings, with the
+//     same checks. Payloads are copied into the ring by the sender and out
+//     of it by the receiver: no application memory (verbs.AllocMemory is
+//     private anonymous memory, with no descriptor) is ever mapped by the
+//     peer. A ring holds only the bytes the two ends send each other and
+//     the ring's control words; the peer can write both (every record and
+//     position read from it is checked), and that is all it reaches. A ring
+//     memfd is mode 0600, so another user cannot reopen it.
+//   - Shared memory is offered only between processes of the same effective
+//     uid (SO_PEERCRED, checked by both ends on the unix socket that passes
+//     the rings), root to root included; any other peer gets TCP.
+//   - Everything the peer sends is bounded by local limits before use: the
+//     ring a peer passes is mapped only up to this side's own ring size
+//     (SetSharedMemoryRing), and the unix socket's name is derived by each
+//     side from the TCP connection's addresses, never read from the peer.
+//     Every read of the peer during setup has a deadline (SetHandshakeTimeout,
+//     and at most shmSetupTimeout for the ring exchange), and a listener
+//     gives each remote host at most SetMaxHandshakesPerHost of its
+//     SetMaxHandshakes handshake slots.
+//
+// On a NIC (the rdmacore provider) the device enforces the same model in
+// hardware: rkeys, bounds and access flags per MR, invalidated on Dereg.
 
 // transportShm is bit 1 of the handshake's transport set.
 const transportShm = 1 << 1
 
 var (
-	shmOn   atomic.Bool  // offer and accept shared memory
-	shmSpin atomic.Int64 // ns a reader spins on an empty ring before sleeping
-	shmUsed atomic.Int64 // connections set up over shared memory (tests)
+	shmOn       atomic.Bool  // offer and accept shared memory
+	shmSpin     atomic.Int64 // ns a reader spins on an empty ring before sleeping
+	shmRingSize atomic.Int64 // bytes of data in the rings this side creates, and the most it maps
+	shmUsed     atomic.Int64 // connections set up over shared memory (tests)
+)
+
+// Ring sizes: the default, and the range SetSharedMemoryRing accepts.
+const (
+	defaultShmRing = 1 << 20
+	shmRingMin     = 64 << 10
+	shmRingMax     = 64 << 20
 )
 
 // defaultShmSpin is the default bounded spin of a reader on an empty ring.
@@ -55,6 +82,7 @@ func init() {
 	v := strings.ToLower(strings.TrimSpace(os.Getenv("RDMA_SOFT_SHM")))
 	shmOn.Store(!(v == "0" || v == "off" || v == "false" || v == "no"))
 	shmSpin.Store(int64(defaultShmSpin))
+	shmRingSize.Store(defaultShmRing)
 	if s := os.Getenv("RDMA_SOFT_SHM_SPIN"); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d >= 0 {
 			shmSpin.Store(int64(d))
@@ -79,4 +107,19 @@ func SetSharedMemory(on bool) bool { return shmOn.Swap(on) }
 // from then on and returns the previous value.
 func SetSharedMemorySpin(d time.Duration) time.Duration {
 	return time.Duration(shmSpin.Swap(int64(max(d, 0))))
+}
+
+// SetSharedMemoryRing sets the size of the ring that each shared-memory
+// connection set up afterwards creates for its incoming direction (default
+// 1 MiB; rounded up to a power of two between 64 KiB and 64 MiB), which is
+// also the largest ring of a peer's that it maps: a connection costs at
+// most twice this much shared memory, whatever the peer asks for. A peer
+// offering a larger ring gets TCP; the passive side sizes its own ring at
+// most as large as the active side's. It returns the previous value.
+func SetSharedMemoryRing(size int) int {
+	n := int64(shmRingMin)
+	for n < int64(size) && n < shmRingMax {
+		n <<= 1
+	}
+	return int(shmRingSize.Swap(n))
 }

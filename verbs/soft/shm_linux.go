@@ -5,11 +5,12 @@ package soft
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/subtle"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"runtime"
 	"strconv"
@@ -20,8 +21,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/rdmanet/rdma/verbs"
 )
 
 // Ring layout: one header page of control words, each on its own cache
@@ -34,46 +33,30 @@ import (
 // end: an 8-byte header (kind uint32, length uint32) then
 //
 //	recData   length stream bytes (padded to 8)
-//	recRef    16 bytes: memory id uint32, zero uint32, offset uint64: the
-//	          next length stream bytes are at that offset of the sender's
-//	          registered memory with that id (passed over the unix socket)
 //	recPad    length bytes to skip: the rest of the data area
-//	recUnmap  8 bytes: memory id uint32, zero: the sender no longer uses it
 //
 // The producer publishes tail only at record boundaries. Everything read
 // from the ring or the header page is checked: the peer can write to them.
+// Only stream bytes ever enter a ring: payloads are copied in by the
+// sender and out by the receiver, so no other memory of either process is
+// shared.
 const (
-	shmHdrPage  = 4096
-	shmRingSize = 1 << 20
-	shmRingMin  = 64 << 10
-	shmRingMax  = 256 << 20
-	shmMagic    = 0x31_4d_48_53_54_46_4f_53 // "SOFTSHM1"
-	offMagic    = 0
-	offTail     = 64
-	offWClosed  = 72
-	offHead     = 128
-	offRWait    = 192
-	offWWait    = 256
+	shmHdrPage = 4096
+	shmMagic   = 0x32_4d_48_53_54_46_4f_53 // "SOFTSHM2"
+	offMagic   = 0
+	offTail    = 64
+	offWClosed = 72
+	offHead    = 128
+	offRWait   = 192
+	offWWait   = 256
 
-	recData  = 1
-	recRef   = 2
-	recPad   = 3
-	recUnmap = 4
-	recHdr   = 8
-	refBody  = 16
+	recData = 1
+	recPad  = 3
+	recHdr  = 8
 
-	// shmRefMin: payloads at least this long in registered memory travel
-	// by reference; smaller ones are copied into the ring with their header.
-	shmRefMin   = 512
-	maxExports  = 64   // memories one side passes to its peer per connection
-	maxImports  = 1024 // memories one side maps from its peer
-	shmTimeout  = 2 * time.Second
-	shmAckEvery = 4
-
-	shmPopulateMax = 64 << 20
-	extMagic       = "SHM1"
-	setupMagic     = "SRNG"
-	memMagic       = "SMEM"
+	// shmSetupTimeout bounds the ring exchange on the unix socket.
+	shmSetupTimeout = 2 * time.Second
+	shmAckEvery     = 4
 )
 
 var errShmSetup = errors.New("soft: shared-memory setup failed")
@@ -89,7 +72,7 @@ var bootID = sync.OnceValue(func() string {
 		return ""
 	}
 	s := string(bytes.TrimSpace(b))
-	if len(s) != 36 {
+	if len(s) != bootIDLen {
 		return ""
 	}
 	return s
@@ -122,7 +105,8 @@ type shmLocal struct {
 	evSpace int // the peer signals: space in its ring
 }
 
-func newShmLocal() (*shmLocal, error) {
+// newShmLocal creates a ring of size data bytes (a power of two).
+func newShmLocal(size int) (*shmLocal, error) {
 	l := &shmLocal{ringFD: -1, evData: -1, evSpace: -1}
 	fail := func(err error) (*shmLocal, error) { l.free(); return nil, err }
 	fd, err := unix.MemfdCreate("rdma-soft-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
@@ -130,14 +114,19 @@ func newShmLocal() (*shmLocal, error) {
 		return fail(err)
 	}
 	l.ringFD = fd
-	size := shmHdrPage + shmRingSize
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+	// A memfd's inode is created mode 0777: whoever holds a descriptor of
+	// it could reopen it through /proc/PID/fd whatever the descriptor's
+	// own mode. Only this user's processes may.
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := unix.Ftruncate(fd, int64(shmHdrPage+size)); err != nil {
 		return fail(err)
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
 		return fail(err)
 	}
-	if l.ring, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+	if l.ring, err = unix.Mmap(fd, 0, shmHdrPage+size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return fail(err)
 	}
 	au64(l.ring, offMagic).Store(shmMagic)
@@ -192,15 +181,15 @@ func (p *shmPeer) free() {
 }
 
 func sendSetup(uc *net.UnixConn, l *shmLocal) error {
-	var b [16]byte
-	copy(b[:], setupMagic)
-	binary.LittleEndian.PutUint32(b[4:], shmRingSize)
+	var b [shmSetupLen]byte
+	marshalShmSetup(&b, uint32(len(l.ring)-shmHdrPage))
 	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.evData, l.evSpace), nil)
 	return err
 }
 
 // recvFDs reads one message of exactly len(b) bytes carrying exactly nfd
-// descriptors. On error no descriptor stays open.
+// descriptors, within the connection's deadline. On error no descriptor
+// stays open.
 func recvFDs(uc *net.UnixConn, b []byte, nfd int) ([]int, error) {
 	buf := make([]byte, len(b)+1)
 	oob := make([]byte, unix.CmsgSpace(4*(nfd+4)))
@@ -234,9 +223,10 @@ func isEventfd(fd int) bool {
 	return err == nil && s == "anon_inode:[eventfd]"
 }
 
-// mapSealed maps a memfd the peer passed, after checking that it cannot
-// shrink under us (which would turn our accesses into SIGBUS).
-func mapSealed(fd int, size int, prot int) ([]byte, error) {
+// mapRing maps a ring memfd the peer passed, of size bytes (checked against
+// our limit already), after checking that it cannot shrink under us (which
+// would turn our accesses into SIGBUS).
+func mapRing(fd int, size int) ([]byte, error) {
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, errShmSetup
@@ -245,30 +235,27 @@ func mapSealed(fd int, size int, prot int) ([]byte, error) {
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < int64(size) {
 		return nil, errShmSetup
 	}
-	flags := unix.MAP_SHARED
-	if size <= shmPopulateMax {
-		// Map every page now rather than fault them in one by one during
-		// the first copies.
-		flags |= unix.MAP_POPULATE
-	}
-	return unix.Mmap(fd, 0, size, prot, flags)
+	// Map every page now rather than fault them in one by one during the
+	// first copies (the size is bounded by our own ring size).
+	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 }
 
-func recvSetup(uc *net.UnixConn) (*shmPeer, error) {
-	var b [16]byte
+// recvSetup receives the peer's ring setup; limit is the largest ring data
+// size we map.
+func recvSetup(uc *net.UnixConn, limit int) (*shmPeer, error) {
+	var b [shmSetupLen]byte
 	fds, err := recvFDs(uc, b[:], 3)
 	if err != nil {
 		return nil, err
 	}
 	p := &shmPeer{evData: fds[1], evSpace: fds[2]}
 	defer unix.Close(fds[0])
-	size := binary.LittleEndian.Uint32(b[4:])
-	if string(b[:4]) != setupMagic || size < shmRingMin || size > shmRingMax || size&(size-1) != 0 ||
-		!isEventfd(p.evData) || !isEventfd(p.evSpace) {
+	size, err := parseShmSetup(b[:], uint32(min(limit, shmRingMax)))
+	if err != nil || !isEventfd(p.evData) || !isEventfd(p.evSpace) {
 		p.free()
 		return nil, errShmSetup
 	}
-	if p.ring, err = mapSealed(fds[0], shmHdrPage+int(size), unix.PROT_READ|unix.PROT_WRITE); err != nil {
+	if p.ring, err = mapRing(fds[0], shmHdrPage+int(size)); err != nil {
 		p.free()
 		return nil, errShmSetup
 	}
@@ -284,9 +271,49 @@ func shmEligible(ip net.IP) bool {
 	return shmOn.Load() && bootID() != "" && ip != nil && localIP(ip)
 }
 
-// shmOffer is the active side's half: it listens on an abstract unix
-// socket named in the REQ for the passive side to connect to, and exchanges
-// rings and eventfds there as soon as it does.
+// shmSocketName is the abstract unix socket on which the active side of
+// the TCP connection active->passive waits for the passive side. Both
+// derive it from the connection's addresses as their kernels report them
+// (the 4-tuple is unique on the host while the connection lives), so that
+// no name is ever taken from a peer's message, and only names of this
+// form can ever be dialled.
+func shmSocketName(active, passive *net.TCPAddr) string {
+	norm := func(a *net.TCPAddr) string {
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap().WithZone(""), ap.Port()).String()
+	}
+	return "@rdma-soft/" + norm(active) + "/" + norm(passive)
+}
+
+// samePrincipal reports whether the process at the other end of uc runs
+// as our effective uid (SO_PEERCRED: the connecting process's credentials
+// for a listener, the listening process's for a dialler).
+var samePrincipal = func(uc *net.UnixConn) bool {
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil || cerr != nil {
+		return false
+	}
+	return cred.Uid == uint32(os.Geteuid())
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// shmOffer is the active side's half: it listens on the connection's
+// abstract unix socket for the passive side, and exchanges rings and
+// eventfds there with the first process of our uid that presents the
+// REQ's token.
 type shmOffer struct {
 	ln    *net.UnixListener
 	token [16]byte
@@ -297,72 +324,68 @@ type shmOffer struct {
 }
 
 type shmResult struct {
-	uc   *net.UnixConn
 	peer *shmPeer
 	err  error
 }
 
-func newShmOffer(remote *net.TCPAddr, deadline time.Time) *shmOffer {
-	if remote == nil || !shmEligible(remote.IP) {
+// newShmOffer offers shared memory on the TCP connection c (just dialled),
+// when the peer may be on this host.
+func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
+	la, _ := c.LocalAddr().(*net.TCPAddr)
+	ra, _ := c.RemoteAddr().(*net.TCPAddr)
+	if la == nil || ra == nil || !shmEligible(ra.IP) {
 		return nil
 	}
 	o := &shmOffer{res: make(chan shmResult, 1)}
-	var nb [12]byte
 	if _, err := rand.Read(o.token[:]); err != nil {
 		return nil
 	}
-	if _, err := rand.Read(nb[:]); err != nil {
-		return nil
-	}
-	name := "rdma-soft-" + hex.EncodeToString(nb[:])
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + name, Net: "unixpacket"})
+	name := shmSocketName(la, ra)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
 	if err != nil {
 		return nil
 	}
 	o.ln = ln
-	if o.local, err = newShmLocal(); err != nil {
+	if o.local, err = newShmLocal(int(shmRingSize.Load())); err != nil {
 		ln.Close()
 		return nil
 	}
-	o.ext = append(o.ext, extMagic...)
-	o.ext = append(o.ext, bootID()...)
-	o.ext = append(o.ext, o.token[:]...)
-	o.ext = append(o.ext, byte(len(name)))
-	o.ext = append(o.ext, name...)
-	go o.serve(deadline)
+	o.ext = (&shmOfferExt{bootID: bootID(), token: o.token}).marshal()
+	go o.serve(earliest(deadline, time.Now().Add(shmSetupTimeout)))
 	return o
 }
 
-// serve accepts the passive side's connection, checks its token, sends our
-// setup and receives its own.
+// serve accepts the passive side's connection: it skips connections from
+// another uid or without the token, sends our setup and receives the
+// peer's.
 func (o *shmOffer) serve(deadline time.Time) {
 	_ = o.ln.SetDeadline(deadline)
-	uc, err := o.ln.AcceptUnix()
-	o.ln.Close()
-	if err != nil {
-		o.res <- shmResult{err: err}
-		return
-	}
-	_ = uc.SetDeadline(deadline)
-	var tok [16]byte
-	_, err = recvFDs(uc, tok[:], 0)
-	if err == nil && tok != o.token {
-		err = errShmSetup
-	}
-	if err == nil {
-		err = sendSetup(uc, o.local)
-	}
-	var peer *shmPeer
-	if err == nil {
-		peer, err = recvSetup(uc)
-	}
-	if err != nil {
+	defer o.ln.Close()
+	for {
+		uc, err := o.ln.AcceptUnix()
+		if err != nil {
+			o.res <- shmResult{err: err}
+			return
+		}
+		if !samePrincipal(uc) {
+			uc.Close()
+			continue
+		}
+		_ = uc.SetDeadline(deadline)
+		var tok [16]byte
+		if _, err := recvFDs(uc, tok[:], 0); err != nil || subtle.ConstantTimeCompare(tok[:], o.token[:]) != 1 {
+			uc.Close()
+			continue
+		}
+		var peer *shmPeer
+		if err = sendSetup(uc, o.local); err == nil {
+			peer, err = recvSetup(uc, len(o.local.ring)-shmHdrPage)
+		}
+		// The socket is done with: the rings and eventfds are all we keep.
 		uc.Close()
-		o.res <- shmResult{err: err}
+		o.res <- shmResult{peer: peer, err: err}
 		return
 	}
-	_ = uc.SetDeadline(time.Time{})
-	o.res <- shmResult{uc: uc, peer: peer}
 }
 
 // finish completes the offer once the REP picked shared memory.
@@ -373,11 +396,7 @@ func (o *shmOffer) finish(c *net.TCPConn) (transport, error) {
 		o.local.free()
 		return nil, r.err
 	}
-	t, err := newShmTransport(c, r.uc, o.local, r.peer)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return newShmTransport(c, o.local, r.peer)
 }
 
 // abort withdraws the offer (the REP picked TCP, or the connect failed).
@@ -388,9 +407,6 @@ func (o *shmOffer) abort() {
 	o.done = true
 	o.ln.Close()
 	r := <-o.res
-	if r.uc != nil {
-		r.uc.Close()
-	}
 	r.peer.free()
 	o.local.free()
 }
@@ -405,52 +421,48 @@ func (o *shmOffer) extension() []byte {
 // shmPrepared is the passive side's half, set up before the connect
 // request is reported, so that Accept only has to pick it.
 type shmPrepared struct {
-	uc    *net.UnixConn
 	local *shmLocal
 	peer  *shmPeer
 }
 
 // shmAnswer sets up shared memory for a REQ that offers it, when this side
-// can: nil otherwise (the connection then uses TCP).
+// can: nil otherwise (the connection then uses TCP). It dials only the
+// socket named after c's own addresses, and only a listener of our uid.
 func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 	if req.transports&transportShm == 0 {
 		return nil
 	}
+	la, _ := c.LocalAddr().(*net.TCPAddr)
 	ra, _ := c.RemoteAddr().(*net.TCPAddr)
-	if ra == nil || !shmEligible(ra.IP) {
+	if la == nil || ra == nil || !shmEligible(ra.IP) {
 		return nil
 	}
-	e := req.ext
-	if len(e) < 4+36+16+1 || string(e[:4]) != extMagic || string(e[4:40]) != bootID() {
+	off, err := parseShmOffer(req.ext)
+	if err != nil || off.bootID != bootID() {
 		return nil
 	}
-	var tok [16]byte
-	copy(tok[:], e[40:56])
-	nl := int(e[56])
-	if len(e) != 57+nl || nl == 0 {
-		return nil
-	}
-	name := string(e[57:])
-	if d := time.Now().Add(shmTimeout); d.Before(deadline) {
-		deadline = d
-	}
+	deadline = earliest(deadline, time.Now().Add(shmSetupTimeout))
 	nd := net.Dialer{Deadline: deadline}
-	nc, err := nd.Dial("unixpacket", "@"+name)
+	nc, err := nd.Dial("unixpacket", shmSocketName(ra, la))
 	if err != nil {
 		return nil
 	}
 	uc := nc.(*net.UnixConn)
+	defer uc.Close() // the rings and eventfds are all we keep
+	if !samePrincipal(uc) {
+		return nil
+	}
 	_ = uc.SetDeadline(deadline)
-	p := &shmPrepared{uc: uc}
-	if _, err := uc.Write(tok[:]); err != nil {
-		p.abort()
+	if _, err := uc.Write(off.token[:]); err != nil {
 		return nil
 	}
-	if p.peer, err = recvSetup(uc); err != nil {
-		p.abort()
+	p := &shmPrepared{}
+	limit := int(shmRingSize.Load())
+	if p.peer, err = recvSetup(uc, limit); err != nil {
 		return nil
 	}
-	if p.local, err = newShmLocal(); err != nil {
+	// Our ring no larger than the active side's, which is its limit.
+	if p.local, err = newShmLocal(min(limit, len(p.peer.ring)-shmHdrPage)); err != nil {
 		p.abort()
 		return nil
 	}
@@ -458,7 +470,6 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 		p.abort()
 		return nil
 	}
-	_ = uc.SetDeadline(time.Time{})
 	return p
 }
 
@@ -466,22 +477,20 @@ func (p *shmPrepared) abort() {
 	if p == nil {
 		return
 	}
-	p.uc.Close()
 	p.local.free()
 	p.peer.free()
 }
 
 // start makes the transport once the REP picking shared memory is sent.
 func (p *shmPrepared) start(c *net.TCPConn) (transport, error) {
-	return newShmTransport(c, p.uc, p.local, p.peer)
+	return newShmTransport(c, p.local, p.peer)
 }
 
 // shmTransport carries frames through two shared rings (transport.go).
 type shmTransport struct {
 	tcp  *net.TCPConn // liveness: the peer's death closes it
-	uc   *net.UnixConn
-	rx   shmRing // we consume
-	tx   shmRing // we produce
+	rx   shmRing      // we consume
+	tx   shmRing      // we produce
 	size uint64
 
 	evData, evSpace     *os.File // ours: we sleep on them
@@ -498,23 +507,17 @@ type shmTransport struct {
 	hn      int
 	onIdle  func(boundary bool) bool
 	intr    atomic.Bool
-	imports map[uint32][]byte
 	rArm    bool
 	waitFn  func(fd uintptr) bool
 
 	// Write side (one goroutine at a time).
-	wpos     uint64 // our tail, including records not yet published
-	whead    uint64 // the consumer's head as last seen
-	open     bool   // a recData record is open at recAt
-	recAt    uint64
-	recN     uint64
-	exports  map[*verbs.Memory]shmExport
-	lastMem  *verbs.Memory
-	lastID   uint32
-	nextID   uint32
-	wArm     bool
-	spaceFn  func(fd uintptr) bool
-	noExport bool
+	wpos    uint64 // our tail, including records not yet published
+	whead   uint64 // the consumer's head as last seen
+	open    bool   // a recData record is open at recAt
+	recAt   uint64
+	recN    uint64
+	wArm    bool
+	spaceFn func(fd uintptr) bool
 
 	// Lifecycle.
 	users     atomic.Int64
@@ -534,10 +537,9 @@ func schedYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 func signalFD(fd int) { _, _ = unix.Write(fd, one[:]) }
 
-func newShmTransport(c *net.TCPConn, uc *net.UnixConn, l *shmLocal, p *shmPeer) (*shmTransport, error) {
-	t := &shmTransport{tcp: c, uc: uc, rx: viewRing(l.ring), tx: viewRing(p.ring),
-		peerData: p.evData, peerSpace: p.evSpace, imports: map[uint32][]byte{},
-		exports: map[*verbs.Memory]shmExport{}, watchDone: make(chan struct{})}
+func newShmTransport(c *net.TCPConn, l *shmLocal, p *shmPeer) (*shmTransport, error) {
+	t := &shmTransport{tcp: c, rx: viewRing(l.ring), tx: viewRing(p.ring),
+		peerData: p.evData, peerSpace: p.evSpace, watchDone: make(chan struct{})}
 	t.size = uint64(len(t.tx.data))
 	t.myData, t.mySpace = l.evData, l.evSpace
 	t.evData = os.NewFile(uintptr(l.evData), "eventfd")
@@ -576,10 +578,6 @@ func (t *shmTransport) exit() {
 func (t *shmTransport) free() {
 	_ = unix.Munmap(t.rx.mem)
 	_ = unix.Munmap(t.tx.mem)
-	for id, m := range t.imports {
-		_ = unix.Munmap(m)
-		delete(t.imports, id)
-	}
 	t.evData.Close()
 	t.evSpace.Close()
 	unix.Close(t.peerData)
@@ -607,7 +605,6 @@ func (t *shmTransport) close() error {
 		return nil
 	}
 	t.tcp.Close()
-	t.uc.Close()
 	if t.enter() {
 		signalFD(t.myData)
 		signalFD(t.mySpace)
@@ -776,37 +773,11 @@ func (t *shmTransport) next(boundary bool) error {
 			t.recKind = recData
 			t.recSrc = t.rx.data[pos+recHdr : pos+recHdr+n : pos+recHdr+n]
 			t.recEnd = t.rhead + tot
-		case recRef:
-			if n == 0 || recHdr+refBody > avail || recHdr+refBody > room {
-				return errProtocol
-			}
-			id := binary.LittleEndian.Uint32(t.rx.data[pos+recHdr:])
-			off := binary.LittleEndian.Uint64(t.rx.data[pos+recHdr+8:])
-			m, err := t.imported(id)
-			if err != nil {
-				return err
-			}
-			if off > uint64(len(m)) || n > uint64(len(m))-off {
-				return errProtocol
-			}
-			t.recKind = recRef
-			t.recSrc = m[off : off+n : off+n]
-			t.consume(t.rhead + recHdr + refBody)
 		case recPad:
 			if n != room-recHdr || room > avail {
 				return errProtocol
 			}
 			t.consume(t.rhead + room)
-		case recUnmap:
-			if n != 0 || recHdr+8 > avail || recHdr+8 > room {
-				return errProtocol
-			}
-			id := binary.LittleEndian.Uint32(t.rx.data[pos+recHdr:])
-			if m, ok := t.imports[id]; ok {
-				_ = unix.Munmap(m)
-				delete(t.imports, id)
-			}
-			t.consume(t.rhead + recHdr + 8)
 		default:
 			return errProtocol
 		}
@@ -875,129 +846,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	return err
 }
 
-// imported returns the mapping of the peer's memory id, receiving its
-// descriptor from the unix socket if it has not come yet (the peer sends
-// it before the first reference).
-func (t *shmTransport) imported(id uint32) ([]byte, error) {
-	if m, ok := t.imports[id]; ok {
-		return m, nil
-	}
-	for {
-		var b [16]byte
-		fds, err := recvFDs(t.uc, b[:], 1)
-		if err != nil {
-			if t.closed.Load() {
-				return nil, net.ErrClosed
-			}
-			return nil, io.ErrUnexpectedEOF
-		}
-		got := binary.LittleEndian.Uint32(b[4:])
-		size := binary.LittleEndian.Uint64(b[8:])
-		_, dup := t.imports[got]
-		if string(b[:4]) != memMagic || dup || len(t.imports) >= maxImports || size == 0 || size > maxMRSize {
-			unix.Close(fds[0])
-			return nil, errProtocol
-		}
-		m, err := mapSealed(fds[0], int(size), unix.PROT_READ)
-		unix.Close(fds[0])
-		if err != nil {
-			return nil, errProtocol
-		}
-		t.imports[got] = m
-		if got == id {
-			return m, nil
-		}
-	}
-}
-
 // ---- write side ----
-
-// refOf finds the id under which the peer knows the registered memory
-// holding b (passing it now if needed), and b's offset in it.
-func (t *shmTransport) refOf(b []byte) (uint32, uint64, bool) {
-	if t.noExport {
-		return 0, 0, false
-	}
-	m, off := verbs.MemoryOf(b)
-	if m == nil || m.FD() < 0 {
-		return 0, 0, false
-	}
-	if m == t.lastMem {
-		return t.lastID, uint64(off), true
-	}
-	e, ok := t.exports[m]
-	if !ok {
-		t.sweep()
-		if len(t.exports) >= maxExports {
-			return 0, 0, false
-		}
-		id, err := t.export(m, b)
-		if err != nil {
-			return 0, 0, false
-		}
-		e = shmExport{id: id, probe: b[:1:1]}
-		t.exports[m] = e
-	}
-	t.lastMem, t.lastID = m, e.id
-	return e.id, uint64(off), true
-}
-
-// shmExport is a memory passed to the peer: its id, and a byte of it by
-// which to tell whether it is still allocated (the slice is only compared,
-// never read: the memory may be unmapped).
-type shmExport struct {
-	id    uint32
-	probe []byte
-}
-
-// sweep tells the peer to unmap the memories passed to it that have been
-// freed since (recUnmap records), as far as the ring has room now.
-func (t *shmTransport) sweep() {
-	for m, e := range t.exports {
-		if cur, _ := verbs.MemoryOf(e.probe); cur == m {
-			continue
-		}
-		t.closeRec()
-		if ok, err := t.reserve(recHdr + 8); !ok || err != nil {
-			return
-		}
-		p := t.wpos & t.tx.mask
-		binary.LittleEndian.PutUint64(t.tx.data[p:], uint64(recUnmap))
-		binary.LittleEndian.PutUint64(t.tx.data[p+8:], uint64(e.id))
-		t.wpos += recHdr + 8
-		delete(t.exports, m)
-		if t.lastMem == m {
-			t.lastMem = nil
-		}
-	}
-}
-
-// export passes a read-only descriptor of m's memfd to the peer (which can
-// then neither write to it nor resize it). b lies in m.
-func (t *shmTransport) export(m *verbs.Memory, b []byte) (uint32, error) {
-	fd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(m.FD()), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer unix.Close(fd)
-	// m still being tracked after the open means that it was not freed
-	// (which untracks it before closing its memfd), so the descriptor
-	// number did not name some other file when we opened it.
-	var st unix.Stat_t
-	if cur, _ := verbs.MemoryOf(b); cur != m || unix.Fstat(fd, &st) != nil || st.Size <= 0 {
-		return 0, errShmSetup
-	}
-	var msg [16]byte
-	copy(msg[:], memMagic)
-	binary.LittleEndian.PutUint32(msg[4:], t.nextID+1)
-	binary.LittleEndian.PutUint64(msg[8:], uint64(st.Size))
-	if _, _, err := t.uc.WriteMsgUnix(msg[:], unix.UnixRights(fd), nil); err != nil {
-		t.noExport = true
-		return 0, err
-	}
-	t.nextID++
-	return t.nextID, nil
-}
 
 // room reserves need contiguous bytes at wpos, padding to the end of the
 // ring if they do not fit there. false: not enough space now.
@@ -1083,28 +932,13 @@ func (t *shmTransport) appendData(b []byte) (int, error) {
 	}
 }
 
-// putRef writes a recRef record for n stream bytes; false when the ring
-// is full.
-func (t *shmTransport) putRef(id uint32, off uint64, n int) (bool, error) {
-	t.closeRec()
-	ok, err := t.reserve(recHdr + refBody)
-	if !ok || err != nil {
-		return false, err
-	}
-	p := t.wpos & t.tx.mask
-	binary.LittleEndian.PutUint64(t.tx.data[p:], uint64(recRef)|uint64(n)<<32)
-	binary.LittleEndian.PutUint64(t.tx.data[p+8:], uint64(id))
-	binary.LittleEndian.PutUint64(t.tx.data[p+16:], off)
-	t.wpos += recHdr + refBody
-	return true, nil
-}
-
 func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
 	if !t.enter() {
 		return 0, net.ErrClosed
 	}
 	defer t.exit()
 	n := 0
+	off := 0 // into bufs[i]; bufs itself is the caller's and stays as it is
 	for i := 0; i < len(bufs); {
 		if t.closed.Load() {
 			return n, net.ErrClosed
@@ -1112,31 +946,17 @@ func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
 		if t.gone.Load() {
 			return n, syscall.EPIPE
 		}
-		b := bufs[i]
+		b := bufs[i][off:]
 		if len(b) == 0 {
-			i++
+			i, off = i+1, 0
 			continue
 		}
-		k, err, ref := 0, error(nil), false
-		if len(b) >= shmRefMin {
-			var id uint32
-			var off uint64
-			if id, off, ref = t.refOf(b); ref {
-				var ok bool
-				if ok, err = t.putRef(id, off, len(b)); ok {
-					k = len(b)
-				}
-			}
-		}
-		if !ref {
-			k, err = t.appendData(b)
-		}
-		progress := k > 0
+		k, err := t.appendData(b)
 		if err != nil {
 			t.publish()
 			return n, err
 		}
-		if !progress {
+		if k == 0 {
 			t.publish()
 			if !wait {
 				return n, nil
@@ -1147,11 +967,7 @@ func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
 			continue
 		}
 		n += k
-		if k == len(b) {
-			i++
-		} else {
-			bufs[i] = b[k:]
-		}
+		off += k
 	}
 	t.publish()
 	return n, nil

@@ -13,7 +13,7 @@ import (
 
 type shmOffer struct{}
 
-func newShmOffer(*net.TCPAddr, time.Time) *shmOffer          { return nil }
+func newShmOffer(*net.TCPConn, time.Time) *shmOffer          { return nil }
 func (o *shmOffer) extension() []byte                        { return nil }
 func (o *shmOffer) abort()                                   {}
 func (o *shmOffer) finish(*net.TCPConn) (transport, error)   { return nil, errBadHandshake }

@@ -12,9 +12,18 @@ import (
 	"github.com/rdmanet/rdma/verbs/verbstest"
 )
 
+// hostileEnv names the role of a child process that plays a hostile peer
+// (hostile_test.go, where hostileChild runs it).
+const hostileEnv = "SOFT_TEST_HOSTILE"
+
+var hostileChild func(role string)
+
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(childEnv); addr != "" {
 		killChild(addr)
+	}
+	if role := os.Getenv(hostileEnv); role != "" && hostileChild != nil {
+		hostileChild(role)
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -286,3 +286,75 @@ func parseHandshake(b []byte) (hsMsg, error) {
 	}
 	return m, nil
 }
+
+// The shared-memory offer: the extension of a REQ that offers
+// transportShm (shm.go).
+//
+//	off size field
+//	0   4    magic "SHM2"
+//	4   36   boot ID of the offering host (/proc/sys/kernel/random/boot_id)
+//	40  16   token: the passive side presents it on the unix socket, which
+//	         proves that it read this REQ
+//
+// Nothing else: in particular no socket name, which each side derives from
+// the TCP connection's addresses as its own kernel reports them.
+const (
+	shmOfferMagic = "SHM2"
+	shmOfferLen   = 56
+	bootIDLen     = 36
+)
+
+type shmOfferExt struct {
+	bootID string
+	token  [16]byte
+}
+
+func (o *shmOfferExt) marshal() []byte {
+	b := make([]byte, 0, shmOfferLen)
+	b = append(b, shmOfferMagic...)
+	b = append(b, o.bootID...)
+	return append(b, o.token[:]...)
+}
+
+// parseShmOffer decodes a REQ's shared-memory offer.
+func parseShmOffer(b []byte) (shmOfferExt, error) {
+	var o shmOfferExt
+	if len(b) != shmOfferLen || string(b[:4]) != shmOfferMagic {
+		return o, errBadHandshake
+	}
+	o.bootID = string(b[4 : 4+bootIDLen])
+	copy(o.token[:], b[4+bootIDLen:])
+	return o, nil
+}
+
+// The ring setup, one message on the unix socket in each direction, with
+// three descriptors (the ring's memfd, then the eventfds its reader sleeps
+// on for data and its writer for space):
+//
+//	off size field
+//	0   4    magic "SRNG"
+//	4   4    ring data size: a power of two, shmRingMin..the reader's limit
+//	8   8    zero
+const (
+	shmSetupMagic = "SRNG"
+	shmSetupLen   = 16
+)
+
+func marshalShmSetup(b *[shmSetupLen]byte, size uint32) {
+	*b = [shmSetupLen]byte{}
+	copy(b[:], shmSetupMagic)
+	binary.LittleEndian.PutUint32(b[4:], size)
+}
+
+// parseShmSetup decodes a ring setup and checks its size against limit,
+// the largest ring this side maps.
+func parseShmSetup(b []byte, limit uint32) (uint32, error) {
+	if len(b) != shmSetupLen || string(b[:4]) != shmSetupMagic || binary.LittleEndian.Uint64(b[8:]) != 0 {
+		return 0, errBadHandshake
+	}
+	size := binary.LittleEndian.Uint32(b[4:])
+	if size < shmRingMin || size > limit || size&(size-1) != 0 {
+		return 0, errBadHandshake
+	}
+	return size, nil
+}

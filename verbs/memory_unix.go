@@ -1,4 +1,4 @@
-//go:build !linux && unix
+//go:build unix
 
 package verbs
 
@@ -10,12 +10,15 @@ import (
 
 var pageSize = os.Getpagesize()
 
+// allocMemory maps private anonymous memory: no descriptor names it, so no
+// other process can be handed it or reopen it (the soft provider's
+// same-host path copies through rings of its own instead).
 func allocMemory(size int) (*Memory, error) {
 	buf, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
 		return nil, &Error{Op: "mmap", Errno: err.(unix.Errno)}
 	}
-	return &Memory{buf: buf, fd: -1}, nil
+	return &Memory{buf: buf}, nil
 }
 
 func freeMemory(m *Memory) error {

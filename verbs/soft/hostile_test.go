@@ -1,0 +1,487 @@
+//go:build linux
+
+package soft_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// The tests in this file play a hostile peer in a child process (a re-exec
+// of the test binary), as root like the test or as another uid (nobody),
+// and check that it reaches nothing it was not granted.
+
+const (
+	hostileArg = "SOFT_TEST_HOSTILE_ARG"
+	nobody     = 65534
+)
+
+// The child roles, by name; each returns the child's exit status.
+var hostileRoles = map[string]func(arg string) int{
+	"snoop": snoopChild,
+}
+
+func init() {
+	hostileChild = func(role string) {
+		if f := hostileRoles[role]; f != nil {
+			os.Exit(f(os.Getenv(hostileArg)))
+		}
+		os.Exit(99)
+	}
+}
+
+// startChild starts the test binary as a child in role, as uid (0 keeps
+// root), with its stdin and stdout piped. As another uid the binary is
+// first copied where that uid may run it (go test's build directory is
+// private to root).
+func startChild(t *testing.T, role, arg string, uid int) (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	t.Helper()
+	bin := os.Args[0]
+	if uid != 0 {
+		dir, err := os.MkdirTemp("", "soft-hostile-")
+		require.NoError(t, err)
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		require.NoError(t, os.Chmod(dir, 0o755))
+		src, err := os.ReadFile(bin)
+		require.NoError(t, err)
+		bin = filepath.Join(dir, "soft.test")
+		require.NoError(t, os.WriteFile(bin, src, 0o755))
+	}
+	cmd := exec.Command(bin, "-test.run", "^$")
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), hostileEnv+"="+role, hostileArg+"="+arg)
+	cmd.Stderr = os.Stderr
+	if uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	}
+	in, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, in, bufio.NewReader(out)
+}
+
+func needRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("playing a peer of another uid needs root (as in CI)")
+	}
+}
+
+// softEnds is one side of a soft connection driven through the verbs API.
+type softEnds struct {
+	ch  verbs.EventChannel
+	ids []verbs.CMID
+	pd  verbs.PD
+	cq  verbs.CQ
+	qp  verbs.QP
+}
+
+func (e *softEnds) event(want verbs.CMEventType) (verbs.CMEvent, error) {
+	ev, err := e.ch.GetEvent(time.Now().Add(10 * time.Second))
+	if err != nil {
+		return ev, err
+	}
+	if ev.Type != want {
+		return ev, fmt.Errorf("CM event %v, want %v (status %d)", ev.Type, want, ev.Status)
+	}
+	return ev, nil
+}
+
+func (e *softEnds) makeQP(id verbs.CMID) error {
+	var err error
+	ctx := id.Context()
+	if e.pd, err = ctx.AllocPD(); err != nil {
+		return err
+	}
+	if e.cq, err = ctx.CreateCQ(16, nil); err != nil {
+		return err
+	}
+	e.qp, err = id.CreateQP(e.pd, &verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	return err
+}
+
+// complete waits for one completion and checks that it succeeded.
+func (e *softEnds) complete() error {
+	wc := make([]verbs.WC, 1)
+	end := time.Now().Add(10 * time.Second)
+	for time.Now().Before(end) {
+		n, err := e.cq.Poll(wc)
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			if wc[0].Status != verbs.WCSuccess {
+				return fmt.Errorf("completion status %v", wc[0].Status)
+			}
+			return nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fmt.Errorf("no completion")
+}
+
+func (e *softEnds) close() {
+	for i := len(e.ids) - 1; i >= 0; i-- {
+		_ = e.ids[i].Disconnect()
+	}
+	if e.qp != nil {
+		_ = e.qp.Destroy()
+	}
+	if e.cq != nil {
+		_ = e.cq.Destroy()
+	}
+	if e.pd != nil {
+		_ = e.pd.Dealloc()
+	}
+	for i := len(e.ids) - 1; i >= 0; i-- {
+		_ = e.ids[i].Destroy()
+	}
+	if e.ch != nil {
+		_ = e.ch.Close()
+	}
+}
+
+// dialSoft connects to addr as an ordinary soft client.
+func dialSoft(addr string) (*softEnds, error) {
+	p, err := verbs.Lookup("soft")
+	if err != nil {
+		return nil, err
+	}
+	e := &softEnds{}
+	if e.ch, err = p.CreateEventChannel(); err != nil {
+		return nil, err
+	}
+	id, err := e.ch.CreateID()
+	if err != nil {
+		return e, err
+	}
+	e.ids = append(e.ids, id)
+	dst, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return e, err
+	}
+	if err := id.ResolveAddr(nil, dst, 5*time.Second); err != nil {
+		return e, err
+	}
+	if _, err := e.event(verbs.EventAddrResolved); err != nil {
+		return e, err
+	}
+	if err := id.ResolveRoute(5 * time.Second); err != nil {
+		return e, err
+	}
+	if _, err := e.event(verbs.EventRouteResolved); err != nil {
+		return e, err
+	}
+	if err := e.makeQP(id); err != nil {
+		return e, err
+	}
+	if err := id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		return e, err
+	}
+	_, err = e.event(verbs.EventEstablished)
+	return e, err
+}
+
+// listenSoft listens on ip; accept takes the next connection.
+func listenSoft(t *testing.T, ip net.IP) (*softEnds, string) {
+	p, err := verbs.Lookup("soft")
+	require.NoError(t, err)
+	e := &softEnds{}
+	e.ch, err = p.CreateEventChannel()
+	require.NoError(t, err)
+	lid, err := e.ch.CreateID()
+	require.NoError(t, err)
+	e.ids = append(e.ids, lid)
+	require.NoError(t, lid.BindAddr(&net.TCPAddr{IP: ip}))
+	require.NoError(t, lid.Listen(4))
+	return e, lid.LocalAddr().String()
+}
+
+func (e *softEnds) accept() error {
+	ev, err := e.event(verbs.EventConnectRequest)
+	if err != nil {
+		return err
+	}
+	e.ids = append(e.ids, ev.ID)
+	if err := e.makeQP(ev.ID); err != nil {
+		return err
+	}
+	if err := ev.ID.Accept(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}); err != nil {
+		return err
+	}
+	_, err = e.event(verbs.EventEstablished)
+	return err
+}
+
+// snoopChild is an ordinary soft client that, once it has received one
+// message, looks at every memfd it holds (what a peer may have passed it)
+// for the secrets in arg, tries to reopen each read-write through
+// /proc/self/fd and to write a marker into it, and reports what it reached
+// on stdout. It scans again when stdin says so (the server has written its
+// second secret by then).
+func snoopChild(arg string) int {
+	f := strings.Fields(arg) // addr secret1 secret2 marker size
+	if len(f) != 5 {
+		return 2
+	}
+	s1, _ := hex.DecodeString(f[1])
+	s2, _ := hex.DecodeString(f[2])
+	marker, _ := hex.DecodeString(f[3])
+	size, _ := strconv.Atoi(f[4])
+	mem, err := verbs.AllocMemory(size)
+	if err != nil {
+		fmt.Println("error", err)
+		return 3
+	}
+	own := memfds() // ours: not from the peer
+	ownIno := map[uint64]bool{}
+	for _, m := range memfdMappings() {
+		ownIno[m.ino] = true
+	}
+	report := func(what string, b []byte) {
+		if bytes.Contains(b, s1) {
+			fmt.Println("found secret1 in", what)
+		}
+		if bytes.Contains(b, s2) {
+			fmt.Println("found secret2 in", what)
+		}
+	}
+	e, err := dialSoft(f[0])
+	if err != nil {
+		fmt.Println("error", err)
+		return 3
+	}
+	mr, err := e.pd.RegMR(mem.Bytes(), verbs.AccessLocalWrite)
+	if err != nil {
+		fmt.Println("error", err)
+		return 3
+	}
+	if err := e.qp.PostRecv([]verbs.RecvWR{{SG: []verbs.SGE{verbs.SGEOf(mr, mem.Bytes())}}}); err != nil {
+		fmt.Println("error", err)
+		return 3
+	}
+	fmt.Println("connected")
+	if err := e.complete(); err != nil {
+		fmt.Println("error", err)
+		return 3
+	}
+	scan := func() {
+		for fd := range memfds() {
+			if own[fd] {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Mode&0o077 != 0 {
+				fmt.Printf("mode fd %d %#o\n", fd, st.Mode&0o777)
+			}
+			report("fd "+strconv.Itoa(fd), readFD(fd))
+			tryWrite("/proc/self/fd/"+strconv.Itoa(fd), marker)
+		}
+		for _, m := range memfdMappings() {
+			if ownIno[m.ino] {
+				continue
+			}
+			if st, err := os.Stat(m.file); err == nil && st.Mode().Perm()&0o077 != 0 {
+				fmt.Printf("mode mapping %s %#o\n", m.file, st.Mode().Perm())
+			}
+			report("mapping "+m.file, m.read())
+			tryWrite(m.file, marker)
+		}
+	}
+	scan()
+	fmt.Println("scanned")
+	var line string
+	_, _ = fmt.Scanln(&line)
+	scan()
+	fmt.Println("done")
+	_ = mr.Dereg()
+	e.close()
+	return 0
+}
+
+// memfds lists this process's descriptors that are memfds.
+func memfds() map[int]bool {
+	m := map[int]bool{}
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, d := range ents {
+		fd, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		if l, err := os.Readlink("/proc/self/fd/" + d.Name()); err == nil && strings.HasPrefix(l, "/memfd:") {
+			m[fd] = true
+		}
+	}
+	return m
+}
+
+// tryWrite opens path read-write and writes marker at the start of every
+// page, reporting whether it could.
+func tryWrite(path string, marker []byte) {
+	w, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(w)
+	fmt.Println("reopened read-write", path)
+	var st unix.Stat_t
+	if unix.Fstat(w, &st) != nil {
+		return
+	}
+	for off := int64(0); off+int64(len(marker)) <= st.Size; off += 4096 {
+		_, _ = unix.Pwrite(w, marker, off)
+	}
+}
+
+// memfdMapping is a memfd mapped into this process.
+type memfdMapping struct {
+	start, end uint64
+	ino        uint64
+	file       string // its /proc/self/map_files entry
+}
+
+// read returns the mapping's bytes (read through /proc/self/mem).
+func (m memfdMapping) read() []byte {
+	f, err := os.Open("/proc/self/mem")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b := make([]byte, min(m.end-m.start, 64<<20))
+	n, _ := f.ReadAt(b, int64(m.start))
+	return b[:n]
+}
+
+// memfdMappings lists the memfds mapped into this process.
+func memfdMappings() []memfdMapping {
+	raw, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil
+	}
+	var ms []memfdMapping
+	for _, l := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 6 || !strings.HasPrefix(f[5], "/memfd:") {
+			continue
+		}
+		r := strings.SplitN(f[0], "-", 2)
+		start, err1 := strconv.ParseUint(r[0], 16, 64)
+		end, err2 := strconv.ParseUint(r[1], 16, 64)
+		ino, err3 := strconv.ParseUint(f[4], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		ms = append(ms, memfdMapping{start: start, end: end, ino: ino, file: "/proc/self/map_files/" + f[0]})
+	}
+	return ms
+}
+
+// readFD reads the whole file behind fd (up to 64 MiB) without moving its offset.
+func readFD(fd int) []byte {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Size <= 0 {
+		return nil
+	}
+	b := make([]byte, min(st.Size, 64<<20))
+	n, _ := unix.Pread(fd, b, 0)
+	return b[:max(n, 0)]
+}
+
+func randomHex(t *testing.T, n int) ([]byte, string) {
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return b, hex.EncodeToString(b)
+}
+
+// A peer reaches only the bytes it was sent. The server sends 64 KiB from
+// an MR in the middle of a block whose unregistered first part holds a
+// secret, then deregisters the MR and writes a second secret where it
+// was; the client, as root (the shared-memory path) and as nobody (TCP
+// only: another uid), looks through every memfd it was given for either
+// secret and writes a marker into whatever it can open read-write. As on
+// a NIC, it finds neither secret, the server's memory is untouched, and
+// nothing it holds is open to other uids.
+func TestPeerReachesOnlySentBytes(t *testing.T) {
+	needRoot(t)
+	for _, tc := range []struct {
+		name string
+		uid  int
+	}{{"same uid", 0}, {"other uid", nobody}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 256 << 10
+			s1, h1 := randomHex(t, 32)
+			s2, h2 := randomHex(t, 32)
+			marker, hm := randomHex(t, 16)
+			srv, addr := listenSoft(t, net.IPv4(127, 0, 0, 1))
+			defer srv.close()
+			_, in, out := startChild(t, "snoop", fmt.Sprintf("%s %s %s %s %d", addr, h1, h2, hm, size), tc.uid)
+			require.NoError(t, srv.accept())
+			mem, err := verbs.AllocMemory(size)
+			require.NoError(t, err)
+			defer mem.Free()
+			block := mem.Bytes()
+			copy(block, s1)                    // never registered
+			payload := block[64<<10 : 128<<10] // registered, sent
+			_, _ = rand.Read(payload)
+			mr, err := srv.pd.RegMR(payload, 0) // a send source only: no remote access
+			require.NoError(t, err)
+			lines := []string{}
+			expect := func(want string) {
+				t.Helper()
+				for {
+					l, err := out.ReadString('\n')
+					require.NoError(t, err, "child output so far: %q", lines)
+					l = strings.TrimSpace(l)
+					lines = append(lines, l)
+					if l == want {
+						return
+					}
+					require.False(t, strings.HasPrefix(l, "error"), l)
+				}
+			}
+			expect("connected")
+			require.NoError(t, srv.qp.PostSend([]verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+				SG: []verbs.SGE{verbs.SGEOf(mr, payload)}}}))
+			require.NoError(t, srv.complete())
+			expect("scanned")
+			require.NoError(t, mr.Dereg())
+			copy(payload, s2) // after Dereg
+			_, err = io.WriteString(in, "go\n")
+			require.NoError(t, err)
+			expect("done")
+			for _, l := range lines {
+				assert.False(t, strings.HasPrefix(l, "found"), "the peer read what it was not sent: %s", l)
+				assert.False(t, strings.HasPrefix(l, "mode"), "the peer holds a memfd open to other uids: %s", l)
+			}
+			for off := 0; off+len(marker) <= len(block); off++ {
+				if bytes.Equal(block[off:off+len(marker)], marker) {
+					t.Fatalf("the peer wrote into the server's memory at offset %d", off)
+				}
+			}
+			t.Logf("child: %q", lines)
+		})
+	}
+}
