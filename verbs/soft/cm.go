@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -15,15 +16,26 @@ import (
 )
 
 // Listener limits. A TCP connection to a listening port holds one of
-// maxHandshakes slots until its REQ arrives, and at most handshakeTimeout.
+// maxHandshakes slots until its REQ arrives (and its shared memory, if
+// offered, is set up), and at most handshakeTimeout (plus shmSetupTimeout);
+// the connections of one remote host hold at most maxHandshakesPerHost of
+// them, so that one host cannot lock out the others.
 var (
-	handshakeTimeout atomic.Int64
-	maxHandshakes    atomic.Int64
+	handshakeTimeout     atomic.Int64
+	maxHandshakes        atomic.Int64
+	maxHandshakesPerHost atomic.Int64
+)
+
+const (
+	defaultHandshakeTimeout     = 5 * time.Second
+	defaultMaxHandshakes        = 64
+	defaultMaxHandshakesPerHost = 8
 )
 
 func init() {
-	handshakeTimeout.Store(int64(5 * time.Second))
-	maxHandshakes.Store(64)
+	handshakeTimeout.Store(int64(defaultHandshakeTimeout))
+	maxHandshakes.Store(defaultMaxHandshakes)
+	maxHandshakesPerHost.Store(defaultMaxHandshakesPerHost)
 }
 
 // SetHandshakeTimeout sets how long a connection to a soft listener may
@@ -37,6 +49,13 @@ func SetHandshakeTimeout(d time.Duration) time.Duration {
 // one soft listener at once (default 64); more are closed on arrival. It
 // applies to listeners started afterwards and returns the previous value.
 func SetMaxHandshakes(n int) int { return int(maxHandshakes.Swap(int64(n))) }
+
+// SetMaxHandshakesPerHost sets how many of a soft listener's handshake
+// slots the connections from one remote host may hold at once (default 8;
+// an IPv6 host is its /64): more from that host are closed on arrival,
+// while other hosts still get theirs. It applies to listeners started
+// afterwards and returns the previous value.
+func SetMaxHandshakesPerHost(n int) int { return int(maxHandshakesPerHost.Swap(int64(n))) }
 
 const (
 	defaultConnectTimeout = 10 * time.Second
@@ -108,7 +127,7 @@ type cmID struct {
 
 	// Listening IDs.
 	ln      *net.TCPListener
-	slots   chan struct{}
+	slots   handshakeSlots
 	pending int
 	backlog int
 
@@ -205,7 +224,8 @@ func (id *cmID) Listen(backlog int) error {
 		backlog = defaultBacklog
 	}
 	id.backlog = backlog
-	id.slots = make(chan struct{}, max(1, int(maxHandshakes.Load())))
+	id.slots = handshakeSlots{max: max(1, int(maxHandshakes.Load())),
+		perHost: max(1, int(maxHandshakesPerHost.Load())), held: map[netip.Addr]int{}}
 	id.state = idListening
 	hsTimeout := time.Duration(handshakeTimeout.Load())
 	id.wg.Add(1)
@@ -229,15 +249,60 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 			}
 			continue
 		}
-		select {
-		case id.slots <- struct{}{}:
-		default:
-			c.Close() // too many handshakes in progress
+		host := remoteHost(c)
+		if !id.slots.take(host) {
+			c.Close() // too many handshakes in progress, from this host or all
 			continue
 		}
 		id.wg.Add(1)
-		go id.handshake(c, hsTimeout)
+		go id.handshake(c, hsTimeout, host)
 	}
+}
+
+// handshakeSlots counts a listener's connections in their handshake, in
+// all and per remote host.
+type handshakeSlots struct {
+	mu      sync.Mutex
+	max     int
+	perHost int
+	n       int
+	held    map[netip.Addr]int
+}
+
+// take claims a slot for host; false when none is free for it.
+func (s *handshakeSlots) take(host netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= s.max || s.held[host] >= s.perHost {
+		return false
+	}
+	s.n++
+	s.held[host]++
+	return true
+}
+
+func (s *handshakeSlots) release(host netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n--
+	if s.held[host]--; s.held[host] <= 0 {
+		delete(s.held, host)
+	}
+}
+
+// remoteHost is the host a connection comes from, as a slot key: its IPv4
+// address, or its IPv6 /64 (one host commonly has a whole /64).
+func remoteHost(c *net.TCPConn) netip.Addr {
+	ra, _ := c.RemoteAddr().(*net.TCPAddr)
+	if ra == nil {
+		return netip.Addr{}
+	}
+	a := ra.AddrPort().Addr().Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		return p.Addr()
+	}
+	return a
 }
 
 // readHandshake reads one handshake message from tr.
@@ -260,9 +325,9 @@ func readHandshake(tr *tcpTransport) (hsMsg, error) {
 
 // handshake reads a connection request on a freshly accepted connection
 // and turns it into EventConnectRequest. Anything else is dropped.
-func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration) {
+func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, host netip.Addr) {
 	defer id.wg.Done()
-	release := func() { <-id.slots }
+	release := func() { id.slots.release(host) }
 	tr, err := newTCPTransport(c)
 	if err != nil {
 		c.Close()

@@ -14,7 +14,8 @@
 // The CM handshake (REQ, REP or REJ, RTU; wire.go) carries the private data
 // and connection parameters; frames follow on the same connection. Anything
 // on the port that is not a well-formed REQ within the handshake timeout is
-// dropped (SetHandshakeTimeout, SetMaxHandshakes).
+// dropped (SetHandshakeTimeout, SetMaxHandshakes, SetMaxHandshakesPerHost:
+// one remote host holds at most a few of a listener's handshake slots).
 //
 // The provider behaves as hardware does where programs can tell: private
 // data, SGE and inline limits; QP states; rkey, bounds and access checks on
@@ -35,4 +36,16 @@
 // The QP engine (engine.go) reaches the network only through the transport
 // interface (transport.go), so that a same-host shared-memory transport can
 // be chosen in the handshake beside TCP (tcp.go).
+//
+// Security model, as on a NIC: a peer reads or writes only bytes inside
+// MRs registered with the matching remote access, within bounds, and
+// nothing after Dereg, Destroy or disconnect; memory used only as a send
+// source is never reachable by the peer. On TCP the frames are the only
+// input and every remote access is checked against the MR table. On the
+// same-host path (shared memory, same effective uid only) the rings carry
+// the same frames and nothing else: payloads are copied in and out, no
+// application memory is shared. Every size a peer sends is bounded by a
+// local limit before use, and every read of a peer during a handshake has
+// a deadline. shm.go spells out the details; docs/security.md is the same
+// model for the whole project.
 package soft

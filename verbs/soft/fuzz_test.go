@@ -144,3 +144,39 @@ func FuzzEngine(f *testing.F) {
 		_ = mri.Dereg()
 	})
 }
+
+// FuzzShmOffer: a REQ's shared-memory offer, whatever its bytes, parses
+// into a boot ID and a token or fails; what parses marshals back the same.
+func FuzzShmOffer(f *testing.F) {
+	f.Add((&shmOfferExt{bootID: "0123456789abcdef0123456789abcdef0123", token: [16]byte{1, 2, 3}}).marshal())
+	f.Add([]byte("SHM2"))
+	f.Add(append([]byte("SHM1"), make([]byte, 60)...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		o, err := parseShmOffer(b)
+		if err != nil {
+			return
+		}
+		require.Len(t, o.bootID, bootIDLen)
+		require.Equal(t, b, o.marshal())
+	})
+}
+
+// FuzzShmSetup: a ring setup, whatever its bytes, yields a size within the
+// local limit, a power of two, or an error.
+func FuzzShmSetup(f *testing.F) {
+	var b [shmSetupLen]byte
+	marshalShmSetup(&b, 1<<20)
+	f.Add(b[:], uint32(1<<20))
+	marshalShmSetup(&b, 256<<20)
+	f.Add(b[:], uint32(1<<20))
+	f.Add([]byte("SRNG"), uint32(1<<16))
+	f.Fuzz(func(t *testing.T, b []byte, limit uint32) {
+		size, err := parseShmSetup(b, limit)
+		if err != nil {
+			return
+		}
+		require.LessOrEqual(t, size, limit)
+		require.GreaterOrEqual(t, size, uint32(shmRingMin))
+		require.Zero(t, size&(size-1))
+	})
+}

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // The tests in this file play a hostile peer in a child process (a re-exec
@@ -38,6 +39,8 @@ const (
 // The child roles, by name; each returns the child's exit status.
 var hostileRoles = map[string]func(arg string) int{
 	"snoop": snoopChild,
+	"hold":  holdChild,
+	"name":  nameChild,
 }
 
 func init() {
@@ -164,7 +167,10 @@ func (e *softEnds) close() {
 }
 
 // dialSoft connects to addr as an ordinary soft client.
-func dialSoft(addr string) (*softEnds, error) {
+func dialSoft(addr string) (*softEnds, error) { return dialSoftFrom(nil, addr) }
+
+// dialSoftFrom connects from the source address src (nil: the route's).
+func dialSoftFrom(src net.IP, addr string) (*softEnds, error) {
 	p, err := verbs.Lookup("soft")
 	if err != nil {
 		return nil, err
@@ -182,7 +188,11 @@ func dialSoft(addr string) (*softEnds, error) {
 	if err != nil {
 		return e, err
 	}
-	if err := id.ResolveAddr(nil, dst, 5*time.Second); err != nil {
+	var from *net.TCPAddr
+	if src != nil {
+		from = &net.TCPAddr{IP: src}
+	}
+	if err := id.ResolveAddr(from, dst, 5*time.Second); err != nil {
 		return e, err
 	}
 	if _, err := e.event(verbs.EventAddrResolved); err != nil {
@@ -419,8 +429,8 @@ func randomHex(t *testing.T, n int) ([]byte, string) {
 // A peer reaches only the bytes it was sent. The server sends 64 KiB from
 // an MR in the middle of a block whose unregistered first part holds a
 // secret, then deregisters the MR and writes a second secret where it
-// was; the client, as root (the shared-memory path) and as nobody (TCP
-// only: another uid), looks through every memfd it was given for either
+// was; the client, as root (the shared-memory path) and as nobody (which
+// now gets TCP only, being another uid), looks through every memfd it was given for either
 // secret and writes a marker into whatever it can open read-write. As on
 // a NIC, it finds neither secret, the server's memory is untouched, and
 // nothing it holds is open to other uids.
@@ -437,8 +447,14 @@ func TestPeerReachesOnlySentBytes(t *testing.T) {
 			marker, hm := randomHex(t, 16)
 			srv, addr := listenSoft(t, net.IPv4(127, 0, 0, 1))
 			defer srv.close()
+			shmBefore := soft.ShmConnections()
 			_, in, out := startChild(t, "snoop", fmt.Sprintf("%s %s %s %s %d", addr, h1, h2, hm, size), tc.uid)
 			require.NoError(t, srv.accept())
+			if tc.uid == 0 {
+				require.Equal(t, shmBefore+1, soft.ShmConnections(), "the same user gets shared memory")
+			} else {
+				require.Equal(t, shmBefore, soft.ShmConnections(), "another user gets TCP only")
+			}
 			mem, err := verbs.AllocMemory(size)
 			require.NoError(t, err)
 			defer mem.Free()
@@ -483,5 +499,140 @@ func TestPeerReachesOnlySentBytes(t *testing.T) {
 			}
 			t.Logf("child: %q", lines)
 		})
+	}
+}
+
+// holdChild opens arg's count of TCP connections from one source address
+// to a soft listener and sends nothing on them (a host holding handshake
+// slots), until its stdin closes.
+func holdChild(arg string) int {
+	f := strings.Fields(arg) // addr src count
+	if len(f) != 3 {
+		return 2
+	}
+	n, _ := strconv.Atoi(f[2])
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(f[1])}}
+	var held []net.Conn
+	for i := 0; i < n; i++ {
+		c, err := d.Dial("tcp", f[0])
+		if err != nil {
+			fmt.Println("error", err)
+			return 3
+		}
+		held = append(held, c)
+	}
+	fmt.Println("holding", len(held))
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, c := range held {
+		c.Close()
+	}
+	return 0
+}
+
+// One host holding every handshake slot it can get does not lock out
+// another: a child (as nobody) opens 64 silent connections from 127.0.2.2,
+// as many as a listener has slots, and a client from 127.0.2.3 still
+// connects at once. Before slots were counted per host, the 64 held them
+// all and the client's connection was closed on arrival.
+func TestHandshakeSlotsPerHost(t *testing.T) {
+	needRoot(t)
+	defer soft.SetHandshakeTimeout(soft.SetHandshakeTimeout(time.Minute)) // they would hold them that long
+	srv, addr := listenSoft(t, net.IPv4(127, 0, 2, 1))
+	defer srv.close()
+	_, in, out := startChild(t, "hold", addr+" 127.0.2.2 64", nobody)
+	l, err := out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "holding 64\n", l)
+	time.Sleep(100 * time.Millisecond) // the listener has taken them all by now
+	done := make(chan error, 1)
+	go func() { done <- srv.accept() }()
+	c, err := dialSoftFrom(net.IPv4(127, 0, 2, 3), addr)
+	if c != nil {
+		defer c.close()
+	}
+	require.NoError(t, err, "a client from another host was locked out")
+	require.NoError(t, <-done)
+	in.Close()
+}
+
+// nameChild is a TCP client (as another uid) that sends soft connection
+// requests whose shared-memory offer names an abstract unix socket, in the
+// format the offer once had and in today's with the name appended.
+func nameChild(arg string) int {
+	f := strings.Fields(arg) // addr socket-name
+	if len(f) != 2 {
+		return 2
+	}
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return 3
+	}
+	boot = bytes.TrimSpace(boot)
+	token := make([]byte, 16)
+	name := []byte(f[1])
+	old := append(append(append(append([]byte("SHM1"), boot...), token...), byte(len(name))), name...)
+	cur := append(append(append([]byte("SHM2"), boot...), token...), name...)
+	for _, ext := range [][]byte{old, cur} {
+		c, err := net.Dial("tcp", f[0])
+		if err != nil {
+			fmt.Println("error", err)
+			return 3
+		}
+		_, _ = c.Write(soft.RawREQ(3, ext))
+		_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		_, _ = c.Read(make([]byte, 64))
+		c.Close()
+	}
+	fmt.Println("sent")
+	return 0
+}
+
+// The listener never dials a unix socket named by a request: a client of
+// another uid sends requests naming a root service's abstract socket, and
+// nothing connects to that socket. Before, the listener dialled it as root
+// and wrote 16 bytes of the client's choice to it.
+func TestListenerDialsNoNameFromRequest(t *testing.T) {
+	needRoot(t)
+	_, h := randomHex(t, 8)
+	name := "rdma-test-victim-" + h
+	victim, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: "@" + name, Net: "unixpacket"})
+	require.NoError(t, err)
+	defer victim.Close()
+	dialled := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := victim.Accept()
+			if err != nil {
+				return
+			}
+			dialled <- struct{}{}
+			c.Close()
+		}
+	}()
+	srv, addr := listenSoft(t, net.IPv4(127, 0, 2, 1))
+	defer srv.close()
+	go func() {
+		// Refuse whatever requests come through (they do: their offer is
+		// ignored and TCP is picked).
+		for {
+			ev, err := srv.ch.GetEvent(time.Now().Add(10 * time.Second))
+			if err != nil {
+				return
+			}
+			if ev.Type == verbs.EventConnectRequest {
+				_ = ev.ID.Reject(nil)
+				_ = ev.ID.Destroy()
+			}
+		}
+	}()
+	cmd, _, out := startChild(t, "name", addr+" "+name, nobody)
+	l, err := out.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "sent\n", l)
+	require.NoError(t, cmd.Wait())
+	select {
+	case <-dialled:
+		t.Fatal("the listener dialled the socket a request named")
+	case <-time.After(200 * time.Millisecond):
 	}
 }

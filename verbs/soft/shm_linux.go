@@ -285,10 +285,16 @@ func shmSocketName(active, passive *net.TCPAddr) string {
 	return "@rdma-soft/" + norm(active) + "/" + norm(passive)
 }
 
+// shmUID is the uid a peer must run as to share memory with us: our
+// effective uid (tests change it to play another user).
+var shmUID atomic.Uint32
+
+func init() { shmUID.Store(uint32(os.Geteuid())) }
+
 // samePrincipal reports whether the process at the other end of uc runs
 // as our effective uid (SO_PEERCRED: the connecting process's credentials
 // for a listener, the listening process's for a dialler).
-var samePrincipal = func(uc *net.UnixConn) bool {
+func samePrincipal(uc *net.UnixConn) bool {
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		return false
@@ -300,7 +306,7 @@ var samePrincipal = func(uc *net.UnixConn) bool {
 	}); err != nil || cerr != nil {
 		return false
 	}
-	return cred.Uid == uint32(os.Geteuid())
+	return cred.Uid == shmUID.Load()
 }
 
 func earliest(a, b time.Time) time.Time {

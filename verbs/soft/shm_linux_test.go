@@ -4,6 +4,7 @@ package soft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"math/rand"
 	"net"
@@ -319,4 +320,212 @@ func TestShmTransportPartialWriteLeavesVector(t *testing.T) {
 	require.NoError(t, b.readPayload(got))
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got[hdrLen:])
+}
+
+// tcpPair returns the two ends of a loopback TCP connection: the dialler's
+// (the active side) and the acceptor's (the passive side).
+func tcpPair(t *testing.T) (active, passive *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 2, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := ln.AcceptTCP()
+		acc <- c
+	}()
+	active, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	passive = <-acc
+	require.NotNil(t, passive)
+	t.Cleanup(func() { active.Close(); passive.Close() })
+	return active, passive
+}
+
+// fakeOffer plays a hostile active side of a shared-memory offer on the
+// connection's active end: it listens where the passive side dials and
+// hands it, after the token, to serve. It returns the REQ to answer.
+func fakeOffer(t *testing.T, active *net.TCPConn, serve func(uc *net.UnixConn)) *hsMsg {
+	t.Helper()
+	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); close(stop); <-done })
+	go func() {
+		defer close(done)
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer uc.Close()
+		var tok [16]byte
+		if _, err := uc.Read(tok[:]); err != nil {
+			return
+		}
+		serve(uc)
+		<-stop
+	}()
+	return &hsMsg{typ: msgREQ, transports: transportTCP | transportShm,
+		ext: (&shmOfferExt{bootID: bootID()}).marshal()}
+}
+
+// hostileRing sends a ring setup of the given advertised size, over a
+// memfd of fileSize bytes named hostile-ring, sealed against shrinking
+// when sealed is true.
+func hostileRing(t *testing.T, uc *net.UnixConn, size uint32, fileSize int64, sealed bool) {
+	fd, err := unix.MemfdCreate("hostile-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	require.NoError(t, err)
+	defer unix.Close(fd)
+	require.NoError(t, unix.Ftruncate(fd, fileSize))
+	if sealed {
+		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
+		require.NoError(t, err)
+	}
+	var magic [8]byte
+	binary.LittleEndian.PutUint64(magic[:], shmMagic)
+	_, err = unix.Pwrite(fd, magic[:], 0)
+	require.NoError(t, err)
+	e1, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(e1)
+	e2, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	require.NoError(t, err)
+	defer unix.Close(e2)
+	var b [shmSetupLen]byte
+	marshalShmSetup(&b, size)
+	_, _, err = uc.WriteMsgUnix(b[:], unix.UnixRights(fd, e1, e2), nil)
+	require.NoError(t, err)
+}
+
+// mapped reports whether a memfd of that name is mapped in this process.
+func mapped(t *testing.T, name string) bool {
+	b, err := os.ReadFile("/proc/self/maps")
+	require.NoError(t, err)
+	return bytes.Contains(b, []byte("/memfd:"+name+" "))
+}
+
+// Nothing the active side sends sizes the passive side's mappings beyond
+// its own ring size, and no step of the exchange waits on it without a
+// deadline: each hostile offer below ends in TCP (shmAnswer nil) within
+// the setup timeout, with nothing of the peer's left mapped.
+func TestShmAnswerBoundsThePeer(t *testing.T) {
+	const big = 256 << 20
+	cases := map[string]func(t *testing.T, uc *net.UnixConn){
+		"ring larger than ours": func(t *testing.T, uc *net.UnixConn) {
+			hostileRing(t, uc, big, shmHdrPage+big, true)
+		},
+		"ring file smaller than announced": func(t *testing.T, uc *net.UnixConn) {
+			hostileRing(t, uc, defaultShmRing, shmHdrPage, true)
+		},
+		"ring that may shrink": func(t *testing.T, uc *net.UnixConn) {
+			hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, false)
+		},
+		"silent after the token": func(t *testing.T, uc *net.UnixConn) {},
+		"gone after the token":   func(t *testing.T, uc *net.UnixConn) { uc.Close() },
+	}
+	for name, serve := range cases {
+		t.Run(name, func(t *testing.T) {
+			active, passive := tcpPair(t)
+			req := fakeOffer(t, active, func(uc *net.UnixConn) { serve(t, uc) })
+			start := time.Now()
+			p := shmAnswer(req, passive, time.Now().Add(time.Minute))
+			if p != nil {
+				p.abort()
+			}
+			assert.Nil(t, p, "shared memory set up with a hostile peer")
+			assert.Less(t, time.Since(start), shmSetupTimeout+time.Second)
+			assert.False(t, mapped(t, "hostile-ring"), "the peer's ring stayed mapped")
+		})
+	}
+	// The same exchange with an honest ring succeeds (so the above failed
+	// for the reasons they name).
+	active, passive := tcpPair(t)
+	req := fakeOffer(t, active, func(uc *net.UnixConn) {
+		hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, true)
+	})
+	p := shmAnswer(req, passive, time.Now().Add(time.Minute))
+	require.NotNil(t, p)
+	assert.True(t, mapped(t, "hostile-ring"))
+	p.abort()
+	assert.False(t, mapped(t, "hostile-ring"))
+}
+
+// The active side pairs only with a process of its own uid that presents
+// the REQ's token: others that reach its socket first are skipped, and the
+// real passive side still gets through.
+func TestShmOfferSkipsStrangers(t *testing.T) {
+	active, passive := tcpPair(t)
+	o := newShmOffer(active, time.Now().Add(5*time.Second))
+	require.NotNil(t, o)
+	defer o.abort()
+	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
+
+	// Another uid (we play one by changing whom we accept).
+	me := shmUID.Swap(12345)
+	c, err := net.Dial("unixpacket", name)
+	require.NoError(t, err)
+	defer c.Close()
+	closedOrSilent := func(c net.Conn) {
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 64))
+		assert.Error(t, err, "a stranger was sent a ring")
+	}
+	closedOrSilent(c)
+	shmUID.Store(me)
+
+	// Our uid, wrong token.
+	w, err := net.Dial("unixpacket", name)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.Write(make([]byte, 16))
+	require.NoError(t, err)
+	closedOrSilent(w)
+
+	req := hsMsg{typ: msgREQ, transports: transportTCP | transportShm, ext: o.extension()}
+	p := shmAnswer(&req, passive, time.Now().Add(5*time.Second))
+	require.NotNil(t, p, "the real passive side was refused")
+	defer p.abort()
+	tr, err := o.finish(active)
+	require.NoError(t, err)
+	tr.close()
+}
+
+// The passive side answers only a listener of its own uid.
+func TestShmAnswerOnlyToSameUser(t *testing.T) {
+	active, passive := tcpPair(t)
+	o := newShmOffer(active, time.Now().Add(5*time.Second))
+	require.NotNil(t, o)
+	defer o.abort()
+	defer shmUID.Store(shmUID.Swap(12345)) // we play another user
+	req := hsMsg{typ: msgREQ, transports: transportTCP | transportShm, ext: o.extension()}
+	assert.Nil(t, shmAnswer(&req, passive, time.Now().Add(5*time.Second)))
+}
+
+// A REQ's shared-memory offer is taken only when it is well-formed and from
+// this boot of this host; otherwise the connection stays on TCP.
+func TestShmAnswerRefusesBadOffers(t *testing.T) {
+	active, passive := tcpPair(t)
+	o := newShmOffer(active, time.Now().Add(5*time.Second))
+	require.NotNil(t, o)
+	good := o.extension()
+	other := append([]byte(nil), good...)
+	other[4] ^= 1 // another boot ID
+	for name, m := range map[string]hsMsg{
+		"not offered":        {transports: transportTCP, ext: good},
+		"no extension":       {transports: transportTCP | transportShm},
+		"other host or boot": {transports: transportTCP | transportShm, ext: other},
+		"truncated":          {transports: transportTCP | transportShm, ext: good[:len(good)-1]},
+		"longer":             {transports: transportTCP | transportShm, ext: append(append([]byte(nil), good...), 'x')},
+	} {
+		assert.Nil(t, shmAnswer(&m, passive, time.Now().Add(time.Second)), name)
+	}
+	o.abort()
+	m := hsMsg{transports: transportTCP | transportShm, ext: good}
+	assert.Nil(t, shmAnswer(&m, passive, time.Now().Add(time.Second)), "offer withdrawn: nobody listening")
+
+	prev := SetSharedMemory(false)
+	assert.Nil(t, newShmOffer(active, time.Now().Add(time.Second)), "shared memory turned off")
+	SetSharedMemory(prev)
 }
