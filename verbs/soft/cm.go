@@ -52,9 +52,10 @@ func SetMaxHandshakes(n int) int { return int(maxHandshakes.Swap(int64(n))) }
 
 // SetMaxHandshakesPerHost sets how many of a soft listener's handshake
 // slots the connections from one remote host may hold at once (default 8;
-// an IPv6 host is its /64): more from that host are closed on arrival,
-// while other hosts still get theirs. It applies to listeners started
-// afterwards and returns the previous value.
+// an IPv6 host is its /64), so that one host cannot lock out the others.
+// A host's connection beyond that ends the host's oldest one still waiting
+// to send its request (or is closed if there is none). It applies to
+// listeners started afterwards and returns the previous value.
 func SetMaxHandshakesPerHost(n int) int { return int(maxHandshakesPerHost.Swap(int64(n))) }
 
 const (
@@ -225,7 +226,7 @@ func (id *cmID) Listen(backlog int) error {
 	}
 	id.backlog = backlog
 	id.slots = handshakeSlots{max: max(1, int(maxHandshakes.Load())),
-		perHost: max(1, int(maxHandshakesPerHost.Load())), held: map[netip.Addr]int{}}
+		perHost: max(1, int(maxHandshakesPerHost.Load())), byHost: map[netip.Addr][]*hsSlot{}}
 	id.state = idListening
 	hsTimeout := time.Duration(handshakeTimeout.Load())
 	id.wg.Add(1)
@@ -249,44 +250,100 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 			}
 			continue
 		}
-		host := remoteHost(c)
-		if !id.slots.take(host) {
-			c.Close() // too many handshakes in progress, from this host or all
+		slot := id.slots.take(c)
+		if slot == nil {
+			c.Close() // too many handshakes in progress
 			continue
 		}
 		id.wg.Add(1)
-		go id.handshake(c, hsTimeout, host)
+		go id.handshake(c, hsTimeout, slot)
 	}
 }
 
 // handshakeSlots counts a listener's connections in their handshake, in
-// all and per remote host.
+// all and per remote host. A host at its limit that connects again ends
+// its own oldest connection that has not yet sent its REQ: a client gets
+// past silent connections from its own host, and never past another
+// host's share.
 type handshakeSlots struct {
 	mu      sync.Mutex
 	max     int
 	perHost int
 	n       int
-	held    map[netip.Addr]int
+	byHost  map[netip.Addr][]*hsSlot // in arrival order
 }
 
-// take claims a slot for host; false when none is free for it.
-func (s *handshakeSlots) take(host netip.Addr) bool {
+// hsSlot is one connection's handshake slot.
+type hsSlot struct {
+	c     *net.TCPConn
+	host  netip.Addr
+	state uint8
+}
+
+const (
+	slotReading = iota // waiting for the REQ: may be ended for a newer one
+	slotSetup          // REQ read, setting up
+	slotFree
+)
+
+// take claims a slot for c; nil when none is free for it.
+func (s *handshakeSlots) take(c *net.TCPConn) *hsSlot {
+	host := remoteHost(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n >= s.max || s.held[host] >= s.perHost {
+	if list := s.byHost[host]; len(list) >= s.perHost {
+		for _, e := range list {
+			if e.state == slotReading {
+				s.free(e)
+				e.c.Close() // its handshake then fails and returns
+				break
+			}
+		}
+	}
+	if s.n >= s.max || len(s.byHost[host]) >= s.perHost {
+		return nil
+	}
+	e := &hsSlot{c: c, host: host}
+	s.byHost[host] = append(s.byHost[host], e)
+	s.n++
+	return e
+}
+
+// admit marks e's REQ read; false if e was ended meanwhile.
+func (s *handshakeSlots) admit(e *hsSlot) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.state != slotReading {
 		return false
 	}
-	s.n++
-	s.held[host]++
+	e.state = slotSetup
 	return true
 }
 
-func (s *handshakeSlots) release(host netip.Addr) {
+func (s *handshakeSlots) release(e *hsSlot) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.free(e)
+}
+
+// free gives e's slot back. Called with mu held.
+func (s *handshakeSlots) free(e *hsSlot) {
+	if e.state == slotFree {
+		return
+	}
+	e.state = slotFree
 	s.n--
-	if s.held[host]--; s.held[host] <= 0 {
-		delete(s.held, host)
+	list := s.byHost[e.host]
+	for i, x := range list {
+		if x == e {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(s.byHost, e.host)
+	} else {
+		s.byHost[e.host] = list
 	}
 }
 
@@ -325,9 +382,9 @@ func readHandshake(tr *tcpTransport) (hsMsg, error) {
 
 // handshake reads a connection request on a freshly accepted connection
 // and turns it into EventConnectRequest. Anything else is dropped.
-func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, host netip.Addr) {
+func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot) {
 	defer id.wg.Done()
-	release := func() { id.slots.release(host) }
+	release := func() { id.slots.release(slot) }
 	tr, err := newTCPTransport(c)
 	if err != nil {
 		c.Close()
@@ -348,7 +405,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, host netip.Ad
 	}()
 	m, err := readHandshake(tr)
 	close(stop)
-	if err != nil || m.typ != msgREQ {
+	if err != nil || m.typ != msgREQ || !id.slots.admit(slot) {
 		release()
 		c.Close()
 		return
