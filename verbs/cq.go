@@ -1,5 +1,7 @@
 package verbs
 
+import "time"
+
 // WCStatus is ibv_wc_status; the values are libibverbs' own.
 type WCStatus int32
 
@@ -121,6 +123,14 @@ type CompChannel interface {
 	// on the CQ before the CQ is destroyed; providers that do not need it
 	// accept it anyway.
 	GetEvent() (CQ, error)
+	// SetDeadline bounds GetEvent, pending and future calls alike, as
+	// net.Conn's SetReadDeadline bounds Read: once t has passed, GetEvent
+	// returns an error that is os.ErrDeadlineExceeded; the zero time means
+	// no deadline. Moving the deadline into the past wakes a pending
+	// GetEvent at once, so another goroutine can interrupt a waiter (no
+	// event is consumed by that). Events that arrive meanwhile stay queued
+	// for the next GetEvent.
+	SetDeadline(t time.Time) error
 	// AckEvents is ibv_ack_cq_events.
 	AckEvents(cq CQ, n int)
 	// Close destroys the channel (ibv_destroy_comp_channel), unblocking a

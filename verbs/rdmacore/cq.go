@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -77,6 +78,22 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 		q.unacked.Add(1)
 		return q, nil
 	}
+}
+
+// SetDeadline bounds GetEvent: the channel's descriptor is on the runtime
+// poller, so this is its read deadline, and a deadline in the past wakes a
+// pending GetEvent at once without a system call.
+func (c *compChannel) SetDeadline(t time.Time) error {
+	if c.closed.Load() {
+		return verbs.ErrClosed
+	}
+	if err := c.w.setDeadline(t); err != nil {
+		if c.closed.Load() {
+			return verbs.ErrClosed
+		}
+		return err
+	}
+	return nil
 }
 
 // AckEvents is ibv_ack_cq_events. Acknowledging more events than were

@@ -1,9 +1,11 @@
 package soft
 
 import (
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -174,6 +176,13 @@ type compChannel struct {
 	closed  chan struct{}
 	dead    bool
 	deadA   atomic.Bool
+
+	// The deadline (SetDeadline): dlAt is when it passes, on monotime's
+	// clock (0: none); dlTimer sets expired then. Guarded by mu; expired
+	// is read without it by GetEvent's transport reader.
+	dlAt    int64
+	dlTimer *time.Timer
+	expired atomic.Bool
 }
 
 func newCompChannel(c *device) *compChannel {
@@ -217,11 +226,65 @@ func (c *compChannel) post(q *cq) {
 	c.nEvents.Add(1)
 	drv := c.driving
 	c.mu.Unlock()
+	c.wakeWaiter(drv)
+}
+
+// wakeWaiter wakes a GetEvent, whether it waits on the channel or reads
+// drv's transport (drv: the QP it drives, or nil).
+func (c *compChannel) wakeWaiter(drv *qp) {
 	c.kick()
 	if drv != nil && drv.rxParked.Load() {
 		// The waiter is blocked reading a transport for another reason.
 		drv.tr.interrupt()
 	}
+}
+
+// SetDeadline bounds GetEvent (see verbs.CompChannel).
+func (c *compChannel) SetDeadline(t time.Time) error {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	if c.dlTimer != nil {
+		c.dlTimer.Stop()
+	}
+	if t.IsZero() {
+		c.dlAt = 0
+		c.expired.Store(false)
+		c.mu.Unlock()
+		return nil
+	}
+	if d := time.Until(t); d > 0 {
+		c.dlAt = monotime() + int64(d)
+		c.expired.Store(false)
+		if c.dlTimer == nil {
+			c.dlTimer = time.AfterFunc(d, c.onDeadline)
+		} else {
+			c.dlTimer.Reset(d)
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	c.dlAt = monotime()
+	c.expired.Store(true)
+	drv := c.driving
+	c.mu.Unlock()
+	c.wakeWaiter(drv)
+	return nil
+}
+
+// onDeadline is dlTimer's: the deadline passed, unless it was moved since.
+func (c *compChannel) onDeadline() {
+	c.mu.Lock()
+	if c.dead || c.dlAt == 0 || monotime() < c.dlAt {
+		c.mu.Unlock()
+		return
+	}
+	c.expired.Store(true)
+	drv := c.driving
+	c.mu.Unlock()
+	c.wakeWaiter(drv)
 }
 
 // soleQP is the one running QP feeding all of c's CQs, or nil. Called with
@@ -251,6 +314,10 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 		if c.dead {
 			c.mu.Unlock()
 			return nil, verbs.ErrClosed
+		}
+		if c.expired.Load() {
+			c.mu.Unlock()
+			return nil, os.ErrDeadlineExceeded
 		}
 		if c.head < len(c.events) {
 			q := c.events[c.head]
@@ -302,6 +369,9 @@ func (c *compChannel) Close() error {
 	c.dead = true
 	c.deadA.Store(true)
 	close(c.closed)
+	if c.dlTimer != nil {
+		c.dlTimer.Stop()
+	}
 	c.ctx.objs.Add(-1)
 	drv := c.driving
 	c.mu.Unlock()

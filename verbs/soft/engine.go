@@ -458,7 +458,7 @@ func (q *qp) rxIdle(boundary bool) bool {
 // rxStop reports whether the holder should stop reading.
 func (q *qp) rxStop() bool {
 	if c := q.rx.drv; c != nil {
-		return c.nEvents.Load() > 0 || c.isDead()
+		return c.nEvents.Load() > 0 || c.isDead() || c.expired.Load()
 	}
 	return q.rxWant.Load()
 }
