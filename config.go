@@ -57,12 +57,14 @@ type Config struct {
 	KeepAlive time.Duration
 
 	// PollTime is how long a Read or Write that would block busy-polls the
-	// completion queue before it sleeps, so that a peer that answers within
-	// it is seen without waking the connection's completion goroutine. It
-	// pays off with rdmacore, whose completions arrive by DMA; with soft,
-	// whose completions come from a goroutine woken by the network poller,
-	// polling only competes with that goroutine for the CPU. Zero or
-	// negative: never poll (the default).
+	// completion queue on its own goroutine before it sleeps on the
+	// completion channel: a peer that answers within it is seen without a
+	// sleep and a wake-up. A connection whose waits keep outlasting it
+	// stops polling until a wait is short again, so an idle connection
+	// costs no CPU. Zero means the provider's default: 20 us on rdmacore
+	// (completions arrive by DMA; rsockets polls 10 us), none on soft
+	// (whose completions come from the transport that the sleeping caller
+	// reads itself); negative: never poll.
 	PollTime time.Duration
 
 	// HandshakeTimeout bounds how long a listener waits for an incoming
@@ -143,6 +145,21 @@ func (c *Config) withDefaults() Config {
 		r.RDMAConnectTimeout = defaultRDMAConnectTimeout
 	}
 	return r
+}
+
+const defaultRDMACorePollTime = 20 * time.Microsecond
+
+// pollTime is PollTime for a connection on provider.
+func (c *Config) pollTime(provider string) time.Duration {
+	switch {
+	case c.PollTime < 0:
+		return 0
+	case c.PollTime > 0:
+		return c.PollTime
+	case provider == "rdmacore":
+		return defaultRDMACorePollTime
+	}
+	return 0
 }
 
 func clamp(v, lo, hi int) int {

@@ -56,8 +56,6 @@ type Conn struct {
 	}
 	shift uint // byte-credit unit of our ring
 
-	pollMu sync.Mutex // serialises polling the CQ and applying the batch
-
 	rmu sync.Mutex // serialises Read
 	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
 
@@ -94,7 +92,12 @@ type Conn struct {
 	closed      bool
 	torn        bool // verbs objects destroyed
 
-	wcs  [32]verbs.WC
+	// The poll role (completions.go): one caller at a time polls the CQ
+	// and sleeps on the completion channel; others wait on rcvReady or
+	// sndReady, counted in waiters.
+	polling bool
+	waiters int
+
 	rwrs []verbs.RecvWR
 
 	rcvReady chan struct{} // poked when the receive side changed
@@ -102,10 +105,9 @@ type Conn struct {
 	closedCh chan struct{} // closed by Close
 	rdl, wdl deadline
 
-	stopping   atomic.Bool
-	unacked    int // completion events not yet acknowledged (poller only)
-	pollerDone chan struct{}
-	cmDone     chan struct{}
+	poll    pollState     // the poll role holder's own state
+	intrSeq atomic.Uint64 // moved by interrupt
+	cmDone  chan struct{}
 }
 
 const recvWRID = 1 << 63 // set in the WR id of every receive
@@ -118,17 +120,16 @@ const maxChunk = 64 << 10
 // known: route resolved, or a connect request) and posts its receives.
 func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (_ *Conn, err error) {
 	c := &Conn{
-		provider:   provider,
-		cfg:        cfg,
-		ech:        ech,
-		id:         id,
-		rcvReady:   make(chan struct{}, 1),
-		sndReady:   make(chan struct{}, 1),
-		closedCh:   make(chan struct{}),
-		rdl:        makeDeadline(),
-		wdl:        makeDeadline(),
-		pollerDone: make(chan struct{}),
-		cmDone:     make(chan struct{}),
+		provider: provider,
+		cfg:      cfg,
+		ech:      ech,
+		id:       id,
+		rcvReady: make(chan struct{}, 1),
+		sndReady: make(chan struct{}, 1),
+		closedCh: make(chan struct{}),
+		rdl:      makeDeadline(),
+		wdl:      makeDeadline(),
+		cmDone:   make(chan struct{}),
 	}
 	defer func() {
 		if err != nil {
@@ -251,7 +252,7 @@ func (c *Conn) start() {
 	c.laddr = fromTCPAddr(c.id.LocalAddr())
 	c.raddr = fromTCPAddr(c.id.RemoteAddr())
 	c.tuneQP()
-	go c.pollLoop()
+	c.poll.spin = c.cfg.pollTime(c.provider)
 	go c.cmLoop()
 }
 
@@ -269,14 +270,13 @@ func (c *Conn) tuneQP() {
 func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	spun := false
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
 			return 0, c.opErr("read", net.ErrClosed)
 		}
-		if isClosed(c.rdl.wait()) {
+		if c.rdl.passed() {
 			c.mu.Unlock()
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
@@ -312,17 +312,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			return 0, nil
 		}
 		c.mu.Unlock()
-		if !spun {
-			spun = true
-			if c.spin() {
-				continue
-			}
-		}
-		select {
-		case <-c.rcvReady:
-		case <-c.rdl.wait():
-		case <-c.closedCh:
-		}
+		c.await(c.rcvReady, &c.rdl, false)
 	}
 }
 
@@ -333,7 +323,6 @@ func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	sent := 0
-	spun := false
 	for {
 		if sent == len(b) && sent > 0 {
 			return sent, nil // all queued: what happens to the conn now is not this Write's
@@ -350,17 +339,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
 			c.mu.Unlock()
-			if !spun {
-				spun = true
-				if c.spin() {
-					continue
-				}
-			}
-			select {
-			case <-c.sndReady:
-			case <-c.wdl.wait():
-			case <-c.closedCh:
-			}
+			c.await(c.sndReady, &c.wdl, false)
 			continue
 		}
 		p := b[sent : sent+n]
@@ -401,7 +380,7 @@ func (c *Conn) writeErrLocked() error {
 	switch {
 	case c.closed:
 		return net.ErrClosed
-	case isClosed(c.wdl.wait()):
+	case c.wdl.passed():
 		return os.ErrDeadlineExceeded
 	case c.finSent:
 		return errWriteClosed
@@ -582,84 +561,15 @@ func (c *Conn) failLocked(err error) {
 	}
 	poke(c.rcvReady)
 	poke(c.sndReady)
+	if c.polling {
+		c.interrupt()
+	}
 }
 
 func poke(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
 	default:
-	}
-}
-
-// pollLoop moves completions into the connection's state until Close. It
-// waits on the completion channel, which parks on the runtime poller.
-func (c *Conn) pollLoop() {
-	defer close(c.pollerDone)
-	for !c.stopping.Load() {
-		n, err := c.pollBatch()
-		if err == nil && n == 0 {
-			if err = c.cq.ReqNotify(false); err == nil {
-				// Completions that arrived before arming produce no event.
-				n, err = c.pollBatch()
-			}
-			if err == nil && n == 0 {
-				if _, err = c.cch.GetEvent(); err == nil {
-					if c.unacked++; c.unacked >= 64 {
-						c.cch.AckEvents(c.cq, c.unacked)
-						c.unacked = 0
-					}
-					continue
-				}
-			}
-		}
-		if err != nil {
-			c.mu.Lock()
-			if !c.closed {
-				c.failLocked(err)
-			}
-			c.mu.Unlock()
-			return
-		}
-	}
-}
-
-// pollBatch polls one batch of completions and applies it. Polling and
-// applying are one step under pollMu, so that batches apply in order
-// whichever goroutine polls.
-func (c *Conn) pollBatch() (int, error) {
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
-	n, err := c.cq.Poll(c.wcs[:])
-	if n > 0 {
-		c.handle(c.wcs[:n])
-	}
-	return n, err
-}
-
-// spin busy-polls the completion queue for up to PollTime on behalf of a
-// Read or Write that would otherwise sleep: when the peer answers within
-// that time, the caller goes on without two goroutine hand-offs (completion
-// goroutine, then caller). It reports whether any completion was applied.
-func (c *Conn) spin() bool {
-	if c.cfg.PollTime <= 0 {
-		return false
-	}
-	start := time.Now()
-	for {
-		if c.pollMu.TryLock() {
-			n, err := c.cq.Poll(c.wcs[:])
-			if n > 0 {
-				c.handle(c.wcs[:n])
-			}
-			c.pollMu.Unlock()
-			if n > 0 || err != nil {
-				return true
-			}
-		}
-		if time.Since(start) >= c.cfg.PollTime {
-			return false
-		}
-		runtime.Gosched()
 	}
 }
 
@@ -810,7 +720,12 @@ func (c *Conn) cmLoop() {
 // is, the transport's retry timeout already watches the peer). Unsignaled
 // sends at the tail do not count: the transport may have delivered them long
 // ago and watch nothing, and only a signaled WR behind them reports them.
+//
+// An idle connection's completions (an earlier probe's, say) wait in the
+// CQ for the next Read or Write; the keepalive applies them first, when no
+// caller holds the poll role, so that its view of the send queue is fresh.
 func (c *Conn) keepalive() {
+	c.tryPoll()
 	c.mu.Lock()
 	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqPosted == c.sqDone || c.unsignaled > 0) {
 		c.postProbeLocked()
@@ -856,10 +771,7 @@ func (c *Conn) CloseWrite() error {
 			return nil
 		}
 		c.mu.Unlock()
-		select {
-		case <-c.sndReady:
-		case <-c.closedCh:
-		}
+		c.await(c.sndReady, nil, false)
 	}
 }
 
@@ -874,6 +786,9 @@ func (c *Conn) Close() error {
 	}
 	c.closed = true
 	close(c.closedCh)
+	if c.polling {
+		c.interrupt()
+	}
 	c.mu.Unlock()
 	// Wait for Reads and Writes in progress to leave the buffers.
 	c.rmu.Lock()
@@ -882,7 +797,6 @@ func (c *Conn) Close() error {
 	defer c.wmu.Unlock()
 	c.drain()
 	_ = c.id.Disconnect()
-	c.stopPoller()
 	c.releaseVerbs()
 	c.id.Destroy()
 	c.ech.Close() // ends cmLoop
@@ -895,7 +809,9 @@ func (c *Conn) Close() error {
 // drain posts the FIN and waits until every posted send has completed, so
 // that the disconnect that follows loses nothing.
 func (c *Conn) drain() {
-	var timer *time.Timer
+	dl := makeDeadline()
+	dl.set(time.Now().Add(c.cfg.HandshakeTimeout))
+	defer dl.stop()
 	for {
 		c.mu.Lock()
 		queued := false
@@ -924,44 +840,10 @@ func (c *Conn) drain() {
 			c.submit()
 			continue
 		}
-		if timer == nil {
-			timer = time.NewTimer(c.cfg.HandshakeTimeout)
-			defer timer.Stop()
-		}
-		select {
-		case <-c.sndReady:
-		case <-timer.C:
+		if dl.passed() {
 			return
 		}
-	}
-}
-
-// stopPoller ends pollLoop: with the QP in error, a probe completes at once
-// (flushed) and wakes it. Disconnect has moved the QP there, or is about to:
-// the Modify makes sure. Should no completion wake the poller anyway, the
-// completion channel is closed under it (providers that refuse while CQs use
-// the channel get probes until one gets through).
-func (c *Conn) stopPoller() {
-	c.stopping.Store(true)
-	_ = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
-	t := time.NewTimer(2 * time.Second)
-	defer t.Stop()
-	for closed := false; ; {
-		c.mu.Lock()
-		ok := c.postProbeLocked()
-		c.mu.Unlock()
-		if ok {
-			c.submit()
-		}
-		select {
-		case <-c.pollerDone:
-			return
-		case <-t.C:
-		}
-		if !closed && c.cch.Close() == nil {
-			closed = true // GetEvent returns ErrClosed
-		}
-		t.Reset(time.Second)
+		c.await(c.sndReady, &dl, true)
 	}
 }
 
@@ -970,7 +852,9 @@ func (c *Conn) stopPoller() {
 func (c *Conn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
-	for c.submitting { // a post in flight must finish before the QP goes
+	// A post in flight, or a poll (the keepalive's), must finish before
+	// the QP and CQ go.
+	for c.submitting || c.polling {
 		c.mu.Unlock()
 		runtime.Gosched()
 		c.mu.Lock()
@@ -980,9 +864,9 @@ func (c *Conn) releaseVerbs() {
 		c.qp.Destroy()
 	}
 	if c.cq != nil {
-		if c.unacked > 0 {
-			c.cch.AckEvents(c.cq, c.unacked)
-			c.unacked = 0
+		if c.poll.unacked > 0 {
+			c.cch.AckEvents(c.cq, c.poll.unacked)
+			c.poll.unacked = 0
 		}
 		c.cq.Destroy()
 	}
@@ -1020,6 +904,7 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	}
 	c.rdl.set(t)
 	c.wdl.set(t)
+	c.deadlineMoved()
 	return nil
 }
 
@@ -1029,6 +914,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 		return err
 	}
 	c.rdl.set(t)
+	c.deadlineMoved()
 	return nil
 }
 
@@ -1038,6 +924,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 		return err
 	}
 	c.wdl.set(t)
+	c.deadlineMoved()
 	return nil
 }
 

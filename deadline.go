@@ -11,6 +11,7 @@ import (
 type deadline struct {
 	mu     sync.Mutex
 	timer  *time.Timer
+	at     time.Time     // the deadline; zero: none
 	cancel chan struct{} // closed when the deadline has passed
 }
 
@@ -24,6 +25,7 @@ func (d *deadline) set(t time.Time) {
 		<-d.cancel // the timer fired; wait for its close to be visible
 	}
 	d.timer = nil
+	d.at = t
 	closed := isClosed(d.cancel)
 	if t.IsZero() {
 		if closed {
@@ -49,6 +51,21 @@ func (d *deadline) wait() chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.cancel
+}
+
+// state returns the channel wait returns, and the deadline's time (zero:
+// none), in one look.
+func (d *deadline) state() (chan struct{}, time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cancel, d.at
+}
+
+// passed reports whether the deadline has passed, by the clock as well as
+// by its timer (which may not have run yet).
+func (d *deadline) passed() bool {
+	ch, at := d.state()
+	return isClosed(ch) || !at.IsZero() && !time.Now().Before(at)
 }
 
 // stop releases the timer.

@@ -55,8 +55,11 @@
 // is not second-guessed. Conn.Provider says what carries a connection and
 // Conn.Fallback why a dial fell back.
 //
-// No OS thread waits per connection: a connection's completion goroutine
-// waits on its completion channel and its connection-manager goroutine on its
-// event channel, both of which park on Go's runtime poller. Steady-state Read
-// and Write allocate nothing.
+// No OS thread waits per connection. Completions are driven by the Read or
+// Write that needs them, on its own goroutine: it polls the completion
+// queue, busy-polls briefly (Config.PollTime), then sleeps on the
+// completion channel, which parks on Go's runtime poller; a concurrent Read
+// and Write share that role. A connection's one goroutine of its own waits
+// on the connection manager's event channel (also on the poller) and sends
+// the keepalive. Steady-state Read and Write allocate nothing.
 package rdma

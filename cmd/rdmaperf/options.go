@@ -100,7 +100,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.jsonFile, "json-file", "", "also write the results as JSON to this `file`")
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&ring, "ring", "", "rdma receive ring and send buffer `size` (rdma.Config.RingSize; default the library's)")
-	fs.DurationVar(&o.pollTime, "poll", 0, "rdma busy-poll `time` before sleeping (rdma.Config.PollTime; default off)")
+	fs.DurationVar(&o.pollTime, "poll", 0, "rdma busy-poll `time` before sleeping (rdma.Config.PollTime; 0: the provider's default, negative: none)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write this process's CPU profile to `file` (with -fork, the server's to file.server)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

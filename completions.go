@@ -1,0 +1,230 @@
+package rdma
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Completions are driven by the callers that need them. A Read without
+// data, a Write without room, CloseWrite and Close's drain call await,
+// and the first of them takes the poll role: on its own goroutine it polls
+// the CQ, busy-polls a little while (pollState.spin), then arms the CQ and
+// sleeps on the completion channel, which parks on the runtime poller
+// (soft: reads its QP's transport), and applies what it polls. So on the
+// latency path the completion reaches the goroutine that wants it with no
+// hand-off. A caller that finds the role taken waits on its own channel
+// (rcvReady, sndReady), which the holder pokes when what it applied
+// concerns that side; when the holder lets go with others waiting, it
+// pokes them so that one takes the role over.
+//
+// The holder's sleep ends with an event, or with the channel's deadline:
+// the holder's own deadline, or one moved into the past by interrupt,
+// which Close, a deadline change and a failure found elsewhere use to make
+// the holder look again.
+
+// pollState is the poll role holder's own state; only the holder (or
+// releaseVerbs, once nobody holds the role) touches it.
+type pollState struct {
+	wcs     [32]verbs.WC
+	unacked int           // completion events not yet acknowledged
+	spin    time.Duration // busy-poll budget before sleeping
+	misses  int           // sleeps in a row that a spin would not have saved
+	chanAt  time.Time     // the deadline last set on the channel
+	chanSeq uint64        // intrSeq when it was set
+}
+
+// spinMisses is how many sleeps in a row longer than the spin budget turn
+// spinning off, until a sleep short enough for a spin to have caught it.
+// So a busy ping-pong spins and an idle connection costs no CPU.
+const spinMisses = 4
+
+// await makes completions arrive for a caller that cannot go on, and
+// returns for it to look again. ready is the caller's channel, dl its
+// deadline (nil: none); draining says the caller is Close's drain, which
+// runs after closedCh is closed.
+func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
+	c.mu.Lock()
+	if c.torn {
+		c.mu.Unlock()
+		return
+	}
+	if c.polling {
+		c.waiters++
+		c.mu.Unlock()
+		var dlc, closed chan struct{}
+		if dl != nil {
+			dlc = dl.wait()
+		}
+		if !draining {
+			closed = c.closedCh
+		}
+		select {
+		case <-ready:
+		case <-dlc:
+		case <-closed:
+		}
+		c.mu.Lock()
+		c.waiters--
+		c.mu.Unlock()
+		return
+	}
+	c.polling = true
+	c.mu.Unlock()
+	c.pollRole(dl, draining)
+	c.mu.Lock()
+	c.polling = false
+	if c.waiters > 0 {
+		poke(c.rcvReady)
+		poke(c.sndReady)
+	}
+	c.mu.Unlock()
+}
+
+// tryPoll applies the completions queued in the CQ, unless a caller holds
+// the poll role (and will).
+func (c *Conn) tryPoll() {
+	c.mu.Lock()
+	if c.polling || c.torn {
+		c.mu.Unlock()
+		return
+	}
+	c.polling = true
+	c.mu.Unlock()
+	c.pollBatch()
+	c.mu.Lock()
+	c.polling = false
+	if c.waiters > 0 {
+		poke(c.rcvReady)
+		poke(c.sndReady)
+	}
+	c.mu.Unlock()
+}
+
+// pollRole is the holder's work: return once completions were applied,
+// the connection failed, or the caller should look again (its deadline,
+// Close, an interrupt).
+func (c *Conn) pollRole(dl *deadline, draining bool) {
+	if c.pollBatch() > 0 {
+		return
+	}
+	p := &c.poll
+	if p.spin > 0 && p.misses < spinMisses {
+		start := time.Now()
+		for i := 1; ; i++ {
+			if c.pollBatch() > 0 {
+				p.misses = 0
+				return
+			}
+			if i%16 == 0 && time.Since(start) >= p.spin {
+				break
+			}
+		}
+	}
+	armed := false
+	for {
+		if !armed {
+			if err := c.cq.ReqNotify(false); err != nil {
+				c.fail(err)
+				return
+			}
+			armed = true
+			// Completions that arrived before arming produce no event.
+			if c.pollBatch() > 0 {
+				return
+			}
+		}
+		seq := c.intrSeq.Load()
+		var at time.Time
+		if dl != nil {
+			var dlc chan struct{}
+			dlc, at = dl.state()
+			if isClosed(dlc) || !at.IsZero() && !time.Now().Before(at) {
+				return
+			}
+		}
+		if !draining && isClosed(c.closedCh) {
+			return
+		}
+		if at != p.chanAt || seq != p.chanSeq {
+			if err := c.cch.SetDeadline(at); err != nil {
+				c.fail(err)
+				return
+			}
+			p.chanAt, p.chanSeq = at, seq
+			if c.intrSeq.Load() != seq {
+				continue // interrupted meanwhile: look again
+			}
+		}
+		slept := time.Now()
+		_, err := c.cch.GetEvent()
+		if p.spin > 0 {
+			if time.Since(slept) <= 2*p.spin {
+				p.misses = 0
+			} else if p.misses < spinMisses {
+				p.misses++
+			}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return // the caller's deadline, or an interrupt
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if p.unacked++; p.unacked >= 64 {
+			c.cch.AckEvents(c.cq, p.unacked)
+			p.unacked = 0
+		}
+		armed = false
+		if c.pollBatch() > 0 {
+			return
+		}
+	}
+}
+
+// pollBatch polls one batch of completions and applies it; a failed poll
+// fails the connection. It returns how many it applied, or 1 after a
+// failure so that the caller looks at the connection again.
+func (c *Conn) pollBatch() int {
+	n, err := c.cq.Poll(c.poll.wcs[:])
+	if n > 0 {
+		c.handle(c.poll.wcs[:n])
+	}
+	if err != nil {
+		c.fail(err)
+		return 1
+	}
+	return n
+}
+
+// fail records err as the connection's failure, unless it is closed.
+func (c *Conn) fail(err error) {
+	c.mu.Lock()
+	if !c.closed {
+		c.failLocked(err)
+	}
+	c.mu.Unlock()
+}
+
+// interrupt makes the poll role's holder look again at once: a sleeping
+// holder wakes (the channel's deadline moves into the past), and one about
+// to sleep sees intrSeq move and does not. Called with mu held.
+func (c *Conn) interrupt() {
+	if c.cch == nil || c.torn {
+		return
+	}
+	c.intrSeq.Add(1)
+	_ = c.cch.SetDeadline(time.Unix(1, 0))
+}
+
+// deadlineMoved makes a sleeping holder take a new deadline into account.
+func (c *Conn) deadlineMoved() {
+	c.mu.Lock()
+	if c.polling {
+		c.interrupt()
+	}
+	c.mu.Unlock()
+}

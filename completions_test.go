@@ -1,0 +1,127 @@
+package rdma
+
+import (
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A Read sleeping on the completion channel (the poll role's holder) is
+// woken by a deadline set while it sleeps, and by one moved earlier; a
+// Write waiting behind it (no room) by its own deadline.
+func TestDeadlineMovedWhileAsleep(t *testing.T) {
+	softTransports(t, func(t *testing.T, _ []string) {
+		cfg := testConfig()
+		cfg.KeepAlive = -1 // nothing else wakes the sleeper
+		c, s := pair(t, cfg)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := c.Read(make([]byte, 8))
+			errc <- err
+		}()
+		time.Sleep(30 * time.Millisecond) // let it sleep
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+		select {
+		case err := <-errc:
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a deadline set during a sleeping Read did not end it")
+		}
+
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(time.Hour)))
+		go func() {
+			_, err := c.Read(make([]byte, 8))
+			errc <- err
+		}()
+		time.Sleep(30 * time.Millisecond)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(-time.Second)))
+		select {
+		case err := <-errc:
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a deadline moved into the past did not end a sleeping Read")
+		}
+
+		// The connection still works both ways afterwards.
+		require.NoError(t, c.SetReadDeadline(time.Time{}))
+		_, err := s.Write([]byte("ping"))
+		require.NoError(t, err)
+		got := make([]byte, 4)
+		_, err = io.ReadFull(c, got)
+		require.NoError(t, err)
+		assert.Equal(t, "ping", string(got))
+	})
+}
+
+// A Read and a Write of one connection wait at the same time, each for
+// something the other's completions do not bring: whichever holds the poll
+// role serves both, and each ends with its own deadline, not the other's.
+func TestReadAndWriteShareThePollRole(t *testing.T) {
+	cfg := testConfig()
+	cfg.RingSize = 16 << 10
+	c, s := pair(t, cfg)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	var rerr, werr error
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	go func() {
+		defer wg.Done()
+		_, rerr = c.Read(make([]byte, 8))
+	}()
+	go func() {
+		defer wg.Done()
+		buf := make([]byte, 64<<10)
+		for werr == nil {
+			_, werr = c.Write(buf) // nobody reads s: the ring fills
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(500*time.Millisecond)))
+	wg.Wait()
+	require.ErrorIs(t, rerr, os.ErrDeadlineExceeded)
+	require.ErrorIs(t, werr, os.ErrDeadlineExceeded)
+
+	// Each side's completions reach the other: s drains, c reads s's reply.
+	require.NoError(t, c.SetDeadline(time.Time{}))
+	go io.Copy(io.Discard, s)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Write(make([]byte, 256<<10))
+		done <- err
+	}()
+	require.NoError(t, <-done)
+}
+
+// The busy-poll stops once waits keep outlasting it, so that an idle
+// connection's Reads cost no CPU, and starts again when a wait is short.
+func TestSpinTurnsOffWhenIdle(t *testing.T) {
+	cfg := testConfig()
+	cfg.PollTime = 50 * time.Microsecond
+	c, s := pair(t, cfg)
+	buf := make([]byte, 1)
+	for i := 0; i < spinMisses+1; i++ {
+		go func() {
+			time.Sleep(5 * time.Millisecond) // far beyond twice PollTime
+			s.Write([]byte("x"))
+		}()
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+	}
+	c.mu.Lock()
+	misses := c.poll.misses
+	c.mu.Unlock()
+	assert.Equal(t, spinMisses, misses, "long waits in a row")
+
+	// No PollTime, no polling at all on soft; negative: none anywhere.
+	cfg2 := *cfg
+	cfg2.PollTime = -1
+	assert.Zero(t, cfg2.pollTime(ProviderRDMACore))
+	cfg2.PollTime = 0
+	assert.Zero(t, cfg2.pollTime(ProviderSoft))
+	assert.Equal(t, defaultRDMACorePollTime, cfg2.pollTime(ProviderRDMACore))
+}
