@@ -3,6 +3,8 @@ package rdma
 import (
 	"math/bits"
 	"time"
+
+	"github.com/rdmanet/rdma/internal/stream"
 )
 
 // Config tunes connections. A nil *Config and the zero Config are valid and
@@ -95,8 +97,8 @@ const (
 	defaultSendDepth       = 128
 	defaultRecvDepth       = 128
 	maxSendDepth           = 4096
-	maxRecvDepth           = 1023 // the credit field carries at most 1023 receives
-	minDepth               = 8
+	maxRecvDepth           = stream.MaxRecvDepth
+	minDepth               = stream.MinRecvDepth
 	defaultInline          = 256
 	defaultKeepAlive       = 2 * time.Second
 	defaultHandshakeTimout = 10 * time.Second

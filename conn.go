@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -35,7 +36,6 @@ type Conn struct {
 	sendMR verbs.MR
 
 	ring     []byte // our receive ring, written by the peer
-	ringMask uint64
 	ringLog  uint8
 	sbuf     []byte // send staging ring (registered, local access)
 	sbufMask uint64
@@ -46,31 +46,16 @@ type Conn struct {
 	sigEvery uint64 // at most this many unsignaled sends in a row
 	chunk    int    // largest single RDMA write
 
-	peer struct {
-		addr      uint64 // peer ring address
-		rkey      uint32
-		size      uint64
-		mask      uint64
-		shift     uint // byte-credit unit of the peer's ring
-		recvDepth int
-	}
-	shift uint // byte-credit unit of our ring
-
 	rmu sync.Mutex // serialises Read
 	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
 
 	mu sync.Mutex // guards everything below
-	// receive side
-	rcvTail     uint64 // ring bytes landed
-	rcvHead     uint64 // ring bytes consumed by Read
-	rcvCredited uint64 // ring bytes the peer has been told are free
-	recvOwed    int    // receive WRs reposted, not yet credited to the peer
-	recvPosted  int    // receive WRs outstanding on the QP
-	finRcvd     bool
+	// The stream's windows: what the peer may write into our ring, and
+	// what we may write into its.
+	rx         stream.Recv
+	tx         stream.Send
+	recvPosted int // receive WRs outstanding on the QP
 	// send side
-	sndTail    uint64   // peer ring bytes written (or reserved by the writer)
-	sndAcked   uint64   // peer ring bytes the peer has freed
-	msgCredits int      // receives the peer has posted that we may consume
 	sbTail     uint64   // send buffer bytes reserved
 	sbPosted   uint64   // send buffer bytes posted
 	sbHead     uint64   // send buffer bytes whose WRs completed
@@ -111,6 +96,8 @@ type Conn struct {
 }
 
 const recvWRID = 1 << 63 // set in the WR id of every receive
+
+var errStraySend = &connError{"completion for a send that is not outstanding", syscall.EIO}
 
 // maxChunk bounds one RDMA write, so that the reader starts on a long Write
 // before all of it has landed.
@@ -169,8 +156,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.ring = all[:ringSize:ringSize]
 	c.sbuf = all[ringSize : ringSize+sbufSize : ringSize+sbufSize]
 	c.ibuf = all[ringSize+sbufSize : ringSize+sbufSize+ibufSize]
-	c.ringMask, c.ringLog = uint64(ringSize-1), ringLog(ringSize)
-	c.shift = creditShift(c.ringLog)
+	c.ringLog = stream.RingLog(ringSize)
 	c.sbufMask = uint64(sbufSize - 1)
 
 	if c.pd, err = ctx.AllocPD(); err != nil {
@@ -221,30 +207,25 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 		return nil, err
 	}
 	c.recvPosted = rq
+	c.rx = stream.NewRecv(c.ringLog, rq)
 	return c, nil
 }
 
 // hello is this side's half of the handshake.
-func (c *Conn) hello() hello {
-	return hello{
-		version:   protoVersion,
-		recvDepth: uint16(c.rqDepth),
-		ringAddr:  c.ringMR.Addr(),
-		ringKey:   c.ringMR.RKey(),
-		ringLog:   c.ringLog,
+func (c *Conn) hello() stream.Hello {
+	return stream.Hello{
+		Version:   stream.Version,
+		RecvDepth: uint16(c.rqDepth),
+		RingAddr:  c.ringMR.Addr(),
+		RingKey:   c.ringMR.RKey(),
+		RingLog:   c.ringLog,
 	}
 }
 
 // setPeer takes in the peer's hello.
-func (c *Conn) setPeer(h hello) {
-	c.peer.addr = h.ringAddr
-	c.peer.rkey = h.ringKey
-	c.peer.size = 1 << h.ringLog
-	c.peer.mask = c.peer.size - 1
-	c.peer.shift = creditShift(h.ringLog)
-	c.peer.recvDepth = int(h.recvDepth)
-	c.msgCredits = int(h.recvDepth)
-	c.chunk = min(c.chunk, int(c.peer.size/4))
+func (c *Conn) setPeer(h stream.Hello) {
+	c.tx = stream.NewSend(h)
+	c.chunk = min(c.chunk, int(c.tx.Size/4))
 }
 
 // start runs the connection once it is established.
@@ -280,12 +261,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if avail := c.rcvTail - c.rcvHead; avail > 0 {
+		if avail := c.rx.Buffered(); avail > 0 {
 			if len(b) == 0 {
 				c.mu.Unlock()
 				return 0, nil
 			}
-			off := c.rcvHead & c.ringMask
+			off := c.rx.Head & c.rx.Mask
 			n := int(min(avail, uint64(len(b))))
 			c.mu.Unlock()
 			// The bytes are ours until we credit them back: no lock needed.
@@ -293,12 +274,12 @@ func (c *Conn) Read(b []byte) (int, error) {
 			copy(b, c.ring[off:int(off)+first])
 			copy(b[first:n], c.ring)
 			c.mu.Lock()
-			c.rcvHead += uint64(n)
+			c.rx.Consume(n)
 			c.creditLocked(false)
 			c.unlockSubmit()
 			return n, nil
 		}
-		if c.finRcvd {
+		if c.rx.FinRcvd {
 			c.mu.Unlock()
 			return 0, io.EOF
 		}
@@ -336,7 +317,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.mu.Unlock()
 			return sent, nil
 		}
-		n, inline := c.reserveLocked(len(b) - sent)
+		n, at, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
 			c.mu.Unlock()
 			c.await(c.sndReady, &c.wdl, false)
@@ -349,7 +330,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			slot := int(c.sqPosted % uint64(len(c.sq)))
 			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
 			copy(buf, p)
-			c.enqueueDataLocked(buf, verbs.SendInline)
+			c.enqueueDataLocked(buf, at, verbs.SendInline)
 			c.mu.Unlock()
 		} else {
 			off := c.sbTail & c.sbufMask
@@ -367,7 +348,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 				c.mu.Unlock()
 				return sent, c.opErr("write", err)
 			}
-			c.enqueueDataLocked(buf, 0)
+			c.enqueueDataLocked(buf, at, 0)
 			c.mu.Unlock()
 		}
 		c.submit()
@@ -392,22 +373,24 @@ func (c *Conn) writeErrLocked() error {
 
 // reserveLocked claims room for the next RDMA write of at most want bytes:
 // peer ring space, a message credit and a send queue slot, and send buffer
-// space when not inline. It returns 0 when something is exhausted.
+// space when not inline. It returns the size claimed, 0 when something is
+// exhausted, and the peer address to write it at.
 //
 // It waits for room for a whole chunk (or all of want, if less) rather than
 // posting whatever sliver completions or credits have just freed: that would
 // shred a stream into tiny writes (silly window syndrome). The wait always
 // ends: ring credit comes back in quarter-ring steps, and when the send
 // buffer is more than half full every send is signaled.
-func (c *Conn) reserveLocked(want int) (n int, inline bool) {
-	if c.msgCredits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
-		return 0, false
+func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
+	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		return 0, 0, false
 	}
 	n64 := min(uint64(want), uint64(c.chunk))
-	if c.peer.size-(c.sndTail-c.sndAcked) < n64 {
-		return 0, false
+	free, toEnd := c.tx.Room()
+	if free < n64 {
+		return 0, 0, false
 	}
-	n64 = min(n64, c.peer.size-c.sndTail&c.peer.mask) // up to the ring's end
+	n64 = min(n64, toEnd) // one write does not wrap the ring
 	if int(n64) > c.inline {
 		free := uint64(len(c.sbuf)) - (c.sbTail - c.sbHead)
 		contig := uint64(len(c.sbuf)) - c.sbTail&c.sbufMask
@@ -416,7 +399,7 @@ func (c *Conn) reserveLocked(want int) (n int, inline bool) {
 			pad = contig // skip the buffer's tail rather than post a sliver from it
 		}
 		if free < pad+n64 {
-			return 0, false
+			return 0, 0, false
 		}
 		// Nothing is reserved and unposted here (the writer posts before it
 		// reserves again), so the pad counts as posted at once.
@@ -424,21 +407,17 @@ func (c *Conn) reserveLocked(want int) (n int, inline bool) {
 		c.sbPosted += pad
 	}
 	n = int(n64)
-	c.sndTail += n64
-	c.msgCredits--
-	return n, n <= c.inline
+	return n, c.tx.Reserve(n64), n <= c.inline
 }
 
 // enqueueDataLocked queues the data write of buf (in the send buffer or an
-// inline slot).
-func (c *Conn) enqueueDataLocked(buf []byte, flags verbs.SendFlags) {
+// inline slot) to peer address at.
+func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 	n := uint64(len(buf))
 	if flags&verbs.SendInline == 0 {
 		c.sbPosted += n
 	}
-	// The data's place is where it was reserved, before sndTail moved on.
-	addr := c.peer.addr + (c.sndTail-n)&c.peer.mask
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, immData(int(n)), buf, addr, flags, false)
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmData(int(n)), buf, at, flags, false)
 }
 
 // enqueueLocked queues one send WR into the peer ring (data, credit,
@@ -468,7 +447,7 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 		SG:         sg,
 		Imm:        imm,
 		RemoteAddr: addr,
-		RKey:       c.peer.rkey,
+		RKey:       c.tx.RKey,
 	}
 	c.sqEnds[slot] = c.sbPosted
 	c.sqPosted++
@@ -513,32 +492,27 @@ func (c *Conn) creditLocked(force bool) {
 	if c.err != nil || c.torn {
 		return
 	}
-	freed := c.rcvHead - c.rcvCredited
-	units := min(freed>>c.shift, creditBytesMax)
-	recvs := min(c.recvOwed, creditRecvMax)
-	due := units<<c.shift >= uint64(len(c.ring))/4 || recvs >= c.rqDepth/4 ||
-		(force && (units > 0 || recvs > 0))
+	recvs, units, due := c.rx.CreditDue(force)
 	if !due {
 		c.creditWant = false
 		return
 	}
-	if c.msgCredits < 1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if c.tx.Credits < 1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
 		c.creditWant = true // retried when completions free what is missing
 		return
 	}
 	c.creditWant = false
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, immCredit(recvs, units), nil, c.peer.addr, 0, false)
-	c.msgCredits--
-	c.rcvCredited += units << c.shift
-	c.recvOwed -= recvs
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCredit(recvs, units), nil, c.tx.Addr, 0, false)
+	c.tx.Credits--
+	c.rx.Credit(recvs, units)
 }
 
 // sendFinLocked queues the FIN. The caller made sure a queue slot and two
 // message credits are free, and submits afterwards.
 func (c *Conn) sendFinLocked() {
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, immCtl(ctlFin), nil, c.peer.addr, 0, true)
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlFin), nil, c.tx.Addr, 0, true)
 	c.finSent = true
-	c.msgCredits--
+	c.tx.Credits--
 }
 
 // postProbeLocked queues a signaled zero-length RDMA write: no receive is
@@ -549,7 +523,7 @@ func (c *Conn) postProbeLocked() bool {
 	if c.torn || c.sqPosted-c.sqDone+c.sqReserved > c.sqDepth {
 		return false
 	}
-	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.peer.addr, 0, true)
+	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.tx.Addr, 0, true)
 	return true
 }
 
@@ -596,7 +570,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		}
 		seq := wc.WRID
 		if seq < c.sqDone || seq >= c.sqPosted {
-			c.failLocked(protoError("completion for a send that is not outstanding"))
+			c.failLocked(errStraySend)
 			continue
 		}
 		c.sqDone = seq + 1
@@ -614,7 +588,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			c.failLocked(err)
 		} else {
 			c.recvPosted += reposts
-			c.recvOwed += reposts
+			c.rx.Owed += reposts
 		}
 	}
 	c.creditLocked(false)
@@ -631,43 +605,19 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	}
 }
 
-// recvLocked applies one message from the peer. Every value in it is checked:
-// a peer that breaks the protocol gets its connection failed, nothing more.
+// recvLocked applies one message from the peer; the stream's rules check
+// every value in it: a peer that breaks them gets its connection failed,
+// nothing more.
 func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		return protoError("message without immediate data")
+		return protoError(stream.ErrNoImm)
 	}
-	imm := wc.Imm
-	payload := uint64(imm & immPayload)
-	switch imm >> immKindShift {
-	case immKindData:
-		n := payload
-		if c.finRcvd {
-			return protoError("data after FIN")
-		}
-		if n == 0 || uint64(wc.ByteLen) != n {
-			return protoError("data length does not match the bytes written")
-		}
-		if c.rcvTail&c.ringMask+n > uint64(len(c.ring)) || c.rcvTail+n > c.rcvCredited+uint64(len(c.ring)) {
-			return protoError("data beyond the receive window")
-		}
-		c.rcvTail += n
-	case immKindCredit:
-		recvs := int(payload >> creditRecvShift)
-		bytes := (payload & creditBytesMax) << c.peer.shift
-		if wc.ByteLen != 0 || c.msgCredits+recvs > c.peer.recvDepth || bytes > c.sndTail-c.sndAcked {
-			return protoError("credit for more than was sent")
-		}
-		c.msgCredits += recvs
-		c.sndAcked += bytes
+	kind, err := stream.Receive(&c.rx, &c.tx, wc.Imm, wc.ByteLen)
+	if err != nil {
+		return protoError(err)
+	}
+	if kind == stream.KindCredit {
 		*sndChanged = true
-	case immKindCtl:
-		if payload != ctlFin || c.finRcvd || wc.ByteLen != 0 {
-			return protoError("unknown or repeated control message")
-		}
-		c.finRcvd = true
-	default:
-		return protoError("reserved message kind")
 	}
 	return nil
 }
@@ -708,7 +658,7 @@ func (c *Conn) cmLoop() {
 			// The QP is in error and its receives flush, which wakes the
 			// poller; a probe makes sure of it even with none outstanding.
 			c.mu.Lock()
-			if !c.closed && !c.torn && !c.postProbeLocked() && !c.finRcvd {
+			if !c.closed && !c.torn && !c.postProbeLocked() && !c.rx.FinRcvd {
 				c.failLocked(errReset)
 			}
 			c.unlockSubmit()
@@ -762,7 +712,7 @@ func (c *Conn) CloseWrite() error {
 			c.mu.Unlock()
 			return c.opErr("close", err)
 		}
-		if c.msgCredits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+		if c.tx.Credits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
 			c.sendFinLocked()
 			c.mu.Unlock()
 			if err := c.submit(); err != nil {
@@ -820,7 +770,7 @@ func (c *Conn) drain() {
 			c.mu.Unlock()
 			return
 		case !c.finSent:
-			if c.msgCredits >= 2 && c.sqPosted-c.sqDone < c.sqDepth {
+			if c.tx.Credits >= 2 && c.sqPosted-c.sqDone < c.sqDepth {
 				c.sendFinLocked()
 				queued = true
 			}

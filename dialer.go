@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -183,16 +184,16 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 		return nil, err
 	}
 	h := c.hello()
-	if err := id.Connect(&verbs.ConnParam{PrivateData: h.marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return nil, err
 	}
 	ev, err := wait(verbs.EventEstablished)
 	if err != nil {
 		return nil, err
 	}
-	peer, err := parseHello(ev.Param.PrivateData)
-	if err == nil && peer.version != protoVersion {
-		err = fmt.Errorf("%w: the listener answered with version %d", errHello, peer.version)
+	peer, err := stream.ParseHello(ev.Param.PrivateData)
+	if err == nil && peer.Version != stream.Version {
+		err = fmt.Errorf("%w: the listener answered with version %d", stream.ErrHello, peer.Version)
 	}
 	if err != nil {
 		id.Disconnect()
@@ -241,10 +242,10 @@ func waitEvent(ctx context.Context, ech verbs.EventChannel) (verbs.CMEvent, erro
 func eventError(ev verbs.CMEvent) error {
 	switch ev.Type {
 	case verbs.EventRejected:
-		switch parseReject(ev.Param.PrivateData) {
-		case rejectBadHello:
+		switch stream.ParseReject(ev.Param.PrivateData) {
+		case stream.RejectBadHello:
 			return errRefusedHello
-		case rejectNoRes:
+		case stream.RejectNoResources:
 			return errRefusedNoRes
 		}
 		return syscall.ECONNREFUSED

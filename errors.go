@@ -22,7 +22,9 @@ var (
 	errRNR         = &connError{"peer stopped posting receives: RNR retry count exceeded", syscall.ETIMEDOUT}
 )
 
-func protoError(msg string) error { return &connError{"protocol error: " + msg, syscall.EPROTO} }
+// protoError is a peer's breach of the stream protocol as the connection's
+// error (EPROTO).
+func protoError(err error) error { return &connError{err.Error(), syscall.EPROTO} }
 
 func opError(op string, src, dst net.Addr, err error) error {
 	return &net.OpError{Op: op, Net: Network, Source: src, Addr: dst, Err: err}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -196,7 +197,7 @@ func (l *Listener) loop(sd listenSide) {
 		select {
 		case l.slots <- struct{}{}:
 		default:
-			ev.ID.Reject(marshalReject(rejectNoRes))
+			ev.ID.Reject(stream.MarshalReject(stream.RejectNoResources))
 			ev.ID.Destroy()
 			continue
 		}
@@ -216,27 +217,27 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		return
 	}
 	id := ev.ID
-	peer, err := parseHello(ev.Param.PrivateData)
+	peer, err := stream.ParseHello(ev.Param.PrivateData)
 	if err != nil {
-		id.Reject(marshalReject(rejectBadHello))
+		id.Reject(stream.MarshalReject(stream.RejectBadHello))
 		id.Destroy()
 		return
 	}
 	ech, err := prov.CreateEventChannel()
 	if err != nil {
-		id.Reject(marshalReject(rejectNoRes))
+		id.Reject(stream.MarshalReject(stream.RejectNoResources))
 		id.Destroy()
 		return
 	}
 	if err := id.Migrate(ech); err != nil {
-		id.Reject(marshalReject(rejectNoRes))
+		id.Reject(stream.MarshalReject(stream.RejectNoResources))
 		id.Destroy()
 		ech.Close()
 		return
 	}
 	c, err := newConn(prov.Name(), ech, id, l.cfg)
 	if err != nil {
-		id.Reject(marshalReject(rejectNoRes))
+		id.Reject(stream.MarshalReject(stream.RejectNoResources))
 		id.Destroy()
 		ech.Close()
 		return
@@ -248,8 +249,8 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	}
 	c.setPeer(peer)
 	h := c.hello()
-	h.version = min(peer.version, protoVersion)
-	if err := id.Accept(&verbs.ConnParam{PrivateData: h.marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	h.Version = min(peer.Version, stream.Version)
+	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		abort()
 		return
 	}

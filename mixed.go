@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -181,5 +182,5 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 // fallbackOn reports whether a failed rdmacore connect may be retried on
 // soft: anything but a listener of ours that answered and refused.
 func fallbackOn(err error) bool {
-	return !errors.Is(err, errRefusedHello) && !errors.Is(err, errRefusedNoRes) && !errors.Is(err, errHello)
+	return !errors.Is(err, errRefusedHello) && !errors.Is(err, errRefusedNoRes) && !errors.Is(err, stream.ErrHello)
 }

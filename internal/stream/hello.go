@@ -1,0 +1,126 @@
+package stream
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+)
+
+// The handshake: each side's hello travels in the connection manager's
+// private data (connect: at most 56 bytes; accept: at most 196). Layout of
+// version 1, little-endian, HelloLen bytes:
+//
+//	0  magic "RDGo"
+//	4  version         uint8  protocol version the sender speaks
+//	5  flags           uint8  none defined; ignored
+//	6  recv depth      uint16 receive WRs the sender keeps posted (initial message credit)
+//	8  ring address    uint64 virtual address of the sender's receive ring
+//	16 ring rkey       uint32
+//	20 ring size log2  uint8  MinRingLog..MaxRingLog
+//	21 reserved        7 bytes, zero
+//	28 CRC-32 (IEEE)   uint32 of bytes 0..27
+//
+// A later version keeps this prefix and may append; a side answers with the
+// lower of the two versions. A hello that fails any check is refused: the
+// listener rejects the request (the reject's private data is RejectLen
+// bytes: magic, version, reason) and the dialer fails.
+const (
+	HelloLen     = 32
+	RejectLen    = 6
+	Version      = 1
+	MinRingLog   = 12
+	MaxRingLog   = 30
+	MinRecvDepth = 8
+	MaxRecvDepth = 1023 // a credit message returns at most CreditRecvMax receives
+	helloMagic   = "RDGo"
+
+	RejectBadHello    = 1 // the request's hello was malformed or its version unsupported
+	RejectNoResources = 2 // the listener could not set up the connection's resources
+)
+
+// Hello is one side's half of the handshake.
+type Hello struct {
+	Version   uint8
+	RecvDepth uint16 // receive WRs kept posted: the peer's initial message credit
+	RingAddr  uint64 // the receive ring's address, for the peer's RDMA writes
+	RingKey   uint32 // its rkey
+	RingLog   uint8  // the ring is 1<<RingLog bytes
+}
+
+// ErrHello is the error of every malformed hello.
+var ErrHello = errors.New("rdma: malformed handshake")
+
+// Marshal encodes h (HelloLen bytes).
+func (h Hello) Marshal() []byte {
+	b := make([]byte, HelloLen)
+	copy(b, helloMagic)
+	b[4] = h.Version
+	binary.LittleEndian.PutUint16(b[6:], h.RecvDepth)
+	binary.LittleEndian.PutUint64(b[8:], h.RingAddr)
+	binary.LittleEndian.PutUint32(b[16:], h.RingKey)
+	b[20] = h.RingLog
+	binary.LittleEndian.PutUint32(b[28:], crc32.ChecksumIEEE(b[:28]))
+	return b
+}
+
+// ParseHello checks and decodes a hello. Every value a peer controls is
+// checked here, so that nothing later trusts it blindly.
+func ParseHello(b []byte) (Hello, error) {
+	var h Hello
+	if len(b) < HelloLen {
+		return h, fmt.Errorf("%w: %d bytes, want at least %d", ErrHello, len(b), HelloLen)
+	}
+	if string(b[:4]) != helloMagic {
+		return h, fmt.Errorf("%w: bad magic", ErrHello)
+	}
+	if got, want := binary.LittleEndian.Uint32(b[28:]), crc32.ChecksumIEEE(b[:28]); got != want {
+		return h, fmt.Errorf("%w: checksum mismatch", ErrHello)
+	}
+	h.Version = b[4]
+	if h.Version < 1 {
+		return h, fmt.Errorf("%w: version %d", ErrHello, h.Version)
+	}
+	if h.Version == Version {
+		for _, r := range b[21:28] {
+			if r != 0 {
+				return h, fmt.Errorf("%w: reserved bytes set", ErrHello)
+			}
+		}
+	}
+	h.RecvDepth = binary.LittleEndian.Uint16(b[6:])
+	h.RingAddr = binary.LittleEndian.Uint64(b[8:])
+	h.RingKey = binary.LittleEndian.Uint32(b[16:])
+	h.RingLog = b[20]
+	if h.RecvDepth < MinRecvDepth || h.RecvDepth > MaxRecvDepth {
+		return h, fmt.Errorf("%w: receive depth %d out of [%d, %d]", ErrHello, h.RecvDepth, MinRecvDepth, MaxRecvDepth)
+	}
+	if h.RingLog < MinRingLog || h.RingLog > MaxRingLog {
+		return h, fmt.Errorf("%w: ring size 2^%d out of [2^%d, 2^%d]", ErrHello, h.RingLog, MinRingLog, MaxRingLog)
+	}
+	if h.RingAddr == 0 || h.RingAddr+(1<<h.RingLog) < h.RingAddr {
+		return h, fmt.Errorf("%w: ring address %#x", ErrHello, h.RingAddr)
+	}
+	return h, nil
+}
+
+// MarshalReject encodes a reject's private data.
+func MarshalReject(reason byte) []byte {
+	b := make([]byte, RejectLen)
+	copy(b, helloMagic)
+	b[4] = Version
+	b[5] = reason
+	return b
+}
+
+// ParseReject returns the reason of a reject this protocol sent, or 0.
+func ParseReject(b []byte) byte {
+	if len(b) < RejectLen || string(b[:4]) != helloMagic {
+		return 0
+	}
+	return b[5]
+}
+
+// RingLog is log2 of a power-of-two ring size.
+func RingLog(size int) uint8 { return uint8(bits.Len(uint(size)) - 1) }

@@ -1,0 +1,44 @@
+package stream
+
+// Immediate data of every RDMA write with immediate (host order; the verbs
+// layer converts). The top two bits are the kind:
+//
+//	00 data:    bits 0..29 = bytes written at the next ring position (>= 1)
+//	01 credit:  bits 20..29 = receive WRs reposted, bits 0..19 = ring bytes
+//	            consumed, in units of 1<<CreditShift(ring size)
+//	10 control: bits 0..29 = CtlFin (no more data from the sender)
+//	11 reserved (a protocol error)
+const (
+	ImmKindShift  = 30
+	ImmKindData   = 0
+	ImmKindCredit = 1
+	ImmKindCtl    = 2
+	immPayload    = 1<<ImmKindShift - 1
+
+	CreditRecvShift = 20
+	CreditRecvMax   = 1<<10 - 1
+	CreditBytesMax  = 1<<CreditRecvShift - 1
+
+	CtlFin = 1
+)
+
+// CreditShift is the unit of byte credits for a ring of 1<<log bytes: small
+// enough that a quarter ring is many units, large enough that a whole ring
+// fits the 20-bit field.
+func CreditShift(log uint8) uint {
+	if log <= 19 {
+		return 0
+	}
+	return uint(log) - 19
+}
+
+// ImmData is the immediate of a data write of n bytes.
+func ImmData(n int) uint32 { return uint32(n) }
+
+// ImmCredit is the immediate of a credit message.
+func ImmCredit(recvs int, units uint64) uint32 {
+	return ImmKindCredit<<ImmKindShift | uint32(recvs)<<CreditRecvShift | uint32(units)
+}
+
+// ImmCtl is the immediate of a control message.
+func ImmCtl(code uint32) uint32 { return ImmKindCtl<<ImmKindShift | code }
