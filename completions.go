@@ -3,8 +3,10 @@ package rdma
 import (
 	"errors"
 	"os"
+	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -228,3 +230,115 @@ func (c *Conn) deadlineMoved() {
 	}
 	c.mu.Unlock()
 }
+
+// handle applies a batch of completions.
+func (c *Conn) handle(wcs []verbs.WC) {
+	var rcvChanged, sndChanged bool
+	var perr error
+	reposts := 0
+	c.mu.Lock()
+	for i := range wcs {
+		wc := &wcs[i]
+		if wc.WRID&recvWRID != 0 {
+			c.recvPosted--
+			rcvChanged = true
+			if wc.Status != verbs.WCSuccess {
+				c.failLocked(wcError(wc.Status))
+				continue
+			}
+			reposts++
+			if perr == nil && c.err == nil {
+				perr = c.recvLocked(wc, &sndChanged)
+			}
+			continue
+		}
+		seq := wc.WRID
+		if seq < c.sqDone || seq >= c.sqPosted {
+			c.failLocked(errStraySend)
+			continue
+		}
+		c.sqDone = seq + 1
+		c.sbHead = c.sqEnds[seq%uint64(len(c.sqEnds))]
+		sndChanged = true
+		if wc.Status != verbs.WCSuccess {
+			c.failLocked(wcError(wc.Status))
+		}
+	}
+	if perr != nil {
+		c.failLocked(perr)
+	}
+	if reposts > 0 && c.err == nil && !c.torn {
+		if err := c.qp.PostRecv(c.rwrs[:reposts]); err != nil {
+			c.failLocked(err)
+		} else {
+			c.recvPosted += reposts
+			c.rx.Owed += reposts
+		}
+	}
+	c.creditLocked(false)
+	if rcvChanged {
+		poke(c.rcvReady)
+	}
+	if sndChanged {
+		poke(c.sndReady)
+	}
+	c.unlockSubmit()
+	if perr != nil {
+		// Tell the peer: it gets a disconnect, we keep our error.
+		_ = c.id.Disconnect()
+	}
+}
+
+// recvLocked applies one message from the peer; the stream's rules check
+// every value in it: a peer that breaks them gets its connection failed,
+// nothing more.
+func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool) error {
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
+		return protoError(stream.ErrNoImm)
+	}
+	kind, err := stream.Receive(&c.rx, &c.tx, wc.Imm, wc.ByteLen)
+	if err != nil {
+		return protoError(err)
+	}
+	if kind == stream.KindCredit {
+		*sndChanged = true
+	}
+	return nil
+}
+
+// wcError turns a failed completion into the connection's error.
+func wcError(s verbs.WCStatus) error {
+	switch s {
+	case verbs.WCWRFlushErr:
+		return errReset
+	case verbs.WCRetryExcErr:
+		return errRetry
+	case verbs.WCRNRRetryExcErr:
+		return errRNR
+	}
+	return &connError{"work completion failed: " + s.String(), syscall.EIO}
+}
+
+// failLocked records why the connection failed (the first reason wins) and
+// wakes every waiter.
+func (c *Conn) failLocked(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	poke(c.rcvReady)
+	poke(c.sndReady)
+	if c.polling {
+		c.interrupt()
+	}
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+var errStraySend = &connError{"completion for a send that is not outstanding", syscall.EIO}
+
+const recvWRID = 1 << 63 // set in the WR id of every receive

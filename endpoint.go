@@ -1,0 +1,208 @@
+package rdma
+
+import (
+	"runtime"
+
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// endpoint is one connection's verbs resources: the connection manager's
+// ID and event channel, the protection domain, the registered memory
+// (receive ring, send buffer, inline staging) and its MRs, the completion
+// channel, the CQ and the QP. newEndpoint creates them in dependency order,
+// sized to what the device grants; release destroys them in the order the
+// verbs require.
+type endpoint struct {
+	ech    verbs.EventChannel
+	id     verbs.CMID
+	pd     verbs.PD
+	cch    verbs.CompChannel
+	cq     verbs.CQ
+	qp     verbs.QP
+	mem    *verbs.Memory
+	ringMR verbs.MR
+	sendMR verbs.MR
+
+	ring    []byte // our receive ring, written by the peer
+	ringLog uint8
+	sbuf    []byte // send staging ring (registered, local access)
+	ibuf    []byte // staging for inline sends: one slot of inline bytes per send WR
+	inline  int    // largest write sent inline
+	sendWRs int    // send WRs data and credits may occupy (the QP has one more, for probes)
+	recvWRs int    // receive WRs
+	slots   int    // send WRs that can be outstanding (sq, plus a probe), and a spare
+}
+
+// newEndpoint creates a connection's verbs resources on id (whose device
+// is known: route resolved, or a connect request). On failure it releases
+// what it created (not ech and id, which stay the caller's).
+func newEndpoint(ech verbs.EventChannel, id verbs.CMID, cfg Config) (e endpoint, err error) {
+	e.ech, e.id = ech, id
+	defer func() {
+		if err != nil {
+			e.release(0)
+		}
+	}()
+	ctx := id.Context()
+	if ctx == nil {
+		return e, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
+	}
+	attr, err := ctx.Query()
+	if err != nil {
+		return e, err
+	}
+	sq, rq := cfg.SendDepth, cfg.RecvDepth
+	if attr.MaxQPWR > 0 {
+		sq, rq = min(sq, attr.MaxQPWR-1), min(rq, attr.MaxQPWR)
+	}
+	if attr.MaxCQE > 0 && sq+1+rq > attr.MaxCQE {
+		sq, rq = min(sq, attr.MaxCQE/2-1), min(rq, attr.MaxCQE/2)
+	}
+	if sq < 4 || rq < minDepth {
+		return e, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
+	}
+	inline := min(cfg.InlineThreshold, attr.MaxInlineData)
+
+	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
+	e.slots = sq + 2
+	ibufSize := max(e.slots*inline, 64)
+	if e.mem, err = verbs.AllocMemory(ringSize + sbufSize + ibufSize); err != nil {
+		return e, err
+	}
+	all := e.mem.Bytes()
+	e.ring = all[:ringSize:ringSize]
+	e.sbuf = all[ringSize : ringSize+sbufSize : ringSize+sbufSize]
+	e.ibuf = all[ringSize+sbufSize : ringSize+sbufSize+ibufSize]
+	e.ringLog = stream.RingLog(ringSize)
+
+	if e.pd, err = ctx.AllocPD(); err != nil {
+		return e, err
+	}
+	if e.ringMR, err = e.pd.RegMR(e.ring, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return e, err
+	}
+	if e.sendMR, err = e.pd.RegMR(all[ringSize:], verbs.AccessLocalWrite); err != nil {
+		return e, err
+	}
+	if e.cch, err = ctx.CreateCompChannel(); err != nil {
+		return e, err
+	}
+	if e.cq, err = ctx.CreateCQ(sq+1+rq, e.cch); err != nil {
+		return e, err
+	}
+	qa := &verbs.QPInitAttr{
+		SendCQ: e.cq,
+		RecvCQ: e.cq,
+		Cap: verbs.QPCap{
+			MaxSendWR:     sq + 1,
+			MaxRecvWR:     rq,
+			MaxSendSGE:    1,
+			MaxRecvSGE:    1,
+			MaxInlineData: inline,
+		},
+	}
+	if e.qp, err = id.CreateQP(e.pd, qa); err != nil {
+		return e, err
+	}
+	e.inline = min(inline, qa.Cap.MaxInlineData)
+	e.sendWRs, e.recvWRs = sq, rq
+	return e, nil
+}
+
+// release destroys the verbs objects newEndpoint created, in the order the
+// verbs require, after acknowledging the completion events taken and not
+// yet acknowledged. The ID and event channel are the caller's.
+func (e *endpoint) release(unacked int) {
+	if e.qp != nil {
+		e.qp.Destroy()
+	}
+	if e.cq != nil {
+		if unacked > 0 {
+			e.cch.AckEvents(e.cq, unacked)
+		}
+		e.cq.Destroy()
+	}
+	if e.cch != nil {
+		e.cch.Close()
+	}
+	if e.sendMR != nil {
+		e.sendMR.Dereg()
+	}
+	if e.ringMR != nil {
+		e.ringMR.Dereg()
+	}
+	if e.pd != nil {
+		e.pd.Dealloc()
+	}
+	if e.mem != nil {
+		e.mem.Free()
+	}
+}
+
+// newConn sets up a connection on id: its verbs resources, and its
+// receives posted.
+func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (*Conn, error) {
+	e, err := newEndpoint(ech, id, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{
+		endpoint: e,
+		provider: provider,
+		cfg:      cfg,
+		rcvReady: make(chan struct{}, 1),
+		sndReady: make(chan struct{}, 1),
+		closedCh: make(chan struct{}),
+		rdl:      makeDeadline(),
+		wdl:      makeDeadline(),
+		cmDone:   make(chan struct{}),
+	}
+	c.sbufMask = uint64(len(c.sbuf) - 1)
+	c.sqDepth = uint64(e.sendWRs)
+	c.sigEvery = max(c.sqDepth/4, 1)
+	c.chunk = min(maxChunk, len(c.ring)/4, len(c.sbuf)/4)
+	c.sq = make([]verbs.SendWR, e.slots)
+	c.sqSGE = make([]verbs.SGE, e.slots)
+	c.sqEnds = make([]uint64, e.slots)
+	c.rwrs = make([]verbs.RecvWR, e.recvWRs)
+	for i := range c.rwrs {
+		c.rwrs[i].WRID = recvWRID
+	}
+	if err = c.qp.PostRecv(c.rwrs); err != nil {
+		c.releaseVerbs()
+		return nil, err
+	}
+	c.recvPosted = e.recvWRs
+	c.rx = stream.NewRecv(c.ringLog, e.recvWRs)
+	return c, nil
+}
+
+// tuneQP sets the transport timeout so that a peer that stops answering is
+// declared dead within a few seconds (4.096 us * 2^16 = 268 ms per try, 8
+// tries). Devices that fix the timeout at RTR->RTS refuse the change; the
+// connection manager's value then stands.
+func (c *Conn) tuneQP() {
+	_ = c.qp.Modify(&verbs.QPAttr{Timeout: 16, RetryCnt: 7}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt)
+}
+
+// releaseVerbs destroys the connection's verbs objects once no post or
+// poll is in flight; none is started afterwards.
+func (c *Conn) releaseVerbs() {
+	c.mu.Lock()
+	c.torn = true
+	// A post in flight, or a poll (the keepalive's), must finish before
+	// the QP and CQ go.
+	for c.submitting || c.polling {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+	c.endpoint.release(c.poll.unacked)
+	c.poll.unacked = 0
+}
+
+// maxChunk bounds one RDMA write, so that the reader starts on a long Write
+// before all of it has landed.
+const maxChunk = 64 << 10

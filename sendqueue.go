@@ -1,0 +1,176 @@
+package rdma
+
+import (
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// The send queue. Writers, the reader's credit updates, the FIN and the
+// keepalive's probes queue send WRs under mu into slots indexed by their
+// id; submit hands them to the QP in order, outside mu.
+
+// reserveLocked claims room for the next RDMA write of at most want bytes:
+// peer ring space, a message credit and a send queue slot, and send buffer
+// space when not inline. It returns the size claimed, 0 when something is
+// exhausted, and the peer address to write it at.
+//
+// It waits for room for a whole chunk (or all of want, if less) rather than
+// posting whatever sliver completions or credits have just freed: that would
+// shred a stream into tiny writes (silly window syndrome). The wait always
+// ends: ring credit comes back in quarter-ring steps, and when the send
+// buffer is more than half full every send is signaled.
+func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
+	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		return 0, 0, false
+	}
+	n64 := min(uint64(want), uint64(c.chunk))
+	free, toEnd := c.tx.Room()
+	if free < n64 {
+		return 0, 0, false
+	}
+	n64 = min(n64, toEnd) // one write does not wrap the ring
+	if int(n64) > c.inline {
+		free := uint64(len(c.sbuf)) - (c.sbTail - c.sbHead)
+		contig := uint64(len(c.sbuf)) - c.sbTail&c.sbufMask
+		pad := uint64(0)
+		if contig < n64 {
+			pad = contig // skip the buffer's tail rather than post a sliver from it
+		}
+		if free < pad+n64 {
+			return 0, 0, false
+		}
+		// Nothing is reserved and unposted here (the writer posts before it
+		// reserves again), so the pad counts as posted at once.
+		c.sbTail += pad
+		c.sbPosted += pad
+	}
+	n = int(n64)
+	return n, c.tx.Reserve(n64), n <= c.inline
+}
+
+// enqueueDataLocked queues the data write of buf (in the send buffer or an
+// inline slot) to peer address at.
+func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
+	n := uint64(len(buf))
+	if flags&verbs.SendInline == 0 {
+		c.sbPosted += n
+	}
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmData(int(n)), buf, at, flags, false)
+}
+
+// enqueueLocked queues one send WR into the peer ring (data, credit,
+// control, probe), signaled when due, and counts it as posted. submit then
+// hands the queue to the QP outside mu, so that a post (which on soft
+// writes to a socket) never holds up completion processing or Read.
+func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
+	seq := c.sqPosted
+	slot := seq % uint64(len(c.sq))
+	if signal || c.unsignaled+1 >= c.sigEvery ||
+		c.sqPosted+1-c.sqDone+c.sqReserved >= c.sqDepth/2 ||
+		c.sbTail-c.sbHead >= uint64(len(c.sbuf))/2 {
+		flags |= verbs.SendSignaled
+		c.unsignaled = 0
+	} else {
+		c.unsignaled++
+	}
+	var sg []verbs.SGE
+	if len(buf) > 0 {
+		c.sqSGE[slot] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: c.sendMR.LKey()}
+		sg = c.sqSGE[slot : slot+1]
+	}
+	c.sq[slot] = verbs.SendWR{
+		WRID:       seq,
+		Opcode:     op,
+		Flags:      flags,
+		SG:         sg,
+		Imm:        imm,
+		RemoteAddr: addr,
+		RKey:       c.tx.RKey,
+	}
+	c.sqEnds[slot] = c.sbPosted
+	c.sqPosted++
+}
+
+// submit posts the queued send WRs, in order. One goroutine at a time holds
+// the role; WRs queued meanwhile by others are posted by it. It returns the
+// error of a post this call made.
+func (c *Conn) submit() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.submitting {
+		return nil
+	}
+	c.submitting = true
+	defer func() { c.submitting = false }()
+	for c.sqSubmitted != c.sqPosted {
+		if c.torn {
+			return verbs.ErrClosed
+		}
+		n := uint64(len(c.sq))
+		h, t := c.sqSubmitted%n, c.sqPosted%n
+		if t <= h {
+			t = n
+		}
+		batch := c.sq[h:t]
+		c.mu.Unlock()
+		err := c.qp.PostSend(batch)
+		c.mu.Lock()
+		c.sqSubmitted += t - h
+		if err != nil {
+			c.failLocked(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// unlockSubmit releases mu and submits what was queued under it, unless a
+// submit in progress will.
+func (c *Conn) unlockSubmit() {
+	pending := c.sqSubmitted != c.sqPosted && !c.submitting
+	c.mu.Unlock()
+	if pending {
+		c.submit()
+	}
+}
+
+// creditLocked returns ring and receive credit to the peer when a quarter of
+// either window is owed (or when force and anything is).
+func (c *Conn) creditLocked(force bool) {
+	if c.err != nil || c.torn {
+		return
+	}
+	recvs, units, due := c.rx.CreditDue(force)
+	if !due {
+		c.creditWant = false
+		return
+	}
+	if c.tx.Credits < 1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		c.creditWant = true // retried when completions free what is missing
+		return
+	}
+	c.creditWant = false
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCredit(recvs, units), nil, c.tx.Addr, 0, false)
+	c.tx.Credits--
+	c.rx.Credit(recvs, units)
+}
+
+// sendFinLocked queues the FIN. The caller made sure a queue slot and two
+// message credits are free, and submits afterwards.
+func (c *Conn) sendFinLocked() {
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlFin), nil, c.tx.Addr, 0, true)
+	c.finSent = true
+	c.tx.Credits--
+}
+
+// postProbeLocked queues a signaled zero-length RDMA write: no receive is
+// consumed at the peer, yet the transport must deliver it, so it detects a
+// dead peer (keepalive), drains the send queue (Close) and, on a QP in
+// error, completes with a flush error that wakes the poller.
+func (c *Conn) postProbeLocked() bool {
+	if c.torn || c.sqPosted-c.sqDone+c.sqReserved > c.sqDepth {
+		return false
+	}
+	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.tx.Addr, 0, true)
+	return true
+}
