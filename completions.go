@@ -294,11 +294,11 @@ func (c *Conn) handle(wcs []verbs.WC) {
 // nothing more.
 func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		return protoError(stream.ErrNoImm)
+		return breachError(stream.ErrNoImm)
 	}
 	kind, err := stream.Receive(&c.rx, &c.tx, wc.Imm, wc.ByteLen)
 	if err != nil {
-		return protoError(err)
+		return breachError(err)
 	}
 	if kind == stream.KindCredit {
 		*sndChanged = true

@@ -22,9 +22,11 @@ var (
 	errRNR         = &connError{"peer stopped posting receives: RNR retry count exceeded", syscall.ETIMEDOUT}
 )
 
-// protoError is a peer's breach of the stream protocol as the connection's
-// error (EPROTO).
-func protoError(err error) error { return &connError{err.Error(), syscall.EPROTO} }
+func protoError(msg string) error { return &connError{"protocol error: " + msg, syscall.EPROTO} }
+
+// breachError is a peer's breach of the stream protocol (internal/stream's
+// error, which says "protocol error: ...") as the connection's error.
+func breachError(err error) error { return &connError{err.Error(), syscall.EPROTO} }
 
 func opError(op string, src, dst net.Addr, err error) error {
 	return &net.OpError{Op: op, Net: Network, Source: src, Addr: dst, Err: err}
