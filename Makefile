@@ -8,14 +8,18 @@ BUILD     := build
 
 all: vet test
 
-# System packages: rdma-core's headers and libraries for the cgo provider.
+# System packages for the tests. Building needs only gcc: the rdmacore
+# provider opens rdma-core's libraries at run time. The tests use them
+# (libibverbs1, librdmacm1, ibverbs-providers) and compare the provider's
+# ABI declarations with rdma-core's headers (libibverbs-dev, librdmacm-dev).
 deps:
 	@if command -v apt-get >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-			librdmacm-dev libibverbs-dev pkg-config gcc iproute2 >/dev/null; \
-	else echo "make deps: no apt-get; install librdmacm-dev and libibverbs-dev by hand"; fi
+			libibverbs1 librdmacm1 ibverbs-providers librdmacm-dev libibverbs-dev \
+			pkg-config gcc iproute2 util-linux >/dev/null; \
+	else echo "make deps: no apt-get; install rdma-core's libraries and headers by hand"; fi
 	$(GO) mod download
 
 # All tests, with the race detector, then a short run of every fuzz target.

@@ -6,8 +6,8 @@ import (
 	"sync"
 
 	"github.com/rdmanet/rdma/verbs"
-	_ "github.com/rdmanet/rdma/verbs/rdmacore" // real devices (a stub without cgo)
-	_ "github.com/rdmanet/rdma/verbs/soft"     // the software provider, always available
+	"github.com/rdmanet/rdma/verbs/rdmacore" // real devices (a stub without cgo)
+	_ "github.com/rdmanet/rdma/verbs/soft"   // the software provider, always available
 )
 
 // ProviderEnv is the environment variable read when Config.Provider is empty.
@@ -38,6 +38,11 @@ func chooseProvider(name string) (verbs.Provider, error) {
 			return nil, fmt.Errorf("rdma: %s=%s, but %w: this program was built without the rdmacore provider (it needs cgo on linux); "+
 				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
 				source, name, verbs.ErrNoDevice, source)
+		}
+		if err := rdmacore.Available(); err != nil {
+			return nil, fmt.Errorf("rdma: %s=%s, but %w; "+
+				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
+				source, name, err, source)
 		}
 		if !hasActiveDevice(p) {
 			return nil, fmt.Errorf("rdma: %s=%s, but %w (none with an active port); "+

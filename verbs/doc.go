@@ -19,8 +19,11 @@
 // (a private anonymous mmap), so that a device may access it at any time
 // without the garbage collector moving or freeing it.
 //
-// Waiting never parks an OS thread: completion channels and CM event channels
-// wait on Go's runtime poller (rdmacore) or on Go channels (soft).
+// Waiting never parks an OS thread. Completion channels wait on Go's runtime
+// poller (rdmacore) or on Go channels (soft). CM events go through one queue
+// per event channel, which GetEvent waits on: rdmacore fills it from a
+// goroutine per channel that is parked on the poller until librdmacm has an
+// event, soft from its connection handshakes.
 //
 // Posting work requests and polling completions allocate nothing: callers keep
 // their SendWR, RecvWR and []WC values and reuse them.

@@ -5,23 +5,181 @@ package rdmacore
 // This is the only file of the package that imports "C". It holds thin,
 // lowercase, one-to-one wrappers of the libibverbs and librdmacm calls the
 // provider uses, plus the copies between C structs and the verbs Go types.
+// rdma-core is not needed to build it: the structs come from
+// rdmacore_abi.h, and each C function below calls through a table of entry
+// points that load.go fills from the libraries at run time.
 // No C type leaves this file: C objects travel through the rest of the
 // package as the opaque pointer types below, and every decision (validation,
 // locking, bookkeeping, waiting) is made in Go elsewhere.
 
 /*
-#cgo LDFLAGS: -lrdmacm -libverbs
+#cgo LDFLAGS: -ldl
+#define _GNU_SOURCE // dlvsym
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <errno.h>
+#include <dlfcn.h>
+#include <endian.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
+#include "rdmacore_abi.h"
 
-// ibv_query_port is a macro in verbs.h, which cgo cannot call.
+// rc_ep holds the entry points of libibverbs and librdmacm, set once by
+// load.go (dlvsym of each name at the symbol version it has had since the
+// ABI this package is written against) before any of them is called.
+struct rc_entry_points {
+	struct ibv_device **(*ibv_get_device_list)(int *num_devices);
+	void (*ibv_free_device_list)(struct ibv_device **list);
+	const char *(*ibv_get_device_name)(struct ibv_device *device);
+	uint64_t (*ibv_get_device_guid)(struct ibv_device *device);
+	int (*ibv_query_device)(struct ibv_context *context, struct ibv_device_attr *attr);
+	int (*ibv_query_port)(struct ibv_context *context, uint8_t port, struct ibv_port_attr *attr);
+	int (*ibv_query_gid)(struct ibv_context *context, uint8_t port, int index, union ibv_gid *gid);
+	struct ibv_pd *(*ibv_alloc_pd)(struct ibv_context *context);
+	int (*ibv_dealloc_pd)(struct ibv_pd *pd);
+	struct ibv_mr *(*ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access);
+	int (*ibv_dereg_mr)(struct ibv_mr *mr);
+	struct ibv_comp_channel *(*ibv_create_comp_channel)(struct ibv_context *context);
+	int (*ibv_destroy_comp_channel)(struct ibv_comp_channel *channel);
+	int (*ibv_get_cq_event)(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context);
+	void (*ibv_ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
+	struct ibv_cq *(*ibv_create_cq)(struct ibv_context *context, int cqe, void *cq_context,
+		struct ibv_comp_channel *channel, int comp_vector);
+	int (*ibv_destroy_cq)(struct ibv_cq *cq);
+	int (*ibv_get_async_event)(struct ibv_context *context, struct ibv_async_event *event);
+	void (*ibv_ack_async_event)(struct ibv_async_event *event);
+	struct ibv_qp *(*ibv_create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+	int (*ibv_destroy_qp)(struct ibv_qp *qp);
+	int (*ibv_modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+	int (*ibv_query_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, struct ibv_qp_init_attr *init);
+
+	struct ibv_context **(*rdma_get_devices)(int *num_devices);
+	void (*rdma_free_devices)(struct ibv_context **list);
+	struct rdma_event_channel *(*rdma_create_event_channel)(void);
+	void (*rdma_destroy_event_channel)(struct rdma_event_channel *channel);
+	int (*rdma_get_cm_event)(struct rdma_event_channel *channel, struct rdma_cm_event **event);
+	int (*rdma_ack_cm_event)(struct rdma_cm_event *event);
+	int (*rdma_create_id)(struct rdma_event_channel *channel, struct rdma_cm_id **id, void *context, int ps);
+	int (*rdma_destroy_id)(struct rdma_cm_id *id);
+	int (*rdma_bind_addr)(struct rdma_cm_id *id, struct sockaddr *addr);
+	int (*rdma_listen)(struct rdma_cm_id *id, int backlog);
+	int (*rdma_resolve_addr)(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int timeout_ms);
+	int (*rdma_resolve_route)(struct rdma_cm_id *id, int timeout_ms);
+	int (*rdma_connect)(struct rdma_cm_id *id, struct rdma_conn_param *param);
+	int (*rdma_accept)(struct rdma_cm_id *id, struct rdma_conn_param *param);
+	int (*rdma_reject)(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len);
+	int (*rdma_disconnect)(struct rdma_cm_id *id);
+	int (*rdma_migrate_id)(struct rdma_cm_id *id, struct rdma_event_channel *channel);
+	int (*rdma_create_qp)(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+	int (*rdma_init_qp_attr)(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask);
+};
+
+struct rc_entry_points rc_ep;
+
+// One trampoline per entry point, named after it, so that the calls below
+// read as calls of rdma-core's API.
+static struct ibv_device **ibv_get_device_list(int *n) { return rc_ep.ibv_get_device_list(n); }
+static void ibv_free_device_list(struct ibv_device **l) { rc_ep.ibv_free_device_list(l); }
+static const char *ibv_get_device_name(struct ibv_device *d) { return rc_ep.ibv_get_device_name(d); }
+static uint64_t ibv_get_device_guid(struct ibv_device *d) { return rc_ep.ibv_get_device_guid(d); }
+static int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a) { return rc_ep.ibv_query_device(c, a); }
+static int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid) {
+	return rc_ep.ibv_query_gid(c, port, index, gid);
+}
+static struct ibv_pd *ibv_alloc_pd(struct ibv_context *c) { return rc_ep.ibv_alloc_pd(c); }
+static int ibv_dealloc_pd(struct ibv_pd *pd) { return rc_ep.ibv_dealloc_pd(pd); }
+static struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t n, int access) {
+	return rc_ep.ibv_reg_mr(pd, addr, n, access);
+}
+static int ibv_dereg_mr(struct ibv_mr *mr) { return rc_ep.ibv_dereg_mr(mr); }
+static struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c) { return rc_ep.ibv_create_comp_channel(c); }
+static int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) { return rc_ep.ibv_destroy_comp_channel(ch); }
+static int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx) {
+	return rc_ep.ibv_get_cq_event(ch, cq, ctx);
+}
+static void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n) { rc_ep.ibv_ack_cq_events(cq, n); }
+static struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *ctx, struct ibv_comp_channel *ch, int vec) {
+	return rc_ep.ibv_create_cq(c, cqe, ctx, ch, vec);
+}
+static int ibv_destroy_cq(struct ibv_cq *cq) { return rc_ep.ibv_destroy_cq(cq); }
+static int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev) { return rc_ep.ibv_get_async_event(c, ev); }
+static void ibv_ack_async_event(struct ibv_async_event *ev) { rc_ep.ibv_ack_async_event(ev); }
+static struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a) { return rc_ep.ibv_create_qp(pd, a); }
+static int ibv_destroy_qp(struct ibv_qp *qp) { return rc_ep.ibv_destroy_qp(qp); }
+static int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) { return rc_ep.ibv_modify_qp(qp, a, mask); }
+static int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init) {
+	return rc_ep.ibv_query_qp(qp, a, mask, init);
+}
+
+static struct ibv_context **rdma_get_devices(int *n) { return rc_ep.rdma_get_devices(n); }
+static void rdma_free_devices(struct ibv_context **l) { rc_ep.rdma_free_devices(l); }
+static struct rdma_event_channel *rdma_create_event_channel(void) { return rc_ep.rdma_create_event_channel(); }
+static void rdma_destroy_event_channel(struct rdma_event_channel *ch) { rc_ep.rdma_destroy_event_channel(ch); }
+static int rdma_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **ev) { return rc_ep.rdma_get_cm_event(ch, ev); }
+static int rdma_ack_cm_event(struct rdma_cm_event *ev) { return rc_ep.rdma_ack_cm_event(ev); }
+static int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, void *ctx, int ps) {
+	return rc_ep.rdma_create_id(ch, id, ctx, ps);
+}
+static int rdma_destroy_id(struct rdma_cm_id *id) { return rc_ep.rdma_destroy_id(id); }
+static int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *a) { return rc_ep.rdma_bind_addr(id, a); }
+static int rdma_listen(struct rdma_cm_id *id, int backlog) { return rc_ep.rdma_listen(id, backlog); }
+static int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src, struct sockaddr *dst, int ms) {
+	return rc_ep.rdma_resolve_addr(id, src, dst, ms);
+}
+static int rdma_resolve_route(struct rdma_cm_id *id, int ms) { return rc_ep.rdma_resolve_route(id, ms); }
+static int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { return rc_ep.rdma_connect(id, p); }
+static int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p) { return rc_ep.rdma_accept(id, p); }
+static int rdma_reject(struct rdma_cm_id *id, const void *pd, uint8_t n) { return rc_ep.rdma_reject(id, pd, n); }
+static int rdma_disconnect(struct rdma_cm_id *id) { return rc_ep.rdma_disconnect(id); }
+static int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return rc_ep.rdma_migrate_id(id, ch); }
+static int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
+	return rc_ep.rdma_create_qp(id, pd, a);
+}
+static int rdma_init_qp_attr(struct rdma_cm_id *id, struct ibv_qp_attr *a, int *mask) {
+	return rc_ep.rdma_init_qp_attr(id, a, mask);
+}
+
+// The verbs that verbs.h and rdma_cma.h define inline: the data path calls
+// the device's provider library through the ops table of the object's
+// context, and a CM ID's addresses live in the ID.
+static int ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) {
+	return qp->context->ops.post_send(qp, wr, bad);
+}
+static int ibv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) {
+	return qp->context->ops.post_recv(qp, wr, bad);
+}
+static int ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return cq->context->ops.poll_cq(cq, n, wc); }
+static int ibv_req_notify_cq(struct ibv_cq *cq, int solicited_only) {
+	return cq->context->ops.req_notify_cq(cq, solicited_only);
+}
+static struct sockaddr *rdma_get_local_addr(struct rdma_cm_id *id) { return (struct sockaddr *)&id->route.addr.src_storage; }
+static struct sockaddr *rdma_get_peer_addr(struct rdma_cm_id *id) { return (struct sockaddr *)&id->route.addr.dst_storage; }
+
+// rc_dlopen and rc_dlvsym copy dlerror's text into err on failure: it is
+// per thread, so it must be read within the same C call.
+static void *rc_dlopen(const char *name, char *err, size_t errlen) {
+	void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) snprintf(err, errlen, "%s", dlerror());
+	return h;
+}
+
+static void *rc_dlvsym(void *h, const char *name, const char *version, char *err, size_t errlen) {
+	dlerror();
+	void *p = dlvsym(h, name, version);
+	if (p == NULL) {
+		const char *e = dlerror();
+		snprintf(err, errlen, "%s", e ? e : "null symbol");
+	}
+	return p;
+}
+
+// ibv_query_port: the exported function fills the fields up to flags (the
+// layout libibverbs 1.1 had); the rest is left zero, as verbs.h's inline
+// wrapper does.
 static int rc_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr) {
-	return ibv_query_port(ctx, port, attr);
+	memset(attr, 0, sizeof(*attr));
+	return rc_ep.ibv_query_port(ctx, port, attr);
 }
 
 static void rc_fill_sockaddr(struct sockaddr_storage *ss, int v6, const uint8_t *ip, uint16_t port, uint32_t scope) {
@@ -238,6 +396,7 @@ static int rc_comp_channel_fd(struct ibv_comp_channel *ch) { return ch->fd; }
 import "C"
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"unsafe"
@@ -264,6 +423,91 @@ type (
 	sendScratch unsafe.Pointer // struct rc_send_scratch *
 	recvScratch unsafe.Pointer // struct rc_recv_scratch *
 )
+
+// --- loading the libraries ---
+
+// dlopen opens a library by file name (RTLD_NOW | RTLD_LOCAL); the error is
+// dlerror's text.
+func dlopen(name string) (unsafe.Pointer, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var msg [512]C.char
+	h := C.rc_dlopen(cname, &msg[0], C.size_t(len(msg)))
+	if h == nil {
+		return nil, errors.New(C.GoString(&msg[0]))
+	}
+	return h, nil
+}
+
+// dlvsym looks up name at the given symbol version in the library h.
+func dlvsym(h unsafe.Pointer, name, version string) (unsafe.Pointer, error) {
+	cname, cversion := C.CString(name), C.CString(version)
+	defer C.free(unsafe.Pointer(cname))
+	defer C.free(unsafe.Pointer(cversion))
+	var msg [512]C.char
+	p := C.rc_dlvsym(h, cname, cversion, &msg[0], C.size_t(len(msg)))
+	if p == nil {
+		return nil, errors.New(C.GoString(&msg[0]))
+	}
+	return p, nil
+}
+
+// entryPoints lists every function the package calls in the two libraries,
+// with the symbol version it is looked up at and its slot in rc_ep.
+func entryPoints() []entryPoint {
+	ep := &C.rc_ep
+	ibv := func(name, version string, slot unsafe.Pointer) entryPoint {
+		return entryPoint{lib: libIBVerbs, name: name, version: version, slot: (*unsafe.Pointer)(slot)}
+	}
+	cm := func(name, version string, slot unsafe.Pointer) entryPoint {
+		return entryPoint{lib: libRDMACM, name: name, version: version, slot: (*unsafe.Pointer)(slot)}
+	}
+	return []entryPoint{
+		ibv("ibv_get_device_list", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_get_device_list)),
+		ibv("ibv_free_device_list", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_free_device_list)),
+		ibv("ibv_get_device_name", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_get_device_name)),
+		ibv("ibv_get_device_guid", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_get_device_guid)),
+		ibv("ibv_query_device", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_query_device)),
+		ibv("ibv_query_port", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_query_port)),
+		ibv("ibv_query_gid", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_query_gid)),
+		ibv("ibv_alloc_pd", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_alloc_pd)),
+		ibv("ibv_dealloc_pd", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_dealloc_pd)),
+		ibv("ibv_reg_mr", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_reg_mr)),
+		ibv("ibv_dereg_mr", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_dereg_mr)),
+		ibv("ibv_create_comp_channel", "IBVERBS_1.0", unsafe.Pointer(&ep.ibv_create_comp_channel)),
+		ibv("ibv_destroy_comp_channel", "IBVERBS_1.0", unsafe.Pointer(&ep.ibv_destroy_comp_channel)),
+		ibv("ibv_get_cq_event", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_get_cq_event)),
+		ibv("ibv_ack_cq_events", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_ack_cq_events)),
+		ibv("ibv_create_cq", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_create_cq)),
+		ibv("ibv_destroy_cq", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_destroy_cq)),
+		ibv("ibv_get_async_event", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_get_async_event)),
+		ibv("ibv_ack_async_event", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_ack_async_event)),
+		ibv("ibv_create_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_create_qp)),
+		ibv("ibv_destroy_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_destroy_qp)),
+		ibv("ibv_modify_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_modify_qp)),
+		ibv("ibv_query_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_query_qp)),
+
+		cm("rdma_get_devices", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_get_devices)),
+		cm("rdma_free_devices", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_free_devices)),
+		cm("rdma_create_event_channel", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_create_event_channel)),
+		cm("rdma_destroy_event_channel", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_destroy_event_channel)),
+		cm("rdma_get_cm_event", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_get_cm_event)),
+		cm("rdma_ack_cm_event", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_ack_cm_event)),
+		cm("rdma_create_id", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_create_id)),
+		cm("rdma_destroy_id", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_destroy_id)),
+		cm("rdma_bind_addr", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_bind_addr)),
+		cm("rdma_listen", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_listen)),
+		cm("rdma_resolve_addr", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_resolve_addr)),
+		cm("rdma_resolve_route", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_resolve_route)),
+		cm("rdma_connect", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_connect)),
+		cm("rdma_accept", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_accept)),
+		cm("rdma_reject", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_reject)),
+		cm("rdma_disconnect", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_disconnect)),
+		cm("rdma_migrate_id", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_migrate_id)),
+		cm("rdma_create_qp", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_create_qp)),
+		cm("rdma_init_qp_attr", "RDMACM_1.2", unsafe.Pointer(&ep.rdma_init_qp_attr)),
+	}
+}
 
 // errnoOf turns cgo's errno result into an Errno, EIO when a call failed
 // without setting one.
@@ -564,8 +808,8 @@ func qpNum(qp qpPtr) uint32 { return uint32((*C.struct_ibv_qp)(qp).qp_num) }
 
 func ibvModifyQP(qp qpPtr, attr *verbs.QPAttr, mask verbs.QPAttrMask) syscall.Errno {
 	var a C.struct_ibv_qp_attr
-	a.qp_state = C.enum_ibv_qp_state(attr.State)
-	a.path_mtu = C.enum_ibv_mtu(attr.PathMTU)
+	a.qp_state = C.int(attr.State)
+	a.path_mtu = C.int(attr.PathMTU)
 	a.min_rnr_timer = C.uint8_t(attr.MinRNRTimer)
 	a.timeout = C.uint8_t(attr.Timeout)
 	a.retry_cnt = C.uint8_t(attr.RetryCnt)

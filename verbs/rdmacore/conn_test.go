@@ -92,7 +92,7 @@ func TestConnEcho(t *testing.T) {
 	assert.Equal(t, s.LocalAddr().String(), c.RemoteAddr().String())
 	for _, n := range []int{1, 64, 4096, 65537, 3 << 20} {
 		msg := make([]byte, n)
-		rand.Read(msg)
+		rand.New(rand.NewSource(int64(n))).Read(msg)
 		go func() {
 			_, err := c.Write(msg)
 			assert.NoError(t, err)

@@ -18,9 +18,13 @@ type provider struct{}
 func (provider) Name() string { return ProviderName }
 
 // Devices lists the RDMA devices rdma-core finds. A machine without any (or
-// whose kernel has no RDMA support, where libibverbs says "Function not
-// implemented") gets an empty list and a nil error.
+// without rdma-core's libraries, or whose kernel has no RDMA support, where
+// libibverbs says "Function not implemented") gets an empty list and a nil
+// error.
 func (provider) Devices() ([]verbs.DeviceInfo, error) {
+	if loaded() != nil {
+		return []verbs.DeviceInfo{}, nil
+	}
 	list, ctxs, errno := rdmaGetDevices()
 	if errno != 0 {
 		return []verbs.DeviceInfo{}, nil
@@ -43,21 +47,30 @@ func transportOf(c ctxPtr) string {
 	return "InfiniBand"
 }
 
+// useSoft is the way out that every "no device" error names.
+const useSoft = "to run without RDMA hardware use the software provider: Config.Provider \"soft\" or RDMA_PROVIDER=soft"
+
 // noDevice is the error of Open and CreateEventChannel on a machine without
-// an RDMA device: it wraps verbs.ErrNoDevice and names the way out.
+// an RDMA device or without rdma-core's libraries: it wraps verbs.ErrNoDevice
+// and names the way out.
 func noDevice(op string) error {
+	if err := loaded(); err != nil {
+		return fmt.Errorf("rdmacore: %s: %w; %s", op, err, useSoft)
+	}
 	cause := ""
 	if errno := ibvGetDeviceListErrno(); errno != 0 {
 		cause = fmt.Sprintf(" (ibv_get_device_list: %v)", errno)
 	}
-	return fmt.Errorf("rdmacore: %s: %w%s; to run without RDMA hardware use the software provider: "+
-		"Config.Provider \"soft\" or RDMA_PROVIDER=soft", op, verbs.ErrNoDevice, cause)
+	return fmt.Errorf("rdmacore: %s: %w%s; %s", op, verbs.ErrNoDevice, cause, useSoft)
 }
 
 // Open opens a device by name; "" opens the first one. The context is the
 // one librdmacm uses for that device, so PDs, CQs and MRs made from it work
 // with the QPs of CM IDs bound to the device.
 func (provider) Open(name string) (verbs.Context, error) {
+	if loaded() != nil {
+		return nil, noDevice("open")
+	}
 	list, ctxs, errno := rdmaGetDevices()
 	if errno != 0 || len(ctxs) == 0 {
 		if errno == 0 {
@@ -76,6 +89,9 @@ func (provider) Open(name string) (verbs.Context, error) {
 
 // CreateEventChannel is rdma_create_event_channel.
 func (provider) CreateEventChannel() (verbs.EventChannel, error) {
+	if loaded() != nil {
+		return nil, noDevice("rdma_create_event_channel")
+	}
 	list, ctxs, errno := rdmaGetDevices()
 	if errno != 0 {
 		return nil, noDevice("rdma_create_event_channel")
@@ -111,9 +127,6 @@ type context struct {
 	p    ctxPtr
 	mu   sync.Mutex
 	list devListPtr
-	// maxInline is probed once, as ibv_query_device does not report it.
-	inlineOnce sync.Once
-	maxInline  int
 }
 
 var _ verbs.Context = (*context)(nil)

@@ -19,6 +19,13 @@ func (provider) Name() string { return ProviderName }
 
 func (provider) Devices() ([]verbs.DeviceInfo, error) { return []verbs.DeviceInfo{}, nil }
 
+// Available says why rdma-core cannot be used in this build: it wraps
+// verbs.ErrNoDevice.
+func Available() error {
+	return fmt.Errorf("rdmacore: %w: this program was built without cgo or for %s, where rdma-core is not available",
+		verbs.ErrNoDevice, runtime.GOOS)
+}
+
 func unavailable(op string) error {
 	return fmt.Errorf("rdmacore: %s: %w: this program was built without cgo or for %s, where rdma-core is "+
 		"not available; use the software provider: Config.Provider \"soft\" or RDMA_PROVIDER=soft",
