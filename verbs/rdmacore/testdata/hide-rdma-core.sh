@@ -13,7 +13,9 @@ for d in /usr/include/infiniband /usr/include/rdma; do
 done
 dirs=$(for f in /lib/*/libibverbs.so* /lib/*/librdmacm.so* /usr/lib/*/libibverbs.so* /usr/lib/*/librdmacm.so* \
 	/lib/libibverbs.so* /lib/librdmacm.so* /usr/lib/libibverbs.so* /usr/lib/librdmacm.so* \
-	/lib64/libibverbs.so* /lib64/librdmacm.so* /usr/lib64/libibverbs.so* /usr/lib64/librdmacm.so*; do
+	/lib64/libibverbs.so* /lib64/librdmacm.so* /usr/lib64/libibverbs.so* /usr/lib64/librdmacm.so* \
+	/usr/local/lib*/libibverbs.so* /usr/local/lib*/librdmacm.so* \
+	/usr/local/lib/*/libibverbs.so* /usr/local/lib/*/librdmacm.so*; do
 	[ -e "$f" ] && dirname "$(readlink -f "$f")"
 done | sort -u)
 n=0
