@@ -5,35 +5,16 @@ import (
 	"net"
 	"testing"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // Each benchmark runs over rdma (the soft provider) and over TCP loopback in
 // the same run, so that the two compare as a ratio on the same machine.
 
-func tcpPair(b *testing.B) (client, server net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, _ := ln.Accept()
-		ch <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	server = <-ch
-	b.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
-// benchPairs runs f over rdma (on soft: its default same-host transport,
-// shared memory; in the Soft-RoCE VM: RDMA_PROVIDER), over rdma with soft
-// carrying frames on TCP, and over TCP loopback.
+// benchPairs runs f over rdma on soft with its default same-host path
+// (shared memory), over rdma with soft carrying frames on TCP, and over TCP
+// loopback.
 func benchPairs(b *testing.B, f func(b *testing.B, c, s net.Conn)) {
 	b.Run("rdma", func(b *testing.B) {
 		c, s := pair(b, nil)
@@ -46,7 +27,7 @@ func benchPairs(b *testing.B, f func(b *testing.B, c, s net.Conn)) {
 		f(b, c, s)
 	})
 	b.Run("tcp", func(b *testing.B) {
-		c, s := tcpPair(b)
+		c, s := testsupport.TCP(b, "")
 		f(b, c, s)
 	})
 }

@@ -2,7 +2,6 @@ package rdma
 
 import (
 	"errors"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/internal/netnstest"
+	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
 // The mixed fleet on a real kernel RDMA stack: in the Soft-RoCE VM
@@ -19,10 +19,7 @@ import (
 // and an auto dial to a soft-only listener falls back. Outside the VM there
 // is no device and the test skips.
 func TestMixedFleetRDMACore(t *testing.T) {
-	ip := os.Getenv("SOFTROCE_IP")
-	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
-		t.Skip("needs an RDMA device: runs in the Soft-RoCE VM (make test-softroce)")
-	}
+	ip := testsupport.SoftRoCEHost(t)
 	t.Setenv(ProviderEnv, "")
 	lc := ListenConfig{}
 	l, err := lc.Listen(t.Context(), "rdma", ip+":0")
@@ -92,10 +89,7 @@ func TestMixedSilentPeerRDMACore(t *testing.T) {
 	if netnsChild(t) {
 		return
 	}
-	ns, peer := os.Getenv("MIXED_NETNS"), os.Getenv("MIXED_PEER")
-	if os.Getenv("SOFTROCE_DEV") == "" || ns == "" || peer == "" {
-		t.Skip("needs the Soft-RoCE VM set up by scripts/softroce-mixed.sh (make test-softroce-mixed)")
-	}
+	ns, peer, _ := testsupport.MixedWire(t)
 	t.Setenv(ProviderEnv, "")
 	h := &netnstest.Host{NS: ns, IP: peer}
 	addr := peer + ":7000"

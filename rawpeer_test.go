@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -150,7 +151,7 @@ func TestMalformedHello(t *testing.T) {
 			assert.Equal(t, byte(rejectBadHello), parseReject(ev.Param.PrivateData))
 		})
 	}
-	checkServes(t, ln)
+	testsupport.Serves(t, ln, dialer(ln, nil))
 }
 
 // A dialer whose listener answers with a malformed hello fails the dial.
@@ -255,7 +256,7 @@ func TestGarbageImm(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "hello", string(got))
 	})
-	checkServes(t, ln)
+	testsupport.Serves(t, ln, dialer(ln, nil))
 }
 
 // failingDevice is a device whose AllocPD fails: newConn must give back
@@ -277,9 +278,9 @@ type idOnDevice struct {
 func (i idOnDevice) Context() verbs.Context { return i.ctx }
 
 func TestNewConnFailureCleansUp(t *testing.T) {
-	_, err := newConn("test", nil, idOnDevice{ctx: failingDevice{}}, testConfig().withDefaults())
+	_, err := newConn("test", nil, idOnDevice{ctx: failingDevice{}}, softConfig().withDefaults())
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, syscall.ENOMEM), "%v", err)
-	_, err = newConn("test", nil, idOnDevice{}, testConfig().withDefaults())
+	_, err = newConn("test", nil, idOnDevice{}, softConfig().withDefaults())
 	require.Error(t, err, "an ID without a device")
 }

@@ -2,13 +2,13 @@ package capi
 
 import (
 	"bytes"
-	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
 // A mixed fleet through the C-style API on a real kernel RDMA stack (the
@@ -17,10 +17,7 @@ import (
 // (RDMA_PROVIDER=soft). The server accepts both on its one port; messages,
 // a broadcast and replies go both ways. Skipped outside the VM.
 func TestMixedPeersRDMACore(t *testing.T) {
-	ip := os.Getenv("SOFTROCE_IP")
-	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
-		t.Skip("needs an RDMA device: runs in the Soft-RoCE VM (make test-softroce)")
-	}
+	ip := testsupport.SoftRoCEHost(t)
 	t.Setenv(rdma.ProviderEnv, "")
 	srv, err := Init(ip, 0, 4096, true)
 	require.NoError(t, err)

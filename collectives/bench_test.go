@@ -4,12 +4,12 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,10 +43,10 @@ var benchTransports = []benchTransport{
 // In the Soft-RoCE VM (../shared/softroce), the conns of the real verbs
 // provider join the comparison, on the emulated device's address.
 func init() {
-	ip := os.Getenv("SOFTROCE_IP")
-	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
+	if testsupport.VMIP() == nil {
 		return
 	}
+	ip := testsupport.VMIP().String()
 	cfg := &rdma.Config{Provider: "rdmacore"}
 	benchTransports = append(benchTransports, benchTransport{"rdmacore",
 		func(b *testing.B) (net.Conn, net.Conn) { return rdmaPairWith(b, cfg, ip) },
@@ -72,21 +72,8 @@ func rdmaPairWith(b *testing.B, cfg *rdma.Config, ip string) (net.Conn, net.Conn
 	ln, err := lc.Listen(context.Background(), rdma.Network, net.JoinHostPort(ip, "0"))
 	require.NoError(b, err)
 	defer ln.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := ln.Accept()
-		ch <- res{c, err}
-	}()
 	d := rdma.Dialer{Config: cfg}
-	c1, err := d.Dial(rdma.Network, ln.Addr().String())
-	require.NoError(b, err)
-	r := <-ch
-	require.NoError(b, r.err)
-	return c1, r.c
+	return testsupport.Connect(b, ln, func(addr string) (net.Conn, error) { return d.Dial(rdma.Network, addr) })
 }
 
 // p2pBandwidth streams total bytes one way over a conn pair and returns

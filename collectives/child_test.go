@@ -12,14 +12,18 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
 // Ranks in separate processes: the test binary runs itself once per rank
-// with the launcher's environment, and TestMain hands over to childMain.
+// as the peer rankPeer, with the launcher's environment.
 const (
-	childEnv = "COLLECTIVES_TEST_CHILD"
+	rankPeer = "collectives-rank"
 	dieEnv   = "COLLECTIVES_TEST_DIE" // this rank exits in the middle of an operation
 )
+
+func init() { testsupport.RegisterPeer(rankPeer, func([]string) int { return childMain() }) }
 
 func childMain() int {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -95,8 +99,8 @@ func startRanks(t *testing.T, n int, extra ...string) []*exec.Cmd {
 	root := freeAddr(t, "127.0.0.1")
 	cmds := make([]*exec.Cmd, n)
 	for r := range cmds {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1",
+		cmd := testsupport.PeerCommand(rankPeer)
+		cmd.Env = append(cmd.Env,
 			"RDMA_RANK="+strconv.Itoa(r), "RDMA_WORLD_SIZE="+strconv.Itoa(n),
 			"RDMA_ROOT_ADDR="+root)
 		cmd.Env = append(cmd.Env, extra...)

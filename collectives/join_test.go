@@ -3,13 +3,13 @@ package collectives
 import (
 	"context"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -151,10 +151,7 @@ func TestJoinRDMA(t *testing.T) {
 //
 //	go test -c -o /tmp/vm/c.test ./collectives && run-in-vm.sh /tmp/vm ./c.test -test.run RDMACore -test.v
 func TestJoinRDMACore(t *testing.T) {
-	ip := os.Getenv("SOFTROCE_IP")
-	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
-		t.Skip("needs an RDMA device: run in the Soft-RoCE VM (../shared/softroce)")
-	}
+	ip := testsupport.SoftRoCEHost(t)
 	cfg := &rdma.Config{Provider: "rdmacore"}
 	const n = 4
 	gs := joinAllAt(t, n, freeAddr(t, ip), func(ctx context.Context, rank int, root string) (*Group, error) {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
 // A mixed group on a real kernel RDMA stack (the Soft-RoCE VM, where rxe0
@@ -23,10 +22,7 @@ import (
 // (the auto side falls back, the soft side reaches the mixed listener's soft
 // side). AllReduce and AllToAll give the same results as anywhere.
 func TestMixedGroupRDMACore(t *testing.T) {
-	ip := os.Getenv("SOFTROCE_IP")
-	if os.Getenv("SOFTROCE_DEV") == "" || ip == "" {
-		t.Skip("needs an RDMA device: runs in the Soft-RoCE VM (make test-softroce)")
-	}
+	ip := testsupport.SoftRoCEHost(t)
 	t.Setenv(rdma.ProviderEnv, "")
 	const n = 4
 	cfgs := []*rdma.Config{nil, nil, {Provider: rdma.ProviderSoft}, {Provider: rdma.ProviderSoft}}
@@ -118,15 +114,13 @@ func TestMixedGroupRDMACore(t *testing.T) {
 // of its listener. The ranks run childRun's operations (AllReduce,
 // AllToAll, Barrier) and check the results. Skipped elsewhere.
 func TestMixedWireRDMACore(t *testing.T) {
-	ns, peer, local := os.Getenv("MIXED_NETNS"), os.Getenv("MIXED_PEER"), os.Getenv("MIXED_LOCAL")
-	if os.Getenv("SOFTROCE_DEV") == "" || ns == "" || peer == "" || local == "" {
-		t.Skip("needs the Soft-RoCE VM set up by scripts/softroce-mixed.sh (make test-softroce-mixed)")
-	}
+	ns, peer, local := testsupport.MixedWire(t)
+	require.NotEmpty(t, local, "MIXED_LOCAL: this side's address on the wire")
 	t.Setenv(rdma.ProviderEnv, "")
 	const n = 3
 	root := freeAddr(t, local)
-	far := exec.Command("ip", "netns", "exec", ns, os.Args[0], "-test.run=^$")
-	far.Env = append(os.Environ(), childEnv+"=1", "RDMA_RANK=2", "RDMA_WORLD_SIZE=3",
+	far := testsupport.PeerCommandVia([]string{"ip", "netns", "exec", ns}, rankPeer)
+	far.Env = append(far.Env, "RDMA_RANK=2", "RDMA_WORLD_SIZE=3",
 		"RDMA_ROOT_ADDR="+root, "RDMA_LOCAL_ADDR="+peer, "RDMA_PROVIDER=soft")
 	farOut := make(chan string, 1)
 	go func() {

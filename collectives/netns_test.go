@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/internal/netnstest"
+	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
 // Groups across hosts: one rank per network namespace (internal/netnstest:
@@ -24,18 +24,20 @@ import (
 // in its namespace with ip netns exec, over the soft provider with its
 // shared-memory path off, so that every byte crosses the veth wire.
 
-// netnsRankEnv makes a run of this test binary a rank that joins, says
-// JOINED, then all-reduces until an operation fails and says how.
-const netnsRankEnv = "COLLECTIVES_NETNS_RANK"
+// netnsRankPeer is a rank that joins, says JOINED, then all-reduces until
+// an operation fails and says how.
+const netnsRankPeer = "collectives-netns-rank"
 
-// rankCmd runs the test binary in h's namespace as rank r of n.
-func rankCmd(h *netnstest.Host, r, n int, root string, args []string, env ...string) *exec.Cmd {
-	cmd := h.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(),
+func init() { testsupport.RegisterPeer(netnsRankPeer, func([]string) int { netnsRank(); return 0 }) }
+
+// rankCmd runs the test binary in h's namespace as the peer called peer,
+// rank r of n.
+func rankCmd(h *netnstest.Host, r, n int, root, peer string) *exec.Cmd {
+	cmd := testsupport.PeerCommandVia(h.Exec(), peer)
+	cmd.Env = append(cmd.Env,
 		"RDMA_RANK="+strconv.Itoa(r), "RDMA_WORLD_SIZE="+strconv.Itoa(n),
 		"RDMA_ROOT_ADDR="+root, "RDMA_LOCAL_ADDR="+h.IP,
 		"RDMA_PROVIDER=soft", "RDMA_SOFT_SHM=0")
-	cmd.Env = append(cmd.Env, env...)
 	return cmd
 }
 
@@ -50,7 +52,7 @@ func TestNetnsGroup(t *testing.T) {
 	root := nw.Hosts[0].IP + ":7100"
 	outs := make([]chan string, n)
 	for r, h := range nw.Hosts {
-		cmd := rankCmd(h, r, n, root, []string{"-test.run=^$"}, childEnv+"=1")
+		cmd := rankCmd(h, r, n, root, rankPeer)
 		outs[r] = make(chan string, 1)
 		go func() {
 			out, err := cmd.CombinedOutput()
@@ -97,10 +99,6 @@ func netnsRank() {
 // middle of a run of all-reduces: every other rank's operation fails with an
 // error instead of hanging, within the keepalive bound of the conns.
 func TestNetnsGroupHostVanishes(t *testing.T) {
-	if os.Getenv(netnsRankEnv) != "" {
-		netnsRank()
-		return
-	}
 	if testing.Short() {
 		t.Skip("starts processes in network namespaces")
 	}
@@ -117,7 +115,7 @@ func TestNetnsGroupHostVanishes(t *testing.T) {
 	var all bytes.Buffer
 	var wg sync.WaitGroup
 	for r, h := range nw.Hosts {
-		cmd := rankCmd(h, r, n, root, []string{"-test.run=^TestNetnsGroupHostVanishes$", "-test.count=1"}, netnsRankEnv+"=1")
+		cmd := rankCmd(h, r, n, root, netnsRankPeer)
 		stdout, err := cmd.StdoutPipe()
 		require.NoError(t, err)
 		cmd.Stderr = cmd.Stdout

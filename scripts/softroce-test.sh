@@ -6,17 +6,13 @@
 #   scripts/softroce-test.sh            what `make test-softroce` runs
 #
 # What runs: verbs/rdmacore's tests, which hold the verbs conformance suite
-# (verbstest) and rdma.Conn's net.Conn behaviour (nettest, half-close, peer
-# death, yamux, net/http, churn) over the rdmacore provider; the VM tests of
-# other packages listed in VM_TESTS below (collectives' Join and AllReduce
-# over rdmacore). SOFTROCE_ROOT_TESTS=1 adds the whole root package, run with
-# RDMA_PROVIDER=rdmacore: in the guest its generic tests use that provider on
-# $SOFTROCE_IP (main_test.go's testConfig), the soft-specific ones stay on
-# soft. It is off by default for its length under emulation; verbs/rdmacore's
-# conn tests run rdma.Conn's net.Conn behaviour on rdmacore meanwhile.
+# (verbstest) and rdma.Conn's suite (internal/conntest: the one the root
+# package runs on soft) over the rdmacore provider; the VM tests of other
+# packages listed in VM_TESTS below (collectives' Join and AllReduce over
+# rdmacore, the mixed fleets).
 #
 # Environment: GO (go), SOFTROCE_RUN (path of run-in-vm.sh), SOFTROCE_RACE
-# ("-race", or "" to build without the race detector), SOFTROCE_ROOT_TESTS,
+# ("-race", or "" to build without the race detector),
 # SOFTROCE_VM_TESTS (replaces the VM_TESTS list),
 # TESTFLAGS (extra flags for every test binary, e.g. "-test.v -test.run Conformance").
 set -euo pipefail
@@ -50,26 +46,17 @@ for entry in $VM_TESTS; do
 	$GO test $RACE -c -o "$OUT/pkg-$name.test" "$pkg"
 	echo "$name ${entry#*:}" >>"$OUT/packages"
 done
-if [ "${SOFTROCE_ROOT_TESTS:-0}" = 1 ]; then
-	# Without -race: the guest is emulated, and the root package's tests are
-	# timing-heavy (yamux write timeouts, churn).
-	$GO test -c -o "$OUT/root.test" .
-fi
 
 cat >"$OUT/run.sh" <<'GUEST'
 #!/bin/sh
 # Runs in the guest, in the directory holding the test binaries.
 status=0
-echo "== verbs/rdmacore on $SOFTROCE_DEV ($SOFTROCE_IP): provider tests and the verbs conformance suite"
+echo "== verbs/rdmacore on $SOFTROCE_DEV ($SOFTROCE_IP): provider tests, the verbs conformance suite and rdma.Conn's suite"
 ./rdmacore.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
 while read -r name run; do
 	echo "== $name: tests $run"
 	./pkg-$name.test -test.count=1 -test.timeout=10m -test.run "$run" $TESTFLAGS </dev/null || status=1
 done <packages
-if [ -x ./root.test ]; then
-	echo "== rdma (root package) with RDMA_PROVIDER=rdmacore"
-	RDMA_PROVIDER=rdmacore ./root.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
-fi
 exit $status
 GUEST
 chmod +x "$OUT/run.sh"

@@ -146,6 +146,9 @@ func removeStale() {
 	}
 }
 
+// Exec is the command prefix that runs a program inside h's namespace.
+func (h *Host) Exec() []string { return []string{"ip", "netns", "exec", h.NS} }
+
 // Command returns a command that runs name with args inside h's namespace.
 func (h *Host) Command(name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", h.NS, name}, args...)...)

@@ -5,6 +5,7 @@ package rdmacore
 import (
 	"testing"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -12,7 +13,7 @@ import (
 // SENDs or (writeImm) RDMA_WRITE_WITH_IMMs; wait is how a side waits for
 // its completion.
 func pingPong(b *testing.B, writeImm bool, wait func(e *end, wc []verbs.WC)) {
-	_, ip := softroce(b)
+	_, ip := testsupport.SoftRoCE(b)
 	srv, cli, _, _, _ := connect(b, ip)
 	// connect pre-posted one receive on the server; keep one posted per side.
 	must := func(err error) {

@@ -5,6 +5,7 @@ package rdmacore
 import (
 	"testing"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/verbstest"
 )
@@ -25,7 +26,7 @@ var kernelDiffers = map[string]string{
 // The verbs conformance suite, the one the soft provider passes, on a real
 // kernel RDMA stack (Soft-RoCE in the VM of `make test-softroce`).
 func TestConformance(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	verbstest.Run(t, verbstest.Config{
 		Provider: ProviderName,
 		IP:       ip,

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -20,7 +21,7 @@ import (
 // the suite's ResolveErrors and the soft provider now follow, pinned down
 // here directly so that a change in the kernel shows.
 func TestKernelResolveAndListen(t *testing.T) {
-	softroce(t)
+	testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	ch, err := p.CreateEventChannel()
 	require.NoError(t, err)
@@ -63,7 +64,7 @@ func TestKernelResolveAndListen(t *testing.T) {
 // A connect request the listener never answers is not timed out by the
 // kernel within seconds; destroying the request rejects it (consumer reject).
 func TestKernelUnansweredConnect(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	sch, err := p.CreateEventChannel()
 	require.NoError(t, err)
@@ -97,7 +98,7 @@ func TestKernelUnansweredConnect(t *testing.T) {
 
 // Timeout and RetryCnt belong to the RTR->RTS transition.
 func TestKernelModifyRTS(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	_, cli, _, _, _ := connect(t, ip)
 	err := cli.qp.Modify(&verbs.QPAttr{Timeout: 12, RetryCnt: 2}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt)
 	require.ErrorIs(t, err, syscall.EINVAL)

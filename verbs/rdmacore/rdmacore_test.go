@@ -6,47 +6,18 @@ import (
 	"errors"
 	"net"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// PeerMain, when set (by the external tests), is what this test binary runs
-// instead of its tests when re-executed with RDMACORE_PEER set: a peer
-// process that a test can kill.
-var PeerMain func()
-
-func TestMain(m *testing.M) {
-	if os.Getenv("RDMACORE_PEER") != "" && PeerMain != nil {
-		PeerMain()
-		os.Exit(0)
-	}
-	goleak.VerifyTestMain(m)
-}
-
-// softroce returns the RDMA device and address of the Soft-RoCE VM
-// (../shared/softroce), or skips the test outside it.
-func softroce(t testing.TB) (dev string, ip net.IP) {
-	t.Helper()
-	dev = os.Getenv("SOFTROCE_DEV")
-	if dev == "" {
-		t.Skip("needs an RDMA device: SOFTROCE_DEV is unset, run it inside the Soft-RoCE VM with `make test-softroce`")
-	}
-	s := os.Getenv("SOFTROCE_IP")
-	if i := strings.IndexByte(s, '/'); i >= 0 {
-		s = s[:i]
-	}
-	ip = net.ParseIP(s)
-	require.NotNil(t, ip, "SOFTROCE_IP %q is not an IP address", os.Getenv("SOFTROCE_IP"))
-	return dev, ip
-}
+func TestMain(m *testing.M) { testsupport.Main(m) }
 
 func TestRegistered(t *testing.T) {
 	p, err := verbs.Lookup(ProviderName)
@@ -57,7 +28,7 @@ func TestRegistered(t *testing.T) {
 // Without a device (this is what machines without RDMA support see), the
 // provider lists nothing and says how to get going with the soft provider.
 func TestNoDevice(t *testing.T) {
-	if os.Getenv("SOFTROCE_DEV") != "" {
+	if testsupport.InVM() {
 		t.Skip("this machine has an RDMA device")
 	}
 	p, err := verbs.Lookup(ProviderName)
@@ -80,7 +51,7 @@ func TestNoDevice(t *testing.T) {
 }
 
 func TestDeviceQuery(t *testing.T) {
-	dev, _ := softroce(t)
+	dev, _ := testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	devs, err := p.Devices()
 	require.NoError(t, err)
@@ -127,7 +98,7 @@ func TestDeviceQuery(t *testing.T) {
 }
 
 func TestRegMRRefusesGoMemory(t *testing.T) {
-	dev, _ := softroce(t)
+	dev, _ := testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	ctx, err := p.Open(dev)
 	require.NoError(t, err)
@@ -333,7 +304,7 @@ func connect(t testing.TB, ip net.IP) (srv, cli *end, listen verbs.CMID, sch, cc
 }
 
 func TestConnectSendWriteRead(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	srv, cli, listen, _, _ := connect(t, ip)
 
 	assert.Equal(t, cli.id.LocalAddr().String(), srv.id.RemoteAddr().String())
@@ -435,7 +406,7 @@ func disconnect(t testing.TB, a, b *end) {
 
 // Posting and polling allocate nothing.
 func TestDataPathAllocs(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	srv, cli, _, _, _ := connect(t, ip)
 	wc := make([]verbs.WC, 4)
 	recv := []verbs.RecvWR{{WRID: 5, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:64])}}}
@@ -470,7 +441,7 @@ func TestDataPathAllocs(t *testing.T) {
 // A connect to a port nobody listens on is rejected, and rdma_reject's
 // private data reaches the active side.
 func TestRejects(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	ch, err := p.CreateEventChannel()
 	require.NoError(t, err)
@@ -520,7 +491,7 @@ func TestRejects(t *testing.T) {
 
 // GetEvent honours its deadline and Close unblocks it.
 func TestEventChannelDeadlineAndClose(t *testing.T) {
-	softroce(t)
+	testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	ch, err := p.CreateEventChannel()
 	require.NoError(t, err)
@@ -546,7 +517,7 @@ func TestEventChannelDeadlineAndClose(t *testing.T) {
 // Closing a completion channel unblocks a waiting GetEvent; it refuses while
 // a CQ still uses it.
 func TestCompChannelClose(t *testing.T) {
-	dev, _ := softroce(t)
+	dev, _ := testsupport.SoftRoCE(t)
 	p, _ := verbs.Lookup(ProviderName)
 	ctx, err := p.Open(dev)
 	require.NoError(t, err)
@@ -577,7 +548,7 @@ func TestCompChannelClose(t *testing.T) {
 // Overflowing a CQ is reported by Poll as ErrCQOverrun (the device says so
 // with an asynchronous IBV_EVENT_CQ_ERR; the completions themselves are lost).
 func TestCQOverrun(t *testing.T) {
-	_, ip := softroce(t)
+	_, ip := testsupport.SoftRoCE(t)
 	srv, cli, _, _, _ := connect(t, ip)
 	// The client's CQ takes both its send and receive completions: more
 	// signaled writes than it holds, never polled, overflow it.

@@ -2,27 +2,27 @@ package soft_test
 
 import (
 	"net"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
-const childEnv = "SOFT_TEST_KILL_CHILD"
+func init() { testsupport.RegisterPeer("soft-kill", killChild) }
 
-// killChild runs in a child process: connect to the address in the
-// environment and wait to be killed.
-func killChild(addr string) {
+// killChild runs in a peer process: connect to the address in args and
+// wait to be killed.
+func killChild(args []string) int {
+	addr := args[0]
 	p, _ := verbs.Lookup("soft")
 	ch, _ := p.CreateEventChannel()
 	id, _ := ch.CreateID()
 	dst, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
-		os.Exit(3)
+		return 3
 	}
 	_ = id.ResolveAddr(nil, dst, 5*time.Second)
 	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
@@ -32,12 +32,12 @@ func killChild(addr string) {
 	pd, _ := ctx.AllocPD()
 	cq, _ := ctx.CreateCQ(16, nil)
 	if _, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		os.Exit(4)
+		return 4
 	}
 	_ = id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7})
 	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
 	time.Sleep(time.Minute)
-	os.Exit(5)
+	return 5
 }
 
 // TestPeerProcessKilled: a peer process that dies (SIGKILL, no disconnect)
@@ -54,10 +54,7 @@ func TestPeerProcessKilled(t *testing.T) {
 	require.NoError(t, lid.BindAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)}))
 	require.NoError(t, lid.Listen(4))
 
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+lid.LocalAddr().String())
-	require.NoError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	cmd := testsupport.StartPeer(t, "soft-kill", nil, lid.LocalAddr().String())
 
 	req, err := ch.GetEvent(time.Now().Add(10 * time.Second))
 	require.NoError(t, err)

@@ -5,8 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"go.uber.org/goleak"
-
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/soft"
 	"github.com/rdmanet/rdma/verbs/verbstest"
@@ -19,13 +18,10 @@ const hostileEnv = "SOFT_TEST_HOSTILE"
 var hostileChild func(role string)
 
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(childEnv); addr != "" {
-		killChild(addr)
-	}
 	if role := os.Getenv(hostileEnv); role != "" && hostileChild != nil {
 		hostileChild(role)
 	}
-	goleak.VerifyTestMain(m)
+	testsupport.Main(m)
 }
 
 func TestConformance(t *testing.T) {

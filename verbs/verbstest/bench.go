@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -170,32 +171,10 @@ func BenchPingPong(b *testing.B, cfg Config, size int) {
 	require.NoError(b, <-errc)
 }
 
-// tcpPair returns both ends of a loopback TCP connection on ip.
-func tcpPair(b *testing.B, ip net.IP) (net.Conn, net.Conn) {
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip})
-	require.NoError(b, err)
-	defer ln.Close()
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := ln.Accept()
-		ch <- res{c, err}
-	}()
-	a, err := net.Dial("tcp", ln.Addr().String())
-	require.NoError(b, err)
-	r := <-ch
-	require.NoError(b, r.err)
-	b.Cleanup(func() { a.Close(); r.c.Close() })
-	return a, r.c
-}
-
 // BenchTCPWrite is BenchWrite's baseline: size-byte writes on a loopback
 // TCP connection, counted once the reader has them.
 func BenchTCPWrite(b *testing.B, ip net.IP, size int) {
-	a, z := tcpPair(b, ip)
+	a, z := testsupport.TCP(b, ip.String())
 	done := make(chan error, 1)
 	n := int64(b.N) * int64(size)
 	go func() {
@@ -217,7 +196,7 @@ func BenchTCPWrite(b *testing.B, ip net.IP, size int) {
 
 // BenchTCPPingPong is BenchPingPong's baseline on loopback TCP.
 func BenchTCPPingPong(b *testing.B, ip net.IP, size int) {
-	a, z := tcpPair(b, ip)
+	a, z := testsupport.TCP(b, ip.String())
 	go func() {
 		buf := make([]byte, size)
 		for {

@@ -1,4 +1,4 @@
-package rdma
+package conntest
 
 import (
 	"bytes"
@@ -25,23 +25,33 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/rdmanet/rdma"
 )
 
-// hashicorp/yamux, unchanged, over one Conn: 32 streams, 1 MiB each way.
-func TestYamux(t *testing.T) {
-	c, s := pair(t, nil)
+// What people run over a net.Conn, unchanged.
+
+func init() {
+	register("Yamux", testYamux)
+	register("HTTP", testHTTP)
+	register("GRPC", testGRPC)
+	register("TLS", testTLS)
+}
+
+// hashicorp/yamux over one conn: many streams, each echoed and checked.
+func testYamux(t *testing.T, s *suite) {
+	c, sv := s.pair(t, nil)
 	cfg := yamux.DefaultConfig()
 	cfg.LogOutput = io.Discard
+	if s.cfg.Small {
+		cfg.ConnectionWriteTimeout = time.Minute // an emulated machine is slow
+	}
 	client, err := yamux.Client(c, cfg)
 	require.NoError(t, err)
 	defer client.Close()
-	server, err := yamux.Server(s, cfg)
+	server, err := yamux.Server(sv, cfg)
 	require.NoError(t, err)
 	defer server.Close()
-
-	const streams, size = 32, 1 << 20
-	var wg sync.WaitGroup
-	// Server: echo every byte of every stream back, reversed in direction.
 	go func() {
 		for {
 			st, err := server.Accept()
@@ -54,6 +64,9 @@ func TestYamux(t *testing.T) {
 			}()
 		}
 	}()
+
+	streams, size := s.scale(16, 2), s.scale(512<<10, 4)
+	var wg sync.WaitGroup
 	for i := 0; i < streams; i++ {
 		wg.Add(1)
 		go func(i int) {
@@ -65,9 +78,7 @@ func TestYamux(t *testing.T) {
 			defer st.Close()
 			want := make([]byte, size)
 			mrand.New(mrand.NewSource(int64(i))).Read(want)
-			go func() {
-				st.Write(want)
-			}()
+			go st.Write(want)
 			got := make([]byte, size)
 			if _, err := io.ReadFull(st, got); assert.NoError(t, err) {
 				assert.True(t, bytes.Equal(want, got), "stream %d", i)
@@ -77,42 +88,40 @@ func TestYamux(t *testing.T) {
 	wg.Wait()
 }
 
-// net/http: a server on the Listener, a client through DialContext.
-func TestHTTP(t *testing.T) {
-	ln := listen(t, nil)
-	mux := http.NewServeMux()
-	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
+// net/http: a server on the listener, a client through DialContext asking
+// for "tcp" as http.Transport always does.
+func testHTTP(t *testing.T, s *suite) {
+	ln := s.listen(t, nil)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// HTTP/1 handlers are half-duplex: read the body, then answer.
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		w.Write(body)
-	})
-	srv := &http.Server{Handler: mux}
+		w.Write(bytes.ToUpper(body))
+	})}
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	d := &Dialer{Config: testConfig()}
-	tr := &http.Transport{DialContext: d.DialContext}
+	tr := &http.Transport{DialContext: (&rdma.Dialer{Config: s.config(), Timeout: time.Minute}).DialContext}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	for i := 0; i < 20; i++ {
-		body := bytes.Repeat([]byte{byte(i)}, 1000*i+1)
-		resp, err := client.Post("http://"+ln.Addr().String()+"/echo", "application/octet-stream", bytes.NewReader(body))
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
+	for i := 0; i < s.scale(20, 4); i++ {
+		body := bytes.Repeat([]byte{'a' + byte(i%26)}, 1000*i+1)
+		resp, err := client.Post("http://"+ln.Addr().String()+"/", "application/octet-stream", bytes.NewReader(body))
 		require.NoError(t, err)
 		got, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		require.NoError(t, err)
 		assert.Equal(t, http.StatusOK, resp.StatusCode)
-		assert.True(t, bytes.Equal(body, got), "request %d: sent %d bytes, got %d back", i, len(body), len(got))
+		assert.True(t, bytes.Equal(bytes.ToUpper(body), got), "request %d: sent %d bytes, got %d back", i, len(body), len(got))
 	}
 }
 
-// gRPC: the health service, over the Listener and grpc.WithContextDialer.
-func TestGRPC(t *testing.T) {
-	ln := listen(t, nil)
+// gRPC: the health service over the listener and grpc.WithContextDialer.
+func testGRPC(t *testing.T, s *suite) {
+	ln := s.listen(t, nil)
 	srv := grpc.NewServer()
 	hs := health.NewServer()
 	hs.SetServingStatus("rdma", healthpb.HealthCheckResponse_SERVING)
@@ -120,18 +129,18 @@ func TestGRPC(t *testing.T) {
 	go srv.Serve(ln)
 	defer srv.Stop()
 
-	d := &Dialer{Config: testConfig()}
+	d := &rdma.Dialer{Config: s.config()}
 	cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, "rdma", addr)
+			return d.DialContext(ctx, rdma.Network, addr)
 		}))
 	require.NoError(t, err)
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hc := healthpb.NewHealthClient(cc)
-	for i := 0; i < 10; i++ {
+	for i := 0; i < s.scale(10, 3); i++ {
 		resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "rdma"})
 		require.NoError(t, err)
 		assert.Equal(t, healthpb.HealthCheckResponse_SERVING, resp.Status)
@@ -140,18 +149,17 @@ func TestGRPC(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// crypto/tls over a Conn, with a certificate made here.
-func TestTLS(t *testing.T) {
+// crypto/tls over a conn, with a certificate made here: TLS 1.3, and the
+// plaintext echoed whole.
+func testTLS(t *testing.T, s *suite) {
 	cert, pool := selfSigned(t)
-	c, s := pair(t, nil)
-	srv := tls.Server(s, &tls.Config{Certificates: []tls.Certificate{cert}})
+	c, sv := s.pair(t, nil)
+	srv := tls.Server(sv, &tls.Config{Certificates: []tls.Certificate{cert}})
 	cli := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "rdma.test"})
 	defer srv.Close()
 	defer cli.Close()
-	go func() {
-		io.Copy(srv, srv)
-	}()
-	msg := bytes.Repeat([]byte("secret "), 100000)
+	go io.Copy(srv, srv)
+	msg := bytes.Repeat([]byte("secret "), s.scale(100000, 8))
 	go cli.Write(msg)
 	got := make([]byte, len(msg))
 	_, err := io.ReadFull(cli, got)

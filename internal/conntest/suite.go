@@ -1,0 +1,166 @@
+// Package conntest is the suite of rdma.Conn's behaviour as a net.Conn, run
+// on every verbs provider: what a program written against net.Conn relies
+// on (nettest's conformance tests, deadlines, half-close, a peer that
+// closes, dies or hangs, Close unblocking everything, errors shaped like
+// package net's), the protocols people run over it (yamux, net/http, gRPC,
+// TLS), and what a long-running server needs (no leaks across dial/close
+// churn, no allocation per Read or Write). A provider's tests call Run; the
+// test binary's TestMain must be testsupport.Main, which runs the peer
+// processes the suite starts.
+package conntest
+
+import (
+	"context"
+	"net"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/testsupport"
+)
+
+// Config says which provider to test, where, and what does not apply.
+type Config struct {
+	// RDMA is the configuration of every listener and dialer (copied
+	// before use); its Provider must name the provider under test.
+	RDMA rdma.Config
+	// Host is the IP address listeners bind: 127.0.0.1 for soft, the RDMA
+	// device's address inside the Soft-RoCE VM. The suite uses no other.
+	Host string
+	// PeerEnv is what a peer process (a re-run of the test binary) needs
+	// in its environment to connect as this process does, e.g.
+	// RDMA_SOFT_SHM=0.
+	PeerEnv []string
+	// Transport, if set, reports what carries a conn's bytes beneath its
+	// provider (soft: "shm" or "tcp"); the suite then checks that conns,
+	// in one process and across two, are carried by WantTransport.
+	Transport     func(c *rdma.Conn) string
+	WantTransport string
+	// Small sizes the work down (transfers, streams, requests, churn
+	// cycles) for an emulated machine such as the Soft-RoCE VM.
+	Small bool
+	// DetectWithin bounds how long the survivor of a peer that was killed
+	// or stopped may take to notice (default 10 s).
+	DetectWithin time.Duration
+	// Skip names subtests that do not apply to this provider, with the
+	// reason.
+	Skip map[string]string
+}
+
+type suite struct {
+	cfg Config
+}
+
+type testCase struct {
+	name string
+	fn   func(t *testing.T, s *suite)
+}
+
+var tests []testCase
+
+func register(name string, fn func(t *testing.T, s *suite)) {
+	tests = append(tests, testCase{name, fn})
+}
+
+// Names lists the suite's subtests in the order Run runs them.
+func Names() []string {
+	names := make([]string, len(tests))
+	for i, tc := range tests {
+		names[i] = tc.name
+	}
+	return names
+}
+
+// Run runs the whole suite; each behaviour is a subtest.
+func Run(t *testing.T, cfg Config) {
+	require.NotEmpty(t, cfg.RDMA.Provider, "Config.RDMA.Provider names the provider under test")
+	require.NotNil(t, net.ParseIP(cfg.Host), "Config.Host %q is not an IP address", cfg.Host)
+	if cfg.DetectWithin == 0 {
+		cfg.DetectWithin = 10 * time.Second
+	}
+	known := map[string]bool{}
+	for _, n := range Names() {
+		known[n] = true
+	}
+	var unknown []string
+	for n := range cfg.Skip {
+		if !known[n] {
+			unknown = append(unknown, n)
+		}
+	}
+	sort.Strings(unknown)
+	require.Empty(t, unknown, "Config.Skip names subtests the suite does not have")
+	s := &suite{cfg: cfg}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if why, ok := cfg.Skip[tc.name]; ok {
+				t.Skip(why)
+			}
+			tc.fn(t, s)
+		})
+	}
+}
+
+// scale is n, or n/div on a small machine (at least 1).
+func (s *suite) scale(n, div int) int {
+	if s.cfg.Small {
+		return max(1, n/div)
+	}
+	return n
+}
+
+// config is a fresh copy of the configuration under test.
+func (s *suite) config() *rdma.Config {
+	c := s.cfg.RDMA
+	return &c
+}
+
+// listen starts a listener with cfg (nil: the configuration under test) on
+// a free port, closed at cleanup.
+func (s *suite) listen(t testing.TB, cfg *rdma.Config) *rdma.Listener {
+	t.Helper()
+	if cfg == nil {
+		cfg = s.config()
+	}
+	ln, err := (&rdma.ListenConfig{Config: cfg}).Listen(context.Background(), rdma.Network, net.JoinHostPort(s.cfg.Host, "0"))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	return ln.(*rdma.Listener)
+}
+
+// dialer dials with cfg (nil: the configuration under test).
+func (s *suite) dialer(cfg *rdma.Config) func(addr string) (net.Conn, error) {
+	if cfg == nil {
+		cfg = s.config()
+	}
+	d := rdma.Dialer{Config: cfg, Timeout: time.Minute}
+	return func(addr string) (net.Conn, error) { return d.Dial(rdma.Network, addr) }
+}
+
+// pair returns both ends of a conn made with cfg (nil: the configuration
+// under test), closed at cleanup.
+func (s *suite) pair(t testing.TB, cfg *rdma.Config) (client, server *rdma.Conn) {
+	t.Helper()
+	c, sv := testsupport.Connect(t, s.listen(t, cfg), s.dialer(cfg))
+	return c.(*rdma.Conn), sv.(*rdma.Conn)
+}
+
+// checkTransport checks what carries c, where the configuration says.
+func (s *suite) checkTransport(t testing.TB, c *rdma.Conn) {
+	t.Helper()
+	if s.cfg.Transport != nil {
+		require.Equal(t, s.cfg.WantTransport, s.cfg.Transport(c), "what carries the conn's bytes")
+	}
+}
+
+// checkOpError checks that err is a *net.OpError of op on network "rdma".
+func checkOpError(t testing.TB, err error, op string) {
+	t.Helper()
+	var oe *net.OpError
+	require.ErrorAs(t, err, &oe, "%T %v", err, err)
+	require.Equal(t, op, oe.Op, "%v", err)
+	require.Equal(t, "rdma", oe.Net, "%v", err)
+}

@@ -1,0 +1,3 @@
+package soft
+
+func (*shmTransport) carrier() string { return "shm" }
