@@ -17,21 +17,15 @@ import (
 	"golang.org/x/net/nettest"
 )
 
-// rsConfig is testConfig in rsocket mode.
+// rsConfig is softConfig in rsocket mode.
 func rsConfig() *Config {
-	cfg := testConfig()
+	cfg := softConfig()
 	cfg.Wire = WireRsocket
 	return cfg
 }
 
-// rsHost: soft tests listen on 127.0.7.1; in the Soft-RoCE VM, on the rxe
-// address.
-func rsHost(cfg *Config) string {
-	if h := testHost(cfg); h != "127.0.0.1" {
-		return h
-	}
-	return "127.0.7.1"
-}
+// rsHost: the rsocket tests listen on 127.0.7.1.
+func rsHost(*Config) string { return "127.0.7.1" }
 
 func rsListenT(t testing.TB, cfg *Config) net.Listener {
 	t.Helper()
