@@ -16,7 +16,7 @@ import (
 // Write waiting behind it (no room) by its own deadline.
 func TestDeadlineMovedWhileAsleep(t *testing.T) {
 	softTransports(t, func(t *testing.T, _ []string) {
-		cfg := testConfig()
+		cfg := softConfig()
 		cfg.KeepAlive = -1 // nothing else wakes the sleeper
 		c, s := pair(t, cfg)
 		errc := make(chan error, 1)
@@ -62,7 +62,7 @@ func TestDeadlineMovedWhileAsleep(t *testing.T) {
 // something the other's completions do not bring: whichever holds the poll
 // role serves both, and each ends with its own deadline, not the other's.
 func TestReadAndWriteShareThePollRole(t *testing.T) {
-	cfg := testConfig()
+	cfg := softConfig()
 	cfg.RingSize = 16 << 10
 	c, s := pair(t, cfg)
 	var wg sync.WaitGroup
@@ -100,7 +100,7 @@ func TestReadAndWriteShareThePollRole(t *testing.T) {
 // The busy-poll stops once waits keep outlasting it, so that an idle
 // connection's Reads cost no CPU, and starts again when a wait is short.
 func TestSpinTurnsOffWhenIdle(t *testing.T) {
-	cfg := testConfig()
+	cfg := softConfig()
 	cfg.PollTime = 50 * time.Microsecond
 	c, s := pair(t, cfg)
 	buf := make([]byte, 1)

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/internal/testsupport"
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 func TestMain(m *testing.M) { testsupport.Main(m) }
@@ -55,4 +56,20 @@ func pair(t testing.TB, cfg *Config) (client, server *Conn) {
 	ln := listen(t, cfg)
 	c, s := testsupport.Connect(t, ln, dialer(ln, cfg))
 	return c.(*Conn), s.(*Conn)
+}
+
+// softTransports runs f once per path soft has between two ends on one
+// host: shared memory (its default) and TCP. env is what a peer process
+// needs in its environment to match.
+func softTransports(t *testing.T, f func(t *testing.T, env []string)) {
+	t.Run("shm", func(t *testing.T) {
+		prev := soft.SetSharedMemory(true)
+		defer soft.SetSharedMemory(prev)
+		f(t, []string{"RDMA_SOFT_SHM=1"})
+	})
+	t.Run("tcp", func(t *testing.T) {
+		prev := soft.SetSharedMemory(false)
+		defer soft.SetSharedMemory(prev)
+		f(t, []string{"RDMA_SOFT_SHM=0"})
+	})
 }
