@@ -646,3 +646,78 @@ func TestSequentialAllToAllHostileServer(t *testing.T) {
 		assert.Equal(t, bytes.Repeat([]byte{0xee}, 64), mem[64:])
 	})
 }
+
+// A peer whose connection fails is gone: its calls say so, the context's
+// other peers go on (send, broadcast, all-to-all), and its index takes a
+// new connection: AcceptPeerAt on the server, ReconnectPeer on a client.
+func TestPeerGoneAndReplaced(t *testing.T) {
+	forEachTransport(t, func(t *testing.T, tr transport) {
+		s := newStar(t, tr, 3, 64)
+		buf := make([]byte, 64)
+		// Client 1 dies: its process would close every conn.
+		require.NoError(t, s.clients[1].Close())
+		_, err := s.server.Recv(1, buf)
+		require.ErrorIs(t, err, ErrPeerGone)
+		assert.Contains(t, err.Error(), "capi: recv from peer 1: the peer closed the connection")
+		_, err = s.server.Send(1, buf)
+		require.ErrorIs(t, err, ErrPeerGone)
+		assert.Contains(t, err.Error(), "send to peer 1: peer gone (the peer closed the connection: EOF); reconnect or accept a replacement")
+		// The others go on.
+		require.NoError(t, s.server.Broadcast([]byte("still here")))
+		for _, i := range []int{0, 2} {
+			n, err := s.clients[i].Recv(0, buf)
+			require.NoError(t, err)
+			assert.Equal(t, "still here", string(buf[:n]))
+		}
+		three := &star{server: s.server, clients: []*Context{s.clients[0], s.clients[2]}}
+		for p, r := range runAllToAll(t, three, 16, 1, 64) {
+			require.NoError(t, r.err, "participant %d", p)
+		}
+
+		// A replacement for peer 1; an index in use or unknown is refused.
+		require.ErrorIs(t, s.server.AcceptPeerAt(0), ErrPeerConnected)
+		require.ErrorIs(t, s.server.AcceptPeerAt(3), ErrNoSuchPeer)
+		repl, err := initWith(tr, "127.0.0.4", 0, 64, false)
+		require.NoError(t, err)
+		defer repl.Close()
+		dialed := make(chan error, 1)
+		go func() { _, err := repl.ConnectPeer("127.0.0.1", s.port); dialed <- err }()
+		require.NoError(t, s.server.AcceptPeerAt(1))
+		require.NoError(t, <-dialed)
+		_, err = s.server.Send(1, []byte("welcome"))
+		require.NoError(t, err)
+		n, err := repl.Recv(0, buf)
+		require.NoError(t, err)
+		assert.Equal(t, "welcome", string(buf[:n]))
+
+		// The server drops client 2, which reconnects at its index 0.
+		require.NoError(t, s.server.DisconnectPeer(2))
+		_, err = s.clients[2].Recv(0, buf)
+		require.ErrorIs(t, err, ErrPeerGone)
+		require.ErrorIs(t, s.clients[2].ReconnectPeer(1, "127.0.0.1", s.port), ErrNoSuchPeer)
+		accepted := make(chan error, 1)
+		go func() { accepted <- s.server.AcceptPeerAt(2) }()
+		require.NoError(t, s.clients[2].ReconnectPeer(0, "127.0.0.1", s.port))
+		require.NoError(t, <-accepted)
+		require.ErrorIs(t, s.clients[2].ReconnectPeer(0, "127.0.0.1", s.port), ErrPeerConnected)
+		_, err = s.clients[2].Send(0, []byte("back"))
+		require.NoError(t, err)
+		n, err = s.server.Recv(2, buf)
+		require.NoError(t, err)
+		assert.Equal(t, "back", string(buf[:n]))
+
+		// A client that dies before its all-to-all block is left out; the
+		// others complete the exchange.
+		require.NoError(t, s.clients[0].Close())
+		rest := &star{server: s.server, clients: []*Context{repl, s.clients[2]}}
+		results := runAllToAll(t, rest, 16, 2, 64)
+		want := append(append(block(16, 0, 2), block(16, 1, 2)...), block(16, 2, 2)...)
+		for p, r := range results {
+			require.NoError(t, r.err, "participant %d", p)
+			assert.Equal(t, want, r.recv[:48], "participant %d", p)
+		}
+		assert.Equal(t, 3, s.server.Participants())
+		_, err = s.server.Send(0, buf)
+		require.ErrorIs(t, err, ErrPeerGone)
+	})
+}

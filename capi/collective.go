@@ -1,9 +1,14 @@
 package capi
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Broadcast sends data as one message to every connected peer, in index
-// order. It fails with ErrNoPeers when there is none.
+// order. It fails with ErrNoPeers when there is none. A peer whose
+// connection fails is marked gone and the others still get the message; the
+// error then names the peers that did not (it matches ErrPeerGone).
 func (c *Context) Broadcast(data []byte) error {
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
@@ -16,10 +21,14 @@ func (c *Context) Broadcast(data []byte) error {
 		return fmt.Errorf("capi: broadcast: %w: %d bytes exceed the context's buffer size of %d bytes",
 			ErrMessageTooLong, len(data), c.bufSize)
 	}
+	var failed error
 	for _, p := range live {
-		if err := c.send(p, data); err != nil {
-			return within("broadcast", err)
+		if err := c.send(p, data); err != nil && failed == nil {
+			failed = err
 		}
+	}
+	if failed != nil {
+		return within("broadcast (the other peers got the message)", failed)
 	}
 	return nil
 }
@@ -34,7 +43,9 @@ func (c *Context) Broadcast(data []byte) error {
 // in turn, then sends the combined blocks to each client, so clients need no
 // connections to each other. A client sends its block to its first connected
 // peer (the server) and receives the combined blocks; the whole (n+1)*msgSize
-// bytes must fit in bufSize on both sides.
+// bytes must fit in bufSize on both sides. A client whose connection fails
+// during the exchange is gone (see ReconnectPeer, AcceptPeerAt) and left
+// out: the others complete the exchange without it.
 //
 // Nothing is ever written past len(recv), whatever a peer sends. A combined
 // message that does not fit in recv fails with ErrMessageTooLong before any
@@ -58,8 +69,7 @@ func (c *Context) SequentialAllToAll(send, recv []byte, msgSize int) error {
 	}
 	var parts, written int
 	if c.isServer {
-		parts = len(live) + 1
-		written, err = c.allToAllServer(live, send[:msgSize], recv, msgSize)
+		parts, written, err = c.allToAllServer(live, send[:msgSize], recv, msgSize)
 	} else {
 		parts, written, err = c.allToAllClient(live[0], send[:msgSize], recv, msgSize)
 	}
@@ -79,30 +89,55 @@ func (c *Context) Participants() int {
 	return c.parts
 }
 
-// allToAllServer runs the server's side; written is how much of recv it
-// wrote, to be cleared on failure.
-func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int) (written int, err error) {
+// allToAllServer runs the server's side; it returns the number of
+// participants and how much of recv it wrote, to be cleared on failure. A
+// client whose connection fails is left out (it is gone, see ioError) and
+// the others complete the exchange without it.
+func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int) (parts, written int, err error) {
 	total := (len(clients) + 1) * msgSize
 	if total > c.bufSize {
-		return 0, fmt.Errorf("capi: all-to-all: %w: %d participants of %d bytes make %d bytes, more than the buffer size of %d bytes",
+		return 0, 0, fmt.Errorf("capi: all-to-all: %w: %d participants of %d bytes make %d bytes, more than the buffer size of %d bytes",
 			ErrMessageTooLong, len(clients)+1, msgSize, total, c.bufSize)
 	}
 	if len(recv) < total {
-		return 0, fmt.Errorf("capi: all-to-all: %w: receive buffer of %d bytes, need %d", ErrInvalidArgument, len(recv), total)
+		return 0, 0, fmt.Errorf("capi: all-to-all: %w: receive buffer of %d bytes, need %d", ErrInvalidArgument, len(recv), total)
 	}
 	copy(recv, send)
-	for i, p := range clients {
-		block := recv[(i+1)*msgSize : (i+2)*msgSize]
+	kept := clients[:0] // the scratch list is ours
+	for _, p := range clients {
+		at := len(kept) + 1
+		block := recv[at*msgSize : (at+1)*msgSize]
 		if _, err := c.recv(p, block, exactly(msgSize)); err != nil {
-			return total, within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
+			if errors.Is(err, ErrPeerGone) {
+				continue
+			}
+			return 0, total, within(fmt.Sprintf("all-to-all: participant %d", at), err)
+		}
+		kept = append(kept, p)
+	}
+	if len(kept) == 0 {
+		return 0, total, fmt.Errorf("capi: all-to-all: %w: every client's connection failed", ErrNoPeers)
+	}
+	total = (len(kept) + 1) * msgSize
+	sent := 0
+	var failed error
+	for i, p := range kept {
+		err := c.send(p, recv[:total])
+		switch {
+		case err == nil:
+			sent++
+		case errors.Is(err, ErrPeerGone):
+		case failed == nil:
+			failed = within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
 		}
 	}
-	for i, p := range clients {
-		if err := c.send(p, recv[:total]); err != nil {
-			return total, within(fmt.Sprintf("all-to-all: participant %d", i+1), err)
-		}
+	if failed != nil {
+		return 0, total, failed
 	}
-	return total, nil
+	if sent == 0 {
+		return 0, total, fmt.Errorf("capi: all-to-all: %w: every client's connection failed", ErrNoPeers)
+	}
+	return len(kept) + 1, total, nil
 }
 
 // allToAllClient runs a client's side: it returns the number of participants

@@ -27,10 +27,11 @@ type Context struct {
 	live   []*peer
 	parts  int // participants in the last all-to-all
 
-	mu       sync.Mutex
-	peers    []*peer // by index; never shrinks, a disconnected peer stays
-	reserved int     // connections under way, counted against MaxPeers
-	closed   bool
+	mu        sync.Mutex
+	peers     []*peer // by index; never shrinks, a disconnected peer stays
+	reserved  int     // connections under way, counted against MaxPeers
+	replacing map[int]bool
+	closed    bool
 }
 
 // Init creates a context. A server (isServer) listens on ip:port at once; a
@@ -99,7 +100,7 @@ func (c *Context) ConnectPeer(ip string, port int) (int, error) {
 	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port))
 	if err != nil {
 		c.unreserve()
-		return -1, fmt.Errorf("capi: connect to %s from %s: %w", joinHostPort(addr, port), c.ip, err)
+		return -1, fmt.Errorf("capi: connect to %s from %s: %w", joinHostPort(addr, port), c.ip, connectError{err})
 	}
 	return c.add("connect", conn)
 }
@@ -161,14 +162,110 @@ func (c *Context) add(op string, conn net.Conn) (int, error) {
 	return p.idx, nil
 }
 
-// DisconnectPeer closes the connection to peer idx. The index stays taken;
-// later calls on it fail with ErrPeerDisconnected.
-func (c *Context) DisconnectPeer(idx int) error {
-	p, err := c.peer("disconnect", idx)
-	if err != nil {
+// ReconnectPeer connects again to a server at ip:port, from the context's
+// IP, as peer idx: an index whose peer is gone (its connection failed) or
+// was disconnected. The context's other peers are untouched.
+func (c *Context) ReconnectPeer(idx int, ip string, port int) error {
+	addr := net.ParseIP(ip)
+	if addr == nil {
+		return fmt.Errorf("capi: reconnect: %w: %q is not an IP address", ErrInvalidArgument, ip)
+	}
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("capi: reconnect: %w: port %d is not in 1..65535", ErrInvalidArgument, port)
+	}
+	if err := c.claim("reconnect", idx); err != nil {
 		return err
 	}
-	if !p.disconnect() {
+	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
+	defer cancel()
+	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port))
+	if err != nil {
+		c.release(idx, nil)
+		return fmt.Errorf("capi: reconnect peer %d to %s from %s: %w", idx, joinHostPort(addr, port), c.ip, connectError{err})
+	}
+	return c.release(idx, conn)
+}
+
+// AcceptPeerAt waits for the next client of a server context and makes it
+// peer idx: an index whose peer is gone (its connection failed) or was
+// disconnected. Close unblocks it.
+func (c *Context) AcceptPeerAt(idx int) error {
+	if !c.isServer {
+		return fmt.Errorf("capi: accept: %w", ErrNotServer)
+	}
+	c.acceptMu.Lock()
+	defer c.acceptMu.Unlock()
+	if err := c.claim("accept at", idx); err != nil {
+		return err
+	}
+	conn, err := c.ln.Accept()
+	if err != nil {
+		c.release(idx, nil)
+		if c.isClosed() || errors.Is(err, net.ErrClosed) {
+			return fmt.Errorf("capi: accept at peer %d: %w", idx, ErrClosed)
+		}
+		return fmt.Errorf("capi: accept at peer %d: %w", idx, err)
+	}
+	return c.release(idx, conn)
+}
+
+// claim reserves index idx, whose peer must be gone or disconnected, for a
+// new connection.
+func (c *Context) claim(op string, idx int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return fmt.Errorf("capi: %s: %w", op, ErrClosed)
+	case idx < 0 || idx >= len(c.peers):
+		return fmt.Errorf("capi: %s peer %d: %w (the context has %d peers)", op, idx, ErrNoSuchPeer, len(c.peers))
+	case c.replacing[idx]:
+		return fmt.Errorf("capi: %s peer %d: %w: another call is connecting it", op, idx, ErrPeerConnected)
+	case !c.peers[idx].isClosed():
+		return fmt.Errorf("capi: %s peer %d: %w: the peer is connected (disconnect it first)", op, idx, ErrPeerConnected)
+	}
+	if c.replacing == nil {
+		c.replacing = map[int]bool{}
+	}
+	c.replacing[idx] = true
+	return nil
+}
+
+// release ends a claim on idx: with conn, the new connection becomes peer
+// idx.
+func (c *Context) release(idx int, conn net.Conn) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.replacing, idx)
+	if conn == nil {
+		return nil
+	}
+	if c.closed {
+		conn.Close()
+		return fmt.Errorf("capi: connect peer %d: %w", idx, ErrClosed)
+	}
+	c.peers[idx] = newPeer(idx, conn, c.bufSize)
+	return nil
+}
+
+// DisconnectPeer closes the connection to peer idx, or acknowledges that a
+// gone peer is gone. The index stays taken; later calls on it fail with
+// ErrPeerDisconnected until ReconnectPeer or AcceptPeerAt gives it a new
+// connection.
+func (c *Context) DisconnectPeer(idx int) error {
+	c.mu.Lock()
+	closed, n := c.closed, len(c.peers)
+	var p *peer
+	if idx >= 0 && idx < n {
+		p = c.peers[idx]
+	}
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return fmt.Errorf("capi: disconnect: %w", ErrClosed)
+	case p == nil:
+		return fmt.Errorf("capi: disconnect peer %d: %w (the context has %d peers)", idx, ErrNoSuchPeer, n)
+	case !p.disconnect():
 		return fmt.Errorf("capi: disconnect peer %d: %w", idx, ErrPeerDisconnected)
 	}
 	return nil
@@ -188,6 +285,8 @@ func (c *Context) peer(op string, idx int) (*peer, error) {
 		return nil, fmt.Errorf("capi: %s: %w", op, ErrClosed)
 	case p == nil:
 		return nil, fmt.Errorf("capi: %s peer %d: %w (the context has %d peers)", op, idx, ErrNoSuchPeer, n)
+	case p.state.Load() == peerGone:
+		return nil, p.goneError(op)
 	case p.isClosed():
 		return nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, ErrPeerDisconnected)
 	}

@@ -25,6 +25,13 @@
 //     and leaves the message queued, so a retry with a big enough buffer
 //     gets it.
 //
+// Recovery: a peer whose connection fails (it died, or closed its end) is
+// gone. Calls on it fail with ErrPeerGone; the context's other peers go on
+// (Broadcast still reaches them, SequentialAllToAll leaves a client that
+// fails during the exchange out). ReconnectPeer (a client) and AcceptPeerAt
+// (a server) give the index of a gone or disconnected peer a new
+// connection.
+//
 // A Context is safe for concurrent use: calls on different peers run in
 // parallel, calls on one peer are serialized per direction.
 package capi

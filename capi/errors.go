@@ -29,10 +29,22 @@ var (
 	ErrTooManyPeers     = errors.New("too many peers (MAX_PEERS is 64)")
 	ErrNoSuchPeer       = errors.New("no such peer")
 	ErrPeerDisconnected = errors.New("peer disconnected")
+	ErrPeerGone         = errors.New("peer gone")
+	ErrPeerConnected    = errors.New("peer index in use")
 	ErrNoPeers          = errors.New("no connected peers")
 	ErrMessageTooLong   = errors.New("message too long")
 	ErrProtocol         = errors.New("protocol error")
+	// ErrConnect is matched by the errors of a connect that failed:
+	// refused, unreachable, timed out.
+	ErrConnect = errors.New("connection failed")
 )
+
+// connectError is a failed dial: its text is the dial's, and it matches
+// ErrConnect as well as the dial's own error.
+type connectError struct{ err error }
+
+func (e connectError) Error() string   { return e.err.Error() }
+func (e connectError) Unwrap() []error { return []error{e.err, ErrConnect} }
 
 // wrapped is an error of a collective that carries the error of one of its
 // steps: its text names both once, and errors.Is sees the step's error.

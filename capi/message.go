@@ -24,11 +24,21 @@ const (
 // noMessage marks a peer with no message header read ahead.
 const noMessage = -1
 
+// States of a peer: live until the caller disconnects it or its
+// connection fails (gone). A gone or disconnected index may get a new
+// connection: ReconnectPeer, AcceptPeerAt.
+const (
+	peerLive int32 = iota
+	peerGone
+	peerDisconnected
+)
+
 // peer is one connection and its framing state.
 type peer struct {
-	idx    int
-	conn   net.Conn
-	closed atomic.Bool
+	idx   int
+	conn  net.Conn
+	state atomic.Int32
+	cause atomic.Pointer[error] // why a gone peer went
 
 	sendMu sync.Mutex
 	wbuf   []byte // header + payload of messages up to cap(wbuf)-headerLen
@@ -49,15 +59,34 @@ func newPeer(idx int, conn net.Conn, bufSize int) *peer {
 	}
 }
 
-func (p *peer) isClosed() bool { return p.closed.Load() }
+func (p *peer) isClosed() bool { return p.state.Load() != peerLive }
 
-// disconnect closes the connection once; it reports whether this call did.
+// disconnect closes the connection of a live peer, or acknowledges a gone
+// one; it reports whether the peer was either.
 func (p *peer) disconnect() bool {
-	if !p.closed.CompareAndSwap(false, true) {
-		return false
+	if p.state.CompareAndSwap(peerLive, peerDisconnected) {
+		p.conn.Close()
+		return true
 	}
-	p.conn.Close()
-	return true
+	return p.state.CompareAndSwap(peerGone, peerDisconnected)
+}
+
+// lose marks a live peer gone because its connection failed with err, and
+// closes the connection: the context's other peers go on.
+func (p *peer) lose(err error) {
+	p.cause.Store(&err)
+	if p.state.CompareAndSwap(peerLive, peerGone) {
+		p.conn.Close()
+	}
+}
+
+// goneError explains a call on a gone peer.
+func (p *peer) goneError(op string) error {
+	cause := errors.New("connection failed")
+	if e := p.cause.Load(); e != nil {
+		cause = *e
+	}
+	return fmt.Errorf("capi: %s peer %d: %w (%v); reconnect or accept a replacement at this index", op, p.idx, ErrPeerGone, cause)
 }
 
 // Send sends data as one message to peer idx and returns len(data). A message
@@ -141,15 +170,18 @@ func (c *Context) recv(p *peer, buf []byte, check func(n int) error) (int, error
 	return n, nil
 }
 
-// ioError explains a failed read or write on p's connection.
+// ioError explains a failed read or write on p's connection. Unless this
+// side closed it, the peer is gone: its connection is closed, and later
+// calls on it fail with ErrPeerGone until it is replaced.
 func (c *Context) ioError(op string, p *peer, err error) error {
 	switch {
 	case c.isClosed():
 		return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrClosed)
-	case p.isClosed():
+	case p.state.Load() == peerDisconnected:
 		return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrPeerDisconnected)
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		return fmt.Errorf("capi: %s peer %d: the peer closed the connection: %w", op, p.idx, err)
+		err = fmt.Errorf("the peer closed the connection: %w", err)
 	}
-	return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, err)
+	p.lose(err)
+	return fmt.Errorf("capi: %s peer %d: %w (%w)", op, p.idx, err, ErrPeerGone)
 }

@@ -21,7 +21,7 @@ package main
 #include <stdint.h>
 #include <stdbool.h>
 
-void rdma_set_error(const char *msg, size_t len);
+void rdma_set_error(const char *msg, size_t len, int code);
 */
 import "C"
 
@@ -53,7 +53,7 @@ var contexts = struct {
 func setError(fn string, err error) {
 	msg := fn + ": " + strings.TrimPrefix(err.Error(), "capi: ")
 	// The C side copies msg before returning and keeps no pointer to it.
-	C.rdma_set_error((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+	C.rdma_set_error((*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)), C.int(errorCode(err)))
 }
 
 // fail sets the calling thread's error text and returns the C API's -1.
@@ -66,12 +66,65 @@ func fail(fn string, err error) C.int {
 // library takes down the C program. Use as: defer recoverTo("fn", &ret, -1).
 func recoverTo[T any](fn string, ret *T, failed T) {
 	if r := recover(); r != nil {
-		setError(fn, fmt.Errorf("internal error: %v", r))
+		setError(fn, fmt.Errorf("%w: %v", errInternal, r))
 		*ret = failed
 	}
 }
 
+// Error codes of rdma_get_errno, as rdma_lib.h defines them.
+const (
+	codeInvalid       = 1
+	codeBadContext    = 2
+	codeClosed        = 3
+	codeNotServer     = 4
+	codeTooManyPeers  = 5
+	codeNoSuchPeer    = 6
+	codeDisconnected  = 7
+	codePeerGone      = 8
+	codeNoPeers       = 9
+	codeMessageSize   = 10
+	codeProtocol      = 11
+	codePeerConnected = 12
+	codeConnect       = 13
+	codeInternal      = 14
+)
+
+// codes maps the errors calls return to codes, first match wins: a call's
+// own error comes before the errors of the steps it wraps.
+var codes = []struct {
+	err  error
+	code int
+}{
+	{errNilCtx, codeBadContext},
+	{errStaleCtx, codeBadContext},
+	{errInternal, codeInternal},
+	{capi.ErrClosed, codeClosed},
+	{capi.ErrNotServer, codeNotServer},
+	{capi.ErrTooManyPeers, codeTooManyPeers},
+	{capi.ErrNoSuchPeer, codeNoSuchPeer},
+	{capi.ErrPeerConnected, codePeerConnected},
+	{capi.ErrPeerDisconnected, codeDisconnected},
+	{capi.ErrPeerGone, codePeerGone},
+	{capi.ErrNoPeers, codeNoPeers},
+	{capi.ErrMessageTooLong, codeMessageSize},
+	{capi.ErrProtocol, codeProtocol},
+	{capi.ErrInvalidArgument, codeInvalid},
+	{capi.ErrConnect, codeConnect},
+}
+
+// errorCode is err's rdma_get_errno code: an argument error unless it
+// matches one of codes.
+func errorCode(err error) int {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return codeInvalid
+}
+
 var (
+	errInternal = errors.New("internal error")
 	errNilCtx   = errors.New("ctx is NULL")
 	errStaleCtx = errors.New("ctx is not a live rdma_context (not returned by rdma_init, or already passed to rdma_cleanup)")
 )
@@ -183,6 +236,37 @@ func rdma_accept_peer(h C.uintptr_t) (ret C.int) {
 		return fail(fn, err)
 	}
 	return C.int(idx)
+}
+
+//export rdma_reconnect_peer
+func rdma_reconnect_peer(h C.uintptr_t, idx C.int, peerIP *C.char, peerPort C.int) (ret C.int) {
+	const fn = "rdma_reconnect_peer"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if peerIP == nil {
+		return fail(fn, errors.New("peer_ip is NULL"))
+	}
+	if err := ctx.ReconnectPeer(int(idx), C.GoString(peerIP), int(peerPort)); err != nil {
+		return fail(fn, err)
+	}
+	return idx
+}
+
+//export rdma_accept_peer_at
+func rdma_accept_peer_at(h C.uintptr_t, idx C.int) (ret C.int) {
+	const fn = "rdma_accept_peer_at"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if err := ctx.AcceptPeerAt(int(idx)); err != nil {
+		return fail(fn, err)
+	}
+	return idx
 }
 
 //export rdma_disconnect_peer

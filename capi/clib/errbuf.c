@@ -10,11 +10,13 @@
 #define RDMA_ERROR_MAX 1024
 
 static __thread char rdma_error_text[RDMA_ERROR_MAX];
+static __thread int rdma_error_code;
 
 // rdma_set_error copies len bytes of msg (not NUL-terminated) as the calling
-// thread's error text, truncated to fit. Hidden: not part of librdma's ABI.
+// thread's error text, truncated to fit, and sets its error code. Hidden: not part of librdma's ABI.
 __attribute__((visibility("hidden")))
-void rdma_set_error(const char *msg, size_t len) {
+void rdma_set_error(const char *msg, size_t len, int code) {
+    rdma_error_code = code;
     if (len >= RDMA_ERROR_MAX) {
         len = RDMA_ERROR_MAX - 1;
     }
@@ -26,4 +28,8 @@ void rdma_set_error(const char *msg, size_t len) {
 
 const char *rdma_get_error(void) {
     return rdma_error_text;
+}
+
+int rdma_get_errno(void) {
+    return rdma_error_code;
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,6 +29,9 @@ var originalAPI = []string{
 
 // addedAPI is what rdma_lib.h declares beyond the original API.
 var addedAPI = []string{
+	"int rdma_reconnect_peer(rdma_context *ctx, int peer_idx, const char *peer_ip, int peer_port);",
+	"int rdma_accept_peer_at(rdma_context *ctx, int peer_idx);",
+	"int rdma_get_errno(void);",
 	"int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);",
 }
 
@@ -59,7 +63,16 @@ func TestHeaderDeclaresTheOriginalAPI(t *testing.T) {
 			defines[m[1]] = m[2]
 		}
 	}
-	assert.Equal(t, originalConstants, defines)
+	for name, value := range originalConstants {
+		assert.Equal(t, value, defines[name], name)
+		delete(defines, name)
+	}
+	// Every other constant is an error code, one per code clib sets.
+	wantCodes := map[string]string{}
+	for _, c := range errorCodes {
+		wantCodes[c.name] = strconv.Itoa(c.code)
+	}
+	assert.Equal(t, wantCodes, defines)
 	assert.Contains(t, text, "#include <stdbool.h>")
 	assert.Contains(t, text, "#include <stddef.h>")
 	assert.Contains(t, text, "typedef struct rdma_context rdma_context;")
@@ -74,7 +87,28 @@ func TestEveryFunctionIsDefined(t *testing.T) {
 	for _, proto := range append(append([]string(nil), originalAPI...), addedAPI...) {
 		name := regexp.MustCompile(`(rdma_[a-z_]+)\(`).FindStringSubmatch(proto)[1]
 		exported := strings.Contains(string(goSrc), "//export "+name+"\n")
-		inC := strings.Contains(string(cSrc), name+"(void) {")
+		inC := strings.Contains(string(cSrc), name+"(void) {\n")
 		assert.True(t, exported != inC, "%s: exported from Go %v, defined in C %v", name, exported, inC)
 	}
+}
+
+// errorCodes are rdma_lib.h's RDMA_ERR_ constants and clib's codes.
+var errorCodes = []struct {
+	name string
+	code int
+}{
+	{"RDMA_ERR_INVALID", codeInvalid},
+	{"RDMA_ERR_BAD_CONTEXT", codeBadContext},
+	{"RDMA_ERR_CLOSED", codeClosed},
+	{"RDMA_ERR_NOT_SERVER", codeNotServer},
+	{"RDMA_ERR_TOO_MANY_PEERS", codeTooManyPeers},
+	{"RDMA_ERR_NO_SUCH_PEER", codeNoSuchPeer},
+	{"RDMA_ERR_DISCONNECTED", codeDisconnected},
+	{"RDMA_ERR_PEER_GONE", codePeerGone},
+	{"RDMA_ERR_NO_PEERS", codeNoPeers},
+	{"RDMA_ERR_MSG_SIZE", codeMessageSize},
+	{"RDMA_ERR_PROTOCOL", codeProtocol},
+	{"RDMA_ERR_PEER_CONNECTED", codePeerConnected},
+	{"RDMA_ERR_CONNECT", codeConnect},
+	{"RDMA_ERR_INTERNAL", codeInternal},
 }

@@ -32,7 +32,18 @@
  *    it never writes more than recv_len bytes there. Use it in new code,
  *    and whenever (n+1)*msg_size may exceed BUFFER_SIZE.
  *  - Every failing call returns -1 (rdma_init: NULL) and sets the calling
- *    thread's rdma_get_error() text; success leaves that text unchanged.
+ *    thread's rdma_get_error() text and rdma_get_errno() code (one of the
+ *    RDMA_ERR_ constants below, never 0 after a failure); success leaves
+ *    both unchanged, as with errno.
+ *  - Recovery: a peer whose connection fails (it died, or closed) is gone.
+ *    Calls on it fail with RDMA_ERR_PEER_GONE; the context's other peers go
+ *    on: rdma_broadcast still reaches them (and then reports the gone
+ *    peer), rdma_sequential_alltoall leaves a client that fails during the
+ *    exchange out and completes it with the others. The index of a gone or
+ *    disconnected peer takes a new connection: rdma_reconnect_peer on a
+ *    client (dials again), rdma_accept_peer_at on a server (accepts the next
+ *    client as that index). Both return the index. rdma_disconnect_peer on
+ *    a gone peer acknowledges it and returns 0.
  *    Calls block until done; rdma_connect_peer gives up after 10 seconds.
  *  - Calls on one context may come from several threads.
  */
@@ -51,6 +62,22 @@ extern "C" {
 #define CQ_DEPTH 256
 #define BUFFER_SIZE 4096
 
+/* rdma_get_errno() codes. */
+#define RDMA_ERR_INVALID 1        /* an argument is invalid */
+#define RDMA_ERR_BAD_CONTEXT 2    /* ctx is NULL or not a live context */
+#define RDMA_ERR_CLOSED 3         /* the context is being cleaned up */
+#define RDMA_ERR_NOT_SERVER 4     /* accepting on a client context */
+#define RDMA_ERR_TOO_MANY_PEERS 5 /* MAX_PEERS reached */
+#define RDMA_ERR_NO_SUCH_PEER 6   /* no peer has that index */
+#define RDMA_ERR_DISCONNECTED 7   /* the peer was disconnected by this side */
+#define RDMA_ERR_PEER_GONE 8      /* the peer's connection failed or it closed */
+#define RDMA_ERR_NO_PEERS 9       /* no connected peers */
+#define RDMA_ERR_MSG_SIZE 10      /* a message does not fit */
+#define RDMA_ERR_PROTOCOL 11      /* a peer broke the protocol */
+#define RDMA_ERR_PEER_CONNECTED 12 /* the index has a live peer */
+#define RDMA_ERR_CONNECT 13       /* connecting failed: refused, unreachable, timed out */
+#define RDMA_ERR_INTERNAL 14      /* a bug in the library */
+
 /* Opaque: a handle, never dereferenced. */
 typedef struct rdma_context rdma_context;
 
@@ -60,6 +87,8 @@ void rdma_cleanup(rdma_context *ctx);
 int rdma_connect_peer(rdma_context *ctx, const char *peer_ip, int peer_port);
 int rdma_accept_peer(rdma_context *ctx);
 int rdma_disconnect_peer(rdma_context *ctx, int peer_idx);
+int rdma_reconnect_peer(rdma_context *ctx, int peer_idx, const char *peer_ip, int peer_port);
+int rdma_accept_peer_at(rdma_context *ctx, int peer_idx);
 
 int rdma_send(rdma_context *ctx, int peer_idx, const void *data, size_t len);
 int rdma_recv(rdma_context *ctx, int peer_idx, void *data, size_t max_len);
@@ -68,6 +97,7 @@ int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv
 int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);
 
 const char* rdma_get_error(void);
+int rdma_get_errno(void);
 
 #ifdef __cplusplus
 }

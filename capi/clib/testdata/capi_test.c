@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -77,6 +78,13 @@ static int checks;
         CHECK(ret_ >= 0, "returned %ld (error '%s')", ret_, rdma_get_error()); \
     } while (0)
 
+#define EXPECT_ERRNO(ret, want_code, want_text)                               \
+    do {                                                                      \
+        EXPECT_ERROR(ret, -1, want_text);                                     \
+        CHECK(rdma_get_errno() == (want_code), "errno %d, want %s (%d); error '%s'", \
+              rdma_get_errno(), #want_code, want_code, rdma_get_error());      \
+    } while (0)
+
 static int test_port;
 
 // new_server listens on 127.0.0.1 on a free port of its choosing.
@@ -110,6 +118,9 @@ static void test_bad_arguments(void) {
     char buf[16] = {0};
     rdma_context *nil = NULL;
     EXPECT_ERROR(rdma_connect_peer(nil, "127.0.0.1", 1), -1, "rdma_connect_peer: ctx is NULL");
+    CHECK(rdma_get_errno() == RDMA_ERR_BAD_CONTEXT, "errno %d", rdma_get_errno());
+    EXPECT_ERRNO(rdma_reconnect_peer(nil, 0, "127.0.0.1", 1), RDMA_ERR_BAD_CONTEXT, "rdma_reconnect_peer: ctx is NULL");
+    EXPECT_ERRNO(rdma_accept_peer_at(nil, 0), RDMA_ERR_BAD_CONTEXT, "rdma_accept_peer_at: ctx is NULL");
     EXPECT_ERROR(rdma_accept_peer(nil), -1, "rdma_accept_peer: ctx is NULL");
     EXPECT_ERROR(rdma_disconnect_peer(nil, 0), -1, "rdma_disconnect_peer: ctx is NULL");
     EXPECT_ERROR(rdma_send(nil, 0, buf, 1), -1, "rdma_send: ctx is NULL");
@@ -127,10 +138,14 @@ static void test_bad_arguments(void) {
     // A client context: argument errors, and no accepting.
     rdma_context *cl = rdma_init("127.0.0.2", 0, 64, false);
     CHECK(cl != NULL, "client init: %s", rdma_get_error());
-    EXPECT_ERROR(rdma_accept_peer(cl), -1, "rdma_accept_peer: accept: not a server context");
+    EXPECT_ERRNO(rdma_accept_peer(cl), RDMA_ERR_NOT_SERVER, "rdma_accept_peer: accept: not a server context");
+    EXPECT_ERRNO(rdma_accept_peer_at(cl, 0), RDMA_ERR_NOT_SERVER, "rdma_accept_peer_at: accept: not a server context");
+    EXPECT_ERRNO(rdma_reconnect_peer(cl, 0, "127.0.0.1", 1), RDMA_ERR_NO_SUCH_PEER, "reconnect peer 0: no such peer");
+    EXPECT_ERRNO(rdma_reconnect_peer(cl, 0, NULL, 1), RDMA_ERR_INVALID, "peer_ip is NULL");
+    EXPECT_ERRNO(rdma_connect_peer(cl, "127.0.0.1", 1), RDMA_ERR_CONNECT, "rdma_connect_peer: connect to 127.0.0.1:1 from 127.0.0.2");
     EXPECT_ERROR(rdma_connect_peer(cl, NULL, 1), -1, "peer_ip is NULL");
     EXPECT_ERROR(rdma_connect_peer(cl, "x.y", 1), -1, "\"x.y\" is not an IP address");
-    EXPECT_ERROR(rdma_send(cl, 0, buf, 1), -1, "send to peer 0: no such peer (the context has 0 peers)");
+    EXPECT_ERRNO(rdma_send(cl, 0, buf, 1), RDMA_ERR_NO_SUCH_PEER, "send to peer 0: no such peer (the context has 0 peers)");
     EXPECT_ERROR(rdma_send(cl, 0, NULL, 1), -1, "rdma_send: data is NULL");
     EXPECT_ERROR(rdma_send(cl, 0, buf, 65), -1, "message too long");
     EXPECT_ERROR(rdma_recv(cl, 0, NULL, 1), -1, "rdma_recv: data is NULL");
@@ -435,6 +450,179 @@ static void test_hostile_server(void) {
     rdma_cleanup(hostile_srv);
 }
 
+// ---- a peer killed mid-run, replaced, while the others go on -------------
+
+// The server runs one pthread per peer index, each an echo loop with its
+// peer. Peer 0 is another process (this program with --echo-client), which
+// its server thread kills with SIGKILL in round KILL_ROUND and replaces:
+// a new process, accepted at index 0 with rdma_accept_peer_at. Peer 2's
+// server thread drops it in round DROP_ROUND; that client, a pthread, sees
+// its server gone and comes back with rdma_reconnect_peer. Peer 1 echoes
+// throughout, untouched.
+#define RECOVERY_ROUNDS 12
+#define KILL_ROUND 3
+#define DROP_ROUND 6
+
+static rdma_context *rec_srv;
+static int rec_port;
+// accept_lock: one replacement at a time, so that each rdma_accept_peer_at
+// takes the client meant for its index.
+static pthread_mutex_t accept_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *self_path;
+static pid_t rec_child; // the first echo client process
+
+static pid_t start_echo_client(void) {
+    char port[16];
+    snprintf(port, sizeof(port), "%d", rec_port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self_path, self_path, "--echo-client", port, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+// echo_client_main is the --echo-client process: it echoes every message
+// until "bye".
+static int echo_client_main(int port) {
+    rdma_context *ctx = rdma_init("127.0.0.4", 0, BUFFER_SIZE, false);
+    if (!ctx || rdma_connect_peer(ctx, "127.0.0.1", port) != 0) {
+        fprintf(stderr, "echo client: %s\n", rdma_get_error());
+        return 1;
+    }
+    char b[64];
+    for (;;) {
+        int n = rdma_recv(ctx, 0, b, sizeof(b));
+        if (n < 0) {
+            fprintf(stderr, "echo client: %s\n", rdma_get_error());
+            return 1;
+        }
+        if (n == 4 && memcmp(b, "bye", 4) == 0) {
+            break;
+        }
+        if (rdma_send(ctx, 0, b, (size_t)n) != n) {
+            fprintf(stderr, "echo client: %s\n", rdma_get_error());
+            return 1;
+        }
+    }
+    rdma_cleanup(ctx);
+    return 0;
+}
+
+// echo_round sends "round r peer i" to peer idx and checks the echo.
+static int echo_round(int idx, int round) {
+    char msg[64], got[64];
+    int len = snprintf(msg, sizeof(msg), "round %d peer %d", round, idx) + 1;
+    if (rdma_send(rec_srv, idx, msg, (size_t)len) != len) {
+        return -1;
+    }
+    int n = rdma_recv(rec_srv, idx, got, sizeof(got));
+    if (n < 0) {
+        return -1;
+    }
+    CHECK(n == len && memcmp(got, msg, (size_t)len) == 0, "peer %d round %d: echo '%.*s'", idx, round, n, got);
+    return 0;
+}
+
+static void *recovery_server_thread(void *arg) {
+    int idx = (int)(intptr_t)arg;
+    pid_t child = idx == 0 ? rec_child : 0;
+    for (int round = 0; round < RECOVERY_ROUNDS; round++) {
+        if (idx == 0 && round == KILL_ROUND) {
+            kill(child, SIGKILL);
+            int status = 0;
+            waitpid(child, &status, 0);
+            CHECK(WIFSIGNALED(status), "the echo client was not killed: %#x", status);
+            // The peer is gone: its calls fail with PEER_GONE, not the
+            // context's other peers'.
+            char b[64];
+            EXPECT_ERRNO(rdma_recv(rec_srv, 0, b, sizeof(b)), RDMA_ERR_PEER_GONE, "recv from peer 0");
+            EXPECT_ERRNO(rdma_send(rec_srv, 0, "x", 1), RDMA_ERR_PEER_GONE,
+                         "send to peer 0: peer gone");
+            EXPECT_ERRNO(rdma_accept_peer_at(rec_srv, 1), RDMA_ERR_PEER_CONNECTED, "accept at peer 1: peer index in use");
+            pthread_mutex_lock(&accept_lock);
+            child = start_echo_client();
+            EXPECT_OK(rdma_accept_peer_at(rec_srv, 0), 0);
+            pthread_mutex_unlock(&accept_lock);
+        }
+        if (idx == 2 && round == DROP_ROUND) {
+            pthread_mutex_lock(&accept_lock);
+            EXPECT_OK(rdma_send(rec_srv, 2, "drop", 5), 5);
+            EXPECT_OK(rdma_disconnect_peer(rec_srv, 2), 0);
+            EXPECT_ERRNO(rdma_send(rec_srv, 2, "x", 1), RDMA_ERR_DISCONNECTED, "send to peer 2: peer disconnected");
+            EXPECT_OK(rdma_accept_peer_at(rec_srv, 2), 2);
+            pthread_mutex_unlock(&accept_lock);
+        }
+        CHECK(echo_round(idx, round) == 0, "peer %d round %d: %s (errno %d)", idx, round, rdma_get_error(), rdma_get_errno());
+    }
+    EXPECT_OK(rdma_send(rec_srv, idx, "bye", 4), 4);
+    if (child) {
+        int status = 0;
+        waitpid(child, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the replacement echo client: %#x", status);
+    }
+    return NULL;
+}
+
+static void *recovery_client_thread(void *arg) {
+    const char *ip = arg;
+    rdma_context *ctx = rdma_init(ip, 0, BUFFER_SIZE, false);
+    CHECK(ctx != NULL, "client init: %s", rdma_get_error());
+    if (!ctx) {
+        exit(1);
+    }
+    EXPECT_OK(rdma_connect_peer(ctx, "127.0.0.1", rec_port), 0);
+    char b[64];
+    for (;;) {
+        int n = rdma_recv(ctx, 0, b, sizeof(b));
+        if (n < 0) {
+            CHECK(0, "client %s: %s", ip, rdma_get_error());
+            break;
+        }
+        if (n == 4 && memcmp(b, "bye", 4) == 0) {
+            break;
+        }
+        if (n == 5 && memcmp(b, "drop", 5) == 0) {
+            // The server drops us: the next call finds it gone.
+            EXPECT_ERRNO(rdma_recv(ctx, 0, b, sizeof(b)), RDMA_ERR_PEER_GONE, "recv from peer 0: ");
+            EXPECT_ERRNO(rdma_reconnect_peer(ctx, 1, "127.0.0.1", rec_port), RDMA_ERR_NO_SUCH_PEER, "no such peer");
+            EXPECT_OK(rdma_reconnect_peer(ctx, 0, "127.0.0.1", rec_port), 0);
+            EXPECT_ERRNO(rdma_reconnect_peer(ctx, 0, "127.0.0.1", rec_port), RDMA_ERR_PEER_CONNECTED,
+                         "the peer is connected");
+            continue;
+        }
+        EXPECT_OK(rdma_send(ctx, 0, b, (size_t)n), n);
+    }
+    rdma_cleanup(ctx);
+    return NULL;
+}
+
+static void test_recovery(void) {
+    rec_srv = new_server(BUFFER_SIZE);
+    rec_port = test_port - 1;
+    pthread_t clients[2], servers[3];
+    // Peer 0 is the echo process: accept it first, so that the pthread
+    // clients are peers 1 and 2.
+    rec_child = start_echo_client();
+    EXPECT_OK(rdma_accept_peer(rec_srv), 0);
+    pthread_create(&servers[0], NULL, recovery_server_thread, (void *)(intptr_t)0);
+    const char *ips[2] = {"127.0.0.2", "127.0.0.3"};
+    for (int i = 0; i < 2; i++) {
+        pthread_create(&clients[i], NULL, recovery_client_thread, (void *)ips[i]);
+        EXPECT_OK(rdma_accept_peer(rec_srv), i + 1);
+    }
+    for (int i = 1; i < 3; i++) {
+        pthread_create(&servers[i], NULL, recovery_server_thread, (void *)(intptr_t)i);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(servers[i], NULL);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(clients[i], NULL);
+    }
+    rdma_cleanup(rec_srv);
+}
+
 // ---- MAX_PEERS ---------------------------------------------------------
 
 static rdma_context *max_srv;
@@ -662,6 +850,9 @@ static int report(const char *what) {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 3 && strcmp(argv[1], "--echo-client") == 0) {
+        return echo_client_main(atoi(argv[2]));
+    }
     if (argc == 4 && strcmp(argv[1], "--examples") == 0) {
         printf("capi_test: simple client %s\n", argv[2]);
         test_simple_client(argv[2]);
@@ -670,6 +861,7 @@ int main(int argc, char **argv) {
         return report("capi_test --examples");
     }
     test_port = 20000 + (int)(getpid() % 20000);
+    self_path = "/proc/self/exe";
     CHECK(rdma_get_error() != NULL && rdma_get_error()[0] == '\0', "initial error text '%s'", rdma_get_error());
 
     printf("capi_test: bad arguments\n");
@@ -680,6 +872,8 @@ int main(int argc, char **argv) {
     test_star();
     printf("capi_test: a server that sends more than recv_buf holds\n");
     test_hostile_server();
+    printf("capi_test: a peer killed and replaced while the others go on\n");
+    test_recovery();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
     printf("capi_test: cleanup unblocks other threads\n");
