@@ -393,4 +393,3 @@ func earliest(a, b time.Time) time.Time {
 	}
 	return b
 }
-
