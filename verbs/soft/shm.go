@@ -32,7 +32,8 @@ import (
 //     peer. A ring holds only the bytes the two ends send each other and
 //     the ring's control words; the peer can write both (every record and
 //     position read from it is checked), and that is all it reaches. A ring
-//     memfd is mode 0600, so another user cannot reopen it.
+//     memfd is mode 0600, so another user cannot reopen it (a peer's ring
+//     that is not is refused).
 //   - Shared memory is offered only between processes of the same effective
 //     uid (SO_PEERCRED, checked by both ends on the unix socket that passes
 //     the rings), root to root included; any other peer gets TCP.

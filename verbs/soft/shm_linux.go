@@ -225,14 +225,16 @@ func isEventfd(fd int) bool {
 
 // mapRing maps a ring memfd the peer passed, of size bytes (checked against
 // our limit already), after checking that it cannot shrink under us (which
-// would turn our accesses into SIGBUS).
+// would turn our accesses into SIGBUS) and that no other user can open it.
 func mapRing(fd int, size int) ([]byte, error) {
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
 		return nil, errShmSetup
 	}
+	// Only our user may reopen it (what we write there is for the peer).
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size < int64(size) {
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o077 != 0 ||
+		st.Size < int64(size) {
 		return nil, errShmSetup
 	}
 	// Map every page now rather than fault them in one by one during the

@@ -372,12 +372,13 @@ func fakeOffer(t *testing.T, active *net.TCPConn, serve func(uc *net.UnixConn)) 
 }
 
 // hostileRing sends a ring setup of the given advertised size, over a
-// memfd of fileSize bytes named hostile-ring, sealed against shrinking
-// when sealed is true.
-func hostileRing(t *testing.T, uc *net.UnixConn, size uint32, fileSize int64, sealed bool) {
+// memfd of fileSize bytes named hostile-ring with the given mode, sealed
+// against shrinking when sealed is true.
+func hostileRing(t *testing.T, uc *net.UnixConn, size uint32, fileSize int64, mode uint32, sealed bool) {
 	fd, err := unix.MemfdCreate("hostile-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	require.NoError(t, err)
 	defer unix.Close(fd)
+	require.NoError(t, unix.Fchmod(fd, mode))
 	require.NoError(t, unix.Ftruncate(fd, fileSize))
 	if sealed {
 		_, err = unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL)
@@ -414,13 +415,16 @@ func TestShmAnswerBoundsThePeer(t *testing.T) {
 	const big = 256 << 20
 	cases := map[string]func(t *testing.T, uc *net.UnixConn){
 		"ring larger than ours": func(t *testing.T, uc *net.UnixConn) {
-			hostileRing(t, uc, big, shmHdrPage+big, true)
+			hostileRing(t, uc, big, shmHdrPage+big, 0o600, true)
 		},
 		"ring file smaller than announced": func(t *testing.T, uc *net.UnixConn) {
-			hostileRing(t, uc, defaultShmRing, shmHdrPage, true)
+			hostileRing(t, uc, defaultShmRing, shmHdrPage, 0o600, true)
 		},
 		"ring that may shrink": func(t *testing.T, uc *net.UnixConn) {
-			hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, false)
+			hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, 0o600, false)
+		},
+		"ring other users may open": func(t *testing.T, uc *net.UnixConn) {
+			hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, 0o666, true)
 		},
 		"silent after the token": func(t *testing.T, uc *net.UnixConn) {},
 		"gone after the token":   func(t *testing.T, uc *net.UnixConn) { uc.Close() },
@@ -443,7 +447,7 @@ func TestShmAnswerBoundsThePeer(t *testing.T) {
 	// for the reasons they name).
 	active, passive := tcpPair(t)
 	req := fakeOffer(t, active, func(uc *net.UnixConn) {
-		hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, true)
+		hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, 0o600, true)
 	})
 	p := shmAnswer(req, passive, time.Now().Add(time.Minute))
 	require.NotNil(t, p)
