@@ -42,7 +42,7 @@ func childRun(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
-	n, r := g.Size(), g.Rank()
+	r := g.Rank()
 	if os.Getenv(dieEnv) == strconv.Itoa(r) {
 		// Take part in the first barrier, then die while the others reduce.
 		if err := g.Barrier(ctx); err != nil {
@@ -63,6 +63,14 @@ func childRun(ctx context.Context) error {
 		return errors.New("a rank died, yet every operation succeeded")
 	}
 
+	return childOps(ctx, g)
+}
+
+// childOps is what a rank runs after its Join, with data and checks that
+// every rank derives from its rank alone, so that ranks in this process and
+// in child processes make one group: AllReduce, AllToAll, Barrier.
+func childOps(ctx context.Context, g *Group) error {
+	n, r := g.Size(), g.Rank()
 	buf := make([]float64, 100003)
 	for i := range buf {
 		buf[i] = float64(r*i%7) - 3
@@ -76,7 +84,7 @@ func childRun(ctx context.Context) error {
 			want += float64(q*i%7) - 3
 		}
 		if buf[i] != want {
-			return fmt.Errorf("AllReduce: element %d is %v, want %v", i, buf[i], want)
+			return fmt.Errorf("rank %d: AllReduce element %d is %v, want %v", r, i, buf[i], want)
 		}
 	}
 	send, recv := make([]byte, n*1000), make([]byte, n*1000)
@@ -88,7 +96,7 @@ func childRun(ctx context.Context) error {
 	}
 	for i := range recv {
 		if recv[i] != byte(i/1000^r) {
-			return fmt.Errorf("AllToAll: byte %d is %d", i, recv[i])
+			return fmt.Errorf("rank %d: AllToAll byte %d is %d", r, i, recv[i])
 		}
 	}
 	return g.Barrier(ctx)
@@ -109,20 +117,27 @@ func startRanks(t *testing.T, n int, extra ...string) []*exec.Cmd {
 	return cmds
 }
 
+// combinedOutputs runs cmds at once; outs[i] gets command i's combined
+// output and exit status when it ends.
+func combinedOutputs(cmds []*exec.Cmd) (outs []chan string) {
+	outs = make([]chan string, len(cmds))
+	for i, cmd := range cmds {
+		outs[i] = make(chan string, 1)
+		go func() {
+			out, err := cmd.CombinedOutput()
+			outs[i] <- fmt.Sprintf("%s (exit: %v)", out, err)
+		}()
+	}
+	return outs
+}
+
 func TestRanksInSeparateProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
 	const n = 4
 	cmds := startRanks(t, n)
-	outs := make([]chan string, n)
-	for r, cmd := range cmds {
-		outs[r] = make(chan string, 1)
-		go func() {
-			out, err := cmd.CombinedOutput()
-			outs[r] <- fmt.Sprintf("%s (exit: %v)", out, err)
-		}()
-	}
+	outs := combinedOutputs(cmds)
 	for r := range cmds {
 		out := <-outs[r]
 		require.True(t, strings.HasPrefix(out, "OK\n"), "rank %d: %s", r, out)
@@ -137,14 +152,7 @@ func TestRankProcessDies(t *testing.T) {
 	}
 	const n, dead = 4, 2
 	cmds := startRanks(t, n, dieEnv+"="+strconv.Itoa(dead))
-	outs := make([]chan string, n)
-	for r, cmd := range cmds {
-		outs[r] = make(chan string, 1)
-		go func() {
-			out, err := cmd.CombinedOutput()
-			outs[r] <- fmt.Sprintf("%s (exit: %v)", out, err)
-		}()
-	}
+	outs := combinedOutputs(cmds)
 	for r := range cmds {
 		out := <-outs[r]
 		if r == dead {

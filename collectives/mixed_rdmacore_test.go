@@ -170,42 +170,6 @@ func TestMixedWireRDMACore(t *testing.T) {
 	}
 }
 
-// childOps runs what childRun runs after its Join, with the same data and
-// checks, so that ranks in this process and in child processes make one
-// group.
-func childOps(ctx context.Context, g *Group) error {
-	n, r := g.Size(), g.Rank()
-	buf := make([]float64, 100003)
-	for i := range buf {
-		buf[i] = float64(r*i%7) - 3
-	}
-	if err := AllReduce(ctx, g, buf, buf, Sum); err != nil {
-		return err
-	}
-	for i := range buf {
-		var want float64
-		for q := 0; q < n; q++ {
-			want += float64(q*i%7) - 3
-		}
-		if buf[i] != want {
-			return fmt.Errorf("rank %d: AllReduce element %d is %v, want %v", r, i, buf[i], want)
-		}
-	}
-	send, recv := make([]byte, n*1000), make([]byte, n*1000)
-	for i := range send {
-		send[i] = byte(r ^ i/1000)
-	}
-	if err := g.AllToAll(ctx, send, recv); err != nil {
-		return err
-	}
-	for i := range recv {
-		if recv[i] != byte(i/1000^r) {
-			return fmt.Errorf("rank %d: AllToAll byte %d is %d", r, i, recv[i])
-		}
-	}
-	return g.Barrier(ctx)
-}
-
 // waitListening returns once addr accepts a TCP connection, or ctx ends.
 func waitListening(t testing.TB, ctx context.Context, addr string) {
 	for ctx.Err() == nil {

@@ -50,15 +50,11 @@ func TestNetnsGroup(t *testing.T) {
 	const n = 4
 	nw := netnstest.New(t, n)
 	root := nw.Hosts[0].IP + ":7100"
-	outs := make([]chan string, n)
+	cmds := make([]*exec.Cmd, n)
 	for r, h := range nw.Hosts {
-		cmd := rankCmd(h, r, n, root, rankPeer)
-		outs[r] = make(chan string, 1)
-		go func() {
-			out, err := cmd.CombinedOutput()
-			outs[r] <- fmt.Sprintf("%s (exit: %v)", out, err)
-		}()
+		cmds[r] = rankCmd(h, r, n, root, rankPeer)
 	}
+	outs := combinedOutputs(cmds)
 	for r := range outs {
 		select {
 		case out := <-outs[r]:
