@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+
+	"github.com/rdmanet/rdma/collectives"
 )
 
 // Context is one endpoint of the C-style API: a server that accepts peers or
@@ -21,6 +24,12 @@ type Context struct {
 	// acceptMu serializes AcceptPeer so that accepted peers get their
 	// indexes in accept order.
 	acceptMu sync.Mutex
+
+	// groupMu serializes GroupInit and the group's collectives; groupRef
+	// lets Close end a group whose operation holds groupMu.
+	groupMu  sync.Mutex
+	group    *collectives.Group
+	groupRef atomic.Pointer[collectives.Group]
 
 	// collMu serializes collectives, which share the scratch list live.
 	collMu sync.Mutex
@@ -334,6 +343,9 @@ func (c *Context) Close() error {
 		if err := c.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			first = err
 		}
+	}
+	if g := c.groupRef.Load(); g != nil {
+		g.Close()
 	}
 	for _, p := range peers {
 		p.disconnect()

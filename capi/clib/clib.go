@@ -37,6 +37,7 @@ import (
 	"unsafe"
 
 	"github.com/rdmanet/rdma/capi"
+	"github.com/rdmanet/rdma/collectives"
 )
 
 func main() {}
@@ -87,6 +88,8 @@ const (
 	codePeerConnected = 12
 	codeConnect       = 13
 	codeInternal      = 14
+	codeNoGroup       = 15
+	codeGroupFailed   = 16
 )
 
 // codes maps the errors calls return to codes, first match wins: a call's
@@ -108,6 +111,8 @@ var codes = []struct {
 	{capi.ErrNoPeers, codeNoPeers},
 	{capi.ErrMessageTooLong, codeMessageSize},
 	{capi.ErrProtocol, codeProtocol},
+	{capi.ErrNoGroup, codeNoGroup},
+	{collectives.ErrBroken, codeGroupFailed},
 	{capi.ErrInvalidArgument, codeInvalid},
 	{capi.ErrConnect, codeConnect},
 }
@@ -119,6 +124,10 @@ func errorCode(err error) int {
 		if errors.Is(err, c.err) {
 			return c.code
 		}
+	}
+	var re *collectives.RankError
+	if errors.As(err, &re) {
+		return codeGroupFailed
 	}
 	return codeInvalid
 }
@@ -397,6 +406,189 @@ func allToAll(fn string, h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen
 		traceCombined(ctx, recv, size)
 	}
 	return 0
+}
+
+//export rdma_group_init
+func rdma_group_init(h C.uintptr_t) (ret C.int) {
+	const fn = "rdma_group_init"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	rank, err := ctx.GroupInit()
+	if err != nil {
+		return fail(fn, err)
+	}
+	return C.int(rank)
+}
+
+//export rdma_group_size
+func rdma_group_size(h C.uintptr_t) (ret C.int) {
+	const fn = "rdma_group_size"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	n := ctx.GroupSize()
+	if n == 0 {
+		return fail(fn, capi.ErrNoGroup)
+	}
+	return C.int(n)
+}
+
+//export rdma_barrier
+func rdma_barrier(h C.uintptr_t) (ret C.int) {
+	const fn = "rdma_barrier"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if err := ctx.Barrier(); err != nil {
+		return fail(fn, err)
+	}
+	return 0
+}
+
+//export rdma_bcast
+func rdma_bcast(h C.uintptr_t, buf unsafe.Pointer, n C.size_t, root C.int) (ret C.int) {
+	const fn = "rdma_bcast"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if buf == nil && n > 0 {
+		return fail(fn, errors.New("buf is NULL"))
+	}
+	size, err := length(n, "len", capi.MaxBufSize)
+	if err != nil {
+		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
+	}
+	if err := ctx.Bcast(bytesOf(buf, size), int(root)); err != nil {
+		return fail(fn, err)
+	}
+	return 0
+}
+
+//export rdma_allgather
+func rdma_allgather(h C.uintptr_t, sendBuf unsafe.Pointer, n C.size_t, recvBuf unsafe.Pointer, recvLen C.size_t) (ret C.int) {
+	const fn = "rdma_allgather"
+	defer recoverTo(fn, &ret, -1)
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if (sendBuf == nil && n > 0) || recvBuf == nil {
+		return fail(fn, errors.New("send_buf or recv_buf is NULL"))
+	}
+	size, err := length(n, "len", capi.MaxBufSize)
+	if err != nil {
+		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
+	}
+	groupSize := ctx.GroupSize()
+	if groupSize == 0 {
+		return fail(fn, capi.ErrNoGroup)
+	}
+	if uint64(recvLen) < uint64(groupSize)*uint64(size) {
+		return fail(fn, fmt.Errorf("%w: recv_len %d is less than %d ranks of %d bytes", capi.ErrMessageTooLong, uint64(recvLen), groupSize, size))
+	}
+	if err := ctx.AllGather(bytesOf(sendBuf, size), bytesOf(recvBuf, groupSize*size)); err != nil {
+		return fail(fn, err)
+	}
+	return 0
+}
+
+//export rdma_allreduce
+func rdma_allreduce(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op C.int) (ret C.int) {
+	const fn = "rdma_allreduce"
+	defer recoverTo(fn, &ret, -1)
+	return reduce(fn, h, sendBuf, recvBuf, count, dtype, op, -1)
+}
+
+//export rdma_reduce
+func rdma_reduce(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op, root C.int) (ret C.int) {
+	const fn = "rdma_reduce"
+	defer recoverTo(fn, &ret, -1)
+	if root < 0 {
+		return fail(fn, fmt.Errorf("root %d is negative", int(root)))
+	}
+	return reduce(fn, h, sendBuf, recvBuf, count, dtype, op, int(root))
+}
+
+// Element types and operators of rdma_allreduce and rdma_reduce, as
+// rdma_lib.h defines them.
+const (
+	typeInt32  = 1
+	typeInt64  = 2
+	typeFloat  = 3
+	typeDouble = 4
+
+	opSum  = 1
+	opProd = 2
+	opMin  = 3
+	opMax  = 4
+)
+
+var ops = map[C.int]collectives.Op{opSum: collectives.Sum, opProd: collectives.Prod, opMin: collectives.Min, opMax: collectives.Max}
+
+// reduce runs an all-reduce (root < 0) or a reduce to root.
+func reduce(fn string, h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op C.int, root int) C.int {
+	ctx, err := lookup(h)
+	if err != nil {
+		return fail(fn, err)
+	}
+	cop, ok := ops[op]
+	if !ok {
+		return fail(fn, fmt.Errorf("op %d is not RDMA_SUM, RDMA_PROD, RDMA_MIN or RDMA_MAX", int(op)))
+	}
+	n, err := length(count, "count", capi.MaxBufSize/8)
+	if err != nil {
+		return fail(fn, err)
+	}
+	if sendBuf == nil && n > 0 {
+		return fail(fn, errors.New("send_buf is NULL"))
+	}
+	// recv_buf matters at every rank of an all-reduce, at the root only of
+	// a reduce; elsewhere NULL stands for "none" and send is passed (unused).
+	if recvBuf == nil {
+		if root < 0 || (ctx.GroupSize() > 0 && root == groupRank(ctx)) {
+			return fail(fn, errors.New("recv_buf is NULL"))
+		}
+		recvBuf = sendBuf
+	}
+	switch dtype {
+	case typeInt32:
+		err = reduceAs[int32](ctx, sendBuf, recvBuf, n, cop, root)
+	case typeInt64:
+		err = reduceAs[int64](ctx, sendBuf, recvBuf, n, cop, root)
+	case typeFloat:
+		err = reduceAs[float32](ctx, sendBuf, recvBuf, n, cop, root)
+	case typeDouble:
+		err = reduceAs[float64](ctx, sendBuf, recvBuf, n, cop, root)
+	default:
+		return fail(fn, fmt.Errorf("datatype %d is not RDMA_INT32, RDMA_INT64, RDMA_FLOAT or RDMA_DOUBLE", int(dtype)))
+	}
+	if err != nil {
+		return fail(fn, err)
+	}
+	return 0
+}
+
+func groupRank(ctx *capi.Context) int { return ctx.GroupRank() }
+
+func reduceAs[T collectives.Number](ctx *capi.Context, sendBuf, recvBuf unsafe.Pointer, n int, op collectives.Op, root int) error {
+	var send, recv []T
+	if n > 0 {
+		send = unsafe.Slice((*T)(sendBuf), n)
+		recv = unsafe.Slice((*T)(recvBuf), n)
+	}
+	if root < 0 {
+		return capi.AllReduce(ctx, send, recv, op)
+	}
+	return capi.Reduce(ctx, root, send, recv, op)
 }
 
 // verbose (RDMA_LIB_VERBOSE set and not "0") makes rdma_sequential_alltoall

@@ -32,6 +32,13 @@ var addedAPI = []string{
 	"int rdma_reconnect_peer(rdma_context *ctx, int peer_idx, const char *peer_ip, int peer_port);",
 	"int rdma_accept_peer_at(rdma_context *ctx, int peer_idx);",
 	"int rdma_get_errno(void);",
+	"int rdma_group_init(rdma_context *ctx);",
+	"int rdma_group_size(rdma_context *ctx);",
+	"int rdma_barrier(rdma_context *ctx);",
+	"int rdma_bcast(rdma_context *ctx, void *buf, size_t len, int root);",
+	"int rdma_allgather(rdma_context *ctx, const void *send_buf, size_t len, void *recv_buf, size_t recv_len);",
+	"int rdma_allreduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op);",
+	"int rdma_reduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op, int root);",
 	"int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);",
 }
 
@@ -58,7 +65,7 @@ func TestHeaderDeclaresTheOriginalAPI(t *testing.T) {
 	assert.Equal(t, want, protos)
 
 	defines := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^#define\s+([A-Z_]+)\s+(\S+)`).FindAllStringSubmatch(text, -1) {
+	for _, m := range regexp.MustCompile(`(?m)^#define\s+([A-Z0-9_]+)\s+(\S+)`).FindAllStringSubmatch(text, -1) {
 		if m[1] != "RDMA_LIB_H" {
 			defines[m[1]] = m[2]
 		}
@@ -67,7 +74,8 @@ func TestHeaderDeclaresTheOriginalAPI(t *testing.T) {
 		assert.Equal(t, value, defines[name], name)
 		delete(defines, name)
 	}
-	// Every other constant is an error code, one per code clib sets.
+	// Every other constant is an error code, element type or operator, with
+	// clib's value.
 	wantCodes := map[string]string{}
 	for _, c := range errorCodes {
 		wantCodes[c.name] = strconv.Itoa(c.code)
@@ -92,7 +100,8 @@ func TestEveryFunctionIsDefined(t *testing.T) {
 	}
 }
 
-// errorCodes are rdma_lib.h's RDMA_ERR_ constants and clib's codes.
+// errorCodes are rdma_lib.h's constants beyond the original ones, with
+// clib's values.
 var errorCodes = []struct {
 	name string
 	code int
@@ -111,4 +120,14 @@ var errorCodes = []struct {
 	{"RDMA_ERR_PEER_CONNECTED", codePeerConnected},
 	{"RDMA_ERR_CONNECT", codeConnect},
 	{"RDMA_ERR_INTERNAL", codeInternal},
+	{"RDMA_ERR_NO_GROUP", codeNoGroup},
+	{"RDMA_ERR_GROUP_FAILED", codeGroupFailed},
+	{"RDMA_INT32", typeInt32},
+	{"RDMA_INT64", typeInt64},
+	{"RDMA_FLOAT", typeFloat},
+	{"RDMA_DOUBLE", typeDouble},
+	{"RDMA_SUM", opSum},
+	{"RDMA_PROD", opProd},
+	{"RDMA_MIN", opMin},
+	{"RDMA_MAX", opMax},
 }

@@ -46,6 +46,25 @@
  *    a gone peer acknowledges it and returns 0.
  *    Calls block until done; rdma_connect_peer gives up after 10 seconds.
  *  - Calls on one context may come from several threads.
+ *
+ * Collectives (the Go collectives package's, with identical results)
+ *  - rdma_group_init: every participant calls it at the same point. A server
+ *    is rank 0 and its connected clients ranks 1..n in peer index order; it
+ *    sends each client one message (its rank, the group's size, where the
+ *    group's root listens and a fresh job secret), and the participants then
+ *    build a mesh of connections of their own (so clients need not know each
+ *    other). A client's first connected peer must be the server, with no
+ *    message pending from it. Returns this context's rank; a second call
+ *    builds a new group. rdma_group_size returns the group's size.
+ *  - rdma_barrier, rdma_bcast (root's len bytes to every rank's buf),
+ *    rdma_allgather (every rank's len bytes, in rank order, into every
+ *    rank's recv_buf of recv_len >= size*len bytes), rdma_allreduce and
+ *    rdma_reduce (count elements of type RDMA_INT32/INT64/FLOAT/DOUBLE
+ *    combined with RDMA_SUM/PROD/MIN/MAX; recv_buf may be send_buf; for
+ *    rdma_reduce recv_buf matters at the root only, elsewhere it may be
+ *    NULL). Every rank calls the same collectives in the same order with
+ *    matching arguments. Return 0. A rank that fails breaks the group for
+ *    every rank (RDMA_ERR_GROUP_FAILED); rdma_group_init builds a new one.
  */
 #ifndef RDMA_LIB_H
 #define RDMA_LIB_H
@@ -77,6 +96,18 @@ extern "C" {
 #define RDMA_ERR_PEER_CONNECTED 12 /* the index has a live peer */
 #define RDMA_ERR_CONNECT 13       /* connecting failed: refused, unreachable, timed out */
 #define RDMA_ERR_INTERNAL 14      /* a bug in the library */
+#define RDMA_ERR_NO_GROUP 15      /* a collective before rdma_group_init */
+#define RDMA_ERR_GROUP_FAILED 16  /* the group broke: a rank failed or left */
+
+/* Element types and operators of rdma_allreduce and rdma_reduce. */
+#define RDMA_INT32 1
+#define RDMA_INT64 2
+#define RDMA_FLOAT 3
+#define RDMA_DOUBLE 4
+#define RDMA_SUM 1
+#define RDMA_PROD 2
+#define RDMA_MIN 3
+#define RDMA_MAX 4
 
 /* Opaque: a handle, never dereferenced. */
 typedef struct rdma_context rdma_context;
@@ -95,6 +126,14 @@ int rdma_recv(rdma_context *ctx, int peer_idx, void *data, size_t max_len);
 int rdma_broadcast(rdma_context *ctx, const void *data, size_t len);
 int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t msg_size);
 int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);
+
+int rdma_group_init(rdma_context *ctx);
+int rdma_group_size(rdma_context *ctx);
+int rdma_barrier(rdma_context *ctx);
+int rdma_bcast(rdma_context *ctx, void *buf, size_t len, int root);
+int rdma_allgather(rdma_context *ctx, const void *send_buf, size_t len, void *recv_buf, size_t recv_len);
+int rdma_allreduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op);
+int rdma_reduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op, int root);
 
 const char* rdma_get_error(void);
 int rdma_get_errno(void);

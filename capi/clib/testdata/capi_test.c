@@ -623,6 +623,162 @@ static void test_recovery(void) {
     rdma_cleanup(rec_srv);
 }
 
+// ---- collectives over n = 2..5 participants, each in a pthread ----------
+
+#define COLL_COUNT 37
+static int coll_port;
+static int coll_n;
+
+// value is rank's element i: small integers, so that every sum and product
+// is exact in every type and the serial reference is the right answer.
+static double value(int rank, int i) {
+    return (double)((rank + 1) * ((i % 3) + 1) - (i % 5 == 0 ? 7 : 0));
+}
+
+static double combine(double a, double b, int op) {
+    switch (op) {
+    case RDMA_SUM:
+        return a + b;
+    case RDMA_PROD:
+        return a * b;
+    case RDMA_MIN:
+        return a < b ? a : b;
+    default:
+        return a > b ? a : b;
+    }
+}
+
+static size_t type_size(int type) {
+    return type == RDMA_INT32 || type == RDMA_FLOAT ? 4 : 8;
+}
+
+static void put(void *buf, int type, int i, double v) {
+    switch (type) {
+    case RDMA_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case RDMA_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case RDMA_FLOAT: ((float *)buf)[i] = (float)v; break;
+    default: ((double *)buf)[i] = v; break;
+    }
+}
+
+static double get(const void *buf, int type, int i) {
+    switch (type) {
+    case RDMA_INT32: return ((const int32_t *)buf)[i];
+    case RDMA_INT64: return (double)((const int64_t *)buf)[i];
+    case RDMA_FLOAT: return ((const float *)buf)[i];
+    default: return ((const double *)buf)[i];
+    }
+}
+
+static void check_reduced(const char *what, int rank, const void *got, int type, int op) {
+    for (int i = 0; i < COLL_COUNT; i++) {
+        double want = value(0, i);
+        for (int r = 1; r < coll_n; r++) {
+            want = combine(want, value(r, i), op);
+        }
+        CHECK(get(got, type, i) == want, "%s n=%d rank %d type %d op %d element %d: %g, want %g",
+              what, coll_n, rank, type, op, i, get(got, type, i), want);
+    }
+}
+
+static void run_collectives(rdma_context *ctx) {
+    int rank = rdma_group_init(ctx);
+    CHECK(rank >= 0, "group init: %s", rdma_get_error());
+    if (rank < 0) {
+        return;
+    }
+    EXPECT_OK(rdma_group_size(ctx), coll_n);
+    EXPECT_OK(rdma_barrier(ctx), 0);
+
+    unsigned char b[100];
+    for (int root = 0; root < coll_n; root++) {
+        if (rank == root) {
+            fill(b, sizeof(b), (unsigned)root);
+        } else {
+            memset(b, 0, sizeof(b));
+        }
+        EXPECT_OK(rdma_bcast(ctx, b, sizeof(b), root), 0);
+        unsigned char want[100];
+        fill(want, sizeof(want), (unsigned)root);
+        CHECK(memcmp(b, want, sizeof(b)) == 0, "bcast n=%d from %d at rank %d differs", coll_n, root, rank);
+    }
+
+    unsigned char mine[8], all[5 * 8];
+    fill(mine, sizeof(mine), (unsigned)(100 + rank));
+    EXPECT_OK(rdma_allgather(ctx, mine, sizeof(mine), all, sizeof(all)), 0);
+    for (int r = 0; r < coll_n; r++) {
+        unsigned char want[8];
+        fill(want, sizeof(want), (unsigned)(100 + r));
+        CHECK(memcmp(all + r * 8, want, 8) == 0, "allgather n=%d rank %d block %d differs", coll_n, rank, r);
+    }
+    EXPECT_ERRNO(rdma_allgather(ctx, mine, sizeof(mine), all, (size_t)coll_n * 8 - 1), RDMA_ERR_MSG_SIZE, "is less than");
+
+    static const int types[] = {RDMA_INT32, RDMA_INT64, RDMA_FLOAT, RDMA_DOUBLE};
+    static const int ops[] = {RDMA_SUM, RDMA_PROD, RDMA_MIN, RDMA_MAX};
+    double send[COLL_COUNT], recv[COLL_COUNT]; // room for 8-byte elements
+    for (int t = 0; t < 4; t++) {
+        for (int o = 0; o < 4; o++) {
+            for (int i = 0; i < COLL_COUNT; i++) {
+                put(send, types[t], i, value(rank, i));
+            }
+            memset(recv, 0, sizeof(recv));
+            EXPECT_OK(rdma_allreduce(ctx, send, recv, COLL_COUNT, types[t], ops[o]), 0);
+            check_reduced("allreduce", rank, recv, types[t], ops[o]);
+            // In place, and a reduce to the last rank (NULL recv_buf
+            // elsewhere).
+            EXPECT_OK(rdma_allreduce(ctx, send, send, COLL_COUNT, types[t], ops[o]), 0);
+            check_reduced("allreduce in place", rank, send, types[t], ops[o]);
+            for (int i = 0; i < COLL_COUNT; i++) {
+                put(send, types[t], i, value(rank, i));
+            }
+            int root = coll_n - 1;
+            EXPECT_OK(rdma_reduce(ctx, send, rank == root ? recv : NULL, COLL_COUNT, types[t], ops[o], root), 0);
+            if (rank == root) {
+                check_reduced("reduce", rank, recv, types[t], ops[o]);
+            }
+        }
+    }
+    (void)type_size;
+    EXPECT_ERRNO(rdma_allreduce(ctx, send, recv, COLL_COUNT, 9, RDMA_SUM), RDMA_ERR_INVALID, "datatype 9 is not");
+    EXPECT_ERRNO(rdma_allreduce(ctx, send, recv, COLL_COUNT, RDMA_INT32, 0), RDMA_ERR_INVALID, "op 0 is not");
+    EXPECT_OK(rdma_barrier(ctx), 0);
+}
+
+static void *coll_client(void *arg) {
+    const char *ip = arg;
+    rdma_context *ctx = rdma_init(ip, 0, BUFFER_SIZE, false);
+    CHECK(ctx != NULL, "client init: %s", rdma_get_error());
+    if (!ctx) {
+        exit(1);
+    }
+    EXPECT_OK(rdma_connect_peer(ctx, "127.0.0.1", coll_port), 0);
+    run_collectives(ctx);
+    rdma_cleanup(ctx);
+    return NULL;
+}
+
+static void test_collectives(void) {
+    static const char *ips[] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
+    rdma_context *lone = rdma_init("127.0.0.2", 0, 64, false);
+    EXPECT_ERRNO(rdma_barrier(lone), RDMA_ERR_NO_GROUP, "no group: call GroupInit first");
+    EXPECT_ERRNO(rdma_group_size(lone), RDMA_ERR_NO_GROUP, "no group");
+    rdma_cleanup(lone);
+    for (coll_n = 2; coll_n <= 5; coll_n++) {
+        rdma_context *srv = new_server(BUFFER_SIZE);
+        coll_port = test_port - 1;
+        pthread_t t[4];
+        for (int i = 0; i < coll_n - 1; i++) {
+            pthread_create(&t[i], NULL, coll_client, (void *)ips[i]);
+            EXPECT_OK(rdma_accept_peer(srv), i);
+        }
+        run_collectives(srv);
+        for (int i = 0; i < coll_n - 1; i++) {
+            pthread_join(t[i], NULL);
+        }
+        rdma_cleanup(srv);
+    }
+}
+
 // ---- MAX_PEERS ---------------------------------------------------------
 
 static rdma_context *max_srv;
@@ -874,6 +1030,8 @@ int main(int argc, char **argv) {
     test_hostile_server();
     printf("capi_test: a peer killed and replaced while the others go on\n");
     test_recovery();
+    printf("capi_test: collectives, n = 2..5\n");
+    test_collectives();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
     printf("capi_test: cleanup unblocks other threads\n");
