@@ -40,6 +40,8 @@ type Context struct {
 	peers     []*peer // by index; never shrinks, a disconnected peer stays
 	reserved  int     // connections under way, counted against MaxPeers
 	replacing map[int]bool
+	inFlight  int            // asynchronous requests not completed
+	async     sync.WaitGroup // their goroutines
 	closed    bool
 }
 
@@ -327,7 +329,8 @@ func (c *Context) isClosed() bool {
 }
 
 // Close stops listening and closes every peer connection; blocked calls
-// return ErrClosed or ErrPeerDisconnected. Closing twice is a no-op.
+// return ErrClosed or ErrPeerDisconnected, and pending asynchronous requests
+// complete with errors that match ErrCanceled. Closing twice is a no-op.
 func (c *Context) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -350,6 +353,9 @@ func (c *Context) Close() error {
 	for _, p := range peers {
 		p.disconnect()
 	}
+	// Every pending request ends now: those under way fail as their conns
+	// close, the others are cancelled before they start.
+	c.async.Wait()
 	if first != nil {
 		return fmt.Errorf("capi: close: %w", first)
 	}

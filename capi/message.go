@@ -43,6 +43,9 @@ type peer struct {
 	sendMu sync.Mutex
 	wbuf   []byte // header + payload of messages up to cap(wbuf)-headerLen
 
+	// Asynchronous requests, in the order they were posted.
+	sendFIFO, recvFIFO fifo
+
 	recvMu  sync.Mutex
 	r       *bufio.Reader
 	hdr     [headerLen]byte
@@ -50,13 +53,16 @@ type peer struct {
 }
 
 func newPeer(idx int, conn net.Conn, bufSize int) *peer {
-	return &peer{
+	p := &peer{
 		idx:     idx,
 		conn:    conn,
 		wbuf:    make([]byte, headerLen+min(bufSize, maxCoalesce)),
 		r:       bufio.NewReaderSize(conn, readBufSize),
 		pending: noMessage,
 	}
+	p.sendFIFO.init()
+	p.recvFIFO.init()
+	return p
 }
 
 func (p *peer) isClosed() bool { return p.state.Load() != peerLive }

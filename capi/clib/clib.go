@@ -90,6 +90,9 @@ const (
 	codeInternal      = 14
 	codeNoGroup       = 15
 	codeGroupFailed   = 16
+	codeBusy          = 17
+	codeCanceled      = 18
+	codeBadRequest    = 19
 )
 
 // codes maps the errors calls return to codes, first match wins: a call's
@@ -101,6 +104,9 @@ var codes = []struct {
 	{errNilCtx, codeBadContext},
 	{errStaleCtx, codeBadContext},
 	{errInternal, codeInternal},
+	{capi.ErrCanceled, codeCanceled},
+	{capi.ErrBusy, codeBusy},
+	{errStaleReq, codeBadRequest},
 	{capi.ErrClosed, codeClosed},
 	{capi.ErrNotServer, codeNotServer},
 	{capi.ErrTooManyPeers, codeTooManyPeers},

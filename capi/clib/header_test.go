@@ -32,6 +32,11 @@ var addedAPI = []string{
 	"int rdma_reconnect_peer(rdma_context *ctx, int peer_idx, const char *peer_ip, int peer_port);",
 	"int rdma_accept_peer_at(rdma_context *ctx, int peer_idx);",
 	"int rdma_get_errno(void);",
+	"int rdma_isend(rdma_context *ctx, int peer_idx, const void *data, size_t len, rdma_request **req);",
+	"int rdma_irecv(rdma_context *ctx, int peer_idx, void *data, size_t max_len, rdma_request **req);",
+	"int rdma_wait(rdma_request *req);",
+	"int rdma_test(rdma_request *req, int *done);",
+	"int rdma_waitany(rdma_request **reqs, int count, int *index);",
 	"int rdma_group_init(rdma_context *ctx);",
 	"int rdma_group_size(rdma_context *ctx);",
 	"int rdma_barrier(rdma_context *ctx);",
@@ -84,12 +89,16 @@ func TestHeaderDeclaresTheOriginalAPI(t *testing.T) {
 	assert.Contains(t, text, "#include <stdbool.h>")
 	assert.Contains(t, text, "#include <stddef.h>")
 	assert.Contains(t, text, "typedef struct rdma_context rdma_context;")
+	assert.Contains(t, text, "typedef struct rdma_request rdma_request;")
 }
 
 // Every function of the header is exported by this package or errbuf.c.
 func TestEveryFunctionIsDefined(t *testing.T) {
 	goSrc, err := os.ReadFile("clib.go")
 	require.NoError(t, err)
+	asyncSrc, err := os.ReadFile("async.go")
+	require.NoError(t, err)
+	goSrc = append(goSrc, asyncSrc...)
 	cSrc, err := os.ReadFile("errbuf.c")
 	require.NoError(t, err)
 	for _, proto := range append(append([]string(nil), originalAPI...), addedAPI...) {
@@ -122,6 +131,9 @@ var errorCodes = []struct {
 	{"RDMA_ERR_INTERNAL", codeInternal},
 	{"RDMA_ERR_NO_GROUP", codeNoGroup},
 	{"RDMA_ERR_GROUP_FAILED", codeGroupFailed},
+	{"RDMA_ERR_BUSY", codeBusy},
+	{"RDMA_ERR_CANCELED", codeCanceled},
+	{"RDMA_ERR_BAD_REQUEST", codeBadRequest},
 	{"RDMA_INT32", typeInt32},
 	{"RDMA_INT64", typeInt64},
 	{"RDMA_FLOAT", typeFloat},

@@ -47,6 +47,24 @@
  *    Calls block until done; rdma_connect_peer gives up after 10 seconds.
  *  - Calls on one context may come from several threads.
  *
+ * Asynchronous calls
+ *  - rdma_isend and rdma_irecv start a send or a receive, as rdma_send and
+ *    rdma_recv, and return 0 at once with a request in *req. The buffer
+ *    belongs to the request until it completes: do not change (isend) or
+ *    read (irecv) it before then. Requests on one peer and direction run in
+ *    the order they were posted (messages never overtake each other); on
+ *    different peers they complete in any order. At most 4096 are pending
+ *    per context (RDMA_ERR_BUSY beyond).
+ *  - rdma_wait blocks until req completes; rdma_test returns at once,
+ *    setting *done to 1 if it has completed (0: returns 0, still pending);
+ *    rdma_waitany blocks until one of count requests completes (NULL
+ *    entries are skipped), sets *index to its position and that entry to
+ *    NULL. On completion each returns what rdma_send or rdma_recv would
+ *    (the length, or -1 with the error) and releases the request: a
+ *    request is reported complete exactly once.
+ *  - rdma_cleanup cancels what is pending: such requests complete with -1
+ *    and RDMA_ERR_CANCELED (and must still be waited for, to release them).
+ *
  * Collectives (the Go collectives package's, with identical results)
  *  - rdma_group_init: every participant calls it at the same point. A server
  *    is rank 0 and its connected clients ranks 1..n in peer index order; it
@@ -98,6 +116,9 @@ extern "C" {
 #define RDMA_ERR_INTERNAL 14      /* a bug in the library */
 #define RDMA_ERR_NO_GROUP 15      /* a collective before rdma_group_init */
 #define RDMA_ERR_GROUP_FAILED 16  /* the group broke: a rank failed or left */
+#define RDMA_ERR_BUSY 17          /* too many requests in flight (4096 per context) */
+#define RDMA_ERR_CANCELED 18      /* the request's context was cleaned up */
+#define RDMA_ERR_BAD_REQUEST 19   /* req is not a pending request */
 
 /* Element types and operators of rdma_allreduce and rdma_reduce. */
 #define RDMA_INT32 1
@@ -109,8 +130,9 @@ extern "C" {
 #define RDMA_MIN 3
 #define RDMA_MAX 4
 
-/* Opaque: a handle, never dereferenced. */
+/* Opaque: handles, never dereferenced. */
 typedef struct rdma_context rdma_context;
+typedef struct rdma_request rdma_request;
 
 rdma_context* rdma_init(const char *ip, int port, size_t buf_size, bool is_server);
 void rdma_cleanup(rdma_context *ctx);
@@ -126,6 +148,12 @@ int rdma_recv(rdma_context *ctx, int peer_idx, void *data, size_t max_len);
 int rdma_broadcast(rdma_context *ctx, const void *data, size_t len);
 int rdma_sequential_alltoall(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t msg_size);
 int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);
+
+int rdma_isend(rdma_context *ctx, int peer_idx, const void *data, size_t len, rdma_request **req);
+int rdma_irecv(rdma_context *ctx, int peer_idx, void *data, size_t max_len, rdma_request **req);
+int rdma_wait(rdma_request *req);
+int rdma_test(rdma_request *req, int *done);
+int rdma_waitany(rdma_request **reqs, int count, int *index);
 
 int rdma_group_init(rdma_context *ctx);
 int rdma_group_size(rdma_context *ctx);

@@ -4,9 +4,9 @@
 // buffer, broadcast, all-to-all, and every error with its text, including
 // that rdma_get_error() is per thread.
 //
-// Usage: capi_test [simple_client client]   (with the paths of examples/c's
-// simple_client and client, also runs them against servers on
-// 127.0.0.1:5555, in a network namespace of their own where the test may
+// Usage: capi_test [simple_client client async]   (with the paths of
+// examples/c's simple_client, client and async, also runs them: the first
+// two against servers on 127.0.0.1:5555, in a network namespace of their own where the test may
 // make one, so that nothing else on the host shares that port: the simple
 // client against an ordinary server, and client against a hostile server
 // that sends more than the client's receive buffer holds)
@@ -779,6 +779,134 @@ static void test_collectives(void) {
     }
 }
 
+// ---- asynchronous requests ----------------------------------------------
+
+#define ASYNC_EACH 3
+#define ASYNC_MANY 50
+static int async_port;
+static pthread_barrier_t async_barrier; // server + 2 clients
+
+static void *async_client(void *arg) {
+    int id = (int)(intptr_t)arg; // 0 or 1: the server's peer index
+    const char *ip = id == 0 ? "127.0.0.2" : "127.0.0.3";
+    rdma_context *ctx = rdma_init(ip, 0, BUFFER_SIZE, false);
+    CHECK(ctx != NULL, "client init: %s", rdma_get_error());
+    if (!ctx) {
+        exit(1);
+    }
+    EXPECT_OK(rdma_connect_peer(ctx, "127.0.0.1", async_port), 0);
+    pthread_barrier_wait(&async_barrier); // both connected, receives posted
+    if (id == 0) {
+        pthread_barrier_wait(&async_barrier); // client 1 has sent
+    }
+    char msgs[ASYNC_EACH][32];
+    rdma_request *reqs[ASYNC_EACH];
+    for (int k = 0; k < ASYNC_EACH; k++) {
+        int len = snprintf(msgs[k], sizeof(msgs[k]), "peer %d message %d", id, k) + 1;
+        EXPECT_OK(rdma_isend(ctx, 0, msgs[k], (size_t)len, &reqs[k]), 0);
+    }
+    for (int k = 0; k < ASYNC_EACH; k++) {
+        EXPECT_OK(rdma_wait(reqs[k]), (int)strlen(msgs[k]) + 1);
+    }
+    if (id == 1) {
+        pthread_barrier_wait(&async_barrier);
+    }
+    // Many in flight, completed with rdma_test.
+    static char many[2][ASYNC_MANY][16];
+    rdma_request *m[ASYNC_MANY];
+    for (int k = 0; k < ASYNC_MANY; k++) {
+        snprintf(many[id][k], sizeof(many[id][k]), "%d:%d", id, k);
+        EXPECT_OK(rdma_isend(ctx, 0, many[id][k], sizeof(many[id][k]), &m[k]), 0);
+    }
+    for (int k = 0; k < ASYNC_MANY; k++) {
+        int done = 0, ret = 0;
+        while (!done) {
+            ret = rdma_test(m[k], &done);
+        }
+        EXPECT_OK(ret, 16);
+    }
+    pthread_barrier_wait(&async_barrier); // the server has them all
+    rdma_cleanup(ctx);
+    return NULL;
+}
+
+static void test_async(void) {
+    rdma_context *srv = new_server(BUFFER_SIZE);
+    async_port = test_port - 1;
+    pthread_barrier_init(&async_barrier, NULL, 3);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        pthread_create(&t[i], NULL, async_client, (void *)(intptr_t)i);
+        EXPECT_OK(rdma_accept_peer(srv), i);
+    }
+    // Receives on peer 0 are posted first; peer 1's messages come first,
+    // and its requests complete first.
+    char bufs[2 * ASYNC_EACH][64];
+    rdma_request *reqs[2 * ASYNC_EACH];
+    for (int k = 0; k < 2 * ASYNC_EACH; k++) {
+        EXPECT_OK(rdma_irecv(srv, k / ASYNC_EACH, bufs[k], sizeof(bufs[k]), &reqs[k]), 0);
+    }
+    int done = 1;
+    EXPECT_OK(rdma_test(reqs[0], &done), 0);
+    CHECK(done == 0, "a receive completed before anything was sent");
+    pthread_barrier_wait(&async_barrier);
+    for (int got = 0; got < 2 * ASYNC_EACH; got++) {
+        if (got == ASYNC_EACH) {
+            pthread_barrier_wait(&async_barrier); // now peer 0 sends
+        }
+        int index = -1;
+        int n = rdma_waitany(reqs, 2 * ASYNC_EACH, &index);
+        CHECK(n > 0, "waitany: %s", rdma_get_error());
+        CHECK(index >= 0 && reqs[index] == NULL, "waitany index %d", index);
+        int peer = got < ASYNC_EACH ? 1 : 0;
+        CHECK(index / ASYNC_EACH == peer, "completion %d is request %d, want one of peer %d's", got, index, peer);
+        char want[32];
+        snprintf(want, sizeof(want), "peer %d message %d", index / ASYNC_EACH, index % ASYNC_EACH);
+        CHECK(index >= 0 && strcmp(bufs[index], want) == 0, "request %d got '%s', want '%s'", index, index >= 0 ? bufs[index] : "", want);
+    }
+    int index = 7;
+    EXPECT_ERRNO(rdma_waitany(reqs, 2 * ASYNC_EACH, &index), RDMA_ERR_INVALID, "every entry of reqs is NULL");
+
+    // 2*ASYNC_MANY messages in flight from the two clients, received with
+    // requests posted all at once, in order per peer.
+    static char many[2][ASYNC_MANY][16];
+    rdma_request *m[2][ASYNC_MANY];
+    for (int k = 0; k < ASYNC_MANY; k++) {
+        for (int p = 0; p < 2; p++) {
+            EXPECT_OK(rdma_irecv(srv, p, many[p][k], sizeof(many[p][k]), &m[p][k]), 0);
+        }
+    }
+    for (int k = 0; k < ASYNC_MANY; k++) {
+        for (int p = 0; p < 2; p++) {
+            EXPECT_OK(rdma_wait(m[p][k]), 16);
+            char want[16];
+            snprintf(want, sizeof(want), "%d:%d", p, k);
+            CHECK(strcmp(many[p][k], want) == 0, "message %d of peer %d is '%s'", k, p, many[p][k]);
+        }
+    }
+    pthread_barrier_wait(&async_barrier);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+    }
+
+    // Errors: a released or made-up request, a NULL out parameter.
+    EXPECT_ERRNO(rdma_wait(m[0][0]), RDMA_ERR_BAD_REQUEST, "not a pending rdma_request");
+    EXPECT_ERRNO(rdma_wait((rdma_request *)(uintptr_t)0x5eed), RDMA_ERR_BAD_REQUEST, "not a pending rdma_request");
+    EXPECT_ERRNO(rdma_isend(srv, 0, "x", 1, NULL), RDMA_ERR_INVALID, "req is NULL");
+
+    // Cleanup cancels what is pending; the requests still report it.
+    rdma_request *pending[3];
+    char b[3][8];
+    for (int k = 0; k < 3; k++) {
+        EXPECT_OK(rdma_irecv(srv, 0, b[k], sizeof(b[k]), &pending[k]), 0);
+    }
+    rdma_cleanup(srv);
+    for (int k = 0; k < 3; k++) {
+        EXPECT_ERRNO(rdma_wait(pending[k]), RDMA_ERR_CANCELED, "cancelled: the context was closed");
+    }
+    pthread_barrier_destroy(&async_barrier);
+}
+
 // ---- MAX_PEERS ---------------------------------------------------------
 
 static rdma_context *max_srv;
@@ -953,6 +1081,25 @@ static void test_hostile_example(const char *path) {
     rdma_cleanup(srv);
 }
 
+// test_program runs a self-contained example and checks its exit status
+// and last line.
+static void test_program(const char *path, const char *want) {
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s 2>&1", path);
+    FILE *f = popen(cmd, "r");
+    CHECK(f != NULL, "popen %s", path);
+    if (!f) {
+        return;
+    }
+    static char out[1 << 16];
+    size_t len = fread(out, 1, sizeof(out) - 1, f);
+    out[len] = '\0';
+    int status = pclose(f);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: exit status %#x; output:\n%s", path, status, out);
+    CHECK(strstr(out, want) != NULL, "%s: no '%s' in its output:\n%s", path, want, out);
+    CHECK(strstr(out, "AddressSanitizer") == NULL, "%s: AddressSanitizer report:\n%s", path, out);
+}
+
 // bring_up_lo sets the loopback interface of a new network namespace up.
 static int bring_up_lo(void) {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -974,7 +1121,7 @@ static int bring_up_lo(void) {
 // test_examples runs "capi_test --examples simple_client client" in a new
 // network namespace, or in this one (on port 5555 of the host) where the
 // test may not make one.
-static void test_examples(const char *simple_client, const char *client) {
+static void test_examples(const char *simple_client, const char *client, const char *async) {
     pid_t pid = fork();
     if (pid == 0) {
         // Only system calls between fork and exec: the child of a
@@ -987,7 +1134,7 @@ static void test_examples(const char *simple_client, const char *client) {
             static const char note[] = "capi_test: no network namespace (not root?): using the host's 127.0.0.1:5555\n";
             (void)!write(2, note, sizeof(note) - 1);
         }
-        execl("/proc/self/exe", "capi_test", "--examples", simple_client, client, (char *)NULL);
+        execl("/proc/self/exe", "capi_test", "--examples", simple_client, client, async, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -1009,11 +1156,13 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--echo-client") == 0) {
         return echo_client_main(atoi(argv[2]));
     }
-    if (argc == 4 && strcmp(argv[1], "--examples") == 0) {
+    if (argc == 5 && strcmp(argv[1], "--examples") == 0) {
         printf("capi_test: simple client %s\n", argv[2]);
         test_simple_client(argv[2]);
         printf("capi_test: hostile server against %s\n", argv[3]);
         test_hostile_example(argv[3]);
+        printf("capi_test: %s\n", argv[4]);
+        test_program(argv[4], "async: OK, 16 messages");
         return report("capi_test --examples");
     }
     test_port = 20000 + (int)(getpid() % 20000);
@@ -1032,12 +1181,14 @@ int main(int argc, char **argv) {
     test_recovery();
     printf("capi_test: collectives, n = 2..5\n");
     test_collectives();
+    printf("capi_test: asynchronous requests\n");
+    test_async();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
     printf("capi_test: cleanup unblocks other threads\n");
     test_cleanup_unblocks();
-    if (argc > 2) {
-        test_examples(argv[1], argv[2]);
+    if (argc > 3) {
+        test_examples(argv[1], argv[2], argv[3]);
     }
     return report("capi_test");
 }

@@ -1,0 +1,170 @@
+package capi
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+)
+
+// MaxInFlight bounds the asynchronous requests of one context that have not
+// completed; one more fails with ErrBusy.
+const MaxInFlight = 4096
+
+var (
+	// ErrBusy is matched by the error of an ISend or IRecv beyond
+	// MaxInFlight.
+	ErrBusy = errors.New("too many requests in flight")
+	// ErrCanceled is the status of a request that had not started when its
+	// context was closed.
+	ErrCanceled = errors.New("cancelled: the context was closed")
+)
+
+// Request is an asynchronous send or receive. Its buffer belongs to the
+// request until it completes: the caller must neither change (ISend) nor
+// read (IRecv) it before Wait, Test or WaitAny report completion.
+type Request struct {
+	done chan struct{}
+	n    int
+	err  error
+}
+
+// Wait blocks until r completes and returns its result: the bytes sent or
+// the length of the message received, or the error.
+func (r *Request) Wait() (int, error) {
+	<-r.done
+	return r.n, r.err
+}
+
+// Test reports whether r has completed, and if so its result.
+func (r *Request) Test() (done bool, n int, err error) {
+	select {
+	case <-r.done:
+		return true, r.n, r.err
+	default:
+		return false, 0, nil
+	}
+}
+
+// WaitAny blocks until one of reqs completes and returns its index and
+// result; nil entries are skipped. With no request it fails at once.
+func WaitAny(reqs []*Request) (int, int, error) {
+	cases := make([]reflect.SelectCase, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
+	for i, r := range reqs {
+		if r == nil {
+			continue
+		}
+		select {
+		case <-r.done:
+			return i, r.n, r.err
+		default:
+		}
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.done)})
+		index = append(index, i)
+	}
+	if len(cases) == 0 {
+		return -1, 0, fmt.Errorf("capi: wait any: %w: no requests", ErrInvalidArgument)
+	}
+	chosen, _, _ := reflect.Select(cases)
+	r := reqs[index[chosen]]
+	return index[chosen], r.n, r.err
+}
+
+// fifo orders the requests of one peer and direction: each takes a ticket
+// when it is posted and runs when its number comes up, so messages between
+// two contexts never overtake each other, however many are in flight.
+type fifo struct {
+	mu      sync.Mutex
+	cond    sync.Cond // on mu; see init
+	next    uint64    // the ticket the next request gets
+	serving uint64    // the ticket that may run
+}
+
+func (f *fifo) init() { f.cond.L = &f.mu }
+
+func (f *fifo) take() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := f.next
+	f.next++
+	return t
+}
+
+func (f *fifo) await(t uint64) {
+	f.mu.Lock()
+	for f.serving != t {
+		f.cond.Wait()
+	}
+	f.mu.Unlock()
+}
+
+func (f *fifo) advance() {
+	f.mu.Lock()
+	f.serving++
+	f.cond.Broadcast()
+	f.mu.Unlock()
+}
+
+// ISend starts sending data as one message to peer idx and returns at once.
+func (c *Context) ISend(idx int, data []byte) (*Request, error) {
+	p, err := c.peer("isend to", idx)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > c.bufSize {
+		return nil, fmt.Errorf("capi: isend to peer %d: %w: %d bytes exceed the context's buffer size of %d bytes",
+			idx, ErrMessageTooLong, len(data), c.bufSize)
+	}
+	return c.start("isend to", p, &p.sendFIFO, func() (int, error) {
+		if err := c.send(p, data); err != nil {
+			return -1, err
+		}
+		return len(data), nil
+	})
+}
+
+// IRecv starts receiving the next message of peer idx into buf and
+// returns at once. The request's result is as Recv's.
+func (c *Context) IRecv(idx int, buf []byte) (*Request, error) {
+	p, err := c.peer("irecv from", idx)
+	if err != nil {
+		return nil, err
+	}
+	return c.start("irecv from", p, &p.recvFIFO, func() (int, error) {
+		return c.recv(p, buf, nil)
+	})
+}
+
+func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error)) (*Request, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrClosed)
+	}
+	if c.inFlight >= MaxInFlight {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("capi: %s peer %d: %w (%d)", op, p.idx, ErrBusy, MaxInFlight)
+	}
+	c.inFlight++
+	c.async.Add(1)
+	c.mu.Unlock()
+
+	r := &Request{done: make(chan struct{})}
+	ticket := f.take()
+	go func() {
+		defer c.async.Done()
+		f.await(ticket)
+		if c.isClosed() {
+			r.n, r.err = -1, fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrCanceled)
+		} else if r.n, r.err = run(); r.err != nil && c.isClosed() {
+			r.err = fmt.Errorf("%w (%w)", r.err, ErrCanceled)
+		}
+		f.advance()
+		c.mu.Lock()
+		c.inFlight--
+		c.mu.Unlock()
+		close(r.done)
+	}()
+	return r, nil
+}
