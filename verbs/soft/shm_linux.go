@@ -237,9 +237,10 @@ func mapRing(fd int, size int) ([]byte, error) {
 		st.Size < int64(size) {
 		return nil, errShmSetup
 	}
-	// Map every page now rather than fault them in one by one during the
-	// first copies (the size is bounded by our own ring size).
-	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	// Not populated: pages are committed as the ring is first written, so
+	// a connection that carries little costs little (measured: no
+	// difference in a 64 KiB stream against MAP_POPULATE).
+	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
 // recvSetup receives the peer's ring setup; limit is the largest ring data
