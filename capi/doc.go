@@ -32,6 +32,11 @@
 // (a server) give the index of a gone or disconnected peer a new
 // connection.
 //
+// Beyond the original API: asynchronous ISend and IRecv (requests with Wait,
+// Test and WaitAny, in posting order per peer and direction, cancelled by
+// Close), and the collectives package's operations over a context's peers
+// (GroupInit, then Barrier, Bcast, AllGather, AllReduce, Reduce).
+//
 // A Context is safe for concurrent use: calls on different peers run in
 // parallel, calls on one peer are serialized per direction.
 package capi
