@@ -13,6 +13,11 @@ GO=${GO:-go}
 . scripts/softroce-run.sh
 SIZES=${SIZES:-64 4096 65536}
 COUNT=${COUNT:-500}
+# rdma.Conn runs with its default PollTime, and again with POLL_ALT (default
+# -1ns: no busy-poll at all, events only); POLL_SWEEP adds 64-byte ping-pongs
+# at other PollTimes (e.g. "5us 10us 50us"), to choose the default by.
+POLL_ALT=${POLL_ALT:--1ns}
+POLL_SWEEP=${POLL_SWEEP:-}
 OUT=build/softroce-bench
 [ -x "$RUN" ] || { echo "softroce-bench: $RUN not found; set SOFTROCE_RUN" >&2; exit 2; }
 rm -rf "$OUT"
@@ -35,8 +40,8 @@ for s in $SIZES; do
 		./softroce-bench -net \$n -test pingpong -size \$s -count $COUNT |
 			awk '{printf "%s pingpong %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
 	done
-	# rsockets busy-polls 10 us before it sleeps; rdma.Conn can too (Config.PollTime)
-	./softroce-bench -net rdma -polltime 50us -test pingpong -size \$s -count $COUNT |
+	# rsockets busy-polls 10 us before it sleeps; rdma.Conn too, by default (Config.PollTime)
+	./softroce-bench -net rdma -polltime $POLL_ALT -test pingpong -size \$s -count $COUNT |
 		awk '{printf "rdma-poll pingpong %d %.3f %.2f\n", \$3, \$6, \$8}'
 	# ib_send_bw: a stream of COUNT sends of s bytes
 	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s >/dev/null 2>&1 & p=\$!
@@ -48,6 +53,10 @@ for s in $SIZES; do
 		./softroce-bench -net \$n -test stream -size \$s -count $COUNT |
 			awk '{printf "%s stream %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
 	done
+done
+for pt in $POLL_SWEEP; do
+	./softroce-bench -net rdma -polltime \$pt -test pingpong -size 64 -count $COUNT |
+		awk -v pt=\$pt '{printf "rdma-poll%s pingpong %d %.3f %.2f\n", pt, \$3, \$6, \$8}'
 done
 # The provider alone: 64-byte inline SEND ping-pong on raw verbs, waiting on
 # completion channels (what rdma.Conn's layering costs is the difference)
@@ -65,14 +74,14 @@ chmod +x "$OUT/run.sh"
 
 echo
 echo "rdma.Conn (rdmacore) vs the references, same guest run; >1 means rdma.Conn is faster"
-awk '
+awk -v alt="$POLL_ALT" '
 	{ mbs[$1" "$2" "$3] = $4; us[$1" "$2" "$3] = $5; sizes[$3] = 1 }
 	END {
 		for (s in sizes) {
 			k = "rdma pingpong " s
 			if (("rstream pingpong " s) in mbs && mbs["rstream pingpong " s] > 0)
-				printf "pingpong %6d B: rdma.Conn/rstream throughput %.2fx (with PollTime 50us %.2fx)   rdma.Conn/TCP %.2fx\n", s,
-					mbs[k] / mbs["rstream pingpong " s], mbs["rdma-poll pingpong " s] / mbs["rstream pingpong " s],
+				printf "pingpong %6d B: rdma.Conn/rstream throughput %.2fx (with PollTime %s %.2fx)   rdma.Conn/TCP %.2fx\n", s,
+					mbs[k] / mbs["rstream pingpong " s], alt, mbs["rdma-poll pingpong " s] / mbs["rstream pingpong " s],
 					mbs[k] / mbs["tcp pingpong " s]
 			k = "rdma stream " s
 			if (("ib_send_bw stream " s) in mbs && mbs["ib_send_bw stream " s] > 0)
@@ -80,7 +89,7 @@ awk '
 					mbs[k] / mbs["ib_send_bw stream " s], mbs[k] / mbs["tcp stream " s]
 		}
 		if (("ib_send_lat pingpong 64") in us)
-			printf "64 B round trip (us): ib_send_lat %.1f, rstream %.1f, rdmacore raw verbs %.1f, rdma.Conn %.1f (PollTime 50us: %.1f), TCP %.1f; rstream/rdma.Conn %.2fx, ib_send_lat/rdma.Conn %.2fx (>1: rdma.Conn faster)\n",
-				us["ib_send_lat pingpong 64"], us["rstream pingpong 64"], us["verbs pingpong 64"], us["rdma pingpong 64"],
-				us["rdma-poll pingpong 64"], us["tcp pingpong 64"], us["rstream pingpong 64"] / us["rdma pingpong 64"], us["ib_send_lat pingpong 64"] / us["rdma pingpong 64"]
+			printf "64 B round trip (us): ib_send_lat %.1f, rstream %.1f, rdmacore raw verbs %.1f, rdma.Conn %.1f (PollTime %s: %.1f), TCP %.1f; rstream/rdma.Conn %.2fx, verbs/rdma.Conn %.2fx, ib_send_lat/rdma.Conn %.2fx (>1: rdma.Conn faster)\n",
+				us["ib_send_lat pingpong 64"], us["rstream pingpong 64"], us["verbs pingpong 64"], us["rdma pingpong 64"], alt,
+				us["rdma-poll pingpong 64"], us["tcp pingpong 64"], us["rstream pingpong 64"] / us["rdma pingpong 64"], us["verbs pingpong 64"] / us["rdma pingpong 64"], us["ib_send_lat pingpong 64"] / us["rdma pingpong 64"]
 	}' "$OUT/results.txt" | sort
