@@ -3,7 +3,6 @@ package soft
 import (
 	"errors"
 	"io"
-	"runtime"
 	"time"
 
 	"github.com/rdmanet/rdma/verbs"
@@ -311,8 +310,7 @@ type rxState struct {
 	hb      [hdrLen]byte
 	h       header
 	sc      scratch
-	owed    int  // requests executed since we last asked for an ACK
-	woke    bool // a completion may have woken a consumer
+	owed    int // requests executed since we last asked for an ACK
 	gotDisc bool
 	drv     *compChannel // the channel whose waiter holds the role
 }
@@ -424,20 +422,12 @@ func (q *qp) want(c *compChannel) {
 func (q *qp) rxIdle(boundary bool) bool {
 	r := &q.rx
 	if r.owed > 0 {
-		woke := r.woke
-		r.woke, r.owed = false, 0
+		// Out of input with requests unacknowledged: ACK them now. When
+		// the holder is a GetEvent waiter it stops at the frame that gave
+		// it its event, before idling, so that its consumer's reply (sent
+		// from the same goroutine, next) carries the ACK.
+		r.owed = 0
 		q.mu.Lock()
-		if woke && q.lastAckSent != q.ackable() {
-			// A consumer was just woken and has not replied yet: let it
-			// run first, so that its reply carries the ACK and no
-			// standalone one is needed. That consumer may be another
-			// goroutine even when a GetEvent waiter holds the role (one
-			// that hands completions on, as rdma.Conn's completion
-			// goroutine does to its reader).
-			q.mu.Unlock()
-			runtime.Gosched()
-			q.mu.Lock()
-		}
 		if q.lastAckSent != q.ackable() {
 			q.ackWanted = true
 			q.kick()
@@ -555,13 +545,12 @@ func (q *qp) rxFrame() error {
 		}
 		q.mu.Unlock()
 	default:
-		executed, woke, err := q.onRequest(h, &r.sc)
+		executed, err := q.onRequest(h, &r.sc)
 		if err != nil {
 			return err
 		}
 		if executed {
 			r.owed++
-			r.woke = r.woke || woke
 			if r.owed >= q.ackEvery {
 				q.mu.Lock()
 				q.ackWanted = true
@@ -681,23 +670,22 @@ func (q *qp) nak(syn uint32) {
 }
 
 // onRequest executes one request frame as the responder. It reports
-// whether the request executed (and needs an ACK) and whether it produced
-// a completion that may have woken a consumer.
-func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) {
+// whether the request executed (and needs an ACK).
+func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 	q.mu.Lock()
 	st := q.state
 	if st != verbs.QPSRTR && st != verbs.QPSRTS && st != verbs.QPSSQD {
 		// A QP in ERR or RESET drops requests unanswered, as hardware does.
 		q.mu.Unlock()
-		return false, false, q.tr.discard(h.payloadLen())
+		return false, q.tr.discard(h.payloadLen())
 	}
 	if h.psn != q.rcvExpected {
 		if q.rnrDiscard || seqLT(h.psn, q.rcvExpected) {
 			q.mu.Unlock()
-			return false, false, q.tr.discard(h.payloadLen())
+			return false, q.tr.discard(h.payloadLen())
 		}
 		q.mu.Unlock()
-		return false, false, errProtocol
+		return false, errProtocol
 	}
 	q.rnrDiscard = false
 	needRecv := h.typ == frameSend || h.typ == frameSendImm || h.typ == frameWriteImm
@@ -705,7 +693,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 		q.rnrDiscard = true
 		q.nak(nakRNR | uint32(q.attr.MinRNRTimer&0xff))
 		q.mu.Unlock()
-		return false, false, q.tr.discard(h.payloadLen())
+		return false, q.tr.discard(h.payloadLen())
 	}
 	var dst []byte // WRITE / READ target
 	if h.typ == frameWrite || h.typ == frameWriteImm || h.typ == frameReadReq {
@@ -727,7 +715,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 				q.flush(0, 0, false)
 				q.nak(nakRemAccess)
 				q.mu.Unlock()
-				return false, false, q.tr.discard(h.payloadLen())
+				return false, q.tr.discard(h.payloadLen())
 			}
 		}
 	}
@@ -737,23 +725,23 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 			q.flush(0, 0, false)
 			q.nak(nakInvReq)
 			q.mu.Unlock()
-			return false, false, nil
+			return false, nil
 		}
 		q.resp[q.respTail%uint32(len(q.resp))] = readResp{psn: h.psn, data: dst}
 		q.respTail++
 		q.rcvExpected++
 		q.kick()
 		q.mu.Unlock()
-		return true, false, nil
+		return true, nil
 	case frameWrite:
 		q.mu.Unlock()
 		if err := q.tr.readPayload(dst); err != nil {
-			return false, false, err
+			return false, err
 		}
 		q.mu.Lock()
 		q.rcvExpected++
 		q.mu.Unlock()
-		return true, false, nil
+		return true, nil
 	}
 	// SEND, SEND_WITH_IMM, WRITE_WITH_IMM: consume a receive.
 	r := &q.rq[q.rqHead%uint32(len(q.rq))]
@@ -780,7 +768,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 			q.flush(0, 0, false)
 			q.nak(syn)
 			q.mu.Unlock()
-			return false, true, q.tr.discard(h.payloadLen())
+			return false, q.tr.discard(h.payloadLen())
 		}
 		sc.n = copy(sc.sg[:], r.sg)
 	}
@@ -788,7 +776,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 	q.mu.Unlock()
 	if h.typ == frameWriteImm {
 		if err := q.tr.readPayload(dst); err != nil {
-			return false, false, err
+			return false, err
 		}
 	} else {
 		left := int(h.len)
@@ -798,7 +786,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 				b = b[:left]
 			}
 			if err := q.tr.readPayload(b); err != nil {
-				return false, false, err
+				return false, err
 			}
 			left -= len(b)
 			sc.sg[i] = nil
@@ -812,7 +800,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed, woke bool, err error) 
 		}
 	}
 	q.mu.Unlock()
-	return true, true, nil
+	return true, nil
 }
 
 // disconnect starts an orderly teardown: the QP flushes, a DISC goes to

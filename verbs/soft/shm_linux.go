@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -812,14 +811,6 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	switch *stage {
 	case 0:
 		*stage = 1
-		// Yield once first: a consumer that what we just delivered woke
-		// (on this P) then runs, and its reply carries the ACK that the
-		// idle hook would otherwise send on its own, waking the peer
-		// twice per message.
-		runtime.Gosched()
-		if t.rx.tail.Load() != t.rhead {
-			return nil
-		}
 		if t.onIdle != nil && t.onIdle(boundary) && boundary {
 			return errInterrupted
 		}
