@@ -223,6 +223,8 @@ func (c *Conn) interrupt() {
 }
 
 // deadlineMoved makes a sleeping holder take a new deadline into account.
+// (A caller waiting for the holder watches its deadline's channel, which
+// is only ever replaced after it was closed, which woke that caller.)
 func (c *Conn) deadlineMoved() {
 	c.mu.Lock()
 	if c.polling {
