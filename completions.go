@@ -53,6 +53,16 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 		c.mu.Unlock()
 		return
 	}
+	select {
+	case <-ready:
+		// What the caller waits for may have come since it looked: another
+		// holder applied completions meanwhile (and poked ready, under mu).
+		// Without this look, the caller could take the role with the CQ
+		// already drained and sleep past what it waits for.
+		c.mu.Unlock()
+		return
+	default:
+	}
 	if c.polling {
 		c.waiters++
 		c.mu.Unlock()
@@ -78,6 +88,10 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 	c.pollRole(dl, draining)
 	c.mu.Lock()
 	c.polling = false
+	select {
+	case <-ready: // our own poke, from what we applied: the caller looks anyway
+	default:
+	}
 	if c.waiters > 0 {
 		poke(c.rcvReady)
 		poke(c.sndReady)

@@ -125,3 +125,30 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 	assert.Zero(t, cfg2.pollTime(ProviderSoft))
 	assert.Equal(t, defaultRDMACorePollTime, cfg2.pollTime(ProviderRDMACore))
 }
+
+// A caller that looked, found nothing, and takes the poll role after
+// another holder has applied what it waits for (the CQ now empty) must not
+// sleep: the data is already there.
+func TestNoLostWakeupBetweenHolders(t *testing.T) {
+	cfg := testConfig()
+	cfg.KeepAlive = -1
+	c, s := pair(t, cfg)
+	for i := 0; i < 20; i++ {
+		_, err := s.Write([]byte("x"))
+		require.NoError(t, err)
+		// Another holder (as a Write or the keepalive would) applies the
+		// data while the reader is between its look and await.
+		require.Eventually(t, func() bool {
+			c.tryPoll()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.rx.Buffered() > 0
+		}, 10*time.Second, time.Millisecond)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
+		c.await(c.rcvReady, &c.rdl, false)
+		require.False(t, c.rdl.passed(), "round %d: await slept past data already applied", i)
+		got := make([]byte, 1)
+		_, err = io.ReadFull(c, got)
+		require.NoError(t, err)
+	}
+}
