@@ -130,7 +130,7 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 // another holder has applied what it waits for (the CQ now empty) must not
 // sleep: the data is already there.
 func TestNoLostWakeupBetweenHolders(t *testing.T) {
-	cfg := testConfig()
+	cfg := softConfig()
 	cfg.KeepAlive = -1
 	c, s := pair(t, cfg)
 	for i := 0; i < 20; i++ {
