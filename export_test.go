@@ -1,7 +1,20 @@
 package rdma
 
-import "github.com/rdmanet/rdma/verbs/soft"
+import (
+	"net"
 
-// SoftCarrier says what carries a soft conn's bytes: "shm" or "tcp" (see
-// soft.Carrier); "" on another provider.
-func SoftCarrier(c *Conn) string { return soft.Carrier(c.qp) }
+	"github.com/rdmanet/rdma/verbs/soft"
+)
+
+// SoftCarrier says what carries a soft conn's bytes (a *Conn or an
+// *RsocketConn): "shm" or "tcp" (see soft.Carrier); "" on another provider
+// or another type.
+func SoftCarrier(c net.Conn) string {
+	switch c := c.(type) {
+	case *Conn:
+		return soft.Carrier(c.qp)
+	case *RsocketConn:
+		return soft.Carrier(c.qp)
+	}
+	return ""
+}

@@ -102,7 +102,7 @@ func testBidirectional(t *testing.T, s *suite) {
 	c, sv := s.pair(t, cfg)
 	total := s.scale(4<<20, 8)
 	var wg sync.WaitGroup
-	check := func(w, r *rdma.Conn, seed int64) {
+	check := func(w, r Conn, seed int64) {
 		defer wg.Done()
 		want := make([]byte, total)
 		rng := rand.New(rand.NewSource(seed))

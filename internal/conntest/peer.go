@@ -24,16 +24,16 @@ func init() {
 	register("PeerSilent", testPeerSilent)
 }
 
-// runPeer is the peer process: args are mode, provider and address. It
+// runPeer is the peer process: args are mode, provider, wire and address. It
 // dials, then by mode streams until it fails ("stream") or writes 1 KiB and
 // idles ("idle").
 func runPeer(args []string) int {
-	if len(args) != 3 {
-		fmt.Fprintf(os.Stderr, "conntest peer: want mode, provider, address; got %q\n", args)
+	if len(args) != 4 {
+		fmt.Fprintf(os.Stderr, "conntest peer: want mode, provider, wire, address; got %q\n", args)
 		return 2
 	}
-	mode, provider, addr := args[0], args[1], args[2]
-	d := rdma.Dialer{Config: &rdma.Config{Provider: provider}, Timeout: time.Minute}
+	mode, provider, wire, addr := args[0], args[1], args[2], args[3]
+	d := rdma.Dialer{Config: &rdma.Config{Provider: provider, Wire: wire}, Timeout: time.Minute}
 	c, err := d.Dial(rdma.Network, addr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conntest peer:", err)
@@ -58,11 +58,12 @@ func runPeer(args []string) int {
 
 // startPeer starts a peer process in mode that dials ln, and accepts its
 // conn.
-func (s *suite) startPeer(t *testing.T, mode string, ln *rdma.Listener) (*os.Process, *rdma.Conn) {
-	cmd := testsupport.StartPeer(t, peerName, s.cfg.PeerEnv, mode, s.cfg.RDMA.Provider, ln.Addr().String())
-	c, err := ln.AcceptRDMA()
+func (s *suite) startPeer(t *testing.T, mode string, ln *rdma.Listener) (*os.Process, Conn) {
+	cmd := testsupport.StartPeer(t, peerName, s.cfg.PeerEnv, mode, s.cfg.RDMA.Provider, s.cfg.RDMA.Wire, ln.Addr().String())
+	a, err := ln.Accept()
 	require.NoError(t, err)
-	t.Cleanup(func() { c.Close() })
+	t.Cleanup(func() { a.Close() })
+	c := a.(Conn)
 	assert.Equal(t, s.cfg.RDMA.Provider, c.Provider())
 	s.checkTransport(t, c)
 	return cmd.Process, c
@@ -117,7 +118,7 @@ func testPeerSilent(t *testing.T, s *suite) {
 }
 
 // readUntilError reads c until an error and returns it with the time taken.
-func readUntilError(c *rdma.Conn) (time.Duration, error) {
+func readUntilError(c Conn) (time.Duration, error) {
 	start := time.Now()
 	buf := make([]byte, 64<<10)
 	for {

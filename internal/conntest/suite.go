@@ -1,5 +1,5 @@
-// Package conntest is the suite of rdma.Conn's behaviour as a net.Conn, run
-// on every verbs provider: what a program written against net.Conn relies
+// Package conntest is the suite of rdma.Conn's behaviour as a net.Conn (and
+// RsocketConn's, with Config.Wire "rsocket"), run on every verbs provider: what a program written against net.Conn relies
 // on (nettest's conformance tests, deadlines, half-close, a peer that
 // closes, dies or hangs, Close unblocking everything, errors shaped like
 // package net's), the protocols people run over it (yamux, net/http, gRPC,
@@ -37,10 +37,11 @@ type Config struct {
 	// Transport, if set, reports what carries a conn's bytes beneath its
 	// provider (soft: "shm" or "tcp"); the suite then checks that conns,
 	// in one process and across two, are carried by WantTransport.
-	Transport     func(c *rdma.Conn) string
+	Transport     func(c net.Conn) string
 	WantTransport string
 	// Small sizes the work down (transfers, streams, requests, churn
-	// cycles) for an emulated machine such as the Soft-RoCE VM.
+	// cycles): for an emulated machine such as the Soft-RoCE VM, or for a
+	// run over paths that full-size runs already cover.
 	Small bool
 	// DetectWithin bounds how long the survivor of a peer that was killed
 	// or stopped may take to notice (default 10 s).
@@ -48,6 +49,14 @@ type Config struct {
 	// Skip names subtests that do not apply to this provider, with the
 	// reason.
 	Skip map[string]string
+}
+
+// Conn is what the suite needs of a conn beyond net.Conn: *rdma.Conn, and
+// *rdma.RsocketConn with Config.Wire "rsocket", have it.
+type Conn interface {
+	net.Conn
+	CloseWrite() error
+	Provider() string
 }
 
 type suite struct {
@@ -142,14 +151,14 @@ func (s *suite) dialer(cfg *rdma.Config) func(addr string) (net.Conn, error) {
 
 // pair returns both ends of a conn made with cfg (nil: the configuration
 // under test), closed at cleanup.
-func (s *suite) pair(t testing.TB, cfg *rdma.Config) (client, server *rdma.Conn) {
+func (s *suite) pair(t testing.TB, cfg *rdma.Config) (client, server Conn) {
 	t.Helper()
 	c, sv := testsupport.Connect(t, s.listen(t, cfg), s.dialer(cfg))
-	return c.(*rdma.Conn), sv.(*rdma.Conn)
+	return c.(Conn), sv.(Conn)
 }
 
 // checkTransport checks what carries c, where the configuration says.
-func (s *suite) checkTransport(t testing.TB, c *rdma.Conn) {
+func (s *suite) checkTransport(t testing.TB, c Conn) {
 	t.Helper()
 	if s.cfg.Transport != nil {
 		require.Equal(t, s.cfg.WantTransport, s.cfg.Transport(c), "what carries the conn's bytes")
