@@ -26,7 +26,8 @@
 //
 // Data moves without copies through Go memory: a WR's SGEs are resolved to
 // registered memory at post time and written with one writev per batch of
-// frames; payloads are read straight into the target MR. Posting never
+// frames (on the same-host path, copied into the shared ring); payloads are
+// read straight into the target MR. Posting never
 // blocks and, like polling, allocates nothing. A send WR completes when the
 // peer's (coalesced) ACK arrives, so a completed RDMA WRITE is in the peer's
 // memory. A goroutine waiting in CompChannel.GetEvent for the completions

@@ -1006,7 +1006,7 @@ func (t *shmTransport) closeWrite() error {
 }
 
 // ackEvery: ACKs through shared memory cost no system call unless the
-// requester sleeps, and each one lets the requester reuse its send buffer
-// sooner (its payloads are read in place until acknowledged), so the
-// responder acknowledges more often than over TCP.
+// requester sleeps, and each one completes the requester's WRs (and frees
+// its send buffer) sooner, so the responder acknowledges more often than
+// over TCP.
 func (t *shmTransport) ackEvery(def int) int { return max(1, min(def, shmAckEvery)) }
