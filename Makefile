@@ -149,9 +149,11 @@ bench:
 
 # --- Soft-RoCE ---------------------------------------------------------------
 # The rdmacore provider on a real kernel RDMA stack: builds test binaries and
-# runs them in the QEMU guest of ../shared/softroce (rdma_rxe): rdmacore's own
-# tests with the verbs conformance suite, and the root package's tests with
-# RDMA_PROVIDER=rdmacore. SOFTROCE_RUN overrides the path of run-in-vm.sh.
+# runs them in a QEMU guest with the kernel's rdma_rxe driver
+# (scripts/softroce/run-in-vm.sh, which builds and caches its image from
+# Debian packages): rdmacore's own tests with the verbs conformance suite, and
+# the VM tests of other packages (scripts/softroce-test.sh).
+# `scripts/softroce/run-in-vm.sh --selftest` checks the VM with rdma-core's tools.
 .PHONY: test-softroce
 test-softroce:
 	GO=$(GO) scripts/softroce-test.sh

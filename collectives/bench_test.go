@@ -40,7 +40,7 @@ var benchTransports = []benchTransport{
 	}},
 }
 
-// In the Soft-RoCE VM (../shared/softroce), the conns of the real verbs
+// In the Soft-RoCE VM (scripts/softroce), the conns of the real verbs
 // provider join the comparison, on the emulated device's address.
 func init() {
 	if testsupport.VMIP() == nil {

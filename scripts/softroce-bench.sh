@@ -19,7 +19,6 @@ COUNT=${COUNT:-500}
 POLL_ALT=${POLL_ALT:--1ns}
 POLL_SWEEP=${POLL_SWEEP:-}
 OUT=build/softroce-bench
-[ -x "$RUN" ] || { echo "softroce-bench: $RUN not found; set SOFTROCE_RUN" >&2; exit 2; }
 rm -rf "$OUT"
 mkdir -p "$OUT"
 $GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench

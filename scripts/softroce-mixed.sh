@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # softroce-mixed.sh: mixed-fleet tests on a real kernel RDMA stack, in the
-# Soft-RoCE VM of ../shared/softroce (what `make test-softroce-mixed` runs).
+# Soft-RoCE VM of scripts/softroce (what `make test-softroce-mixed` runs).
 #
 # In the guest, a veth pair joins the guest's own namespace, whose end
 # carries an rxe device (rxenear), to a namespace "far" whose end has none:
@@ -12,10 +12,6 @@
 # ranks) and TestMixedWireRDMACore (2 ranks here on rdmacore, 1 across the
 # wire on soft) run too. Addresses 10.77.1.1 and 10.77.1.2 exist only inside the
 # guest, which has no network card.
-#
-# The guest image has no veth module: this script takes veth.ko from the
-# Debian package of the kernel the image boots (apt-get download, cached
-# under ~/.cache/softroce-mixed) and the guest loads it.
 #
 # Why not rxe on both ends, each in its own namespace: the guest's kernel
 # (Debian 12, 6.1) opens rxe's UDP socket in the initial namespace only, so
@@ -30,38 +26,9 @@ GO=${GO:-go}
 . scripts/softroce-run.sh
 RACE=${SOFTROCE_RACE--race}
 OUT=build/softroce-mixed
-CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/softroce-mixed
-
-if [ ! -x "$RUN" ]; then
-	echo "test-softroce-mixed: $RUN not found; set SOFTROCE_RUN to the path of softroce's run-in-vm.sh" >&2
-	exit 2
-fi
-
-# The kernel package run-in-vm.sh boots (it resolves linux-image-amd64 the same way).
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-if [ -z "$kpkg" ]; then
-	echo "test-softroce-mixed: cannot resolve linux-image-amd64 with apt-cache (run apt-get update first)" >&2
-	exit 2
-fi
-kver=${kpkg#linux-image-}
-mkdir -p "$CACHE"
-if [ ! -f "$CACHE/veth-$kver.ko" ]; then
-	echo "test-softroce-mixed: fetching veth.ko from $kpkg"
-	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
-	(cd "$tmp" && apt-get download "$kpkg" >/dev/null)
-	dpkg-deb --fsys-tarfile "$tmp"/*.deb | tar -x -C "$tmp" --wildcards "./lib/modules/$kver/kernel/drivers/net/veth.ko*"
-	f=$(ls "$tmp/lib/modules/$kver/kernel/drivers/net/"veth.ko*)
-	case "$f" in
-	*.xz) xz -dc "$f" >"$CACHE/veth-$kver.ko" ;;
-	*.zst) zstd -qdc "$f" >"$CACHE/veth-$kver.ko" ;;
-	*) cp "$f" "$CACHE/veth-$kver.ko" ;;
-	esac
-fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
-cp "$CACHE/veth-$kver.ko" "$OUT/veth.ko"
 echo "test-softroce-mixed: building test binaries ($RACE)"
 # shellcheck disable=SC2086
 $GO test $RACE -c -o "$OUT/rdma.test" .
@@ -70,10 +37,9 @@ $GO test $RACE -c -o "$OUT/collectives.test" ./collectives
 
 cat >"$OUT/run.sh" <<'GUEST'
 #!/bin/sh
-# Runs in the guest. busybox's sh runs its own ip applet for a bare "ip":
-# iproute2's is /bin/ip.
+# Runs in the guest (the runner loads veth at boot). busybox's sh runs its
+# own ip applet for a bare "ip": iproute2's is /bin/ip.
 IP=/bin/ip
-insmod ./veth.ko || { echo "insmod veth.ko failed (guest kernel $(uname -r))"; exit 125; }
 mkdir -p /run/netns
 $IP netns add far &&
 	$IP link add vnear type veth peer name vfar netns far &&
