@@ -1,4 +1,4 @@
-# rdma: the fixed targets are deps, test, demo, bench, capi (see ../shared/DESIGN.md).
+# rdma: the fixed targets are deps, test, demo, bench, capi (see docs/design.md).
 GO        ?= go
 GOFLAGS   ?=
 FUZZTIME  ?= 10s
