@@ -2,39 +2,62 @@
 GO        ?= go
 GOFLAGS   ?=
 FUZZTIME  ?= 10s
+# Each new input the fuzzer keeps is minimized for at most this long, so that
+# a short run spends its time fuzzing (the default, 60s, can take it all).
+FUZZMINIMIZETIME ?= 1s
 BUILD     := build
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all deps test test-go test-fuzz demo bench capi vet clean
+.PHONY: all deps test lint test-go test-examples test-fuzz demo bench capi vet clean
 
-all: vet test
+all: test
 
 # System packages for the tests. Building needs only gcc: the rdmacore
 # provider opens rdma-core's libraries at run time. The tests use them
 # (libibverbs1, librdmacm1, ibverbs-providers) and compare the provider's
 # ABI declarations with rdma-core's headers (libibverbs-dev, librdmacm-dev).
+# procps (sysctl) and iproute2 serve the network-namespace tests; QEMU, kmod
+# and xz the Soft-RoCE VM (scripts/softroce). Then the Go modules, and
+# staticcheck at a pinned version through the Go module proxy.
 deps:
 	@if command -v apt-get >/dev/null 2>&1; then \
 		if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			libibverbs1 librdmacm1 ibverbs-providers librdmacm-dev libibverbs-dev \
-			pkg-config gcc iproute2 util-linux >/dev/null; \
-	else echo "make deps: no apt-get; install rdma-core's libraries and headers by hand"; fi
+			pkg-config gcc iproute2 util-linux procps qemu-system-x86 kmod xz-utils >/dev/null; \
+	else echo "make deps: no apt-get; install rdma-core's libraries and headers, procps and qemu-system-x86 by hand"; fi
 	$(GO) mod download
+	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
-# All tests, with the race detector, then a short run of every fuzz target.
-test: test-go test-c test-fuzz
+# Everything CI checks: lint, the Go tests with the race detector, the C test,
+# every example, the C demo, then a short run of every fuzz target.
+test: lint test-go test-c test-examples demo test-fuzz
 
+# go vet, a tidy go.mod and go.sum, and staticcheck.
+lint: vet
+	$(GO) mod tidy -diff
+	@command -v $(STATICCHECK) >/dev/null 2>&1 || \
+		{ echo "make lint: $(STATICCHECK) not found; make deps installs it" >&2; exit 1; }
+	$(STATICCHECK) ./...
+
+# go test's usual output (a closing ok or FAIL per package), then a count of
+# the tests and every skipped one with its reason (internal/testsummary).
 test-go:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) run ./internal/testsummary -race -count=1 -timeout 15m ./...
+
+# Every Go example built and run on loopback, its output checked.
+test-examples:
+	GO=$(GO) scripts/examples-test.sh
 
 # Every parser that reads bytes off the network has a fuzz target; run each briefly.
 test-fuzz:
 	@set -e; for pkg in $$($(GO) list ./...); do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
 			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) \
+				-fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg; \
 		done; \
 	done
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# examples-test.sh: build every Go example under examples/ and run each on
+# loopback for a bounded time, checking that it exits 0 and prints what it is
+# meant to (what `make test-examples` runs; the C programs run in `make demo`).
+# An example without an entry below fails the run: add one when you add an
+# example.
+#
+# Environment: GO (go), EXAMPLE_TIMEOUT (seconds per run, default 120).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+LIMIT=${EXAMPLE_TIMEOUT:-120}
+OUT=build/examples
+
+# Per example: its arguments and a regexp its output must match.
+declare -A ARGS=(
+	[allreduce]="-n 3 -count 262144 -iters 2"
+	[echo]="-clients 2 -n 300"
+	[grpc]="-n 50"
+	[http]="-n 50"
+	[tls]=""
+	[yamux]="-streams 4 -size 262144"
+)
+declare -A WANT=(
+	[allreduce]='allreduce: 3 ranks, .*result checked'
+	[echo]='echo: 2 clients x 300 messages echoed'
+	[grpc]='grpc over rdma: 50 health checks .*: SERVING'
+	[http]='http over rdma: 50 requests .*last answer: "hello req49 over rdma'
+	[tls]='tls over rdma .*TLS 1\.3.*"server got: hello over TLS over rdma'
+	[yamux]='yamux over rdma .*: 4 streams x 262144 bytes each way'
+)
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+status=0
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# check NAME LOG RC: report one run.
+check() {
+	local name=$1 log=$2 rc=$3 want=$4
+	if [ "$rc" -ne 0 ]; then
+		echo "FAIL example $name: exit status $rc (124: did not finish in ${LIMIT}s)"
+		sed 's/^/    /' "$log"
+		status=1
+	elif ! grep -Eq -- "$want" "$log"; then
+		echo "FAIL example $name: output does not match /$want/"
+		sed 's/^/    /' "$log"
+		status=1
+	else
+		echo "ok   example $name: $(grep -E -- "$want" "$log" | head -n 1 | sed 's/^[0-9/]* [0-9:]* //')"
+	fi
+}
+
+for dir in $($GO list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./examples/...); do
+	name=$(basename "$dir")
+	if [ -z "${WANT[$name]+set}" ]; then
+		echo "FAIL example $name: no expected output in scripts/examples-test.sh"
+		status=1
+		continue
+	fi
+	$GO build -o "$OUT/$name" "./examples/$name"
+	rc=0
+	# shellcheck disable=SC2086 # ARGS holds words
+	timeout "$LIMIT" "$OUT/$name" ${ARGS[$name]} >"$logs/$name" 2>&1 </dev/null || rc=$?
+	check "$name" "$logs/$name" "$rc" "${WANT[$name]}"
+done
+
+# One rank per process under the repository's launcher.
+$GO build -o "$OUT/rdmarun" ./cmd/rdmarun
+rc=0
+timeout "$LIMIT" "$OUT/rdmarun" -n 3 -- "$OUT/allreduce" -count 65536 -iters 2 >"$logs/rdmarun" 2>&1 </dev/null || rc=$?
+check "allreduce under rdmarun" "$logs/rdmarun" "$rc" '^\[0\] allreduce: 3 ranks, .*result checked'
+
+exit $status
