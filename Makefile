@@ -29,23 +29,29 @@ deps:
 			pkg-config gcc iproute2 util-linux procps qemu-system-x86 kmod xz-utils >/dev/null; \
 	else echo "make deps: no apt-get; install rdma-core's libraries and headers, procps and qemu-system-x86 by hand"; fi
 	$(GO) mod download
+	$(GO) -C cmd/perfplot mod download
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Everything CI checks: lint, the Go tests with the race detector, the C test,
 # every example, the C demo, then a short run of every fuzz target.
 test: lint test-go test-c test-examples demo test-fuzz
 
-# go vet, a tidy go.mod and go.sum, and staticcheck.
+# go vet, a tidy go.mod and go.sum, and staticcheck, on the module and on
+# cmd/perfplot (a module of its own: see its doc).
 lint: vet
 	$(GO) mod tidy -diff
+	$(GO) -C cmd/perfplot vet ./...
+	$(GO) -C cmd/perfplot mod tidy -diff
 	@command -v $(STATICCHECK) >/dev/null 2>&1 || \
 		{ echo "make lint: $(STATICCHECK) not found; make deps installs it" >&2; exit 1; }
 	$(STATICCHECK) ./...
+	cd cmd/perfplot && $(STATICCHECK) ./...
 
 # go test's usual output (a closing ok or FAIL per package), then a count of
 # the tests and every skipped one with its reason (internal/testsummary).
 test-go:
 	$(GO) run ./internal/testsummary -race -count=1 -timeout 15m ./...
+	$(GO) -C cmd/perfplot test -race -count=1 ./...
 
 # Every Go example built and run on loopback, its output checked.
 test-examples:
@@ -142,13 +148,16 @@ bench-capi: capi
 # with -benchmem, then rdmaperf's loopback comparison (rdma vs TCP through the
 # same code, server in a separate process, median of PERF_ROUNDS rounds).
 # Everything goes to $(BENCH_OUT)/results.txt, rdmaperf's report also to
-# $(BENCH_OUT)/rdmaperf.json. BENCHTIME bounds each verbs/conn benchmark,
-# COLL_BENCHTIME each collectives one (16 MiB per op); a few minutes on 2 cores.
+# $(BENCH_OUT)/rdmaperf.json and drawn (cmd/perfplot: throughput and p50
+# latency against message size, rdma beside tcp) in $(BENCH_OUT)/rdmaperf.svg
+# and .png. BENCHTIME bounds each verbs/conn benchmark, COLL_BENCHTIME each
+# collectives one (16 MiB per op); a few minutes on 2 cores.
 BENCH_OUT      := $(BUILD)/bench
 BENCHTIME      ?= 1s
 COLL_BENCHTIME ?= 3x
 PERF_ROUNDS    ?= 5
-PERF_FLAGS     ?= -loopback -fork -rounds $(PERF_ROUNDS) -t 1s
+PERF_SIZES     ?= 64,1K,16K,64K,1M
+PERF_FLAGS     ?= -loopback -fork -rounds $(PERF_ROUNDS) -t 1s -sizes $(PERF_SIZES)
 
 bench:
 	@mkdir -p $(BENCH_OUT) $(BUILD)/bin
@@ -165,8 +174,11 @@ bench:
 		echo "# rdmaperf $(PERF_FLAGS)"; \
 		$(BUILD)/bin/rdmaperf $(PERF_FLAGS) -json-file $(BENCH_OUT)/rdmaperf.json \
 			|| echo "rdmaperf" >> $(BENCH_OUT)/failed; \
+		[ ! -f $(BENCH_OUT)/rdmaperf.json ] || $(GO) -C cmd/perfplot run . $(CURDIR)/$(BENCH_OUT)/rdmaperf.json \
+			$(CURDIR)/$(BENCH_OUT)/rdmaperf.svg $(CURDIR)/$(BENCH_OUT)/rdmaperf.png \
+			|| echo "perfplot" >> $(BENCH_OUT)/failed; \
 	) 2>&1 | tee $(BENCH_OUT)/results.txt
-	@echo "make bench: results in $(BENCH_OUT)/results.txt, rdmaperf's report in $(BENCH_OUT)/rdmaperf.json"
+	@echo "make bench: results in $(BENCH_OUT)/results.txt, rdmaperf's report in $(BENCH_OUT)/rdmaperf.json, drawn in $(BENCH_OUT)/rdmaperf.svg and .png"
 	@if [ -f $(BENCH_OUT)/failed ]; then \
 		echo "make bench: FAILED: $$(paste -sd, $(BENCH_OUT)/failed) (see $(BENCH_OUT)/results.txt)" >&2; exit 1; fi
 
