@@ -145,11 +145,11 @@ func TestJoinRDMA(t *testing.T) {
 	}
 }
 
-// Over real verbs: runs in the Soft-RoCE VM of ../shared/softroce (the
+// Over real verbs: runs in the Soft-RoCE VM of scripts/softroce (the
 // kernel's rdma_rxe driver under rdma-core), where SOFTROCE_IP is the address
 // of the emulated RDMA device; elsewhere there is no device to test.
 //
-//	go test -c -o /tmp/vm/c.test ./collectives && run-in-vm.sh /tmp/vm ./c.test -test.run RDMACore -test.v
+//	go test -c -o /tmp/vm/c.test ./collectives && scripts/softroce/run-in-vm.sh /tmp/vm ./c.test -test.run RDMACore -test.v
 func TestJoinRDMACore(t *testing.T) {
 	ip := testsupport.SoftRoCEHost(t)
 	cfg := &rdma.Config{Provider: "rdmacore"}

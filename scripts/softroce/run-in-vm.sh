@@ -317,14 +317,6 @@ accel() {
 	esac
 }
 
-# output_path FD: where QEMU writes what the guest sends on a port for our
-# stdout (1) or stderr (2). QEMU opens /dev/stdout itself, appending, so the
-# program's output streams to wherever ours goes; a socket cannot be opened
-# that way, and then the output is copied at the end.
-output_path() {
-	if [ -S "/dev/fd/$1" ]; then echo "$RUN/fd$1"; else echo "/dev/fd/$1"; fi
-}
-
 RUN=
 run() {
 	local payload=$1 v a
@@ -360,18 +352,24 @@ run() {
 	truncate -s "%512" "$RUN/initrd"
 	(cd "$RUN/root" && find . -mindepth 1 | LC_ALL=C sort | "$IMG/busybox" cpio -o -H newc -R 0:0 2>/dev/null) >>"$RUN/initrd"
 
-	local out err console=$RUN/console mode
-	out=$(output_path 1)
-	err=$(output_path 2)
-	[ "$VERBOSE" = 1 ] && console=/dev/fd/2
+	# The program's output streams to ours as it runs: QEMU writes each port
+	# into a pipe to a cat that holds our stdout or stderr. Not our stdout
+	# itself: QEMU would open it anew, and a file would then have two write
+	# offsets, ours overwriting what QEMU wrote.
+	local out err console=$RUN/console mode catout caterr
+	exec {out}> >(cat)
+	catout=$!
+	exec {err}> >(cat >&2)
+	caterr=$!
+	[ "$VERBOSE" = 1 ] && console=/dev/fd/$err
 	mode=$(accel)
 	local -a qemu=(qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot
 		-m "$MEM" -smp "$CPUS" -kernel "$IMG/kernel" -initrd "$RUN/initrd"
 		-append "console=ttyS0 loglevel=4 panic=-1 mitigations=off"
 		-chardev "file,id=console,path=$(qemu_path "$console"),append=on" -serial chardev:console
 		-device virtio-serial-pci
-		-chardev "file,id=stdout,path=$(qemu_path "$out"),append=on" -device virtserialport,chardev=stdout,name=stdout
-		-chardev "file,id=stderr,path=$(qemu_path "$err"),append=on" -device virtserialport,chardev=stderr,name=stderr
+		-chardev "file,id=stdout,path=/dev/fd/$out" -device virtserialport,chardev=stdout,name=stdout
+		-chardev "file,id=stderr,path=/dev/fd/$err" -device virtserialport,chardev=stderr,name=stderr
 		-chardev "file,id=status,path=$RUN/status" -device virtserialport,chardev=status,name=status)
 	if [ "$mode" = kvm ]; then qemu+=(-accel kvm -cpu host); else qemu+=(-accel tcg,thread=multi -cpu max); fi
 
@@ -383,8 +381,8 @@ run() {
 	trap 'kill $pid 2>/dev/null; wait $pid; exit 143' TERM HUP
 	wait $pid || rc=$?
 	trap - INT TERM HUP
-	[ "$out" = /dev/fd/1 ] || cat "$out" 2>/dev/null || true
-	[ "$err" = /dev/fd/2 ] || cat "$err" >&2 2>/dev/null || true
+	exec {out}>&- {err}>&-
+	wait "$catout" "$caterr" 2>/dev/null || true
 	if grep -qE 'BUG:|WARNING:|Oops|Call Trace:' "$RUN/console" 2>/dev/null; then
 		say "the guest kernel logged a warning or oops:"
 		grep -E -A12 'BUG:|WARNING:|Oops' "$RUN/console" | head -n 40 >&2 || true
