@@ -55,6 +55,32 @@
 // is not second-guessed. Conn.Provider says what carries a connection and
 // Conn.Fallback why a dial fell back.
 //
+// # Talking to rsockets
+//
+// With Config.Wire = "rsocket" (or RDMA_WIRE=rsocket) Dial and Listen speak
+// rdma-core's rsockets protocol (librdmacm's rsocket.c, SOCK_STREAM) instead
+// of the one above, and their conns are *RsocketConn: the peer may be a C
+// program on the rsocket API (rstream, riostream) or any TCP program run
+// with LD_PRELOAD=librspreload.so, in either role. The handshake is
+// rsocket's rs_conn_data (version 1, big-endian); data goes as RDMA WRITE
+// WITH IMM into the half of the peer's receive buffer it granted through the
+// target SGL; credit, SGL updates, SHUTDOWN (CloseWrite), DISCONNECT
+// (Close) and keepalives follow rsocket.c, and so do its defaults: 128 KiB
+// receive and send buffers, 384-deep queues, 64 bytes inline (the Config
+// size fields override them). The conn behaves as Conn does (deadlines,
+// net.ErrClosed, io.EOF after the peer's shutdown, close or disconnect);
+// it has its own completion goroutine beside the connection manager's.
+//
+// Limits: no iomap (riomap/riowrite; the connection announces none) and
+// no iWARP (rsocket sends messages as SENDs there, e.g. on siw); RoCE and
+// InfiniBand devices through rdmacore, and soft, which carries the same
+// protocol between two Go programs without a NIC (C rsockets need a
+// kernel RDMA device). The two wire protocols do not mix: both ends must
+// set the same Wire, and a Listener speaks one. Mixed fleets work as
+// above: an rsocket Listener on a host with a device also accepts soft
+// connections from Go peers in rsocket mode, and an auto dial falls back
+// to soft (which reaches Go listeners only, never a C one).
+//
 // No OS thread waits per connection. Completions are driven by the Read or
 // Write that needs them, on its own goroutine: it polls the completion
 // queue, busy-polls briefly (Config.PollTime), then sleeps on the

@@ -320,6 +320,9 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 	defer c.wmu.Unlock()
 	sent := 0
 	for {
+		if sent == len(b) && sent > 0 {
+			return sent, nil // all posted: what happens to the conn now is not this Write's
+		}
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# softroce-rsocket.sh: the Go side in rsocket mode (rdma.Config.Wire =
+# "rsocket", examples/rsocket) against rdma-core's own rsockets programs, in
+# one Soft-RoCE guest run:
+#   - rstream (-T v: data verified) as client against the Go server, and the
+#     Go client against rstream as server, at several sizes and counts;
+#   - a plain C TCP echo program (examples/c/rsocket/echo.c) run with
+#     LD_PRELOAD=librspreload.so, as client against the Go echo server and as
+#     server for the Go echo client: data checked, and the half-close
+#     (shutdown(SHUT_WR) / CloseWrite, then EOF) both ways;
+#   - peer death both ways: a killed C peer is EOF to the Go side, a killed
+#     Go peer is EOF to the C side (as a dead TCP peer's FIN);
+#   - RsocketConn's own tests (nettest, half-close, peer close, ...) on the
+#     rdmacore provider;
+#   - timing: 64 B round trips (rstream -S 64 -C 1 -I N) and a 64 KiB stream
+#     (-S 65536 -C N), rstream to rstream and with the Go side in either
+#     role, printed as ratios (the guest is emulated: only ratios mean
+#     anything). rstream runs blocking (-T b) there, as the Go side does: its
+#     default non-blocking spin starves the emulated guest's two vCPUs.
+#
+#   scripts/softroce-rsocket.sh         (part of make test-softroce)
+#
+# Environment: GO, SOFTROCE_RUN, RTT_ITERS (default 500), STREAM_COUNT
+# (default 200).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+CC=${CC:-cc}
+. scripts/softroce-run.sh
+OUT=build/softroce-rsocket
+[ -x "$RUN" ] || { echo "softroce-rsocket: $RUN not found; set SOFTROCE_RUN" >&2; exit 2; }
+rm -rf "$OUT"
+mkdir -p "$OUT"
+$GO build -o "$OUT/rsocket" ./examples/rsocket
+$CC -O2 -Wall -o "$OUT/echo" examples/c/rsocket/echo.c
+$GO test -c -o "$OUT/root.test" .
+
+cat >"$OUT/run.sh" <<GUEST
+#!/bin/sh
+# Runs in the guest. Every program is bounded by a timeout: a hang fails.
+ip=\$SOFTROCE_IP
+PRELOAD=\$(ls /usr/lib/*/rsocket/librspreload.so 2>/dev/null | head -1)
+RTT_ITERS=${RTT_ITERS:-500}
+STREAM_COUNT=${STREAM_COUNT:-200}
+export RDMA_PROVIDER=rdmacore
+status=0
+port=7470
+fail() { echo "FAIL: \$*"; status=1; }
+# waitfor FILE: until the Go server says it listens
+waitfor() { i=0; while ! grep -q listening "\$1" 2>/dev/null; do i=\$((i+1)); [ \$i -lt 100 ] || return 1; sleep 0.1; done; }
+[ -n "\$PRELOAD" ] || { echo "FAIL: librspreload.so not found"; exit 1; }
+echo "== librspreload: \$PRELOAD"
+
+echo "== rstream client -> Go server (rsocket mode), data verified"
+for sc in "16 1" "64 1000" "1000 300" "4096 300" "65536 100" "1048576 8"; do
+	set -- \$sc; port=\$((port+1))
+	timeout 120 ./rsocket rstream-server -addr \$ip:\$port -S \$1 -C \$2 >srv.log 2>&1 & p=\$!
+	waitfor srv.log || fail "Go server did not start"
+	timeout 120 rstream -s \$ip -p \$port -S \$1 -C \$2 -T v | grep -v '^name' || fail "rstream client S=\$1 C=\$2"
+	wait \$p || fail "Go server S=\$1 C=\$2"
+	cat srv.log
+done
+
+echo "== Go client (rsocket mode) -> rstream server, data verified"
+for sc in "16 1" "64 1000" "1000 300" "4096 300" "65536 100" "1048576 8"; do
+	set -- \$sc; port=\$((port+1))
+	timeout 120 rstream -b \$ip -p \$port -S \$1 -C \$2 -T v >srv.log 2>&1 & p=\$!
+	sleep 1
+	timeout 120 ./rsocket rstream-client -addr \$ip:\$port -S \$1 -C \$2 || fail "Go client S=\$1 C=\$2"
+	wait \$p || { cat srv.log; fail "rstream server S=\$1 C=\$2"; }
+done
+
+echo "== C echo client (LD_PRELOAD=librspreload.so) -> Go echo server: data checked, shutdown(SHUT_WR) then EOF"
+for n in 1 65536 3000000; do
+	port=\$((port+1))
+	timeout 120 ./rsocket echo-server -addr \$ip:\$port >srv.log 2>&1 & p=\$!
+	waitfor srv.log || fail "Go echo server did not start"
+	LD_PRELOAD=\$PRELOAD timeout 120 ./echo client \$ip \$port \$n || fail "C echo client \$n"
+	wait \$p || fail "Go echo server \$n"
+	cat srv.log
+done
+
+echo "== Go echo client -> C echo server (LD_PRELOAD=librspreload.so): data checked, CloseWrite then EOF"
+for n in 1 65536 3000000; do
+	port=\$((port+1))
+	LD_PRELOAD=\$PRELOAD timeout 120 ./echo server \$ip \$port & p=\$!
+	sleep 1
+	timeout 120 ./rsocket echo-client -addr \$ip:\$port -bytes \$n || fail "Go echo client \$n"
+	wait \$p || fail "C echo server \$n"
+done
+
+echo "== peer death: the C client is killed; the Go side reads EOF"
+port=\$((port+1))
+timeout 60 ./rsocket sink -addr \$ip:\$port >srv.log 2>&1 & p=\$!
+waitfor srv.log || fail "Go sink did not start"
+# The Go sink never echoes: the C client blocks in recv after its send.
+LD_PRELOAD=\$PRELOAD ./echo client \$ip \$port 4096 & c=\$!
+sleep 2
+kill -9 \$c
+wait \$p || fail "Go side after the C peer died"
+cat srv.log
+grep -q 'then EOF' srv.log || fail "Go side did not read EOF after the C peer died"
+
+echo "== peer death: the Go server is killed; the C client reads EOF"
+port=\$((port+1))
+./rsocket echo-server -addr \$ip:\$port >srv.log 2>&1 & p=\$!
+waitfor srv.log || fail "Go echo server did not start"
+LD_PRELOAD=\$PRELOAD timeout 60 ./echo sink \$ip \$port >sink.log 2>&1 & c=\$!
+sleep 2
+kill -9 \$p
+wait \$c || fail "C side after the Go peer died"
+cat sink.log
+grep -q 'then EOF' sink.log || fail "C side did not read EOF after the Go peer died"
+
+echo "== RsocketConn's tests on rdmacore (\$SOFTROCE_DEV)"
+timeout 600 ./root.test -test.count=1 -test.run 'Rsocket' -test.v >rt.log 2>&1 || { cat rt.log; fail "RsocketConn tests"; }
+grep -E '^(--- |ok|FAIL|PASS)' rt.log
+
+echo "== timing (usec per transfer; a round trip is two)"
+# run_pair NAME SERVER CLIENT: one timed run, printing "NAME usec"
+rstream_srv() { timeout 300 rstream -b \$ip -p \$1 -T b \$2 >/dev/null 2>&1; }
+go_srv() { timeout 300 ./rsocket rstream-server -addr \$ip:\$1 \$2 >/dev/null 2>&1; }
+rstream_cli() { timeout 300 rstream -s \$ip -p \$1 -T b \$2 | awk '\$1=="custom" {print \$8}'; }
+go_cli() { timeout 300 ./rsocket rstream-client -addr \$ip:\$1 \$2 | awk '{print \$6}'; }
+for test in "rtt64:-S 64 -C 1 -I \$RTT_ITERS" "stream64k:-S 65536 -C \$STREAM_COUNT"; do
+	name=\${test%%:*}; args=\${test#*:}
+	for pair in "rstream-rstream rstream_srv rstream_cli" "rstream-client/go-server go_srv rstream_cli" \
+		"go-client/rstream-server rstream_srv go_cli" "go-go go_srv go_cli"; do
+		set -- \$pair; port=\$((port+1))
+		\$2 \$port "\$args" & p=\$!
+		sleep 1
+		us=\$(\$3 \$port "\$args")
+		wait \$p || fail "timing \$name \$1"
+		echo "timing \$name \$1 \$us" | tee -a timing.log
+	done
+done
+awk '\$1=="timing" {v[\$2" "\$3]=\$4; if (\$3=="rstream-rstream") base[\$2]=\$4}
+	END {for (k in v) {split(k, a, " "); if (base[a[1]] > 0) printf "ratio %s %s %.2f (vs rstream-rstream %s us)\n", a[1], a[2], v[k]/base[a[1]], base[a[1]]}}' timing.log | sort
+exit \$status
+GUEST
+chmod +x "$OUT/run.sh"
+
+echo "softroce-rsocket: running in the Soft-RoCE VM"
+"$RUN" "$OUT" ./run.sh
