@@ -17,15 +17,31 @@ import (
 	"golang.org/x/net/nettest"
 )
 
-// rsConfig is softConfig in rsocket mode.
+// rsInVM reports whether the tests run in the Soft-RoCE VM
+// (scripts/softroce-rsocket.sh), where they use the rdmacore provider (or
+// RDMA_PROVIDER's) on $SOFTROCE_IP; elsewhere soft on loopback.
+func rsInVM() bool { return os.Getenv("SOFTROCE_DEV") != "" }
+
+// rsConfig is softConfig in rsocket mode (rdmacore in the VM).
 func rsConfig() *Config {
 	cfg := softConfig()
 	cfg.Wire = WireRsocket
+	if rsInVM() {
+		if cfg.Provider = os.Getenv(ProviderEnv); cfg.Provider == "" {
+			cfg.Provider = ProviderRDMACore
+		}
+	}
 	return cfg
 }
 
-// rsHost: the rsocket tests listen on 127.0.7.1.
-func rsHost(*Config) string { return "127.0.7.1" }
+// rsHost: the rsocket tests listen on 127.0.7.1; in the Soft-RoCE VM, on
+// the rxe address (the RDMA CM cannot bind rxe to loopback).
+func rsHost(cfg *Config) string {
+	if rsInVM() && cfg.Provider != ProviderSoft {
+		return os.Getenv("SOFTROCE_IP")
+	}
+	return "127.0.7.1"
+}
 
 func rsListenT(t testing.TB, cfg *Config) net.Listener {
 	t.Helper()
@@ -91,7 +107,7 @@ func TestRsocketStream(t *testing.T) {
 	cfg.RecvDepth = 16 // credit every 8 messages
 	c, s := rsPair(t, cfg)
 	total := 3 << 20
-	if inVM() {
+	if rsInVM() {
 		total = 512 << 10 // the emulated guest moves tens of MB/s
 	}
 	run := func(w, r *RsocketConn, seed int64) error {
@@ -142,7 +158,7 @@ func TestRsocketOneWay(t *testing.T) {
 	cfg.RecvDepth = 16
 	c, s := rsPair(t, cfg)
 	src := make([]byte, 1<<20)
-	if inVM() {
+	if rsInVM() {
 		src = src[:128<<10]
 	}
 	rand.New(rand.NewSource(3)).Read(src)
