@@ -253,10 +253,13 @@ func testCQEvents(t *testing.T, s *suite) {
 		t.Fatal(err)
 	case <-time.After(30 * time.Millisecond):
 	}
-	// Arming with completions already queued does not fire for them.
+	// Arming with completions already queued does not fire for them. The
+	// send's own completion says the receive's is queued: the responder
+	// completes a receive before it acknowledges the SEND (soft, rxe), and
+	// the requester completes the send on that acknowledgement.
 	postRecv(t, sv, 10, 0, 64)
-	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
-	time.Sleep(20 * time.Millisecond)
+	postSend(t, c, verbs.SendWR{Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:8])}})
+	s.pollOne(t, c.scq, verbs.WCSuccess)
 	require.NoError(t, sv.rcq.ReqNotify(false))
 	s.pollOne(t, sv.rcq, verbs.WCSuccess)
 	select {
