@@ -105,3 +105,30 @@ func TestKernelModifyRTS(t *testing.T) {
 	// MIN_RNR_TIMER is one an RTS QP may change.
 	require.NoError(t, cli.qp.Modify(&verbs.QPAttr{MinRNRTimer: 1}, verbs.QPAttrMinRNRTimer))
 }
+
+// A receive posted to a QP already in ERR stays queued on rxe without a
+// flush completion (recvInErrUnflushed), while the receives queued before
+// the transition are flushed. Should a kernel flush it, this fails: then
+// drop Config.RecvInErrUnflushed from TestConformance so that the suite
+// checks it here too.
+func TestKernelRecvInErrUnflushed(t *testing.T) {
+	_, ip := testsupport.SoftRoCE(t)
+	_, cli, _, _, _ := connect(t, ip)
+	post := func(id uint64) {
+		t.Helper()
+		require.NoError(t, cli.qp.PostRecv([]verbs.RecvWR{{WRID: id, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}}))
+	}
+	post(1)
+	require.NoError(t, cli.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState))
+	wc := cli.wait(t)
+	require.Equal(t, uint64(1), wc.WRID)
+	require.Equal(t, verbs.WCWRFlushErr, wc.Status)
+	post(2)
+	buf := make([]verbs.WC, 1)
+	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		n, err := cli.cq.Poll(buf)
+		require.NoError(t, err)
+		require.Zero(t, n, "the kernel now flushes a receive posted in ERR (%+v): "+
+			"drop Config.RecvInErrUnflushed from TestConformance", buf[0])
+	}
+}

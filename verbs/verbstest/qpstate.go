@@ -92,6 +92,10 @@ func testModifyToErrFlushes(t *testing.T, s *suite) {
 		require.Equal(t, uint64(20+i), wc.WRID)
 	}
 	// Posting to a QP in ERR completes at once with a flush error.
+	if why := s.cfg.RecvInErrUnflushed; why != "" {
+		t.Logf("not checked on %s: a receive posted in ERR is flushed (%s)", s.cfg.Provider, why)
+		return
+	}
 	postRecv(t, c, 30, 0, 64)
 	require.Equal(t, uint64(30), s.pollOne(t, c.rcq, verbs.WCWRFlushErr).WRID)
 	_ = sv
