@@ -98,7 +98,6 @@ func (c *Conn) setPeer(h stream.Hello) {
 func (c *Conn) start() {
 	c.laddr = fromTCPAddr(c.id.LocalAddr())
 	c.raddr = fromTCPAddr(c.id.RemoteAddr())
-	c.tuneQP()
 	c.poll.spin = c.cfg.pollTime(c.provider)
 	go c.cmLoop()
 }

@@ -58,3 +58,16 @@ func TestPollTime(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(want, got))
 }
+
+// Both ends' QPs carry the transport timeout and retry count chosen before
+// connecting (an RTS QP refuses them), so a peer that stops answering is
+// declared dead after 8 tries of 268 ms, not rdma_cm's 34 s.
+func TestConnTransportTimeout(t *testing.T) {
+	client, server := pair(t, softConfig())
+	for _, c := range []*Conn{client, server} {
+		a, err := c.qp.Query()
+		require.NoError(t, err)
+		assert.Equal(t, ackTimeoutExp, a.Timeout)
+		assert.Equal(t, 7, a.RetryCnt)
+	}
+}

@@ -184,6 +184,9 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 		return nil, err
 	}
 	h := c.hello()
+	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
+		return nil, err
+	}
 	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return nil, err
 	}

@@ -178,13 +178,12 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	return c, nil
 }
 
-// tuneQP sets the transport timeout so that a peer that stops answering is
-// declared dead within a few seconds (4.096 us * 2^16 = 268 ms per try, 8
-// tries). Devices that fix the timeout at RTR->RTS refuse the change; the
-// connection manager's value then stands.
-func (c *Conn) tuneQP() {
-	_ = c.qp.Modify(&verbs.QPAttr{Timeout: 16, RetryCnt: 7}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt)
-}
+// ackTimeoutExp is the QP's transport timeout exponent, set with
+// rdma_set_option before Connect and Accept (an RTS QP refuses it): a peer
+// that stops answering is declared dead within a few seconds, 4.096 us *
+// 2^16 = 268 ms per try, 8 tries with the connection parameters' retry
+// count of 7, instead of rdma_cm's default (2^20: 4.3 s per try, 34 s).
+const ackTimeoutExp = 16
 
 // releaseVerbs destroys the connection's verbs objects once no post or
 // poll is in flight; none is started afterwards.

@@ -250,6 +250,10 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	c.setPeer(peer)
 	h := c.hello()
 	h.Version = min(peer.Version, stream.Version)
+	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
+		abort()
+		return
+	}
 	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		abort()
 		return

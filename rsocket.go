@@ -197,7 +197,6 @@ func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
 func (c *RsocketConn) start() {
 	c.laddr = fromTCPAddr(c.id.LocalAddr())
 	c.raddr = fromTCPAddr(c.id.RemoteAddr())
-	_ = c.qp.Modify(&verbs.QPAttr{Timeout: 16, RetryCnt: 7}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt) // as Conn.tuneQP
 	c.mu.Lock()
 	c.creditLocked() // the second half of the rbuf, at once, as rsocket.c does
 	c.mu.Unlock()

@@ -208,6 +208,9 @@ func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPA
 	if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
 		return nil, err
 	}
+	if err := id.SetAckTimeout(ackTimeoutExp); err != nil { // as Conn's
+		return nil, err
+	}
 	if err := id.Connect(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return nil, err
 	}
@@ -300,6 +303,10 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		ech.Close()
 	}
 	c.setPeer(peer)
+	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
+		abort()
+		return
+	}
 	if err := id.Accept(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		abort()
 		return

@@ -60,6 +60,9 @@ const RejectStatusNoListener = 8
 // Reject (IB_CM_REJ_CONSUMER_DEFINED).
 const RejectStatusConsumer = 28
 
+// MaxAckTimeout is the largest ACK timeout exponent (a 5-bit field).
+const MaxAckTimeout = 31
+
 // ConnParam is struct rdma_conn_param.
 type ConnParam struct {
 	PrivateData        []byte
@@ -123,6 +126,12 @@ type CMID interface {
 	CreateQP(pd PD, attr *QPInitAttr) (QP, error)
 	// QP is the QP created on this ID, or nil.
 	QP() QP
+	// SetAckTimeout is rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the
+	// local ACK timeout (4.096 us * 2^exp, exp 0..MaxAckTimeout) the QP
+	// gets on its RTR->RTS transition. Call it before Connect or Accept:
+	// the kernel refuses a Timeout change on an RTS QP (EINVAL), as does
+	// soft. ConnParam.RetryCount is the retry count that goes with it.
+	SetAckTimeout(exp int) error
 	// Connect is rdma_connect (private data <= MaxPrivateDataConnect).
 	Connect(param *ConnParam) error
 	// Accept is rdma_accept (private data <= MaxPrivateDataAccept).

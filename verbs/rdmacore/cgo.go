@@ -71,6 +71,7 @@ struct rc_entry_points {
 	int (*rdma_reject)(struct rdma_cm_id *id, const void *private_data, uint8_t private_data_len);
 	int (*rdma_disconnect)(struct rdma_cm_id *id);
 	int (*rdma_migrate_id)(struct rdma_cm_id *id, struct rdma_event_channel *channel);
+	int (*rdma_set_option)(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen);
 	int (*rdma_create_qp)(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 	int (*rdma_init_qp_attr)(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask);
 };
@@ -133,6 +134,9 @@ static int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p) { retur
 static int rdma_reject(struct rdma_cm_id *id, const void *pd, uint8_t n) { return rc_ep.rdma_reject(id, pd, n); }
 static int rdma_disconnect(struct rdma_cm_id *id) { return rc_ep.rdma_disconnect(id); }
 static int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch) { return rc_ep.rdma_migrate_id(id, ch); }
+static int rdma_set_ack_timeout(struct rdma_cm_id *id, uint8_t timeout) {
+	return rc_ep.rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout);
+}
 static int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
 	return rc_ep.rdma_create_qp(id, pd, a);
 }
@@ -504,6 +508,7 @@ func entryPoints() []entryPoint {
 		cm("rdma_reject", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_reject)),
 		cm("rdma_disconnect", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_disconnect)),
 		cm("rdma_migrate_id", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_migrate_id)),
+		cm("rdma_set_option", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_set_option)),
 		cm("rdma_create_qp", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_create_qp)),
 		cm("rdma_init_qp_attr", "RDMACM_1.2", unsafe.Pointer(&ep.rdma_init_qp_attr)),
 	}
@@ -1077,6 +1082,16 @@ func rdmaDisconnect(id idPtr) syscall.Errno {
 
 func rdmaMigrateID(id idPtr, ch ecPtr) syscall.Errno {
 	r, err := C.rdma_migrate_id((*C.struct_rdma_cm_id)(id), (*C.struct_rdma_event_channel)(ch))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+// rdmaSetAckTimeout is rdma_set_option(RDMA_OPTION_ID,
+// RDMA_OPTION_ID_ACK_TIMEOUT) with its one-byte value.
+func rdmaSetAckTimeout(id idPtr, timeout uint8) syscall.Errno {
+	r, err := C.rdma_set_ack_timeout((*C.struct_rdma_cm_id)(id), C.uint8_t(timeout))
 	if r != 0 {
 		return errnoOf(err)
 	}

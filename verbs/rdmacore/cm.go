@@ -412,6 +412,17 @@ func (id *cmid) Connect(param *verbs.ConnParam) error {
 	return id.op("rdma_connect", rdmaConnect(id.p, param))
 }
 
+func (id *cmid) SetAckTimeout(exp int) error {
+	if exp < 0 || exp > verbs.MaxAckTimeout {
+		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "ACK timeout exponent %d out of range [0, %d]", exp, verbs.MaxAckTimeout)
+	}
+	defer id.mu.Unlock()
+	if !id.live() {
+		return verbs.ErrClosed
+	}
+	return id.op("rdma_set_option", rdmaSetAckTimeout(id.p, uint8(exp)))
+}
+
 func (id *cmid) Accept(param *verbs.ConnParam) error {
 	if param == nil {
 		param = &verbs.ConnParam{}

@@ -17,8 +17,6 @@ import (
 var kernelDiffers = map[string]string{
 	"ConnectTimeout": "the IB CM gives no UNREACHABLE while the listener holds the request unanswered " +
 		"(nothing within 150 s on rxe); the resolve timeouts do not bound a connect",
-	"TransportRetryExceeded": "Timeout and RetryCnt may only be set on the RTR->RTS transition " +
-		"(ib_modify_qp_is_ok): modifying them on an RTS QP is EINVAL",
 }
 
 // recvInErrUnflushed is rxe's (kernel 6.1) one difference in

@@ -360,6 +360,11 @@ enum {
 	RDMA_PS_TCP = 0x0106,    /* enum rdma_port_space */
 };
 
+enum {
+	RDMA_OPTION_ID = 0,             /* rdma_set_option's level */
+	RDMA_OPTION_ID_ACK_TIMEOUT = 3, /* uint8_t: the QP's local ACK timeout exponent */
+};
+
 struct rdma_event_channel {
 	int fd;
 };

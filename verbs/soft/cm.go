@@ -133,6 +133,10 @@ type cmID struct {
 	backlog int
 
 	// Connection-request IDs (passive side).
+	// SetAckTimeout's exponent, when set: the QP's Timeout once connected.
+	ackTimeout    int
+	ackTimeoutSet bool
+
 	parent *cmID
 	tr     *tcpTransport
 	req    hsMsg
@@ -590,6 +594,9 @@ func (id *cmID) Connect(param *verbs.ConnParam) error {
 		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
 	}
 	q.mu.Lock()
+	if id.ackTimeoutSet {
+		q.attr.Timeout = id.ackTimeout
+	}
 	req := hsMsg{typ: msgREQ, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
 		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
 		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
@@ -759,6 +766,21 @@ func (id *cmID) engineDown(error) {
 	}
 }
 
+// SetAckTimeout is rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the QP
+// takes the exponent as its Timeout when it is connected (Connect, Accept).
+func (id *cmID) SetAckTimeout(exp int) error {
+	if exp < 0 || exp > verbs.MaxAckTimeout {
+		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "ACK timeout exponent %d out of range [0, %d]", exp, verbs.MaxAckTimeout)
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	id.ackTimeout, id.ackTimeoutSet = exp, true
+	return nil
+}
+
 func (id *cmID) Accept(param *verbs.ConnParam) error {
 	const op = "rdma_accept"
 	if param == nil {
@@ -778,6 +800,11 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	q := id.qp
 	if q == nil {
 		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
+	}
+	if id.ackTimeoutSet {
+		q.mu.Lock()
+		q.attr.Timeout = id.ackTimeout
+		q.mu.Unlock()
 	}
 	rep := hsMsg{typ: msgREP, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
 		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),

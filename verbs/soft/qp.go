@@ -472,6 +472,13 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		mask&verbs.QPAttrPathMTU != 0 && (attr.PathMTU < verbs.MTU256 || attr.PathMTU > portMTU) {
 		return verbs.Errorf(op, syscall.EINVAL, "attribute out of range")
 	}
+	// As the kernel (ib_modify_qp_is_ok): the transport timeout and retry
+	// counts are set on the RTR->RTS transition only; rdma_cm does that
+	// from rdma_set_option and the connection parameters.
+	if mask&(verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry) != 0 &&
+		(mask&verbs.QPAttrState == 0 || q.state != verbs.QPSRTR || attr.State != verbs.QPSRTS) {
+		return verbs.Errorf(op, syscall.EINVAL, "Timeout, RetryCnt and RNRRetry are set on the RTR->RTS transition only (the QP is %v)", q.state)
+	}
 	if mask&verbs.QPAttrState != 0 {
 		if !validTransition(q.state, attr.State) {
 			return verbs.Errorf(op, syscall.EINVAL, "no transition %v -> %v", q.state, attr.State)

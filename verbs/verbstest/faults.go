@@ -301,9 +301,17 @@ func testTransportRetryExceeded(t *testing.T, s *suite) {
 	if s.cfg.SilencePeer == nil {
 		t.Skip("provider offers no way to silence a peer")
 	}
-	c, sv := s.pair(t, defaultOpts())
-	// 4.096 us * 2^12 = 16.8 ms per try, 2 retries.
-	require.NoError(t, c.qp.Modify(&verbs.QPAttr{Timeout: 12, RetryCnt: 2}, verbs.QPAttrTimeout|verbs.QPAttrRetryCnt))
+	// 4.096 us * 2^12 = 16.8 ms per try, 2 retries, set before connecting
+	// (rdma_set_option and the connection parameters): an RTS QP refuses
+	// the change (ModifyRTSTransport).
+	o := defaultOpts()
+	o.ackTimeout = 12
+	o.connect.RetryCount = 2
+	c, sv := s.pair(t, o)
+	a, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, 12, a.Timeout, "the QP's Timeout after rdma_set_option(ACK_TIMEOUT)")
+	require.Equal(t, 2, a.RetryCnt, "the QP's RetryCnt after the connect's retry_count")
 	s.cfg.SilencePeer(t, sv.qp)
 	postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])},
 		RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()})

@@ -139,6 +139,7 @@ type pairOpts struct {
 	memSize    int
 	connect    verbs.ConnParam
 	accept     verbs.ConnParam
+	ackTimeout int // the client's rdma_set_option ACK timeout exponent; 0: not set
 	sharedCQ   bool
 	signalAll  bool
 	beforeConn func(client, server *endpoint) // e.g. pre-post receives
@@ -241,6 +242,9 @@ func (s *suite) pair(t testing.TB, o pairOpts) (client, server *endpoint) {
 	client = s.dialer(t, lid.LocalAddr())
 	t.Cleanup(func() { client.release(t) })
 	s.resources(t, client, &o)
+	if o.ackTimeout != 0 {
+		require.NoError(t, client.id.SetAckTimeout(o.ackTimeout))
+	}
 	require.NoError(t, client.id.Connect(&o.connect))
 	req := s.expect(t, lch, verbs.EventConnectRequest)
 	require.Equal(t, lid, req.Listen)

@@ -13,6 +13,7 @@ import (
 func init() {
 	register("QPStateMachine", testQPStateMachine)
 	register("ModifyToErrFlushes", testModifyToErrFlushes)
+	register("ModifyRTSTransport", testModifyRTSTransport)
 	register("PostLimits", testPostLimits)
 	register("SendQueueFull", testSendQueueFull)
 }
@@ -153,4 +154,24 @@ func testSendQueueFull(t *testing.T, s *suite) {
 		postSend(t, c, wr)
 	}
 	postErr(t, c.qp.PostSend([]verbs.SendWR{wr}), syscall.ENOMEM, 0)
+}
+
+// The transport timeout and retry counts belong to the RTR->RTS transition
+// (ib_modify_qp_is_ok): an RTS QP refuses them with EINVAL, and SetAckTimeout
+// with the connection parameters is how they are chosen. MIN_RNR_TIMER is
+// one an RTS QP may change.
+func testModifyRTSTransport(t *testing.T, s *suite) {
+	c, _ := s.pair(t, defaultOpts())
+	before, err := c.qp.Query()
+	require.NoError(t, err)
+	for _, m := range []verbs.QPAttrMask{verbs.QPAttrTimeout, verbs.QPAttrRetryCnt, verbs.QPAttrRNRRetry} {
+		err := c.qp.Modify(&verbs.QPAttr{Timeout: 12, RetryCnt: 2, RNRRetry: 2}, m)
+		require.ErrorIs(t, err, syscall.EINVAL, "mask %#x on an RTS QP", m)
+	}
+	after, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, before.Timeout, after.Timeout)
+	require.Equal(t, before.RetryCnt, after.RetryCnt)
+	require.Equal(t, verbs.QPSRTS, after.State)
+	require.NoError(t, c.qp.Modify(&verbs.QPAttr{MinRNRTimer: 1}, verbs.QPAttrMinRNRTimer))
 }
