@@ -13,7 +13,13 @@ GO=${GO:-go}
 LIMIT=${EXAMPLE_TIMEOUT:-120}
 OUT=build/examples
 
-# Per example: its arguments and a regexp its output must match.
+# Per example: its arguments and a regexp its output must match. An example
+# in PAIR runs twice: "server args|client args"; the server prints
+# "listening on ADDR" and the client gets -addr ADDR; the client's output is
+# checked and the server must exit 0 too.
+declare -A PAIR=(
+	[rsocket]="echo-server -addr 127.0.0.1:0|echo-client -bytes 1000000"
+)
 declare -A ARGS=(
 	[allreduce]="-n 3 -count 262144 -iters 2"
 	[echo]="-clients 2 -n 300"
@@ -27,6 +33,7 @@ declare -A WANT=(
 	[echo]='echo: 2 clients x 300 messages echoed'
 	[grpc]='grpc over rdma: 50 health checks .*: SERVING'
 	[http]='http over rdma: 50 requests .*last answer: "hello req49 over rdma'
+	[rsocket]='echo client: 1000000 bytes echoed and checked, EOF after CloseWrite'
 	[tls]='tls over rdma .*TLS 1\.3.*"server got: hello over TLS over rdma'
 	[yamux]='yamux over rdma .*: 4 streams x 262144 bytes each way'
 )
@@ -62,8 +69,34 @@ for dir in $($GO list -f '{{if eq .Name "main"}}{{.Dir}}{{end}}' ./examples/...)
 	fi
 	$GO build -o "$OUT/$name" "./examples/$name"
 	rc=0
-	# shellcheck disable=SC2086 # ARGS holds words
-	timeout "$LIMIT" "$OUT/$name" ${ARGS[$name]} >"$logs/$name" 2>&1 </dev/null || rc=$?
+	if [ -n "${PAIR[$name]+set}" ]; then
+		# shellcheck disable=SC2086 # words
+		timeout "$LIMIT" "$OUT/$name" ${PAIR[$name]%%|*} >"$logs/$name.server" 2>&1 </dev/null &
+		server=$!
+		addr=
+		for _ in $(seq 1 $((LIMIT * 10))); do
+			addr=$(sed -n 's/^listening on \([^ ]*\)$/\1/p' "$logs/$name.server")
+			[ -n "$addr" ] || ! kill -0 $server 2>/dev/null || { sleep 0.1; continue; }
+			break
+		done
+		if [ -n "$addr" ]; then
+			# shellcheck disable=SC2086
+			timeout "$LIMIT" "$OUT/$name" ${PAIR[$name]#*|} -addr "$addr" >"$logs/$name" 2>&1 </dev/null || rc=$?
+		else
+			echo "no 'listening on' line from the server" >"$logs/$name"
+			rc=1
+		fi
+		srv=0
+		wait $server || srv=$?
+		if [ $rc -eq 0 ] && [ $srv -ne 0 ]; then
+			echo "server exit status $srv:" >>"$logs/$name"
+			rc=$srv
+		fi
+		cat "$logs/$name.server" >>"$logs/$name"
+	else
+		# shellcheck disable=SC2086 # ARGS holds words
+		timeout "$LIMIT" "$OUT/$name" ${ARGS[$name]} >"$logs/$name" 2>&1 </dev/null || rc=$?
+	fi
 	check "$name" "$logs/$name" "$rc" "${WANT[$name]}"
 done
 
