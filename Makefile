@@ -193,6 +193,7 @@ bench:
 test-softroce:
 	GO=$(GO) scripts/softroce-test.sh
 	GO=$(GO) scripts/softroce-mixed.sh
+	GO=$(GO) scripts/softroce-rsocket.sh
 
 # --- Mixed fleets on Soft-RoCE -----------------------------------------------
 # In the same guest: a veth pair from the guest's rxe-carrying namespace to one

@@ -79,7 +79,10 @@
 // set the same Wire, and a Listener speaks one. Mixed fleets work as
 // above: an rsocket Listener on a host with a device also accepts soft
 // connections from Go peers in rsocket mode, and an auto dial falls back
-// to soft (which reaches Go listeners only, never a C one).
+// to soft (which reaches Go listeners only, never a C one). A C rsockets
+// reader blocked in poll or recv does not notice its peer's death (a
+// killed C peer no more than a killed Go one); the Go side reads EOF when
+// a C peer dies.
 //
 // No OS thread waits per connection. Completions are driven by the Read or
 // Write that needs them, on its own goroutine: it polls the completion

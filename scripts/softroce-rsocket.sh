@@ -16,7 +16,8 @@
 #     (-S 65536 -C N), rstream to rstream and with the Go side in either
 #     role, printed as ratios (the guest is emulated: only ratios mean
 #     anything). rstream runs blocking (-T b) there, as the Go side does: its
-#     default non-blocking spin starves the emulated guest's two vCPUs.
+#     default non-blocking spin starves the emulated guest's two vCPUs; and
+#     verifying (-T v), as the Go side always does.
 #
 #   scripts/softroce-rsocket.sh         (part of make test-softroce)
 #
@@ -143,9 +144,9 @@ grep -E '^(--- |ok|FAIL|PASS)' rt.log
 
 echo "== timing (usec per transfer; a round trip is two)"
 # run_pair NAME SERVER CLIENT: one timed run, printing "NAME usec"
-rstream_srv() { timeout 120 rstream -b \$ip -p \$1 -T b \$2 >/dev/null 2>&1; }
+rstream_srv() { timeout 120 rstream -b \$ip -p \$1 -T b -T v \$2 >/dev/null 2>&1; }
 go_srv() { timeout 120 ./rsocket rstream-server -addr \$ip:\$1 \$2 >/dev/null 2>&1; }
-rstream_cli() { timeout 120 rstream -s \$ip -p \$1 -T b \$2 | awk '\$1=="custom" {print \$8}'; }
+rstream_cli() { timeout 120 rstream -s \$ip -p \$1 -T b -T v \$2 | awk '\$1=="custom" {print \$8}'; }
 go_cli() { timeout 120 ./rsocket rstream-client -addr \$ip:\$1 \$2 | awk '{print \$6}'; }
 for test in "rtt64:-S 64 -C 1 -I \$RTT_ITERS" "stream64k:-S 65536 -C \$STREAM_COUNT"; do
 	name=\${test%%:*}; args=\${test#*:}
