@@ -544,10 +544,10 @@ func portOf(t *testing.T, a net.Addr) int {
 	return p
 }
 
-func pattern(n int, seed byte) []byte {
+func pattern(n int, first byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
-		b[i] = seed + byte(i*7)
+		b[i] = first + byte(i*7)
 	}
 	return b
 }

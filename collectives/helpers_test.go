@@ -124,19 +124,19 @@ func splitmix64(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-func fill(b []byte, seed uint64) {
+func fill(b []byte, key uint64) {
 	for i := range b {
-		b[i] = byte(splitmix64(seed + uint64(i)))
+		b[i] = byte(splitmix64(key + uint64(i)))
 	}
 }
 
-func pattern(n int, seed uint64) []byte {
+func pattern(n int, key uint64) []byte {
 	b := make([]byte, n)
-	fill(b, seed)
+	fill(b, key)
 	return b
 }
 
-func seedOf(parts ...int) uint64 {
+func keyOf(parts ...int) uint64 {
 	var s uint64 = 1469598103934665603
 	for _, p := range parts {
 		s = splitmix64(s ^ uint64(p))

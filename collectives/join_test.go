@@ -149,7 +149,7 @@ func TestJoinRDMA(t *testing.T) {
 // kernel's rdma_rxe driver under rdma-core), where SOFTROCE_IP is the address
 // of the emulated RDMA device; elsewhere there is no device to test.
 //
-//	go test -c -o /tmp/vm/c.test ./collectives && scripts/softroce/run-in-vm.sh /tmp/vm ./c.test -test.run RDMACore -test.v
+//	go test -c -o DIR/c.test ./collectives && scripts/softroce/run-in-vm.sh DIR ./c.test -test.run RDMACore -test.v
 func TestJoinRDMACore(t *testing.T) {
 	ip := testsupport.SoftRoCEHost(t)
 	cfg := &rdma.Config{Provider: "rdmacore"}
@@ -168,7 +168,7 @@ func TestJoinRDMACore(t *testing.T) {
 	checkGroup(t, gs)
 	in := make([][]float32, n)
 	for r := range in {
-		in[r] = inputs[float32](mib/4+3, seedOf(13, r))
+		in[r] = inputs[float32](mib/4+3, keyOf(13, r))
 	}
 	want := serialReduce(in, Sum)
 	out := make([][]float32, n)

@@ -18,7 +18,7 @@ func TestLargeMessages(t *testing.T) {
 			ctx := testCtx(t)
 
 			// Broadcast.
-			want := pattern(mib, seedOf(6, n))
+			want := pattern(mib, keyOf(6, n))
 			got := make([][]byte, n)
 			mustAll(t, gs, func(g *Group) error {
 				got[g.Rank()] = make([]byte, mib)
@@ -35,7 +35,7 @@ func TestLargeMessages(t *testing.T) {
 			counts := mib / 8
 			in := make([][]float64, n)
 			for r := range in {
-				in[r] = inputs[float64](counts, seedOf(7, r))
+				in[r] = inputs[float64](counts, keyOf(7, r))
 			}
 			wantF := serialReduce(in, Sum)
 			outF := make([][]float64, n)
@@ -48,7 +48,7 @@ func TestLargeMessages(t *testing.T) {
 			}
 			inI := make([][]int32, n)
 			for r := range inI {
-				inI[r] = inputs[int32](mib/4+1, seedOf(8, r))
+				inI[r] = inputs[int32](mib/4+1, keyOf(8, r))
 			}
 			wantI := serialReduce(inI, Max)
 			outI := make([]int32, mib/4+1)
@@ -65,17 +65,17 @@ func TestLargeMessages(t *testing.T) {
 			blk := mib / n
 			agWant := make([]byte, 0, n*blk)
 			for r := 0; r < n; r++ {
-				agWant = append(agWant, pattern(blk, seedOf(9, r))...)
+				agWant = append(agWant, pattern(blk, keyOf(9, r))...)
 			}
 			a2aSend := make([][]byte, n)
 			for r := range a2aSend {
-				a2aSend[r] = pattern(n*blk, seedOf(10, r))
+				a2aSend[r] = pattern(n*blk, keyOf(10, r))
 			}
 			agGot, a2aGot := make([][]byte, n), make([][]byte, n)
 			mustAll(t, gs, func(g *Group) error {
 				r := g.Rank()
 				agGot[r] = make([]byte, n*blk)
-				if err := g.AllGather(ctx, pattern(blk, seedOf(9, r)), agGot[r]); err != nil {
+				if err := g.AllGather(ctx, pattern(blk, keyOf(9, r)), agGot[r]); err != nil {
 					return err
 				}
 				a2aGot[r] = make([]byte, n*blk)
@@ -89,7 +89,7 @@ func TestLargeMessages(t *testing.T) {
 			}
 
 			// Scatter and Gather of 1 MiB at the root.
-			sc := pattern(n*blk, seedOf(11, n))
+			sc := pattern(n*blk, keyOf(11, n))
 			scGot := make([][]byte, n)
 			mustAll(t, gs, func(g *Group) error {
 				scGot[g.Rank()] = make([]byte, blk)
@@ -120,7 +120,7 @@ func TestFloatResultsBitwiseIdentical(t *testing.T) {
 				in[r] = make([]float64, count)
 				in32[r] = make([]float32, count)
 				for i := range in[r] {
-					x := splitmix64(seedOf(12, r, i))
+					x := splitmix64(keyOf(12, r, i))
 					in[r][i] = (float64(x>>11)/(1<<53) - 0.5) * math.Pow(10, float64(x%7))
 					in32[r][i] = float32(in[r][i])
 				}

@@ -55,10 +55,10 @@ func TestBroadcast(t *testing.T) {
 				if size > bcastLong && root != 0 && root != n-1 {
 					continue
 				}
-				want := pattern(size, seedOf(root, size))
+				want := pattern(size, keyOf(root, size))
 				got := make([][]byte, n)
 				mustAll(t, gs, func(g *Group) error {
-					buf := pattern(size, seedOf(99, g.Rank()))
+					buf := pattern(size, keyOf(99, g.Rank()))
 					if g.Rank() == root {
 						copy(buf, want)
 					}
@@ -79,7 +79,7 @@ func TestScatterGather(t *testing.T) {
 		for _, blk := range blockSizes {
 			for root := 0; root < n; root++ {
 				// Scatter.
-				send := pattern(n*blk, seedOf(1, root, blk))
+				send := pattern(n*blk, keyOf(1, root, blk))
 				got := make([][]byte, n)
 				mustAll(t, gs, func(g *Group) error {
 					var s []byte
@@ -99,10 +99,10 @@ func TestScatterGather(t *testing.T) {
 					if g.Rank() == root {
 						rb = recv
 					}
-					return g.Gather(testCtx(t), root, pattern(blk, seedOf(2, g.Rank(), blk)), rb)
+					return g.Gather(testCtx(t), root, pattern(blk, keyOf(2, g.Rank(), blk)), rb)
 				})
 				for r := 0; r < n; r++ {
-					require.Equal(t, pattern(blk, seedOf(2, r, blk)), recv[r*blk:(r+1)*blk], "gather blk %d root %d from %d", blk, root, r)
+					require.Equal(t, pattern(blk, keyOf(2, r, blk)), recv[r*blk:(r+1)*blk], "gather blk %d root %d from %d", blk, root, r)
 				}
 			}
 		}
@@ -115,12 +115,12 @@ func TestAllGather(t *testing.T) {
 		for _, blk := range append(append([]int{}, blockSizes...), allGatherShort/2+3) {
 			want := make([]byte, 0, n*blk)
 			for r := 0; r < n; r++ {
-				want = append(want, pattern(blk, seedOf(3, r, blk))...)
+				want = append(want, pattern(blk, keyOf(3, r, blk))...)
 			}
 			got := make([][]byte, n)
 			mustAll(t, gs, func(g *Group) error {
 				got[g.Rank()] = pattern(n*blk, 11)
-				return g.AllGather(testCtx(t), pattern(blk, seedOf(3, g.Rank(), blk)), got[g.Rank()])
+				return g.AllGather(testCtx(t), pattern(blk, keyOf(3, g.Rank(), blk)), got[g.Rank()])
 			})
 			for r := range got {
 				require.True(t, bytes.Equal(want, got[r]), "blk %d rank %d", blk, r)
@@ -135,7 +135,7 @@ func TestAllToAll(t *testing.T) {
 		for _, blk := range blockSizes {
 			sends := make([][]byte, n)
 			for r := range sends {
-				sends[r] = pattern(n*blk, seedOf(4, r, blk))
+				sends[r] = pattern(n*blk, keyOf(4, r, blk))
 			}
 			got := make([][]byte, n)
 			mustAll(t, gs, func(g *Group) error {
@@ -176,7 +176,7 @@ func checkReductions[T Number](t *testing.T, gs []*Group, counts []int) {
 		for _, op := range allOps {
 			in := make([][]T, n)
 			for r := range in {
-				in[r] = inputs[T](count, seedOf(5, r, count, int(op)))
+				in[r] = inputs[T](count, keyOf(5, r, count, int(op)))
 			}
 			want := serialReduce(in, op)
 

@@ -100,9 +100,9 @@ static rdma_context *new_server(size_t buf_size) {
     exit(1);
 }
 
-static void fill(unsigned char *p, size_t n, unsigned seed) {
+static void fill(unsigned char *p, size_t n, unsigned first) {
     for (size_t i = 0; i < n; i++) {
-        p[i] = (unsigned char)(seed + i * 7);
+        p[i] = (unsigned char)(first + i * 7);
     }
 }
 
