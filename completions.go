@@ -251,7 +251,7 @@ func (c *Conn) deadlineMoved() {
 func (c *Conn) handle(wcs []verbs.WC) {
 	var rcvChanged, sndChanged bool
 	var perr error
-	reposts := 0
+	reposts, held := 0, 0
 	c.mu.Lock()
 	for i := range wcs {
 		wc := &wcs[i]
@@ -264,7 +264,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			}
 			reposts++
 			if perr == nil && c.err == nil {
-				perr = c.recvLocked(wc, &sndChanged)
+				perr = c.recvLocked(wc, &sndChanged, &held)
 			}
 			continue
 		}
@@ -275,6 +275,10 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		}
 		c.sqDone = seq + 1
 		c.sbHead = c.sqEnds[seq%uint64(len(c.sqEnds))]
+		if op := c.sqOps[seq%uint64(len(c.sqOps))]; op != nil {
+			op.status, op.done = wc.Status, true
+			c.sqOps[seq%uint64(len(c.sqOps))] = nil
+		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {
 			c.failLocked(wcError(wc.Status))
@@ -288,7 +292,8 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			c.failLocked(err)
 		} else {
 			c.recvPosted += reposts
-			c.rx.Owed += reposts
+			// A notification's receive is credited once it is taken.
+			c.rx.Owed += reposts - held
 		}
 	}
 	c.creditLocked(false)
@@ -308,7 +313,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 // recvLocked applies one message from the peer; the stream's rules check
 // every value in it: a peer that breaks them gets its connection failed,
 // nothing more.
-func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool) error {
+func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
 		return breachError(stream.ErrNoImm)
 	}
@@ -316,8 +321,16 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool) error {
 	if err != nil {
 		return breachError(err)
 	}
-	if kind == stream.KindCredit {
+	switch kind {
+	case stream.KindCredit:
 		*sndChanged = true
+	case stream.KindNotify:
+		if c.notesLen == len(c.notes) {
+			return breachError(errNotifyOverflow)
+		}
+		c.notes[(c.notesHead+c.notesLen)%len(c.notes)] = notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}
+		c.notesLen++
+		*held++
 	}
 	return nil
 }
@@ -331,6 +344,8 @@ func wcError(s verbs.WCStatus) error {
 		return errRetry
 	case verbs.WCRNRRetryExcErr:
 		return errRNR
+	case verbs.WCRemAccessErr:
+		return errRemoteAccess
 	}
 	return &connError{"work completion failed: " + s.String(), syscall.EIO}
 }

@@ -38,15 +38,22 @@ type Conn struct {
 	tx         stream.Send
 	recvPosted int // receive WRs outstanding on the QP
 	// send side
-	sbTail     uint64   // send buffer bytes reserved
-	sbPosted   uint64   // send buffer bytes posted
-	sbHead     uint64   // send buffer bytes whose WRs completed
-	sqPosted   uint64   // send WRs posted (the next WR's id)
-	sqDone     uint64   // send WRs completed
-	sqReserved uint64   // send WRs reserved by the writer, not yet posted
-	unsignaled uint64   // unsignaled sends since the last signaled one
-	sqEnds     []uint64 // per queue slot: send buffer bytes posted up to that WR
-	creditWant bool     // a credit update is due but could not be queued
+	sbTail     uint64      // send buffer bytes reserved
+	sbPosted   uint64      // send buffer bytes posted
+	sbHead     uint64      // send buffer bytes whose WRs completed
+	sqPosted   uint64      // send WRs posted (the next WR's id)
+	sqDone     uint64      // send WRs completed
+	sqReserved uint64      // send WRs reserved by the writer, not yet posted
+	unsignaled uint64      // unsignaled sends since the last signaled one
+	sqEnds     []uint64    // per queue slot: send buffer bytes posted up to that WR
+	sqOps      []*remoteOp // per queue slot: the one-sided operation waiting for that WR, if any
+
+	// Notifications from the peer (onesided.go), a ring of capacity
+	// recvWRs: each holds back the credit of its receive WR until taken.
+	notes      []notification
+	notesHead  int
+	notesLen   int
+	creditWant bool // a credit update is due but could not be queued
 
 	// The send queue as posted: WRs are built under mu into slots indexed by
 	// their id, then handed to the QP in order by submit.

@@ -187,7 +187,7 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
 		return nil, err
 	}
-	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return nil, err
 	}
 	ev, err := wait(verbs.EventEstablished)

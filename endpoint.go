@@ -32,6 +32,11 @@ type endpoint struct {
 	sendWRs int    // send WRs data and credits may occupy (the QP has one more, for probes)
 	recvWRs int    // receive WRs
 	slots   int    // send WRs that can be outstanding (sq, plus a probe), and a spare
+	rdAtom  int    // RDMA READs in flight, as initiator and as responder (ConnParam)
+
+	// Memory registered for one-sided operations (onesided.go), guarded
+	// by the Conn's mu; release deregisters what is left.
+	userMRs map[verbs.MR]struct{}
 }
 
 // newEndpoint creates a connection's verbs resources on id (whose device
@@ -63,6 +68,7 @@ func newEndpoint(ech verbs.EventChannel, id verbs.CMID, cfg Config) (e endpoint,
 		return e, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
 	inline := min(cfg.InlineThreshold, attr.MaxInlineData)
+	e.rdAtom = min(maxRdAtom, attr.MaxQPRdAtom, attr.MaxQPInitRdAtom)
 
 	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
 	e.slots = sq + 2
@@ -126,6 +132,10 @@ func (e *endpoint) release(unacked int) {
 	if e.cch != nil {
 		e.cch.Close()
 	}
+	for mr := range e.userMRs {
+		mr.Dereg()
+	}
+	e.userMRs = nil
 	if e.sendMR != nil {
 		e.sendMR.Dereg()
 	}
@@ -165,6 +175,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.sq = make([]verbs.SendWR, e.slots)
 	c.sqSGE = make([]verbs.SGE, e.slots)
 	c.sqEnds = make([]uint64, e.slots)
+	c.sqOps = make([]*remoteOp, e.slots)
+	c.notes = make([]notification, e.recvWRs)
 	c.rwrs = make([]verbs.RecvWR, e.recvWRs)
 	for i := range c.rwrs {
 		c.rwrs[i].WRID = recvWRID
@@ -201,6 +213,10 @@ func (c *Conn) releaseVerbs() {
 	c.endpoint.release(c.poll.unacked)
 	c.poll.unacked = 0
 }
+
+// maxRdAtom bounds the RDMA READs a connection has in flight, each way
+// (the device may grant fewer).
+const maxRdAtom = 16
 
 // maxChunk bounds one RDMA write, so that the reader starts on a long Write
 // before all of it has landed.

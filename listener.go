@@ -254,7 +254,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		abort()
 		return
 	}
-	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
+	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		abort()
 		return
 	}

@@ -63,6 +63,12 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 // hands the queue to the QP outside mu, so that a post (which on soft
 // writes to a socket) never holds up completion processing or Read.
 func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
+	c.enqueueWRLocked(op, imm, c.sendMR, buf, addr, c.tx.RKey, flags, signal)
+}
+
+// enqueueWRLocked queues one send WR of buf (inside mr) to addr under
+// rkey: enqueueLocked's, or a one-sided operation's.
+func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) {
 	seq := c.sqPosted
 	slot := seq % uint64(len(c.sq))
 	if signal || c.unsignaled+1 >= c.sigEvery ||
@@ -75,7 +81,7 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 	}
 	var sg []verbs.SGE
 	if len(buf) > 0 {
-		c.sqSGE[slot] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: c.sendMR.LKey()}
+		c.sqSGE[slot] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: mr.LKey()}
 		sg = c.sqSGE[slot : slot+1]
 	}
 	c.sq[slot] = verbs.SendWR{
@@ -85,9 +91,10 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 		SG:         sg,
 		Imm:        imm,
 		RemoteAddr: addr,
-		RKey:       c.tx.RKey,
+		RKey:       rkey,
 	}
 	c.sqEnds[slot] = c.sbPosted
+	c.sqOps[slot] = nil
 	c.sqPosted++
 }
 

@@ -136,7 +136,10 @@ func (c *Context) IRecv(idx int, buf []byte) (*Request, error) {
 	})
 }
 
-func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error)) (*Request, error) {
+// start runs run as a request, after the requests before it in f (nil: in
+// no order). cancel, if not nil, is called instead of run when the request
+// is cancelled.
+func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error), cancel ...func()) (*Request, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -151,16 +154,26 @@ func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error)) (*
 	c.mu.Unlock()
 
 	r := &Request{done: make(chan struct{})}
-	ticket := f.take()
+	var ticket uint64
+	if f != nil {
+		ticket = f.take()
+	}
 	go func() {
 		defer c.async.Done()
-		f.await(ticket)
+		if f != nil {
+			f.await(ticket)
+		}
 		if c.isClosed() {
+			for _, f := range cancel {
+				f()
+			}
 			r.n, r.err = -1, fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrCanceled)
 		} else if r.n, r.err = run(); r.err != nil && c.isClosed() {
 			r.err = fmt.Errorf("%w (%w)", r.err, ErrCanceled)
 		}
-		f.advance()
+		if f != nil {
+			f.advance()
+		}
 		c.mu.Lock()
 		c.inFlight--
 		c.mu.Unlock()

@@ -43,6 +43,11 @@ type Context struct {
 	inFlight  int            // asynchronous requests not completed
 	async     sync.WaitGroup // their goroutines
 	closed    bool
+
+	// One-sided memory and exposures (onesided.go).
+	mems         map[*Mem]struct{}
+	exposures    map[uint32]*exposure
+	nextExposure uint32
 }
 
 // Init creates a context. A server (isServer) listens on ip:port at once; a
@@ -356,6 +361,15 @@ func (c *Context) Close() error {
 	// Every pending request ends now: those under way fail as their conns
 	// close, the others are cancelled before they start.
 	c.async.Wait()
+	c.mu.Lock()
+	mems := make([]*Mem, 0, len(c.mems))
+	for m := range c.mems {
+		mems = append(mems, m)
+	}
+	c.mu.Unlock()
+	for _, m := range mems {
+		m.Free()
+	}
 	if first != nil {
 		return fmt.Errorf("capi: close: %w", first)
 	}

@@ -6,7 +6,10 @@ package stream
 //	00 data:    bits 0..29 = bytes written at the next ring position (>= 1)
 //	01 credit:  bits 20..29 = receive WRs reposted, bits 0..19 = ring bytes
 //	            consumed, in units of 1<<CreditShift(ring size)
-//	10 control: bits 0..29 = CtlFin (no more data from the sender)
+//	10 control: bits 0..29 = CtlFin (no more data from the sender), or
+//	            CtlNotify | value (bit 29 set, bits 0..28 the sender's
+//	            value): a write into memory the receiver exposed, outside
+//	            the ring, has landed (ByteLen bytes of it)
 //	11 reserved (a protocol error)
 const (
 	ImmKindShift  = 30
@@ -20,6 +23,9 @@ const (
 	CreditBytesMax  = 1<<CreditRecvShift - 1
 
 	CtlFin = 1
+	// CtlNotify marks a notification; the bits below it carry its value.
+	CtlNotify      = 1 << 29
+	NotifyValueMax = CtlNotify - 1
 )
 
 // CreditShift is the unit of byte credits for a ring of 1<<log bytes: small
@@ -42,3 +48,7 @@ func ImmCredit(recvs int, units uint64) uint32 {
 
 // ImmCtl is the immediate of a control message.
 func ImmCtl(code uint32) uint32 { return ImmKindCtl<<ImmKindShift | code }
+
+// ImmNotify is the immediate of a write that notifies the receiver with
+// value (at most NotifyValueMax).
+func ImmNotify(value uint32) uint32 { return ImmCtl(CtlNotify | value&NotifyValueMax) }

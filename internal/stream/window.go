@@ -128,7 +128,14 @@ const (
 	KindData   Kind = ImmKindData
 	KindCredit Kind = ImmKindCredit
 	KindFin    Kind = ImmKindCtl
+	// KindNotify is a write with notification into memory the receiver
+	// exposed: the windows are untouched, and the message's receive WR
+	// is the receiver's to credit once the notification is taken.
+	KindNotify Kind = ImmKindCtl + 1
 )
+
+// NotifyValue is the value of a KindNotify message's immediate.
+func NotifyValue(imm uint32) uint32 { return imm & NotifyValueMax }
 
 // Receive applies one message from the peer (an RDMA write with immediate
 // data imm that wrote byteLen bytes) to the windows. Every value in it is
@@ -142,6 +149,12 @@ func Receive(in *Recv, out *Send, imm, byteLen uint32) (Kind, error) {
 	case ImmKindCredit:
 		return KindCredit, out.credit(int(payload>>CreditRecvShift), payload&CreditBytesMax, byteLen)
 	case ImmKindCtl:
+		if payload&CtlNotify != 0 {
+			if in.FinRcvd {
+				return KindNotify, ErrDataAfterFin
+			}
+			return KindNotify, nil
+		}
 		if payload != CtlFin || in.FinRcvd || byteLen != 0 {
 			return KindFin, ErrControl
 		}

@@ -100,6 +100,7 @@ func TestReceiveRejects(t *testing.T) {
 		{"unknown control", ImmCtl(77), 0, nil, ErrControl},
 		{"repeated FIN", ImmCtl(CtlFin), 0, func(in *Recv, _ *Send) { in.FinRcvd = true }, ErrControl},
 		{"FIN with bytes", ImmCtl(CtlFin), 4, nil, ErrControl},
+		{"notify after FIN", ImmNotify(5), 8, func(in *Recv, _ *Send) { in.FinRcvd = true }, ErrDataAfterFin},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +123,20 @@ func TestFin(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, KindFin, k)
 	assert.True(t, in.FinRcvd)
+}
+
+func TestNotify(t *testing.T) {
+	out, in := pair(12, 8)
+	in0, out0 := in, out
+	imm := ImmNotify(NotifyValueMax)
+	k, err := Receive(&in, &out, imm, 4096)
+	require.NoError(t, err)
+	assert.Equal(t, KindNotify, k)
+	assert.Equal(t, uint32(NotifyValueMax), NotifyValue(imm))
+	assert.Equal(t, uint32(7), NotifyValue(ImmNotify(7)))
+	assert.Equal(t, in0, in, "a notification leaves the receive window as it was")
+	assert.Equal(t, out0, out, "and the send window")
+	assert.Equal(t, uint32(ImmKindCtl), imm>>ImmKindShift)
 }
 
 func TestZeroAllocs(t *testing.T) {
@@ -160,6 +175,7 @@ func FuzzReceive(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0x40, 0, 0, 0, 0x40})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x81})
 	f.Add([]byte{0x10, 0, 0x50, 0x40, 0, 0, 0, 0, 0x10})
+	f.Add([]byte{0x07, 0, 0, 0xa0, 0, 0x10, 0, 0, 0x01}) // a notification
 	f.Fuzz(func(t *testing.T, b []byte) {
 		out, in := pair(MinRingLog, 16)
 		out.Tail = 3000 // pretend we sent this much, so credits have something to cover

@@ -1,0 +1,450 @@
+package capi
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// One-sided operations: a context allocates memory (Alloc) and exposes a
+// range of it to one peer (Expose), which gives a descriptor to send that
+// peer; the peer then writes (Write, WriteNotify) and reads (Read) that
+// range with RDMA WRITE and READ on its connection's queue pair, without
+// the exposing side taking part. WriteNotify's value reaches the exposing
+// side's WaitNotify once the bytes have landed.
+//
+// What a descriptor allows is decided by the exposing side's device, not by
+// the descriptor: it checks the rkey, the bounds and the access of every
+// request against the registration, and Unexpose and Free end the
+// registration. A descriptor is checked locally first (form, access,
+// bounds), so honest mistakes fail with ErrBadDesc and break nothing; an
+// access the device refuses fails with ErrRemoteAccess and, as on every
+// RDMA device, breaks the connection to that peer on both sides (the peer
+// is gone: reconnect to go on).
+
+// DescSize is the size of a Desc.
+const DescSize = onesided.DescLen
+
+// MaxMemSize bounds one Alloc.
+const MaxMemSize = MaxBufSize
+
+// Access is what an exposed range lets the peer do: AccessRead, AccessWrite
+// or both.
+type Access int
+
+const (
+	AccessRead  Access = Access(onesided.AccessRead)
+	AccessWrite Access = Access(onesided.AccessWrite)
+)
+
+// NotifyValueMax is the largest value WriteNotify carries.
+const NotifyValueMax = onesided.NotifyValueMax
+
+// Desc describes a range one context exposed to one peer; it is what that
+// peer needs to write or read it. Send it as bytes: its layout is fixed.
+type Desc [DescSize]byte
+
+var (
+	// ErrBadDesc is matched by the error of a one-sided call whose
+	// descriptor is malformed, or does not allow the access (its access
+	// rights, its bounds), or that Unexpose does not know.
+	ErrBadDesc = onesided.ErrDesc
+	// ErrRemoteAccess is matched by the error of a one-sided call that the
+	// peer's device refused; the connection to the peer is then broken.
+	ErrRemoteAccess = onesided.ErrRemoteAccess
+	// ErrNotSupported is matched by the error of a one-sided call on a
+	// peer whose connection has no queue pair (the TCP transport).
+	ErrNotSupported = errors.New("one-sided operations are not supported on this connection")
+	// ErrTimeout is matched by the error of a WaitNotify that timed out.
+	ErrTimeout = errors.New("timed out")
+	// ErrMemFreed is matched by the error of a call given freed memory.
+	ErrMemFreed = errors.New("memory freed")
+)
+
+// Mem is memory a context allocated for one-sided operations: outside the
+// Go heap, page-aligned, registered with a peer's connection when first
+// used with it. Free it with Free (Close frees what is left).
+type Mem struct {
+	ctx *Context
+	mem *verbs.Memory
+	buf []byte
+
+	// mu is held shared by the operations that use the memory, and
+	// exclusively by Free, which so waits for them.
+	mu    sync.RWMutex
+	freed bool
+
+	regMu sync.Mutex
+	local map[onesided.Port]verbs.MR // local-access registrations, per connection
+}
+
+// exposure is one range exposed to one peer.
+type exposure struct {
+	mem  *Mem
+	port onesided.Port
+	mr   verbs.MR
+}
+
+// Alloc allocates size bytes (1..MaxMemSize) of zeroed memory for one-sided
+// operations.
+func (c *Context) Alloc(size int) (*Mem, error) {
+	if size <= 0 || size > MaxMemSize {
+		return nil, fmt.Errorf("capi: alloc: %w: size %d is not in 1..%d", ErrInvalidArgument, size, MaxMemSize)
+	}
+	vm, err := verbs.AllocMemory(size)
+	if err != nil {
+		return nil, fmt.Errorf("capi: alloc: %w", err)
+	}
+	m := &Mem{ctx: c, mem: vm, buf: vm.Bytes()[:size:size], local: map[onesided.Port]verbs.MR{}}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		vm.Free()
+		return nil, fmt.Errorf("capi: alloc: %w", ErrClosed)
+	}
+	if c.mems == nil {
+		c.mems = map[*Mem]struct{}{}
+	}
+	c.mems[m] = struct{}{}
+	return m, nil
+}
+
+// Bytes is the memory. It stays valid until Free, or the context's Close.
+func (m *Mem) Bytes() []byte { return m.buf }
+
+// Free ends every registration of the memory (its exposures included: later
+// accesses by peers fail) and releases it, after the operations using it
+// have finished. Freeing twice is a no-op.
+func (m *Mem) Free() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.freed {
+		return nil
+	}
+	m.freed = true
+	c := m.ctx
+	c.mu.Lock()
+	delete(c.mems, m)
+	var exps []*exposure
+	for id, e := range c.exposures {
+		if e.mem == m {
+			exps = append(exps, e)
+			delete(c.exposures, id)
+		}
+	}
+	c.mu.Unlock()
+	var first error
+	for _, e := range exps {
+		if err := e.port.Deregister(e.mr); err != nil && first == nil {
+			first = err
+		}
+	}
+	m.regMu.Lock()
+	for port, mr := range m.local {
+		if err := port.Deregister(mr); err != nil && first == nil {
+			first = err
+		}
+	}
+	m.local = nil
+	m.regMu.Unlock()
+	if err := m.mem.Free(); err != nil && first == nil {
+		first = err
+	}
+	if first != nil {
+		return fmt.Errorf("capi: free: %w", first)
+	}
+	return nil
+}
+
+// localMR is m's local registration on port, made on first use. The caller
+// holds m.mu shared.
+func (m *Mem) localMR(port onesided.Port) (verbs.MR, error) {
+	m.regMu.Lock()
+	defer m.regMu.Unlock()
+	if mr, ok := m.local[port]; ok {
+		return mr, nil
+	}
+	mr, err := port.Register(m.buf, verbs.AccessLocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	m.local[port] = mr
+	return mr, nil
+}
+
+// use checks that m is the context's own live memory and holds it for an
+// operation; the caller calls m.mu.RUnlock when done.
+func (c *Context) use(op string, m *Mem) error {
+	if m == nil {
+		return fmt.Errorf("capi: %s: %w: memory is nil", op, ErrInvalidArgument)
+	}
+	if m.ctx != c {
+		return fmt.Errorf("capi: %s: %w: the memory belongs to another context", op, ErrInvalidArgument)
+	}
+	m.mu.RLock()
+	if m.freed {
+		m.mu.RUnlock()
+		return fmt.Errorf("capi: %s: %w", op, ErrMemFreed)
+	}
+	return nil
+}
+
+// span checks that off and n name a range of size bytes.
+func span(op, what string, off, n, size int) error {
+	if off < 0 || n < 0 || off > size || n > size-off {
+		return fmt.Errorf("capi: %s: %w: %d bytes at offset %d exceed the %d bytes of %s", op, ErrInvalidArgument, n, off, size, what)
+	}
+	return nil
+}
+
+// Expose registers n bytes of m at offset off for peer idx with access and
+// returns their descriptor, for that peer only. Unexpose (or Free) ends it.
+func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, error) {
+	const op = "expose"
+	var d Desc
+	if access&^(AccessRead|AccessWrite) != 0 || access == 0 {
+		return d, fmt.Errorf("capi: %s: %w: access %d is not AccessRead, AccessWrite or both", op, ErrInvalidArgument, access)
+	}
+	if err := c.use(op, m); err != nil {
+		return d, err
+	}
+	defer m.mu.RUnlock()
+	if n == 0 {
+		return d, fmt.Errorf("capi: %s: %w: length is 0", op, ErrInvalidArgument)
+	}
+	if err := span(op, "the memory", off, n, len(m.buf)); err != nil {
+		return d, err
+	}
+	p, port, err := c.portOf(op, idx)
+	if err != nil {
+		return d, err
+	}
+	va := verbs.Access(0)
+	if access&AccessWrite != 0 {
+		va |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	}
+	if access&AccessRead != 0 {
+		va |= verbs.AccessRemoteRead
+	}
+	mr, err := port.Register(m.buf[off:off+n], va)
+	if err != nil {
+		return d, c.ioError(op, p, err)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		port.Deregister(mr)
+		return d, fmt.Errorf("capi: %s: %w", op, ErrClosed)
+	}
+	if c.exposures == nil {
+		c.exposures = map[uint32]*exposure{}
+	}
+	c.nextExposure++
+	id := c.nextExposure
+	c.exposures[id] = &exposure{mem: m, port: port, mr: mr}
+	c.mu.Unlock()
+	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
+	return d, nil
+}
+
+// Unexpose ends the exposure d, which Expose on this context returned:
+// later accesses by the peer fail.
+func (c *Context) Unexpose(d Desc) error {
+	const op = "unexpose"
+	pd, err := onesided.Parse(d[:])
+	if err != nil {
+		return fmt.Errorf("capi: %s: %w", op, err)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("capi: %s: %w", op, ErrClosed)
+	}
+	e := c.exposures[pd.ID]
+	if e == nil || e.mr.RKey() != pd.RKey || e.mr.Addr() != pd.Addr {
+		c.mu.Unlock()
+		return fmt.Errorf("capi: %s: %w: not a live exposure of this context", op, ErrBadDesc)
+	}
+	delete(c.exposures, pd.ID)
+	c.mu.Unlock()
+	if err := e.port.Deregister(e.mr); err != nil {
+		return fmt.Errorf("capi: %s: %w", op, err)
+	}
+	return nil
+}
+
+// portOf returns live peer idx and its connection's Port.
+func (c *Context) portOf(op string, idx int) (*peer, onesided.Port, error) {
+	p, err := c.peer(op, idx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p.port == nil {
+		return nil, nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, ErrNotSupported)
+	}
+	return p, p.port, nil
+}
+
+// Write writes n bytes of local at localOff to the range remote describes,
+// at remoteOff, and returns n once the peer's device has them.
+func (c *Context) Write(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (int, error) {
+	return c.oneSided(kindWrite, idx, remote, remoteOff, local, localOff, n, 0)
+}
+
+// WriteNotify is Write, and the peer's WaitNotify then returns value (at
+// most NotifyValueMax) and n.
+func (c *Context) WriteNotify(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (int, error) {
+	if value > NotifyValueMax {
+		return -1, fmt.Errorf("capi: write to peer %d: %w: notification value %d exceeds %d", idx, ErrInvalidArgument, value, NotifyValueMax)
+	}
+	return c.oneSided(kindWriteNotify, idx, remote, remoteOff, local, localOff, n, value)
+}
+
+// Read reads n bytes of the range remote describes, at remoteOff, into
+// local at localOff, and returns n.
+func (c *Context) Read(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (int, error) {
+	return c.oneSided(kindRead, idx, remote, remoteOff, local, localOff, n, 0)
+}
+
+type oneSidedKind int
+
+const (
+	kindWrite oneSidedKind = iota
+	kindWriteNotify
+	kindRead
+)
+
+func (k oneSidedKind) op() string {
+	if k == kindRead {
+		return "read from"
+	}
+	return "write to"
+}
+
+func (c *Context) oneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (int, error) {
+	_, run, release, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, value)
+	if err != nil {
+		return -1, err
+	}
+	defer release()
+	return run()
+}
+
+// prepare checks a one-sided operation's arguments and returns its peer,
+// what performs it, and what releases the local memory once it has run (or
+// will not).
+func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (*peer, func() (int, error), func(), error) {
+	op := kind.op()
+	if remote == nil {
+		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w: descriptor is nil", op, idx, ErrInvalidArgument)
+	}
+	d, err := onesided.Parse(remote[:])
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
+	}
+	if remoteOff < 0 || n < 0 {
+		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w: negative offset or length", op, idx, ErrInvalidArgument)
+	}
+	want := onesided.AccessWrite
+	if kind == kindRead {
+		want = onesided.AccessRead
+	}
+	raddr, err := d.Check(uint64(remoteOff), uint64(n), want)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
+	}
+	p, port, err := c.portOf(op, idx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	notify := kind == kindWriteNotify
+	if n == 0 && local == nil {
+		return p, func() (int, error) {
+			if kind == kindRead {
+				return 0, nil
+			}
+			if err := port.Write(nil, nil, raddr, d.RKey, notify, value); err != nil {
+				return -1, c.ioError(op, p, err)
+			}
+			return 0, nil
+		}, func() {}, nil
+	}
+	if err := c.use(op, local); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := span(op, "the local memory", localOff, n, len(local.buf)); err != nil {
+		local.mu.RUnlock()
+		return nil, nil, nil, err
+	}
+	run := func() (int, error) {
+		mr, err := local.localMR(port)
+		if err != nil {
+			return -1, c.ioError(op, p, err)
+		}
+		buf := local.buf[localOff : localOff+n]
+		if kind == kindRead {
+			if n > 0 {
+				err = port.Read(mr, buf, raddr, d.RKey)
+			}
+		} else {
+			err = port.Write(mr, buf, raddr, d.RKey, notify, value)
+		}
+		if err != nil {
+			return -1, c.ioError(op, p, err)
+		}
+		return n, nil
+	}
+	return p, run, local.mu.RUnlock, nil
+}
+
+// IWrite starts Write and returns at once; the request's result is
+// Write's. local belongs to the request until it completes.
+func (c *Context) IWrite(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
+	return c.iOneSided(kindWrite, idx, remote, remoteOff, local, localOff, n)
+}
+
+// IRead starts Read and returns at once; the request's result is Read's.
+func (c *Context) IRead(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
+	return c.iOneSided(kindRead, idx, remote, remoteOff, local, localOff, n)
+}
+
+// iOneSided runs a one-sided operation as a request. Requests of one peer
+// are not ordered among themselves: each completes when its own WR does.
+func (c *Context) iOneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
+	p, run, release, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, 0)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.start("i"+kind.op(), p, nil, func() (int, error) {
+		defer release()
+		return run()
+	}, release)
+	if err != nil {
+		release()
+	}
+	return r, err
+}
+
+// WaitNotify waits for the next notification from peer idx (WriteNotify's
+// on its side), for at most timeout (negative: no limit), and returns its
+// value and the length of its write.
+func (c *Context) WaitNotify(idx int, timeout time.Duration) (uint32, int, error) {
+	const op = "wait notify from"
+	p, port, err := c.portOf(op, idx)
+	if err != nil {
+		return 0, -1, err
+	}
+	v, n, err := port.WaitNotify(onesided.Deadline(timeout))
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, -1, fmt.Errorf("capi: %s peer %d: %w (after %v)", op, idx, ErrTimeout, timeout)
+		}
+		return 0, -1, c.ioError(op, p, err)
+	}
+	return v, n, nil
+}

@@ -1,0 +1,233 @@
+package rdma
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// One-sided operations (package capi's rdma_write and rdma_read) share the
+// connection's queue pair with the byte stream: an RDMA WRITE or READ is
+// one more WR in the send queue, signaled, with a remoteOp in its slot that
+// the completion fills in; memory is registered on the connection's
+// protection domain. A write with notification is an RDMA WRITE WITH
+// IMMEDIATE into the peer's exposed memory whose immediate is a stream
+// control message (stream.ImmNotify): it consumes one of the peer's
+// receive WRs, so it needs a message credit like a data write, and the
+// peer holds that credit back until its caller takes the notification, so
+// notifications queue up to the receive depth and no further.
+//
+// The peer's device enforces rkeys, bounds and access. An access it
+// refuses fails the WR with a remote access error, and, as on any RDMA
+// device, moves both queue pairs to the error state: the connection fails
+// on both sides.
+
+func init() {
+	onesided.PortOf = func(nc net.Conn) onesided.Port {
+		if c, ok := nc.(*Conn); ok {
+			return (*port)(c)
+		}
+		return nil
+	}
+}
+
+// port is a Conn's one-sided side (onesided.Port).
+type port Conn
+
+// remoteOp is a one-sided operation waiting for its completion.
+type remoteOp struct {
+	done   bool
+	status verbs.WCStatus
+}
+
+// remoteOps recycles remoteOps, so that an operation allocates nothing.
+var remoteOps = sync.Pool{New: func() any { return new(remoteOp) }}
+
+// notification is one notification from the peer, not yet taken.
+type notification struct {
+	value uint32
+	n     uint32
+}
+
+var (
+	errNotifyOverflow = protoError("notification beyond the receive credit")
+	errRemoteAccess   = &connError{"the peer's device refused a one-sided access (remote access error)", syscall.EACCES}
+)
+
+// Register registers b on the connection's protection domain.
+func (p *port) Register(b []byte, access verbs.Access) (verbs.MR, error) {
+	c := (*Conn)(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.torn {
+		return nil, c.opErr("register", net.ErrClosed)
+	}
+	mr, err := c.pd.RegMR(b, access)
+	if err != nil {
+		return nil, c.opErr("register", err)
+	}
+	if c.userMRs == nil {
+		c.userMRs = map[verbs.MR]struct{}{}
+	}
+	c.userMRs[mr] = struct{}{}
+	return mr, nil
+}
+
+// Deregister ends a registration of Register's, unless the connection's
+// release already did.
+func (p *port) Deregister(mr verbs.MR) error {
+	c := (*Conn)(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.userMRs[mr]; !ok || c.torn {
+		return nil
+	}
+	delete(c.userMRs, mr)
+	if err := mr.Dereg(); err != nil {
+		return c.opErr("deregister", err)
+	}
+	return nil
+}
+
+// Write RDMA-writes local to raddr, with a notification when notify.
+func (p *port) Write(mr verbs.MR, local []byte, raddr uint64, rkey uint32, notify bool, value uint32) error {
+	if !notify {
+		return (*Conn)(p).remote("rdma write", verbs.OpRDMAWrite, 0, mr, local, raddr, rkey)
+	}
+	if value > stream.NotifyValueMax {
+		return (*Conn)(p).opErr("rdma write", fmt.Errorf("notification value %d exceeds %d", value, stream.NotifyValueMax))
+	}
+	return (*Conn)(p).remote("rdma write", verbs.OpRDMAWriteWithImm, stream.ImmNotify(value), mr, local, raddr, rkey)
+}
+
+// Read RDMA-reads len(local) bytes at raddr into local.
+func (p *port) Read(mr verbs.MR, local []byte, raddr uint64, rkey uint32) error {
+	return (*Conn)(p).remote("rdma read", verbs.OpRDMARead, 0, mr, local, raddr, rkey)
+}
+
+// remote posts one one-sided WR and waits for its completion.
+func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32) error {
+	credit := op == verbs.OpRDMAWriteWithImm
+	for {
+		c.mu.Lock()
+		if err := c.remoteErrLocked(); err != nil {
+			c.mu.Unlock()
+			return c.opErr(name, err)
+		}
+		// A data write keeps one credit for the credit message that
+		// unblocks the peer's writer; so does this.
+		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth && (!credit || c.tx.Credits >= 2) {
+			break
+		}
+		c.mu.Unlock()
+		c.await(c.sndReady, nil, false)
+	}
+	r := remoteOps.Get().(*remoteOp)
+	*r = remoteOp{}
+	slot := c.sqPosted % uint64(len(c.sqOps))
+	c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)
+	c.sqOps[slot] = r
+	if credit {
+		c.tx.Credits--
+	}
+	c.unlockSubmit()
+	for {
+		c.mu.Lock()
+		if r.done {
+			st := r.status
+			c.mu.Unlock()
+			remoteOps.Put(r)
+			return c.remoteStatus(name, st)
+		}
+		if err := c.remoteErrLocked(); err != nil {
+			// The queue pair failed or went: no more DMA for this WR, and
+			// perhaps no completion either. r stays out of the pool, as a
+			// late completion may still fill it in.
+			c.mu.Unlock()
+			return c.opErr(name, err)
+		}
+		c.mu.Unlock()
+		c.await(c.sndReady, nil, false)
+	}
+}
+
+// remoteErrLocked says why no one-sided operation can go on, or nil.
+func (c *Conn) remoteErrLocked() error {
+	switch {
+	case c.closed || c.torn:
+		return net.ErrClosed
+	case c.err != nil:
+		return c.err
+	}
+	return nil
+}
+
+// remoteStatus is the result of a one-sided WR that completed with st.
+func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
+	switch st {
+	case verbs.WCSuccess:
+		return nil
+	case verbs.WCRemAccessErr:
+		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, errRemoteAccess))
+	case verbs.WCWRFlushErr:
+		c.mu.Lock()
+		err := c.err
+		c.mu.Unlock()
+		if err == nil {
+			err = errReset
+		}
+		return c.opErr(name, err)
+	}
+	return c.opErr(name, wcError(st))
+}
+
+// WaitNotify takes the next notification, waiting until deadline (zero:
+// none) for one.
+func (p *port) WaitNotify(at time.Time) (uint32, int, error) {
+	c := (*Conn)(p)
+	var dl *deadline
+	if !at.IsZero() {
+		d := makeDeadline()
+		d.set(at)
+		defer d.stop()
+		dl = &d
+	}
+	for {
+		c.mu.Lock()
+		if c.notesLen > 0 {
+			n := c.notes[c.notesHead]
+			c.notesHead = (c.notesHead + 1) % len(c.notes)
+			c.notesLen--
+			// Its receive WR was reposted when it came: credit it now.
+			c.rx.Owed++
+			c.creditLocked(false)
+			c.unlockSubmit()
+			return n.value, int(n.n), nil
+		}
+		var err error
+		switch {
+		case c.closed || c.torn:
+			err = net.ErrClosed
+		case c.err != nil:
+			err = c.err
+		case c.rx.FinRcvd:
+			err = errNoMoreNotes
+		case dl != nil && dl.passed():
+			err = os.ErrDeadlineExceeded
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return 0, 0, c.opErr("wait notify", err)
+		}
+		c.await(c.rcvReady, dl, false)
+	}
+}
+
+var errNoMoreNotes = &connError{"the peer closed its sending side: no more notifications", syscall.EPIPE}
