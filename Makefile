@@ -117,13 +117,13 @@ capi-asan:
 
 test-c: capi-asan
 	$(CC) $(ASAN_CFLAGS) -o $(ASAN_BIN)/capi_test capi/clib/testdata/capi_test.c $(ASAN_LIBS)
-	@for p in server client async; do \
+	@for p in server client async onesided; do \
 		echo "$(CC) -fsanitize=address ... -o $(ASAN_BIN)/$$p examples/c/$$p.c"; \
 		$(CC) $(ASAN_CFLAGS) -o $(ASAN_BIN)/$$p examples/c/$$p.c $(ASAN_LIBS) || exit 1; \
 	done
 	PKG_CONFIG_PATH=$(CURDIR)/$(ASAN)/lib/pkgconfig sh -c \
 		'$(CC) -fsanitize=address -g -Wall -Werror -o $(ASAN_BIN)/simple_client examples/c/simple_client.c $$(pkg-config --cflags --libs rdma)'
-	timeout 300 $(ASAN_BIN)/capi_test $(ASAN_BIN)/simple_client $(ASAN_BIN)/client $(ASAN_BIN)/async
+	timeout 300 $(ASAN_BIN)/capi_test $(ASAN_BIN)/simple_client $(ASAN_BIN)/client $(ASAN_BIN)/async $(ASAN_BIN)/onesided
 
 # The original rdma_lib's example server and two clients on loopback,
 # all-to-all, on the default provider; fails (never hangs) unless all three

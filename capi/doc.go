@@ -35,7 +35,9 @@
 // Beyond the original API: asynchronous ISend and IRecv (requests with Wait,
 // Test and WaitAny, in posting order per peer and direction, cancelled by
 // Close), and the collectives package's operations over a context's peers
-// (GroupInit, then Barrier, Bcast, AllGather, AllReduce, Reduce).
+// (GroupInit, then Barrier, Bcast, AllGather, AllReduce, Reduce), and
+// one-sided RDMA write and read into memory a peer exposed (Alloc, Expose,
+// Write, WriteNotify, Read, WaitNotify, IWrite, IRead; see onesided.go).
 //
 // A Context is safe for concurrent use: calls on different peers run in
 // parallel, calls on one peer are serialized per direction.

@@ -171,8 +171,11 @@ func TestOneSidedLocalErrors(t *testing.T) {
 // touched, and the server's other peers go on.
 func TestOneSidedAttacker(t *testing.T) {
 	forge := map[string]func(d *Desc){
-		"forged rkey":    func(d *Desc) { d[24] ^= 0x5a; d[25] ^= 0x5a },
-		"longer range":   func(d *Desc) { binary.LittleEndian.PutUint64(d[16:], 1<<20); binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(d[8:])+1024) },
+		"forged rkey": func(d *Desc) { d[24] ^= 0x5a; d[25] ^= 0x5a },
+		"longer range": func(d *Desc) {
+			binary.LittleEndian.PutUint64(d[16:], 1<<20)
+			binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(d[8:])+1024)
+		},
 		"read not given": func(d *Desc) { d[5] = byte(AccessRead | AccessWrite) },
 		"other address":  func(d *Desc) { binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(d[8:])+4096) },
 		"revoked":        nil,

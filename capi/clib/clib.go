@@ -93,6 +93,11 @@ const (
 	codeBusy          = 17
 	codeCanceled      = 18
 	codeBadRequest    = 19
+	codeRemoteAccess  = 20
+	codeBadDesc       = 21
+	codeTimeout       = 22
+	codeNotSupported  = 23
+	codeBadMem        = 24
 )
 
 // codes maps the errors calls return to codes, first match wins: a call's
@@ -107,6 +112,13 @@ var codes = []struct {
 	{capi.ErrCanceled, codeCanceled},
 	{capi.ErrBusy, codeBusy},
 	{errStaleReq, codeBadRequest},
+	{errNilMem, codeBadMem},
+	{errStaleMem, codeBadMem},
+	{capi.ErrMemFreed, codeBadMem},
+	{capi.ErrRemoteAccess, codeRemoteAccess},
+	{capi.ErrBadDesc, codeBadDesc},
+	{capi.ErrTimeout, codeTimeout},
+	{capi.ErrNotSupported, codeNotSupported},
 	{capi.ErrClosed, codeClosed},
 	{capi.ErrNotServer, codeNotServer},
 	{capi.ErrTooManyPeers, codeTooManyPeers},

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdmanet/rdma/capi"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -45,6 +47,18 @@ var addedAPI = []string{
 	"int rdma_allreduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op);",
 	"int rdma_reduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op, int root);",
 	"int rdma_sequential_alltoall_n(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t recv_len, size_t msg_size);",
+	"rdma_mem* rdma_alloc(rdma_context *ctx, size_t size);",
+	"void* rdma_mem_ptr(rdma_mem *mem);",
+	"size_t rdma_mem_size(rdma_mem *mem);",
+	"int rdma_free(rdma_mem *mem);",
+	"int rdma_expose(rdma_context *ctx, int peer_idx, rdma_mem *mem, size_t offset, size_t len, int access, rdma_desc *desc);",
+	"int rdma_unexpose(rdma_context *ctx, const rdma_desc *desc);",
+	"int rdma_write(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len);",
+	"int rdma_write_notify(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, unsigned int value);",
+	"int rdma_read(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len);",
+	"int rdma_wait_notify(rdma_context *ctx, int peer_idx, unsigned int *value, int timeout_ms);",
+	"int rdma_iwrite(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);",
+	"int rdma_iread(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);",
 }
 
 var originalConstants = map[string]string{
@@ -99,6 +113,9 @@ func TestEveryFunctionIsDefined(t *testing.T) {
 	asyncSrc, err := os.ReadFile("async.go")
 	require.NoError(t, err)
 	goSrc = append(goSrc, asyncSrc...)
+	oneSidedSrc, err := os.ReadFile("onesided.go")
+	require.NoError(t, err)
+	goSrc = append(goSrc, oneSidedSrc...)
 	cSrc, err := os.ReadFile("errbuf.c")
 	require.NoError(t, err)
 	for _, proto := range append(append([]string(nil), originalAPI...), addedAPI...) {
@@ -134,6 +151,15 @@ var errorCodes = []struct {
 	{"RDMA_ERR_BUSY", codeBusy},
 	{"RDMA_ERR_CANCELED", codeCanceled},
 	{"RDMA_ERR_BAD_REQUEST", codeBadRequest},
+	{"RDMA_ERR_REMOTE_ACCESS", codeRemoteAccess},
+	{"RDMA_ERR_BAD_DESC", codeBadDesc},
+	{"RDMA_ERR_TIMEOUT", codeTimeout},
+	{"RDMA_ERR_NOT_SUPPORTED", codeNotSupported},
+	{"RDMA_ERR_BAD_MEM", codeBadMem},
+	{"RDMA_ACCESS_READ", int(capi.AccessRead)},
+	{"RDMA_ACCESS_WRITE", int(capi.AccessWrite)},
+	{"RDMA_DESC_SIZE", capi.DescSize},
+	{"RDMA_NOTIFY_MAX", capi.NotifyValueMax},
 	{"RDMA_INT32", typeInt32},
 	{"RDMA_INT64", typeInt64},
 	{"RDMA_FLOAT", typeFloat},

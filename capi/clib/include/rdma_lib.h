@@ -83,6 +83,52 @@
  *    NULL). Every rank calls the same collectives in the same order with
  *    matching arguments. Return 0. A rank that fails breaks the group for
  *    every rank (RDMA_ERR_GROUP_FAILED); rdma_group_init builds a new one.
+ *
+ * One-sided write and read
+ *  - rdma_alloc returns size bytes of zeroed, page-aligned memory that the
+ *    library registers with a peer's connection when it is first used with
+ *    it; rdma_mem_ptr is its address (valid until rdma_free or
+ *    rdma_cleanup, which frees every rdma_mem of the context; rdma_free of
+ *    such a handle afterwards only releases the handle), rdma_mem_size its
+ *    size. rdma_free(NULL) does nothing and returns 0.
+ *  - rdma_expose registers len bytes of mem at offset for peer peer_idx
+ *    only, with access RDMA_ACCESS_READ, RDMA_ACCESS_WRITE or both, and
+ *    fills *desc: RDMA_DESC_SIZE bytes that the peer needs, to be sent to
+ *    it (rdma_send(ctx, peer, desc, sizeof *desc)). rdma_unexpose(ctx,
+ *    desc) and rdma_free end the exposure: later accesses fail.
+ *  - rdma_write copies len bytes of local at local_off into the range
+ *    remote describes, at remote_off, with an RDMA WRITE on the peer's
+ *    connection: the peer's CPU takes no part. It returns len once the
+ *    peer's device has the bytes. rdma_read copies len bytes of that range
+ *    at remote_off into local at local_off (RDMA READ) and returns len.
+ *    local may be NULL for len 0.
+ *  - rdma_write_notify is rdma_write whose completion the peer learns:
+ *    the write carries value (0..RDMA_NOTIFY_MAX) as immediate data, and
+ *    the peer's rdma_wait_notify(ctx, idx, &value, timeout_ms) returns len
+ *    and sets *value once the bytes have landed in its memory (notifications
+ *    come in the order they were written). timeout_ms < 0 waits without
+ *    limit; RDMA_ERR_TIMEOUT after it. A peer may have at most its receive
+ *    depth (128) notifications not yet taken: wait for them as they come, or
+ *    the writer's calls (and its rdma_send) stall until they are taken.
+ *  - rdma_iwrite and rdma_iread start rdma_write and rdma_read as requests
+ *    (rdma_wait, rdma_test, rdma_waitany, cancelled by rdma_cleanup); local
+ *    belongs to the request until it completes. They complete in any order.
+ *  - Guarantees and protection: the descriptor is checked first (its form,
+ *    that it grants the access, that remote_off + len is within its
+ *    length): a bad one fails with RDMA_ERR_BAD_DESC and disturbs nothing.
+ *    What is really allowed is decided by the exposing side's device, as
+ *    with any RDMA NIC: the rkey, the bounds and the access of every WRITE
+ *    and READ are checked against the registration, so a forged, stretched
+ *    or revoked descriptor, or a read of memory exposed for write only,
+ *    never touches memory outside what was exposed. Such an access fails
+ *    with RDMA_ERR_REMOTE_ACCESS and, as on every RDMA device, breaks the
+ *    reliable connection to that peer on both sides (the peer is gone:
+ *    RDMA_ERR_PEER_GONE afterwards; rdma_reconnect_peer or
+ *    rdma_accept_peer_at gives it a new connection). A range exposed for
+ *    write can be written by that peer at any time: do not expose memory
+ *    whose contents matter to the program's safety, and check what lands.
+ *    One-sided calls need the peer's connection to have a queue pair
+ *    (RDMA_ERR_NOT_SUPPORTED otherwise).
  */
 #ifndef RDMA_LIB_H
 #define RDMA_LIB_H
@@ -119,6 +165,11 @@ extern "C" {
 #define RDMA_ERR_BUSY 17          /* too many requests in flight (4096 per context) */
 #define RDMA_ERR_CANCELED 18      /* the request's context was cleaned up */
 #define RDMA_ERR_BAD_REQUEST 19   /* req is not a pending request */
+#define RDMA_ERR_REMOTE_ACCESS 20 /* the peer's device refused a one-sided access; the peer is gone */
+#define RDMA_ERR_BAD_DESC 21      /* a descriptor is malformed or does not allow the access */
+#define RDMA_ERR_TIMEOUT 22       /* rdma_wait_notify timed out */
+#define RDMA_ERR_NOT_SUPPORTED 23 /* the peer's connection cannot do one-sided operations */
+#define RDMA_ERR_BAD_MEM 24       /* mem is NULL, or not a live rdma_mem */
 
 /* Element types and operators of rdma_allreduce and rdma_reduce. */
 #define RDMA_INT32 1
@@ -130,9 +181,21 @@ extern "C" {
 #define RDMA_MIN 3
 #define RDMA_MAX 4
 
+/* One-sided access rights, descriptor size, largest notification value. */
+#define RDMA_ACCESS_READ 1
+#define RDMA_ACCESS_WRITE 2
+#define RDMA_DESC_SIZE 32
+#define RDMA_NOTIFY_MAX 536870911 /* 2^29 - 1 */
+
 /* Opaque: handles, never dereferenced. */
 typedef struct rdma_context rdma_context;
 typedef struct rdma_request rdma_request;
+typedef struct rdma_mem rdma_mem;
+
+/* A descriptor of an exposed range: plain bytes, safe to copy and send. */
+typedef struct rdma_desc {
+    unsigned char bytes[RDMA_DESC_SIZE];
+} rdma_desc;
 
 rdma_context* rdma_init(const char *ip, int port, size_t buf_size, bool is_server);
 void rdma_cleanup(rdma_context *ctx);
@@ -162,6 +225,19 @@ int rdma_bcast(rdma_context *ctx, void *buf, size_t len, int root);
 int rdma_allgather(rdma_context *ctx, const void *send_buf, size_t len, void *recv_buf, size_t recv_len);
 int rdma_allreduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op);
 int rdma_reduce(rdma_context *ctx, const void *send_buf, void *recv_buf, size_t count, int datatype, int op, int root);
+
+rdma_mem* rdma_alloc(rdma_context *ctx, size_t size);
+void* rdma_mem_ptr(rdma_mem *mem);
+size_t rdma_mem_size(rdma_mem *mem);
+int rdma_free(rdma_mem *mem);
+int rdma_expose(rdma_context *ctx, int peer_idx, rdma_mem *mem, size_t offset, size_t len, int access, rdma_desc *desc);
+int rdma_unexpose(rdma_context *ctx, const rdma_desc *desc);
+int rdma_write(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len);
+int rdma_write_notify(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, unsigned int value);
+int rdma_read(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len);
+int rdma_wait_notify(rdma_context *ctx, int peer_idx, unsigned int *value, int timeout_ms);
+int rdma_iwrite(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);
+int rdma_iread(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);
 
 const char* rdma_get_error(void);
 int rdma_get_errno(void);

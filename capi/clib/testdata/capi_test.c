@@ -4,8 +4,8 @@
 // buffer, broadcast, all-to-all, and every error with its text, including
 // that rdma_get_error() is per thread.
 //
-// Usage: capi_test [simple_client client async]   (with the paths of
-// examples/c's simple_client, client and async, also runs them: the first
+// Usage: capi_test [simple_client client async onesided]   (with the paths of
+// examples/c's simple_client, client, async and onesided, also runs them: the first
 // two against servers on 127.0.0.1:5555, in a network namespace of their own where the test may
 // make one, so that nothing else on the host shares that port: the simple
 // client against an ordinary server, and client against a hostile server
@@ -907,6 +907,183 @@ static void test_async(void) {
     pthread_barrier_destroy(&async_barrier);
 }
 
+// ---- one-sided write and read --------------------------------------------
+
+#define OS_CLIENTS 3
+#define OS_SIZE 65536
+static int os_port;
+static pthread_barrier_t os_barrier; // OS_CLIENTS clients + OS_CLIENTS server threads
+static rdma_context *os_srv;
+static rdma_mem *os_region[OS_CLIENTS]; // exposed read/write to client i
+static rdma_mem *os_ro;                 // exposed read-only to every client
+
+static unsigned char os_byte(int who, size_t i) { return (unsigned char)(who * 31 + i * 13 + (i >> 8)); }
+
+static void *os_client(void *arg) {
+    int id = (int)(intptr_t)arg;
+    char ip[24];
+    snprintf(ip, sizeof(ip), "127.0.0.%d", 2 + id);
+    rdma_context *ctx = rdma_init(ip, 0, BUFFER_SIZE, false);
+    CHECK(ctx != NULL, "client init: %s", rdma_get_error());
+    if (!ctx) {
+        exit(1);
+    }
+    EXPECT_OK(rdma_connect_peer(ctx, "127.0.0.1", os_port), 0);
+    rdma_desc rw, ro;
+    EXPECT_OK(rdma_recv(ctx, 0, &rw, sizeof(rw)), (int)sizeof(rw));
+    EXPECT_OK(rdma_recv(ctx, 0, &ro, sizeof(ro)), (int)sizeof(ro));
+
+    rdma_mem *local = rdma_alloc(ctx, OS_SIZE);
+    CHECK(local != NULL, "alloc: %s", rdma_get_error());
+    CHECK(rdma_mem_size(local) == OS_SIZE, "mem size %zu", rdma_mem_size(local));
+    unsigned char *p = rdma_mem_ptr(local);
+    for (size_t i = 0; i < OS_SIZE; i++) {
+        p[i] = os_byte(id, i);
+    }
+    // Half with a plain write, the other half with a notifying one.
+    EXPECT_OK(rdma_write(ctx, 0, &rw, 0, local, 0, OS_SIZE / 2), OS_SIZE / 2);
+    EXPECT_OK(rdma_write_notify(ctx, 0, &rw, OS_SIZE / 2, local, OS_SIZE / 2, OS_SIZE / 2, (unsigned)(id * 1000 + 1)), OS_SIZE / 2);
+    char ok[8] = {0};
+    EXPECT_OK(rdma_recv(ctx, 0, ok, sizeof(ok)), 3); // the server checked it
+
+    // Read back the read-only region, then the own one in eight requests
+    // in flight at once.
+    memset(p, 0, OS_SIZE);
+    EXPECT_OK(rdma_read(ctx, 0, &ro, 100, local, 0, 4000), 4000);
+    for (size_t i = 0; i < 4000; i++) {
+        if (p[i] != os_byte(99, 100 + i)) {
+            CHECK(0, "client %d: read-only byte %zu is %d", id, i, p[i]);
+            break;
+        }
+    }
+    rdma_request *reqs[8];
+    for (int k = 0; k < 8; k++) {
+        EXPECT_OK(rdma_iread(ctx, 0, &rw, (size_t)k * (OS_SIZE / 8), local, (size_t)k * (OS_SIZE / 8), OS_SIZE / 8, &reqs[k]), 0);
+    }
+    for (int done = 0; done < 8; done++) {
+        int index = -1;
+        EXPECT_OK(rdma_waitany(reqs, 8, &index), OS_SIZE / 8);
+    }
+    for (size_t i = 0; i < OS_SIZE; i++) {
+        if (p[i] != os_byte(id, i)) {
+            CHECK(0, "client %d: read back byte %zu is %d, want %d", id, i, p[i], os_byte(id, i));
+            break;
+        }
+    }
+    rdma_request *w;
+    EXPECT_OK(rdma_iwrite(ctx, 0, &rw, 0, local, 0, 64, &w), 0);
+    EXPECT_OK(rdma_wait(w), 64);
+    EXPECT_OK(rdma_write(ctx, 0, &rw, 0, NULL, 0, 0), 0); // zero bytes, no memory needed
+
+    // Mistakes fail locally and break nothing.
+    EXPECT_ERRNO(rdma_write(ctx, 0, &ro, 0, local, 0, 8), RDMA_ERR_BAD_DESC, "exposed for read, not write");
+    EXPECT_ERRNO(rdma_read(ctx, 0, &rw, OS_SIZE - 8, local, 0, 16), RDMA_ERR_BAD_DESC, "exceed the region's");
+    EXPECT_ERRNO(rdma_read(ctx, 0, &rw, 0, local, OS_SIZE - 8, 16), RDMA_ERR_INVALID, "exceed the");
+    EXPECT_ERRNO(rdma_read(ctx, 0, NULL, 0, local, 0, 16), RDMA_ERR_INVALID, "desc is NULL");
+    EXPECT_ERRNO(rdma_read(ctx, 0, &rw, 0, NULL, 0, 16), RDMA_ERR_BAD_MEM, "mem is NULL");
+    EXPECT_ERRNO(rdma_read(ctx, 0, &rw, 0, (rdma_mem *)(uintptr_t)0x5eed, 0, 16), RDMA_ERR_BAD_MEM, "not a live rdma_mem");
+    EXPECT_ERRNO(rdma_write_notify(ctx, 0, &rw, 0, local, 0, 8, RDMA_NOTIFY_MAX + 1u), RDMA_ERR_INVALID, "notification value");
+    rdma_desc junk;
+    memset(&junk, 0x41, sizeof(junk));
+    EXPECT_ERRNO(rdma_write(ctx, 0, &junk, 0, local, 0, 8), RDMA_ERR_BAD_DESC, "bad magic");
+    EXPECT_ERRNO(rdma_unexpose(ctx, &rw), RDMA_ERR_BAD_DESC, "not a live exposure of this context");
+    EXPECT_ERRNO(rdma_write(ctx, 3, &rw, 0, local, 0, 8), RDMA_ERR_NO_SUCH_PEER, "no such peer");
+    EXPECT_OK(rdma_read(ctx, 0, &rw, 0, local, 0, 8), 8);
+    pthread_barrier_wait(&os_barrier); // A: the honest part is over
+
+    if (id == OS_CLIENTS - 1) {
+        // The attacker: another rkey in a well-formed descriptor. The
+        // server's device refuses it; the connection breaks.
+        rw.bytes[24] ^= 0x5a;
+        rw.bytes[25] ^= 0xa5;
+        EXPECT_ERRNO(rdma_write(ctx, 0, &rw, 0, local, 0, 64), RDMA_ERR_REMOTE_ACCESS, "refused the access");
+        EXPECT_ERRNO(rdma_send(ctx, 0, "x", 1), RDMA_ERR_PEER_GONE, "peer gone");
+    }
+    pthread_barrier_wait(&os_barrier); // B: the attack is over
+    if (id != OS_CLIENTS - 1) {
+        EXPECT_OK(rdma_send(ctx, 0, "still", 6), 6);
+    }
+    pthread_barrier_wait(&os_barrier); // C: the server has checked
+    EXPECT_OK(rdma_free(local), 0);
+    EXPECT_ERRNO(rdma_free(local), RDMA_ERR_BAD_MEM, "not a live rdma_mem");
+    EXPECT_ERROR(rdma_mem_ptr(local), NULL, "not a live rdma_mem");
+    CHECK(rdma_get_errno() == RDMA_ERR_BAD_MEM, "errno %d", rdma_get_errno());
+    rdma_cleanup(ctx);
+    return NULL;
+}
+
+static void *os_server_peer(void *arg) {
+    int id = (int)(intptr_t)arg;
+    unsigned int value = 0;
+    EXPECT_OK(rdma_wait_notify(os_srv, id, &value, 10000), OS_SIZE / 2);
+    CHECK(value == (unsigned)(id * 1000 + 1), "peer %d: notification value %u", id, value);
+    const unsigned char *p = rdma_mem_ptr(os_region[id]);
+    for (size_t i = 0; i < OS_SIZE; i++) {
+        if (p[i] != os_byte(id, i)) {
+            CHECK(0, "peer %d: byte %zu is %d, want %d", id, i, p[i], os_byte(id, i));
+            break;
+        }
+    }
+    EXPECT_OK(rdma_send(os_srv, id, "ok", 3), 3);
+    pthread_barrier_wait(&os_barrier); // A
+    if (id == OS_CLIENTS - 1) {
+        // The attacked side: its connection to the attacker is broken.
+        EXPECT_ERRNO(rdma_wait_notify(os_srv, id, &value, 10000), RDMA_ERR_PEER_GONE, "peer gone");
+        const unsigned char *q = rdma_mem_ptr(os_region[id]);
+        CHECK(q[0] == os_byte(id, 0), "the refused write landed");
+    }
+    pthread_barrier_wait(&os_barrier); // B
+    if (id != OS_CLIENTS - 1) {
+        char buf[8];
+        EXPECT_OK(rdma_recv(os_srv, id, buf, sizeof(buf)), 6);
+        EXPECT_ERRNO(rdma_wait_notify(os_srv, id, &value, 10), RDMA_ERR_TIMEOUT, "timed out");
+    }
+    pthread_barrier_wait(&os_barrier); // C
+    return NULL;
+}
+
+static void test_onesided(void) {
+    os_srv = new_server(BUFFER_SIZE);
+    os_port = test_port - 1;
+    pthread_barrier_init(&os_barrier, NULL, 2 * OS_CLIENTS);
+    EXPECT_ERROR(rdma_alloc(os_srv, 0), NULL, "size 0");
+    CHECK(rdma_get_errno() == RDMA_ERR_INVALID, "errno %d", rdma_get_errno());
+    EXPECT_ERROR(rdma_alloc(NULL, 64), NULL, "ctx is NULL");
+    CHECK(rdma_get_errno() == RDMA_ERR_BAD_CONTEXT, "errno %d", rdma_get_errno());
+    EXPECT_OK(rdma_free(NULL), 0);
+    os_ro = rdma_alloc(os_srv, 8192);
+    CHECK(os_ro != NULL, "alloc: %s", rdma_get_error());
+    unsigned char *ro = rdma_mem_ptr(os_ro);
+    for (size_t i = 0; i < 8192; i++) {
+        ro[i] = os_byte(99, i);
+    }
+    pthread_t clients[OS_CLIENTS], servers[OS_CLIENTS];
+    for (int i = 0; i < OS_CLIENTS; i++) {
+        pthread_create(&clients[i], NULL, os_client, (void *)(intptr_t)i);
+        EXPECT_OK(rdma_accept_peer(os_srv), i);
+    }
+    for (int i = 0; i < OS_CLIENTS; i++) {
+        os_region[i] = rdma_alloc(os_srv, OS_SIZE);
+        CHECK(os_region[i] != NULL, "alloc: %s", rdma_get_error());
+        rdma_desc rw, rod;
+        EXPECT_ERRNO(rdma_expose(os_srv, i, os_region[i], 1, OS_SIZE, RDMA_ACCESS_WRITE, &rw), RDMA_ERR_INVALID, "exceed");
+        EXPECT_ERRNO(rdma_expose(os_srv, i, os_region[i], 0, OS_SIZE, 4, &rw), RDMA_ERR_INVALID, "access 4");
+        EXPECT_OK(rdma_expose(os_srv, i, os_region[i], 0, OS_SIZE, RDMA_ACCESS_READ | RDMA_ACCESS_WRITE, &rw), 0);
+        EXPECT_OK(rdma_expose(os_srv, i, os_ro, 0, 8192, RDMA_ACCESS_READ, &rod), 0);
+        EXPECT_OK(rdma_send(os_srv, i, &rw, sizeof(rw)), (int)sizeof(rw));
+        EXPECT_OK(rdma_send(os_srv, i, &rod, sizeof(rod)), (int)sizeof(rod));
+        pthread_create(&servers[i], NULL, os_server_peer, (void *)(intptr_t)i);
+    }
+    for (int i = 0; i < OS_CLIENTS; i++) {
+        pthread_join(clients[i], NULL);
+        pthread_join(servers[i], NULL);
+    }
+    EXPECT_OK(rdma_free(os_region[0]), 0);
+    rdma_cleanup(os_srv); // frees the rest
+    EXPECT_OK(rdma_free(os_region[1]), 0); // releases only the handle
+    pthread_barrier_destroy(&os_barrier);
+}
+
 // ---- MAX_PEERS ---------------------------------------------------------
 
 static rdma_context *max_srv;
@@ -1121,7 +1298,7 @@ static int bring_up_lo(void) {
 // test_examples runs "capi_test --examples simple_client client" in a new
 // network namespace, or in this one (on port 5555 of the host) where the
 // test may not make one.
-static void test_examples(const char *simple_client, const char *client, const char *async) {
+static void test_examples(const char *simple_client, const char *client, const char *async, const char *onesided) {
     pid_t pid = fork();
     if (pid == 0) {
         // Only system calls between fork and exec: the child of a
@@ -1134,7 +1311,7 @@ static void test_examples(const char *simple_client, const char *client, const c
             static const char note[] = "capi_test: no network namespace (not root?): using the host's 127.0.0.1:5555\n";
             (void)!write(2, note, sizeof(note) - 1);
         }
-        execl("/proc/self/exe", "capi_test", "--examples", simple_client, client, async, (char *)NULL);
+        execl("/proc/self/exe", "capi_test", "--examples", simple_client, client, async, onesided, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -1156,13 +1333,15 @@ int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--echo-client") == 0) {
         return echo_client_main(atoi(argv[2]));
     }
-    if (argc == 5 && strcmp(argv[1], "--examples") == 0) {
+    if (argc == 6 && strcmp(argv[1], "--examples") == 0) {
         printf("capi_test: simple client %s\n", argv[2]);
         test_simple_client(argv[2]);
         printf("capi_test: hostile server against %s\n", argv[3]);
         test_hostile_example(argv[3]);
         printf("capi_test: %s\n", argv[4]);
         test_program(argv[4], "async: OK, 16 messages");
+        printf("capi_test: %s\n", argv[5]);
+        test_program(argv[5], "onesided: OK, 65536 bytes written one-sided and checked");
         return report("capi_test --examples");
     }
     test_port = 20000 + (int)(getpid() % 20000);
@@ -1183,12 +1362,14 @@ int main(int argc, char **argv) {
     test_collectives();
     printf("capi_test: asynchronous requests\n");
     test_async();
+    printf("capi_test: one-sided write and read\n");
+    test_onesided();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
     printf("capi_test: cleanup unblocks other threads\n");
     test_cleanup_unblocks();
-    if (argc > 3) {
-        test_examples(argv[1], argv[2], argv[3]);
+    if (argc > 4) {
+        test_examples(argv[1], argv[2], argv[3], argv[4]);
     }
     return report("capi_test");
 }
