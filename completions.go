@@ -287,6 +287,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	if perr != nil {
 		c.failLocked(perr)
 	}
+	c.received += uint64(reposts)
 	if reposts > 0 && c.err == nil && !c.torn {
 		if err := c.qp.PostRecv(c.rwrs[:reposts]); err != nil {
 			c.failLocked(err)
@@ -297,6 +298,9 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		}
 	}
 	c.creditLocked(false)
+	if c.pongDue {
+		c.pongLocked()
+	}
 	if rcvChanged {
 		poke(c.rcvReady)
 	}
@@ -331,6 +335,8 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.notes[(c.notesHead+c.notesLen)%len(c.notes)] = notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}
 		c.notesLen++
 		*held++
+	case stream.KindPing:
+		c.pongDue = true
 	}
 	return nil
 }

@@ -57,6 +57,26 @@ type Config struct {
 	// peer that vanished silently is detected through the transport's retry
 	// timeout. Default 2 s; negative disables the probe.
 	KeepAlive time.Duration
+	// PeerTimeout bounds how long the peer's connection may go without
+	// a sign of life before the connection fails: a peer whose process is
+	// stopped (SIGSTOP, a debugger) or wedged goes on acknowledging the
+	// transport (its kernel or NIC does), so KeepAlive does not see it.
+	// When the peer has sent nothing for a fifth of PeerTimeout, the
+	// connection sends it a ping, which the peer's connection answers
+	// (whether or not its program reads); any message counts as an answer,
+	// so a connection with traffic sends none. A peer silent for
+	// PeerTimeout is declared unresponsive within PeerTimeout*6/5, never
+	// before PeerTimeout. Reads and Writes then fail with a *net.OpError
+	// whose Err says "peer unresponsive for <PeerTimeout>" and matches
+	// syscall.ETIMEDOUT with errors.Is; its Timeout() is false, as for
+	// every failure of the connection (a deadline's error is the one that
+	// is a timeout): a loop that retries timeouts must not spin on a dead
+	// connection. A peer of an older version, which announced no
+	// heartbeats in the handshake, is not pinged and not held to it (only
+	// KeepAlive watches it). Default 10 s, at least 100 ms; negative: the
+	// connection sends no pings and never fails for silence (it still
+	// answers the peer's).
+	PeerTimeout time.Duration
 
 	// PollTime is how long a Read or Write that would block busy-polls the
 	// completion queue on its own goroutine before it sleeps on the
@@ -101,6 +121,7 @@ const (
 	minDepth               = stream.MinRecvDepth
 	defaultInline          = 256
 	defaultKeepAlive       = 2 * time.Second
+	defaultPeerTimeout     = 10 * time.Second
 	defaultHandshakeTimout = 10 * time.Second
 
 	defaultRDMAConnectTimeout = 1500 * time.Millisecond
@@ -139,6 +160,12 @@ func (c *Config) withDefaults() Config {
 	}
 	if r.KeepAlive == 0 {
 		r.KeepAlive = defaultKeepAlive
+	}
+	switch {
+	case r.PeerTimeout == 0:
+		r.PeerTimeout = defaultPeerTimeout
+	case r.PeerTimeout > 0:
+		r.PeerTimeout = max(r.PeerTimeout, stream.MinTimeout)
 	}
 	if r.HandshakeTimeout <= 0 {
 		r.HandshakeTimeout = defaultHandshakeTimout

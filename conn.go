@@ -79,6 +79,13 @@ type Conn struct {
 	closedCh chan struct{} // closed by Close
 	rdl, wdl deadline
 
+	// Heartbeats (heartbeat.go): the messages received so far (each
+	// is a sign of life), a ping waiting for its pong to be queued, and
+	// how soon the peer wants its pings answered (0: it sends none).
+	received uint64
+	pongDue  bool
+	peerBeat time.Duration
+
 	poll    pollState     // the poll role holder's own state
 	intrSeq atomic.Uint64 // moved by interrupt
 	cmDone  chan struct{}
@@ -86,19 +93,29 @@ type Conn struct {
 
 // hello is this side's half of the handshake.
 func (c *Conn) hello() stream.Hello {
-	return stream.Hello{
+	h := stream.Hello{
 		Version:   stream.Version,
 		RecvDepth: uint16(c.recvWRs),
 		RingAddr:  c.ringMR.Addr(),
 		RingKey:   c.ringMR.RKey(),
 		RingLog:   c.ringLog,
 	}
+	if c.cfg.PeerTimeout > 0 {
+		l := stream.NewLiveness(c.cfg.PeerTimeout, time.Time{})
+		h.Heartbeat = l.Heartbeat()
+	}
+	return h
 }
 
-// setPeer takes in the peer's hello.
+// setPeer takes in the peer's hello; the version agreed is the lower of
+// the two.
 func (c *Conn) setPeer(h stream.Hello) {
 	c.tx = stream.NewSend(h)
 	c.chunk = min(c.chunk, int(c.tx.Size/4))
+	if min(h.Version, stream.Version) >= stream.VersionHeartbeat {
+		c.rx.Pings = true
+		c.peerBeat = stream.AnswerWithin(h.Heartbeat)
+	}
 }
 
 // start runs the connection once it is established.

@@ -195,8 +195,9 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 		return nil, err
 	}
 	peer, err := stream.ParseHello(ev.Param.PrivateData)
-	if err == nil && peer.Version != stream.Version {
-		err = fmt.Errorf("%w: the listener answered with version %d", stream.ErrHello, peer.Version)
+	if err == nil && peer.Version > stream.Version {
+		// A listener answers with the lower of the two versions.
+		err = fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
 	}
 	if err != nil {
 		id.Disconnect()

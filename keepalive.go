@@ -8,19 +8,17 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// cmLoop watches the connection manager's events and probes an idle
-// connection every KeepAlive; it waits on the event channel, which parks on
-// the runtime poller.
+// cmLoop watches the connection manager's events and, between them, wakes
+// for the connection's timers (watch): the keepalive probe of an idle
+// connection, the heartbeat's ticks, the peer's pings to answer. It waits
+// on the event channel, which parks on the runtime poller.
 func (c *Conn) cmLoop() {
 	defer close(c.cmDone)
+	w := c.newWatch(time.Now())
 	for {
-		var dl time.Time
-		if c.cfg.KeepAlive > 0 {
-			dl = time.Now().Add(c.cfg.KeepAlive)
-		}
-		ev, err := c.ech.GetEvent(dl)
+		ev, err := c.ech.GetEvent(w.next)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			c.keepalive()
+			w.tick(c, time.Now())
 			continue
 		}
 		if err != nil {

@@ -12,15 +12,16 @@ type hello struct {
 	ringAddr  uint64
 	ringKey   uint32
 	ringLog   uint8
+	heartbeat uint16
 }
 
 func (h hello) marshal() []byte {
-	return stream.Hello{Version: h.version, RecvDepth: h.recvDepth, RingAddr: h.ringAddr, RingKey: h.ringKey, RingLog: h.ringLog}.Marshal()
+	return stream.Hello{Version: h.version, RecvDepth: h.recvDepth, RingAddr: h.ringAddr, RingKey: h.ringKey, RingLog: h.ringLog, Heartbeat: h.heartbeat}.Marshal()
 }
 
 func parseHello(b []byte) (hello, error) {
 	h, err := stream.ParseHello(b)
-	return hello{version: h.Version, recvDepth: h.RecvDepth, ringAddr: h.RingAddr, ringKey: h.RingKey, ringLog: h.RingLog}, err
+	return hello{version: h.Version, recvDepth: h.RecvDepth, ringAddr: h.RingAddr, ringKey: h.RingKey, ringLog: h.RingLog, heartbeat: h.Heartbeat}, err
 }
 
 const (
@@ -29,6 +30,8 @@ const (
 	rejectNoRes    = stream.RejectNoResources
 	immKindShift   = stream.ImmKindShift
 	ctlFin         = stream.CtlFin
+	ctlPing        = stream.CtlPing
+	ctlPong        = stream.CtlPong
 )
 
 var (

@@ -22,6 +22,7 @@ func init() {
 	testsupport.RegisterPeer(peerName, runPeer)
 	register("PeerKilled", testPeerKilled)
 	register("PeerSilent", testPeerSilent)
+	register("PeerStopped", testPeerStopped)
 }
 
 // runPeer is the peer process: args are mode, provider, wire and address. It
@@ -99,7 +100,10 @@ func testPeerKilled(t *testing.T, s *suite) {
 
 // A peer that stops answering without closing anything (SIGSTOP: its
 // sockets and QPs stay up): the survivor's Read fails within DetectWithin,
-// with an error that is neither io.EOF nor a deadline.
+// with an error that is neither io.EOF nor a deadline. The configuration
+// under test finds it by what it has: on soft the transport (the stopped
+// process acknowledges nothing), on rdmacore the heartbeat (default
+// PeerTimeout: its kernel acknowledges for it).
 func testPeerSilent(t *testing.T, s *suite) {
 	ln := s.listen(t, nil)
 	peer, c := s.startPeer(t, "idle", ln)
@@ -113,6 +117,31 @@ func testPeerSilent(t *testing.T, s *suite) {
 	checkOpError(t, err, "read")
 	assert.Less(t, took, s.cfg.DetectWithin)
 	t.Logf("survivor's Read: %v after %v", err, took)
+
+	testsupport.Serves(t, ln, s.dialer(nil))
+}
+
+// A stopped peer found by the heartbeat alone: the survivor has a short
+// PeerTimeout and no keepalive probe, so neither its transport (which a
+// stopped process's kernel keeps acknowledging on rdmacore) nor a probe
+// can be what notices. The error names the cause and the bound.
+func testPeerStopped(t *testing.T, s *suite) {
+	cfg := s.config()
+	cfg.PeerTimeout = time.Second
+	cfg.KeepAlive = -1
+	ln := s.listen(t, cfg)
+	peer, c := s.startPeer(t, "idle", ln)
+	_, err := io.ReadFull(c, make([]byte, 1024))
+	require.NoError(t, err)
+
+	require.NoError(t, peer.Signal(syscall.SIGSTOP))
+	took, err := readUntilError(c)
+	assert.ErrorContains(t, err, "peer unresponsive for 1s")
+	assert.ErrorIs(t, err, syscall.ETIMEDOUT)
+	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
+	checkOpError(t, err, "read")
+	assert.Less(t, took, s.cfg.DetectWithin)
+	t.Logf("survivor's Read (PeerTimeout 1s, no keepalive): %v after %v", err, took)
 
 	testsupport.Serves(t, ln, s.dialer(nil))
 }

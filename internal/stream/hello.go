@@ -9,8 +9,8 @@ import (
 )
 
 // The handshake: each side's hello travels in the connection manager's
-// private data (connect: at most 56 bytes; accept: at most 196). Layout of
-// version 1, little-endian, HelloLen bytes:
+// private data (connect: at most 56 bytes; accept: at most 196). Layout,
+// little-endian, HelloLen bytes:
 //
 //	0  magic "RDGo"
 //	4  version         uint8  protocol version the sender speaks
@@ -19,22 +19,31 @@ import (
 //	8  ring address    uint64 virtual address of the sender's receive ring
 //	16 ring rkey       uint32
 //	20 ring size log2  uint8  MinRingLog..MaxRingLog
-//	21 reserved        7 bytes, zero
+//	21 reserved        uint8  zero
+//	22 heartbeat       uint16 version 2: milliseconds within which the sender
+//	                          wants its pings answered (0: it sends none);
+//	                          version 1: reserved, zero
+//	24 reserved        4 bytes, zero
 //	28 CRC-32 (IEEE)   uint32 of bytes 0..27
 //
 // A later version keeps this prefix and may append; a side answers with the
-// lower of the two versions. A hello that fails any check is refused: the
-// listener rejects the request (the reject's private data is RejectLen
-// bytes: magic, version, reason) and the dialer fails.
+// lower of the two versions, and what the connection may do follows the
+// version agreed: heartbeat pings (CtlPing, CtlPong) from version 2 on, so
+// that a peer of version 1 is never sent a message it does not know. A
+// hello that fails any check is refused: the listener rejects the request
+// (the reject's private data is RejectLen bytes: magic, version, reason)
+// and the dialer fails.
 const (
-	HelloLen     = 32
-	RejectLen    = 6
-	Version      = 1
-	MinRingLog   = 12
-	MaxRingLog   = 30
-	MinRecvDepth = 8
-	MaxRecvDepth = 1023 // a credit message returns at most CreditRecvMax receives
-	helloMagic   = "RDGo"
+	HelloLen  = 32
+	RejectLen = 6
+	Version   = 2
+	// VersionHeartbeat is the first version whose conns answer pings.
+	VersionHeartbeat = 2
+	MinRingLog       = 12
+	MaxRingLog       = 30
+	MinRecvDepth     = 8
+	MaxRecvDepth     = 1023 // a credit message returns at most CreditRecvMax receives
+	helloMagic       = "RDGo"
 
 	RejectBadHello    = 1 // the request's hello was malformed or its version unsupported
 	RejectNoResources = 2 // the listener could not set up the connection's resources
@@ -47,6 +56,10 @@ type Hello struct {
 	RingAddr  uint64 // the receive ring's address, for the peer's RDMA writes
 	RingKey   uint32 // its rkey
 	RingLog   uint8  // the ring is 1<<RingLog bytes
+	// Heartbeat (version 2 on) is how soon, in milliseconds, the sender
+	// wants its pings answered; 0: it sends none. A receiver bounds it by
+	// its own limits before use (it sets how often the receiver wakes).
+	Heartbeat uint16
 }
 
 // ErrHello is the error of every malformed hello.
@@ -61,6 +74,9 @@ func (h Hello) Marshal() []byte {
 	binary.LittleEndian.PutUint64(b[8:], h.RingAddr)
 	binary.LittleEndian.PutUint32(b[16:], h.RingKey)
 	b[20] = h.RingLog
+	if h.Version >= VersionHeartbeat {
+		binary.LittleEndian.PutUint16(b[22:], h.Heartbeat)
+	}
 	binary.LittleEndian.PutUint32(b[28:], crc32.ChecksumIEEE(b[:28]))
 	return b
 }
@@ -82,12 +98,13 @@ func ParseHello(b []byte) (Hello, error) {
 	if h.Version < 1 {
 		return h, fmt.Errorf("%w: version %d", ErrHello, h.Version)
 	}
-	if h.Version == Version {
-		for _, r := range b[21:28] {
-			if r != 0 {
-				return h, fmt.Errorf("%w: reserved bytes set", ErrHello)
-			}
-		}
+	// The reserved bytes of the versions this side knows must be zero; a
+	// later version may use them.
+	if h.Version >= VersionHeartbeat {
+		h.Heartbeat = binary.LittleEndian.Uint16(b[22:])
+	}
+	if h.Version <= Version && !reservedZero(b, h.Version) {
+		return h, fmt.Errorf("%w: reserved bytes set", ErrHello)
 	}
 	h.RecvDepth = binary.LittleEndian.Uint16(b[6:])
 	h.RingAddr = binary.LittleEndian.Uint64(b[8:])
@@ -103,6 +120,19 @@ func ParseHello(b []byte) (Hello, error) {
 		return h, fmt.Errorf("%w: ring address %#x", ErrHello, h.RingAddr)
 	}
 	return h, nil
+}
+
+// reservedZero reports whether the bytes version v reserves are zero.
+func reservedZero(b []byte, v uint8) bool {
+	for i := 21; i < 28; i++ {
+		if v >= VersionHeartbeat && (i == 22 || i == 23) {
+			continue
+		}
+		if b[i] != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // MarshalReject encodes a reject's private data.

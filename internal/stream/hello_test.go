@@ -10,7 +10,7 @@ import (
 )
 
 func validHello() Hello {
-	return Hello{Version: Version, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20}
+	return Hello{Version: Version, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20, Heartbeat: 2000}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -30,9 +30,34 @@ func TestHelloRoundTrip(t *testing.T) {
 func TestHelloGolden(t *testing.T) {
 	b := validHello().Marshal()
 	assert.Equal(t, "RDGo", string(b[:4]))
-	assert.Equal(t, []byte{1, 0, 128, 0}, b[4:8])
+	assert.Equal(t, []byte{2, 0, 128, 0}, b[4:8])
 	assert.Equal(t, []byte{0x00, 0x10, 0, 0, 0, 0x7f, 0, 0}, b[8:16])
+	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 0, 0xd0, 0x07, 0, 0, 0, 0}, b[16:28])
+
+	// Version 1 (what a listener answers a peer of version 1) has no
+	// heartbeat field: its bytes stay zero whatever the Hello holds.
+	h := validHello()
+	h.Version = 1
+	b = h.Marshal()
+	assert.Equal(t, []byte{1, 0, 128, 0}, b[4:8])
 	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0}, b[16:28])
+	got, err := ParseHello(b)
+	require.NoError(t, err)
+	assert.Zero(t, got.Heartbeat)
+}
+
+// A hello of version 1, byte for byte as a peer of that version sends it,
+// parses with no heartbeat; one whose heartbeat bytes are set is refused,
+// as a version 1 side refuses it.
+func TestHelloVersion1(t *testing.T) {
+	v1 := []byte{'R', 'D', 'G', 'o', 1, 0, 128, 0, 0x00, 0x10, 0, 0, 0, 0x7f, 0, 0,
+		0x34, 0x12, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	h, err := ParseHello(resum(v1))
+	require.NoError(t, err)
+	assert.Equal(t, Hello{Version: 1, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20}, h)
+	v1[22] = 0xd0
+	_, err = ParseHello(resum(v1))
+	assert.ErrorIs(t, err, ErrHello)
 }
 
 func TestHelloRejects(t *testing.T) {
@@ -55,7 +80,9 @@ func TestHelloRejects(t *testing.T) {
 			}
 			return resum(b)
 		},
-		"reserved": func(b []byte) []byte { b[22] = 1; return resum(b) },
+		"reserved 21": func(b []byte) []byte { b[21] = 1; return resum(b) },
+		"reserved 24": func(b []byte) []byte { b[24] = 1; return resum(b) },
+		"reserved 27": func(b []byte) []byte { b[27] = 1; return resum(b) },
 	}
 	for name, f := range mutate {
 		t.Run(name, func(t *testing.T) {
@@ -64,12 +91,14 @@ func TestHelloRejects(t *testing.T) {
 			assert.True(t, errors.Is(err, ErrHello), "%v", err)
 		})
 	}
-	// A later version with reserved bytes in use is accepted: we answer v1.
+	// A later version with reserved bytes in use is accepted: we answer
+	// with ours.
 	b := append([]byte(nil), good...)
-	b[4], b[22] = 2, 1
+	b[4], b[21], b[25] = Version+1, 1, 1
 	h, err := ParseHello(resum(b))
 	require.NoError(t, err)
-	assert.Equal(t, uint8(2), h.Version)
+	assert.Equal(t, uint8(Version+1), h.Version)
+	assert.Equal(t, uint16(2000), h.Heartbeat, "a later version keeps the heartbeat field")
 }
 
 func resum(b []byte) []byte {

@@ -6,7 +6,8 @@ package stream
 //	00 data:    bits 0..29 = bytes written at the next ring position (>= 1)
 //	01 credit:  bits 20..29 = receive WRs reposted, bits 0..19 = ring bytes
 //	            consumed, in units of 1<<CreditShift(ring size)
-//	10 control: bits 0..29 = CtlFin (no more data from the sender), or
+//	10 control: bits 0..29 = CtlFin (no more data from the sender),
+//	            CtlPing (answer with a CtlPong; version 2 on), CtlPong, or
 //	            CtlNotify | value (bit 29 set, bits 0..28 the sender's
 //	            value): a write into memory the receiver exposed, outside
 //	            the ring, has landed (ByteLen bytes of it)
@@ -22,7 +23,9 @@ const (
 	CreditRecvMax   = 1<<10 - 1
 	CreditBytesMax  = 1<<CreditRecvShift - 1
 
-	CtlFin = 1
+	CtlFin  = 1
+	CtlPing = 2
+	CtlPong = 3
 	// CtlNotify marks a notification; the bits below it carry its value.
 	CtlNotify      = 1 << 29
 	NotifyValueMax = CtlNotify - 1

@@ -13,6 +13,7 @@ const (
 	ErrBeyondWindow  = ProtocolError("data beyond the receive window")
 	ErrCreditTooMuch = ProtocolError("credit for more than was sent")
 	ErrControl       = ProtocolError("unknown or repeated control message")
+	ErrPingVersion   = ProtocolError("heartbeat message on a connection of protocol version 1")
 	ErrReservedKind  = ProtocolError("reserved message kind")
 )
 
@@ -30,6 +31,10 @@ type Recv struct {
 	Credited uint64 // ring bytes the peer has been told are free
 	Owed     int    // receive WRs reposted, not yet credited to the peer
 	FinRcvd  bool
+	// Pings says the handshake agreed on a version with heartbeats
+	// (VersionHeartbeat on): only then may the peer send CtlPing and
+	// CtlPong.
+	Pings bool
 }
 
 // NewRecv is the window of a ring of 1<<ringLog bytes with depth receives.
@@ -132,6 +137,8 @@ const (
 	// exposed: the windows are untouched, and the message's receive WR
 	// is the receiver's to credit once the notification is taken.
 	KindNotify Kind = ImmKindCtl + 1
+	KindPing   Kind = ImmKindCtl + 2 // the peer wants a CtlPong
+	KindPong   Kind = ImmKindCtl + 3
 )
 
 // NotifyValue is the value of a KindNotify message's immediate.
@@ -155,11 +162,34 @@ func Receive(in *Recv, out *Send, imm, byteLen uint32) (Kind, error) {
 			}
 			return KindNotify, nil
 		}
-		if payload != CtlFin || in.FinRcvd || byteLen != 0 {
-			return KindFin, ErrControl
-		}
-		in.FinRcvd = true
-		return KindFin, nil
+		return in.control(payload, byteLen)
 	}
 	return 0, ErrReservedKind
+}
+
+// control takes in a control message.
+func (r *Recv) control(code uint64, byteLen uint32) (Kind, error) {
+	var k Kind
+	switch code {
+	case CtlFin:
+		k = KindFin
+	case CtlPing:
+		k = KindPing
+	case CtlPong:
+		k = KindPong
+	default:
+		return KindFin, ErrControl
+	}
+	switch {
+	case byteLen != 0:
+		return k, ErrControl
+	case k == KindFin && r.FinRcvd:
+		return k, ErrControl
+	case k != KindFin && !r.Pings:
+		return k, ErrPingVersion
+	}
+	if k == KindFin {
+		r.FinRcvd = true
+	}
+	return k, nil
 }

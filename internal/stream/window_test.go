@@ -101,6 +101,11 @@ func TestReceiveRejects(t *testing.T) {
 		{"repeated FIN", ImmCtl(CtlFin), 0, func(in *Recv, _ *Send) { in.FinRcvd = true }, ErrControl},
 		{"FIN with bytes", ImmCtl(CtlFin), 4, nil, ErrControl},
 		{"notify after FIN", ImmNotify(5), 8, func(in *Recv, _ *Send) { in.FinRcvd = true }, ErrDataAfterFin},
+		{"ping on version 1", ImmCtl(CtlPing), 0, nil, ErrPingVersion},
+		{"pong on version 1", ImmCtl(CtlPong), 0, nil, ErrPingVersion},
+		{"ping with bytes", ImmCtl(CtlPing), 4, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
+		{"pong with bytes", ImmCtl(CtlPong), 1, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
+		{"control code 4", ImmCtl(4), 0, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +144,32 @@ func TestNotify(t *testing.T) {
 	assert.Equal(t, uint32(ImmKindCtl), imm>>ImmKindShift)
 }
 
+// Pings and pongs, on a connection whose handshake agreed on them, change
+// nothing in the windows, come any number of times, and still come after
+// the peer's FIN (a half-closed peer's connection is alive).
+func TestPingPong(t *testing.T) {
+	out, in := pair(12, 8)
+	in.Pings = true
+	in0, out0 := in, out
+	for i := 0; i < 3; i++ {
+		k, err := Receive(&in, &out, ImmCtl(CtlPing), 0)
+		require.NoError(t, err)
+		assert.Equal(t, KindPing, k)
+		k, err = Receive(&in, &out, ImmCtl(CtlPong), 0)
+		require.NoError(t, err)
+		assert.Equal(t, KindPong, k)
+	}
+	assert.Equal(t, in0, in)
+	assert.Equal(t, out0, out)
+	_, err := Receive(&in, &out, ImmCtl(CtlFin), 0)
+	require.NoError(t, err)
+	k, err := Receive(&in, &out, ImmCtl(CtlPing), 0)
+	require.NoError(t, err)
+	assert.Equal(t, KindPing, k)
+	assert.Equal(t, uint32(0x80000002), ImmCtl(CtlPing), "wire value")
+	assert.Equal(t, uint32(0x80000003), ImmCtl(CtlPong), "wire value")
+}
+
 func TestZeroAllocs(t *testing.T) {
 	out, in := pair(20, 128)
 	var back Send
@@ -163,21 +194,34 @@ func TestZeroAllocs(t *testing.T) {
 		}
 	})
 	assert.Zero(t, allocs)
+	in.Pings = true
+	assert.Zero(t, testing.AllocsPerRun(100, func() {
+		if _, err := Receive(&in, &out, ImmCtl(CtlPing), 0); err != nil {
+			panic(err)
+		}
+	}), "pings allocate nothing")
 	_, err := Receive(&in, &out, 3<<ImmKindShift, 0)
 	assert.Error(t, err)
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _, _ = Receive(&in, &out, 3<<ImmKindShift, 0) }), "errors allocate nothing")
 }
 
 // FuzzReceive feeds arbitrary messages (as a peer could send them) to the
-// windows: nothing panics, and whatever is accepted keeps the windows
-// within what was granted.
+// windows: nothing panics, whatever is accepted keeps the windows within
+// what was granted, and heartbeats pass only where the handshake agreed
+// on them (the first byte's low bit says whether it did).
 func FuzzReceive(f *testing.F) {
-	f.Add([]byte{0, 0, 0, 0, 0x40, 0, 0, 0, 0x40})
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x81})
-	f.Add([]byte{0x10, 0, 0x50, 0x40, 0, 0, 0, 0, 0x10})
-	f.Add([]byte{0x07, 0, 0, 0xa0, 0, 0x10, 0, 0, 0x01}) // a notification
+	f.Add([]byte{1, 2, 0, 0, 0x80, 0, 0, 0, 0, 0})
+	f.Add([]byte{0, 3, 0, 0, 0x80, 0, 0, 0, 0, 0})
+	f.Add([]byte{0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x40})
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x81})
+	f.Add([]byte{0, 0x10, 0, 0x50, 0x40, 0, 0, 0, 0, 0x10})
+	f.Add([]byte{0, 0x07, 0, 0, 0xa0, 0, 0x10, 0, 0, 0x01}) // a notification
 	f.Fuzz(func(t *testing.T, b []byte) {
 		out, in := pair(MinRingLog, 16)
+		if len(b) > 0 {
+			in.Pings = b[0]&1 == 1
+			b = b[1:]
+		}
 		out.Tail = 3000 // pretend we sent this much, so credits have something to cover
 		out.Credits = 10
 		for len(b) >= 9 {
@@ -186,7 +230,11 @@ func FuzzReceive(f *testing.F) {
 			consume := b[8]
 			b = b[9:]
 			in0, out0 := in, out
-			if _, err := Receive(&in, &out, imm, byteLen); err != nil {
+			k, err := Receive(&in, &out, imm, byteLen)
+			if err == nil && (k == KindPing || k == KindPong) && !in.Pings {
+				t.Fatalf("heartbeat accepted on a connection without them")
+			}
+			if err != nil {
 				if in != in0 || out != out0 {
 					t.Fatalf("rejected message changed the windows")
 				}

@@ -21,12 +21,10 @@ func TestConnSuite(t *testing.T) {
 		RDMA:  rdma.Config{Provider: rdmacore.ProviderName},
 		Host:  testsupport.SoftRoCEHost(t),
 		Small: true,
-		// The kernel tears a dead process's connection down at once; the
-		// bound leaves room for the emulated machine.
+		// The kernel tears a dead process's connection down at once; a
+		// stopped one is found by the heartbeat (default PeerTimeout 10 s,
+		// PeerStopped's 1 s). The bound leaves room for the emulated
+		// machine.
 		DetectWithin: 30 * time.Second,
-		Skip: map[string]string{
-			"PeerSilent": "a stopped process's kernel still answers the transport: its QP ACKs the keepalive " +
-				"probe, so only a heartbeat answered by the peer's conn would see the hang",
-		},
 	})
 }

@@ -1,0 +1,120 @@
+package rdma
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Heartbeats (the rules are internal/stream's Liveness): a connection whose
+// peer announced them pings the peer when it has been silent a while, and
+// fails once it has been silent for PeerTimeout; every connection that
+// announced them answers the peer's pings. The pings are counted and sent
+// by cmLoop's ticks, off the data path: handle only counts the messages it
+// applies and queues the pong a ping asks for, and a connection with
+// traffic sends no pings.
+//
+// A ping reaches a peer whose program neither reads nor writes: the
+// peer's cmLoop applies its completions every time the peer asked for in
+// the hello (the Heartbeat field), unless a Read or Write of the peer
+// holds the poll role, and then that one applies them at once.
+
+// watch is cmLoop's timing.
+type watch struct {
+	period  time.Duration // between wake-ups; 0: none
+	next    time.Time     // the next wake-up; zero: none
+	probeAt time.Time     // when the keepalive probe is due
+	pinging bool          // the peer is held to PeerTimeout
+	live    stream.Liveness
+}
+
+// newWatch is the timing of a connection established at now: it wakes as
+// often as the shortest of KeepAlive, the heartbeat's interval (if it
+// pings) and the peer's answer time (if the peer pings).
+func (c *Conn) newWatch(now time.Time) watch {
+	var w watch
+	periods := []time.Duration{c.peerBeat}
+	if c.cfg.KeepAlive > 0 {
+		periods = append(periods, c.cfg.KeepAlive)
+		w.probeAt = now.Add(c.cfg.KeepAlive)
+	}
+	if c.rx.Pings && c.cfg.PeerTimeout > 0 {
+		w.pinging = true
+		w.live = stream.NewLiveness(c.cfg.PeerTimeout, now)
+		periods = append(periods, w.live.Interval())
+	}
+	for _, p := range periods {
+		if p > 0 && (w.period == 0 || p < w.period) {
+			w.period = p
+		}
+	}
+	if w.period > 0 {
+		w.next = now.Add(w.period)
+	}
+	return w
+}
+
+// tick runs at each wake-up: it applies what completions wait (so that a
+// ping is answered and the messages received are counted), probes if the
+// keepalive is due, and watches the peer.
+func (w *watch) tick(c *Conn, now time.Time) {
+	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
+		c.keepalive()
+		w.probeAt = now.Add(c.cfg.KeepAlive)
+	} else {
+		c.tryPoll()
+	}
+	if w.pinging {
+		c.heartbeat(&w.live, now)
+	}
+	w.next = now.Add(w.period)
+}
+
+// heartbeat is a tick of the peer's watch: ping a silent peer, fail the
+// connection when the peer has been silent for PeerTimeout.
+func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
+	c.mu.Lock()
+	if c.closed || c.torn || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	switch l.Tick(now, c.received) {
+	case stream.PingDue:
+		if c.controlLocked(stream.CtlPing) {
+			l.Pinged()
+		}
+	case stream.Unresponsive:
+		c.failLocked(unresponsiveError(l.Timeout))
+	}
+	c.unlockSubmit()
+}
+
+// pongLocked queues the pong that a ping asked for, unless the send queue
+// or the peer's receives are short (completions and credits retry it).
+func (c *Conn) pongLocked() {
+	if c.err == nil && !c.torn && c.controlLocked(stream.CtlPong) {
+		c.pongDue = false
+	}
+}
+
+// controlLocked queues a heartbeat message if a queue slot and a message
+// credit are free, keeping the last credit for a credit message, as data
+// does. It is signaled, so that the idle connection it travels on keeps no
+// unsignaled tail for the keepalive to probe.
+func (c *Conn) controlLocked(code uint32) bool {
+	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		return false
+	}
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(code), nil, c.tx.Addr, 0, true)
+	c.tx.Credits--
+	return true
+}
+
+// unresponsiveError is the error of a connection whose peer was silent
+// for d, though pinged.
+func unresponsiveError(d time.Duration) error {
+	return &connError{fmt.Sprintf("peer unresponsive for %v", d), syscall.ETIMEDOUT}
+}
