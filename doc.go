@@ -38,8 +38,10 @@
 // half-close travels as a FIN control message, so that the peer reads
 // everything sent before it and then io.EOF. An idle connection posts a
 // zero-length RDMA write every Config.KeepAlive, so that a peer that died
-// silently is detected through the transport's retry timeout. A peer that
-// breaks any of these rules gets its connection failed with a protocol error.
+// silently is detected through the transport's retry timeout; one whose
+// process is stopped or wedged, which its kernel keeps acknowledging, is
+// found by a heartbeat its connection answers (Config.PeerTimeout). A peer
+// that breaks any of these rules gets its connection failed with a protocol error.
 //
 // # Mixed fleets
 //
