@@ -3,6 +3,7 @@ package rdma
 import (
 	"errors"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -33,15 +34,35 @@ type pollState struct {
 	wcs     [32]verbs.WC
 	unacked int           // completion events not yet acknowledged
 	spin    time.Duration // busy-poll budget before sleeping
-	misses  int           // sleeps in a row that a spin would not have saved
+	busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
+	misses  int           // waits in a row that a spin did not catch
+	skipped int           // waits without a spin since spinning turned off
+	spins   uint64        // spins begun (for tests)
+	sleeps  uint64        // sleeps on the channel (for tests)
 	chanAt  time.Time     // the deadline last set on the channel
 	chanSeq uint64        // intrSeq when it was set
 }
 
-// spinMisses is how many sleeps in a row longer than the spin budget turn
-// spinning off, until a sleep short enough for a spin to have caught it.
-// So a busy ping-pong spins and an idle connection costs no CPU.
-const spinMisses = 4
+// spinMisses is how many waits in a row the spin failed to catch (each
+// then outlasting twice the budget asleep) before spinning turns off, so
+// that an idle connection costs no CPU. While it is off, every spinProbe-th
+// wait spins anyway: a wait it catches turns spinning back on. Judging by
+// the probe rather than by how long a sleep took matters where a sleep's
+// own wake-up outlasts the budget (a loaded or emulated host): there no
+// sleep ever looks short, though the peer answers within the budget.
+const (
+	spinMisses = 4
+	spinProbe  = 16
+)
+
+// spinCheck is how many empty polls a spin makes between looks at the
+// clock, the caller's deadline, Close and interrupts; a busy poll also
+// yields the processor every spinYield polls, so that other goroutines of
+// a program with few Ps keep running.
+const (
+	spinCheck = 16
+	spinYield = 256
+)
 
 // await makes completions arrive for a caller that cannot go on, and
 // returns for it to look again. ready is the caller's channel, dl its
@@ -127,16 +148,27 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		return
 	}
 	p := &c.poll
-	if p.spin > 0 && p.misses < spinMisses {
-		start := time.Now()
-		for i := 1; ; i++ {
-			if c.pollBatch() > 0 {
-				p.misses = 0
-				return
+	if p.busy {
+		c.spinFor(dl, draining, 0)
+		return
+	}
+	spun := false
+	if p.spin > 0 {
+		spun = p.misses < spinMisses
+		if !spun {
+			if p.skipped++; p.skipped >= spinProbe {
+				p.skipped, spun = 0, true
 			}
-			if i%16 == 0 && time.Since(start) >= p.spin {
-				break
-			}
+		}
+	}
+	if spun {
+		p.spins++
+		switch c.spinFor(dl, draining, p.spin) {
+		case spinCaught:
+			p.misses, p.skipped = 0, 0
+			return
+		case spinLookAgain:
+			return
 		}
 	}
 	armed := false
@@ -174,14 +206,20 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 				continue // interrupted meanwhile: look again
 			}
 		}
-		slept := time.Now()
+		var slept time.Time
+		if spun {
+			slept = time.Now()
+		}
+		p.sleeps++
 		_, err := c.cch.GetEvent()
-		if p.spin > 0 {
+		if spun {
+			// A spin a little longer would have caught a short sleep.
 			if time.Since(slept) <= 2*p.spin {
 				p.misses = 0
 			} else if p.misses < spinMisses {
 				p.misses++
 			}
+			spun = false
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return // the caller's deadline, or an interrupt
@@ -197,6 +235,54 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		armed = false
 		if c.pollBatch() > 0 {
 			return
+		}
+	}
+}
+
+// spinResult is how a spin ended.
+type spinResult int
+
+const (
+	spinTimedOut  spinResult = iota // the budget ran out: sleep
+	spinCaught                      // completions applied
+	spinLookAgain                   // the caller's deadline, Close or an interrupt
+)
+
+// spinFor polls the CQ until completions come, for at most budget (0:
+// without end), looking every spinCheck polls at what must end a wait
+// anyway, as the sleep does: the caller's deadline, Close, an interrupt.
+func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
+	seq := c.intrSeq.Load()
+	var dlc chan struct{}
+	var at time.Time
+	if dl != nil {
+		dlc, at = dl.state()
+	}
+	var start time.Time
+	if budget > 0 {
+		start = time.Now()
+	}
+	for i := 1; ; i++ {
+		if c.pollBatch() > 0 {
+			return spinCaught
+		}
+		if i%spinCheck != 0 {
+			continue
+		}
+		if c.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(c.closedCh) {
+			return spinLookAgain
+		}
+		if budget > 0 || !at.IsZero() {
+			now := time.Now()
+			if !at.IsZero() && !now.Before(at) {
+				return spinLookAgain
+			}
+			if budget > 0 && now.Sub(start) >= budget {
+				return spinTimedOut
+			}
+		}
+		if i%spinYield == 0 {
+			runtime.Gosched()
 		}
 	}
 }

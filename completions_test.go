@@ -126,6 +126,57 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 	assert.Equal(t, defaultRDMACorePollTime, cfg2.pollTime(ProviderRDMACore))
 }
 
+// With spinning off, every spinProbe-th wait spins anyway, and a spin that
+// catches what it waits for turns spinning back on: without the probe, a
+// host where every sleep outlasts twice the budget would never spin again.
+func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
+	cfg := softConfig()
+	cfg.PollTime = 2 * time.Second // the probe's spin outlasts the peer's pause
+	c, s := pair(t, cfg)
+	c.mu.Lock()
+	c.poll.misses = spinMisses
+	spins := c.poll.spins
+	c.mu.Unlock()
+	buf := make([]byte, 1)
+	for i := 0; i < spinProbe; i++ {
+		go func() {
+			time.Sleep(2 * time.Millisecond)
+			s.Write([]byte("x"))
+		}()
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.Equal(t, spins+1, c.poll.spins, "one probe in %d waits", spinProbe)
+	assert.Zero(t, c.poll.misses, "the probe caught the byte: spinning is back on")
+}
+
+// Soft ignores BusyPoll: its completions come from the transport, read by
+// the waiting caller. (The suite runs busy-polling conns on rdmacore.)
+func TestBusyPollIgnoredOnSoft(t *testing.T) {
+	cfg := softConfig()
+	cfg.BusyPoll = true
+	c, s := pair(t, cfg)
+	go io.Copy(s, s)
+	_, err := c.Write([]byte("x"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, make([]byte, 1))
+	require.NoError(t, err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.False(t, c.poll.busy)
+}
+
+// RDMA_BUSY_POLL=1 turns BusyPoll on for a Config that leaves it off.
+func TestBusyPollEnv(t *testing.T) {
+	t.Setenv(BusyPollEnv, "1")
+	assert.True(t, (&Config{}).busyPoll())
+	t.Setenv(BusyPollEnv, "")
+	assert.False(t, (&Config{}).busyPoll())
+	assert.True(t, (&Config{BusyPoll: true}).busyPoll())
+}
+
 // A caller that looked, found nothing, and takes the poll role after
 // another holder has applied what it waits for (the CQ now empty) must not
 // sleep: the data is already there.

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"math/bits"
+	"os"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -82,12 +83,26 @@ type Config struct {
 	// completion queue on its own goroutine before it sleeps on the
 	// completion channel: a peer that answers within it is seen without a
 	// sleep and a wake-up. A connection whose waits keep outlasting it
-	// stops polling until a wait is short again, so an idle connection
-	// costs no CPU. Zero means the provider's default: 20 us on rdmacore
-	// (completions arrive by DMA; rsockets polls 10 us), none on soft
-	// (whose completions come from the transport that the sleeping caller
-	// reads itself); negative: never poll.
+	// stops polling (an idle connection costs no CPU) and tries again every
+	// 16th wait, polling on while the peer answers within it. Zero means
+	// the provider's default: 50 us on rdmacore (completions arrive by DMA;
+	// rsockets polls 10 us), none on soft (whose completions come from the
+	// transport that the sleeping caller reads itself); negative: never
+	// poll.
 	PollTime time.Duration
+
+	// BusyPoll makes a Read or Write that waits poll the completion queue
+	// until what it waits for arrives, never sleeping: the lowest latency,
+	// for a CPU kept busy by every waiting goroutine, as rsockets'
+	// nonblocking loops (rstream's default) and DPDK-style servers do. Use
+	// it where cores are dedicated to the connection; PollTime is then
+	// ignored. Deadlines, Close and failures end the wait as usual. It
+	// applies on rdmacore, where completions arrive by DMA; soft ignores it
+	// (its completions come from a transport that the waiting caller reads
+	// itself), and so does the rsocket wire. The
+	// RDMA_BUSY_POLL environment variable (BusyPollEnv) set to 1 turns it
+	// on for Configs that leave it off.
+	BusyPoll bool
 
 	// HandshakeTimeout bounds how long a listener waits for an incoming
 	// connection to become established after its request arrived, and how
@@ -176,7 +191,16 @@ func (c *Config) withDefaults() Config {
 	return r
 }
 
-const defaultRDMACorePollTime = 20 * time.Microsecond
+const defaultRDMACorePollTime = 50 * time.Microsecond
+
+// BusyPollEnv is the environment variable that, set to 1, turns
+// Config.BusyPoll on (for programs that cannot set it: librdma.so's).
+const BusyPollEnv = "RDMA_BUSY_POLL"
+
+// busyPoll reports whether connections with this Config busy-poll.
+func (c *Config) busyPoll() bool {
+	return c.BusyPoll || os.Getenv(BusyPollEnv) == "1"
+}
 
 // pollTime is PollTime for a connection on provider.
 func (c *Config) pollTime(provider string) time.Duration {

@@ -5,7 +5,16 @@
 # the ratios. The guest is emulated (TCG): only ratios from one run mean
 # anything, never the absolute figures.
 #
-#   scripts/softroce-bench.sh            (SIZES="64 4096 65536" COUNT=500 by default)
+#   scripts/softroce-bench.sh            (SIZES="64 4096 65536" COUNT=500 ROUNDS=3 by default)
+#
+# Ping-pongs are compared like for like. rstream's default loop is
+# nonblocking: both ends poll without ever sleeping (rpoll with a zero
+# timeout), so it stands beside rdma.Conn with Config.BusyPoll
+# ("rdma-busy"); with -T b rstream blocks after rsockets' 10 us of polling
+# ("rstream-blocking"), which stands beside rdma.Conn's default (adaptive
+# PollTime, then sleep). Both ends run in two processes, as rstream's do;
+# "rdma-1p" and "tcp-1p" are the same with both ends in one process.
+# Each ping-pong runs ROUNDS times, interleaved; the median is reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,10 +22,9 @@ GO=${GO:-go}
 . scripts/softroce-run.sh
 SIZES=${SIZES:-64 4096 65536}
 COUNT=${COUNT:-500}
-# rdma.Conn runs with its default PollTime, and again with POLL_ALT (default
-# -1ns: no busy-poll at all, events only); POLL_SWEEP adds 64-byte ping-pongs
-# at other PollTimes (e.g. "5us 10us 50us"), to choose the default by.
-POLL_ALT=${POLL_ALT:--1ns}
+ROUNDS=${ROUNDS:-3}
+# POLL_SWEEP adds 64-byte ping-pongs at other PollTimes (e.g. "10us 50us
+# 200us"), to choose the default by.
 POLL_SWEEP=${POLL_SWEEP:-}
 OUT=build/softroce-bench
 rm -rf "$OUT"
@@ -28,40 +36,46 @@ cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh
 # Each line: <tool> <test> <size> <MB/s> <us per transfer>
 ip=\$SOFTROCE_IP
-for s in $SIZES; do
-	# rstream: ping-pong of s bytes, COUNT times; its Gb/sec counts both
-	# directions and its usec/xfer is half a round trip
-	rstream -b "\$ip" -S \$s -C $COUNT >/dev/null 2>&1 & p=\$!
+rstream_pp() { # name size rstream-flags...
+	name=\$1 s=\$2; shift 2
+	rstream -b "\$ip" -S \$s -C $COUNT "\$@" >/dev/null 2>&1 & p=\$!
 	sleep 1
-	rstream -s "\$ip" -S \$s -C $COUNT | awk -v s=\$s '\$1=="custom" {printf "rstream pingpong %d %.3f %.2f\n", s, \$7*1000/8, 2*\$8}'
+	# its Gb/sec counts both directions; its usec/xfer is half a round trip
+	rstream -s "\$ip" -S \$s -C $COUNT "\$@" | awk -v n=\$name -v s=\$s '\$1=="custom" {printf "%s pingpong %d %.3f %.2f\n", n, s, \$7*1000/8, 2*\$8}'
 	wait \$p
-	for n in rdma tcp; do
-		./softroce-bench -net \$n -test pingpong -size \$s -count $COUNT |
-			awk '{printf "%s pingpong %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
+}
+bench() { # name test size softroce-bench-flags...
+	name=\$1 t=\$2 s=\$3; shift 3
+	./softroce-bench -test \$t -size \$s -count $COUNT "\$@" |
+		awk -v n=\$name '{printf "%s %s %d %.3f %.2f\n", n, \$2, \$3, \$6, \$8}'
+}
+for s in $SIZES; do
+	for r in \$(seq $ROUNDS); do
+		rstream_pp rstream \$s
+		bench rdma-busy pingpong \$s -net rdma -busypoll -procs 2
+		rstream_pp rstream-blocking \$s -T b
+		bench rdma pingpong \$s -net rdma -procs 2
+		bench tcp pingpong \$s -net tcp -procs 2
+		bench rdma-1p pingpong \$s -net rdma
+		bench tcp-1p pingpong \$s -net tcp
 	done
-	# rsockets busy-polls 10 us before it sleeps; rdma.Conn too, by default (Config.PollTime)
-	./softroce-bench -net rdma -polltime $POLL_ALT -test pingpong -size \$s -count $COUNT |
-		awk '{printf "rdma-poll pingpong %d %.3f %.2f\n", \$3, \$6, \$8}'
 	# ib_send_bw: a stream of COUNT sends of s bytes
 	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s >/dev/null 2>&1 & p=\$!
 	sleep 1
 	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s "\$ip" |
 		awk -v s=\$s '\$1==s && NF>=5 {printf "ib_send_bw stream %d %.3f 0\n", s, \$4}'
 	wait \$p
-	for n in rdma tcp; do
-		./softroce-bench -net \$n -test stream -size \$s -count $COUNT |
-			awk '{printf "%s stream %d %.3f %.2f\n", \$1, \$3, \$6, \$8}'
-	done
+	bench rdma stream \$s -net rdma
+	bench tcp stream \$s -net tcp
 done
 for pt in $POLL_SWEEP; do
-	./softroce-bench -net rdma -polltime \$pt -test pingpong -size 64 -count $COUNT |
-		awk -v pt=\$pt '{printf "rdma-poll%s pingpong %d %.3f %.2f\n", pt, \$3, \$6, \$8}'
+	bench rdma-poll\$pt pingpong 64 -net rdma -procs 2 -polltime \$pt
 done
-# The provider alone: 64-byte inline SEND ping-pong on raw verbs, waiting on
-# completion channels (what rdma.Conn's layering costs is the difference)
+# The provider alone: 64-byte inline SEND ping-pong on raw verbs, one
+# goroutine waiting on completion channels for both ends
 ./rdmacore.test -test.run '^\$' -test.bench 'PingPongEvents\$' -test.benchtime ${COUNT}x |
 	awk '/^BenchmarkPingPongEvents/ {printf "verbs pingpong 64 0 %.2f\n", \$3/1000}'
-# ib_send_lat: 64-byte ping-pong; t_avg is half a round trip
+# ib_send_lat: 64-byte ping-pong, busy-polling; t_avg is half a round trip
 ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 >/dev/null 2>&1 & p=\$!
 sleep 1
 ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 "\$ip" |
@@ -72,23 +86,31 @@ chmod +x "$OUT/run.sh"
 "$RUN" "$OUT" ./run.sh | tee "$OUT/results.txt"
 
 echo
-echo "rdma.Conn (rdmacore) vs the references, same guest run; >1 means rdma.Conn is faster"
-awk -v alt="$POLL_ALT" '
-	{ mbs[$1" "$2" "$3] = $4; us[$1" "$2" "$3] = $5; sizes[$3] = 1 }
+echo "rdma.Conn (rdmacore) vs the references, same guest run, medians of $ROUNDS rounds"
+awk '
+	function median(key,    n, i, j, t, a) {
+		n = cnt[key]
+		for (i = 1; i <= n; i++) a[i] = val[key, i]
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
+	}
+	{ k = $1 " " $2 " " $3; cnt[k]++; val[k, cnt[k]] = $5; mb[k] = $4; sizes[$3] = 1 }
 	END {
 		for (s in sizes) {
-			k = "rdma pingpong " s
-			if (("rstream pingpong " s) in mbs && mbs["rstream pingpong " s] > 0)
-				printf "pingpong %6d B: rdma.Conn/rstream throughput %.2fx (with PollTime %s %.2fx)   rdma.Conn/TCP %.2fx\n", s,
-					mbs[k] / mbs["rstream pingpong " s], alt, mbs["rdma-poll pingpong " s] / mbs["rstream pingpong " s],
-					mbs[k] / mbs["tcp pingpong " s]
+			if (s == 0) continue
+			rb = median("rdma-busy pingpong " s); rs = median("rstream pingpong " s)
+			rd = median("rdma pingpong " s); rsb = median("rstream-blocking pingpong " s)
+			t = median("tcp pingpong " s); r1 = median("rdma-1p pingpong " s); t1 = median("tcp-1p pingpong " s)
+			if (rs > 0 && rsb > 0 && t > 0)
+				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx; rdma default %.1f vs rstream -T b %.1f = %.2fx; TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f\n",
+					s, rb, rs, rb / rs, rd, rsb, rd / rsb, t, rd / t, r1, t1
 			k = "rdma stream " s
-			if (("ib_send_bw stream " s) in mbs && mbs["ib_send_bw stream " s] > 0)
+			if (("ib_send_bw stream " s) in mb && mb["ib_send_bw stream " s] > 0)
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
-					mbs[k] / mbs["ib_send_bw stream " s], mbs[k] / mbs["tcp stream " s]
+					mb[k] / mb["ib_send_bw stream " s], mb[k] / mb["tcp stream " s]
 		}
-		if (("ib_send_lat pingpong 64") in us)
-			printf "64 B round trip (us): ib_send_lat %.1f, rstream %.1f, rdmacore raw verbs %.1f, rdma.Conn %.1f (PollTime %s: %.1f), TCP %.1f; rstream/rdma.Conn %.2fx, verbs/rdma.Conn %.2fx, ib_send_lat/rdma.Conn %.2fx (>1: rdma.Conn faster)\n",
-				us["ib_send_lat pingpong 64"], us["rstream pingpong 64"], us["verbs pingpong 64"], us["rdma pingpong 64"], alt,
-				us["rdma-poll pingpong 64"], us["tcp pingpong 64"], us["rstream pingpong 64"] / us["rdma pingpong 64"], us["verbs pingpong 64"] / us["rdma pingpong 64"], us["ib_send_lat pingpong 64"] / us["rdma pingpong 64"]
+		if (("verbs pingpong 64") in mb)
+			printf "64 B round trip (us): ib_send_lat %.1f (busy), raw verbs events %.1f (one goroutine); rdma busy/ib_send_lat %.2fx, rdma default/raw verbs %.2fx (<1: rdma.Conn faster)\n",
+				median("ib_send_lat pingpong 64"), median("verbs pingpong 64"),
+				median("rdma-busy pingpong 64") / median("ib_send_lat pingpong 64"), median("rdma pingpong 64") / median("verbs pingpong 64")
 	}' "$OUT/results.txt" | sort

@@ -4,7 +4,11 @@
 // do not). scripts/softroce-bench.sh runs it beside rstream, ib_send_bw and
 // ib_send_lat.
 //
-//	softroce-bench -net rdma|tcp -test pingpong|stream -size N -count N
+//	softroce-bench -net rdma|tcp -test pingpong|stream -size N -count N [-procs 2]
+//
+// With -procs 2 the client runs in a child process (this program re-run),
+// as rstream's and perftest's two ends do; by default both ends are
+// goroutines of one process.
 //
 // pingpong is rstream's pattern: the client sends size bytes, the server
 // reads them and sends size bytes back, count times. stream is ib_send_bw's:
@@ -19,6 +23,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -33,7 +38,10 @@ func main() {
 	size := flag.Int("size", 64, "message size, bytes")
 	count := flag.Int("count", 1000, "messages (pingpong: round trips)")
 	pollTime := flag.Duration("polltime", 0, "rdma.Config.PollTime: busy-poll this long before sleeping")
+	busyPoll := flag.Bool("busypoll", false, "rdma.Config.BusyPoll: poll without ever sleeping, as rstream does by default")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run to this file")
+	procs := flag.Int("procs", 1, "1: server and client are goroutines of one process; 2: the client is a child process")
+	dialAddr := flag.String("dial", "", "internal: be the client child of -procs 2, dialing this address")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -52,8 +60,20 @@ func main() {
 	if net.ParseIP(ip) == nil {
 		fail(fmt.Errorf("SOFTROCE_IP %q is not set to an address: run inside the Soft-RoCE VM", ip))
 	}
-	ln, dial := transport(*netw, &rdma.Config{Provider: *provider, PollTime: *pollTime}, ip)
-	secs, err := run(ln, dial, *test, *size, *count)
+	ln, dial := transport(*netw, &rdma.Config{Provider: *provider, PollTime: *pollTime, BusyPoll: *busyPoll}, ip, *dialAddr == "")
+	var secs float64
+	var err error
+	switch {
+	case *dialAddr != "":
+		secs, err = client(dial, *dialAddr, *test, *size, *count)
+	case *procs == 2:
+		secs, err = runChild(ln, *test, *size, *count)
+		if err == nil {
+			return // the child printed the figures
+		}
+	default:
+		secs, err = run(ln, dial, *test, *size, *count)
+	}
 	if err != nil {
 		fail(err)
 	}
@@ -70,20 +90,26 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-func transport(netw string, cfg *rdma.Config, ip string) (net.Listener, func(string) (net.Conn, error)) {
+func transport(netw string, cfg *rdma.Config, ip string, listen bool) (net.Listener, func(string) (net.Conn, error)) {
 	addr := net.JoinHostPort(ip, "0")
+	var ln net.Listener
+	var err error
 	switch netw {
 	case "rdma":
-		ln, err := (&rdma.ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", addr)
-		if err != nil {
-			fail(err)
+		if listen {
+			ln, err = (&rdma.ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", addr)
+			if err != nil {
+				fail(err)
+			}
 		}
 		d := &rdma.Dialer{Config: cfg, Timeout: 20 * time.Second}
 		return ln, func(a string) (net.Conn, error) { return d.Dial("rdma", a) }
 	case "tcp":
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			fail(err)
+		if listen {
+			ln, err = net.Listen("tcp", addr)
+			if err != nil {
+				fail(err)
+			}
 		}
 		return ln, func(a string) (net.Conn, error) { return net.Dial("tcp", a) }
 	}
@@ -91,39 +117,69 @@ func transport(netw string, cfg *rdma.Config, ip string) (net.Listener, func(str
 	return nil, nil
 }
 
+// run measures count transfers between a server goroutine and a client
+// goroutine of this process.
 func run(ln net.Listener, dial func(string) (net.Conn, error), test string, size, count int) (float64, error) {
 	defer ln.Close()
 	srvErr := make(chan error, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			srvErr <- err
-			return
+	go func() { srvErr <- serve(ln, test, size, count) }()
+	secs, err := client(dial, ln.Addr().String(), test, size, count)
+	if err != nil {
+		return 0, err
+	}
+	if err := <-srvErr; err != nil {
+		return 0, err
+	}
+	return secs, nil
+}
+
+// runChild serves one connection from a child process, this program re-run
+// as the client, which measures and prints.
+func runChild(ln net.Listener, test string, size, count int) (float64, error) {
+	defer ln.Close()
+	cmd := exec.Command(os.Args[0], append([]string{"-dial", ln.Addr().String()}, os.Args[1:]...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	srvErr := serve(ln, test, size, count)
+	if err := cmd.Wait(); err != nil {
+		return 0, fmt.Errorf("client process: %w", err)
+	}
+	return 0, srvErr
+}
+
+// serve accepts one connection and answers the client's pattern.
+func serve(ln net.Listener, test string, size, count int) error {
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, size)
+	for i := 0; i < count; i++ {
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return fmt.Errorf("server read %d: %w", i, err)
 		}
-		defer c.Close()
-		buf := make([]byte, size)
-		for i := 0; i < count; i++ {
-			if _, err := io.ReadFull(c, buf); err != nil {
-				srvErr <- fmt.Errorf("server read %d: %w", i, err)
-				return
-			}
-			if test == "pingpong" {
-				if _, err := c.Write(buf); err != nil {
-					srvErr <- fmt.Errorf("server write %d: %w", i, err)
-					return
-				}
+		if test == "pingpong" {
+			if _, err := c.Write(buf); err != nil {
+				return fmt.Errorf("server write %d: %w", i, err)
 			}
 		}
-		if test == "stream" {
-			// One byte back says everything arrived.
-			if _, err := c.Write(buf[:1]); err != nil {
-				srvErr <- err
-				return
-			}
+	}
+	if test == "stream" {
+		if _, err := c.Write(buf[:1]); err != nil {
+			return err
 		}
-		srvErr <- nil
-	}()
-	c, err := dial(ln.Addr().String())
+	}
+	// Wait for the client to close, so that no transfer is cut short.
+	_, _ = c.Read(buf[:1])
+	return nil
+}
+
+// client dials addr and measures count transfers.
+func client(dial func(string) (net.Conn, error), addr, test string, size, count int) (float64, error) {
+	c, err := dial(addr)
 	if err != nil {
 		return 0, fmt.Errorf("dial: %w", err)
 	}
@@ -149,9 +205,5 @@ func run(ln net.Listener, dial func(string) (net.Conn, error), test string, size
 			return 0, fmt.Errorf("client read ack: %w", err)
 		}
 	}
-	secs := time.Since(start).Seconds()
-	if err := <-srvErr; err != nil {
-		return 0, err
-	}
-	return secs, nil
+	return time.Since(start).Seconds(), nil
 }

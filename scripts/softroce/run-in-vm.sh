@@ -49,6 +49,16 @@ NET=${SOFTROCE_IP:-10.77.0.1/24}
 MTU=${SOFTROCE_MTU:-1500}
 ACCEL=${SOFTROCE_ACCEL:-auto}
 VERBOSE=${SOFTROCE_VERBOSE:-0}
+# The guest's clock: under TCG the kernel finds the emulated TSCs
+# "unsynchronized" and falls back to the HPET, whose every read is an
+# emulated device access (6 us per clock_gettime measured in the guest, 15x
+# a system call), where a real host reads the TSC in the vDSO. Programs that
+# read the clock often (Go's scheduler does, on every wake-up) would pay
+# for the emulation, not for their own work, and ratios against C tools that
+# rarely read it would be skewed. QEMU derives every vCPU's TSC from the
+# host's clock, so it is trusted here. SOFTROCE_APPEND adds kernel arguments.
+CLOCK_ARGS="tsc=reliable clocksource=tsc"
+APPEND=${SOFTROCE_APPEND:-}
 
 # What the guest runs: rdma-core's userspace (libibverbs with the rxe provider,
 # librdmacm) and its tools, perftest, iproute2 (ip, ss, rdma) and busybox for
@@ -365,7 +375,7 @@ run() {
 	mode=$(accel)
 	local -a qemu=(qemu-system-x86_64 -nodefaults -no-user-config -display none -no-reboot
 		-m "$MEM" -smp "$CPUS" -kernel "$IMG/kernel" -initrd "$RUN/initrd"
-		-append "console=ttyS0 loglevel=4 panic=-1 mitigations=off"
+		-append "console=ttyS0 loglevel=4 panic=-1 mitigations=off $CLOCK_ARGS $APPEND"
 		-chardev "file,id=console,path=$(qemu_path "$console"),append=on" -serial chardev:console
 		-device virtio-serial-pci
 		-chardev "file,id=stdout,path=/dev/fd/$out" -device virtserialport,chardev=stdout,name=stdout
