@@ -123,6 +123,17 @@ type Config struct {
 	// no RDMA device reaches) makes it fall back at once. Default 1.5 s;
 	// negative disables the fallback (such dials use rdmacore only).
 	RDMAConnectTimeout time.Duration
+
+	// TrafficClass is the IP type of service (on RoCE the GRH traffic
+	// class; the DSCP is its top six bits) that the connection's packets
+	// carry: rdma_set_option(RDMA_OPTION_ID_TOS) on rdmacore, the TCP
+	// socket's IP_TOS (IPV6_TCLASS) on soft. A dialer sets it before it
+	// resolves the route; a listener on each connection it accepts (on
+	// RoCE the route, and so the class, follows the dialing side's). 0
+	// leaves the system's default; values are clamped to [0, 255]. Wire
+	// "rdma" only (rsocket mode leaves it alone).
+	// Conn.TrafficClass reads back what the connection got.
+	TrafficClass int
 }
 
 const (
@@ -185,6 +196,7 @@ func (c *Config) withDefaults() Config {
 	if r.HandshakeTimeout <= 0 {
 		r.HandshakeTimeout = defaultHandshakeTimout
 	}
+	r.TrafficClass = clamp(r.TrafficClass, 0, 255)
 	if r.RDMAConnectTimeout == 0 {
 		r.RDMAConnectTimeout = defaultRDMAConnectTimeout
 	}

@@ -366,6 +366,23 @@ func (c *Conn) LocalAddr() net.Addr { return c.laddr }
 // RemoteAddr returns the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
+// TrafficClass is the traffic class (IP type of service) the connection's
+// packets carry, as its queue pair reports it: the address vector's on
+// rdmacore, the TCP socket's IP_TOS read back on soft. See
+// Config.TrafficClass.
+func (c *Conn) TrafficClass() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.torn {
+		return 0, c.opErr("traffic class", net.ErrClosed)
+	}
+	a, err := c.qp.Query()
+	if err != nil {
+		return 0, c.opErr("traffic class", err)
+	}
+	return a.TrafficClass, nil
+}
+
 // Provider names the verbs provider that carries the connection: "soft" or
 // "rdmacore".
 func (c *Conn) Provider() string { return c.provider }

@@ -142,6 +142,14 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 		ech.Close()
 		return nil, err
 	}
+	if cfg.TrafficClass != 0 {
+		// Before the route is resolved: it is chosen with it.
+		if err := id.SetTOS(cfg.TrafficClass); err != nil {
+			id.Destroy()
+			ech.Close()
+			return nil, err
+		}
+	}
 	var c *Conn
 	ok := false
 	defer func() {

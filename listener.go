@@ -3,9 +3,11 @@ package rdma
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -39,6 +41,18 @@ type Listener struct {
 	closeOnce sync.Once
 	slots     chan struct{} // bounds handshakes in progress
 	wg        sync.WaitGroup
+
+	trafficClass atomic.Int32 // cfg.TrafficClass, or SetTrafficClass's
+}
+
+// SetTrafficClass sets the traffic class (IP type of service, 0..255; see
+// Config.TrafficClass) of the connections the listener accepts from now on.
+func (l *Listener) SetTrafficClass(tc int) error {
+	if tc < 0 || tc > 255 {
+		return opError("set traffic class", l.addr, nil, fmt.Errorf("traffic class %d is not in 0..255", tc))
+	}
+	l.trafficClass.Store(int32(tc))
+	return nil
 }
 
 // listenBacklog is the connection manager backlog and the number of
@@ -105,6 +119,7 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 	if l.addr == nil {
 		l.addr = la
 	}
+	l.trafficClass.Store(int32(cfg.TrafficClass))
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	for _, sd := range sides {
 		l.wg.Add(1)
@@ -253,6 +268,12 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
 		abort()
 		return
+	}
+	if tc := l.trafficClass.Load(); tc != 0 {
+		if err := id.SetTOS(int(tc)); err != nil {
+			abort()
+			return
+		}
 	}
 	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		abort()

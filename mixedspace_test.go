@@ -221,6 +221,7 @@ func (id *spaceID) CreateQP(pd verbs.PD, attr *verbs.QPInitAttr) (verbs.QP, erro
 func (id *spaceID) QP() verbs.QP                         { return id.inner.QP() }
 func (id *spaceID) Connect(param *verbs.ConnParam) error { return id.inner.Connect(param) }
 func (id *spaceID) SetAckTimeout(exp int) error          { return id.inner.SetAckTimeout(exp) }
+func (id *spaceID) SetTOS(tos int) error                 { return id.inner.SetTOS(tos) }
 func (id *spaceID) Accept(param *verbs.ConnParam) error  { return id.inner.Accept(param) }
 func (id *spaceID) Reject(privateData []byte) error      { return id.inner.Reject(privateData) }
 func (id *spaceID) Disconnect() error                    { return id.inner.Disconnect() }

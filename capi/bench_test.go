@@ -56,7 +56,7 @@ func benchConn(b *testing.B, tr transport) {
 			}
 		}
 	}()
-	c, err := tr.dial(b.Context(), net.ParseIP("127.0.0.2"), ln.Addr().String())
+	c, err := tr.dial(b.Context(), net.ParseIP("127.0.0.2"), ln.Addr().String(), 0)
 	require.NoError(b, err)
 	out, in := make([]byte, benchMsg), make([]byte, benchMsg)
 	b.ReportAllocs()

@@ -44,6 +44,8 @@ type Context struct {
 	async     sync.WaitGroup // their goroutines
 	closed    bool
 
+	trafficClass atomic.Int32 // SetTrafficClass's (qos.go)
+
 	// One-sided memory and exposures (onesided.go).
 	mems         map[*Mem]struct{}
 	exposures    map[uint32]*exposure
@@ -113,7 +115,7 @@ func (c *Context) ConnectPeer(ip string, port int) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
 	defer cancel()
-	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port))
+	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port), int(c.trafficClass.Load()))
 	if err != nil {
 		c.unreserve()
 		return -1, fmt.Errorf("capi: connect to %s from %s: %w", joinHostPort(addr, port), c.ip, connectError{err})
@@ -194,7 +196,7 @@ func (c *Context) ReconnectPeer(idx int, ip string, port int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
 	defer cancel()
-	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port))
+	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port), int(c.trafficClass.Load()))
 	if err != nil {
 		c.release(idx, nil)
 		return fmt.Errorf("capi: reconnect peer %d to %s from %s: %w", idx, joinHostPort(addr, port), c.ip, connectError{err})

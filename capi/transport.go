@@ -16,8 +16,12 @@ const DialTimeout = 10 * time.Second
 type transport struct {
 	name   string
 	listen func(address string) (net.Listener, error)
-	// dial connects to address from the source IP local.
-	dial func(ctx context.Context, local net.IP, address string) (net.Conn, error)
+	// dial connects to address from the source IP local, with traffic
+	// class tc (0: the default).
+	dial func(ctx context.Context, local net.IP, address string, tc int) (net.Conn, error)
+	// setTrafficClass sets the traffic class of the connections ln
+	// accepts from now on; nil when the transport has none.
+	setTrafficClass func(ln net.Listener, tc int) error
 }
 
 // tcpTransport carries capi over plain TCP; tests use it as the baseline.
@@ -26,7 +30,7 @@ var tcpTransport = transport{
 	listen: func(address string) (net.Listener, error) {
 		return net.Listen("tcp", address)
 	},
-	dial: func(ctx context.Context, local net.IP, address string) (net.Conn, error) {
+	dial: func(ctx context.Context, local net.IP, address string, _ int) (net.Conn, error) {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local}}
 		return d.DialContext(ctx, "tcp", address)
 	},

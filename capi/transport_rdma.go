@@ -14,8 +14,11 @@ var rdmaTransport = transport{
 	listen: func(address string) (net.Listener, error) {
 		return rdma.Listen(rdma.Network, address)
 	},
-	dial: func(ctx context.Context, local net.IP, address string) (net.Conn, error) {
-		d := rdma.Dialer{LocalAddr: &rdma.Addr{IP: local}}
+	dial: func(ctx context.Context, local net.IP, address string, tc int) (net.Conn, error) {
+		d := rdma.Dialer{LocalAddr: &rdma.Addr{IP: local}, Config: &rdma.Config{TrafficClass: tc}}
 		return d.DialContext(ctx, rdma.Network, address)
+	},
+	setTrafficClass: func(ln net.Listener, tc int) error {
+		return ln.(*rdma.Listener).SetTrafficClass(tc)
 	},
 }

@@ -63,6 +63,9 @@ const RejectStatusConsumer = 28
 // MaxAckTimeout is the largest ACK timeout exponent (a 5-bit field).
 const MaxAckTimeout = 31
 
+// MaxTOS is the largest IP type of service (an 8-bit field).
+const MaxTOS = 255
+
 // ConnParam is struct rdma_conn_param.
 type ConnParam struct {
 	PrivateData        []byte
@@ -132,6 +135,12 @@ type CMID interface {
 	// the kernel refuses a Timeout change on an RTS QP (EINVAL), as does
 	// soft. ConnParam.RetryCount is the retry count that goes with it.
 	SetAckTimeout(exp int) error
+	// SetTOS is rdma_set_option(RDMA_OPTION_ID_TOS): the IP type of
+	// service (0..255; on RoCE the GRH traffic class) of the connection.
+	// Set it before ResolveRoute on the active side, which picks the route
+	// with it, and before Accept on the passive side. On soft it is the
+	// IP_TOS (IPV6_TCLASS) of the TCP socket that carries the connection.
+	SetTOS(tos int) error
 	// Connect is rdma_connect (private data <= MaxPrivateDataConnect).
 	Connect(param *ConnParam) error
 	// Accept is rdma_accept (private data <= MaxPrivateDataAccept).

@@ -75,6 +75,11 @@ type QPAttr struct {
 	MaxDestRdAtomic int
 	QPNum           uint32
 	DestQPNum       uint32
+	// TrafficClass is the traffic class the QP's packets carry: the
+	// address vector's GRH traffic class on a device; on soft, the IP TOS
+	// (IPV6_TCLASS) of the TCP socket under the QP, read back from the
+	// socket. Query reports it; Modify ignores it.
+	TrafficClass int
 }
 
 // QPAttrMask selects the fields of QPAttr that ModifyQP applies.

@@ -59,6 +59,8 @@ var addedAPI = []string{
 	"int rdma_wait_notify(rdma_context *ctx, int peer_idx, unsigned int *value, int timeout_ms);",
 	"int rdma_iwrite(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);",
 	"int rdma_iread(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);",
+	"int rdma_set_tos(rdma_context *ctx, int tos);",
+	"int rdma_get_tos(rdma_context *ctx, int peer_idx);",
 }
 
 var originalConstants = map[string]string{
@@ -113,9 +115,11 @@ func TestEveryFunctionIsDefined(t *testing.T) {
 	asyncSrc, err := os.ReadFile("async.go")
 	require.NoError(t, err)
 	goSrc = append(goSrc, asyncSrc...)
-	oneSidedSrc, err := os.ReadFile("onesided.go")
-	require.NoError(t, err)
-	goSrc = append(goSrc, oneSidedSrc...)
+	for _, f := range []string{"onesided.go", "qos.go"} {
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		goSrc = append(goSrc, src...)
+	}
 	cSrc, err := os.ReadFile("errbuf.c")
 	require.NoError(t, err)
 	for _, proto := range append(append([]string(nil), originalAPI...), addedAPI...) {

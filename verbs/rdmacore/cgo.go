@@ -137,6 +137,9 @@ static int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
 static int rdma_set_ack_timeout(struct rdma_cm_id *id, uint8_t timeout) {
 	return rc_ep.rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &timeout, sizeof timeout);
 }
+static int rdma_set_tos(struct rdma_cm_id *id, uint8_t tos) {
+	return rc_ep.rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_TOS, &tos, sizeof tos);
+}
 static int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *a) {
 	return rc_ep.rdma_create_qp(id, pd, a);
 }
@@ -834,7 +837,7 @@ func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
 	var ia C.struct_ibv_qp_init_attr
 	mask := C.IBV_QP_STATE | C.IBV_QP_CAP | C.IBV_QP_PATH_MTU | C.IBV_QP_MIN_RNR_TIMER | C.IBV_QP_TIMEOUT |
 		C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MAX_QP_RD_ATOMIC | C.IBV_QP_MAX_DEST_RD_ATOMIC |
-		C.IBV_QP_DEST_QPN
+		C.IBV_QP_DEST_QPN | C.IBV_QP_AV
 	if r := C.ibv_query_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask), &ia); r != 0 {
 		return verbs.QPAttr{}, syscall.Errno(r)
 	}
@@ -849,6 +852,7 @@ func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
 		MaxDestRdAtomic: int(a.max_dest_rd_atomic),
 		QPNum:           qpNum(qp),
 		DestQPNum:       uint32(a.dest_qp_num),
+		TrafficClass:    int(a.ah_attr.grh.traffic_class),
 	}
 	readQPCap(&a.cap, &out.Cap)
 	return out, 0
@@ -1082,6 +1086,16 @@ func rdmaDisconnect(id idPtr) syscall.Errno {
 
 func rdmaMigrateID(id idPtr, ch ecPtr) syscall.Errno {
 	r, err := C.rdma_migrate_id((*C.struct_rdma_cm_id)(id), (*C.struct_rdma_event_channel)(ch))
+	if r != 0 {
+		return errnoOf(err)
+	}
+	return 0
+}
+
+// rdmaSetTOS is rdma_set_option(RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) with
+// its one-byte value.
+func rdmaSetTOS(id idPtr, tos uint8) syscall.Errno {
+	r, err := C.rdma_set_tos((*C.struct_rdma_cm_id)(id), C.uint8_t(tos))
 	if r != 0 {
 		return errnoOf(err)
 	}

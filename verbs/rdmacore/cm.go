@@ -412,6 +412,17 @@ func (id *cmid) Connect(param *verbs.ConnParam) error {
 	return id.op("rdma_connect", rdmaConnect(id.p, param))
 }
 
+func (id *cmid) SetTOS(tos int) error {
+	if tos < 0 || tos > verbs.MaxTOS {
+		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "type of service %d out of range [0, %d]", tos, verbs.MaxTOS)
+	}
+	defer id.mu.Unlock()
+	if !id.live() {
+		return verbs.ErrClosed
+	}
+	return id.op("rdma_set_option", rdmaSetTOS(id.p, uint8(tos)))
+}
+
 func (id *cmid) SetAckTimeout(exp int) error {
 	if exp < 0 || exp > verbs.MaxAckTimeout {
 		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "ACK timeout exponent %d out of range [0, %d]", exp, verbs.MaxAckTimeout)

@@ -48,6 +48,7 @@ enum {
 /* enum ibv_qp_attr_mask */
 enum {
 	IBV_QP_STATE = 1 << 0,
+	IBV_QP_AV = 1 << 7,
 	IBV_QP_PATH_MTU = 1 << 8,
 	IBV_QP_TIMEOUT = 1 << 9,
 	IBV_QP_RETRY_CNT = 1 << 10,
@@ -362,6 +363,7 @@ enum {
 
 enum {
 	RDMA_OPTION_ID = 0,             /* rdma_set_option's level */
+	RDMA_OPTION_ID_TOS = 0,         /* uint8_t: the IP type of service */
 	RDMA_OPTION_ID_ACK_TIMEOUT = 3, /* uint8_t: the QP's local ACK timeout exponent */
 };
 

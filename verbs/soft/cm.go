@@ -136,6 +136,9 @@ type cmID struct {
 	// SetAckTimeout's exponent, when set: the QP's Timeout once connected.
 	ackTimeout    int
 	ackTimeoutSet bool
+	// SetTOS's type of service, when set (tos.go).
+	tos    int
+	tosSet bool
 
 	parent *cmID
 	tr     *tcpTransport
@@ -635,6 +638,15 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		}
 	}()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.IP}}
+	id.mu.Lock()
+	tos, tosSet := id.tos, id.tosSet
+	id.mu.Unlock()
+	if tosSet {
+		// On the socket before it connects, so that the SYN carries it.
+		d.Control = func(network, _ string, rc syscall.RawConn) error {
+			return setTOS(rc, network == "tcp6", tos)
+		}
+	}
 	nc, err := d.DialContext(ctx, "tcp", remote.String())
 	if err != nil {
 		switch {
@@ -727,6 +739,9 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	id.state = idConnected
 	id.local = copyAddr(c.LocalAddr().(*net.TCPAddr))
 	id.mu.Unlock()
+	q.mu.Lock()
+	q.sock = c
+	q.mu.Unlock()
 	q.start(etr, &m, id.engineDown)
 	q.mu.Lock()
 	q.attr.RetryCnt = int(req.retry)
@@ -778,6 +793,27 @@ func (id *cmID) SetAckTimeout(exp int) error {
 		return verbs.ErrClosed
 	}
 	id.ackTimeout, id.ackTimeoutSet = exp, true
+	return nil
+}
+
+// SetTOS is rdma_set_option(RDMA_OPTION_ID_TOS): the type of service of
+// the TCP socket under the connection (tos.go). On a connection request it
+// applies at once, to the request's socket.
+func (id *cmID) SetTOS(tos int) error {
+	if tos < 0 || tos > verbs.MaxTOS {
+		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "type of service %d out of range [0, %d]", tos, verbs.MaxTOS)
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	id.tos, id.tosSet = tos, true
+	if id.tr != nil {
+		if err := setConnTOS(id.tr.c, tos); err != nil {
+			return verbs.Errorf("rdma_set_option", syscall.EINVAL, "IP type of service: %v", err)
+		}
+	}
 	return nil
 }
 
@@ -840,6 +876,9 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		}
 		etr = st
 	}
+	q.mu.Lock()
+	q.sock = tr.c
+	q.mu.Unlock()
 	q.start(etr, &req, id.engineDown)
 	q.mu.Lock()
 	q.attr.RetryCnt = int(req.retry)

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -52,6 +53,7 @@ type qp struct {
 	mu    sync.Mutex
 	state verbs.QPState
 	attr  verbs.QPAttr // the rest of the attributes (timeouts, retries, depths)
+	sock  *net.TCPConn // the TCP socket under the connection, once connected (tos.go)
 
 	// Send queue; slot for PSN p is sq[p % len(sq)].
 	// sqHead <= sqSent <= sqTail (mod 2^32): completed, transmitted, posted.
@@ -570,6 +572,13 @@ func (q *qp) Query() (verbs.QPAttr, error) {
 	a.State = q.state
 	a.Cap = q.cap
 	a.QPNum = q.num
+	if q.sock != nil {
+		// What the socket says, not what was asked: a closed socket
+		// reports nothing.
+		if tos, err := connTOS(q.sock); err == nil {
+			a.TrafficClass = tos
+		}
+	}
 	return a, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 func init() {
 	register("ConnectAcceptDisconnect", testConnectAcceptDisconnect)
+	register("TypeOfService", testTypeOfService)
 }
 
 func testConnectAcceptDisconnect(t *testing.T, s *suite) {
@@ -336,4 +337,24 @@ func testManyConnections(t *testing.T, s *suite) {
 		seen[sv.buf[0]] = true
 	}
 	require.Len(t, seen, n)
+}
+
+// rdma_set_option(TOS) before the route is resolved reaches the QP: its
+// traffic class, as Query reports it (a device's address vector; soft's
+// socket, read back). Out of range is EINVAL; unset is 0.
+func testTypeOfService(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.tos = 0xb8 // DSCP EF
+	c, _ := s.pair(t, o)
+	a, err := c.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, 0xb8, a.TrafficClass, "the QP's traffic class after rdma_set_option(TOS)")
+
+	plain, _ := s.pair(t, defaultOpts())
+	a, err = plain.qp.Query()
+	require.NoError(t, err)
+	require.Equal(t, 0, a.TrafficClass, "no TOS set")
+
+	require.ErrorIs(t, c.id.SetTOS(256), syscall.EINVAL)
+	require.ErrorIs(t, c.id.SetTOS(-1), syscall.EINVAL)
 }

@@ -140,6 +140,7 @@ type pairOpts struct {
 	connect    verbs.ConnParam
 	accept     verbs.ConnParam
 	ackTimeout int // the client's rdma_set_option ACK timeout exponent; 0: not set
+	tos        int // both IDs' rdma_set_option type of service; 0: not set
 	sharedCQ   bool
 	signalAll  bool
 	beforeConn func(client, server *endpoint) // e.g. pre-post receives
@@ -223,12 +224,16 @@ func (s *suite) listener(t testing.TB) (verbs.EventChannel, verbs.CMID) {
 	return ch, id
 }
 
-// dialer creates a client ID and resolves dst through ROUTE_RESOLVED.
-func (s *suite) dialer(t testing.TB, dst *net.TCPAddr) *endpoint {
+// dialer creates a client ID and resolves dst through ROUTE_RESOLVED; a
+// type of service tos (not 0) is set before the route is resolved.
+func (s *suite) dialer(t testing.TB, dst *net.TCPAddr, tos ...int) *endpoint {
 	c := &endpoint{ch: s.channel(t)}
 	var err error
 	c.id, err = c.ch.CreateID()
 	require.NoError(t, err)
+	for _, v := range tos {
+		require.NoError(t, c.id.SetTOS(v))
+	}
 	require.NoError(t, c.id.ResolveAddr(nil, dst, s.cfg.Timeout))
 	s.expect(t, c.ch, verbs.EventAddrResolved)
 	require.NoError(t, c.id.ResolveRoute(s.cfg.Timeout))
@@ -239,7 +244,11 @@ func (s *suite) dialer(t testing.TB, dst *net.TCPAddr) *endpoint {
 // pair connects a client and a server endpoint.
 func (s *suite) pair(t testing.TB, o pairOpts) (client, server *endpoint) {
 	lch, lid := s.listener(t)
-	client = s.dialer(t, lid.LocalAddr())
+	var tos []int
+	if o.tos != 0 {
+		tos = append(tos, o.tos)
+	}
+	client = s.dialer(t, lid.LocalAddr(), tos...)
 	t.Cleanup(func() { client.release(t) })
 	s.resources(t, client, &o)
 	if o.ackTimeout != 0 {
@@ -253,6 +262,9 @@ func (s *suite) pair(t testing.TB, o pairOpts) (client, server *endpoint) {
 	s.resources(t, server, &o)
 	if o.beforeConn != nil {
 		o.beforeConn(client, server)
+	}
+	if o.tos != 0 {
+		require.NoError(t, server.id.SetTOS(o.tos))
 	}
 	require.NoError(t, server.id.Accept(&o.accept))
 	s.expect(t, client.ch, verbs.EventEstablished)

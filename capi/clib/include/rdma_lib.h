@@ -129,6 +129,21 @@
  *    whose contents matter to the program's safety, and check what lands.
  *    One-sided calls need the peer's connection to have a queue pair
  *    (RDMA_ERR_NOT_SUPPORTED otherwise).
+ *
+ * Quality of service
+ *  - rdma_set_tos sets the context's traffic class, the IP type of service
+ *    0..255 (the DSCP is its top six bits: tos = dscp << 2), for the
+ *    connections it makes from then on: those rdma_connect_peer and
+ *    rdma_reconnect_peer dial and those a server accepts. Connections made
+ *    before keep theirs. On an RDMA device it is the connection manager's
+ *    TOS (rdma_set_option RDMA_OPTION_ID_TOS), which becomes the queue
+ *    pair's traffic class (on RoCE an accepted connection's follows its
+ *    dialer's); on the software provider, the IP_TOS (IPV6_TCLASS) of the
+ *    TCP socket under the connection. 0 is the system's default.
+ *  - rdma_get_tos(ctx, peer_idx) returns the traffic class peer_idx's
+ *    connection carries, read back from the wire side (the queue pair's
+ *    attribute, or the socket option); rdma_get_tos(ctx, -1) the context's
+ *    setting.
  */
 #ifndef RDMA_LIB_H
 #define RDMA_LIB_H
@@ -238,6 +253,9 @@ int rdma_read(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t r
 int rdma_wait_notify(rdma_context *ctx, int peer_idx, unsigned int *value, int timeout_ms);
 int rdma_iwrite(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);
 int rdma_iread(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);
+
+int rdma_set_tos(rdma_context *ctx, int tos);
+int rdma_get_tos(rdma_context *ctx, int peer_idx);
 
 const char* rdma_get_error(void);
 int rdma_get_errno(void);

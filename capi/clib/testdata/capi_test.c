@@ -1084,6 +1084,61 @@ static void test_onesided(void) {
     pthread_barrier_destroy(&os_barrier);
 }
 
+// ---- quality of service ------------------------------------------------
+
+#define QOS_CLIENTS 3
+static int qos_port;
+static pthread_barrier_t qos_barrier; // server + clients
+
+static void *qos_client(void *arg) {
+    int id = (int)(intptr_t)arg;
+    char ip[24];
+    snprintf(ip, sizeof(ip), "127.0.0.%d", 2 + id);
+    rdma_context *ctx = rdma_init(ip, 0, BUFFER_SIZE, false);
+    CHECK(ctx != NULL, "client init: %s", rdma_get_error());
+    if (!ctx) {
+        exit(1);
+    }
+    int tos = (id + 1) << 5; // DSCP 8, 16, 24
+    EXPECT_ERRNO(rdma_set_tos(ctx, 256), RDMA_ERR_INVALID, "256 is not in 0..255");
+    EXPECT_ERRNO(rdma_set_tos(ctx, -1), RDMA_ERR_INVALID, "-1 is not in 0..255");
+    EXPECT_OK(rdma_set_tos(ctx, tos), 0);
+    EXPECT_OK(rdma_get_tos(ctx, -1), tos);
+    EXPECT_OK(rdma_connect_peer(ctx, "127.0.0.1", qos_port), 0);
+    EXPECT_OK(rdma_get_tos(ctx, 0), tos); // read back from the connection
+    EXPECT_ERRNO(rdma_get_tos(ctx, 1), RDMA_ERR_NO_SUCH_PEER, "no such peer");
+    EXPECT_OK(rdma_send(ctx, 0, "q", 2), 2);
+    pthread_barrier_wait(&qos_barrier);
+    rdma_cleanup(ctx);
+    return NULL;
+}
+
+static void test_qos(void) {
+    rdma_context *srv = new_server(BUFFER_SIZE);
+    qos_port = test_port - 1;
+    EXPECT_OK(rdma_get_tos(srv, -1), 0);
+    EXPECT_OK(rdma_set_tos(srv, 0x28), 0);
+    pthread_barrier_init(&qos_barrier, NULL, QOS_CLIENTS + 1);
+    pthread_t t[QOS_CLIENTS];
+    for (int i = 0; i < QOS_CLIENTS; i++) {
+        pthread_create(&t[i], NULL, qos_client, (void *)(intptr_t)i);
+    }
+    for (int i = 0; i < QOS_CLIENTS; i++) {
+        int idx = rdma_accept_peer(srv);
+        EXPECT_NOERR(idx);
+        EXPECT_OK(rdma_get_tos(srv, idx), 0x28);
+        char b[4];
+        EXPECT_OK(rdma_recv(srv, idx, b, sizeof(b)), 2);
+    }
+    EXPECT_ERRNO(rdma_get_tos(NULL, 0), RDMA_ERR_BAD_CONTEXT, "ctx is NULL");
+    pthread_barrier_wait(&qos_barrier);
+    for (int i = 0; i < QOS_CLIENTS; i++) {
+        pthread_join(t[i], NULL);
+    }
+    pthread_barrier_destroy(&qos_barrier);
+    rdma_cleanup(srv);
+}
+
 // ---- MAX_PEERS ---------------------------------------------------------
 
 static rdma_context *max_srv;
@@ -1364,6 +1419,8 @@ int main(int argc, char **argv) {
     test_async();
     printf("capi_test: one-sided write and read\n");
     test_onesided();
+    printf("capi_test: quality of service\n");
+    test_qos();
     printf("capi_test: MAX_PEERS\n");
     test_max_peers();
     printf("capi_test: cleanup unblocks other threads\n");
