@@ -37,7 +37,9 @@
 // Close), and the collectives package's operations over a context's peers
 // (GroupInit, then Barrier, Bcast, AllGather, AllReduce, Reduce), and
 // one-sided RDMA write and read into memory a peer exposed (Alloc, Expose,
-// Write, WriteNotify, Read, WaitNotify, IWrite, IRead; see onesided.go).
+// Write, WriteNotify, Read, WaitNotify, IWrite, IRead; see onesided.go),
+// and a traffic class for the context's connections (SetTrafficClass,
+// TrafficClass; qos.go).
 //
 // A Context is safe for concurrent use: calls on different peers run in
 // parallel, calls on one peer are serialized per direction.
