@@ -179,6 +179,7 @@ func TestOneSidedAttacker(t *testing.T) {
 		"read not given": func(d *Desc) { d[5] = byte(AccessRead | AccessWrite) },
 		"other address":  func(d *Desc) { binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(d[8:])+4096) },
 		"revoked":        nil,
+		"freed":          nil,
 	}
 	for name, f := range forge {
 		t.Run(name, func(t *testing.T) {
@@ -190,10 +191,15 @@ func TestOneSidedAttacker(t *testing.T) {
 			}
 			d, err := srv.Expose(0, secret, 0, 1024, AccessWrite)
 			require.NoError(t, err)
-			if f == nil {
+			switch {
+			case name == "freed":
+				// Free ends the exposure first, and the memory goes.
+				require.NoError(t, secret.Free())
+				require.ErrorIs(t, srv.Unexpose(d), ErrBadDesc, "gone with the memory")
+			case f == nil:
 				require.NoError(t, srv.Unexpose(d))
 				require.ErrorIs(t, srv.Unexpose(d), ErrBadDesc, "twice")
-			} else {
+			default:
 				f(&d)
 			}
 			local := alloc(t, attacker, 1<<20)
@@ -204,9 +210,11 @@ func TestOneSidedAttacker(t *testing.T) {
 			}
 			require.ErrorIs(t, err, ErrRemoteAccess)
 			require.ErrorIs(t, err, ErrPeerGone)
-			for i, b := range secret.Bytes()[1024:] {
-				if b != 0xee {
-					t.Fatalf("byte %d beyond the exposed range changed", 1024+i)
+			if name != "freed" {
+				for i, b := range secret.Bytes()[1024:] {
+					if b != 0xee {
+						t.Fatalf("byte %d beyond the exposed range changed", 1024+i)
+					}
 				}
 			}
 			if name == "read not given" {
