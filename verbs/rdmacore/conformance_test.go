@@ -14,10 +14,7 @@ import (
 // the kernel's RDMA stack does on Soft-RoCE (kernel 6.1, rdma-core 44), each
 // with what the kernel does instead. They are differences in the suite or in
 // the soft provider, not in rdmacore, which reports what the device says.
-var kernelDiffers = map[string]string{
-	"ConnectTimeout": "the IB CM gives no UNREACHABLE while the listener holds the request unanswered " +
-		"(nothing within 150 s on rxe); the resolve timeouts do not bound a connect",
-}
+var kernelDiffers = map[string]string{}
 
 // recvInErrUnflushed is rxe's (kernel 6.1) one difference in
 // ModifyToErrFlushes; TestKernelRecvInErrUnflushed pins it.

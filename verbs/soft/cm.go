@@ -62,7 +62,14 @@ const (
 	defaultConnectTimeout = 10 * time.Second
 	rtuTimeout            = 10 * time.Second
 	disconnectTimeout     = 3 * time.Second
-	defaultBacklog        = 128
+	// heldRequestTimeout is how long a connect waits for the answer to a
+	// request that its listener holds (it sent an MRA), as the kernel's
+	// RDMA CM does: rdma_cm answers every request it reports with an MRA
+	// of service timeout 24 (CMA_CM_MRA_SETTING; the IB CM waits 2^(24-8)
+	// ms = 65.5 s for it) and the REQ is sent 1 + 15 times
+	// (CMA_MAX_CM_RETRIES) before the connect fails with UNREACHABLE.
+	heldRequestTimeout = 16 * 65536 * time.Millisecond
+	defaultBacklog     = 128
 )
 
 // eventChannel queues CM events; waiters park on a Go channel.
@@ -437,6 +444,22 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	child.ch = id.ch
 	ch := id.ch
 	id.mu.Unlock()
+	if m.transports&reqTakesMRA != 0 {
+		// The request is about to reach the consumer, which may hold it:
+		// tell the connecting side, so that it waits for the answer.
+		mra, _ := (&hsMsg{typ: msgMRA}).marshal()
+		_ = c.SetWriteDeadline(time.Now().Add(hsTimeout))
+		_, err := c.Write(mra)
+		_ = c.SetWriteDeadline(time.Time{})
+		if err != nil {
+			id.mu.Lock()
+			id.pending--
+			id.mu.Unlock()
+			c.Close()
+			shm.abort()
+			return
+		}
+	}
 	ch.push(verbs.CMEvent{Type: verbs.EventConnectRequest, ID: child, Listen: id, Param: verbs.ConnParam{
 		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataConnect),
 		ResponderResources: int(m.respRes),
@@ -603,7 +626,7 @@ func (id *cmID) Connect(param *verbs.ConnParam) error {
 	req := hsMsg{typ: msgREQ, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
 		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
 		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
-		transports: transportTCP, priv: append([]byte(nil), param.PrivateData...)}
+		transports: transportTCP | reqTakesMRA, priv: append([]byte(nil), param.PrivateData...)}
 	q.mu.Unlock()
 	id.state = idConnecting
 	timeout := id.timeout
@@ -626,7 +649,10 @@ func (id *cmID) connectFailed(typ verbs.CMEventType, status int, param verbs.Con
 func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *net.TCPAddr, timeout time.Duration) {
 	defer id.wg.Done()
 	deadline := time.Now().Add(timeout)
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	// ctx ends when the ID is destroyed (or the connect returns); the
+	// timeout bounds reaching the listener, not the wait for an answer
+	// that a listener holds.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	id.wg.Add(1) // so that Destroy waits for this watcher too
 	go func() {
@@ -637,7 +663,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		case <-ctx.Done():
 		}
 	}()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.IP}}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.IP}, Deadline: deadline}
 	id.mu.Lock()
 	tos, tosSet := id.tos, id.tosSet
 	id.mu.Unlock()
@@ -681,11 +707,11 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		fail(err)
 		return
 	}
+	// Destroy ends the handshake at once (stop, deferred after cancel, runs
+	// first when the connect returns on its own).
 	stop := context.AfterFunc(ctx, func() {
-		if ctx.Err() == context.Canceled {
-			_ = c.SetWriteDeadline(time.Unix(1, 0))
-			_ = tr.setReadDeadline(time.Unix(1, 0))
-		}
+		_ = c.SetWriteDeadline(time.Unix(1, 0))
+		_ = tr.setReadDeadline(time.Unix(1, 0))
 	})
 	defer stop()
 	_ = c.SetWriteDeadline(deadline)
@@ -696,6 +722,11 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		return
 	}
 	m, err := readHandshake(tr)
+	if err == nil && m.typ == msgMRA {
+		// The listener holds the request: wait for its answer.
+		_ = tr.setReadDeadline(time.Now().Add(heldRequestTimeout))
+		m, err = readHandshake(tr)
+	}
 	if err == nil && m.typ != msgREP && m.typ != msgREJ {
 		err = errBadHandshake
 	}
@@ -1019,6 +1050,13 @@ func (id *cmID) Destroy() error {
 	if id.qp != nil {
 		id.mu.Unlock()
 		return verbs.Errorf("rdma_destroy_id", syscall.EBUSY, "destroy the ID's QP first")
+	}
+	if id.state == idConnectRequest && id.tr != nil {
+		// A request destroyed unanswered is rejected, as the kernel's CM
+		// does (a consumer reject without private data).
+		rej, _ := (&hsMsg{typ: msgREJ}).marshal()
+		_ = id.tr.c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = id.tr.c.Write(rej)
 	}
 	id.releasePending()
 	id.destroyed = true

@@ -48,6 +48,8 @@ func FuzzHandshake(f *testing.F) {
 		{typ: msgREP, qpn: 18, sqDepth: 16, rqDepth: 0, transports: transportTCP, priv: bytes.Repeat([]byte{1}, 196), ext: []byte{1, 2, 3}},
 		{typ: msgREJ, priv: []byte("no")},
 		{typ: msgRTU},
+		{typ: msgMRA},
+		{typ: msgREQ, qpn: 19, sqDepth: 8, rqDepth: 8, transports: transportTCP | transportShm | reqTakesMRA},
 	} {
 		b, err := m.marshal()
 		require.NoError(f, err)
@@ -69,6 +71,10 @@ func FuzzHandshake(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, m.typ, m2.typ)
 		require.Equal(t, m.qpn, m2.qpn)
+		require.Equal(t, m.transports, m2.transports)
+		if m.typ == msgREQ || m.typ == msgREP {
+			require.NotZero(t, m.transports&^reqTakesMRA, "a REQ or REP offers a transport")
+		}
 		require.True(t, bytes.Equal(m.priv, m2.priv))
 	})
 }
@@ -179,4 +185,34 @@ func FuzzShmSetup(f *testing.F) {
 		require.GreaterOrEqual(t, size, uint32(shmRingMin))
 		require.Zero(t, size&(size-1))
 	})
+}
+
+// The MRA: an empty message; reqTakesMRA is a flag of a REQ, never a
+// transport: a REQ or REP with nothing else, or a REP that carries it
+// beside its transport, is malformed.
+func TestHandshakeMRA(t *testing.T) {
+	b, err := (&hsMsg{typ: msgMRA}).marshal()
+	require.NoError(t, err)
+	m, err := parseHandshake(b)
+	require.NoError(t, err)
+	require.Equal(t, uint8(msgMRA), m.typ)
+	_, err = parseHandshake(append(b[:6:6], 1, 0, 0)) // a body
+	require.ErrorIs(t, err, errBadHandshake)
+
+	req := hsMsg{typ: msgREQ, qpn: 1, sqDepth: 8, rqDepth: 8, transports: transportTCP | reqTakesMRA}
+	b, err = req.marshal()
+	require.NoError(t, err)
+	m, err = parseHandshake(b)
+	require.NoError(t, err)
+	require.Equal(t, uint32(transportTCP|reqTakesMRA), m.transports)
+	for _, bad := range []hsMsg{
+		{typ: msgREQ, qpn: 1, sqDepth: 8, rqDepth: 8, transports: reqTakesMRA},
+		{typ: msgREP, qpn: 1, sqDepth: 8, rqDepth: 8, transports: reqTakesMRA},
+		{typ: msgREP, qpn: 1, sqDepth: 8, rqDepth: 8, transports: transportTCP | reqTakesMRA},
+	} {
+		b, err := bad.marshal()
+		require.NoError(t, err)
+		_, err = parseHandshake(b)
+		require.ErrorIs(t, err, errBadHandshake, "%+v", bad)
+	}
 }

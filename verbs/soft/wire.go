@@ -113,7 +113,11 @@ func (h *header) payloadLen() int {
 
 // Handshake messages travel on the TCP connection before frames start:
 // the active side sends REQ, the passive side answers REP or REJ, the
-// active side confirms a REP with RTU (IB CM's REQ/REP/REJ/RTU).
+// active side confirms a REP with RTU (IB CM's REQ/REP/REJ/RTU). As the
+// kernel's RDMA CM does with an MRA, a passive side tells an active side
+// that offered reqTakesMRA that the request reached its consumer, which
+// holds it: the active side then waits for the REP or REJ as long as the
+// kernel's CM does (heldRequestTimeout) instead of timing the connect out.
 //
 //	off size field
 //	0   4    magic "SRDM"
@@ -127,7 +131,8 @@ func (h *header) payloadLen() int {
 // (a bit set of ways to carry frames: the REQ offers, the REP picks one;
 // bit 0 is this TCP connection), private data length u8, private data,
 // extension length u16, extension bytes (for the chosen transport's setup).
-// REJ body: private data length u8, private data. RTU body: empty.
+// REJ body: private data length u8, private data. RTU and MRA bodies:
+// empty.
 const (
 	hsMagic          = "SRDM"
 	hsVersion        = 1
@@ -141,9 +146,15 @@ const (
 	msgREP = 2
 	msgREJ = 3
 	msgRTU = 4
+	msgMRA = 5 // at most one, before the REP or REJ
 )
 
 const transportTCP = 1 << 0
+
+// reqTakesMRA is a flag in a REQ's transports, beside the transports it
+// offers (a passive side that does not know it ignores it): the active
+// side understands msgMRA. A REP's transports hold exactly one transport.
+const reqTakesMRA = 1 << 31
 
 // hsMsg is a decoded handshake message.
 type hsMsg struct {
@@ -198,7 +209,7 @@ func (m *hsMsg) marshal() ([]byte, error) {
 	case msgREJ:
 		b = append(b, byte(len(m.priv)))
 		b = append(b, m.priv...)
-	case msgRTU:
+	case msgRTU, msgMRA:
 	default:
 		return nil, fmt.Errorf("soft: unknown handshake message type %d", m.typ)
 	}
@@ -214,7 +225,7 @@ func parseHandshakeHeader(b []byte) (typ uint8, bodyLen int, err error) {
 		return 0, 0, errBadHandshake
 	}
 	typ = b[5]
-	if typ < msgREQ || typ > msgRTU {
+	if typ < msgREQ || typ > msgMRA {
 		return 0, 0, errBadHandshake
 	}
 	n := int(binary.LittleEndian.Uint16(b[6:]))
@@ -267,8 +278,8 @@ func parseHandshake(b []byte) (hsMsg, error) {
 		if typ == msgREP && m.transports&(m.transports-1) != 0 {
 			return m, errBadHandshake // a REP picks exactly one transport
 		}
-		if m.transports == 0 {
-			return m, errBadHandshake
+		if m.transports&^reqTakesMRA == 0 {
+			return m, errBadHandshake // nothing to carry frames
 		}
 	case msgREJ:
 		if len(body) < 1 {
@@ -279,7 +290,7 @@ func parseHandshake(b []byte) (hsMsg, error) {
 			return m, errBadHandshake
 		}
 		m.priv = body[1 : 1+pl : 1+pl]
-	case msgRTU:
+	case msgRTU, msgMRA:
 		if len(body) != 0 {
 			return m, errBadHandshake
 		}

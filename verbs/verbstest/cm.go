@@ -167,8 +167,11 @@ func testConnectRefused(t *testing.T, s *suite) {
 }
 
 func testConnectTimeout(t *testing.T, s *suite) {
-	// A listener that never answers: the connect fails with UNREACHABLE
-	// once the resolve timeouts pass.
+	// A listener that holds the request unanswered: as with the kernel's
+	// RDMA CM (which answers the request with an MRA, so that the
+	// connecting side waits for the consumer's answer for many minutes),
+	// the connect reports nothing, well past the resolve timeouts; once
+	// the listener destroys the request, it is rejected (a consumer reject).
 	lch, lid := s.listener(t)
 	o := defaultOpts()
 	c := &endpoint{ch: s.channel(t)}
@@ -176,15 +179,18 @@ func testConnectTimeout(t *testing.T, s *suite) {
 	c.id, err = c.ch.CreateID()
 	require.NoError(t, err)
 	t.Cleanup(func() { c.release(t) })
-	require.NoError(t, c.id.ResolveAddr(nil, lid.LocalAddr(), time.Second))
+	require.NoError(t, c.id.ResolveAddr(nil, lid.LocalAddr(), 300*time.Millisecond))
 	s.expect(t, c.ch, verbs.EventAddrResolved)
-	require.NoError(t, c.id.ResolveRoute(time.Second))
+	require.NoError(t, c.id.ResolveRoute(300*time.Millisecond))
 	s.expect(t, c.ch, verbs.EventRouteResolved)
 	s.resources(t, c, &o)
 	require.NoError(t, c.id.Connect(&o.connect))
 	req := s.expect(t, lch, verbs.EventConnectRequest)
-	s.expect(t, c.ch, verbs.EventUnreachable)
+	ev, err := c.ch.GetEvent(time.Now().Add(3 * time.Second))
+	require.True(t, isDeadline(err), "no event while the listener holds the request: got %v (status %d), %v", ev.Type, ev.Status, err)
 	require.NoError(t, req.ID.Destroy())
+	ev = s.expect(t, c.ch, verbs.EventRejected)
+	require.Equal(t, verbs.RejectStatusConsumer, ev.Status)
 }
 
 func testResolveErrors(t *testing.T, s *suite) {
