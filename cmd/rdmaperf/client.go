@@ -53,6 +53,7 @@ type worker struct {
 	start, end time.Time
 	bytes      int64
 	msgs       int64
+	warmMsgs   int64 // messages sent in the warm-up
 	hist       *hist // latency only
 	server     serverResult
 	err        error
@@ -77,6 +78,13 @@ type measure struct {
 	// in-process server both are the same process's.
 	ClientCPU float64 `json:"client_cpu"`
 	ServerCPU float64 `json:"server_cpu"`
+	// CPU time (user plus system) per message, in nanoseconds, of the
+	// client process and of the server process, warm-up included on both
+	// sides (a latency test's message is one round trip). With an
+	// in-process server, the client's figure counts both ends and the
+	// server's is 0.
+	ClientCPUPerMsgNs int64 `json:"client_cpu_per_msg_ns"`
+	ServerCPUPerMsgNs int64 `json:"server_cpu_per_msg_ns"`
 }
 
 // runTest runs spec over tr and returns its figures and the provider that
@@ -155,15 +163,24 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 			return measure{}, provider, fmt.Errorf("%s %s conn %d: %w", tr.name, kindName(spec.kind), i, ws[i].err)
 		}
 	}
-	m := aggregate(ws)
+	m := aggregate(ws, spec.size)
 	m.ClientCPU = cpuShare(cpu, wall)
+	var total int64
+	for i := range ws {
+		total += ws[i].warmMsgs + ws[i].msgs
+	}
+	if total > 0 {
+		m.ClientCPUPerMsgNs = int64(cpu) / total
+	}
 	return m, provider, nil
 }
 
 // aggregate sums the connections' counts over the wall time from the first
-// one's start to the last one's end.
-func aggregate(ws []worker) measure {
+// one's start to the last one's end. size is the message size.
+func aggregate(ws []worker, size int) measure {
 	var m measure
+	var serverCPU time.Duration
+	var serverMsgs int64
 	var first, last time.Time
 	var h *hist
 	for i := range ws {
@@ -178,6 +195,10 @@ func aggregate(ws []worker) measure {
 		}
 		// Every connection sees the whole server process: take the largest.
 		m.ServerCPU = max(m.ServerCPU, cpuShare(w.server.CPU, w.server.Elapsed))
+		serverCPU = max(serverCPU, w.server.CPU)
+		if size > 0 {
+			serverMsgs += w.server.Bytes / int64(size)
+		}
 		if w.hist != nil {
 			if h == nil {
 				h = newHist()
@@ -189,6 +210,9 @@ func aggregate(ws []worker) measure {
 		m.Seconds = d.Seconds()
 		m.BytesPerSec = float64(m.Bytes) / m.Seconds
 		m.MsgsPerSec = float64(m.Messages) / m.Seconds
+	}
+	if serverMsgs > 0 {
+		m.ServerCPUPerMsgNs = int64(serverCPU) / serverMsgs
 	}
 	if h != nil {
 		m.MinNs, m.MeanNs, m.MaxNs = h.minimum(), h.mean(), h.max
@@ -218,6 +242,7 @@ func streamWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *at
 		}
 	}
 	w.start = time.Now()
+	w.warmMsgs = warm / int64(size)
 	for !stop.Load() && (iters == 0 || w.msgs < iters) {
 		n, err := c.Write(buf)
 		w.bytes += int64(n)
@@ -275,6 +300,7 @@ func latencyWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *a
 		warm++
 	}
 	w.start = time.Now()
+	w.warmMsgs = warm
 	for !stop.Load() && (iters == 0 || w.msgs < iters) {
 		t0 := time.Now()
 		if w.err = roundTrip(c, out, in); w.err != nil {

@@ -136,6 +136,9 @@ func median(ms []measure) measure {
 		MaxNs:       medI(func(m *measure) int64 { return m.MaxNs }),
 		ClientCPU:   medF(func(m *measure) float64 { return m.ClientCPU }),
 		ServerCPU:   medF(func(m *measure) float64 { return m.ServerCPU }),
+
+		ClientCPUPerMsgNs: medI(func(m *measure) int64 { return m.ClientCPUPerMsgNs }),
+		ServerCPUPerMsgNs: medI(func(m *measure) int64 { return m.ServerCPUPerMsgNs }),
 	}
 }
 
@@ -172,27 +175,29 @@ func (r *report) writeTable(w io.Writer) error {
 	if len(stream) > 0 {
 		fmt.Fprintf(&b, "\nstream bandwidth, client -> server (vs tcp: throughput ratio, higher is better)\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "size\t%-*s\tMiB/s\tGbit/s\tmsg/s\tcpu cli\tcpu srv\tvs tcp\t\n", lw, "transport")
+		fmt.Fprintf(tw, "size\t%-*s\tMiB/s\tGbit/s\tmsg/s\tcpu cli\tcpu srv\tcpu/msg\tvs tcp\t\n", lw, "transport")
 		for _, res := range stream {
 			m := res.Median
-			fmt.Fprintf(tw, "%s\t%-*s\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(),
-				m.BytesPerSec/(1<<20), m.BytesPerSec*8/1e9, m.MsgsPerSec, cpuText(m.ClientCPU), r.serverCPUText(m), ratioText(res.VsTCP))
+			fmt.Fprintf(tw, "%s\t%-*s\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(),
+				m.BytesPerSec/(1<<20), m.BytesPerSec*8/1e9, m.MsgsPerSec, cpuText(m.ClientCPU), r.serverCPUText(m),
+				usText(m.ClientCPUPerMsgNs+m.ServerCPUPerMsgNs), ratioText(res.VsTCP))
 		}
 		tw.Flush()
 	}
 	if len(lat) > 0 {
 		fmt.Fprintf(&b, "\nround-trip latency, ping-pong of the message size (vs tcp: p50 ratio, lower is better)\n")
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "size\t%-*s\tmsg/s\tmin\tp50\tp99\tp99.9\tmax\tcpu cli\tcpu srv\tvs tcp\t\n", lw, "transport")
+		fmt.Fprintf(tw, "size\t%-*s\tmsg/s\tmin\tp50\tp99\tp99.9\tmax\tcpu cli\tcpu srv\tcpu/msg\tvs tcp\t\n", lw, "transport")
 		for _, res := range lat {
 			m := res.Median
-			fmt.Fprintf(tw, "%s\t%-*s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(), m.MsgsPerSec,
+			fmt.Fprintf(tw, "%s\t%-*s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(), m.MsgsPerSec,
 				usText(m.MinNs), usText(m.P50Ns), usText(m.P99Ns), usText(m.P999Ns), usText(m.MaxNs),
-				cpuText(m.ClientCPU), r.serverCPUText(m), ratioText(res.VsTCP))
+				cpuText(m.ClientCPU), r.serverCPUText(m), usText(m.ClientCPUPerMsgNs+m.ServerCPUPerMsgNs), ratioText(res.VsTCP))
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(&b, "\ncpu: CPU time over wall time of the client and the server process (100%% = one core)")
+	fmt.Fprintf(&b, "\ncpu: CPU time over wall time of the client and the server process (100%% = one core);"+
+		" cpu/msg: their CPU time (user+system) per message, summed (latency: per round trip)")
 	if r.Server == "in-process" {
 		fmt.Fprintf(&b, "; one process here, so cpu cli counts both ends")
 	}

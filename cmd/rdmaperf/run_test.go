@@ -144,7 +144,22 @@ func TestLoopbackFork(t *testing.T) {
 		assert.Equal(t, int64(20), res.Median.Messages)
 		assert.Positive(t, res.Median.ClientCPU)
 		assert.Positive(t, res.Median.ServerCPU, "the server process reports its CPU time")
+		assert.Positive(t, res.Median.ClientCPUPerMsgNs)
+		assert.Positive(t, res.Median.ServerCPUPerMsgNs)
 	}
+}
+
+// The server's CPU per message is its CPU time over the messages it saw,
+// warm-up included; with several connections, the whole process's over
+// all of them.
+func TestAggregateCPUPerMessage(t *testing.T) {
+	ws := []worker{
+		{msgs: 90, warmMsgs: 10, server: serverResult{Bytes: 100 * 64, CPU: 3 * time.Millisecond}},
+		{msgs: 190, warmMsgs: 10, server: serverResult{Bytes: 200 * 64, CPU: 3 * time.Millisecond}},
+	}
+	m := aggregate(ws, 64)
+	assert.Equal(t, int64(10_000), m.ServerCPUPerMsgNs)
+	assert.Equal(t, int64(280), m.Messages)
 }
 
 // A cancelled run (SIGINT) stops at once, however long it was meant to be.
