@@ -82,9 +82,9 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 		var e unix.Errno
 		if t.rcnt == 1 {
 			// Plain read(2) is cheaper than a one-element readv(2).
-			n, _, e = unix.Syscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(t.riov[0].Base)), uintptr(t.riov[0].Len))
+			n, _, e = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(t.riov[0].Base)), uintptr(t.riov[0].Len))
 		} else {
-			n, _, e = unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&t.riov[0])), uintptr(t.rcnt))
+			n, _, e = unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&t.riov[0])), uintptr(t.rcnt))
 		}
 		switch e {
 		case 0:
@@ -277,9 +277,9 @@ func (t *tcpTransport) doWrite(fd uintptr) bool {
 		var n uintptr
 		var e unix.Errno
 		if k == 1 {
-			n, _, e = unix.Syscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(t.wiov[0].Base)), uintptr(t.wiov[0].Len))
+			n, _, e = unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(t.wiov[0].Base)), uintptr(t.wiov[0].Len))
 		} else {
-			n, _, e = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(k))
+			n, _, e = unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(k))
 		}
 		switch e {
 		case 0:
