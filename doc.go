@@ -88,9 +88,9 @@
 //
 // No OS thread waits per connection. Completions are driven by the Read or
 // Write that needs them, on its own goroutine: it polls the completion
-// queue, busy-polls briefly (Config.PollTime), then sleeps on the
-// completion channel, which parks on Go's runtime poller; a concurrent Read
-// and Write share that role. A connection's one goroutine of its own waits
+// queue, busy-polls briefly (Config.PollTime; Config.BusyPoll polls without
+// ever sleeping), then sleeps on the completion channel, which parks on
+// Go's runtime poller; a concurrent Read and Write share that role. A connection's one goroutine of its own waits
 // on the connection manager's event channel (also on the poller) and sends
 // the keepalive. Steady-state Read and Write allocate nothing.
 package rdma
