@@ -48,8 +48,10 @@ export RDMA_PROVIDER=rdmacore
 status=0
 port=7470
 fail() { echo "FAIL: \$*"; status=1; }
-# waitfor FILE: until the Go server says it listens
-waitfor() { i=0; while ! grep -q listening "\$1" 2>/dev/null; do i=\$((i+1)); [ \$i -lt 100 ] || return 1; sleep 0.1; done; }
+# waitfor LOG: until the server started in the background says it listens on
+# this round's port (LOG may still hold the previous round's line: the
+# background shell truncates it only when it gets to run).
+waitfor() { i=0; while ! grep -q "listening on .*:\$port\$" "\$1" 2>/dev/null; do i=\$((i+1)); [ \$i -lt 100 ] || return 1; sleep 0.1; done; }
 [ -n "\$PRELOAD" ] || { echo "FAIL: librspreload.so not found"; exit 1; }
 echo "== librspreload: \$PRELOAD"
 

@@ -56,8 +56,9 @@ VERBOSE=${SOFTROCE_VERBOSE:-0}
 # read the clock often (Go's scheduler does, on every wake-up) would pay
 # for the emulation, not for their own work, and ratios against C tools that
 # rarely read it would be skewed. QEMU derives every vCPU's TSC from the
-# host's clock, so it is trusted here. SOFTROCE_APPEND adds kernel arguments.
-CLOCK_ARGS="tsc=reliable clocksource=tsc"
+# host's clock, so it is trusted here (SOFTROCE_CLOCK="" gives the kernel its
+# own choice). SOFTROCE_APPEND adds kernel arguments.
+CLOCK_ARGS=${SOFTROCE_CLOCK-tsc=reliable clocksource=tsc}
 APPEND=${SOFTROCE_APPEND:-}
 
 # What the guest runs: rdma-core's userspace (libibverbs with the rxe provider,
