@@ -24,12 +24,21 @@ SIZES=${SIZES:-64 4096 65536}
 COUNT=${COUNT:-500}
 ROUNDS=${ROUNDS:-3}
 # POLL_SWEEP adds 64-byte ping-pongs at other PollTimes (e.g. "10us 50us
-# 200us"), to choose the default by.
+# 200us"), to choose the default by. BASE_REV (a git revision) adds the
+# ping-pongs of rdma.Conn as built from that revision ("base-1p": one
+# process, its defaults), for a before-and-after in the same guest run.
 POLL_SWEEP=${POLL_SWEEP:-}
+BASE_REV=${BASE_REV:-}
 OUT=build/softroce-bench
 rm -rf "$OUT"
 mkdir -p "$OUT"
 $GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
+if [ -n "$BASE_REV" ]; then
+	base=$(mktemp -d)
+	git worktree add -q --detach "$base" "$BASE_REV"
+	(cd "$base" && $GO build -o "$OLDPWD/$OUT/softroce-bench-base" ./scripts/softroce-bench)
+	git worktree remove --force "$base"
+fi
 $GO test -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
 
 cat >"$OUT/run.sh" <<GUEST
@@ -58,6 +67,10 @@ for s in $SIZES; do
 		bench tcp pingpong \$s -net tcp -procs 2
 		bench rdma-1p pingpong \$s -net rdma
 		bench tcp-1p pingpong \$s -net tcp
+		if [ -x ./softroce-bench-base ]; then
+			./softroce-bench-base -test pingpong -size \$s -count $COUNT -net rdma |
+				awk '{printf "base-1p %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
+		fi
 	done
 	# ib_send_bw: a stream of COUNT sends of s bytes
 	ib_send_bw -d \$SOFTROCE_DEV -F -n $COUNT -s \$s >/dev/null 2>&1 & p=\$!
@@ -102,8 +115,9 @@ awk '
 			rd = median("rdma pingpong " s); rsb = median("rstream-blocking pingpong " s)
 			t = median("tcp pingpong " s); r1 = median("rdma-1p pingpong " s); t1 = median("tcp-1p pingpong " s)
 			if (rs > 0 && rsb > 0 && t > 0)
-				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx; rdma default %.1f vs rstream -T b %.1f = %.2fx; TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f\n",
-					s, rb, rs, rb / rs, rd, rsb, rd / rsb, t, rd / t, r1, t1
+				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx; rdma default %.1f vs rstream -T b %.1f = %.2fx; TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f%s\n",
+					s, rb, rs, rb / rs, rd, rsb, rd / rsb, t, rd / t, r1, t1,
+					cnt["base-1p pingpong " s] ? sprintf(", base revision %.1f", median("base-1p pingpong " s)) : ""
 			k = "rdma stream " s
 			if (("ib_send_bw stream " s) in mb && mb["ib_send_bw stream " s] > 0)
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
