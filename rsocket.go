@@ -538,6 +538,14 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 	quiet := func() bool { return c.closed || c.peerGone || c.discSent }
 	for i := range wcs {
 		wc := &wcs[i]
+		if wc.Status == verbs.WCWRFlushErr && !quiet() && c.err == nil {
+			// Flushed with nothing failed before: the QP went to error
+			// because the peer disconnected (a dead peer's kernel sends the
+			// DREQ), and the CM's event may come after the flush. rsocket.c
+			// ends the stream at a disconnect: so does this, whichever of
+			// the two is seen first.
+			c.rdShut, c.peerGone = true, true
+		}
 		if wc.WRID&rsRecvWRID != 0 {
 			if wc.Status != verbs.WCSuccess {
 				if !quiet() {
