@@ -18,6 +18,7 @@ import (
 type Conn struct {
 	provider     string
 	fallback     error // why an auto dial fell back to soft (mixed.go)
+	peerRDMACM   bool  // the listener said it takes RDMA CM connections too (mixed.go)
 	laddr, raddr *Addr
 	cfg          Config
 
@@ -112,6 +113,7 @@ func (c *Conn) hello() stream.Hello {
 func (c *Conn) setPeer(h stream.Hello) {
 	c.tx = stream.NewSend(h)
 	c.chunk = min(c.chunk, int(c.tx.Size/4))
+	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if min(h.Version, stream.Version) >= stream.VersionHeartbeat {
 		c.rx.Pings = true
 		c.peerBeat = stream.AnswerWithin(h.Heartbeat)

@@ -54,8 +54,12 @@
 // the RDMA connection manager: at once when it answers that nothing listens
 // there or no RDMA device reaches it, after Config.RDMAConnectTimeout
 // (default 1.5 s) when it stays silent. A listener that answers and refuses
-// is not second-guessed. Conn.Provider says what carries a connection and
-// Conn.Fallback why a dial fell back.
+// is not second-guessed. A peer that answered only on soft is remembered
+// for a minute (per process, at most 1024 peers), and repeat dials to it go
+// to soft at once; a mixed listener's soft side tells the dialer that it
+// has an RDMA side too, and the dialer then forgets it, so that later dials
+// use the RDMA connection manager. Conn.Provider says what carries a
+// connection and Conn.Fallback why a dial fell back.
 //
 // # Talking to rsockets
 //
@@ -81,7 +85,8 @@
 // set the same Wire, and a Listener speaks one. Mixed fleets work as
 // above: an rsocket Listener on a host with a device also accepts soft
 // connections from Go peers in rsocket mode, and an auto dial falls back
-// to soft (which reaches Go listeners only, never a C one). A C rsockets
+// to soft (which reaches Go listeners only, never a C one); rsocket dials
+// do not use the memory of soft-only peers. A C rsockets
 // reader blocked in poll or recv does not notice its peer's death (a
 // killed C peer no more than a killed Go one); the Go side reads EOF when
 // a C peer dies.

@@ -265,6 +265,9 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	c.setPeer(peer)
 	h := c.hello()
 	h.Version = min(peer.Version, stream.Version)
+	if len(l.sides) > 1 && prov.Name() == ProviderSoft {
+		h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
+	}
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
 		abort()
 		return

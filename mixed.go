@@ -145,7 +145,10 @@ func (c *Conn) Fallback() error {
 // connectWithFallback connects with prov; when prov was chosen by auto and
 // is not soft, a failure that says the peer has no RDMA listener (no answer
 // within cfg.RDMAConnectTimeout, unreachable, nothing listening, no RDMA
-// route) is followed by a soft connect within what is left of ctx.
+// route) is followed by a soft connect within what is left of ctx. A peer
+// that answered only on soft is remembered (mixedmemory.go), and the next
+// dial to it goes to soft at once; one whose soft side says it has an RDMA
+// side too is forgotten.
 func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
 	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
 		return connect(ctx, prov, src, dst, cfg)
@@ -153,6 +156,22 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 	soft, err := verbs.Lookup(ProviderSoft)
 	if err != nil {
 		return connect(ctx, prov, src, dst, cfg)
+	}
+	key := dst.String()
+	if since, ok := softOnlyPeers.recall(key, time.Now()); ok {
+		c, err := connect(ctx, soft, src, dst, cfg)
+		if err == nil {
+			if c.peerRDMACM {
+				softOnlyPeers.forget(key)
+			}
+			c.fallback = &FallbackError{Provider: prov.Name(), Err: &rememberedError{since}}
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The peer changed: look again, RDMA first.
+		softOnlyPeers.forget(key)
 	}
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
@@ -175,8 +194,19 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 	if serr != nil {
 		return nil, fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err)
 	}
+	if !c.peerRDMACM {
+		softOnlyPeers.remember(key, time.Now())
+	}
 	c.fallback = fb
 	return c, nil
+}
+
+// rememberedError is a FallbackError's cause when the peer was dialed on
+// soft at once: it answered an earlier auto dial only on soft.
+type rememberedError struct{ since time.Time }
+
+func (e *rememberedError) Error() string {
+	return fmt.Sprintf("the peer answered only on soft %v ago (remembered for %v)", time.Since(e.since).Round(time.Millisecond), softOnlyTTL)
 }
 
 // fallbackOn reports whether a failed rdmacore connect may be retried on

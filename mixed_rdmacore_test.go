@@ -102,6 +102,7 @@ func TestMixedSilentPeerRDMACore(t *testing.T) {
 	t.Logf("soft-only server in %s: %s", ns, srv.expect(t, "LISTENING", time.Minute))
 
 	for _, bound := range []time.Duration{1500 * time.Millisecond, 500 * time.Millisecond} {
+		softOnlyPeers.clear()
 		start := time.Now()
 		c, err := dialCfg(t, &Config{RDMAConnectTimeout: bound}, addr, time.Minute)
 		require.NoError(t, err)
@@ -116,5 +117,22 @@ func TestMixedSilentPeerRDMACore(t *testing.T) {
 		require.NoError(t, err)
 		roundTrip(t, c, 100_000)
 		c.Close()
+
+		// The peer answered only on soft: the next dial goes there at once.
+		start = time.Now()
+		c, err = dialCfg(t, &Config{RDMAConnectTimeout: bound}, addr, time.Minute)
+		require.NoError(t, err)
+		took = time.Since(start)
+		assert.Equal(t, ProviderSoft, c.Provider())
+		require.True(t, errors.As(c.Fallback(), &fb), "Fallback() = %v", c.Fallback())
+		var re *rememberedError
+		assert.True(t, errors.As(fb, &re), "%v", fb)
+		assert.Zero(t, fb.Elapsed)
+		t.Logf("repeat dial: on soft at once, dial took %v in all: %v", took, fb)
+		_, err = c.Write([]byte{'e'})
+		require.NoError(t, err)
+		roundTrip(t, c, 1000)
+		c.Close()
 	}
+	softOnlyPeers.clear()
 }

@@ -14,7 +14,7 @@ import (
 //
 //	0  magic "RDGo"
 //	4  version         uint8  protocol version the sender speaks
-//	5  flags           uint8  none defined; ignored
+//	5  flags           uint8  FlagRDMACM; flags a side does not know are ignored
 //	6  recv depth      uint16 receive WRs the sender keeps posted (initial message credit)
 //	8  ring address    uint64 virtual address of the sender's receive ring
 //	16 ring rkey       uint32
@@ -45,6 +45,12 @@ const (
 	MaxRecvDepth     = 1023 // a credit message returns at most CreditRecvMax receives
 	helloMagic       = "RDGo"
 
+	// FlagRDMACM, in a listener's hello: the listener also takes
+	// connections over the RDMA connection manager at this address (a
+	// mixed listener answering on its soft side), so a dialer with a
+	// device should use that next time.
+	FlagRDMACM = 1 << 0
+
 	RejectBadHello    = 1 // the request's hello was malformed or its version unsupported
 	RejectNoResources = 2 // the listener could not set up the connection's resources
 )
@@ -52,6 +58,7 @@ const (
 // Hello is one side's half of the handshake.
 type Hello struct {
 	Version   uint8
+	Flags     uint8
 	RecvDepth uint16 // receive WRs kept posted: the peer's initial message credit
 	RingAddr  uint64 // the receive ring's address, for the peer's RDMA writes
 	RingKey   uint32 // its rkey
@@ -70,6 +77,7 @@ func (h Hello) Marshal() []byte {
 	b := make([]byte, HelloLen)
 	copy(b, helloMagic)
 	b[4] = h.Version
+	b[5] = h.Flags
 	binary.LittleEndian.PutUint16(b[6:], h.RecvDepth)
 	binary.LittleEndian.PutUint64(b[8:], h.RingAddr)
 	binary.LittleEndian.PutUint32(b[16:], h.RingKey)
@@ -106,6 +114,7 @@ func ParseHello(b []byte) (Hello, error) {
 	if h.Version <= Version && !reservedZero(b, h.Version) {
 		return h, fmt.Errorf("%w: reserved bytes set", ErrHello)
 	}
+	h.Flags = b[5]
 	h.RecvDepth = binary.LittleEndian.Uint16(b[6:])
 	h.RingAddr = binary.LittleEndian.Uint64(b[8:])
 	h.RingKey = binary.LittleEndian.Uint32(b[16:])

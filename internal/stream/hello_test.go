@@ -44,6 +44,16 @@ func TestHelloGolden(t *testing.T) {
 	got, err := ParseHello(b)
 	require.NoError(t, err)
 	assert.Zero(t, got.Heartbeat)
+
+	// Flags travel in byte 5 in every version; a side ignores those it
+	// does not know.
+	h = validHello()
+	h.Flags = FlagRDMACM | 0x80
+	b = h.Marshal()
+	assert.Equal(t, byte(0x81), b[5])
+	got, err = ParseHello(b)
+	require.NoError(t, err)
+	assert.Equal(t, h, got)
 }
 
 // A hello of version 1, byte for byte as a peer of that version sends it,
