@@ -76,7 +76,8 @@ type Config struct {
 	// heartbeats in the handshake, is not pinged and not held to it (only
 	// KeepAlive watches it). Default 10 s, at least 100 ms; negative: the
 	// connection sends no pings and never fails for silence (it still
-	// answers the peer's).
+	// answers the peer's). With Wire "rsocket" it does not apply: rsocket's
+	// protocol has no heartbeat, and an RsocketConn has only its keepalive.
 	PeerTimeout time.Duration
 
 	// PollTime is how long a Read or Write that would block busy-polls the
