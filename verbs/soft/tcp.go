@@ -19,6 +19,13 @@ import (
 // for the rest; writes are one writev of headers and registered memory.
 // Both use the socket's raw fd through syscall.RawConn, so that waiting
 // parks on Go's poller and a non-blocking attempt is possible.
+//
+// The socket is non-blocking: a read or write never sleeps in the kernel,
+// so they are raw system calls, without the scheduler's bookkeeping around
+// a call that may block. That bookkeeping wakes the runtime's monitor
+// thread (a futex call each way) on a goroutine's first call after an idle
+// spell, which on the latency path is every call after a wake-up, and lets
+// the monitor hand our P to another thread during a long copy.
 type tcpTransport struct {
 	c  *net.TCPConn
 	rc syscall.RawConn

@@ -85,3 +85,63 @@ func testFlushWakesEventWaiter(t *testing.T, s *suite) {
 		})
 	}
 }
+
+func init() { register("ResponderAfterWaiterLeft", testResponderAfterWaiterLeft) }
+
+// testResponderAfterWaiterLeft: a side whose application took one event
+// and then calls nothing more still executes the peer's RDMA WRITEs and
+// READs and acknowledges its SENDs, as a NIC does. A provider whose
+// transport is read by GetEvent waiters must hand the reading back when
+// the waiter leaves; each round has the waiter leave at a different point
+// of the peer's traffic.
+func testResponderAfterWaiterLeft(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.sharedCQ = true
+	c, sv := s.pair(t, o)
+	wc := make([]verbs.WC, 4)
+	for round := 0; round < 20; round++ {
+		postRecv(t, sv, uint64(round), 0, 64)
+		require.NoError(t, sv.scq.ReqNotify(false))
+		done := make(chan error, 1)
+		go func() {
+			cq, err := sv.cc.GetEvent()
+			if err == nil {
+				sv.cc.AckEvents(cq, 1)
+			}
+			done <- err
+		}()
+		postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:64])}})
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(s.cfg.Timeout):
+			_ = sv.cc.Close()
+			<-done
+			sv.cc = nil
+			t.Fatal("the server's GetEvent missed the SEND")
+		}
+		n, err := sv.scq.Poll(wc)
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, verbs.WCSuccess, wc[0].Status)
+		s.pollOne(t, c.scq, verbs.WCSuccess) // the SEND, acknowledged
+		// From now on the server's application does nothing. The first
+		// rounds write at once, the later ones after a pause.
+		if round >= 10 {
+			time.Sleep(time.Duration(round-9) * time.Millisecond)
+		}
+		src := c.buf[8192 : 8192+4096]
+		fill(src, byte(round))
+		remote := sv.buf[65536+round*4096 : 65536+(round+1)*4096]
+		postSend(t, c, verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMAWrite,
+			SG: []verbs.SGE{verbs.SGEOf(c.mr, src)}, RemoteAddr: verbs.AddrOf(remote), RKey: sv.mr.RKey()})
+		back := c.buf[16384 : 16384+4096]
+		clear(back)
+		postSend(t, c, verbs.SendWR{WRID: 3, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{verbs.SGEOf(c.mr, back)}, RemoteAddr: verbs.AddrOf(remote), RKey: sv.mr.RKey()})
+		got := s.pollOne(t, c.scq, verbs.WCSuccess)
+		require.Equal(t, uint64(3), got.WRID)
+		require.Equal(t, src, back, "round %d", round)
+	}
+}
