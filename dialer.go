@@ -131,8 +131,18 @@ func resolveTCP(ctx context.Context, network, address string) (*net.TCPAddr, err
 	return &net.TCPAddr{IP: ips[0], Port: p}, nil
 }
 
-// connect runs the active side of the connection manager's handshake.
-func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
+// cmDial is the active side of the connection manager up to the route: an
+// event channel and an ID resolved to the peer.
+type cmDial struct {
+	ctx context.Context
+	ech verbs.EventChannel
+	id  verbs.CMID
+}
+
+// resolveCM creates the channel and the ID, gives the ID the traffic class
+// (tos, unless 0) and resolves dst's address and route, within ctx. On
+// failure it releases what it created.
+func resolveCM(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, tos int) (*cmDial, error) {
 	ech, err := prov.CreateEventChannel()
 	if err != nil {
 		return nil, err
@@ -142,13 +152,62 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 		ech.Close()
 		return nil, err
 	}
-	if cfg.TrafficClass != 0 {
+	d := &cmDial{ctx: ctx, ech: ech, id: id}
+	if err := d.resolve(src, dst, tos); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *cmDial) resolve(src, dst *net.TCPAddr, tos int) error {
+	if tos != 0 {
 		// Before the route is resolved: it is chosen with it.
-		if err := id.SetTOS(cfg.TrafficClass); err != nil {
-			id.Destroy()
-			ech.Close()
-			return nil, err
+		if err := d.id.SetTOS(tos); err != nil {
+			return err
 		}
+	}
+	if err := d.id.ResolveAddr(src, dst, stepTimeout(d.ctx)); err != nil {
+		return err
+	}
+	if _, err := d.wait(verbs.EventAddrResolved); err != nil {
+		return err
+	}
+	if err := d.id.ResolveRoute(stepTimeout(d.ctx)); err != nil {
+		return err
+	}
+	_, err := d.wait(verbs.EventRouteResolved)
+	return err
+}
+
+// wait waits for the next event, which must be want.
+func (d *cmDial) wait(want verbs.CMEventType) (verbs.CMEvent, error) {
+	ev, err := waitEvent(d.ctx, d.ech)
+	if err != nil {
+		return ev, err
+	}
+	if ev.Type != want {
+		if err := d.ctx.Err(); err != nil {
+			// The provider gave up as our deadline passed: the deadline
+			// is the cause the caller asked about.
+			return ev, err
+		}
+		return ev, eventError(ev)
+	}
+	return ev, nil
+}
+
+// close releases the ID and the channel.
+func (d *cmDial) close() {
+	d.id.Destroy()
+	d.ech.Close()
+}
+
+// connect runs the active side of the connection manager's handshake.
+func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
+	d, err := resolveCM(ctx, prov, src, dst, cfg.TrafficClass)
+	if err != nil {
+		return nil, err
 	}
 	var c *Conn
 	ok := false
@@ -157,37 +216,10 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 			if c != nil {
 				c.releaseVerbs()
 			}
-			id.Destroy()
-			ech.Close()
+			d.close()
 		}
 	}()
-	wait := func(want verbs.CMEventType) (verbs.CMEvent, error) {
-		ev, err := waitEvent(ctx, ech)
-		if err != nil {
-			return ev, err
-		}
-		if ev.Type != want {
-			if err := ctx.Err(); err != nil {
-				// The provider gave up as our deadline passed: the deadline
-				// is the cause the caller asked about.
-				return ev, err
-			}
-			return ev, eventError(ev)
-		}
-		return ev, nil
-	}
-	if err := id.ResolveAddr(src, dst, stepTimeout(ctx)); err != nil {
-		return nil, err
-	}
-	if _, err := wait(verbs.EventAddrResolved); err != nil {
-		return nil, err
-	}
-	if err := id.ResolveRoute(stepTimeout(ctx)); err != nil {
-		return nil, err
-	}
-	if _, err := wait(verbs.EventRouteResolved); err != nil {
-		return nil, err
-	}
+	ech, id, wait := d.ech, d.id, d.wait
 	if c, err = newConn(prov.Name(), ech, id, cfg); err != nil {
 		return nil, err
 	}

@@ -160,13 +160,8 @@ func (d *Dialer) dialRsocket(ctx context.Context, network, address string) (*Rso
 // endpoint, connect with rs_conn_data as private data, take the peer's from
 // the accept.
 func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
-	ech, err := prov.CreateEventChannel()
+	d, err := resolveCM(ctx, prov, src, dst, 0)
 	if err != nil {
-		return nil, err
-	}
-	id, err := ech.CreateID()
-	if err != nil {
-		ech.Close()
 		return nil, err
 	}
 	var c *RsocketConn
@@ -176,35 +171,10 @@ func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPA
 			if c != nil {
 				c.releaseVerbs()
 			}
-			id.Destroy()
-			ech.Close()
+			d.close()
 		}
 	}()
-	wait := func(want verbs.CMEventType) (verbs.CMEvent, error) {
-		ev, err := waitEvent(ctx, ech)
-		if err != nil {
-			return ev, err
-		}
-		if ev.Type != want {
-			if err := ctx.Err(); err != nil {
-				return ev, err
-			}
-			return ev, eventError(ev)
-		}
-		return ev, nil
-	}
-	if err := id.ResolveAddr(src, dst, stepTimeout(ctx)); err != nil {
-		return nil, err
-	}
-	if _, err := wait(verbs.EventAddrResolved); err != nil {
-		return nil, err
-	}
-	if err := id.ResolveRoute(stepTimeout(ctx)); err != nil {
-		return nil, err
-	}
-	if _, err := wait(verbs.EventRouteResolved); err != nil {
-		return nil, err
-	}
+	ech, id, wait := d.ech, d.id, d.wait
 	if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
 		return nil, err
 	}
