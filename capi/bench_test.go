@@ -19,7 +19,10 @@ const benchMsg = 64
 // a server goroutine, through each layer in one run: the bare conns (TCP and
 // the default transport), capi over each, and librdma.so from C (a separate
 // program, given by CAPI_BENCH_C; make bench-capi builds and passes it).
-// The C figure minus capi's is the cost of the C boundary.
+// The C figure minus capi's is the cost of the C boundary; the C program
+// also times a call that crosses the boundary and does no I/O (ns/C-call),
+// and capi-rdma-locked is capi with both goroutines locked to their threads,
+// as a C thread's calls are.
 func BenchmarkRoundTrip64(b *testing.B) {
 	for _, tr := range transports() {
 		b.Run("conn-"+tr.name, func(b *testing.B) { benchConn(b, tr) })
@@ -137,9 +140,14 @@ func benchC(b *testing.B) {
 	out, err := exec.Command(prog, strconv.Itoa(b.N), strconv.Itoa(benchMsg)).CombinedOutput()
 	require.NoError(b, err, "%s", out)
 	f := strings.Fields(string(out))
-	require.Len(b, f, 2, "%s", out)
+	require.Len(b, f, 4, "%s", out)
 	ns, err := strconv.ParseFloat(f[1], 64)
+	require.NoError(b, err)
+	call, err := strconv.ParseFloat(f[3], 64)
 	require.NoError(b, err)
 	b.SetBytes(2 * benchMsg)
 	b.ReportMetric(ns, "ns/op")
+	// A round trip is four calls into librdma (send and recv on each
+	// side): this says how much of ns/op the boundary itself is.
+	b.ReportMetric(call, "ns/C-call")
 }
