@@ -66,8 +66,10 @@ type Config struct {
 	// connection sends it a ping, which the peer's connection answers
 	// (whether or not its program reads); any message counts as an answer,
 	// so a connection with traffic sends none. A peer silent for
-	// PeerTimeout is declared unresponsive within PeerTimeout*6/5, never
-	// before PeerTimeout. Reads and Writes then fail with a *net.OpError
+	// PeerTimeout is declared unresponsive at the next of the watch's
+	// ticks, a fifth of PeerTimeout apart (so by about PeerTimeout*6/5
+	// after its last message: 12.1-12.3 s after a SIGSTOP with the default
+	// in the Soft-RoCE VM), never before PeerTimeout. Reads and Writes then fail with a *net.OpError
 	// whose Err says "peer unresponsive for <PeerTimeout>" and matches
 	// syscall.ETIMEDOUT with errors.Is; its Timeout() is false, as for
 	// every failure of the connection (a deadline's error is the one that
