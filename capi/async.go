@@ -121,7 +121,7 @@ func (c *Context) ISend(idx int, data []byte) (*Request, error) {
 			return -1, err
 		}
 		return len(data), nil
-	})
+	}, nil)
 }
 
 // IRecv starts receiving the next message of peer idx into buf and
@@ -133,13 +133,13 @@ func (c *Context) IRecv(idx int, buf []byte) (*Request, error) {
 	}
 	return c.start("irecv from", p, &p.recvFIFO, func() (int, error) {
 		return c.recv(p, buf, nil)
-	})
+	}, nil)
 }
 
 // start runs run as a request, after the requests before it in f (nil: in
 // no order). cancel, if not nil, is called instead of run when the request
 // is cancelled.
-func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error), cancel ...func()) (*Request, error) {
+func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error), cancel func()) (*Request, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -164,8 +164,8 @@ func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error), ca
 			f.await(ticket)
 		}
 		if c.isClosed() {
-			for _, f := range cancel {
-				f()
+			if cancel != nil {
+				cancel()
 			}
 			r.n, r.err = -1, fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrCanceled)
 		} else if r.n, r.err = run(); r.err != nil && c.isClosed() {

@@ -916,6 +916,7 @@ static pthread_barrier_t os_barrier; // OS_CLIENTS clients + OS_CLIENTS server t
 static rdma_context *os_srv;
 static rdma_mem *os_region[OS_CLIENTS]; // exposed read/write to client i
 static rdma_mem *os_ro;                 // exposed read-only to every client
+static rdma_desc os_rw[OS_CLIENTS];     // the read/write exposures
 
 static unsigned char os_byte(int who, size_t i) { return (unsigned char)(who * 31 + i * 13 + (i >> 8)); }
 
@@ -1071,6 +1072,7 @@ static void test_onesided(void) {
         EXPECT_OK(rdma_expose(os_srv, i, os_region[i], 0, OS_SIZE, RDMA_ACCESS_READ | RDMA_ACCESS_WRITE, &rw), 0);
         EXPECT_OK(rdma_expose(os_srv, i, os_ro, 0, 8192, RDMA_ACCESS_READ, &rod), 0);
         EXPECT_OK(rdma_send(os_srv, i, &rw, sizeof(rw)), (int)sizeof(rw));
+        os_rw[i] = rw;
         EXPECT_OK(rdma_send(os_srv, i, &rod, sizeof(rod)), (int)sizeof(rod));
         pthread_create(&servers[i], NULL, os_server_peer, (void *)(intptr_t)i);
     }
@@ -1078,6 +1080,9 @@ static void test_onesided(void) {
         pthread_join(clients[i], NULL);
         pthread_join(servers[i], NULL);
     }
+    EXPECT_OK(rdma_unexpose(os_srv, &os_rw[0]), 0);
+    EXPECT_ERRNO(rdma_unexpose(os_srv, &os_rw[0]), RDMA_ERR_BAD_DESC, "not a live exposure of this context");
+    EXPECT_ERRNO(rdma_unexpose(os_srv, NULL), RDMA_ERR_INVALID, "desc is NULL");
     EXPECT_OK(rdma_free(os_region[0]), 0);
     rdma_cleanup(os_srv); // frees the rest
     EXPECT_OK(rdma_free(os_region[1]), 0); // releases only the handle
