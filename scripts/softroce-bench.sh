@@ -86,8 +86,9 @@ for pt in $POLL_SWEEP; do
 done
 # The provider alone: 64-byte inline SEND ping-pong on raw verbs, one
 # goroutine waiting on completion channels for both ends
-./rdmacore.test -test.run '^\$' -test.bench 'PingPongEvents\$' -test.benchtime ${COUNT}x |
-	awk '/^BenchmarkPingPongEvents/ {printf "verbs pingpong 64 0 %.2f\n", \$3/1000}'
+./rdmacore.test -test.run '^\$' -test.bench 'PingPongEvents(TwoGoroutines)?\$' -test.benchtime ${COUNT}x |
+	awk '/^BenchmarkPingPongEvents-/ {printf "verbs pingpong 64 0 %.2f\n", \$3/1000}
+		/^BenchmarkPingPongEventsTwoGoroutines/ {printf "verbs-2g pingpong 64 0 %.2f\n", \$3/1000}'
 # ib_send_lat: 64-byte ping-pong, busy-polling; t_avg is half a round trip
 ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 >/dev/null 2>&1 & p=\$!
 sleep 1
@@ -124,7 +125,8 @@ awk '
 					mb[k] / mb["ib_send_bw stream " s], mb[k] / mb["tcp stream " s]
 		}
 		if (("verbs pingpong 64") in mb)
-			printf "64 B round trip (us): ib_send_lat %.1f (busy), raw verbs events %.1f (one goroutine); rdma busy/ib_send_lat %.2fx, rdma default/raw verbs %.2fx (<1: rdma.Conn faster)\n",
-				median("ib_send_lat pingpong 64"), median("verbs pingpong 64"),
-				median("rdma-busy pingpong 64") / median("ib_send_lat pingpong 64"), median("rdma pingpong 64") / median("verbs pingpong 64")
+			printf "64 B round trip (us): ib_send_lat %.1f (busy), raw verbs events %.1f (one goroutine) %.1f (a goroutine per end); rdma busy/ib_send_lat %.2fx, rdma default/raw verbs %.2fx, rdma one process/raw verbs a goroutine per end %.2fx (<1: rdma.Conn faster)\n",
+				median("ib_send_lat pingpong 64"), median("verbs pingpong 64"), median("verbs-2g pingpong 64"),
+				median("rdma-busy pingpong 64") / median("ib_send_lat pingpong 64"), median("rdma pingpong 64") / median("verbs pingpong 64"),
+				median("rdma-1p pingpong 64") / median("verbs-2g pingpong 64")
 	}' "$OUT/results.txt" | sort

@@ -3,6 +3,7 @@
 package rdmacore
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/rdmanet/rdma/internal/testsupport"
@@ -78,3 +79,90 @@ func eventWait(b *testing.B) func(e *end, wc []verbs.WC) {
 func BenchmarkPingPongBusyPoll(b *testing.B)       { pingPong(b, false, busyWait(b)) }
 func BenchmarkPingPongEvents(b *testing.B)         { pingPong(b, false, eventWait(b)) }
 func BenchmarkPingPongWriteImmEvents(b *testing.B) { pingPong(b, true, eventWait(b)) }
+
+// BenchmarkPingPongEventsTwoGoroutines is PingPongEvents with each end on a
+// goroutine of its own, as two connections' Reads are: the difference from
+// PingPongEvents is what Go's scheduler adds when a completion must wake
+// another goroutine (in rdma.Conn, another process's), not the verbs.
+func BenchmarkPingPongEventsTwoGoroutines(b *testing.B) {
+	_, ip := testsupport.SoftRoCE(b)
+	srv, cli, _, _, _ := connect(b, ip)
+	must := func(err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	must(cli.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}))
+	csend := []verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}}
+	ssend := []verbs.SendWR{{WRID: 4, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}}
+	srecv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:4096])}}}
+	crecv := []verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}
+	// recv waits on e's completion channel until its receive completes
+	// (send completions, signaled, come on the way).
+	recv := func(e *end, wc []verbs.WC) error {
+		for {
+			n, err := e.cq.Poll(wc)
+			if err != nil {
+				return err
+			}
+			if n == 1 {
+				if wc[0].Status != verbs.WCSuccess {
+					return fmt.Errorf("completion %v", wc[0].Status)
+				}
+				if wc[0].Opcode == verbs.WCRecv {
+					return nil
+				}
+				continue
+			}
+			if err := e.cq.ReqNotify(false); err != nil {
+				return err
+			}
+			if n, err = e.cq.Poll(wc); err != nil || n == 1 {
+				if err != nil {
+					return err
+				}
+				if wc[0].Opcode == verbs.WCRecv {
+					return nil
+				}
+				continue
+			}
+			got, err := e.cc.GetEvent()
+			if err != nil {
+				return err
+			}
+			e.cc.AckEvents(got, 1)
+		}
+	}
+	served := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() {
+		wc := make([]verbs.WC, 1)
+		for i := 0; i < b.N; i++ {
+			if err := recv(srv, wc); err != nil {
+				served <- err
+				return
+			}
+			if err := srv.qp.PostRecv(srecv); err != nil {
+				served <- err
+				return
+			}
+			if err := srv.qp.PostSend(ssend); err != nil {
+				served <- err
+				return
+			}
+		}
+		served <- nil
+	}()
+	wc := make([]verbs.WC, 1)
+	for i := 0; i < b.N; i++ {
+		must(cli.qp.PostSend(csend))
+		must(recv(cli, wc))
+		must(cli.qp.PostRecv(crecv))
+	}
+	must(<-served)
+	b.StopTimer()
+	disconnect(b, cli, srv)
+}
