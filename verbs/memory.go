@@ -3,6 +3,7 @@ package verbs
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -60,9 +61,16 @@ func roundToPage(n int) int {
 var (
 	memMu    sync.RWMutex
 	memTable []*Memory // sorted by Addr
+	memBytes atomic.Int64
 )
 
+// MemoryInUse is how many bytes of AllocMemory blocks are allocated and not
+// yet freed in this process: the registrable memory its connections hold
+// (virtual size; pages never touched are not resident).
+func MemoryInUse() int64 { return memBytes.Load() }
+
 func trackMemory(m *Memory) {
+	memBytes.Add(int64(m.Len()))
 	memMu.Lock()
 	defer memMu.Unlock()
 	i := sort.Search(len(memTable), func(i int) bool { return memTable[i].Addr() > m.Addr() })
@@ -72,6 +80,7 @@ func trackMemory(m *Memory) {
 }
 
 func untrackMemory(m *Memory) {
+	memBytes.Add(-int64(m.Len()))
 	memMu.Lock()
 	defer memMu.Unlock()
 	for i, x := range memTable {

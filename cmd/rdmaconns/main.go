@@ -1,0 +1,63 @@
+// Command rdmaconns measures what a connection costs while it is held: it
+// opens N connections from this process to a listener in this process, each
+// echoing one byte (dial to first echo is the setup time), holds them all,
+// and reports per endpoint (each connection has two, one per side) the
+// resident memory, the registrable memory (verbs.AllocMemory) and the
+// descriptors, beside Go's own TCP through the same code in the same run.
+//
+//	rdmaconns -n 1000                       # soft: shared memory, then soft's TCP path
+//	rdmaconns -n 10000 -paths shm
+//	rdmaconns -n 1000 -paths rdmacore -addr $SOFTROCE_IP   # in the Soft-RoCE VM
+//
+// Paths: shm (soft provider, same-host shared memory), tcp (soft provider,
+// TCP frames), rdmacore (the rdmacore provider), net (Go's net.Dial and
+// net.Listen: the baseline, always run). Resident memory is the growth of
+// the process's VmRSS after a garbage collection, divided by 2N.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	default:
+		fmt.Fprintf(os.Stderr, "rdmaconns: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, measures every path, and prints the report.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	if err := raiseFDLimit(4*o.n + 256); err != nil {
+		return err
+	}
+	var results []result
+	for _, p := range o.paths {
+		if !o.quiet {
+			fmt.Fprintf(stderr, "rdmaconns: %s, %d connections...\n", p, o.n)
+		}
+		r, err := measure(ctx, p, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		results = append(results, r)
+	}
+	return report(stdout, o, results)
+}

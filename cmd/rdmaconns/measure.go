@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/soft"
+)
+
+// result is one path's figures.
+type result struct {
+	Path        string  `json:"path"`
+	Conns       int     `json:"conns"`
+	SetupMean   float64 `json:"setup_mean_us"` // dial to first echo, per conn
+	SetupP50    float64 `json:"setup_p50_us"`
+	SetupP99    float64 `json:"setup_p99_us"`
+	RSSPerEP    float64 `json:"rss_per_endpoint_bytes"`
+	RegPerEP    float64 `json:"registered_per_endpoint_bytes"`
+	FDsPerEP    float64 `json:"fds_per_endpoint"`
+	GoroutPerEP float64 `json:"goroutines_per_endpoint"`
+	// Where the resident memory is, per endpoint: the Go heap in use,
+	// goroutine stacks, shared memory (the soft provider's rings).
+	HeapPerEP  float64 `json:"heap_per_endpoint_bytes"`
+	StackPerEP float64 `json:"stack_per_endpoint_bytes"`
+	ShmemPerEP float64 `json:"shmem_per_endpoint_bytes"`
+}
+
+// snapshot is the process-wide state compared before and after.
+type snapshot struct {
+	rss, reg, shmem int64
+	heap, stack     int64
+	fds, gorou      int
+}
+
+func take() (snapshot, error) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var s snapshot
+	var err error
+	if s.rss, err = statusBytes("VmRSS:"); err != nil {
+		return s, err
+	}
+	if s.shmem, err = statusBytes("RssShmem:"); err != nil {
+		return s, err
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.heap, s.stack = int64(ms.HeapInuse), int64(ms.StackInuse)
+	if s.fds, err = openFDs(); err != nil {
+		return s, err
+	}
+	s.reg = verbs.MemoryInUse()
+	s.gorou = runtime.NumGoroutine()
+	return s, nil
+}
+
+// statusBytes reads a size field of /proc/self/status.
+func statusBytes(field string) (int64, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := bytes.CutPrefix(sc.Bytes(), []byte(field)); ok {
+			f := bytes.Fields(v)
+			if len(f) == 2 {
+				kb, err := strconv.ParseInt(string(f[0]), 10, 64)
+				return kb << 10, err
+			}
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/self/status", field)
+}
+
+func openFDs() (int, error) {
+	d, err := os.ReadDir("/proc/self/fd")
+	return len(d), err
+}
+
+// raiseFDLimit raises the soft descriptor limit toward want, up to the hard
+// limit.
+func raiseFDLimit(want int) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= uint64(want) {
+		return nil
+	}
+	lim.Cur = min(uint64(want), lim.Max)
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+}
+
+// endpoints opens and closes one path's connections.
+type endpoints struct {
+	listen func() (net.Listener, error)
+	dial   func(addr string) (net.Conn, error)
+	done   func()
+}
+
+func pathEndpoints(path, ip string, ring int) endpoints {
+	if path == "net" {
+		return endpoints{
+			listen: func() (net.Listener, error) { return net.Listen("tcp", net.JoinHostPort(ip, "0")) },
+			dial:   func(a string) (net.Conn, error) { return net.Dial("tcp", a) },
+			done:   func() {},
+		}
+	}
+	cfg := &rdma.Config{Provider: "soft", RingSize: ring}
+	done := func() {}
+	switch path {
+	case "rdmacore":
+		cfg.Provider = "rdmacore"
+		cfg.RDMAOnly = true
+	case "shm", "tcp":
+		prev := soft.SetSharedMemory(path == "shm")
+		done = func() { soft.SetSharedMemory(prev) }
+	}
+	d := &rdma.Dialer{Config: cfg}
+	lc := &rdma.ListenConfig{Config: cfg}
+	return endpoints{
+		listen: func() (net.Listener, error) {
+			return lc.Listen(context.Background(), "rdma", net.JoinHostPort(ip, "0"))
+		},
+		dial: func(a string) (net.Conn, error) { return d.Dial("rdma", a) },
+		done: done,
+	}
+}
+
+// measure opens o.n connections on path, each echoing one byte, holds
+// them, measures, then closes them all and checks that every descriptor
+// came back.
+func measure(ctx context.Context, path string, o *options) (result, error) {
+	r := result{Path: path, Conns: o.n}
+	ep := pathEndpoints(path, o.addr, o.ring)
+	defer ep.done()
+	before, err := take()
+	if err != nil {
+		return r, err
+	}
+	ln, err := ep.listen()
+	if err != nil {
+		return r, err
+	}
+	var wg sync.WaitGroup
+	served := make(chan error, 1)
+	var srvConns []net.Conn
+	var srvMu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					select {
+					case served <- err:
+					default:
+					}
+				}
+				return
+			}
+			srvMu.Lock()
+			srvConns = append(srvConns, c)
+			srvMu.Unlock()
+			wg.Add(1)
+			go func() { // echo one byte, then wait for the end like a server
+				defer wg.Done()
+				var b [1]byte
+				if _, err := io.ReadFull(c, b[:]); err == nil {
+					if _, err := c.Write(b[:]); err == nil {
+						_, _ = c.Read(b[:])
+					}
+				}
+			}()
+		}
+	}()
+	conns := make([]net.Conn, 0, o.n)
+	closeAll := func() {
+		for _, c := range conns {
+			c.Close()
+		}
+		ln.Close()
+		srvMu.Lock()
+		for _, c := range srvConns {
+			c.Close()
+		}
+		srvMu.Unlock()
+		wg.Wait()
+	}
+	setup := make([]time.Duration, 0, o.n)
+	addr := ln.Addr().String()
+	for i := 0; i < o.n; i++ {
+		if err := ctx.Err(); err != nil {
+			closeAll()
+			return r, err
+		}
+		t0 := time.Now()
+		c, err := ep.dial(addr)
+		if err != nil {
+			closeAll()
+			return r, fmt.Errorf("conn %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		b := [1]byte{byte(i)}
+		if _, err := c.Write(b[:]); err == nil {
+			_, err = io.ReadFull(c, b[:])
+		}
+		if err != nil || b[0] != byte(i) {
+			closeAll()
+			return r, fmt.Errorf("conn %d: echo: %v (got %d)", i, err, b[0])
+		}
+		setup = append(setup, time.Since(t0))
+	}
+	held, err := take()
+	if err == nil && o.memProfile != "" {
+		err = writeHeapProfile(o.memProfile + "." + path)
+	}
+	closeAll()
+	if err != nil {
+		return r, err
+	}
+	select {
+	case err := <-served:
+		return r, fmt.Errorf("accept: %w", err)
+	default:
+	}
+	eps := float64(2 * o.n)
+	r.RSSPerEP = float64(held.rss-before.rss) / eps
+	r.RegPerEP = float64(held.reg-before.reg) / eps
+	r.FDsPerEP = float64(held.fds-before.fds-1) / eps // less the listener's
+	r.GoroutPerEP = float64(held.gorou-before.gorou-1) / eps
+	r.HeapPerEP = float64(held.heap-before.heap) / eps
+	r.StackPerEP = float64(held.stack-before.stack) / eps
+	r.ShmemPerEP = float64(held.shmem-before.shmem) / eps
+	var sum time.Duration
+	for _, d := range setup {
+		sum += d
+	}
+	slices.Sort(setup)
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	r.SetupMean = us(sum / time.Duration(len(setup)))
+	r.SetupP50 = us(setup[len(setup)/2])
+	r.SetupP99 = us(setup[len(setup)*99/100])
+	// Everything closed: the descriptors must all be back.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		after, err := openFDs()
+		if err != nil {
+			return r, err
+		}
+		if after <= before.fds {
+			break
+		}
+		if time.Now().After(deadline) {
+			return r, fmt.Errorf("%d descriptors still open after closing every connection", after-before.fds)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return r, nil
+}
+
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.WriteHeapProfile(f)
+}

@@ -1,0 +1,37 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+func report(w io.Writer, o *options, rs []result) error {
+	if o.json {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(rs)
+	}
+	var base *result
+	for i := range rs {
+		if rs[i].Path == "net" {
+			base = &rs[i]
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "path\tconns\tsetup mean\tp50\tp99\tx net\tresident/endpoint\tregistered/endpoint\tfds/endpoint\tgoroutines/endpoint\t(heap\tstacks\tshmem)\t\n")
+	for _, r := range rs {
+		ratio := "-"
+		if base != nil && base.SetupMean > 0 {
+			ratio = fmt.Sprintf("%.2f", r.SetupMean/base.SetupMean)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f us\t%.0f us\t%.0f us\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t\n",
+			r.Path, r.Conns, r.SetupMean, r.SetupP50, r.SetupP99, ratio,
+			kib(r.RSSPerEP), kib(r.RegPerEP), r.FDsPerEP, r.GoroutPerEP,
+			kib(r.HeapPerEP), kib(r.StackPerEP), kib(r.ShmemPerEP))
+	}
+	return tw.Flush()
+}
+
+func kib(b float64) string { return fmt.Sprintf("%.1f KiB", b/1024) }
