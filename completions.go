@@ -375,7 +375,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	}
 	c.received += uint64(reposts)
 	if reposts > 0 && c.err == nil && !c.torn {
-		if err := c.qp.PostRecv(c.rwrs[:reposts]); err != nil {
+		if err := c.postRecvs(reposts); err != nil {
 			c.failLocked(err)
 		} else {
 			c.recvPosted += reposts

@@ -42,7 +42,7 @@ type endpoint struct {
 // newEndpoint creates a connection's verbs resources on id (whose device
 // is known: route resolved, or a connect request). On failure it releases
 // what it created (not ech and id, which stay the caller's).
-func newEndpoint(ech verbs.EventChannel, id verbs.CMID, cfg Config) (e endpoint, err error) {
+func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (e endpoint, err error) {
 	e.ech, e.id = ech, id
 	defer func() {
 		if err != nil {
@@ -69,6 +69,12 @@ func newEndpoint(ech verbs.EventChannel, id verbs.CMID, cfg Config) (e endpoint,
 	}
 	inline := min(cfg.InlineThreshold, attr.MaxInlineData)
 	e.rdAtom = min(maxRdAtom, attr.MaxQPRdAtom, attr.MaxQPInitRdAtom)
+	if provider == "soft" {
+		// The soft provider copies a send's bytes out of registered
+		// memory either way; inline would only add a copy, and per
+		// connection SendDepth slots of staging here and in its QP.
+		inline = 0
+	}
 
 	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
 	e.slots = sq + 2
@@ -153,7 +159,7 @@ func (e *endpoint) release(unacked int) {
 // newConn sets up a connection on id: its verbs resources, and its
 // receives posted.
 func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (*Conn, error) {
-	e, err := newEndpoint(ech, id, cfg)
+	e, err := newEndpoint(provider, ech, id, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -177,17 +183,34 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.sqEnds = make([]uint64, e.slots)
 	c.sqOps = make([]*remoteOp, e.slots)
 	c.notes = make([]notification, e.recvWRs)
-	c.rwrs = make([]verbs.RecvWR, e.recvWRs)
+	c.rwrs = make([]verbs.RecvWR, min(e.recvWRs, recvBatch))
 	for i := range c.rwrs {
 		c.rwrs[i].WRID = recvWRID
 	}
-	if err = c.qp.PostRecv(c.rwrs); err != nil {
+	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
 		return nil, err
 	}
 	c.recvPosted = e.recvWRs
 	c.rx = stream.NewRecv(c.ringLog, e.recvWRs)
 	return c, nil
+}
+
+// recvBatch is the most receive WRs posted in one call: every one is the
+// same (no SGE, the data lands in the ring), so a few reused serve any
+// number, and a connection does not keep RecvDepth of them.
+const recvBatch = 16
+
+// postRecvs posts n receive WRs.
+func (c *Conn) postRecvs(n int) error {
+	for n > 0 {
+		k := min(n, len(c.rwrs))
+		if err := c.qp.PostRecv(c.rwrs[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
 }
 
 // ackTimeoutExp is the QP's transport timeout exponent, set with

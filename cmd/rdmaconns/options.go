@@ -18,6 +18,7 @@ type options struct {
 	ring  int // rdma.Config.RingSize (0: the default)
 
 	memProfile string // heap profile while the connections are held
+	cpuProfile string
 }
 
 const (
@@ -43,6 +44,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.ring, "ring", 0, "rdma.Config.RingSize in `bytes` (0: the library's default); the send buffer follows it")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines on stderr")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile to `file`.PATH while each path's connections are held")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

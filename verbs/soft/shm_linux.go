@@ -41,7 +41,7 @@ import (
 // shared.
 const (
 	shmHdrPage = 4096
-	shmMagic   = 0x32_4d_48_53_54_46_4f_53 // "SOFTSHM2"
+	shmMagic   = 0x33_4d_48_53_54_46_4f_53 // "SOFTSHM3": one eventfd per side
 	offMagic   = 0
 	offTail    = 64
 	offWClosed = 72
@@ -96,17 +96,20 @@ func viewRing(mem []byte) shmRing {
 }
 
 // shmLocal is what one side creates and passes to its peer: the ring it
-// reads (the peer writes it) and the two eventfds it waits on.
+// reads (the peer writes it) and the eventfd it waits on, which the peer
+// signals both when it put data in our ring and when it freed space in its
+// own. One eventfd per side, not one per condition: a connection holds
+// three descriptors (its own eventfd, the peer's, the handshake's TCP
+// connection), and the ring's memfd is closed once mapped.
 type shmLocal struct {
-	ring    []byte
-	ringFD  int
-	evData  int // the peer signals: data in our ring
-	evSpace int // the peer signals: space in its ring
+	ring   []byte
+	ringFD int
+	ev     int
 }
 
 // newShmLocal creates a ring of size data bytes (a power of two).
 func newShmLocal(size int) (*shmLocal, error) {
-	l := &shmLocal{ringFD: -1, evData: -1, evSpace: -1}
+	l := &shmLocal{ringFD: -1, ev: -1}
 	fail := func(err error) (*shmLocal, error) { l.free(); return nil, err }
 	fd, err := unix.MemfdCreate("rdma-soft-ring", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -129,10 +132,7 @@ func newShmLocal(size int) (*shmLocal, error) {
 		return fail(err)
 	}
 	au64(l.ring, offMagic).Store(shmMagic)
-	if l.evData, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
-		return fail(err)
-	}
-	if l.evSpace, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+	if l.ev, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		return fail(err)
 	}
 	return l, nil
@@ -146,7 +146,7 @@ func (l *shmLocal) free() {
 		_ = unix.Munmap(l.ring)
 		l.ring = nil
 	}
-	for _, fd := range []*int{&l.ringFD, &l.evData, &l.evSpace} {
+	for _, fd := range []*int{&l.ringFD, &l.ev} {
 		if *fd >= 0 {
 			unix.Close(*fd)
 			*fd = -1
@@ -154,11 +154,10 @@ func (l *shmLocal) free() {
 	}
 }
 
-// shmPeer is what the peer passed: the ring we write and its eventfds.
+// shmPeer is what the peer passed: the ring we write and its eventfd.
 type shmPeer struct {
-	ring    []byte
-	evData  int
-	evSpace int
+	ring []byte
+	ev   int
 }
 
 func (p *shmPeer) free() {
@@ -169,20 +168,16 @@ func (p *shmPeer) free() {
 		_ = unix.Munmap(p.ring)
 		p.ring = nil
 	}
-	if p.evData >= 0 {
-		unix.Close(p.evData)
-		p.evData = -1
-	}
-	if p.evSpace >= 0 {
-		unix.Close(p.evSpace)
-		p.evSpace = -1
+	if p.ev >= 0 {
+		unix.Close(p.ev)
+		p.ev = -1
 	}
 }
 
 func sendSetup(uc *net.UnixConn, l *shmLocal) error {
 	var b [shmSetupLen]byte
 	marshalShmSetup(&b, uint32(len(l.ring)-shmHdrPage))
-	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.evData, l.evSpace), nil)
+	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.ev), nil)
 	return err
 }
 
@@ -246,14 +241,14 @@ func mapRing(fd int, size int) ([]byte, error) {
 // size we map.
 func recvSetup(uc *net.UnixConn, limit int) (*shmPeer, error) {
 	var b [shmSetupLen]byte
-	fds, err := recvFDs(uc, b[:], 3)
+	fds, err := recvFDs(uc, b[:], 2)
 	if err != nil {
 		return nil, err
 	}
-	p := &shmPeer{evData: fds[1], evSpace: fds[2]}
+	p := &shmPeer{ev: fds[1]}
 	defer unix.Close(fds[0])
 	size, err := parseShmSetup(b[:], uint32(min(limit, shmRingMax)))
-	if err != nil || !isEventfd(p.evData) || !isEventfd(p.evSpace) {
+	if err != nil || !isEventfd(p.ev) {
 		p.free()
 		return nil, errShmSetup
 	}
@@ -495,16 +490,28 @@ func (p *shmPrepared) start(c *net.TCPConn) (transport, error) {
 }
 
 // shmTransport carries frames through two shared rings (transport.go).
+//
+// Both of its waits, the reader's for data and the writer's for space,
+// sleep on the one eventfd of ours, which the peer signals for either (see
+// sleep). Read deadlines are the transport's own (a timer that signals the
+// eventfd), so that one set for the reader never cuts a writer's wait
+// short.
 type shmTransport struct {
 	tcp  *net.TCPConn // liveness: the peer's death closes it
 	rx   shmRing      // we consume
 	tx   shmRing      // we produce
 	size uint64
 
-	evData, evSpace     *os.File // ours: we sleep on them
-	evDataRC, evSpaceRC syscall.RawConn
-	myData, mySpace     int // their descriptors, valid until free
-	peerData, peerSpace int // the peer's: we signal them
+	ev     *os.File // ours: we sleep on it
+	evRC   syscall.RawConn
+	myEv   int // its descriptor, valid until free
+	peerEv int // the peer's: we signal it
+
+	// The read deadline (UnixNano, 0: none), and the timer that wakes a
+	// reader when it passes (made on first use).
+	rdl     atomic.Int64
+	rdlMu   sync.Mutex
+	rdlTime *time.Timer
 
 	// Read side (one goroutine at a time).
 	rhead   uint64
@@ -516,7 +523,6 @@ type shmTransport struct {
 	onIdle  func(boundary bool) bool
 	intr    atomic.Bool
 	rArm    bool
-	waitFn  func(fd uintptr) bool
 
 	// Write side (one goroutine at a time).
 	wpos    uint64 // our tail, including records not yet published
@@ -525,7 +531,14 @@ type shmTransport struct {
 	recAt   uint64
 	recN    uint64
 	wArm    bool
-	spaceFn func(fd uintptr) bool
+	wSeen   atomic.Uint64 // whead when the writer went to sleep, for the reader's look
+
+	// Who sleeps on the eventfd (sleep).
+	sleepMu  sync.Mutex
+	parked   bool
+	want     [2]atomic.Bool
+	poke     [2]chan struct{}
+	sleepFns [2]func(fd uintptr) bool
 
 	// Lifecycle.
 	users     atomic.Int64
@@ -547,21 +560,19 @@ func signalFD(fd int) { _, _ = unix.Write(fd, one[:]) }
 
 func newShmTransport(c *net.TCPConn, l *shmLocal, p *shmPeer) (*shmTransport, error) {
 	t := &shmTransport{tcp: c, rx: viewRing(l.ring), tx: viewRing(p.ring),
-		peerData: p.evData, peerSpace: p.evSpace, watchDone: make(chan struct{})}
+		peerEv: p.ev, watchDone: make(chan struct{})}
 	t.size = uint64(len(t.tx.data))
-	t.myData, t.mySpace = l.evData, l.evSpace
-	t.evData = os.NewFile(uintptr(l.evData), "eventfd")
-	t.evSpace = os.NewFile(uintptr(l.evSpace), "eventfd")
+	t.myEv = l.ev
+	t.ev = os.NewFile(uintptr(l.ev), "eventfd")
 	unix.Close(l.ringFD)
-	l.ring, l.ringFD, l.evData, l.evSpace = nil, -1, -1, -1
-	p.ring, p.evData, p.evSpace = nil, -1, -1
-	var err1, err2 error
-	t.evDataRC, err1 = t.evData.SyscallConn()
-	t.evSpaceRC, err2 = t.evSpace.SyscallConn()
-	t.waitFn = t.doWait
-	t.spaceFn = t.doWaitSpace
+	l.ring, l.ringFD, l.ev = nil, -1, -1
+	p.ring, p.ev = nil, -1
+	var err error
+	t.evRC, err = t.ev.SyscallConn()
+	t.sleepFns = [2]func(uintptr) bool{t.doWait, t.doWaitSpace}
+	t.poke = [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
 	t.watchFn = t.startWatch
-	if err1 != nil || err2 != nil {
+	if err != nil {
 		t.close()
 		return nil, errShmSetup
 	}
@@ -586,10 +597,8 @@ func (t *shmTransport) exit() {
 func (t *shmTransport) free() {
 	_ = unix.Munmap(t.rx.mem)
 	_ = unix.Munmap(t.tx.mem)
-	t.evData.Close()
-	t.evSpace.Close()
-	unix.Close(t.peerData)
-	unix.Close(t.peerSpace)
+	t.ev.Close()
+	unix.Close(t.peerEv)
 }
 
 func (t *shmTransport) startWatch() { go t.watch() }
@@ -602,8 +611,7 @@ func (t *shmTransport) watch() {
 	_, _ = t.tcp.Read(b[:])
 	t.gone.Store(true)
 	if t.enter() {
-		signalFD(t.myData)
-		signalFD(t.mySpace)
+		signalFD(t.myEv)
 		t.exit()
 	}
 }
@@ -613,9 +621,13 @@ func (t *shmTransport) close() error {
 		return nil
 	}
 	t.tcp.Close()
+	t.rdlMu.Lock()
+	if t.rdlTime != nil {
+		t.rdlTime.Stop()
+	}
+	t.rdlMu.Unlock()
 	if t.enter() {
-		signalFD(t.myData)
-		signalFD(t.mySpace)
+		signalFD(t.myEv)
 		t.exit()
 	}
 	t.watchOnce.Do(func() { close(t.watchDone) })
@@ -631,25 +643,129 @@ func (t *shmTransport) setIdle(f func(bool) bool) { t.onIdle = f }
 func (t *shmTransport) interrupt() {
 	t.intr.Store(true)
 	if t.enter() {
-		signalFD(t.myData)
+		signalFD(t.myEv)
 		t.exit()
 	}
 }
 
-func (t *shmTransport) setReadDeadline(d time.Time) error { return t.evData.SetReadDeadline(d) }
+// setReadDeadline bounds the reader's waits from now on and wakes a
+// reader asleep when it passes.
+func (t *shmTransport) setReadDeadline(d time.Time) error {
+	t.rdlMu.Lock()
+	defer t.rdlMu.Unlock()
+	if d.IsZero() {
+		t.rdl.Store(0)
+		if t.rdlTime != nil {
+			t.rdlTime.Stop()
+		}
+		return nil
+	}
+	t.rdl.Store(max(d.UnixNano(), 1))
+	if t.closed.Load() {
+		return nil
+	}
+	if t.rdlTime == nil {
+		t.rdlTime = time.AfterFunc(time.Until(d), t.deadlinePassed)
+	} else {
+		t.rdlTime.Reset(time.Until(d))
+	}
+	return nil
+}
+
+func (t *shmTransport) deadlinePassed() {
+	if t.enter() {
+		signalFD(t.myEv)
+		t.exit()
+	}
+}
+
+// readExpired reports whether the read deadline has passed.
+func (t *shmTransport) readExpired() bool {
+	d := t.rdl.Load()
+	return d != 0 && time.Now().UnixNano() >= d
+}
+
+// The two waiters on our eventfd.
+const (
+	sleepReader = 0
+	sleepWriter = 1
+)
+
+// readable and writable are what wakes the reader and the writer, read
+// from atomics only, so that either waiter can look on the other's behalf.
+func (t *shmTransport) readable() bool {
+	return t.rx.tail.Load() != t.rx.head.Load() || t.rx.wclosed.Load() != 0 || t.gone.Load() ||
+		t.closed.Load() || t.intr.Load() || t.readExpired()
+}
+
+func (t *shmTransport) writable() bool {
+	return t.tx.head.Load() != t.wSeen.Load() || t.gone.Load() || t.closed.Load()
+}
+
+func (t *shmTransport) ready(who int) bool {
+	if who == sleepReader {
+		return t.readable()
+	}
+	return t.writable()
+}
+
+// sleep waits for a signal on our eventfd on behalf of who (sleepReader or
+// sleepWriter), whose condition was just found false; the caller looks at
+// it again afterwards. One waiter at a time parks on the poller; the other,
+// if it comes meanwhile, registers in want and waits on its poke channel,
+// and the parked one hands every wake-up on to it. Nothing is missed: the
+// parked one, before it parks, looks at a registered waiter's condition as
+// well as its own, and a waiter that registers later looks at its own
+// after registering (a signal always follows what it announces).
+func (t *shmTransport) sleep(who int) error {
+	other := 1 - who
+	t.sleepMu.Lock()
+	if t.parked {
+		t.want[who].Store(true)
+		t.sleepMu.Unlock()
+		if t.ready(who) {
+			t.sleepMu.Lock()
+			if t.want[who].Load() {
+				t.want[who].Store(false)
+				t.sleepMu.Unlock()
+				return nil
+			}
+			t.sleepMu.Unlock() // poked meanwhile: take the token below
+		}
+		<-t.poke[who]
+		return nil
+	}
+	t.parked = true
+	t.sleepMu.Unlock()
+	if who == sleepReader {
+		t.rArm = true
+	} else {
+		t.wArm = true
+	}
+	err := t.evRC.Read(t.sleepFns[who])
+	t.sleepMu.Lock()
+	t.parked = false
+	if t.want[other].Load() {
+		t.want[other].Store(false)
+		t.poke[other] <- struct{}{}
+	}
+	t.sleepMu.Unlock()
+	return err
+}
 
 // doWait and doWaitSpace are RawConn.Read callbacks that park once on the
 // poller. The eventfd's counter is never read: every write to an eventfd is
 // a new edge for the (edge-triggered) poller, so reading it back would only
 // cost a system call per wake-up. RawConn.Read forgets a readiness that
 // came before it started, so the first call looks again at what a signal
-// would announce (published before signalling), and a signal sent after
-// that look wakes the wait.
+// would announce (published before signalling), for the caller and for a
+// waiter registered behind it, and a signal sent after that look wakes the
+// wait.
 func (t *shmTransport) doWait(uintptr) bool {
 	if t.rArm {
 		t.rArm = false
-		return t.rx.tail.Load() != t.rhead || t.rx.wclosed.Load() != 0 || t.gone.Load() ||
-			t.closed.Load() || t.intr.Load()
+		return t.rx.tail.Load() != t.rhead || t.readable() ||
+			(t.want[sleepWriter].Load() && t.writable())
 	}
 	return true
 }
@@ -657,7 +773,8 @@ func (t *shmTransport) doWait(uintptr) bool {
 func (t *shmTransport) doWaitSpace(uintptr) bool {
 	if t.wArm {
 		t.wArm = false
-		return t.tx.head.Load() != t.whead || t.gone.Load() || t.closed.Load()
+		return t.tx.head.Load() != t.whead || t.writable() ||
+			(t.want[sleepReader].Load() && t.readable())
 	}
 	return true
 }
@@ -748,7 +865,7 @@ func (t *shmTransport) consume(h uint64) {
 	t.rhead = h
 	t.rx.head.Store(h)
 	if t.rx.wwait.Load() != 0 && t.rx.wwait.CompareAndSwap(1, 0) {
-		signalFD(t.peerSpace)
+		signalFD(t.peerEv)
 	}
 }
 
@@ -808,6 +925,9 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	if boundary && t.intr.Swap(false) {
 		return errInterrupted
 	}
+	if t.readExpired() {
+		return os.ErrDeadlineExceeded
+	}
 	switch *stage {
 	case 0:
 		*stage = 1
@@ -840,8 +960,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		t.rx.rwait.Store(0)
 		return nil
 	}
-	t.rArm = true
-	err := t.evDataRC.Read(t.waitFn)
+	err := t.sleep(sleepReader)
 	t.rx.rwait.Store(0)
 	return err
 }
@@ -884,7 +1003,7 @@ func (t *shmTransport) publish() {
 	t.closeRec()
 	t.tx.tail.Store(t.wpos)
 	if t.tx.rwait.Load() != 0 && t.tx.rwait.CompareAndSwap(1, 0) {
-		signalFD(t.peerData)
+		signalFD(t.peerEv)
 	}
 }
 
@@ -975,6 +1094,7 @@ func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
 
 // waitSpace sleeps until the consumer frees ring space.
 func (t *shmTransport) waitSpace() error {
+	t.wSeen.Store(t.whead)
 	for {
 		t.tx.wwait.Store(1)
 		if h := t.tx.head.Load(); h != t.whead {
@@ -987,8 +1107,7 @@ func (t *shmTransport) waitSpace() error {
 		if t.gone.Load() {
 			return syscall.EPIPE
 		}
-		t.wArm = true
-		if err := t.evSpaceRC.Read(t.spaceFn); err != nil {
+		if err := t.sleep(sleepWriter); err != nil {
 			return err
 		}
 	}
@@ -1001,7 +1120,7 @@ func (t *shmTransport) closeWrite() error {
 	defer t.exit()
 	t.publish()
 	t.tx.wclosed.Store(1)
-	signalFD(t.peerData)
+	signalFD(t.peerEv)
 	return nil
 }
 

@@ -30,8 +30,12 @@ type tcpTransport struct {
 	c  *net.TCPConn
 	rc syscall.RawConn
 
-	// Read side, used by one goroutine.
+	// Read side, used by one goroutine. buf is big, borrowed from tcpBufs,
+	// while the reader is busy, and small while it sleeps with nothing
+	// buffered: an idle connection holds no big buffer.
 	buf      []byte
+	big      *[tcpBufSize]byte
+	small    [tcpSmallBuf]byte
 	r, w     int
 	riov     [2]unix.Iovec
 	rcnt     int
@@ -67,9 +71,58 @@ type tcpTransport struct {
 }
 
 const (
-	tcpBufSize = 128 << 10
-	iovMax     = 1024 // IOV_MAX on Linux
+	tcpBufSize  = 128 << 10
+	tcpSmallBuf = 1 << 10
+	iovMax      = 1024 // IOV_MAX on Linux
+	iovStart    = 64   // wiov's first size; it grows to what writev is given, up to iovMax
 )
+
+// tcpBufs lends read buffers to TCP transports whose readers are busy. A
+// free list of its own, not a sync.Pool: a pool empties at garbage
+// collections (and drops puts at random under the race detector), and a
+// read that then allocates 128 KiB is what the lending is there to avoid.
+var tcpBufs = struct {
+	mu   sync.Mutex
+	free []*[tcpBufSize]byte
+}{free: make([]*[tcpBufSize]byte, 0, tcpBufsKept)}
+
+// tcpBufsKept bounds the free list (8 MiB); more go to the collector.
+const tcpBufsKept = 64
+
+// borrow moves the buffered bytes into a big buffer.
+func (t *tcpTransport) borrow() {
+	var b *[tcpBufSize]byte
+	tcpBufs.mu.Lock()
+	if n := len(tcpBufs.free); n > 0 {
+		b = tcpBufs.free[n-1]
+		tcpBufs.free[n-1] = nil
+		tcpBufs.free = tcpBufs.free[:n-1]
+	}
+	tcpBufs.mu.Unlock()
+	if b == nil {
+		b = new([tcpBufSize]byte)
+	}
+	t.w = copy(b[:], t.buf[t.r:t.w])
+	t.r = 0
+	t.big, t.buf = b, b[:]
+}
+
+// lend gives the big buffer back when the reader is about to sleep between
+// frames with nothing buffered, and points the pending read at the small
+// one (what arrives first after a sleep is usually small).
+func (t *tcpTransport) lend() {
+	if t.big == nil || !t.boundary || t.r != t.w || t.rcnt != 1 {
+		return
+	}
+	tcpBufs.mu.Lock()
+	if len(tcpBufs.free) < tcpBufsKept {
+		tcpBufs.free = append(tcpBufs.free, t.big)
+	}
+	tcpBufs.mu.Unlock()
+	t.big, t.buf, t.r, t.w = nil, t.small[:], 0, 0
+	t.riov[0].Base = &t.small[0]
+	t.riov[0].SetLen(len(t.small))
+}
 
 func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 	rc, err := c.SyscallConn()
@@ -77,7 +130,8 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 		return nil, err
 	}
 	_ = c.SetNoDelay(true)
-	t := &tcpTransport{c: c, rc: rc, buf: make([]byte, tcpBufSize), wiov: make([]unix.Iovec, iovMax)}
+	t := &tcpTransport{c: c, rc: rc, wiov: make([]unix.Iovec, iovStart)}
+	t.buf = t.small[:]
 	t.readFn = t.doRead
 	t.writeFn = t.doWrite
 	return t, nil
@@ -113,6 +167,7 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 						return true
 					}
 				}
+				t.lend()
 				return false
 			}
 			t.rn = 0
@@ -192,6 +247,9 @@ func (t *tcpTransport) readHeader(h *[hdrLen]byte) error {
 	t.boundary = true
 	defer func() { t.boundary = false }()
 	for t.w-t.r < hdrLen {
+		if t.big == nil {
+			t.borrow()
+		}
 		if t.r > 0 && len(t.buf)-t.r < hdrLen {
 			t.w = copy(t.buf, t.buf[t.r:t.w])
 			t.r = 0
@@ -221,7 +279,7 @@ func (t *tcpTransport) readPayload(dst []byte) error {
 		// place instead of being copied out of the buffer.
 		over := t.buf
 		if len(dst) >= 16<<10 {
-			over = t.buf[:4096]
+			over = t.buf[:min(4096, len(t.buf))]
 		}
 		n, err := t.readv(dst, over, true)
 		if n <= len(dst) {
@@ -334,6 +392,9 @@ func (t *tcpTransport) writev(bufs [][]byte, wait bool) (int, error) {
 			t.wone[0] = t.wsmall[:k]
 			bufs = t.wone[:]
 		}
+	}
+	if len(bufs) > len(t.wiov) && len(t.wiov) < iovMax {
+		t.wiov = make([]unix.Iovec, min(len(bufs), iovMax))
 	}
 	t.wbufs, t.widx, t.woff, t.wn, t.wwait, t.werr = bufs, 0, 0, 0, wait, nil
 	err := t.rc.Write(t.writeFn)
