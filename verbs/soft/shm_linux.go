@@ -525,13 +525,13 @@ type shmTransport struct {
 	rArm    bool
 
 	// Write side (one goroutine at a time).
-	wpos    uint64 // our tail, including records not yet published
-	whead   uint64 // the consumer's head as last seen
-	open    bool   // a recData record is open at recAt
-	recAt   uint64
-	recN    uint64
-	wArm    bool
-	wSeen   atomic.Uint64 // whead when the writer went to sleep, for the reader's look
+	wpos  uint64 // our tail, including records not yet published
+	whead uint64 // the consumer's head as last seen
+	open  bool   // a recData record is open at recAt
+	recAt uint64
+	recN  uint64
+	wArm  bool
+	wSeen atomic.Uint64 // whead when the writer went to sleep, for the reader's look
 
 	// Who sleeps on the eventfd (sleep).
 	sleepMu  sync.Mutex
