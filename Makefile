@@ -49,8 +49,11 @@ lint: vet
 
 # go test's usual output (a closing ok or FAIL per package), then a count of
 # the tests and every skipped one with its reason (internal/testsummary).
+# TestManyConnsHeld again without the race detector, at its full count
+# (10,000 connections held in one process).
 test-go:
 	$(GO) run ./internal/testsummary -race -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -timeout 5m -run '^TestManyConnsHeld$$' .
 	$(GO) -C cmd/perfplot test -race -count=1 ./...
 
 # Every Go example built and run on loopback, its output checked.
@@ -146,7 +149,10 @@ bench-capi: capi
 # --- Benchmarks --------------------------------------------------------------
 # The Go benchmarks of verbs, the root package (rdma.Conn) and collectives,
 # with -benchmem, then rdmaperf's loopback comparison (rdma vs TCP through the
-# same code, server in a separate process, median of PERF_ROUNDS rounds).
+# same code, server in a separate process, median of PERF_ROUNDS rounds),
+# then rdmaconns: CONNS_N connections held in one process, per endpoint
+# resident memory, registered memory, descriptors and setup time, on soft's
+# shared-memory and TCP paths beside Go's TCP (10,000: make bench CONNS_N=10000).
 # Everything goes to $(BENCH_OUT)/results.txt, rdmaperf's report also to
 # $(BENCH_OUT)/rdmaperf.json and drawn (cmd/perfplot: throughput and p50
 # latency against message size, rdma beside tcp) in $(BENCH_OUT)/rdmaperf.svg
@@ -158,10 +164,12 @@ COLL_BENCHTIME ?= 3x
 PERF_ROUNDS    ?= 5
 PERF_SIZES     ?= 64,1K,16K,64K,1M
 PERF_FLAGS     ?= -loopback -fork -rounds $(PERF_ROUNDS) -t 1s -sizes $(PERF_SIZES)
+CONNS_N        ?= 1000
 
 bench:
 	@mkdir -p $(BENCH_OUT) $(BUILD)/bin
 	$(GO) build -o $(BUILD)/bin/rdmaperf ./cmd/rdmaperf
+	$(GO) build -o $(BUILD)/bin/rdmaconns ./cmd/rdmaconns
 	@rm -f $(BENCH_OUT)/rdmaperf.json $(BENCH_OUT)/failed
 	@( \
 		echo "# make bench $$(date -u +%Y-%m-%dT%H:%M:%SZ); $$($(GO) version); $$(nproc) CPUs"; \
@@ -177,6 +185,8 @@ bench:
 		[ ! -f $(BENCH_OUT)/rdmaperf.json ] || $(GO) -C cmd/perfplot run . $(CURDIR)/$(BENCH_OUT)/rdmaperf.json \
 			$(CURDIR)/$(BENCH_OUT)/rdmaperf.svg $(CURDIR)/$(BENCH_OUT)/rdmaperf.png \
 			|| echo "perfplot" >> $(BENCH_OUT)/failed; \
+		echo "# rdmaconns -n $(CONNS_N) -q"; \
+		$(BUILD)/bin/rdmaconns -n $(CONNS_N) -q || echo "rdmaconns" >> $(BENCH_OUT)/failed; \
 	) 2>&1 | tee $(BENCH_OUT)/results.txt
 	@echo "make bench: results in $(BENCH_OUT)/results.txt, rdmaperf's report in $(BENCH_OUT)/rdmaperf.json, drawn in $(BENCH_OUT)/rdmaperf.svg and .png"
 	@if [ -f $(BENCH_OUT)/failed ]; then \

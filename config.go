@@ -33,6 +33,14 @@ type Config struct {
 	// into: how many bytes may be in flight toward a connection before its
 	// reader consumes them. Rounded up to a power of two in [4 KiB, 1 GiB];
 	// default 1 MiB.
+	//
+	// What a connection registers, for its whole life, is RingSize +
+	// SendBufferSize + one inline slot per send WR ((SendDepth+2) x the
+	// inline size granted; none on soft), one memory block: 2 MiB and
+	// 33 KiB with the defaults on a NIC, which pins all of it. On soft
+	// only the pages a connection has touched are resident (an idle one
+	// that echoed a byte: a few pages). See docs/design.md, "What a
+	// connection costs".
 	RingSize int
 
 	// SendBufferSize is the registered memory a connection copies outgoing
@@ -51,7 +59,9 @@ type Config struct {
 
 	// InlineThreshold: writes of at most this many bytes are posted inline
 	// (copied into the work request, no DMA read of a buffer), up to what the
-	// device grants. Default 256; negative disables inline sends.
+	// device grants. Default 256; negative disables inline sends. The soft
+	// provider sends nothing inline: it copies out of registered memory
+	// either way, and inline would only cost a copy and staging per send WR.
 	InlineThreshold int
 
 	// KeepAlive is how often an idle connection probes its peer, so that a

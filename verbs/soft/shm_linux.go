@@ -1092,8 +1092,25 @@ func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
 	return n, nil
 }
 
-// waitSpace sleeps until the consumer frees ring space.
+// waitSpace waits until the consumer frees ring space: a bounded spin
+// first, like the reader's (in a stream the consumer frees space within
+// it, and the writer then never shares the eventfd with a sleeping
+// reader), then sleep.
 func (t *shmTransport) waitSpace() error {
+	if spin := shmSpin.Load(); spin > 0 {
+		end := monotime() + spin
+		for i := 1; ; i++ {
+			if t.tx.head.Load() != t.whead {
+				return nil
+			}
+			if i%64 == 0 {
+				if t.closed.Load() || t.gone.Load() || monotime() > end {
+					break
+				}
+				schedYield()
+			}
+		}
+	}
 	t.wSeen.Store(t.whead)
 	for {
 		t.tx.wwait.Store(1)

@@ -5,6 +5,7 @@ package soft
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -259,6 +260,99 @@ func TestShmTransportFullRing(t *testing.T) {
 	require.NoError(t, b.readPayload(got))
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got)
+}
+
+// The reader's wait for data and the writer's for space share one eventfd:
+// with both asleep on it at once, in either order, each is woken by what
+// it waits for, and a read deadline ends the reader's wait only.
+func TestShmTransportReaderAndWriterAsleep(t *testing.T) {
+	for _, readerFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("readerFirst=%v", readerFirst), func(t *testing.T) {
+			a, b := shmPair(t)
+			payload := make([]byte, 2*defaultShmRing)
+			for i := range payload {
+				payload[i] = byte(i * 13)
+			}
+			var h [hdrLen]byte
+			readc := make(chan error, 1)
+			writec := make(chan error, 1)
+			startReader := func() {
+				go func() { readc <- a.readHeader(&h) }()
+			}
+			startWriter := func() {
+				go func() {
+					_, err := a.writev([][]byte{payload}, true)
+					writec <- err
+				}()
+			}
+			if readerFirst {
+				startReader()
+				time.Sleep(20 * time.Millisecond) // asleep (a hang check below, not a speed one)
+				startWriter()
+			} else {
+				startWriter()
+				time.Sleep(20 * time.Millisecond)
+				startReader()
+			}
+			time.Sleep(20 * time.Millisecond)
+			select {
+			case err := <-readc:
+				t.Fatalf("read returned with nothing sent: %v", err)
+			case err := <-writec:
+				t.Fatalf("write of twice the ring returned with nothing read: %v", err)
+			default:
+			}
+			// The peer drains a's ring: the writer, not the reader, ends.
+			got := make([]byte, len(payload))
+			drained := make(chan error, 1)
+			go func() { drained <- b.readPayload(got) }()
+			select {
+			case err := <-writec:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				a.close() // unblocks the peer's read too
+				t.Fatal("the writer was not woken by the space freed")
+			}
+			require.NoError(t, <-drained)
+			assert.Equal(t, payload, got)
+			select {
+			case err := <-readc:
+				t.Fatalf("read returned with nothing sent: %v", err)
+			default:
+			}
+			// The peer sends a frame: the reader ends with it.
+			hdr := [hdrLen]byte{1, 2, 3}
+			require.NoError(t, writeFrame(b, &hdr, nil, nil))
+			select {
+			case err := <-readc:
+				require.NoError(t, err)
+				assert.Equal(t, hdr, h)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the reader was not woken by the data")
+			}
+
+			// A deadline set while both sleep ends the read, not the write.
+			startReader()
+			startWriter()
+			time.Sleep(20 * time.Millisecond)
+			require.NoError(t, a.setReadDeadline(time.Now().Add(20*time.Millisecond)))
+			select {
+			case err := <-readc:
+				require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the read deadline did not end the read")
+			}
+			select {
+			case err := <-writec:
+				t.Fatalf("the read deadline ended the write: %v", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			require.NoError(t, a.setReadDeadline(time.Time{}))
+			require.NoError(t, b.readPayload(got))
+			require.NoError(t, <-writec)
+			assert.Equal(t, payload, got)
+		})
+	}
 }
 
 // FuzzShmRing: whatever a peer writes into our ring (records and the

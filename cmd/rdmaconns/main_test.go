@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A short run on every soft path: each reports its connections, a setup
+// time, descriptors per endpoint (net and soft's TCP path one, shared
+// memory three: its eventfd, the peer's and the TCP connection), and
+// registered memory only for the rdma paths.
+func TestRunReports(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-n", "20", "-paths", "shm,tcp", "-json", "-q", "-addr", "127.0.0.62"}, &out, io.Discard)
+	require.NoError(t, err)
+	var rs []result
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rs))
+	require.Len(t, rs, 3)
+	want := map[string]float64{"net": 1, "shm": 3, "tcp": 1}
+	for _, r := range rs {
+		assert.Equal(t, 20, r.Conns, r.Path)
+		assert.Positive(t, r.SetupMean, r.Path)
+		assert.LessOrEqual(t, r.DialMean, r.SetupMean, r.Path)
+		assert.InDelta(t, want[r.Path], r.FDsPerEP, 0.1, "%s: descriptors per endpoint", r.Path)
+		if r.Path == "net" {
+			assert.Zero(t, r.RegPerEP, r.Path)
+		} else {
+			assert.Positive(t, r.RegPerEP, r.Path)
+		}
+	}
+	assert.Equal(t, []string{"net", "shm", "tcp"}, []string{rs[0].Path, rs[1].Path, rs[2].Path})
+}
+
+func TestOptionsRefuseBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"-n", "0"},
+		{"-n", "1000000"},
+		{"-paths", "udp"},
+		{"-addr", "not-an-ip"},
+		{"-ring", "-1"},
+		{"extra"},
+	} {
+		_, err := parseOptions(args, io.Discard)
+		assert.Error(t, err, "%q", args)
+	}
+	o, err := parseOptions(nil, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"net", "shm", "tcp"}, o.paths)
+	assert.Equal(t, defaultConns, o.n)
+}
