@@ -76,7 +76,7 @@ func raiseFDs(n int) (uint64, error) {
 // default Config's figures); descriptors do not depend on them.
 func manyConnsConfig() *Config {
 	return &Config{Provider: ProviderSoft, RingSize: minRingSize, SendDepth: minDepth, RecvDepth: minDepth,
-		KeepAlive: -1}
+		KeepAlive: -1, PeerTimeout: -1}
 }
 
 // echoOne reads one byte from c and writes it back.

@@ -234,7 +234,8 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 		dialSum += time.Since(t0)
 		conns = append(conns, c)
 		b := [1]byte{byte(i)}
-		if _, err := c.Write(b[:]); err == nil {
+		_, err = c.Write(b[:])
+		if err == nil {
 			_, err = io.ReadFull(c, b[:])
 		}
 		if err != nil || b[0] != byte(i) {
