@@ -67,6 +67,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		r, err := measure(ctx, p, o)
 		if err != nil {
+			// What was measured is still worth seeing.
+			if len(results) > 0 {
+				_ = report(stdout, o, results)
+			}
 			return fmt.Errorf("%s: %w", p, err)
 		}
 		results = append(results, r)
