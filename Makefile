@@ -205,6 +205,14 @@ test-softroce:
 	GO=$(GO) scripts/softroce-mixed.sh
 	GO=$(GO) scripts/softroce-rsocket.sh
 
+# --- Connections held on Soft-RoCE -----------------------------------------
+# cmd/rdmaconns on rdmacore in the guest: 1,000 connections held (64 KiB
+# rings) and 200 with the default Config, registered and resident memory,
+# descriptors and setup time per connection (scripts/softroce-conns.sh).
+.PHONY: bench-softroce-conns
+bench-softroce-conns:
+	GO=$(GO) scripts/softroce-conns.sh
+
 # --- Mixed fleets on Soft-RoCE -----------------------------------------------
 # In the same guest: a veth pair from the guest's rxe-carrying namespace to one
 # without RDMA; an auto dial across it falls back to soft after
