@@ -10,13 +10,17 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// cq is a completion queue: a fixed ring that producers (the QP engines)
-// fill under mu and Poll drains into the caller's slice.
+// cq is a completion queue: a ring that producers (the QP engines) fill
+// under mu and Poll drains into the caller's slice. It holds up to cqe
+// completions, as created; the ring starts small and doubles up to that
+// when completions pile up, so that an idle connection's CQ costs a few
+// entries, not cqe of them.
 type cq struct {
 	ctx  *device
 	ch   *compChannel
 	mu   sync.Mutex
 	ring []verbs.WC
+	cqe  int // capacity: more queued is an overrun
 	head int // next to poll
 	n    int // queued
 	// armed is the ReqNotify state: 0 none, 1 any completion, 2 solicited only.
@@ -27,7 +31,7 @@ type cq struct {
 }
 
 func newCQ(c *device, cqe int, ch *compChannel) *cq {
-	q := &cq{ctx: c, ch: ch, ring: make([]verbs.WC, cqe), qps: map[*qp]struct{}{}}
+	q := &cq{ctx: c, ch: ch, ring: make([]verbs.WC, min(cqe, cqStartSize)), cqe: cqe, qps: map[*qp]struct{}{}}
 	if ch != nil {
 		ch.attach(q)
 	}
@@ -41,6 +45,9 @@ func (q *cq) push(wc *verbs.WC, solicited bool) bool {
 	if q.dead {
 		q.mu.Unlock()
 		return true
+	}
+	if q.n == len(q.ring) && len(q.ring) < q.cqe {
+		q.grow()
 	}
 	if q.overrun || q.n == len(q.ring) {
 		first := !q.overrun
@@ -78,6 +85,18 @@ func (q *cq) push(wc *verbs.WC, solicited bool) bool {
 		q.ch.post(q)
 	}
 	return true
+}
+
+// cqStartSize is a CQ ring's first size.
+const cqStartSize = 16
+
+// grow doubles the ring (up to cqe), its queued completions first, in
+// order. Called with mu held.
+func (q *cq) grow() {
+	r := make([]verbs.WC, min(2*len(q.ring), q.cqe))
+	k := copy(r, q.ring[q.head:min(q.head+q.n, len(q.ring))])
+	copy(r[k:q.n], q.ring)
+	q.ring, q.head = r, 0
 }
 
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
@@ -125,7 +144,7 @@ func (q *cq) Channel() verbs.CompChannel {
 	return q.ch
 }
 
-func (q *cq) Cap() int { return len(q.ring) }
+func (q *cq) Cap() int { return q.cqe }
 
 func (q *cq) Destroy() error {
 	q.mu.Lock()
