@@ -110,8 +110,8 @@ func TestRsocketStream(t *testing.T) {
 	if rsInVM() {
 		total = 512 << 10 // the emulated guest moves tens of MB/s
 	}
-	run := func(w, r *RsocketConn, seed int64) error {
-		rnd := rand.New(rand.NewSource(seed))
+	run := func(w, r *RsocketConn, key int64) error {
+		rnd := rand.New(rand.NewSource(key))
 		src := make([]byte, total)
 		rnd.Read(src)
 		errc := make(chan error, 1)
@@ -128,7 +128,7 @@ func TestRsocketStream(t *testing.T) {
 		}()
 		got := make([]byte, 0, total)
 		buf := make([]byte, 30000)
-		rr := rand.New(rand.NewSource(seed + 1))
+		rr := rand.New(rand.NewSource(key + 1))
 		for len(got) < total {
 			n, err := r.Read(buf[:1+rr.Intn(len(buf))])
 			if err != nil {

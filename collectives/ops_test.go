@@ -219,13 +219,13 @@ func checkReductions[T Number](t *testing.T, gs []*Group, counts []int) {
 // inputs are exact in every order of evaluation: arbitrary bits for
 // integers (wrap-around arithmetic is associative), and for floating point
 // values whose sums and products of up to 9 terms are exactly representable.
-func inputs[T Number](count int, seed uint64) []T {
+func inputs[T Number](count int, key uint64) []T {
 	floats := []float64{-2, -1, -0.5, 0.5, 1, 2}
 	out := make([]T, count)
 	one := T(1)
 	isFloat := one/2 != 0
 	for i := range out {
-		x := splitmix64(seed + uint64(i))
+		x := splitmix64(key + uint64(i))
 		if isFloat {
 			out[i] = T(floats[x%uint64(len(floats))])
 		} else {

@@ -4,7 +4,7 @@
 # the registered memory (all of it pinned by the device), resident memory,
 # descriptors and setup time, beside the guest kernel's TCP in the same run.
 #
-#   flock /tmp/rdma-vm.lock scripts/softroce-conns.sh     (N=1000 RING=65536 N_DEFAULT=200)
+#   scripts/softroce-conns.sh     (N=1000 RING=65536 N_DEFAULT=200; one VM at a time on a shared host: flock(1))
 #
 # N connections with Config.RingSize RING (the guest's memory holds 1,000
 # with 64 KiB rings, not with the default 1 MiB, since registration pins

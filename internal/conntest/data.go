@@ -102,10 +102,10 @@ func testBidirectional(t *testing.T, s *suite) {
 	c, sv := s.pair(t, cfg)
 	total := s.scale(4<<20, 8)
 	var wg sync.WaitGroup
-	check := func(w, r Conn, seed int64) {
+	check := func(w, r Conn, key int64) {
 		defer wg.Done()
 		want := make([]byte, total)
-		rng := rand.New(rand.NewSource(seed))
+		rng := rand.New(rand.NewSource(key))
 		rng.Read(want)
 		werr := make(chan error, 1)
 		go func() {
@@ -122,7 +122,7 @@ func testBidirectional(t *testing.T, s *suite) {
 		got := make([]byte, total)
 		_, err := io.ReadFull(r, got)
 		assert.NoError(t, err)
-		assert.True(t, bytes.Equal(want, got), "seed %d", seed)
+		assert.True(t, bytes.Equal(want, got), "key %d", key)
 		assert.NoError(t, <-werr)
 	}
 	wg.Add(2)

@@ -340,11 +340,11 @@ run() {
 	local -a argv
 	if [ -d "$payload" ]; then
 		[ $# -ge 1 ] || fail "$payload is a directory: name the command to run in it"
-		cp -a "$payload"/. "$RUN/root/work/"
+		cp -a "$payload"/. "$RUN/root/work"
 		argv=("$@")
 	else
 		[ -x "$payload" ] || fail "$payload is not executable"
-		cp "$payload" "$RUN/root/work/"
+		cp "$payload" "$RUN/root/work"
 		argv=("./$(basename "$payload")" "$@")
 	fi
 	{

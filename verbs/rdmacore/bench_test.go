@@ -10,41 +10,62 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
+// pingPair is two connected ends over the Soft-RoCE address, each with one
+// receive posted, and the 64-byte inline SENDs (or RDMA WRITE WITH IMMs)
+// and receives each end posts per round trip.
+type pingPair struct {
+	srv, cli     *end
+	csend, ssend []verbs.SendWR
+	srecv, crecv []verbs.RecvWR
+}
+
+func newPingPair(b *testing.B, writeImm bool) *pingPair {
+	_, ip := testsupport.SoftRoCE(b)
+	srv, cli, _, _, _ := connect(b, ip)
+	p := &pingPair{
+		srv: srv,
+		cli: cli,
+		csend: []verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+			SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}},
+		ssend: []verbs.SendWR{{WRID: 4, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+			SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}},
+		srecv: []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:4096])}}},
+		crecv: []verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}},
+	}
+	if writeImm {
+		p.csend[0].Opcode, p.csend[0].RemoteAddr, p.csend[0].RKey = verbs.OpRDMAWriteWithImm, srv.mr.Addr(), srv.mr.RKey()
+		p.ssend[0].Opcode, p.ssend[0].RemoteAddr, p.ssend[0].RKey = verbs.OpRDMAWriteWithImm, cli.mr.Addr(), cli.mr.RKey()
+	}
+	// connect pre-posted one receive on the server; keep one posted per side.
+	if err := cli.qp.PostRecv(p.crecv); err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
 // pingPong runs b.N 64-byte round trips between the two ends, as inline
 // SENDs or (writeImm) RDMA_WRITE_WITH_IMMs; wait is how a side waits for
 // its completion.
 func pingPong(b *testing.B, writeImm bool, wait func(e *end, wc []verbs.WC)) {
-	_, ip := testsupport.SoftRoCE(b)
-	srv, cli, _, _, _ := connect(b, ip)
-	// connect pre-posted one receive on the server; keep one posted per side.
+	p := newPingPair(b, writeImm)
+	srv, cli := p.srv, p.cli
 	must := func(err error) {
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	must(cli.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}))
-	csend := []verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}}
-	ssend := []verbs.SendWR{{WRID: 4, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}}
-	srecv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:4096])}}}
-	crecv := []verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}
-	if writeImm {
-		csend[0].Opcode, csend[0].RemoteAddr, csend[0].RKey = verbs.OpRDMAWriteWithImm, srv.mr.Addr(), srv.mr.RKey()
-		ssend[0].Opcode, ssend[0].RemoteAddr, ssend[0].RKey = verbs.OpRDMAWriteWithImm, cli.mr.Addr(), cli.mr.RKey()
-	}
 	wc := make([]verbs.WC, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		must(cli.qp.PostSend(csend))
+		must(cli.qp.PostSend(p.csend))
 		wait(cli, wc) // send completion
 		wait(srv, wc) // receive
-		must(srv.qp.PostRecv(srecv))
-		must(srv.qp.PostSend(ssend))
+		must(srv.qp.PostRecv(p.srecv))
+		must(srv.qp.PostSend(p.ssend))
 		wait(srv, wc)
 		wait(cli, wc)
-		must(cli.qp.PostRecv(crecv))
+		must(cli.qp.PostRecv(p.crecv))
 	}
 	b.StopTimer()
 	disconnect(b, cli, srv)
@@ -85,20 +106,13 @@ func BenchmarkPingPongWriteImmEvents(b *testing.B) { pingPong(b, true, eventWait
 // PingPongEvents is what Go's scheduler adds when a completion must wake
 // another goroutine (in rdma.Conn, another process's), not the verbs.
 func BenchmarkPingPongEventsTwoGoroutines(b *testing.B) {
-	_, ip := testsupport.SoftRoCE(b)
-	srv, cli, _, _, _ := connect(b, ip)
+	p := newPingPair(b, false)
+	srv, cli := p.srv, p.cli
 	must := func(err error) {
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
-	must(cli.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}))
-	csend := []verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}}
-	ssend := []verbs.SendWR{{WRID: 4, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}}
-	srecv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[:4096])}}}
-	crecv := []verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[4096:4160])}}}
 	// recv waits on e's completion channel until its receive completes
 	// (send completions, signaled, come on the way).
 	recv := func(e *end, wc []verbs.WC) error {
@@ -145,11 +159,11 @@ func BenchmarkPingPongEventsTwoGoroutines(b *testing.B) {
 				served <- err
 				return
 			}
-			if err := srv.qp.PostRecv(srecv); err != nil {
+			if err := srv.qp.PostRecv(p.srecv); err != nil {
 				served <- err
 				return
 			}
-			if err := srv.qp.PostSend(ssend); err != nil {
+			if err := srv.qp.PostSend(p.ssend); err != nil {
 				served <- err
 				return
 			}
@@ -158,9 +172,9 @@ func BenchmarkPingPongEventsTwoGoroutines(b *testing.B) {
 	}()
 	wc := make([]verbs.WC, 1)
 	for i := 0; i < b.N; i++ {
-		must(cli.qp.PostSend(csend))
+		must(cli.qp.PostSend(p.csend))
 		must(recv(cli, wc))
-		must(cli.qp.PostRecv(crecv))
+		must(cli.qp.PostRecv(p.crecv))
 	}
 	must(<-served)
 	b.StopTimer()

@@ -13,15 +13,15 @@ import (
 )
 
 func FuzzFrameHeader(f *testing.F) {
-	seed := func(h header) {
+	add := func(h header) {
 		var b [hdrLen]byte
 		h.encode(&b)
 		f.Add(b[:])
 	}
-	seed(header{typ: frameSend, flags: flagAck, psn: 1, ack: 1, len: 64})
-	seed(header{typ: frameWriteImm, flags: flagAck | flagSolicited, psn: 7, len: 1 << 20, imm: 9, rkey: 0x105, raddr: 1 << 40})
-	seed(header{typ: frameNak, psn: 3, imm: nakRNR | 12})
-	seed(header{typ: frameDisc})
+	add(header{typ: frameSend, flags: flagAck, psn: 1, ack: 1, len: 64})
+	add(header{typ: frameWriteImm, flags: flagAck | flagSolicited, psn: 7, len: 1 << 20, imm: 9, rkey: 0x105, raddr: 1 << 40})
+	add(header{typ: frameNak, psn: 3, imm: nakRNR | 12})
+	add(header{typ: frameDisc})
 	f.Add(make([]byte, hdrLen))
 	f.Add(bytes.Repeat([]byte{0xff}, hdrLen))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -86,9 +86,9 @@ func requirePadded(t *testing.T, sent, got []byte, limit int) {
 	require.Equal(t, make([]byte, limit-len(sent)), got[len(sent):], "padding is zeros")
 }
 
-func bytesOf(n int, seed byte) []byte {
+func bytesOf(n int, first byte) []byte {
 	b := make([]byte, n)
-	fill(b, seed)
+	fill(b, first)
 	return b
 }
 

@@ -9,9 +9,9 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-func fill(b []byte, seed byte) {
+func fill(b []byte, first byte) {
 	for i := range b {
-		b[i] = seed + byte(i*7)
+		b[i] = first + byte(i*7)
 	}
 }
 
