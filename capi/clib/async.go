@@ -24,6 +24,16 @@ var requests = struct {
 
 var errStaleReq = errors.New("req is not a pending rdma_request (never returned, or already completed by rdma_wait, rdma_test or rdma_waitany)")
 
+// issued gives the caller the handle of the request a call just started,
+// or fails the call with err.
+func issued(fn string, r *capi.Request, err error, req *C.uintptr_t) C.int {
+	if err != nil {
+		return fail(fn, err)
+	}
+	*req = newRequest(r)
+	return 0
+}
+
 func newRequest(r *capi.Request) C.uintptr_t {
 	requests.Lock()
 	defer requests.Unlock()
@@ -78,11 +88,7 @@ func rdma_isend(h C.uintptr_t, idx C.int, data unsafe.Pointer, n C.size_t, req *
 		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
 	}
 	r, err := ctx.ISend(int(idx), bytesOf(data, size))
-	if err != nil {
-		return fail(fn, err)
-	}
-	*req = newRequest(r)
-	return 0
+	return issued(fn, r, err, req)
 }
 
 //export rdma_irecv
@@ -101,11 +107,7 @@ func rdma_irecv(h C.uintptr_t, idx C.int, data unsafe.Pointer, maxLen C.size_t, 
 	}
 	size := min(uint64(maxLen), capi.MaxBufSize)
 	r, err := ctx.IRecv(int(idx), bytesOf(data, int(size)))
-	if err != nil {
-		return fail(fn, err)
-	}
-	*req = newRequest(r)
-	return 0
+	return issued(fn, r, err, req)
 }
 
 //export rdma_wait

@@ -255,25 +255,18 @@ func rdma_read(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t
 func rdma_iwrite(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) (ret C.int) {
 	const fn = "rdma_iwrite"
 	defer recoverTo(fn, &ret, -1)
-	if req == nil {
-		return fail(fn, errors.New("req is NULL"))
-	}
-	a, err := oneSided(h, desc, remoteOff, mh, localOff, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	r, err := a.ctx.IWrite(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	*req = newRequest(r)
-	return 0
+	return startOneSided(fn, true, h, idx, desc, remoteOff, mh, localOff, n, req)
 }
 
 //export rdma_iread
 func rdma_iread(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) (ret C.int) {
 	const fn = "rdma_iread"
 	defer recoverTo(fn, &ret, -1)
+	return startOneSided(fn, false, h, idx, desc, remoteOff, mh, localOff, n, req)
+}
+
+// startOneSided is rdma_iwrite's (write) and rdma_iread's body.
+func startOneSided(fn string, write bool, h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) C.int {
 	if req == nil {
 		return fail(fn, errors.New("req is NULL"))
 	}
@@ -281,12 +274,12 @@ func rdma_iread(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_
 	if err != nil {
 		return fail(fn, err)
 	}
-	r, err := a.ctx.IRead(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
-	if err != nil {
-		return fail(fn, err)
+	start := a.ctx.IRead
+	if write {
+		start = a.ctx.IWrite
 	}
-	*req = newRequest(r)
-	return 0
+	r, err := start(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
+	return issued(fn, r, err, req)
 }
 
 //export rdma_wait_notify
