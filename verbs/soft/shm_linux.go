@@ -554,7 +554,13 @@ const shmClosing = 1 << 40
 
 var one = [8]byte{1}
 
-func schedYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+// schedYield gives up the CPU. A raw system call: through unix.Syscall the
+// runtime marks the P as in a system call, and a yield that lets the peer
+// (or anything else) run for more than 20 us then has sysmon retake the P,
+// hand it to another thread and keep waking every 20 us itself. Measured in
+// a 64 KiB rdmaperf stream on a loaded 2-CPU host: nanosleep calls 5,000 ->
+// 750 and context switches 29,000 -> 21,000 per 100,000 messages.
+func schedYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 func signalFD(fd int) { _, _ = unix.Write(fd, one[:]) }
 
