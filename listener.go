@@ -282,14 +282,25 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		abort()
 		return
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
-	est, err := waitEvent(ctx, ech)
-	cancel()
-	if err != nil || est.Type != verbs.EventEstablished {
-		id.Disconnect()
-		abort()
-		return
+	if prov.Name() != ProviderSoft {
+		// A NIC's QP may drop what arrives before the peer's QP is
+		// ready to receive (and retransmit it a timeout later): hand the
+		// connection out once the peer has said it is.
+		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
+		est, err := waitEvent(ctx, ech)
+		cancel()
+		if err != nil || est.Type != verbs.EventEstablished {
+			id.Disconnect()
+			abort()
+			return
+		}
 	}
+	// On soft, as rsocket's accept does, the connection is handed out as
+	// soon as it is accepted: the QP can send, and the peer's frames can
+	// only follow its RTU on the same transport. Waiting for the RTU cost
+	// two goroutine wake-ups (soft's receiver, then this one) per accept.
+	// A peer that never sends it fails the connection (cmLoop; soft's
+	// receiver gives up on the RTU after its own timeout).
 	c.start()
 	select {
 	case l.ready <- c:

@@ -151,6 +151,10 @@ type cmID struct {
 	tr     *tcpTransport
 	req    hsMsg
 	shm    *shmPrepared // shared memory set up for this request (shm_linux.go)
+	// shmDone, when the request offers shared memory, is closed once the
+	// answer to the offer is settled (shm set, or not); Accept waits for
+	// it. The answer runs while the consumer sets up its side.
+	shmDone chan struct{}
 }
 
 func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) {
@@ -425,19 +429,21 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		return
 	}
 	_ = tr.setReadDeadline(time.Time{})
+	shmDeadline := time.Now().Add(hsTimeout)
+	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext,
+		cancel: make(chan struct{}), timeout: rtuTimeout,
+		local: copyAddr(c.LocalAddr().(*net.TCPAddr)), remote: copyAddr(c.RemoteAddr().(*net.TCPAddr))}
+	if m.transports&transportShm != 0 {
+		child.shmDone = make(chan struct{})
+	}
 	// Setting up shared memory (a local exchange, at most shmSetupTimeout) still
 	// holds the handshake slot, so that requests naming slow sockets are
 	// bounded like slow requests.
-	shm := shmAnswer(&m, c, time.Now().Add(hsTimeout))
-	release()
-	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext, shm: shm,
-		cancel: make(chan struct{}), timeout: rtuTimeout,
-		local: copyAddr(c.LocalAddr().(*net.TCPAddr)), remote: copyAddr(c.RemoteAddr().(*net.TCPAddr))}
+	defer release()
 	id.mu.Lock()
 	if id.destroyed || id.pending >= id.backlog {
 		id.mu.Unlock()
 		c.Close()
-		shm.abort()
 		return
 	}
 	id.pending++
@@ -456,7 +462,6 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 			id.pending--
 			id.mu.Unlock()
 			c.Close()
-			shm.abort()
 			return
 		}
 	}
@@ -467,6 +472,19 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		RetryCount:         int(m.retry),
 		RNRRetryCount:      int(m.rnrRetry),
 	}})
+	if child.shmDone != nil {
+		// The ring exchange overlaps the consumer's setup (its QP and
+		// memory) instead of coming before the request is reported.
+		shm := shmAnswer(&m, c, shmDeadline)
+		child.mu.Lock()
+		if child.destroyed || child.state != idConnectRequest {
+			shm.abort() // rejected or destroyed meanwhile
+		} else {
+			child.shm = shm
+		}
+		child.mu.Unlock()
+		close(child.shmDone)
+	}
 }
 
 func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error {
@@ -855,6 +873,11 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	}
 	if err := checkParam(op, param, verbs.MaxPrivateDataAccept); err != nil {
 		return err
+	}
+	if id.shmDone != nil {
+		// The offer's answer, at most shmSetupTimeout away; set with the
+		// request, never changed.
+		<-id.shmDone
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()

@@ -321,14 +321,19 @@ type shmOffer struct {
 	ln    *net.UnixListener
 	token [16]byte
 	ext   []byte
-	local *shmLocal
 	res   chan shmResult
 	done  bool
 }
 
 type shmResult struct {
-	peer *shmPeer
-	err  error
+	local *shmLocal
+	peer  *shmPeer
+	err   error
+}
+
+func (r *shmResult) free() {
+	r.local.free()
+	r.peer.free()
 }
 
 // newShmOffer offers shared memory on the TCP connection c (just dialled),
@@ -349,24 +354,27 @@ func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
 		return nil
 	}
 	o.ln = ln
-	if o.local, err = newShmLocal(int(shmRingSize.Load())); err != nil {
-		ln.Close()
-		return nil
-	}
 	o.ext = (&shmOfferExt{bootID: bootID(), token: o.token}).marshal()
-	go o.serve(earliest(deadline, time.Now().Add(shmSetupTimeout)))
+	go o.serve(int(shmRingSize.Load()), earliest(deadline, time.Now().Add(shmSetupTimeout)))
 	return o
 }
 
-// serve accepts the passive side's connection: it skips connections from
-// another uid or without the token, sends our setup and receives the
-// peer's.
-func (o *shmOffer) serve(deadline time.Time) {
+// serve creates our ring (of size data bytes) while the REQ travels, so
+// that it is off the connect's path, then accepts the passive side's
+// connection: it skips connections from another uid or without the token,
+// sends our setup and receives the peer's.
+func (o *shmOffer) serve(size int, deadline time.Time) {
 	_ = o.ln.SetDeadline(deadline)
 	defer o.ln.Close()
+	local, err := newShmLocal(size)
+	if err != nil {
+		o.res <- shmResult{err: err}
+		return
+	}
 	for {
 		uc, err := o.ln.AcceptUnix()
 		if err != nil {
+			local.free()
 			o.res <- shmResult{err: err}
 			return
 		}
@@ -381,12 +389,16 @@ func (o *shmOffer) serve(deadline time.Time) {
 			continue
 		}
 		var peer *shmPeer
-		if err = sendSetup(uc, o.local); err == nil {
-			peer, err = recvSetup(uc, len(o.local.ring)-shmHdrPage)
+		if err = sendSetup(uc, local); err == nil {
+			peer, err = recvSetup(uc, len(local.ring)-shmHdrPage)
 		}
 		// The socket is done with: the rings and eventfds are all we keep.
 		uc.Close()
-		o.res <- shmResult{peer: peer, err: err}
+		if err != nil {
+			local.free()
+			local = nil
+		}
+		o.res <- shmResult{local: local, peer: peer, err: err}
 		return
 	}
 }
@@ -396,10 +408,9 @@ func (o *shmOffer) finish(c *net.TCPConn) (transport, error) {
 	o.done = true
 	r := <-o.res
 	if r.err != nil {
-		o.local.free()
 		return nil, r.err
 	}
-	return newShmTransport(c, o.local, r.peer)
+	return newShmTransport(c, r.local, r.peer)
 }
 
 // abort withdraws the offer (the REP picked TCP, or the connect failed).
@@ -410,8 +421,7 @@ func (o *shmOffer) abort() {
 	o.done = true
 	o.ln.Close()
 	r := <-o.res
-	r.peer.free()
-	o.local.free()
+	r.free()
 }
 
 func (o *shmOffer) extension() []byte {
@@ -461,13 +471,22 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 	}
 	p := &shmPrepared{}
 	limit := int(shmRingSize.Load())
+	// Our ring is made while the active side answers the token, at our
+	// size: the common case, both sides with the same ring size.
+	if p.local, err = newShmLocal(limit); err != nil {
+		return nil
+	}
 	if p.peer, err = recvSetup(uc, limit); err != nil {
+		p.abort()
 		return nil
 	}
 	// Our ring no larger than the active side's, which is its limit.
-	if p.local, err = newShmLocal(min(limit, len(p.peer.ring)-shmHdrPage)); err != nil {
-		p.abort()
-		return nil
+	if size := len(p.peer.ring) - shmHdrPage; size < limit {
+		p.local.free()
+		if p.local, err = newShmLocal(size); err != nil {
+			p.abort()
+			return nil
+		}
 	}
 	if err := sendSetup(uc, p.local); err != nil {
 		p.abort()
