@@ -25,10 +25,7 @@ func (c *Conn) cmLoop() {
 			return
 		}
 		switch ev.Type {
-		case verbs.EventDisconnected, verbs.EventDeviceRemoval,
-			// A connection handed out before it was established (the
-			// soft side of Listener.handshake) whose RTU never came.
-			verbs.EventConnectError, verbs.EventUnreachable, verbs.EventRejected:
+		case verbs.EventDisconnected, verbs.EventDeviceRemoval:
 			// The QP is in error and its receives flush, which wakes the
 			// poller; a probe makes sure of it even with none outstanding.
 			c.mu.Lock()

@@ -299,8 +299,8 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	// soon as it is accepted: the QP can send, and the peer's frames can
 	// only follow its RTU on the same transport. Waiting for the RTU cost
 	// two goroutine wake-ups (soft's receiver, then this one) per accept.
-	// A peer that never sends it fails the connection (cmLoop; soft's
-	// receiver gives up on the RTU after its own timeout).
+	// A peer that never sends it fails the connection: soft gives up on
+	// the RTU after twice its handshake timeout and flushes the QP.
 	c.start()
 	select {
 	case l.ready <- c:

@@ -40,7 +40,9 @@ func init() {
 
 // SetHandshakeTimeout sets how long a connection to a soft listener may
 // take to deliver its connection request before it is dropped (default 5
-// s), for listeners started afterwards. It returns the previous value.
+// s), and, twice that, how long an accepted request may take to send its
+// RTU before the connection fails, for listeners started afterwards. It
+// returns the previous value.
 func SetHandshakeTimeout(d time.Duration) time.Duration {
 	return time.Duration(handshakeTimeout.Swap(int64(d)))
 }
@@ -60,7 +62,6 @@ func SetMaxHandshakesPerHost(n int) int { return int(maxHandshakesPerHost.Swap(i
 
 const (
 	defaultConnectTimeout = 10 * time.Second
-	rtuTimeout            = 10 * time.Second
 	disconnectTimeout     = 3 * time.Second
 	// heldRequestTimeout is how long a connect waits for the answer to a
 	// request that its listener holds (it sent an MRA), as the kernel's
@@ -87,7 +88,14 @@ func (c *eventChannel) CreateID() (verbs.CMID, error) {
 	if c.events.Closed() {
 		return nil, verbs.ErrClosed
 	}
-	return &cmID{ch: c, cancel: make(chan struct{})}, nil
+	return newCMID(c), nil
+}
+
+// newCMID returns an idle ID reporting to ch (nil: set later).
+func newCMID(ch *eventChannel) *cmID {
+	id := &cmID{ch: ch}
+	id.life, id.end = context.WithCancel(context.Background())
+	return id
 }
 
 func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
@@ -130,8 +138,11 @@ type cmID struct {
 	ctx       *device
 	qp        *qp
 	destroyed bool
-	cancel    chan struct{}
-	wg        sync.WaitGroup
+	// life ends when the ID is destroyed: what waits on the network for
+	// the ID is cut short then (context.AfterFunc, no goroutine each).
+	life context.Context
+	end  context.CancelFunc
+	wg   sync.WaitGroup
 
 	// Listening IDs.
 	ln      *net.TCPListener
@@ -262,7 +273,7 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 			}
 			// Out of fds and the like: back off briefly, keep serving.
 			select {
-			case <-id.cancel:
+			case <-id.life.Done():
 				return
 			case <-time.After(10 * time.Millisecond):
 			}
@@ -411,18 +422,9 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	}
 	_ = tr.setReadDeadline(time.Now().Add(hsTimeout))
 	// Destroying the listener ends handshakes in progress.
-	stop := make(chan struct{})
-	id.wg.Add(1) // so that Destroy waits for this watcher too
-	go func() {
-		defer id.wg.Done()
-		select {
-		case <-id.cancel:
-			_ = tr.setReadDeadline(time.Unix(1, 0))
-		case <-stop:
-		}
-	}()
+	stop := context.AfterFunc(id.life, func() { _ = tr.setReadDeadline(time.Unix(1, 0)) })
 	m, err := readHandshake(tr)
-	close(stop)
+	stop()
 	if err != nil || m.typ != msgREQ || !id.slots.admit(slot) {
 		release()
 		c.Close()
@@ -430,9 +432,12 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	}
 	_ = tr.setReadDeadline(time.Time{})
 	shmDeadline := time.Now().Add(hsTimeout)
-	child := &cmID{state: idConnectRequest, parent: id, tr: tr, req: m, ctx: cmContext,
-		cancel: make(chan struct{}), timeout: rtuTimeout,
-		local: copyAddr(c.LocalAddr().(*net.TCPAddr)), remote: copyAddr(c.RemoteAddr().(*net.TCPAddr))}
+	child := newCMID(nil)
+	child.state, child.parent, child.tr, child.req, child.ctx = idConnectRequest, id, tr, m, cmContext
+	// Accept's bound on the REP's write and the wait for the RTU (10 s by
+	// default).
+	child.timeout = 2 * hsTimeout
+	child.local, child.remote = copyAddr(c.LocalAddr().(*net.TCPAddr)), copyAddr(c.RemoteAddr().(*net.TCPAddr))
 	if m.transports&transportShm != 0 {
 		child.shmDone = make(chan struct{})
 	}
@@ -522,12 +527,11 @@ func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error 
 	if srcIP == nil {
 		// Ask the kernel for the route's source address; connecting a UDP
 		// socket sends nothing.
-		u, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: dst.IP, Port: dst.Port, Zone: dst.Zone})
+		ip, err := routeSource(dst)
 		if err != nil {
 			return fail(syscall.EHOSTUNREACH)
 		}
-		srcIP = u.LocalAddr().(*net.UDPAddr).IP
-		u.Close()
+		srcIP = ip
 	}
 	id.local = &net.TCPAddr{IP: append(net.IP(nil), srcIP...)}
 	id.remote = copyAddr(dst)
@@ -667,20 +671,9 @@ func (id *cmID) connectFailed(typ verbs.CMEventType, status int, param verbs.Con
 func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *net.TCPAddr, timeout time.Duration) {
 	defer id.wg.Done()
 	deadline := time.Now().Add(timeout)
-	// ctx ends when the ID is destroyed (or the connect returns); the
-	// timeout bounds reaching the listener, not the wait for an answer
-	// that a listener holds.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	id.wg.Add(1) // so that Destroy waits for this watcher too
-	go func() {
-		defer id.wg.Done()
-		select {
-		case <-id.cancel:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	// ctx ends when the ID is destroyed; the timeout bounds reaching the
+	// listener, not the wait for an answer that a listener holds.
+	ctx := id.life
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.IP}, Deadline: deadline}
 	id.mu.Lock()
 	tos, tosSet := id.tos, id.tosSet
@@ -725,8 +718,8 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		fail(err)
 		return
 	}
-	// Destroy ends the handshake at once (stop, deferred after cancel, runs
-	// first when the connect returns on its own).
+	// Destroy ends the handshake at once (stop, deferred, withdraws this
+	// when the connect returns on its own).
 	stop := context.AfterFunc(ctx, func() {
 		_ = c.SetWriteDeadline(time.Unix(1, 0))
 		_ = tr.setReadDeadline(time.Unix(1, 0))
@@ -908,7 +901,7 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		return verbs.Errorf(op, syscall.EINVAL, "%v", err)
 	}
 	c := id.tr.c
-	_ = c.SetWriteDeadline(time.Now().Add(rtuTimeout))
+	_ = c.SetWriteDeadline(time.Now().Add(id.timeout))
 	if _, err := c.Write(b); err != nil {
 		return verbs.Errorf(op, syscall.ECONNRESET, "%v", err)
 	}
@@ -918,6 +911,7 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	tr := id.tr
 	id.tr = nil
 	req := id.req
+	rtuWait := id.timeout
 	var etr transport = tr
 	if id.shm != nil {
 		// The RTU still comes on TCP (read below); frames go through
@@ -949,7 +943,7 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	}
 	q.mu.Unlock()
 	q.startReceiver(func() error {
-		_ = tr.setReadDeadline(time.Now().Add(rtuTimeout))
+		_ = tr.setReadDeadline(time.Now().Add(rtuWait))
 		m, err := readHandshake(tr)
 		if err != nil {
 			return err
@@ -1083,7 +1077,7 @@ func (id *cmID) Destroy() error {
 	}
 	id.releasePending()
 	id.destroyed = true
-	close(id.cancel)
+	id.end()
 	if id.ln != nil {
 		id.ln.Close()
 	}
