@@ -415,7 +415,7 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	case stream.KindCredit:
 		*sndChanged = true
 	case stream.KindNotify:
-		if c.notesLen == len(c.notes) {
+		if !c.noteRoomLocked() {
 			return breachError(errNotifyOverflow)
 		}
 		c.notes[(c.notesHead+c.notesLen)%len(c.notes)] = notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}

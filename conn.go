@@ -49,15 +49,17 @@ type Conn struct {
 	sqEnds     []uint64    // per queue slot: send buffer bytes posted up to that WR
 	sqOps      []*remoteOp // per queue slot: the one-sided operation waiting for that WR, if any
 
-	// Notifications from the peer (onesided.go), a ring of capacity
-	// recvWRs: each holds back the credit of its receive WR until taken.
+	// Notifications from the peer (onesided.go), a ring of up to recvWRs,
+	// made on the first (queuegrowth.go): each holds back the credit of
+	// its receive WR until taken.
 	notes      []notification
 	notesHead  int
 	notesLen   int
 	creditWant bool // a credit update is due but could not be queued
 
 	// The send queue as posted: WRs are built under mu into slots indexed by
-	// their id, then handed to the QP in order by submit.
+	// their id, then handed to the QP in order by submit. The slots (sq,
+	// sqSGE, sqEnds, sqOps) grow with the WRs outstanding (queuegrowth.go).
 	sq          []verbs.SendWR
 	sqSGE       []verbs.SGE
 	sqSubmitted uint64 // WRs handed to the QP
@@ -214,7 +216,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if inline {
 			// Each queue slot has its own inline staging, so the bytes
 			// stay put until whoever posts the queue gets to them.
-			slot := int(c.sqPosted % uint64(len(c.sq)))
+			slot := int(c.sqPosted % uint64(c.slots)) // not len(c.sq): that grows
 			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
 			copy(buf, p)
 			c.enqueueDataLocked(buf, at, verbs.SendInline)

@@ -178,11 +178,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.sqDepth = uint64(e.sendWRs)
 	c.sigEvery = max(c.sqDepth/4, 1)
 	c.chunk = min(maxChunk, len(c.ring)/4, len(c.sbuf)/4)
-	c.sq = make([]verbs.SendWR, e.slots)
-	c.sqSGE = make([]verbs.SGE, e.slots)
-	c.sqEnds = make([]uint64, e.slots)
-	c.sqOps = make([]*remoteOp, e.slots)
-	c.notes = make([]notification, e.recvWRs)
+	c.resizeSendQueueLocked(min(sendStartSlots, e.slots)) // queuegrowth.go
 	c.rwrs = make([]verbs.RecvWR, min(e.recvWRs, recvBatch))
 	for i := range c.rwrs {
 		c.rwrs[i].WRID = recvWRID

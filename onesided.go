@@ -131,9 +131,8 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 	}
 	r := remoteOps.Get().(*remoteOp)
 	*r = remoteOp{}
-	slot := c.sqPosted % uint64(len(c.sqOps))
 	c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)
-	c.sqOps[slot] = r
+	c.sqOps[(c.sqPosted-1)%uint64(len(c.sqOps))] = r
 	if credit {
 		c.tx.Credits--
 	}

@@ -69,8 +69,7 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 // enqueueWRLocked queues one send WR of buf (inside mr) to addr under
 // rkey: enqueueLocked's, or a one-sided operation's.
 func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) {
-	seq := c.sqPosted
-	slot := seq % uint64(len(c.sq))
+	seq, slot := c.sqPosted, c.sendSlotLocked()
 	if signal || c.unsignaled+1 >= c.sigEvery ||
 		c.sqPosted+1-c.sqDone+c.sqReserved >= c.sqDepth/2 ||
 		c.sbTail-c.sbHead >= uint64(len(c.sbuf))/2 {

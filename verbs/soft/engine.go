@@ -237,6 +237,11 @@ func (q *qp) buildBatch() ([][]byte, int) {
 		q.ackWanted = false
 	}
 	q.iovBuf = v[:0]
+	if len(q.hdrs) < maxBatchFrames && (nh == len(q.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
+		// Full: the next batches may take more. v keeps the arrays it was
+		// built in until it is written.
+		q.setBatchFrames(min(2*len(q.hdrs), maxBatchFrames))
+	}
 	return v, bytes
 }
 
@@ -727,7 +732,10 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 			q.mu.Unlock()
 			return false, nil
 		}
-		q.resp[q.respTail%uint32(len(q.resp))] = readResp{psn: h.psn, data: dst}
+		if q.respTail-q.respHead == uint32(len(q.resp)) {
+			q.growResp()
+		}
+		q.resp[q.respTail&uint32(len(q.resp)-1)] = readResp{psn: h.psn, data: dst}
 		q.respTail++
 		q.rcvExpected++
 		q.kick()
@@ -744,7 +752,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		return true, nil
 	}
 	// SEND, SEND_WITH_IMM, WRITE_WITH_IMM: consume a receive.
-	r := &q.rq[q.rqHead%uint32(len(q.rq))]
+	r := q.recvAt(q.rqHead)
 	wc := verbs.WC{WRID: r.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.num}
 	if h.typ != frameSend {
 		wc.Flags = verbs.WCWithImm
@@ -762,7 +770,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 			bad, syn = verbs.WCLocLenErr, nakInvReq
 		}
 		if bad != verbs.WCSuccess {
-			q.rqHead++
+			q.popRecv()
 			wc.Status = bad
 			q.rcq.push(&wc, false)
 			q.flush(0, 0, false)
@@ -772,7 +780,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		}
 		sc.n = copy(sc.sg[:], r.sg)
 	}
-	q.rqHead++
+	q.popRecv()
 	q.mu.Unlock()
 	if h.typ == frameWriteImm {
 		if err := q.tr.readPayload(dst); err != nil {

@@ -28,11 +28,15 @@ type sendSlot struct {
 	rnr       int            // RNR NAKs received for this WR
 }
 
+// recvSlot is a run of n receive WRs posted one after another: n is 1
+// unless they are alike (same id, no SGE), as a stream's receives are, so
+// that RecvDepth of those take one slot.
 type recvSlot struct {
 	wrid   uint64
 	sg     [][]byte
 	length uint64
 	status verbs.WCStatus
+	n      uint32
 }
 
 type readResp struct {
@@ -55,7 +59,8 @@ type qp struct {
 	attr  verbs.QPAttr // the rest of the attributes (timeouts, retries, depths)
 	sock  *net.TCPConn // the TCP socket under the connection, once connected (tos.go)
 
-	// Send queue; slot for PSN p is sq[p % len(sq)].
+	// Send queue; slot for PSN p is sq[p % len(sq)], len(sq) a power of
+	// two that grows up to cap.MaxSendWR's (queuegrowth.go).
 	// sqHead <= sqSent <= sqTail (mod 2^32): completed, transmitted, posted.
 	sq       []sendSlot
 	sqHead   uint32
@@ -65,15 +70,18 @@ type qp struct {
 	rnrWait  bool // waiting out an RNR NAK before retransmitting
 	progress uint64
 
-	// Receive queue.
+	// Receive queue: runs of alike WRs (recvSlot), rq[i % len(rq)],
+	// len(rq) a power of two that grows as runs pile up; rqWRs counts
+	// the WRs, bounded by cap.MaxRecvWR.
 	rq     []recvSlot
 	rqHead uint32
 	rqTail uint32
+	rqWRs  int
 
 	// Responder state.
-	rcvExpected uint32 // PSN of the next request to execute
-	rnrDiscard  bool   // after an RNR NAK: drop requests until the NAKed one returns
-	resp        []readResp
+	rcvExpected uint32     // PSN of the next request to execute
+	rnrDiscard  bool       // after an RNR NAK: drop requests until the NAKed one returns
+	resp        []readResp // READ responses to send, resp[i % len(resp)]: nil until a READ comes
 	respHead    uint32
 	respTail    uint32
 	nakPending  bool
@@ -88,8 +96,8 @@ type qp struct {
 	txBusy     bool
 	txDead     bool
 	txPend     [][]byte
-	iovBuf     [][]byte
-	hdrs       [][hdrLen]byte
+	iovBuf     [][]byte       // a batch's iovecs
+	hdrs       [][hdrLen]byte // a batch's frame headers: a few, up to maxBatchFrames as batches fill
 	senderWake chan struct{}
 	discWanted bool
 	discSent   bool
@@ -155,32 +163,15 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 	q := &qp{
 		num: nextQPN(), pd: p, scq: scq, rcq: rcq, cap: c, sigAll: attr.SignalAll,
 		state:      verbs.QPSReset,
-		sq:         make([]sendSlot, c.MaxSendWR),
-		rq:         make([]recvSlot, max(c.MaxRecvWR, 1)),
-		resp:       make([]readResp, maxRdAtom),
-		iovBuf:     make([][]byte, 0, maxBatchFrames*(1+c.MaxSendSGE)+8),
-		hdrs:       make([][hdrLen]byte, maxBatchFrames),
 		senderWake: make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		ackEvery:   16,
 	}
 	q.attr = verbs.QPAttr{PathMTU: portMTU, MinRNRTimer: defaultMinRNR, Timeout: defaultTimeout,
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
-	sgs := make([][]byte, c.MaxSendWR*c.MaxSendSGE)
-	var inl []byte
-	if c.MaxInlineData > 0 {
-		inl = make([]byte, c.MaxSendWR*c.MaxInlineData)
-	}
-	for i := range q.sq {
-		q.sq[i].sg = sgs[i*c.MaxSendSGE : i*c.MaxSendSGE : (i+1)*c.MaxSendSGE]
-		if inl != nil {
-			q.sq[i].inl = inl[i*c.MaxInlineData : i*c.MaxInlineData : (i+1)*c.MaxInlineData]
-		}
-	}
-	rsgs := make([][]byte, len(q.rq)*c.MaxRecvSGE)
-	for i := range q.rq {
-		q.rq[i].sg = rsgs[i*c.MaxRecvSGE : i*c.MaxRecvSGE : (i+1)*c.MaxRecvSGE]
-	}
+	q.sq = q.newSendSlots(min(sqStartSlots, ringSize(c.MaxSendWR)))
+	q.rq = q.newRecvSlots(rqStartSlots)
+	q.setBatchFrames(min(batchStartFrames, maxBatchFrames))
 	q.rnrTimer = time.AfterFunc(time.Hour, q.rnrExpired)
 	q.rnrTimer.Stop()
 	q.wdTimer = time.AfterFunc(time.Hour, q.watchdog)
@@ -196,7 +187,7 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 
 func (q *qp) Num() uint32 { return q.num }
 
-func (q *qp) slot(psn uint32) *sendSlot { return &q.sq[psn%uint32(len(q.sq))] }
+func (q *qp) slot(psn uint32) *sendSlot { return &q.sq[psn&uint32(len(q.sq)-1)] }
 
 // seqLT reports a < b in 32-bit sequence space.
 func seqLT(a, b uint32) bool { return int32(a-b) < 0 }
@@ -260,7 +251,7 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 			return errPostInline
 		}
 	}
-	if q.sqTail-q.sqHead == uint32(len(q.sq)) {
+	if q.sqTail-q.sqHead == uint32(q.cap.MaxSendWR) {
 		return errPostFull
 	}
 	if q.state == verbs.QPSErr {
@@ -268,6 +259,9 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, QPNum: q.num}
 		q.scq.push(&wc, false)
 		return nil
+	}
+	if q.sqTail-q.sqHead == uint32(len(q.sq)) {
+		q.growSQ()
 	}
 	s := q.slot(q.sqTail)
 	s.wrid, s.op, s.imm, s.raddr, s.rkey = wr.WRID, wr.Opcode, wr.Imm, wr.RemoteAddr, wr.RKey
@@ -355,7 +349,7 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 	if len(wr.SG) > q.cap.MaxRecvSGE {
 		return errRecvSGE
 	}
-	if q.rqTail-q.rqHead == uint32(q.cap.MaxRecvWR) {
+	if q.rqWRs == q.cap.MaxRecvWR {
 		return errRecvFull
 	}
 	if q.state == verbs.QPSErr {
@@ -363,8 +357,18 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 		q.rcq.push(&wc, false)
 		return nil
 	}
-	r := &q.rq[q.rqTail%uint32(len(q.rq))]
-	r.wrid, r.status, r.length = wr.WRID, verbs.WCSuccess, 0
+	if len(wr.SG) == 0 && q.rqHead != q.rqTail {
+		if t := q.recvAt(q.rqTail - 1); t.wrid == wr.WRID && len(t.sg) == 0 && t.status == verbs.WCSuccess {
+			t.n++ // alike: one more in the run
+			q.rqWRs++
+			return nil
+		}
+	}
+	if q.rqTail-q.rqHead == uint32(len(q.rq)) {
+		q.growRQ()
+	}
+	r := q.recvAt(q.rqTail)
+	r.wrid, r.status, r.length, r.n = wr.WRID, verbs.WCSuccess, 0, 1
 	r.sg = r.sg[:0]
 	for i := range wr.SG {
 		g := &wr.SG[i]
@@ -385,7 +389,22 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 		r.sg = append(r.sg, b)
 	}
 	q.rqTail++
+	q.rqWRs++
 	return nil
+}
+
+// recvAt is the receive slot (run) at index i.
+func (q *qp) recvAt(i uint32) *recvSlot { return &q.rq[i&uint32(len(q.rq)-1)] }
+
+// popRecv consumes the oldest receive WR. Called with mu held, the queue
+// not empty.
+func (q *qp) popRecv() {
+	r := q.recvAt(q.rqHead)
+	q.rqWRs--
+	if r.n--; r.n == 0 {
+		r.sg = r.sg[:0]
+		q.rqHead++
+	}
 }
 
 // wcOpcode maps a send opcode to its completion opcode.
@@ -440,10 +459,8 @@ func (q *qp) flush(errPSN uint32, errStatus verbs.WCStatus, hasErr bool) {
 	}
 	q.sqSent = q.sqTail
 	for q.rqHead != q.rqTail {
-		r := &q.rq[q.rqHead%uint32(len(q.rq))]
-		wc := verbs.WC{WRID: r.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
-		r.sg = r.sg[:0]
-		q.rqHead++
+		wc := verbs.WC{WRID: q.recvAt(q.rqHead).wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
+		q.popRecv()
 		q.rcq.push(&wc, false)
 	}
 }
@@ -549,7 +566,7 @@ func (q *qp) setState(s verbs.QPState) {
 			q.sqHead++
 		}
 		q.sqSent = q.sqTail
-		q.rqHead = q.rqTail
+		q.rqHead, q.rqWRs = q.rqTail, 0
 		q.readsOut = 0
 		q.rnrWait = false
 		q.state = s
