@@ -1,0 +1,188 @@
+package rdma
+
+import (
+	"io"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// sendSlots is the length of c's per-slot send queue arrays, checked to
+// move together.
+func sendSlots(t *testing.T, c *Conn) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.sq)
+	require.Len(t, c.sqSGE, n)
+	require.Len(t, c.sqEnds, n)
+	require.Len(t, c.sqOps, n)
+	return n
+}
+
+// An idle connection on the default Config holds a few send slots and no
+// notification ring, whatever its depths; a burst of small writes grows
+// the send queue (no further than the endpoint's slots), every byte
+// arriving in order; and Write and Read allocate nothing once it has grown.
+func TestIdleConnQueuesFollowTraffic(t *testing.T) {
+	softTransports(t, func(t *testing.T, _ []string) {
+		c, s := pair(t, nil)
+		_, err := c.Write([]byte{1})
+		require.NoError(t, err)
+		_, err = io.ReadFull(s, make([]byte, 1))
+		require.NoError(t, err)
+		for _, e := range []*Conn{c, s} {
+			assert.Equal(t, sendStartSlots, sendSlots(t, e), "an idle conn's send slots")
+			assert.Greater(t, e.slots, 4*sendStartSlots, "the default depth is far above what idle holds")
+			e.mu.Lock()
+			assert.Nil(t, e.notes, "no notification ring before a notification")
+			e.mu.Unlock()
+		}
+
+		// Small writes, each its own WR: signaled ones are a quarter of
+		// the queue apart, so more than the starting slots are
+		// outstanding before the first completion can be taken.
+		const msg, count = 100, 2000
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, msg)
+			for i := range count {
+				for j := range b {
+					b[j] = byte(i + j)
+				}
+				if _, err := c.Write(b); err != nil {
+					return
+				}
+			}
+		}()
+		got := make([]byte, msg*count)
+		_, err = io.ReadFull(s, got)
+		require.NoError(t, err)
+		wg.Wait()
+		for i := range count {
+			for j := range msg {
+				if got[i*msg+j] != byte(i+j) {
+					require.Failf(t, "stream corrupted", "message %d byte %d: %d", i, j, got[i*msg+j])
+				}
+			}
+		}
+		n := sendSlots(t, c)
+		assert.Greater(t, n, sendStartSlots, "the burst grew the send queue")
+		assert.LessOrEqual(t, n, c.slots, "no further than the endpoint's slots")
+
+		wbuf, small := make([]byte, 4096), make([]byte, 64)
+		round := func() {
+			if _, err := c.Write(wbuf); err != nil {
+				panic(err)
+			}
+			if _, err := io.ReadFull(s, wbuf); err != nil {
+				panic(err)
+			}
+			if _, err := s.Write(small); err != nil {
+				panic(err)
+			}
+			if _, err := io.ReadFull(c, small); err != nil {
+				panic(err)
+			}
+		}
+		for range 100 {
+			round()
+		}
+		assert.Zero(t, testing.AllocsPerRun(500, round), "allocations per Write/Read round after growth")
+	})
+}
+
+// The notification ring is made on the first notification and grows to
+// RecvDepth as notifications are held, keeping them in order; one more
+// than RecvDepth is refused.
+func TestNotificationRingGrows(t *testing.T) {
+	c, _ := pair(t, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.recvWRs + 2 {
+		require.True(t, c.noteRoomLocked(), "room for notification %d", i)
+		c.notes[(c.notesHead+c.notesLen)%len(c.notes)] = notification{value: uint32(i)}
+		c.notesLen++
+		if i == 2 {
+			// Two taken: the ring wraps before it grows.
+			c.notesHead = (c.notesHead + 2) % len(c.notes)
+			c.notesLen -= 2
+		}
+	}
+	assert.Len(t, c.notes, c.recvWRs)
+	assert.False(t, c.noteRoomLocked(), "RecvDepth notifications held: no more")
+	for i := range c.notesLen {
+		assert.Equal(t, uint32(i+2), c.notes[(c.notesHead+i)%len(c.notes)].value)
+	}
+}
+
+// lkeyMR is an MR that only has keys: what enqueueing a WR asks of it.
+type lkeyMR struct{ verbs.MR }
+
+func (lkeyMR) LKey() uint32 { return 7 }
+
+// Growing the send queue moves every WR not yet completed to its new slot
+// with its SGE (in the new SGE array), its send buffer end and its one-sided
+// operation, while earlier slots wrap; it stops at the endpoint's slots.
+func TestSendQueueGrowthKeepsWRs(t *testing.T) {
+	const slots = 130
+	c := &Conn{endpoint: endpoint{slots: slots, sendMR: lkeyMR{}}, sqDepth: slots - 2, sigEvery: 1 << 20}
+	c.sbuf = make([]byte, 1<<16)
+	c.sbufMask = uint64(len(c.sbuf) - 1)
+	c.resizeSendQueueLocked(sendStartSlots)
+	ops := map[uint64]*remoteOp{}
+	enqueue := func() {
+		seq := c.sqPosted
+		n := 1 + int(seq%13)
+		buf := c.sbuf[seq%1000 : seq%1000+uint64(n)]
+		c.sbPosted += uint64(n)
+		c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, uint32(seq), c.sendMR, buf, 4096*seq, 9, 0, false)
+		if seq%5 == 0 {
+			ops[seq] = &remoteOp{}
+			c.sqOps[seq%uint64(len(c.sqOps))] = ops[seq]
+		}
+	}
+	check := func() {
+		t.Helper()
+		n := uint64(len(c.sq))
+		for seq := c.sqDone; seq != c.sqPosted; seq++ {
+			i := seq % n
+			wr := c.sq[i]
+			require.Equal(t, seq, wr.WRID, "slot %d", i)
+			require.Equal(t, 4096*seq, wr.RemoteAddr)
+			require.Len(t, wr.SG, 1)
+			require.Same(t, &c.sqSGE[i], &wr.SG[0], "WR %d's SGE is its slot's", seq)
+			require.Equal(t, verbs.AddrOf(c.sbuf[seq%1000:]), wr.SG[0].Addr)
+			require.Equal(t, uint32(1+seq%13), wr.SG[0].Length)
+			require.Same(t, ops[seq], c.sqOps[i], "WR %d's one-sided operation", seq)
+		}
+	}
+	// Wrap the starting slots, then grow while wrapped.
+	for range sendStartSlots {
+		enqueue()
+	}
+	c.sqDone, c.sqSubmitted = 5, 6
+	for range 6 {
+		enqueue()
+	}
+	require.Equal(t, 2*sendStartSlots, len(c.sq))
+	check()
+	for c.sqPosted-c.sqDone < slots {
+		enqueue()
+		check()
+	}
+	require.Equal(t, slots, len(c.sq), "grown to the endpoint's slots")
+	// The sends' ends in the send buffer, read back as they complete.
+	var end uint64
+	for seq := range c.sqPosted {
+		end += 1 + seq%13
+		if seq >= c.sqDone {
+			require.Equal(t, end, c.sqEnds[seq%slots], "send buffer end of WR %d", seq)
+		}
+	}
+}
