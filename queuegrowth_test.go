@@ -2,8 +2,11 @@ package rdma
 
 import (
 	"io"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,8 +26,28 @@ func sendSlots(t *testing.T, c *Conn) int {
 	return n
 }
 
+// senderGoroutines counts the soft QPs' sender goroutines in the process.
+func senderGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "soft.(*qp).sender(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// noSenders waits for every soft QP's sender goroutine to end: one runs
+// only while a write the transport could not take at once is pending.
+func noSenders(t *testing.T, msg string) {
+	t.Helper()
+	assert.Eventually(t, func() bool { return senderGoroutines() == 0 }, 10*time.Second, 5*time.Millisecond, msg)
+}
+
 // An idle connection on the default Config holds a few send slots and no
-// notification ring, whatever its depths; a burst of small writes grows
+// notification ring, whatever its depths, and its soft QP no sender
+// goroutine; a burst of small writes grows
 // the send queue (no further than the endpoint's slots), every byte
 // arriving in order; and Write and Read allocate nothing once it has grown.
 func TestIdleConnQueuesFollowTraffic(t *testing.T) {
@@ -41,6 +64,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			assert.Nil(t, e.notes, "no notification ring before a notification")
 			e.mu.Unlock()
 		}
+		noSenders(t, "an idle conn's QP has no sender goroutine")
 
 		// Small writes, each its own WR: signaled ones are a quarter of
 		// the queue apart, so more than the starting slots are
@@ -74,6 +98,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		n := sendSlots(t, c)
 		assert.Greater(t, n, sendStartSlots, "the burst grew the send queue")
 		assert.LessOrEqual(t, n, c.slots, "no further than the endpoint's slots")
+		noSenders(t, "the senders end once the burst is written")
 
 		wbuf, small := make([]byte, 4096), make([]byte, 64)
 		round := func() {

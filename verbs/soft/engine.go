@@ -14,8 +14,9 @@ import (
 // (qp.txBusy). Whoever adds work (PostSend, the receiver queuing an ACK,
 // NAK or READ response, a timer) takes the role if it is free and writes
 // the batch itself without blocking; if the transport cannot take it all,
-// the remainder (txPend) and the role pass to the QP's sender goroutine,
-// which may block. So PostSend never blocks, and on the latency path the
+// the remainder and the role pass to a sender goroutine started for it,
+// which may block and ends once nothing is left to write (an idle QP has
+// none). So PostSend never blocks, and on the latency path the
 // bytes leave from the caller's goroutine with no hand-off.
 //
 // Receive: whoever holds the receive role (see rxOwner below: the QP's
@@ -36,9 +37,7 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 		q.ackEvery = h.ackEvery(q.ackEvery) // a transport where ACKs are cheap asks for more
 	}
 	q.running = true
-	q.wg.Add(1)
 	q.mu.Unlock()
-	go q.sender()
 }
 
 // stop closes the transport and waits for the engine's goroutines.
@@ -79,11 +78,7 @@ func (q *qp) kick() {
 			return
 		}
 		if rest := trimVec(v, n); len(rest) > 0 {
-			q.txPend = rest
-			select {
-			case q.senderWake <- struct{}{}:
-			default:
-			}
+			q.handOff(rest)
 			return
 		}
 		q.afterWrite()
@@ -94,7 +89,17 @@ func (q *qp) kick() {
 func (q *qp) txFailed() {
 	q.txDead = true
 	q.txBusy = false
-	q.txPend = nil
+}
+
+// handOff passes the transmit role, with what a non-blocking write left
+// over, to a sender goroutine. Called with mu held by the role's holder.
+func (q *qp) handOff(rest [][]byte) {
+	if !q.running {
+		q.txFailed() // stopped: the transport is closed
+		return
+	}
+	q.wg.Add(1) // stop waits for it
+	go q.sender(rest)
 }
 
 // afterWrite runs when a whole batch is out. Called with mu held.
@@ -105,39 +110,30 @@ func (q *qp) afterWrite() {
 	}
 }
 
-// sender writes what a non-blocking attempt left over, and everything that
-// queues behind it, blocking on the transport as needed.
-func (q *qp) sender() {
+// sender writes what a non-blocking attempt left over (v), and everything
+// that queues behind it, blocking on the transport as needed; it gives up
+// the transmit role and ends once nothing is left to write.
+func (q *qp) sender(v [][]byte) {
 	defer q.wg.Done()
-	for {
-		select {
-		case <-q.senderWake:
-		case <-q.done:
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for !q.txDead {
+		if len(v) == 0 {
+			if v, _ = q.buildBatch(); len(v) == 0 {
+				q.txBusy = false
+				return
+			}
+		}
+		tr := q.tr
+		q.mu.Unlock()
+		_, err := tr.writev(v, true)
+		q.mu.Lock()
+		v = nil
+		if err != nil {
+			q.txFailed()
 			return
 		}
-		q.mu.Lock()
-		v := q.txPend
-		q.txPend = nil
-		for !q.txDead {
-			if len(v) == 0 {
-				v, _ = q.buildBatch()
-				if len(v) == 0 {
-					q.txBusy = false
-					break
-				}
-			}
-			tr := q.tr
-			q.mu.Unlock()
-			_, err := tr.writev(v, true)
-			q.mu.Lock()
-			v = nil
-			if err != nil {
-				q.txFailed()
-				break
-			}
-			q.afterWrite()
-		}
-		q.mu.Unlock()
+		q.afterWrite()
 	}
 }
 

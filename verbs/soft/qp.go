@@ -95,10 +95,8 @@ type qp struct {
 	tr         transport
 	txBusy     bool
 	txDead     bool
-	txPend     [][]byte
 	iovBuf     [][]byte       // a batch's iovecs
 	hdrs       [][hdrLen]byte // a batch's frame headers: a few, up to maxBatchFrames as batches fill
-	senderWake chan struct{}
 	discWanted bool
 	discSent   bool
 	finSent    bool
@@ -162,10 +160,9 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 	c.MaxRecvSGE = max(c.MaxRecvSGE, 1)
 	q := &qp{
 		num: nextQPN(), pd: p, scq: scq, rcq: rcq, cap: c, sigAll: attr.SignalAll,
-		state:      verbs.QPSReset,
-		senderWake: make(chan struct{}, 1),
-		done:       make(chan struct{}),
-		ackEvery:   16,
+		state:    verbs.QPSReset,
+		done:     make(chan struct{}),
+		ackEvery: 16,
 	}
 	q.attr = verbs.QPAttr{PathMTU: portMTU, MinRNRTimer: defaultMinRNR, Timeout: defaultTimeout,
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
