@@ -49,12 +49,18 @@ type Config struct {
 	SendBufferSize int
 
 	// SendDepth is the number of work requests the send queue holds;
-	// [8, 4096], default 128.
+	// [8, 4096], default 128. It is what a connection may grow to: the
+	// connection's per-WR state (and on soft the QP's send slots) starts
+	// at 8 slots and doubles while more WRs are outstanding, so an idle
+	// connection holds a few hundred bytes of it whatever SendDepth says.
 	SendDepth int
 
 	// RecvDepth is the number of receive work requests kept posted, which
 	// bounds the messages in flight toward a connection; [8, 1023], default
-	// 128.
+	// 128. Its receive WRs are all alike (no buffer: data lands in the
+	// ring), so on soft they take one slot of the QP, however many; the
+	// ring of one-sided notifications is made on the first and grows up to
+	// RecvDepth.
 	RecvDepth int
 
 	// InlineThreshold: writes of at most this many bytes are posted inline
