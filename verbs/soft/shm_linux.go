@@ -544,13 +544,14 @@ type shmTransport struct {
 	rArm    bool
 
 	// Write side (one goroutine at a time).
-	wpos  uint64 // our tail, including records not yet published
-	whead uint64 // the consumer's head as last seen
-	open  bool   // a recData record is open at recAt
-	recAt uint64
-	recN  uint64
-	wArm  bool
-	wSeen atomic.Uint64 // whead when the writer went to sleep, for the reader's look
+	wpos   uint64 // our tail, including records not yet published
+	whead  uint64 // the consumer's head as last seen
+	open   bool   // a recData record is open at recAt
+	recAt  uint64
+	recN   uint64
+	wArm   bool
+	wSeen  atomic.Uint64 // whead when the writer went to sleep, for the reader's look
+	txCopy ringCopier
 
 	// Who sleeps on the eventfd (sleep).
 	sleepMu  sync.Mutex
@@ -1066,7 +1067,7 @@ func (t *shmTransport) appendData(b []byte) (int, error) {
 			lim = min(t.size-pos, t.whead+t.size-start, t.size/4)
 		}
 		if lim > t.recN {
-			k := copy(t.tx.data[pos+t.recN:pos+lim], b)
+			k := t.txCopy.copy(t.tx.data[pos+t.recN:pos+lim], b)
 			t.recN += uint64(k)
 			return k, nil
 		}
