@@ -97,6 +97,22 @@ func TestQPSendQueueGrowsWithLoad(t *testing.T) {
 		assert.Equal(t, verbs.WCSuccess, wc.Status)
 		assert.Equal(t, wrs[i].SG[0].Length, wc.ByteLen)
 	}
+
+	// Grown, a full queue's worth posts and completes without allocating.
+	wc := make([]verbs.WC, len(wrs))
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := q.PostSend(wrs); err != nil {
+			panic(err)
+		}
+		q.mu.Lock()
+		q.sqSent = q.sqTail
+		q.completeTo(q.sqTail)
+		q.mu.Unlock()
+		if n, err := c.Poll(wc); err != nil || n != len(wrs) {
+			panic(err)
+		}
+	})
+	assert.Zero(t, allocs, "allocations per full send queue after growth")
 }
 
 // RecvDepth alike receives (a stream's: the same id, no SGE) take one slot
@@ -145,6 +161,23 @@ func TestQPReceiveRunsAndGrowth(t *testing.T) {
 		assert.Equal(t, verbs.WCWRFlushErr, wc.Status)
 	}
 	assert.Zero(t, q.rqWRs)
+
+	// Grown, the queue takes and gives back its WRs without allocating.
+	q.state = verbs.QPSRTS
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := q.PostRecv(distinct); err != nil {
+			panic(err)
+		}
+		if err := q.PostRecv(alike[:3]); err != nil {
+			panic(err)
+		}
+		q.mu.Lock()
+		for range len(distinct) + 3 {
+			q.popRecv()
+		}
+		q.mu.Unlock()
+	})
+	assert.Zero(t, allocs, "allocations per receive after growth")
 }
 
 // READ response slots are made on the first READ request and double up to
