@@ -152,10 +152,16 @@ func FuzzEngine(f *testing.F) {
 }
 
 // FuzzShmOffer: a REQ's shared-memory offer, whatever its bytes, parses
-// into a boot ID and a token or fails; what parses marshals back the same.
+// into a version, a boot ID, a token and (version 3) a ring size within
+// the ring limits, or fails; what parses marshals back the same.
 func FuzzShmOffer(f *testing.F) {
-	f.Add((&shmOfferExt{bootID: "0123456789abcdef0123456789abcdef0123", token: [16]byte{1, 2, 3}}).marshal())
+	boot := "0123456789abcdef0123456789abcdef0123"
+	f.Add((&shmOfferExt{version: 2, bootID: boot, token: [16]byte{1, 2, 3}}).marshal())
+	f.Add((&shmOfferExt{version: 3, bootID: boot, token: [16]byte{1, 2, 3}, ringSize: defaultShmRing}).marshal())
+	f.Add((&shmOfferExt{version: 3, bootID: boot, ringSize: shmRingMax * 2}).marshal())
+	f.Add((&shmOfferExt{version: 3, bootID: boot, ringSize: shmRingMin + 1}).marshal())
 	f.Add([]byte("SHM2"))
+	f.Add([]byte("SHM3"))
 	f.Add(append([]byte("SHM1"), make([]byte, 60)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := parseShmOffer(b)
@@ -163,6 +169,16 @@ func FuzzShmOffer(f *testing.F) {
 			return
 		}
 		require.Len(t, o.bootID, bootIDLen)
+		switch o.version {
+		case 2:
+			require.Zero(t, o.ringSize)
+		case 3:
+			require.GreaterOrEqual(t, o.ringSize, uint32(shmRingMin))
+			require.LessOrEqual(t, o.ringSize, uint32(shmRingMax))
+			require.Zero(t, o.ringSize&(o.ringSize-1))
+		default:
+			t.Fatalf("version %d", o.version)
+		}
 		require.Equal(t, b, o.marshal())
 	})
 }

@@ -125,9 +125,9 @@ func TestShmAnswerOverlapsTheConsumer(t *testing.T) {
 			held := make(chan struct{})
 			served := make(chan struct{})
 			_, tr := rawClient(t, lid, func(c *net.TCPConn) hsMsg {
-				// The active side's socket, which takes the token, then
-				// waits to be released before it exchanges rings (a small
-				// one from here: the listener makes its own as small).
+				// The active side's socket, which takes the token and the
+				// listener's ring, then waits to be released before it
+				// answers with its own (a small one, as offered).
 				name := shmSocketName(c.LocalAddr().(*net.TCPAddr), c.RemoteAddr().(*net.TCPAddr))
 				ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
 				require.NoError(t, err)
@@ -139,22 +139,27 @@ func TestShmAnswerOverlapsTheConsumer(t *testing.T) {
 						return
 					}
 					defer uc.Close()
-					var tok [16]byte
-					_, _ = uc.Read(tok[:])
+					var b [16 + shmSetupLen]byte
+					fds, err := recvFDs(uc, b[:], 2)
+					if err != nil {
+						return
+					}
+					peer, err := peerSetup(b[16:], fds, shmRingMin)
+					if err != nil {
+						return
+					}
+					defer peer.free()
 					<-held
 					local, err := newShmLocal(shmRingMin)
 					if err != nil {
 						return
 					}
 					defer local.free()
-					if sendSetup(uc, local) == nil {
-						peer, _ := recvSetup(uc, shmRingMin)
-						peer.free()
-					}
+					_ = sendSetup(uc, local)
 				}()
 				return hsMsg{typ: msgREQ, qpn: 1, sqDepth: 4, rqDepth: 4, retry: 7, rnrRetry: 7,
 					transports: transportTCP | transportShm | reqTakesMRA,
-					ext:        (&shmOfferExt{bootID: bootID()}).marshal()}
+					ext:        (&shmOfferExt{version: 3, bootID: bootID(), ringSize: shmRingMin}).marshal()}
 			})
 			ev := getEvent(t, ch, verbs.EventConnectRequest)
 			select {
@@ -248,4 +253,33 @@ func TestAcceptedWithoutRTUFails(t *testing.T) {
 	require.True(t, eventually(func() bool { n, _ := cq.Poll(wc); return n == 1 }))
 	assert.Equal(t, uint64(7), wc[0].WRID)
 	assert.Equal(t, verbs.WCWRFlushErr, wc[0].Status)
+}
+
+// Both offer versions parse to what was marshalled; a version 3 offer
+// names a ring size within the limits, and the offers this side makes are
+// version 3.
+func TestShmOfferVersions(t *testing.T) {
+	boot := "0123456789abcdef0123456789abcdef0123"
+	for _, o := range []shmOfferExt{
+		{version: 2, bootID: boot, token: [16]byte{9}},
+		{version: 3, bootID: boot, token: [16]byte{9}, ringSize: shmRingMin},
+		{version: 3, bootID: boot, token: [16]byte{9}, ringSize: shmRingMax},
+	} {
+		got, err := parseShmOffer(o.marshal())
+		require.NoError(t, err)
+		require.Equal(t, o, got)
+	}
+	for _, size := range []uint32{0, shmRingMin / 2, shmRingMin + 4096, shmRingMax * 2} {
+		_, err := parseShmOffer((&shmOfferExt{version: 3, bootID: boot, ringSize: size}).marshal())
+		require.Error(t, err, "ring size %d", size)
+	}
+	if active, _ := tcpPair(t); bootID() != "" {
+		o := newShmOffer(active, time.Now().Add(time.Second))
+		require.NotNil(t, o)
+		defer o.abort()
+		got, err := parseShmOffer(o.extension())
+		require.NoError(t, err)
+		require.Equal(t, uint8(3), got.version)
+		require.Equal(t, uint32(shmRingSize.Load()), got.ringSize)
+	}
 }

@@ -237,6 +237,16 @@ func mapRing(fd int, size int) ([]byte, error) {
 	return unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
+// sendTokenSetup sends the token of a version 3 offer and our ring setup
+// in one message.
+func sendTokenSetup(uc *net.UnixConn, token *[16]byte, l *shmLocal) error {
+	var b [16 + shmSetupLen]byte
+	copy(b[:], token[:])
+	marshalShmSetup((*[shmSetupLen]byte)(b[16:]), uint32(len(l.ring)-shmHdrPage))
+	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.ev), nil)
+	return err
+}
+
 // recvSetup receives the peer's ring setup; limit is the largest ring data
 // size we map.
 func recvSetup(uc *net.UnixConn, limit int) (*shmPeer, error) {
@@ -245,9 +255,16 @@ func recvSetup(uc *net.UnixConn, limit int) (*shmPeer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return peerSetup(b[:], fds, limit)
+}
+
+// peerSetup checks and maps the ring setup b that came with fds (a ring
+// memfd, an eventfd); limit is the largest ring data size we map. The
+// memfd is closed either way, the eventfd kept only on success.
+func peerSetup(b []byte, fds []int, limit int) (*shmPeer, error) {
 	p := &shmPeer{ev: fds[1]}
 	defer unix.Close(fds[0])
-	size, err := parseShmSetup(b[:], uint32(min(limit, shmRingMax)))
+	size, err := parseShmSetup(b, uint32(min(limit, shmRingMax)))
 	if err != nil || !isEventfd(p.ev) {
 		p.free()
 		return nil, errShmSetup
@@ -354,8 +371,9 @@ func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
 		return nil
 	}
 	o.ln = ln
-	o.ext = (&shmOfferExt{bootID: bootID(), token: o.token}).marshal()
-	go o.serve(int(shmRingSize.Load()), earliest(deadline, time.Now().Add(shmSetupTimeout)))
+	size := shmRingSize.Load()
+	o.ext = (&shmOfferExt{version: 3, bootID: bootID(), token: o.token, ringSize: uint32(size)}).marshal()
+	go o.serve(int(size), earliest(deadline, time.Now().Add(shmSetupTimeout)))
 	return o
 }
 
@@ -383,14 +401,26 @@ func (o *shmOffer) serve(size int, deadline time.Time) {
 			continue
 		}
 		_ = uc.SetDeadline(deadline)
-		var tok [16]byte
-		if _, err := recvFDs(uc, tok[:], 0); err != nil || subtle.ConstantTimeCompare(tok[:], o.token[:]) != 1 {
+		// The token and the peer's setup, in one message (version 3).
+		var b [16 + shmSetupLen]byte
+		fds, err := recvFDs(uc, b[:], 2)
+		if err != nil {
 			uc.Close()
 			continue
 		}
-		var peer *shmPeer
-		if err = sendSetup(uc, local); err == nil {
-			peer, err = recvSetup(uc, len(local.ring)-shmHdrPage)
+		if subtle.ConstantTimeCompare(b[:16], o.token[:]) != 1 {
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			uc.Close()
+			continue
+		}
+		peer, err := peerSetup(b[16:], fds, len(local.ring)-shmHdrPage)
+		if err == nil {
+			if err = sendSetup(uc, local); err != nil {
+				peer.free()
+				peer = nil
+			}
 		}
 		// The socket is done with: the rings and eventfds are all we keep.
 		uc.Close()
@@ -454,6 +484,10 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 	if err != nil || off.bootID != bootID() {
 		return nil
 	}
+	limit := int(shmRingSize.Load())
+	if off.version == 3 && int(off.ringSize) > limit {
+		return nil // its ring would be larger than we map
+	}
 	deadline = earliest(deadline, time.Now().Add(shmSetupTimeout))
 	nd := net.Dialer{Deadline: deadline}
 	nc, err := nd.Dial("unixpacket", shmSocketName(ra, la))
@@ -466,13 +500,29 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 		return nil
 	}
 	_ = uc.SetDeadline(deadline)
+	p := &shmPrepared{}
+	if off.version == 3 {
+		// Our ring as large as its: the largest it maps, and no larger
+		// than ours (checked above). Token and setup go in one message.
+		if p.local, err = newShmLocal(int(off.ringSize)); err != nil {
+			return nil
+		}
+		if err := sendTokenSetup(uc, &off.token, p.local); err != nil {
+			p.abort()
+			return nil
+		}
+		if p.peer, err = recvSetup(uc, limit); err != nil {
+			p.abort()
+			return nil
+		}
+		return p
+	}
 	if _, err := uc.Write(off.token[:]); err != nil {
 		return nil
 	}
-	p := &shmPrepared{}
-	limit := int(shmRingSize.Load())
-	// Our ring is made while the active side answers the token, at our
-	// size: the common case, both sides with the same ring size.
+	// Version 2. Our ring is made while the active side answers the
+	// token, at our size: the common case, both sides with the same ring
+	// size.
 	if p.local, err = newShmLocal(limit); err != nil {
 		return nil
 	}

@@ -436,10 +436,11 @@ func tcpPair(t *testing.T) (active, passive *net.TCPConn) {
 	return active, passive
 }
 
-// fakeOffer plays a hostile active side of a shared-memory offer on the
-// connection's active end: it listens where the passive side dials and
-// hands it, after the token, to serve. It returns the REQ to answer.
-func fakeOffer(t *testing.T, active *net.TCPConn, serve func(uc *net.UnixConn)) *hsMsg {
+// fakeOffer plays a hostile active side of a shared-memory offer of the
+// given version on the connection's active end: it listens where the
+// passive side dials and hands it, after the token (and in version 3 the
+// passive side's setup, dropped), to serve. It returns the REQ to answer.
+func fakeOffer(t *testing.T, active *net.TCPConn, version uint8, serve func(uc *net.UnixConn)) *hsMsg {
 	t.Helper()
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
@@ -454,15 +455,26 @@ func fakeOffer(t *testing.T, active *net.TCPConn, serve func(uc *net.UnixConn)) 
 			return
 		}
 		defer uc.Close()
-		var tok [16]byte
-		if _, err := uc.Read(tok[:]); err != nil {
-			return
+		if version == 2 {
+			var tok [16]byte
+			if _, err := uc.Read(tok[:]); err != nil {
+				return
+			}
+		} else {
+			var b [16 + shmSetupLen]byte
+			fds, err := recvFDs(uc, b[:], 2)
+			if err != nil {
+				return
+			}
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
 		}
 		serve(uc)
 		<-stop
 	}()
 	return &hsMsg{typ: msgREQ, transports: transportTCP | transportShm,
-		ext: (&shmOfferExt{bootID: bootID()}).marshal()}
+		ext: (&shmOfferExt{version: version, bootID: bootID(), ringSize: defaultShmRing}).marshal()}
 }
 
 // hostileRing sends a ring setup of the given advertised size, over a
@@ -520,31 +532,33 @@ func TestShmAnswerBoundsThePeer(t *testing.T) {
 		"silent after the token": func(t *testing.T, uc *net.UnixConn) {},
 		"gone after the token":   func(t *testing.T, uc *net.UnixConn) { uc.Close() },
 	}
-	for name, serve := range cases {
-		t.Run(name, func(t *testing.T) {
-			active, passive := tcpPair(t)
-			req := fakeOffer(t, active, func(uc *net.UnixConn) { serve(t, uc) })
-			start := time.Now()
-			p := shmAnswer(req, passive, time.Now().Add(time.Minute))
-			if p != nil {
-				p.abort()
-			}
-			assert.Nil(t, p, "shared memory set up with a hostile peer")
-			assert.Less(t, time.Since(start), shmSetupTimeout+time.Second)
-			assert.False(t, mapped(t, "hostile-ring"), "the peer's ring stayed mapped")
+	for _, version := range []uint8{2, 3} {
+		for name, serve := range cases {
+			t.Run(fmt.Sprintf("v%d/%s", version, name), func(t *testing.T) {
+				active, passive := tcpPair(t)
+				req := fakeOffer(t, active, version, func(uc *net.UnixConn) { serve(t, uc) })
+				start := time.Now()
+				p := shmAnswer(req, passive, time.Now().Add(time.Minute))
+				if p != nil {
+					p.abort()
+				}
+				assert.Nil(t, p, "shared memory set up with a hostile peer")
+				assert.Less(t, time.Since(start), shmSetupTimeout+time.Second)
+				assert.False(t, mapped(t, "hostile-ring"), "the peer's ring stayed mapped")
+			})
+		}
+		// The same exchange with an honest ring succeeds (so the above
+		// failed for the reasons they name).
+		active, passive := tcpPair(t)
+		req := fakeOffer(t, active, version, func(uc *net.UnixConn) {
+			hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, 0o600, true)
 		})
+		p := shmAnswer(req, passive, time.Now().Add(time.Minute))
+		require.NotNil(t, p, "version %d", version)
+		assert.True(t, mapped(t, "hostile-ring"))
+		p.abort()
+		assert.False(t, mapped(t, "hostile-ring"))
 	}
-	// The same exchange with an honest ring succeeds (so the above failed
-	// for the reasons they name).
-	active, passive := tcpPair(t)
-	req := fakeOffer(t, active, func(uc *net.UnixConn) {
-		hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, 0o600, true)
-	})
-	p := shmAnswer(req, passive, time.Now().Add(time.Minute))
-	require.NotNil(t, p)
-	assert.True(t, mapped(t, "hostile-ring"))
-	p.abort()
-	assert.False(t, mapped(t, "hostile-ring"))
 }
 
 // The active side pairs only with a process of its own uid that presents
@@ -577,6 +591,16 @@ func TestShmOfferSkipsStrangers(t *testing.T) {
 	_, err = w.Write(make([]byte, 16))
 	require.NoError(t, err)
 	closedOrSilent(w)
+
+	// Our uid, wrong token with a well-formed ring: the ring is not taken.
+	w2, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: name, Net: "unixpacket"})
+	require.NoError(t, err)
+	defer w2.Close()
+	l, err := newShmLocal(shmRingMin)
+	require.NoError(t, err)
+	defer l.free()
+	require.NoError(t, sendTokenSetup(w2, &[16]byte{1}, l))
+	closedOrSilent(w2)
 
 	req := hsMsg{typ: msgREQ, transports: transportTCP | transportShm, ext: o.extension()}
 	p := shmAnswer(&req, passive, time.Now().Add(5*time.Second))
@@ -617,7 +641,20 @@ func TestShmAnswerRefusesBadOffers(t *testing.T) {
 		assert.Nil(t, shmAnswer(&m, passive, time.Now().Add(time.Second)), name)
 	}
 	o.abort()
-	m := hsMsg{transports: transportTCP | transportShm, ext: good}
+	// A ring larger than we map: TCP, and nothing dialled for it (the
+	// offer sees no one before its deadline).
+	o = newShmOffer(active, time.Now().Add(300*time.Millisecond))
+	require.NotNil(t, o)
+	prevRing := SetSharedMemoryRing(shmRingMin)
+	m := hsMsg{transports: transportTCP | transportShm, ext: o.extension()}
+	assert.Nil(t, shmAnswer(&m, passive, time.Now().Add(time.Second)), "offered ring above our limit")
+	SetSharedMemoryRing(prevRing)
+	tr, err := o.finish(active)
+	assert.Error(t, err, "the passive side dialled for an offer it refused")
+	if err == nil {
+		tr.close()
+	}
+	m = hsMsg{transports: transportTCP | transportShm, ext: good}
 	assert.Nil(t, shmAnswer(&m, passive, time.Now().Add(time.Second)), "offer withdrawn: nobody listening")
 
 	prev := SetSharedMemory(false)

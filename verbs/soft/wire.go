@@ -299,48 +299,81 @@ func parseHandshake(b []byte) (hsMsg, error) {
 }
 
 // The shared-memory offer: the extension of a REQ that offers
-// transportShm (shm.go).
+// transportShm (shm.go). Version 3:
 //
 //	off size field
-//	0   4    magic "SHM2"
+//	0   4    magic "SHM3"
 //	4   36   boot ID of the offering host (/proc/sys/kernel/random/boot_id)
 //	40  16   token: the passive side presents it on the unix socket, which
 //	         proves that it read this REQ
+//	56  4    ring size: the data size of the offering side's ring, also the
+//	         largest ring it maps (a power of two, shmRingMin..shmRingMax)
+//
+// On the unix socket the passive side then sends its token and its ring
+// setup in one message, its ring as large as the offering side's, and the
+// active side answers with its own setup: one round trip. Version 2
+// ("SHM2", the first 56 bytes above) takes one and a half: the token
+// alone, the active side's setup, then the passive side's, sized to the
+// one received. A listener answers both versions; a dialler offers version
+// 3, which a listener that knows only version 2 does not parse: that
+// connection stays on TCP.
 //
 // Nothing else: in particular no socket name, which each side derives from
 // the TCP connection's addresses as its own kernel reports them.
 const (
-	shmOfferMagic = "SHM2"
-	shmOfferLen   = 56
-	bootIDLen     = 36
+	shmOfferMagic   = "SHM3"
+	shmOfferLen     = 60
+	shmOfferMagicV2 = "SHM2"
+	shmOfferLenV2   = 56
+	bootIDLen       = 36
 )
 
 type shmOfferExt struct {
-	bootID string
-	token  [16]byte
+	version  uint8 // 2 or 3 (marshal: anything but 2 is 3)
+	bootID   string
+	token    [16]byte
+	ringSize uint32 // version 3
 }
 
 func (o *shmOfferExt) marshal() []byte {
 	b := make([]byte, 0, shmOfferLen)
-	b = append(b, shmOfferMagic...)
+	if o.version == 2 {
+		b = append(b, shmOfferMagicV2...)
+	} else {
+		b = append(b, shmOfferMagic...)
+	}
 	b = append(b, o.bootID...)
-	return append(b, o.token[:]...)
+	b = append(b, o.token[:]...)
+	if o.version == 2 {
+		return b
+	}
+	return binary.LittleEndian.AppendUint32(b, o.ringSize)
 }
 
-// parseShmOffer decodes a REQ's shared-memory offer.
+// parseShmOffer decodes a REQ's shared-memory offer, of either version.
 func parseShmOffer(b []byte) (shmOfferExt, error) {
 	var o shmOfferExt
-	if len(b) != shmOfferLen || string(b[:4]) != shmOfferMagic {
+	switch {
+	case len(b) == shmOfferLen && string(b[:4]) == shmOfferMagic:
+		o.version = 3
+		o.ringSize = binary.LittleEndian.Uint32(b[shmOfferLenV2:])
+		if o.ringSize < shmRingMin || o.ringSize > shmRingMax || o.ringSize&(o.ringSize-1) != 0 {
+			return shmOfferExt{}, errBadHandshake
+		}
+	case len(b) == shmOfferLenV2 && string(b[:4]) == shmOfferMagicV2:
+		o.version = 2
+	default:
 		return o, errBadHandshake
 	}
 	o.bootID = string(b[4 : 4+bootIDLen])
-	copy(o.token[:], b[4+bootIDLen:])
+	copy(o.token[:], b[4+bootIDLen:shmOfferLenV2])
 	return o, nil
 }
 
-// The ring setup, one message on the unix socket in each direction, with
-// three descriptors (the ring's memfd, then the eventfds its reader sleeps
-// on for data and its writer for space):
+// The ring setup, one message on the unix socket in each direction (in
+// version 3 the passive side's follows its 16-byte token in the same
+// message), with two descriptors (the ring's memfd, then the eventfd its
+// reader sleeps on):
 //
 //	off size field
 //	0   4    magic "SRNG"

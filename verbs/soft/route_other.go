@@ -1,0 +1,16 @@
+//go:build !linux
+
+package soft
+
+import "net"
+
+// routeSource returns the source address the kernel's route to dst picks,
+// by connecting a UDP socket (which sends nothing).
+func routeSource(dst *net.TCPAddr) (net.IP, error) {
+	u, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: dst.IP, Port: dst.Port, Zone: dst.Zone})
+	if err != nil {
+		return nil, err
+	}
+	defer u.Close()
+	return u.LocalAddr().(*net.UDPAddr).IP, nil
+}
