@@ -56,12 +56,15 @@ const (
 )
 
 // spinCheck is how many empty polls a spin makes between looks at the
-// clock, the caller's deadline, Close and interrupts; a busy poll also
-// yields the processor every spinYield polls, so that other goroutines of
-// a program with few Ps keep running.
+// clock, the caller's deadline, Close and interrupts. A spin yields the
+// processor after spinYield of spinning, so that other goroutines of a
+// program with few Ps keep running. By time, not by a count of polls: each
+// yield wakes an idle P's thread to look for work (runtime.Gosched does),
+// which on a host where a poll is slow (an emulated guest: 256 polls took
+// less than a round trip) cost more than the polls themselves.
 const (
 	spinCheck = 16
-	spinYield = 256
+	spinYield = 100 * time.Microsecond
 )
 
 // await makes completions arrive for a caller that cannot go on, and
@@ -258,10 +261,8 @@ func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinRe
 	if dl != nil {
 		dlc, at = dl.state()
 	}
-	var start time.Time
-	if budget > 0 {
-		start = time.Now()
-	}
+	start := time.Now()
+	yielded := start
 	for i := 1; ; i++ {
 		if c.pollBatch() > 0 {
 			return spinCaught
@@ -272,17 +273,16 @@ func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinRe
 		if c.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(c.closedCh) {
 			return spinLookAgain
 		}
-		if budget > 0 || !at.IsZero() {
-			now := time.Now()
-			if !at.IsZero() && !now.Before(at) {
-				return spinLookAgain
-			}
-			if budget > 0 && now.Sub(start) >= budget {
-				return spinTimedOut
-			}
+		now := time.Now()
+		if !at.IsZero() && !now.Before(at) {
+			return spinLookAgain
 		}
-		if i%spinYield == 0 {
+		if budget > 0 && now.Sub(start) >= budget {
+			return spinTimedOut
+		}
+		if now.Sub(yielded) >= spinYield {
 			runtime.Gosched()
+			yielded = now
 		}
 	}
 }

@@ -188,14 +188,16 @@ func newCQ(ctx ctxPtr, cqe int, ch verbs.CompChannel) (*cq, error) {
 	return q, nil
 }
 
-// Poll moves up to len(wc) completions into wc. It allocates nothing.
+// Poll moves up to len(wc) completions into wc. It allocates nothing. (No
+// defer: a busy-polling caller runs this in a tight loop.)
 func (q *cq) Poll(wc []verbs.WC) (int, error) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.dead {
+		q.mu.Unlock()
 		return 0, verbs.ErrClosed
 	}
 	if q.overrun.Load() {
+		q.mu.Unlock()
 		return 0, verbs.ErrCQOverrun
 	}
 	total := 0
@@ -203,6 +205,7 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 		want := min(len(wc)-total, pollChunk)
 		n, errno := ibvPollCQ(q.p, q.wcs, wc[total:total+want])
 		if errno != 0 {
+			q.mu.Unlock()
 			return total, &verbs.Error{Op: "ibv_poll_cq", Errno: errno}
 		}
 		total += n
@@ -210,6 +213,7 @@ func (q *cq) Poll(wc []verbs.WC) (int, error) {
 			break
 		}
 	}
+	q.mu.Unlock()
 	return total, nil
 }
 
