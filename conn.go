@@ -38,6 +38,11 @@ type Conn struct {
 	rx         stream.Recv
 	tx         stream.Send
 	recvPosted int // receive WRs outstanding on the QP
+	// Receives are reposted in batches of repostBatch (a post is a call
+	// into the provider, on the path from a message's arrival to the Read
+	// that returns it): repostDue consumed since the last batch, of which
+	// repostHeld carried notifications.
+	repostDue, repostHeld, repostBatch int
 	// send side
 	sbTail     uint64      // send buffer bytes reserved
 	sbPosted   uint64      // send buffer bytes posted

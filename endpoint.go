@@ -188,6 +188,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 		return nil, err
 	}
 	c.recvPosted = e.recvWRs
+	c.repostBatch = max(e.recvWRs/16, 1)
 	c.rx = stream.NewRecv(c.ringLog, e.recvWRs)
 	return c, nil
 }

@@ -204,8 +204,13 @@ func (p *port) WaitNotify(at time.Time) (uint32, int, error) {
 			n := c.notes[c.notesHead]
 			c.notesHead = (c.notesHead + 1) % len(c.notes)
 			c.notesLen--
-			// Its receive WR was reposted when it came: credit it now.
-			c.rx.Owed++
+			// Its receive WR is credited now that it is taken: at once if
+			// it was reposted, else with its repost batch.
+			if c.repostHeld > 0 {
+				c.repostHeld--
+			} else {
+				c.rx.Owed++
+			}
 			c.creditLocked(false)
 			c.unlockSubmit()
 			return n.value, int(n.n), nil
