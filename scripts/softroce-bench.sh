@@ -70,6 +70,8 @@ for s in $SIZES; do
 		if [ -x ./softroce-bench-base ]; then
 			./softroce-bench-base -test pingpong -size \$s -count $COUNT -net rdma |
 				awk '{printf "base-1p %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
+			./softroce-bench-base -test pingpong -size \$s -count $COUNT -net rdma -busypoll -procs 2 |
+				awk '{printf "base-busy %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
 		fi
 	done
 	# ib_send_bw: a stream of COUNT sends of s bytes
@@ -86,9 +88,11 @@ for pt in $POLL_SWEEP; do
 done
 # The provider alone: 64-byte inline SEND ping-pong on raw verbs, one
 # goroutine waiting on completion channels for both ends
-./rdmacore.test -test.run '^\$' -test.bench 'PingPongEvents(TwoGoroutines)?\$' -test.benchtime ${COUNT}x |
+# (and busy-polling both ends, as rdma-busy does)
+./rdmacore.test -test.run '^\$' -test.bench 'PingPong(Events|EventsTwoGoroutines|BusyPoll)\$' -test.benchtime ${COUNT}x |
 	awk '/^BenchmarkPingPongEvents-/ {printf "verbs pingpong 64 0 %.2f\n", \$3/1000}
-		/^BenchmarkPingPongEventsTwoGoroutines/ {printf "verbs-2g pingpong 64 0 %.2f\n", \$3/1000}'
+		/^BenchmarkPingPongEventsTwoGoroutines/ {printf "verbs-2g pingpong 64 0 %.2f\n", \$3/1000}
+		/^BenchmarkPingPongBusyPoll/ {printf "verbs-busy pingpong 64 0 %.2f\n", \$3/1000}'
 # ib_send_lat: 64-byte ping-pong, busy-polling; t_avg is half a round trip
 ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 >/dev/null 2>&1 & p=\$!
 sleep 1
@@ -118,12 +122,15 @@ awk '
 			if (rs > 0 && rsb > 0 && t > 0)
 				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx; rdma default %.1f vs rstream -T b %.1f = %.2fx; TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f%s\n",
 					s, rb, rs, rb / rs, rd, rsb, rd / rsb, t, rd / t, r1, t1,
-					cnt["base-1p pingpong " s] ? sprintf(", base revision %.1f", median("base-1p pingpong " s)) : ""
+					cnt["base-1p pingpong " s] ? sprintf("; base revision: busy %.1f (%.2fx rstream), one process %.1f", median("base-busy pingpong " s), median("base-busy pingpong " s) / rs, median("base-1p pingpong " s)) : ""
 			k = "rdma stream " s
 			if (("ib_send_bw stream " s) in mb && mb["ib_send_bw stream " s] > 0)
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
 					mb[k] / mb["ib_send_bw stream " s], mb[k] / mb["tcp stream " s]
 		}
+		if (("verbs-busy pingpong 64") in mb)
+			printf "64 B round trip (us): raw verbs busy-polling %.1f, rdma busy/raw verbs busy-polling %.2fx\n",
+				median("verbs-busy pingpong 64"), median("rdma-busy pingpong 64") / median("verbs-busy pingpong 64")
 		if (("verbs pingpong 64") in mb)
 			printf "64 B round trip (us): ib_send_lat %.1f (busy), raw verbs events %.1f (one goroutine) %.1f (a goroutine per end); rdma busy/ib_send_lat %.2fx, rdma default/raw verbs %.2fx, rdma one process/raw verbs a goroutine per end %.2fx (<1: rdma.Conn faster)\n",
 				median("ib_send_lat pingpong 64"), median("verbs pingpong 64"), median("verbs-2g pingpong 64"),
