@@ -26,8 +26,10 @@
 //
 // Data moves without copies through Go memory: a WR's SGEs are resolved to
 // registered memory at post time and written with one writev per batch of
-// frames (on the same-host path, copied into the shared ring); payloads are
-// read straight into the target MR. Posting never
+// frames (on the same-host path, copied into the shared ring, large
+// payloads with non-temporal stores while those are the cheaper kind, as
+// when the reader runs on another CPU: ntcopy.go); payloads are read
+// straight into the target MR. Posting never
 // blocks and, like polling, allocates nothing. A send WR completes when the
 // peer's (coalesced) ACK arrives, so a completed RDMA WRITE is in the peer's
 // memory. A goroutine waiting in CompChannel.GetEvent for the completions
