@@ -51,8 +51,9 @@ type Config struct {
 	// SendDepth is the number of work requests the send queue holds;
 	// [8, 4096], default 128. It is what a connection may grow to: the
 	// connection's per-WR state (and on soft the QP's send slots) starts
-	// at 8 slots and doubles while more WRs are outstanding, so an idle
-	// connection holds a few hundred bytes of it whatever SendDepth says.
+	// at 8 slots, doubles while more WRs are outstanding and goes back to
+	// 8 once the connection is quiet, so an idle connection holds a few
+	// hundred bytes of it whatever SendDepth says.
 	SendDepth int
 
 	// RecvDepth is the number of receive work requests kept posted, which

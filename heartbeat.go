@@ -29,6 +29,7 @@ type watch struct {
 	probeAt time.Time     // when the keepalive probe is due
 	pinging bool          // the peer is held to PeerTimeout
 	live    stream.Liveness
+	moved   uint64 // stream bytes moved by the previous tick (queuegrowth.go)
 }
 
 // newWatch is the timing of a connection established at now: it wakes as
@@ -57,10 +58,12 @@ func (c *Conn) newWatch(now time.Time) watch {
 	return w
 }
 
-// tick runs at each wake-up: it applies what completions wait (so that a
-// ping is answered and the messages received are counted), probes if the
-// keepalive is due, and watches the peer.
+// tick runs at each wake-up: it trims the queues of a connection that has
+// gone quiet, applies what completions wait (so that a ping is answered
+// and the messages received are counted), probes if the keepalive is due,
+// and watches the peer.
 func (w *watch) tick(c *Conn, now time.Time) {
+	c.trimIdle(&w.moved)
 	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
 		c.keepalive()
 		w.probeAt = now.Add(c.cfg.KeepAlive)

@@ -8,7 +8,9 @@ import "github.com/rdmanet/rdma/verbs"
 // sendStartSlots and double when they fill, up to the endpoint's slots
 // (SendDepth+2); the notification ring is made on the first notification
 // and doubles up to RecvDepth. Growth allocates; a connection that has
-// carried its peak load sends and receives without allocating.
+// carried its peak load sends and receives without allocating. One that
+// then goes quiet gives the memory back (trimIdle), so that what idle
+// connections hold does not creep up to what busy ones need.
 const (
 	sendStartSlots  = 8
 	notesStartSlots = 4
@@ -58,4 +60,33 @@ func (c *Conn) noteRoomLocked() bool {
 	}
 	c.notes, c.notesHead = notes, 0
 	return true
+}
+
+// trimIdle runs at each tick of the connection's watch (heartbeat.go):
+// when no stream data moved either way since the previous tick (moved
+// holds the count then) and no send WR is outstanding, the send queue goes
+// back to its starting slots and an empty notification ring is dropped. A
+// connection that moves data between ticks keeps what it has grown.
+func (c *Conn) trimIdle(moved *uint64) {
+	c.mu.Lock()
+	m := c.tx.Tail + c.rx.Tail
+	idle := m == *moved
+	*moved = m
+	grown := len(c.sq) > sendStartSlots || len(c.notes) > 0 && c.notesLen == 0
+	c.mu.Unlock()
+	if !idle || !grown {
+		return
+	}
+	c.tryPoll() // apply the completions that wait, the last probe's say
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.torn || c.submitting || c.sqReserved > 0 || c.sqDone != c.sqPosted || c.tx.Tail+c.rx.Tail != m {
+		return
+	}
+	if len(c.sq) > sendStartSlots {
+		c.resizeSendQueueLocked(sendStartSlots)
+	}
+	if c.notesLen == 0 {
+		c.notes, c.notesHead = nil, 0
+	}
 }

@@ -49,7 +49,8 @@ func noSenders(t *testing.T, msg string) {
 // notification ring, whatever its depths, and its soft QP no sender
 // goroutine; a burst of small writes grows
 // the send queue (no further than the endpoint's slots), every byte
-// arriving in order; and Write and Read allocate nothing once it has grown.
+// arriving in order; Write and Read allocate nothing once it has grown; and
+// once quiet, the connection gives the slots back.
 func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 	softTransports(t, func(t *testing.T, _ []string) {
 		c, s := pair(t, nil)
@@ -119,6 +120,20 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			round()
 		}
 		assert.Zero(t, testing.AllocsPerRun(500, round), "allocations per Write/Read round after growth")
+
+		// Quiet again: the watch's next ticks give the slots back.
+		var moved uint64
+		c.keepalive() // a signaled probe behind any unsignaled tail
+		assert.Eventually(t, func() bool {
+			c.trimIdle(&moved)
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.sq) == sendStartSlots && len(c.sqEnds) == sendStartSlots
+		}, 10*time.Second, 5*time.Millisecond, "a quiet conn trims its send queue")
+		for range 100 {
+			round() // and grows again as traffic needs
+		}
+		assert.Greater(t, sendSlots(t, c), sendStartSlots, "unsignaled sends held by the queue again")
 	})
 }
 

@@ -275,6 +275,9 @@ func (q *qp) watchdog() {
 		return
 	}
 	outstanding := q.sqHead != q.sqSent
+	if q.sqHead == q.sqTail && q.progress == q.wdLast {
+		q.trimIdle() // quiet for a whole timeout: give back what bursts grew
+	}
 	if outstanding && q.progress == q.wdLast {
 		q.wdStrikes++
 		if q.wdStrikes > q.attr.RetryCnt {

@@ -8,7 +8,10 @@ package soft
 // two indexed by sequence number, so that an index stays right across the
 // wrap of the 32-bit PSN; growing one moves each live entry to its index in
 // the larger ring. Growth allocates; a QP that has carried its peak load
-// posts and transmits without allocating.
+// posts and transmits without allocating. One that then goes quiet (no
+// ACK for a whole transport timeout, nothing posted) gives the memory back
+// (trimIdle, from the watchdog), so that what idle QPs hold does not creep
+// up to what busy ones need.
 const (
 	sqStartSlots     = 8
 	rqStartSlots     = 2
@@ -101,4 +104,19 @@ func (q *qp) growResp() {
 func (q *qp) setBatchFrames(n int) {
 	q.hdrs = make([][hdrLen]byte, n)
 	q.iovBuf = make([][]byte, 0, n*(1+q.cap.MaxSendSGE)+8)
+}
+
+// trimIdle shrinks a quiet QP's send queue, READ response ring and
+// transmit batch back to their starting sizes, those not in use. Called
+// with mu held, the send queue empty.
+func (q *qp) trimIdle() {
+	if len(q.sq) > sqStartSlots {
+		q.sq = q.newSendSlots(sqStartSlots)
+	}
+	if q.respHead == q.respTail {
+		q.resp = nil
+	}
+	if !q.txBusy && len(q.hdrs) > batchStartFrames {
+		q.setBatchFrames(batchStartFrames)
+	}
 }

@@ -234,3 +234,57 @@ func TestQPReadResponsesGrow(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, verbs.QPSErr, q.state)
 }
+
+// A QP quiet for a whole transport timeout with nothing posted gives back
+// what a burst grew: send slots, READ response slots, the transmit batch;
+// one with a WR posted, or that heard an ACK, keeps them.
+func TestQPTrimsWhenQuiet(t *testing.T) {
+	q, c, m, buf := growthQP(t)
+	wrs := make([]verbs.SendWR, 100)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{verbs.SGEOf(m, buf[:8])}}
+	}
+	require.NoError(t, q.PostSend(wrs))
+	var sc scratch
+	ok, err := q.onRequest(&header{typ: frameReadReq, psn: q.rcvExpected, len: 8, rkey: m.RKey(), raddr: m.Addr()}, &sc)
+	require.NoError(t, err)
+	require.True(t, ok)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.buildBatch() // sends the READ response
+	q.setBatchFrames(maxBatchFrames)
+	require.Greater(t, len(q.sq), sqStartSlots)
+	require.NotNil(t, q.resp)
+	watchdog := func() {
+		q.wdArmed, q.wdLast = true, q.progress
+		q.mu.Unlock()
+		q.watchdog()
+		q.mu.Lock()
+	}
+
+	// WRs posted: nothing is trimmed.
+	watchdog()
+	assert.Greater(t, len(q.sq), sqStartSlots, "WRs posted: the send queue stays")
+	q.sqSent = q.sqTail
+	q.completeTo(q.sqTail)
+	// Progress (an ACK) since the last tick: nothing is trimmed.
+	q.wdArmed, q.wdLast = true, q.progress-1
+	q.mu.Unlock()
+	q.watchdog()
+	q.mu.Lock()
+	assert.Greater(t, len(q.sq), sqStartSlots, "an ACK in the last period: the send queue stays")
+
+	watchdog()
+	assert.Len(t, q.sq, sqStartSlots, "quiet: the send queue is trimmed")
+	assert.Nil(t, q.resp)
+	assert.Len(t, q.hdrs, batchStartFrames)
+	q.mu.Unlock()
+	require.NoError(t, q.PostSend(wrs[:3]), "a trimmed QP posts")
+	q.mu.Lock()
+	q.sqSent = q.sqTail
+	q.completeTo(q.sqTail)
+	q.mu.Unlock()
+	assert.Len(t, pollAll(t, c), 103)
+	q.mu.Lock()
+}
