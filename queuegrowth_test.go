@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"io"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -225,4 +227,49 @@ func TestSendQueueGrowthKeepsWRs(t *testing.T) {
 			require.Equal(t, end, c.sqEnds[seq%slots], "send buffer end of WR %d", seq)
 		}
 	}
+}
+
+// idleHeapLimit bounds the Go heap an idle endpoint (a connection has two)
+// on the default Config may hold: about 16 KiB is measured (the Conn, the
+// soft QP, CQ and CM ID, a few slots); with queues sized by the depths it
+// was 65 KiB.
+const idleHeapLimit = 32 << 10
+
+// Connections that each echoed a byte and went idle hold at most
+// idleHeapLimit of Go heap per endpoint, on both soft paths.
+func TestIdleConnHeap(t *testing.T) {
+	const pairs = 100
+	needFDs(t, 8*pairs+256)
+	softTransports(t, func(t *testing.T, _ []string) {
+		ln := listen(t, nil)
+		d := dialer(ln, softConfig())
+		heap := func() uint64 {
+			var ms runtime.MemStats
+			runtime.GC()
+			runtime.GC()
+			runtime.ReadMemStats(&ms)
+			return ms.HeapAlloc
+		}
+		echoed := func() net.Conn {
+			c, s := testsupport.Connect(t, ln, d)
+			go echoOne(s)
+			_, err := c.Write([]byte{1})
+			require.NoError(t, err)
+			_, err = io.ReadFull(c, make([]byte, 1))
+			require.NoError(t, err)
+			return c
+		}
+		// One pair first, so that what every connection shares (the
+		// listener's, the provider's) is in the baseline.
+		echoed()
+		before := heap()
+		conns := make([]net.Conn, 0, pairs)
+		for range pairs {
+			conns = append(conns, echoed())
+		}
+		per := (int64(heap()) - int64(before)) / (2 * pairs)
+		runtime.KeepAlive(conns)
+		t.Logf("%d B of Go heap per idle endpoint", per)
+		assert.LessOrEqual(t, per, int64(idleHeapLimit), "Go heap per idle endpoint")
+	})
 }
