@@ -466,6 +466,11 @@ func (o *shmOffer) extension() []byte {
 type shmPrepared struct {
 	local *shmLocal
 	peer  *shmPeer
+	// Version 3: the socket on which the active side's setup is still to
+	// come (start receives it, once the REP is sent), and the largest ring
+	// of its we map.
+	uc    *net.UnixConn
+	limit int
 }
 
 // shmAnswer sets up shared memory for a REQ that offers it, when this side
@@ -495,28 +500,29 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 		return nil
 	}
 	uc := nc.(*net.UnixConn)
-	defer uc.Close() // the rings and eventfds are all we keep
 	if !samePrincipal(uc) {
+		uc.Close()
 		return nil
 	}
 	_ = uc.SetDeadline(deadline)
 	p := &shmPrepared{}
 	if off.version == 3 {
 		// Our ring as large as its: the largest it maps, and no larger
-		// than ours (checked above). Token and setup go in one message.
+		// than ours (checked above). Token and setup go in one message;
+		// its setup is received by start, after the REP: the REP and its
+		// answer cross instead of following each other.
 		if p.local, err = newShmLocal(int(off.ringSize)); err != nil {
+			uc.Close()
 			return nil
 		}
+		p.uc, p.limit = uc, limit
 		if err := sendTokenSetup(uc, &off.token, p.local); err != nil {
-			p.abort()
-			return nil
-		}
-		if p.peer, err = recvSetup(uc, limit); err != nil {
 			p.abort()
 			return nil
 		}
 		return p
 	}
+	defer uc.Close() // the rings and eventfds are all we keep
 	if _, err := uc.Write(off.token[:]); err != nil {
 		return nil
 	}
@@ -549,12 +555,28 @@ func (p *shmPrepared) abort() {
 	if p == nil {
 		return
 	}
+	if p.uc != nil {
+		p.uc.Close()
+		p.uc = nil
+	}
 	p.local.free()
 	p.peer.free()
 }
 
-// start makes the transport once the REP picking shared memory is sent.
+// start makes the transport once the REP picking shared memory is sent:
+// in version 3 it first receives the active side's setup (within the
+// exchange's deadline). On failure everything is released.
 func (p *shmPrepared) start(c *net.TCPConn) (transport, error) {
+	if p.uc != nil {
+		peer, err := recvSetup(p.uc, p.limit)
+		p.uc.Close() // the rings and eventfds are all we keep
+		p.uc = nil
+		if err != nil {
+			p.abort()
+			return nil, err
+		}
+		p.peer = peer
+	}
 	return newShmTransport(c, p.local, p.peer)
 }
 

@@ -538,11 +538,8 @@ func TestShmAnswerBoundsThePeer(t *testing.T) {
 				active, passive := tcpPair(t)
 				req := fakeOffer(t, active, version, func(uc *net.UnixConn) { serve(t, uc) })
 				start := time.Now()
-				p := shmAnswer(req, passive, time.Now().Add(time.Minute))
-				if p != nil {
-					p.abort()
-				}
-				assert.Nil(t, p, "shared memory set up with a hostile peer")
+				_, err := answerAndStart(req, passive)
+				assert.Error(t, err, "shared memory set up with a hostile peer")
 				assert.Less(t, time.Since(start), shmSetupTimeout+time.Second)
 				assert.False(t, mapped(t, "hostile-ring"), "the peer's ring stayed mapped")
 			})
@@ -553,12 +550,23 @@ func TestShmAnswerBoundsThePeer(t *testing.T) {
 		req := fakeOffer(t, active, version, func(uc *net.UnixConn) {
 			hostileRing(t, uc, defaultShmRing, shmHdrPage+defaultShmRing, 0o600, true)
 		})
-		p := shmAnswer(req, passive, time.Now().Add(time.Minute))
-		require.NotNil(t, p, "version %d", version)
+		st, err := answerAndStart(req, passive)
+		require.NoError(t, err, "version %d", version)
 		assert.True(t, mapped(t, "hostile-ring"))
-		p.abort()
+		st.close()
 		assert.False(t, mapped(t, "hostile-ring"))
 	}
+}
+
+// answerAndStart answers req's offer on passive and, when the answer takes
+// it, starts the transport as Accept does once the REP is sent (version 3
+// receives the active side's setup only then).
+func answerAndStart(req *hsMsg, passive *net.TCPConn) (transport, error) {
+	p := shmAnswer(req, passive, time.Now().Add(time.Minute))
+	if p == nil {
+		return nil, errShmSetup
+	}
+	return p.start(passive)
 }
 
 // The active side pairs only with a process of its own uid that presents
