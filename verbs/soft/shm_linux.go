@@ -612,6 +612,7 @@ type shmTransport struct {
 	hpart   [hdrLen]byte
 	hn      int
 	onIdle  func(boundary bool) bool
+	rBusy   busySpin
 	intr    atomic.Bool
 	rArm    bool
 
@@ -1036,19 +1037,31 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	case 1:
 		*stage = 2
 		if spin := shmSpin.Load(); spin > 0 {
-			end := monotime() + spin
+			start := monotime()
+			end := start + spin
+			busy := t.rBusy.budget(spin)
 			for i := 1; ; i++ {
 				if t.rx.tail.Load() != t.rhead {
+					if busy > 0 {
+						t.rBusy.caught(monotime()-start < busy)
+					}
 					return nil
 				}
 				if i%64 == 0 {
-					if t.intr.Load() || t.closed.Load() || monotime() > end {
+					now := monotime()
+					if t.intr.Load() || t.closed.Load() || now > end {
+						if busy > 0 {
+							t.rBusy.caught(false)
+						}
 						return nil
 					}
-					// Give the CPU to whatever else is runnable (the
-					// peer, on a busy host) while we wait: a pure busy
-					// loop took CPU time the peer needed to answer.
-					schedYield()
+					// Past the busy phase, give the CPU to whatever else
+					// is runnable (the peer, on a busy host) while we
+					// wait: a pure busy loop took CPU time the peer
+					// needed to answer.
+					if now-start >= busy {
+						schedYield()
+					}
 				}
 			}
 		}
