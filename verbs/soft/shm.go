@@ -77,6 +77,8 @@ const (
 // about the CPU per process of TCP; in a 64 KiB stream the readers slept
 // on 10% of their waits with a 20 us spin, 2% with 50 us, and throughput
 // rose accordingly; a pure busy loop (no yield) made round trips slower.
+// Its first few microseconds poll without yielding while that catches the
+// data, as it does when the peer runs on another CPU (busyspin.go).
 const defaultShmSpin = 50 * time.Microsecond
 
 func init() {
@@ -100,12 +102,12 @@ func init() {
 func SetSharedMemory(on bool) bool { return shmOn.Swap(on) }
 
 // SetSharedMemorySpin sets how long a reader of a shared-memory connection
-// polls an empty ring (yielding the CPU between polls) before it sleeps on
-// its eventfd: default 50 us, RDMA_SOFT_SHM_SPIN ("5us", "0") sets it at
-// start-up, 0 never spins. Spinning costs up to that much CPU time per wait
-// and saves the wake-up of a sleeping reader (a system call on each side
-// and a scheduler wake-up) when data arrives within it. It applies to reads
-// from then on and returns the previous value.
+// polls an empty ring (after a busy start, yielding the CPU between polls)
+// before it sleeps on its eventfd: default 50 us, RDMA_SOFT_SHM_SPIN ("5us",
+// "0") sets it at start-up, 0 never spins. Spinning costs up to that much
+// CPU time per wait and saves the wake-up of a sleeping reader (a system
+// call on each side and a scheduler wake-up) when data arrives within it.
+// It applies to reads from then on and returns the previous value.
 func SetSharedMemorySpin(d time.Duration) time.Duration {
 	return time.Duration(shmSpin.Swap(int64(max(d, 0))))
 }
