@@ -33,7 +33,8 @@ import (
 type pollState struct {
 	wcs     [32]verbs.WC
 	unacked int           // completion events not yet acknowledged
-	spin    time.Duration // busy-poll budget before sleeping
+	spin    time.Duration // busy-poll budget before sleeping (PollTime)
+	reach   time.Duration // the budget a spin gets: spin, stretched by learn
 	busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
 	misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
@@ -54,6 +55,33 @@ const (
 	spinMisses = 4
 	spinProbe  = 16
 )
+
+// spinStretch bounds how far learn stretches the spin past PollTime.
+const spinStretch = 4
+
+// learn takes in how long a wait lasted (until completions came), so that
+// the spin follows the peer: a peer that answers a little later than
+// PollTime (a round trip slower than the budget, as in an emulated guest,
+// or a server that takes a while) is still caught by the spin instead of
+// paying a sleep and a wake-up every time, for at most spinStretch times
+// PollTime of polling. A wait longer than that puts the budget back at
+// PollTime, so a connection whose peer is slow or idle spins no longer
+// than configured (and then not at all, once spins keep missing).
+func (p *pollState) learn(w time.Duration) {
+	most := spinStretch * p.spin
+	if w > most {
+		p.reach = p.spin
+		return
+	}
+	// Up at once (the next wait is caught), down gradually (one quick
+	// answer does not cut the budget that the usual ones need).
+	want := max(p.spin, min(most, w+w/2))
+	if want > p.reach {
+		p.reach = want
+	} else {
+		p.reach = (p.reach + want) / 2
+	}
+}
 
 // spinCheck is how many empty polls a spin makes between looks at the
 // clock, the caller's deadline, Close and interrupts. A spin yields the
@@ -157,7 +185,9 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		return
 	}
 	spun := false
+	var began time.Time
 	if p.spin > 0 {
+		began = time.Now()
 		spun = p.misses < spinMisses
 		if !spun {
 			if p.skipped++; p.skipped >= spinProbe {
@@ -167,9 +197,10 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 	}
 	if spun {
 		p.spins++
-		switch c.spinFor(dl, draining, p.spin) {
+		switch c.spinFor(dl, draining, max(p.reach, p.spin)) {
 		case spinCaught:
 			p.misses, p.skipped = 0, 0
+			p.learn(time.Since(began))
 			return
 		case spinLookAgain:
 			return
@@ -185,6 +216,9 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 			armed = true
 			// Completions that arrived before arming produce no event.
 			if c.pollBatch() > 0 {
+				if p.spin > 0 {
+					p.learn(time.Since(began))
+				}
 				return
 			}
 		}
@@ -218,7 +252,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		_, err := c.cch.GetEvent()
 		if spun {
 			// A spin a little longer would have caught a short sleep.
-			if time.Since(slept) <= 2*p.spin {
+			if time.Since(slept) <= 2*max(p.reach, p.spin) {
 				p.misses = 0
 			} else if p.misses < spinMisses {
 				p.misses++
@@ -238,6 +272,9 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		}
 		armed = false
 		if c.pollBatch() > 0 {
+			if p.spin > 0 {
+				p.learn(time.Since(began))
+			}
 			return
 		}
 	}

@@ -152,6 +152,57 @@ func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
 	assert.Zero(t, c.poll.misses, "the probe caught the byte: spinning is back on")
 }
 
+// The spin's budget follows the peer: waits a little longer than PollTime
+// stretch it (up to spinStretch times PollTime), a long one puts it back.
+func TestSpinBudgetLearnsThePeer(t *testing.T) {
+	p := pollState{spin: 50 * time.Microsecond, reach: 50 * time.Microsecond}
+	for range 8 {
+		p.learn(90 * time.Microsecond)
+	}
+	assert.GreaterOrEqual(t, p.reach, 90*time.Microsecond, "a peer answering in 90 us is within reach")
+	assert.LessOrEqual(t, p.reach, spinStretch*p.spin)
+	for range 8 {
+		p.learn(190 * time.Microsecond)
+	}
+	assert.Equal(t, spinStretch*p.spin, p.reach, "never past spinStretch x PollTime")
+	p.learn(time.Millisecond)
+	assert.Equal(t, p.spin, p.reach, "a slow answer: back to PollTime at once")
+	for range 8 {
+		p.learn(time.Microsecond)
+	}
+	assert.Equal(t, p.spin, p.reach, "never below PollTime")
+}
+
+// A peer that answers a little after PollTime is caught by the stretched
+// spin once the connection has seen a few such waits: no more sleeps.
+func TestSpinCatchesAPeerSlowerThanPollTime(t *testing.T) {
+	cfg := softConfig()
+	cfg.PollTime = 5 * time.Millisecond
+	c, s := pair(t, cfg)
+	buf := make([]byte, 1)
+	round := func() {
+		go func() {
+			time.Sleep(6 * time.Millisecond) // past PollTime, well within the stretch
+			s.Write([]byte("x"))
+		}()
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+	}
+	for range 6 {
+		round()
+	}
+	c.mu.Lock()
+	sleeps := c.poll.sleeps
+	c.mu.Unlock()
+	for range 3 {
+		round()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.Equal(t, sleeps, c.poll.sleeps, "the stretched spin caught every answer")
+	assert.Greater(t, c.poll.reach, cfg.PollTime)
+}
+
 // Soft ignores BusyPoll: its completions come from the transport, read by
 // the waiting caller. (The suite runs busy-polling conns on rdmacore.)
 func TestBusyPollIgnoredOnSoft(t *testing.T) {
