@@ -286,11 +286,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		// A NIC's QP may drop what arrives before the peer's QP is
 		// ready to receive (and retransmit it a timeout later): hand the
 		// connection out once the peer has said it is.
-		ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
-		est, err := waitEvent(ctx, ech)
-		cancel()
-		if err != nil || est.Type != verbs.EventEstablished {
-			id.Disconnect()
+		if !l.awaitEstablished(id, ech) {
 			abort()
 			return
 		}
@@ -307,4 +303,18 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	case <-l.done:
 		c.Close()
 	}
+}
+
+// awaitEstablished waits, within the handshake timeout, for the accepted
+// connection on id to be established; a connection that is not is
+// disconnected.
+func (l *Listener) awaitEstablished(id verbs.CMID, ech verbs.EventChannel) bool {
+	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
+	est, err := waitEvent(ctx, ech)
+	cancel()
+	if err != nil || est.Type != verbs.EventEstablished {
+		id.Disconnect()
+		return false
+	}
+	return true
 }

@@ -281,11 +281,7 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		abort()
 		return
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, l.cfg.HandshakeTimeout)
-	est, err := waitEvent(ctx, ech)
-	cancel()
-	if err != nil || est.Type != verbs.EventEstablished {
-		id.Disconnect()
+	if !l.awaitEstablished(id, ech) {
 		abort()
 		return
 	}

@@ -112,6 +112,14 @@ awk '
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 		return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
 	}
+	# the median over rounds of the ratio a/b within a round: the two ran
+	# seconds apart, so a slow round of the emulated guest slows both
+	function medratio(a, b,    n, i, j, t, r) {
+		n = cnt[a] < cnt[b] ? cnt[a] : cnt[b]
+		for (i = 1; i <= n; i++) r[i] = val[b, i] > 0 ? val[a, i] / val[b, i] : 0
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
+		return n == 0 ? 0 : (n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2)
+	}
 	{ k = $1 " " $2 " " $3; cnt[k]++; val[k, cnt[k]] = $5; mb[k] = $4; sizes[$3] = 1 }
 	END {
 		for (s in sizes) {
@@ -120,9 +128,10 @@ awk '
 			rd = median("rdma pingpong " s); rsb = median("rstream-blocking pingpong " s)
 			t = median("tcp pingpong " s); r1 = median("rdma-1p pingpong " s); t1 = median("tcp-1p pingpong " s)
 			if (rs > 0 && rsb > 0 && t > 0)
-				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx; rdma default %.1f vs rstream -T b %.1f = %.2fx; TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f%s\n",
-					s, rb, rs, rb / rs, rd, rsb, rd / rsb, t, rd / t, r1, t1,
-					cnt["base-1p pingpong " s] ? sprintf("; base revision: busy %.1f (%.2fx rstream), one process %.1f", median("base-busy pingpong " s), median("base-busy pingpong " s) / rs, median("base-1p pingpong " s)) : ""
+				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx (median of the rounds\047 ratios %.2fx); rdma default %.1f vs rstream -T b %.1f = %.2fx (%.2fx); TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f%s\n",
+					s, rb, rs, rb / rs, medratio("rdma-busy pingpong " s, "rstream pingpong " s),
+					rd, rsb, rd / rsb, medratio("rdma pingpong " s, "rstream-blocking pingpong " s), t, rd / t, r1, t1,
+					cnt["base-1p pingpong " s] ? sprintf("; base revision: busy %.1f (%.2fx rstream, %.2fx by rounds), one process %.1f", median("base-busy pingpong " s), median("base-busy pingpong " s) / rs, medratio("base-busy pingpong " s, "rstream pingpong " s), median("base-1p pingpong " s)) : ""
 			k = "rdma stream " s
 			if (("ib_send_bw stream " s) in mb && mb["ib_send_bw stream " s] > 0)
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
