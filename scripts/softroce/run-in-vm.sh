@@ -438,16 +438,18 @@ pair() { # pair PORT SERVER-CMD... -- CLIENT-CMD...
 	server=
 	while [ "$1" != -- ]; do server="$server $1"; shift; done
 	shift
-	$server >/tmp/server.log 2>&1 &
+	log=$(mktemp)
+	$server >"$log" 2>&1 &
 	pid=$!
 	i=0
 	until listening "$port"; do
 		i=$((i + 1))
-		[ $i -le 200 ] || { echo "nothing listens on port $port"; cat /tmp/server.log; exit 1; }
+		[ $i -le 200 ] || { echo "nothing listens on port $port"; cat "$log"; exit 1; }
 		sleep 0.05
 	done
 	"$@"
-	wait $pid || { cat /tmp/server.log; exit 1; }
+	wait $pid || { cat "$log"; exit 1; }
+	rm -f "$log"
 }
 echo "== rdma link show"; rdma link show
 echo "== ibv_devinfo"; ibv_devinfo -d "$SOFTROCE_DEV"

@@ -725,7 +725,7 @@ func ibvPollCQ(cq cqPtr, wcs wcArrayPtr, out []verbs.WC) (int, syscall.Errno) {
 		o.Flags = verbs.WCFlags(w.wc_flags)
 		o.Imm = 0
 		if o.Flags&verbs.WCWithImm != 0 {
-			// Read here rather than by a C helper: one cgo call per
+			// Read in Go rather than through a C accessor: one cgo call per
 			// completion fewer.
 			o.Imm = binary.BigEndian.Uint32((*[4]byte)(unsafe.Pointer(&w.imm_data))[:])
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// benchSuite builds a suite for the exported benchmark helpers.
+// benchSuite builds a suite for the exported benchmark functions.
 func benchSuite(b *testing.B, cfg Config) *suite {
 	p, err := verbs.Lookup(cfg.Provider)
 	require.NoError(b, err)
