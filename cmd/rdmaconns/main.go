@@ -17,28 +17,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"runtime/pprof"
-	"syscall"
+
+	"github.com/rdmanet/rdma/internal/cmdmain"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-	default:
-		fmt.Fprintf(os.Stderr, "rdmaconns: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Run("rdmaconns", run) }
 
 // run parses args, measures every path, and prints the report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -49,17 +34,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := raiseFDLimit(8*o.n + 256); err != nil {
 		return err
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cmdmain.StartCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	var results []result
 	for _, p := range o.paths {
 		if !o.quiet {

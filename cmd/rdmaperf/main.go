@@ -13,28 +13,14 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"runtime/pprof"
-	"syscall"
+
+	"github.com/rdmanet/rdma/internal/cmdmain"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-	default:
-		fmt.Fprintf(os.Stderr, "rdmaperf: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Run("rdmaperf", run) }
 
 // run is the whole program: parse args, then serve, or run a client and
 // print its report on stdout.
@@ -43,17 +29,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cmdmain.StartCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if o.server {
 		return runServer(ctx, o, stdout, stderr)
 	}
