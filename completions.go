@@ -34,7 +34,7 @@ type pollState struct {
 	wcs     [32]verbs.WC
 	unacked int           // completion events not yet acknowledged
 	spin    time.Duration // busy-poll budget before sleeping (PollTime)
-	reach   time.Duration // the budget a spin gets: spin, stretched by learn
+	reach   time.Duration // the budget a spin gets: spin, stretched by learn (never less)
 	busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
 	misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
@@ -80,6 +80,14 @@ func (p *pollState) learn(w time.Duration) {
 		p.reach = want
 	} else {
 		p.reach = (p.reach + want) / 2
+	}
+}
+
+// waited learns from a wait that began at began, on a connection that
+// spins at all.
+func (p *pollState) waited(began time.Time) {
+	if p.spin > 0 {
+		p.learn(time.Since(began))
 	}
 }
 
@@ -197,10 +205,10 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 	}
 	if spun {
 		p.spins++
-		switch c.spinFor(dl, draining, max(p.reach, p.spin)) {
+		switch c.spinFor(dl, draining, p.reach) {
 		case spinCaught:
 			p.misses, p.skipped = 0, 0
-			p.learn(time.Since(began))
+			p.waited(began)
 			return
 		case spinLookAgain:
 			return
@@ -216,9 +224,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 			armed = true
 			// Completions that arrived before arming produce no event.
 			if c.pollBatch() > 0 {
-				if p.spin > 0 {
-					p.learn(time.Since(began))
-				}
+				p.waited(began)
 				return
 			}
 		}
@@ -252,7 +258,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		_, err := c.cch.GetEvent()
 		if spun {
 			// A spin a little longer would have caught a short sleep.
-			if time.Since(slept) <= 2*max(p.reach, p.spin) {
+			if time.Since(slept) <= 2*p.reach {
 				p.misses = 0
 			} else if p.misses < spinMisses {
 				p.misses++
@@ -272,9 +278,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		}
 		armed = false
 		if c.pollBatch() > 0 {
-			if p.spin > 0 {
-				p.learn(time.Since(began))
-			}
+			p.waited(began)
 			return
 		}
 	}

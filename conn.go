@@ -132,6 +132,7 @@ func (c *Conn) start() {
 	c.laddr = fromTCPAddr(c.id.LocalAddr())
 	c.raddr = fromTCPAddr(c.id.RemoteAddr())
 	c.poll.spin = c.cfg.pollTime(c.provider)
+	c.poll.reach = c.poll.spin
 	// Soft's completions come from its transport, which a waiting caller
 	// reads itself or, when none waits, a goroutine parked on the runtime
 	// poller, which busy callers holding every P would starve.
