@@ -381,20 +381,25 @@ func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
 // that it is off the connect's path, then accepts the passive side's
 // connection: it skips connections from another uid or without the token,
 // sends our setup and receives the peer's.
+//
+// The listener is closed before the result is handed over: once finish or
+// abort has it, no passive side can reach this offer any more.
 func (o *shmOffer) serve(size int, deadline time.Time) {
+	o.res <- o.accept(size, deadline)
+}
+
+func (o *shmOffer) accept(size int, deadline time.Time) shmResult {
 	_ = o.ln.SetDeadline(deadline)
 	defer o.ln.Close()
 	local, err := newShmLocal(size)
 	if err != nil {
-		o.res <- shmResult{err: err}
-		return
+		return shmResult{err: err}
 	}
 	for {
 		uc, err := o.ln.AcceptUnix()
 		if err != nil {
 			local.free()
-			o.res <- shmResult{err: err}
-			return
+			return shmResult{err: err}
 		}
 		if !samePrincipal(uc) {
 			uc.Close()
@@ -428,8 +433,7 @@ func (o *shmOffer) serve(size int, deadline time.Time) {
 			local.free()
 			local = nil
 		}
-		o.res <- shmResult{local: local, peer: peer, err: err}
-		return
+		return shmResult{local: local, peer: peer, err: err}
 	}
 }
 
