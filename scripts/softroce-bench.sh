@@ -5,7 +5,7 @@
 # the ratios. The guest is emulated (TCG): only ratios from one run mean
 # anything, never the absolute figures.
 #
-#   scripts/softroce-bench.sh            (SIZES="64 4096 65536" COUNT=500 ROUNDS=3 by default)
+#   scripts/softroce-bench.sh            (SIZES="64 4096 65536" COUNT=500 LATENCY_COUNT=20000 ROUNDS=3 by default)
 #
 # Ping-pongs are compared like for like. rstream's default loop is
 # nonblocking: both ends poll without ever sleeping (rpoll with a zero
@@ -15,6 +15,12 @@
 # PollTime, then sleep). Both ends run in two processes, as rstream's do;
 # "rdma-1p" and "tcp-1p" are the same with both ends in one process.
 # Each ping-pong runs ROUNDS times, interleaved; the median is reported.
+# The 64-byte ping-pongs (and the raw verbs and ib_send_lat ones) run
+# LATENCY_COUNT round trips: in the emulated guest a process's first round
+# trips take milliseconds (code translated on first run, runtime threads
+# started) and a few scheduling stalls weigh on a mean, so a short run
+# measures mostly those. softroce-bench also reports the median round trip,
+# printed beside ib_send_lat's typical one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,6 +28,7 @@ GO=${GO:-go}
 . scripts/softroce-run.sh
 SIZES=${SIZES:-64 4096 65536}
 COUNT=${COUNT:-500}
+LATENCY_COUNT=${LATENCY_COUNT:-20000}
 ROUNDS=${ROUNDS:-3}
 # POLL_SWEEP adds 64-byte ping-pongs at other PollTimes (e.g. "10us 50us
 # 200us"), to choose the default by. BASE_REV (a git revision) adds the
@@ -43,20 +50,23 @@ $GO test -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
 
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh
-# Each line: <tool> <test> <size> <MB/s> <us per transfer>
+# Each line: <tool> <test> <size> <MB/s> <us per transfer> [<median round trip, us>]
 ip=\$SOFTROCE_IP
+count() { if [ "\$1" = 64 ]; then echo $LATENCY_COUNT; else echo $COUNT; fi; }
 rstream_pp() { # name size rstream-flags...
 	name=\$1 s=\$2; shift 2
-	rstream -b "\$ip" -S \$s -C $COUNT "\$@" >/dev/null 2>&1 & p=\$!
+	rstream -b "\$ip" -S \$s -C \$(count \$s) "\$@" >/dev/null 2>&1 & p=\$!
 	sleep 1
 	# its Gb/sec counts both directions; its usec/xfer is half a round trip
-	rstream -s "\$ip" -S \$s -C $COUNT "\$@" | awk -v n=\$name -v s=\$s '\$1=="custom" {printf "%s pingpong %d %.3f %.2f\n", n, s, \$7*1000/8, 2*\$8}'
+	rstream -s "\$ip" -S \$s -C \$(count \$s) "\$@" | awk -v n=\$name -v s=\$s '\$1=="custom" {printf "%s pingpong %d %.3f %.2f\n", n, s, \$7*1000/8, 2*\$8}'
 	wait \$p
 }
 bench() { # name test size softroce-bench-flags...
 	name=\$1 t=\$2 s=\$3; shift 3
-	./softroce-bench -test \$t -size \$s -count $COUNT "\$@" |
-		awk -v n=\$name '{printf "%s %s %d %.3f %.2f\n", n, \$2, \$3, \$6, \$8}'
+	c=$COUNT
+	[ "\$t" = pingpong ] && c=\$(count \$s)
+	./softroce-bench -test \$t -size \$s -count \$c "\$@" |
+		awk -v n=\$name '{printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
 }
 for s in $SIZES; do
 	for r in \$(seq $ROUNDS); do
@@ -68,9 +78,9 @@ for s in $SIZES; do
 		bench rdma-1p pingpong \$s -net rdma
 		bench tcp-1p pingpong \$s -net tcp
 		if [ -x ./softroce-bench-base ]; then
-			./softroce-bench-base -test pingpong -size \$s -count $COUNT -net rdma |
+			./softroce-bench-base -test pingpong -size \$s -count \$(count \$s) -net rdma |
 				awk '{printf "base-1p %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
-			./softroce-bench-base -test pingpong -size \$s -count $COUNT -net rdma -busypoll -procs 2 |
+			./softroce-bench-base -test pingpong -size \$s -count \$(count \$s) -net rdma -busypoll -procs 2 |
 				awk '{printf "base-busy %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
 		fi
 	done
@@ -89,15 +99,16 @@ done
 # The provider alone: 64-byte inline SEND ping-pong on raw verbs, one
 # goroutine waiting on completion channels for both ends
 # (and busy-polling both ends, as rdma-busy does)
-./rdmacore.test -test.run '^\$' -test.bench 'PingPong(Events|EventsTwoGoroutines|BusyPoll)\$' -test.benchtime ${COUNT}x |
+./rdmacore.test -test.run '^\$' -test.bench 'PingPong(Events|EventsTwoGoroutines|BusyPoll)\$' -test.benchtime ${LATENCY_COUNT}x |
 	awk '/^BenchmarkPingPongEvents-/ {printf "verbs pingpong 64 0 %.2f\n", \$3/1000}
 		/^BenchmarkPingPongEventsTwoGoroutines/ {printf "verbs-2g pingpong 64 0 %.2f\n", \$3/1000}
 		/^BenchmarkPingPongBusyPoll/ {printf "verbs-busy pingpong 64 0 %.2f\n", \$3/1000}'
-# ib_send_lat: 64-byte ping-pong, busy-polling; t_avg is half a round trip
-ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 >/dev/null 2>&1 & p=\$!
+# ib_send_lat: 64-byte ping-pong, busy-polling; t_typical and t_avg are
+# half a round trip
+ib_send_lat -d \$SOFTROCE_DEV -F -n $LATENCY_COUNT -s 64 >/dev/null 2>&1 & p=\$!
 sleep 1
-ib_send_lat -d \$SOFTROCE_DEV -F -n $COUNT -s 64 "\$ip" |
-	awk '\$1==64 && NF>=6 {printf "ib_send_lat pingpong 64 0 %.2f\n", 2*\$6}'
+ib_send_lat -d \$SOFTROCE_DEV -F -n $LATENCY_COUNT -s 64 "\$ip" |
+	awk '\$1==64 && NF>=6 {printf "ib_send_lat pingpong 64 0 %.2f %.2f\n", 2*\$6, 2*\$5}'
 wait \$p
 GUEST
 chmod +x "$OUT/run.sh"
@@ -120,7 +131,13 @@ awk '
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
 		return n == 0 ? 0 : (n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2)
 	}
-	{ k = $1 " " $2 " " $3; cnt[k]++; val[k, cnt[k]] = $5; mb[k] = $4; sizes[$3] = 1 }
+	function p50median(key,    n, i, j, t, a) {
+		n = cnt[key]
+		for (i = 1; i <= n; i++) a[i] = p50[key, i]
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
+	}
+	{ k = $1 " " $2 " " $3; cnt[k]++; val[k, cnt[k]] = $5; p50[k, cnt[k]] = NF >= 6 ? $6 : 0; mb[k] = $4; sizes[$3] = 1 }
 	END {
 		for (s in sizes) {
 			if (s == 0) continue
@@ -137,6 +154,9 @@ awk '
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,
 					mb[k] / mb["ib_send_bw stream " s], mb[k] / mb["tcp stream " s]
 		}
+		if (("ib_send_lat pingpong 64") in mb && cnt["rdma-busy pingpong 64"])
+			printf "64 B median round trip (us): rdma busy %.1f, rdma default %.1f, TCP %.1f; ib_send_lat typical %.1f\n",
+				p50median("rdma-busy pingpong 64"), p50median("rdma pingpong 64"), p50median("tcp pingpong 64"), p50median("ib_send_lat pingpong 64")
 		if (("verbs-busy pingpong 64") in mb)
 			printf "64 B round trip (us): raw verbs busy-polling %.1f, rdma busy/raw verbs busy-polling %.2fx\n",
 				median("verbs-busy pingpong 64"), median("rdma-busy pingpong 64") / median("verbs-busy pingpong 64")

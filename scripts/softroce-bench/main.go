@@ -13,6 +13,10 @@
 // pingpong is rstream's pattern: the client sends size bytes, the server
 // reads them and sends size bytes back, count times. stream is ib_send_bw's:
 // the client sends count messages of size bytes, the server reads them.
+// The output line gives the time per transfer (a ping-pong's mean round
+// trip) and, for pingpong, the median and 99th percentile round trip: in
+// the emulated guest a run's first round trips and a few scheduling stalls
+// weigh on the mean, so the percentiles say what a steady connection does.
 // Addresses: $SOFTROCE_IP (the guest's RDMA address), never anything else.
 package main
 
@@ -25,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,17 +67,18 @@ func main() {
 	}
 	ln, dial := transport(*netw, &rdma.Config{Provider: *provider, PollTime: *pollTime, BusyPoll: *busyPoll}, ip, *dialAddr == "")
 	var secs float64
+	var rtts []time.Duration
 	var err error
 	switch {
 	case *dialAddr != "":
-		secs, err = client(dial, *dialAddr, *test, *size, *count)
+		secs, rtts, err = client(dial, *dialAddr, *test, *size, *count)
 	case *procs == 2:
 		secs, err = runChild(ln, *test, *size, *count)
 		if err == nil {
 			return // the child printed the figures
 		}
 	default:
-		secs, err = run(ln, dial, *test, *size, *count)
+		secs, rtts, err = run(ln, dial, *test, *size, *count)
 	}
 	if err != nil {
 		fail(err)
@@ -81,8 +87,19 @@ func main() {
 	if *test == "pingpong" {
 		bytes *= 2
 	}
-	fmt.Printf("%-6s %-9s %8d %7d %9.3fs %9.2f MB/s %10.2f us/xfer\n",
-		*netw, *test, *size, *count, secs, bytes/secs/1e6, secs/float64(*count)*1e6)
+	p50, p99 := percentile(rtts, 50), percentile(rtts, 99)
+	fmt.Printf("%-6s %-9s %8d %7d %9.3fs %9.2f MB/s %10.2f us/xfer %9.2f us p50 %9.2f us p99\n",
+		*netw, *test, *size, *count, secs, bytes/secs/1e6, secs/float64(*count)*1e6, p50, p99)
+}
+
+// percentile is the p-th percentile of d in microseconds (0 for none); it
+// sorts d.
+func percentile(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return float64(d[(len(d)-1)*p/100]) / 1e3
 }
 
 func fail(err error) {
@@ -119,18 +136,18 @@ func transport(netw string, cfg *rdma.Config, ip string, listen bool) (net.Liste
 
 // run measures count transfers between a server goroutine and a client
 // goroutine of this process.
-func run(ln net.Listener, dial func(string) (net.Conn, error), test string, size, count int) (float64, error) {
+func run(ln net.Listener, dial func(string) (net.Conn, error), test string, size, count int) (float64, []time.Duration, error) {
 	defer ln.Close()
 	srvErr := make(chan error, 1)
 	go func() { srvErr <- serve(ln, test, size, count) }()
-	secs, err := client(dial, ln.Addr().String(), test, size, count)
+	secs, rtts, err := client(dial, ln.Addr().String(), test, size, count)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := <-srvErr; err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	return secs, nil
+	return secs, rtts, nil
 }
 
 // runChild serves one connection from a child process, this program re-run
@@ -177,11 +194,12 @@ func serve(ln net.Listener, test string, size, count int) error {
 	return nil
 }
 
-// client dials addr and measures count transfers.
-func client(dial func(string) (net.Conn, error), addr, test string, size, count int) (float64, error) {
+// client dials addr and measures count transfers, and for pingpong each
+// round trip.
+func client(dial func(string) (net.Conn, error), addr, test string, size, count int) (float64, []time.Duration, error) {
 	c, err := dial(addr)
 	if err != nil {
-		return 0, fmt.Errorf("dial: %w", err)
+		return 0, nil, fmt.Errorf("dial: %w", err)
 	}
 	defer c.Close()
 	buf := make([]byte, size)
@@ -189,21 +207,28 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 		buf[i] = byte(i)
 	}
 	in := make([]byte, size)
+	var rtts []time.Duration
+	if test == "pingpong" {
+		rtts = make([]time.Duration, count)
+	}
 	start := time.Now()
+	last := start
 	for i := 0; i < count; i++ {
 		if _, err := c.Write(buf); err != nil {
-			return 0, fmt.Errorf("client write %d: %w", i, err)
+			return 0, nil, fmt.Errorf("client write %d: %w", i, err)
 		}
 		if test == "pingpong" {
 			if _, err := io.ReadFull(c, in); err != nil {
-				return 0, fmt.Errorf("client read %d: %w", i, err)
+				return 0, nil, fmt.Errorf("client read %d: %w", i, err)
 			}
+			now := time.Now()
+			rtts[i], last = now.Sub(last), now
 		}
 	}
 	if test == "stream" {
 		if _, err := io.ReadFull(c, in[:1]); err != nil {
-			return 0, fmt.Errorf("client read ack: %w", err)
+			return 0, nil, fmt.Errorf("client read ack: %w", err)
 		}
 	}
-	return time.Since(start).Seconds(), nil
+	return time.Since(start).Seconds(), rtts, nil
 }
