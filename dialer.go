@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/phase"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -86,6 +87,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 		return fail(err)
 	}
 	raddr = fromTCPAddr(rt)
+	phase.Mark("dial: address resolved")
 	src, err := toTCPAddr(d.LocalAddr)
 	if err != nil {
 		return fail(err)
@@ -209,6 +211,7 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 	if err != nil {
 		return nil, err
 	}
+	phase.Mark("dial: route resolved")
 	var c *Conn
 	ok := false
 	defer func() {
@@ -223,6 +226,7 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 	if c, err = newConn(prov.Name(), ech, id, cfg); err != nil {
 		return nil, err
 	}
+	phase.Mark("dial: endpoint created")
 	h := c.hello()
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
 		return nil, err
@@ -230,10 +234,12 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
 		return nil, err
 	}
+	phase.Mark("dial: connect requested")
 	ev, err := wait(verbs.EventEstablished)
 	if err != nil {
 		return nil, err
 	}
+	phase.Mark("dial: established")
 	peer, err := stream.ParseHello(ev.Param.PrivateData)
 	if err == nil && peer.Version > stream.Version {
 		// A listener answers with the lower of the two versions.

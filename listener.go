@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/phase"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -209,6 +210,7 @@ func (l *Listener) loop(sd listenSide) {
 		if ev.Type != verbs.EventConnectRequest || ev.ID == nil {
 			continue // events of requests not yet migrated, e.g. a peer that gave up
 		}
+		phase.Mark("listen: request taken")
 		select {
 		case l.slots <- struct{}{}:
 		default:
@@ -231,6 +233,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		l.handshakeRsocket(prov, ev)
 		return
 	}
+	phase.Mark("listen: handshake running")
 	id := ev.ID
 	peer, err := stream.ParseHello(ev.Param.PrivateData)
 	if err != nil {
@@ -257,6 +260,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		ech.Close()
 		return
 	}
+	phase.Mark("listen: endpoint created")
 	abort := func() {
 		c.releaseVerbs()
 		id.Destroy()
@@ -298,6 +302,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	// A peer that never sends it fails the connection: soft gives up on
 	// the RTU after twice its handshake timeout and flushes the QP.
 	c.start()
+	phase.Mark("listen: accepted")
 	select {
 	case l.ready <- c:
 	case <-l.done:

@@ -7,6 +7,7 @@
 //
 //	rdmaconns -n 1000                       # soft: shared memory, then soft's TCP path
 //	rdmaconns -n 10000 -paths shm
+//	rdmaconns -n 1000 -paths tcp -phases    # where the setup's time goes, step by step
 //	rdmaconns -n 1000 -paths rdmacore -addr $SOFTROCE_IP   # in the Soft-RoCE VM
 //
 // Paths: shm (soft provider, same-host shared memory), tcp (soft provider,

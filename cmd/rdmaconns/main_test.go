@@ -54,3 +54,41 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 	assert.Equal(t, []string{"net", "shm", "tcp"}, o.paths)
 	assert.Equal(t, defaultConns, o.n)
 }
+
+// -phases reports the setup's steps in the order they came, each reached
+// by every connection, on Go's TCP (the echo's steps) and on soft's TCP
+// path (the library's too), and the page faults per connection.
+func TestRunPhases(t *testing.T) {
+	var out bytes.Buffer
+	err := run(context.Background(), []string{"-n", "10", "-paths", "tcp", "-json", "-q", "-phases", "-addr", "127.0.0.72"}, &out, io.Discard)
+	require.NoError(t, err)
+	var rs []result
+	require.NoError(t, json.Unmarshal(out.Bytes(), &rs))
+	require.Len(t, rs, 2)
+	want := map[string][]string{
+		"net": {"client: dial returned", "server: byte read", "client: echo read"},
+		"tcp": {"dial: route resolved", "soft connect: REQ sent", "soft listen: REQ read", "listen: endpoint created",
+			"soft accept: REP sent", "soft connect: REP read", "dial: established", "client: dial returned", "client: echo read"},
+	}
+	for _, r := range rs {
+		at := map[string]float64{}
+		for i, s := range r.Phases {
+			if i > 0 {
+				assert.GreaterOrEqual(t, s.AtUS, r.Phases[i-1].AtUS, "%s: steps in order", r.Path)
+			}
+			at[s.Step] = s.AtUS
+		}
+		prev := 0.0
+		for _, step := range want[r.Path] {
+			require.Contains(t, at, step, "%s", r.Path)
+			assert.Greater(t, at[step], prev, "%s: %s after the step before", r.Path, step)
+			prev = at[step]
+		}
+		for _, s := range r.Phases {
+			assert.Equal(t, 10, s.Conns, "%s: %s", r.Path, s.Step)
+		}
+		if r.Path == "tcp" { // its registered memory is fresh, at least
+			assert.Positive(t, r.FaultsPerConn, r.Path)
+		}
+	}
+}

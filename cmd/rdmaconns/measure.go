@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/phase"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
@@ -40,6 +41,11 @@ type result struct {
 	HeapPerEP  float64 `json:"heap_per_endpoint_bytes"`
 	StackPerEP float64 `json:"stack_per_endpoint_bytes"`
 	ShmemPerEP float64 `json:"shmem_per_endpoint_bytes"`
+	// With -phases: the setup's steps, mean time from the dial's start,
+	// and the page faults per connection while they were set up (fresh
+	// memory is a good part of a setup's cost).
+	Phases        []phaseStep `json:"phases,omitempty"`
+	FaultsPerConn float64     `json:"faults_per_conn,omitempty"`
 }
 
 // snapshot is the process-wide state compared before and after.
@@ -181,8 +187,10 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 			wg.Add(1)
 			go func() { // echo one byte, then wait for the end like a server
 				defer wg.Done()
+				phase.Mark("server: accepted")
 				var b [1]byte
 				if _, err := io.ReadFull(c, b[:]); err == nil {
+					phase.Mark("server: byte read")
 					if _, err := c.Write(b[:]); err == nil {
 						_, _ = c.Read(b[:])
 					}
@@ -220,10 +228,20 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 	}
 	setup := make([]time.Duration, 0, o.n)
 	var dialSum time.Duration
+	var clock *phaseClock
+	if o.phases {
+		clock = newPhaseClock()
+		clock.start()
+		defer clock.stop()
+		clock.faults0 = minorFaults()
+	}
 	for i := 0; i < o.n; i++ {
 		if err := ctx.Err(); err != nil {
 			closeAll()
 			return r, err
+		}
+		if clock != nil {
+			clock.begin()
 		}
 		t0 := time.Now()
 		c, err := ep.dial(addr)
@@ -232,17 +250,25 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 			return r, fmt.Errorf("conn %d: %w", i, err)
 		}
 		dialSum += time.Since(t0)
+		phase.Mark("client: dial returned")
 		conns = append(conns, c)
 		b := [1]byte{byte(i)}
 		_, err = c.Write(b[:])
 		if err == nil {
+			phase.Mark("client: byte written")
 			_, err = io.ReadFull(c, b[:])
+			phase.Mark("client: echo read")
 		}
 		if err != nil || b[0] != byte(i) {
 			closeAll()
 			return r, fmt.Errorf("conn %d: echo: %v (got %d)", i, err, b[0])
 		}
 		setup = append(setup, time.Since(t0))
+	}
+	if clock != nil {
+		clock.stop()
+		r.Phases = clock.steps()
+		r.FaultsPerConn = float64(minorFaults()-clock.faults0) / float64(o.n)
 	}
 	held, err := take()
 	if err == nil && o.memProfile != "" {

@@ -16,6 +16,9 @@ type options struct {
 	json  bool
 	quiet bool
 	ring  int // rdma.Config.RingSize (0: the default)
+	// phases times the setup's steps (the library's marks and the
+	// echo's) and reports them after the figures.
+	phases bool
 
 	memProfile string // heap profile while the connections are held
 	cpuProfile string
@@ -44,6 +47,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.ring, "ring", 0, "rdma.Config.RingSize in `bytes` (0: the library's default); the send buffer follows it")
 	fs.BoolVar(&o.json, "json", false, "print the results as JSON")
 	fs.BoolVar(&o.quiet, "q", false, "no progress lines on stderr")
+	fs.BoolVar(&o.phases, "phases", false, "time the setup's steps, mean from the dial's start, and report them")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write a heap profile to `file`.PATH while each path's connections are held")
 	if err := fs.Parse(args); err != nil {

@@ -31,7 +31,13 @@ func report(w io.Writer, o *options, rs []result) error {
 			kib(r.RSSPerEP), kib(r.RegPerEP), r.FDsPerEP, r.GoroutPerEP,
 			kib(r.HeapPerEP), kib(r.StackPerEP), kib(r.ShmemPerEP))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if o.phases {
+		return reportPhases(w, rs)
+	}
+	return nil
 }
 
 func kib(b float64) string { return fmt.Sprintf("%.1f KiB", b/1024) }

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/phase"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/internal/cmevents"
 )
@@ -279,6 +280,7 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 			}
 			continue
 		}
+		phase.Mark("soft listen: TCP accepted")
 		slot := id.slots.take(c)
 		if slot == nil {
 			c.Close() // too many handshakes in progress
@@ -413,6 +415,7 @@ func readHandshake(tr *tcpTransport) (hsMsg, error) {
 // and turns it into EventConnectRequest. Anything else is dropped.
 func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot) {
 	defer id.wg.Done()
+	phase.Mark("soft listen: handshake running")
 	release := func() { id.slots.release(slot) }
 	tr, err := newTCPTransport(c)
 	if err != nil {
@@ -430,6 +433,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		c.Close()
 		return
 	}
+	phase.Mark("soft listen: REQ read")
 	_ = tr.setReadDeadline(time.Time{})
 	shmDeadline := time.Now().Add(hsTimeout)
 	child := newCMID(nil)
@@ -470,6 +474,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 			return
 		}
 	}
+	phase.Mark("soft listen: request reported")
 	ch.push(verbs.CMEvent{Type: verbs.EventConnectRequest, ID: child, Listen: id, Param: verbs.ConnParam{
 		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataConnect),
 		ResponderResources: int(m.respRes),
@@ -670,6 +675,7 @@ func (id *cmID) connectFailed(typ verbs.CMEventType, status int, param verbs.Con
 
 func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *net.TCPAddr, timeout time.Duration) {
 	defer id.wg.Done()
+	phase.Mark("soft connect: running")
 	deadline := time.Now().Add(timeout)
 	// ctx ends when the ID is destroyed; the timeout bounds reaching the
 	// listener, not the wait for an answer that a listener holds.
@@ -696,6 +702,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		}
 		return
 	}
+	phase.Mark("soft connect: TCP connected")
 	c := nc.(*net.TCPConn)
 	// Offer shared memory when the peer is on this host (shm.go); withdrawn
 	// unless the REP picks it.
@@ -732,6 +739,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		fail(err)
 		return
 	}
+	phase.Mark("soft connect: REQ sent")
 	m, err := readHandshake(tr)
 	if err == nil && m.typ == msgMRA {
 		// The listener holds the request: wait for its answer.
@@ -745,6 +753,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 		fail(err)
 		return
 	}
+	phase.Mark("soft connect: REP read")
 	if m.typ == msgREJ {
 		c.Close()
 		id.connectFailed(verbs.EventRejected, verbs.RejectStatusConsumer, verbs.ConnParam{PrivateData: padPrivateData(m.priv, verbs.MaxPrivateDataReject)})
@@ -800,6 +809,7 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	}
 	q.mu.Unlock()
 	q.startReceiver(nil)
+	phase.Mark("soft connect: established")
 	id.event(verbs.EventEstablished, 0, verbs.ConnParam{
 		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataAccept),
 		ResponderResources: int(m.respRes),
@@ -906,6 +916,7 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		return verbs.Errorf(op, syscall.ECONNRESET, "%v", err)
 	}
 	_ = c.SetWriteDeadline(time.Time{})
+	phase.Mark("soft accept: REP sent")
 	id.releasePending()
 	id.state = idAccepting
 	tr := id.tr
@@ -951,6 +962,7 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		if m.typ != msgRTU {
 			return errBadHandshake
 		}
+		phase.Mark("soft accept: RTU read")
 		_ = tr.setReadDeadline(time.Time{})
 		id.mu.Lock()
 		ok := id.state == idAccepting
