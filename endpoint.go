@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -79,13 +80,14 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
 	e.slots = sq + 2
 	ibufSize := max(e.slots*inline, 64)
-	if e.mem, err = verbs.AllocMemory(ringSize + sbufSize + ibufSize); err != nil {
+	ringAt := ringOffset(ibufSize, sbufSize)
+	if e.mem, err = verbs.AllocMemory(ringAt + ringSize); err != nil {
 		return e, err
 	}
 	all := e.mem.Bytes()
-	e.ring = all[:ringSize:ringSize]
-	e.sbuf = all[ringSize : ringSize+sbufSize : ringSize+sbufSize]
-	e.ibuf = all[ringSize+sbufSize : ringSize+sbufSize+ibufSize]
+	e.ibuf = all[:ibufSize:ibufSize]
+	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
+	e.ring = all[ringAt : ringAt+ringSize : ringAt+ringSize]
 	e.ringLog = stream.RingLog(ringSize)
 
 	if e.pd, err = ctx.AllocPD(); err != nil {
@@ -94,7 +96,7 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	if e.ringMR, err = e.pd.RegMR(e.ring, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return e, err
 	}
-	if e.sendMR, err = e.pd.RegMR(all[ringSize:], verbs.AccessLocalWrite); err != nil {
+	if e.sendMR, err = e.pd.RegMR(all[:ringAt], verbs.AccessLocalWrite); err != nil {
 		return e, err
 	}
 	if e.cch, err = ctx.CreateCompChannel(); err != nil {
@@ -120,6 +122,29 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	e.inline = min(inline, qa.Cap.MaxInlineData)
 	e.sendWRs, e.recvWRs = sq, rq
 	return e, nil
+}
+
+// ringOffset places the receive ring in a connection's memory block,
+// which holds the inline staging, then the send buffer (sbufSize bytes),
+// then the ring: the ring starts half a page into a page, right after the
+// send buffer, so that the send buffer's last half page and the ring's
+// first half page are one page. A connection's first writes start in that
+// last half page (sendStart), and the peer's first writes land at the
+// ring's start: where memory is resident only once touched (the soft
+// provider's; a NIC pins it all at registration), a connection that
+// exchanged a few small messages has touched one page of the block, not
+// two, and faulting in a page is a good part of a connection's setup.
+func ringOffset(ibufSize, sbufSize int) int {
+	page := os.Getpagesize()
+	half := page / 2
+	return (ibufSize+sbufSize-half+page-1)/page*page + half
+}
+
+// sendStart is where a connection's send buffer positions start: the
+// buffer's last half page, which shares its page with the ring's start
+// (ringOffset), or its second half if it is smaller than a page.
+func sendStart(sbufSize int) uint64 {
+	return uint64(sbufSize - min(os.Getpagesize()/2, sbufSize/2))
 }
 
 // release destroys the verbs objects newEndpoint created, in the order the
@@ -175,6 +200,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 		cmDone:   make(chan struct{}),
 	}
 	c.sbufMask = uint64(len(c.sbuf) - 1)
+	c.sbTail = sendStart(len(c.sbuf))
+	c.sbPosted, c.sbHead = c.sbTail, c.sbTail
 	c.sqDepth = uint64(e.sendWRs)
 	c.sigEvery = max(c.sqDepth/4, 1)
 	c.chunk = min(maxChunk, len(c.ring)/4, len(c.sbuf)/4)
