@@ -96,7 +96,9 @@ type Conn struct {
 
 	poll    pollState     // the poll role holder's own state
 	intrSeq atomic.Uint64 // moved by interrupt
-	cmDone  chan struct{}
+	// The watch (keepalive.go): cmLoop's end, or its timer.
+	cmDone chan struct{}
+	timed  *timedWatch
 }
 
 // hello is this side's half of the handshake.
@@ -137,7 +139,7 @@ func (c *Conn) start() {
 	// reads itself or, when none waits, a goroutine parked on the runtime
 	// poller, which busy callers holding every P would starve.
 	c.poll.busy = c.cfg.busyPoll() && c.provider != ProviderSoft
-	go c.cmLoop()
+	c.startWatch()
 }
 
 // Read reads data the peer wrote. It returns as soon as any data is there;
@@ -322,8 +324,8 @@ func (c *Conn) Close() error {
 	_ = c.id.Disconnect()
 	c.releaseVerbs()
 	c.id.Destroy()
-	c.ech.Close() // ends cmLoop
-	<-c.cmDone
+	c.ech.Close() // ends cmLoop, or the timed watch's events
+	c.stopWatch()
 	c.rdl.stop()
 	c.wdl.stop()
 	return nil

@@ -197,7 +197,6 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 		closedCh: make(chan struct{}),
 		rdl:      makeDeadline(),
 		wdl:      makeDeadline(),
-		cmDone:   make(chan struct{}),
 	}
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbTail = sendStart(len(c.sbuf))

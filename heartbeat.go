@@ -13,16 +13,16 @@ import (
 // peer announced them pings the peer when it has been silent a while, and
 // fails once it has been silent for PeerTimeout; every connection that
 // announced them answers the peer's pings. The pings are counted and sent
-// by cmLoop's ticks, off the data path: handle only counts the messages it
+// by the watch's ticks, off the data path: handle only counts the messages it
 // applies and queues the pong a ping asks for, and a connection with
 // traffic sends no pings.
 //
 // A ping reaches a peer whose program neither reads nor writes: the
-// peer's cmLoop applies its completions every time the peer asked for in
+// peer's watch applies its completions every time the peer asked for in
 // the hello (the Heartbeat field), unless a Read or Write of the peer
 // holds the poll role, and then that one applies them at once.
 
-// watch is cmLoop's timing.
+// watch is the timing of a connection's watch (keepalive.go: cmLoop or a timer).
 type watch struct {
 	period  time.Duration // between wake-ups; 0: none
 	next    time.Time     // the next wake-up; zero: none

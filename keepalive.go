@@ -3,15 +3,47 @@ package rdma
 import (
 	"errors"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// cmLoop watches the connection manager's events and, between them, wakes
-// for the connection's timers (watch): the keepalive probe of an idle
-// connection, the heartbeat's ticks, the peer's pings to answer. It waits
-// on the event channel, which parks on the runtime poller.
+// A connection watches the connection manager's events and, between them,
+// wakes for its timers (watch): the keepalive probe of an idle connection,
+// the heartbeat's ticks, the peer's pings to answer. Where the event
+// channel says when an event is queued (verbs.EventNotifier: soft's), a
+// timer does it (timedWatch); else cmLoop, a goroutine waiting on the
+// channel, does.
+
+// startWatch starts the connection's watch.
+func (c *Conn) startWatch() {
+	if n, ok := c.ech.(verbs.EventNotifier); ok {
+		c.startTimedWatch(n)
+		return
+	}
+	c.cmDone = make(chan struct{})
+	go c.cmLoop()
+}
+
+// stopWatch stops the watch; the event channel is closed. Once it
+// returns, no tick runs.
+func (c *Conn) stopWatch() {
+	if t := c.timed; t != nil {
+		t.timer.Stop()
+		t.mu.Lock() // a run in progress ends first
+		t.stopped = true
+		t.mu.Unlock()
+		return
+	}
+	if c.cmDone != nil {
+		<-c.cmDone
+	}
+}
+
+// cmLoop is the watch as a goroutine: it waits on the event channel, which
+// parks on the runtime poller, until an event or the next tick.
 func (c *Conn) cmLoop() {
 	defer close(c.cmDone)
 	w := c.newWatch(time.Now())
@@ -24,16 +56,99 @@ func (c *Conn) cmLoop() {
 		if err != nil {
 			return
 		}
-		switch ev.Type {
-		case verbs.EventDisconnected, verbs.EventDeviceRemoval:
-			// The QP is in error and its receives flush, which wakes the
-			// poller; a probe makes sure of it even with none outstanding.
-			c.mu.Lock()
-			if !c.closed && !c.torn && !c.postProbeLocked() && !c.rx.FinRcvd {
-				c.failLocked(errReset)
-			}
-			c.unlockSubmit()
+		c.onEvent(ev)
+	}
+}
+
+// onEvent handles a connection manager event of the established
+// connection.
+func (c *Conn) onEvent(ev verbs.CMEvent) {
+	switch ev.Type {
+	case verbs.EventDisconnected, verbs.EventDeviceRemoval:
+		// The QP is in error and its receives flush, which wakes the
+		// poller; a probe makes sure of it even with none outstanding.
+		c.mu.Lock()
+		if !c.closed && !c.torn && !c.postProbeLocked() && !c.rx.FinRcvd {
+			c.failLocked(errReset)
 		}
+		c.unlockSubmit()
+	}
+}
+
+// timedWatch is the watch run by a timer instead of a goroutine of its
+// own: a parked goroutine's stack was the largest single part of what an
+// idle soft connection holds, and fresh memory is a good part of what a
+// connection's setup costs. The channel's notification resets the timer;
+// a run takes the events queued, then ticks if one is due, then sets the
+// timer to the next tick.
+type timedWatch struct {
+	mu      sync.Mutex // held by a run
+	w       watch
+	timer   *time.Timer
+	events  atomic.Bool // an event was queued since a run last looked
+	stopped bool
+}
+
+// eventDelay is how soon after an event is queued the watch runs. The
+// events it acts on are disconnects, whose flushed receives already wake
+// a Read or Write: it is a backstop. Not at once, so that the event a
+// soft listener's connection gets as its peer's first frames arrive (the
+// RTU's EventEstablished) does not start a goroutine beside the one that
+// reads them.
+const eventDelay = time.Millisecond
+
+func (c *Conn) startTimedWatch(n verbs.EventNotifier) {
+	t := &timedWatch{w: c.newWatch(time.Now())}
+	t.timer = time.AfterFunc(time.Hour, c.runWatch)
+	t.timer.Stop()
+	c.timed = t
+	n.NotifyEvents(func() {
+		t.events.Store(true)
+		t.timer.Reset(eventDelay)
+	})
+	// Events queued before the notification was set.
+	t.mu.Lock()
+	c.takeEvents()
+	t.schedule()
+	t.mu.Unlock()
+}
+
+// runWatch is a run of the timed watch: on the timer's goroutine.
+func (c *Conn) runWatch() {
+	t := c.timed
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.events.Store(false)
+	c.takeEvents()
+	if now := time.Now(); !t.w.next.IsZero() && !now.Before(t.w.next) {
+		t.w.tick(c, now)
+	}
+	t.schedule()
+}
+
+// schedule sets the timer for the next tick, or sooner if an event came
+// meanwhile (a notification's Reset may have landed before this one).
+// Called with mu held.
+func (t *timedWatch) schedule() {
+	if !t.w.next.IsZero() {
+		t.timer.Reset(max(time.Until(t.w.next), 0))
+	}
+	if t.events.Load() {
+		t.timer.Reset(eventDelay)
+	}
+}
+
+// takeEvents handles the events queued, without waiting for more.
+func (c *Conn) takeEvents() {
+	for {
+		ev, err := c.ech.GetEvent(time.Unix(1, 0))
+		if err != nil {
+			return
+		}
+		c.onEvent(ev)
 	}
 }
 

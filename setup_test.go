@@ -4,7 +4,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
@@ -70,4 +72,79 @@ func TestFirstWritesShareAPage(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, big, got)
 	})
+}
+
+// A soft connection's watch (its keepalive, heartbeats and connection
+// manager events) runs on a timer, not on a goroutine of its own: an idle
+// soft endpoint has one goroutine, the provider's receiver.
+func TestSoftConnGoroutines(t *testing.T) {
+	const pairs = 40
+	needFDs(t, 8*pairs+256)
+	softTransports(t, func(t *testing.T, env []string) {
+		ln := listen(t, nil)
+		d := dialer(ln, softConfig())
+		echoed := func() {
+			c, s := testsupport.Connect(t, ln, d)
+			go echoOne(s)
+			_, err := c.Write([]byte{1})
+			require.NoError(t, err)
+			_, err = io.ReadFull(c, make([]byte, 1))
+			require.NoError(t, err)
+		}
+		echoed()
+		settled := func() int {
+			// The echoes' goroutines end just after the last byte.
+			time.Sleep(50 * time.Millisecond)
+			return runtime.NumGoroutine()
+		}
+		before := settled()
+		for range pairs {
+			echoed()
+		}
+		per := float64(settled()-before) / (2 * pairs)
+		t.Logf("%.2f goroutines per idle endpoint", per)
+		// The shared-memory path has its liveness watcher besides.
+		limit := 1.0
+		if env[0] == "RDMA_SOFT_SHM=1" {
+			limit = 2.0
+		}
+		assert.LessOrEqual(t, per, limit, "goroutines per idle endpoint")
+	})
+}
+
+// The timed watch takes the connection manager's events: when the peer
+// disconnects, the connection probes its QP (whose flush then fails it)
+// though nothing reads or writes it, and no keepalive or heartbeat is due.
+func TestTimedWatchTakesDisconnect(t *testing.T) {
+	cfg := softConfig()
+	cfg.KeepAlive = -1
+	cfg.PeerTimeout = -1
+	ln := listen(t, cfg)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
+	require.Equal(t, verbs.EventEstablished, ev.Type)
+	var s *Conn
+	select {
+	case c := <-accepted:
+		s = c.(*Conn)
+		defer s.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connection accepted")
+	}
+	require.NotNil(t, s.timed, "a soft connection's watch is the timer")
+	s.mu.Lock()
+	posted := s.sqPosted
+	s.mu.Unlock()
+	require.NoError(t, r.id.Disconnect())
+	assert.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.sqPosted > posted
+	}, 5*time.Second, 5*time.Millisecond, "no probe after the peer's disconnect")
 }

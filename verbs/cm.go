@@ -111,6 +111,19 @@ type EventChannel interface {
 	Close() error
 }
 
+// EventNotifier is an EventChannel that can say when an event is queued,
+// so that a consumer that only needs to react to the odd event (a
+// connection's disconnect) can do without a goroutine parked in GetEvent
+// for each channel. The soft provider's channels are; rdmacore's, a
+// descriptor each, are not.
+type EventNotifier interface {
+	// NotifyEvents makes the channel call f each time an event is queued,
+	// on the goroutine that queues it: f must be quick and must not
+	// block. The events are still taken with GetEvent. nil stops the
+	// calls; none starts after NotifyEvents(nil) or Close has returned.
+	NotifyEvents(f func())
+}
+
 // CMID is struct rdma_cm_id (RC, port space TCP).
 type CMID interface {
 	// BindAddr is rdma_bind_addr. Port 0 picks a free port.

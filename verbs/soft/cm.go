@@ -99,6 +99,9 @@ func newCMID(ch *eventChannel) *cmID {
 	return id
 }
 
+// NotifyEvents is verbs.EventNotifier's.
+func (c *eventChannel) NotifyEvents(f func()) { c.events.Notify(f) }
+
 func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
 	return c.events.Get(deadline)
 }

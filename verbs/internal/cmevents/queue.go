@@ -20,6 +20,7 @@ type Queue struct {
 	wake   chan struct{} // a token while q is non-empty
 	closed chan struct{}
 	dead   bool
+	notify func() // called by Push, under mu (Notify)
 }
 
 // New returns an empty, open queue.
@@ -35,8 +36,20 @@ func (q *Queue) Push(ev verbs.CMEvent) {
 		return
 	}
 	q.q = append(q.q, ev)
+	if q.notify != nil {
+		q.notify()
+	}
 	q.mu.Unlock()
 	q.signal()
+}
+
+// Notify makes Push call f after queuing each event (nil: stop). f runs
+// with the queue locked, so that no call starts after Notify(nil) or
+// Close returns: it must be quick and must not use the queue.
+func (q *Queue) Notify(f func()) {
+	q.mu.Lock()
+	q.notify = f
+	q.mu.Unlock()
 }
 
 func (q *Queue) signal() {
@@ -96,6 +109,7 @@ func (q *Queue) Close() bool {
 	}
 	q.dead = true
 	q.q = nil
+	q.notify = nil
 	close(q.closed)
 	return true
 }

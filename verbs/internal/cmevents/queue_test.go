@@ -78,3 +78,30 @@ func TestEveryEventReachesOneWaiter(t *testing.T) {
 	}
 	q.Close()
 }
+
+// Notify's function runs once per event pushed, after the event can be
+// taken, and never again once Notify(nil) or Close has returned.
+func TestNotifyCallsPerPushUntilStopped(t *testing.T) {
+	q := New()
+	var calls int
+	var got []verbs.CMEventType
+	q.Notify(func() {
+		calls++ // under the queue's lock: no race with the checks below
+	})
+	q.Push(verbs.CMEvent{Type: verbs.EventDisconnected})
+	q.Push(verbs.CMEvent{Type: verbs.EventEstablished})
+	require.Equal(t, 2, calls)
+	for range 2 {
+		ev, err := q.Get(time.Now().Add(-time.Second)) // queued: no wait
+		require.NoError(t, err)
+		got = append(got, ev.Type)
+	}
+	require.Equal(t, []verbs.CMEventType{verbs.EventDisconnected, verbs.EventEstablished}, got)
+	q.Notify(nil)
+	q.Push(verbs.CMEvent{Type: verbs.EventDisconnected})
+	require.Equal(t, 2, calls)
+	q.Notify(func() { calls++ })
+	q.Close()
+	q.Push(verbs.CMEvent{Type: verbs.EventDisconnected})
+	require.Equal(t, 2, calls)
+}
