@@ -80,8 +80,6 @@ type Conn struct {
 	polling bool
 	waiters int
 
-	rwrs []verbs.RecvWR
-
 	rcvReady chan struct{} // poked when the receive side changed
 	sndReady chan struct{} // poked when send resources were freed
 	closedCh chan struct{} // closed by Close

@@ -205,10 +205,6 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.sigEvery = max(c.sqDepth/4, 1)
 	c.chunk = min(maxChunk, len(c.ring)/4, len(c.sbuf)/4)
 	c.resizeSendQueueLocked(min(sendStartSlots, e.slots)) // queuegrowth.go
-	c.rwrs = make([]verbs.RecvWR, min(e.recvWRs, recvBatch))
-	for i := range c.rwrs {
-		c.rwrs[i].WRID = recvWRID
-	}
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
 		return nil, err
@@ -220,15 +216,23 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 }
 
 // recvBatch is the most receive WRs posted in one call: every one is the
-// same (no SGE, the data lands in the ring), so a few reused serve any
-// number, and a connection does not keep RecvDepth of them.
+// same (no SGE, the data lands in the ring), so a few serve any number,
+// and every connection posts the same few (recvWRs: a provider only reads
+// the WRs it is given).
 const recvBatch = 16
+
+var recvWRs = func() (w [recvBatch]verbs.RecvWR) {
+	for i := range w {
+		w[i].WRID = recvWRID
+	}
+	return w
+}()
 
 // postRecvs posts n receive WRs.
 func (c *Conn) postRecvs(n int) error {
 	for n > 0 {
-		k := min(n, len(c.rwrs))
-		if err := c.qp.PostRecv(c.rwrs[:k]); err != nil {
+		k := min(n, recvBatch)
+		if err := c.qp.PostRecv(recvWRs[:k]); err != nil {
 			return err
 		}
 		n -= k

@@ -506,9 +506,11 @@ func (q *qp) rxEnd(err error) {
 }
 
 // scratch holds the receiver's snapshot of a scatter list, so that it can
-// read a payload without holding mu.
+// read a payload without holding mu. sg has room for the QP's longest
+// scatter list (newQP), not maxSGE: a stream's QP has one SGE a WR, and
+// every connection holds its scratch.
 type scratch struct {
-	sg [maxSGE][]byte
+	sg [][]byte
 	n  int
 }
 
@@ -644,7 +646,7 @@ func (q *qp) onReadResp(h *header, sc *scratch) error {
 		q.mu.Unlock()
 		return errProtocol
 	}
-	sc.n = copy(sc.sg[:], s.sg)
+	sc.n = copy(sc.sg, s.sg)
 	q.mu.Unlock()
 	for i := 0; i < sc.n; i++ {
 		if err := q.tr.readPayload(sc.sg[i]); err != nil {
@@ -777,7 +779,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 			q.mu.Unlock()
 			return false, q.tr.discard(h.payloadLen())
 		}
-		sc.n = copy(sc.sg[:], r.sg)
+		sc.n = copy(sc.sg, r.sg)
 	}
 	q.popRecv()
 	q.mu.Unlock()

@@ -169,6 +169,7 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 	q.sq = q.newSendSlots(min(sqStartSlots, ringSize(c.MaxSendWR)))
 	q.rq = q.newRecvSlots(rqStartSlots)
 	q.setBatchFrames(min(batchStartFrames, maxBatchFrames))
+	q.rx.sc.sg = make([][]byte, max(c.MaxSendSGE, c.MaxRecvSGE))
 	q.rnrTimer = time.AfterFunc(time.Hour, q.rnrExpired)
 	q.rnrTimer.Stop()
 	q.wdTimer = time.AfterFunc(time.Hour, q.watchdog)

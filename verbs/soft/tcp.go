@@ -74,7 +74,7 @@ const (
 	tcpBufSize  = 128 << 10
 	tcpSmallBuf = 1 << 10
 	iovMax      = 1024 // IOV_MAX on Linux
-	iovStart    = 64   // wiov's first size; it grows to what writev is given, up to iovMax
+	iovStart    = 8    // wiov's first size; it grows to what writev is given, up to iovMax
 )
 
 // tcpBufs lends read buffers to TCP transports whose readers are busy. A
