@@ -170,6 +170,10 @@ type cmID struct {
 	// answer to the offer is settled (shm set, or not); Accept waits for
 	// it. The answer runs while the consumer sets up its side.
 	shmDone chan struct{}
+	// shmX, when the request offers shared memory set up off the
+	// connection's path (version 4), receives this side's exchange, run
+	// in the background; Accept does not wait for it.
+	shmX *shmExchange
 }
 
 func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) {
@@ -445,7 +449,12 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	// default).
 	child.timeout = 2 * hsTimeout
 	child.local, child.remote = copyAddr(c.LocalAddr().(*net.TCPAddr)), copyAddr(c.RemoteAddr().(*net.TCPAddr))
-	if m.transports&transportShm != 0 {
+	var shmX *shmExchange // Accept takes child.shmX, so this side keeps its own
+	switch {
+	case shmSwitchOffered(&m, c):
+		shmX = newShmExchange()
+		child.shmX = shmX
+	case m.transports&transportShm != 0:
 		child.shmDone = make(chan struct{})
 	}
 	// Setting up shared memory (a local exchange, at most shmSetupTimeout) still
@@ -497,6 +506,11 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		}
 		child.mu.Unlock()
 		close(child.shmDone)
+	}
+	if shmX != nil {
+		// The whole exchange, off the connection's path: the connection
+		// switches to the rings when it is through (shm_switch_linux.go).
+		shmAnswerSwitch(&m, c, shmDeadline, shmX)
 	}
 }
 
@@ -771,6 +785,9 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 			return
 		}
 		etr = st
+	case m.transports == transportShmSwitch && offer != nil && offer.version == 4:
+		// Frames start on TCP; the switch transport takes over after
+		// the RTU.
 	case m.transports != transportTCP:
 		fail(errBadHandshake)
 		return
@@ -783,6 +800,9 @@ func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *
 	}
 	_ = c.SetWriteDeadline(time.Time{})
 	_ = tr.setReadDeadline(time.Time{})
+	if m.transports == transportShmSwitch {
+		etr = offer.switching(tr)
+	}
 	id.mu.Lock()
 	if id.destroyed || id.qp != q {
 		id.mu.Unlock()
@@ -908,6 +928,8 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		transports: transportTCP, priv: param.PrivateData}
 	if id.shm != nil {
 		rep.transports = transportShm
+	} else if id.shmX != nil {
+		rep.transports = transportShmSwitch
 	}
 	b, err := rep.marshal()
 	if err != nil {
@@ -937,6 +959,11 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 			return verbs.Errorf(op, syscall.ECONNRESET, "%v", err)
 		}
 		etr = st
+	} else if id.shmX != nil {
+		// Frames start on TCP now, and move to the rings once this
+		// side's exchange is through.
+		etr = newSwitchTransport(tr, id.shmX)
+		id.shmX = nil
 	}
 	q.mu.Lock()
 	q.sock = tr.c
@@ -1010,6 +1037,8 @@ func (id *cmID) Reject(privateData []byte) error {
 	c.Close()
 	id.shm.abort()
 	id.shm = nil
+	id.shmX.drop()
+	id.shmX = nil
 	id.releasePending()
 	id.state = idDone
 	id.tr = nil
@@ -1102,6 +1131,8 @@ func (id *cmID) Destroy() error {
 	}
 	id.shm.abort()
 	id.shm = nil
+	id.shmX.drop()
+	id.shmX = nil
 	id.mu.Unlock()
 	id.wg.Wait()
 	return nil

@@ -152,7 +152,7 @@ func FuzzEngine(f *testing.F) {
 }
 
 // FuzzShmOffer: a REQ's shared-memory offer, whatever its bytes, parses
-// into a version, a boot ID, a token and (version 3) a ring size within
+// into a version, a boot ID, a token and (versions 3 and 4) a ring size within
 // the ring limits, or fails; what parses marshals back the same.
 func FuzzShmOffer(f *testing.F) {
 	boot := "0123456789abcdef0123456789abcdef0123"
@@ -160,6 +160,9 @@ func FuzzShmOffer(f *testing.F) {
 	f.Add((&shmOfferExt{version: 3, bootID: boot, token: [16]byte{1, 2, 3}, ringSize: defaultShmRing}).marshal())
 	f.Add((&shmOfferExt{version: 3, bootID: boot, ringSize: shmRingMax * 2}).marshal())
 	f.Add((&shmOfferExt{version: 3, bootID: boot, ringSize: shmRingMin + 1}).marshal())
+	f.Add((&shmOfferExt{version: 4, bootID: boot, token: [16]byte{4, 5}, ringSize: shmRingMin}).marshal())
+	f.Add((&shmOfferExt{version: 4, bootID: boot, ringSize: shmRingMax + 1}).marshal())
+	f.Add([]byte("SHM4"))
 	f.Add([]byte("SHM2"))
 	f.Add([]byte("SHM3"))
 	f.Add(append([]byte("SHM1"), make([]byte, 60)...))
@@ -172,7 +175,7 @@ func FuzzShmOffer(f *testing.F) {
 		switch o.version {
 		case 2:
 			require.Zero(t, o.ringSize)
-		case 3:
+		case 3, 4:
 			require.GreaterOrEqual(t, o.ringSize, uint32(shmRingMin))
 			require.LessOrEqual(t, o.ringSize, uint32(shmRingMax))
 			require.Zero(t, o.ringSize&(o.ringSize-1))

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -201,32 +202,42 @@ func TestShmAnswerOverlapsTheConsumer(t *testing.T) {
 	}
 }
 
-// With a real offer, the request is accepted on shared memory: the answer
-// made while the request waited is the one Accept picks.
+// With a real version 3 offer (a dialler from before version 4), the
+// request is accepted on shared memory: the answer made while the request
+// waited is the one Accept picks. A version 4 offer is answered "TCP now,
+// shared memory to follow", and the exchange completes on both sides.
 func TestShmAcceptPicksTheOverlappedAnswer(t *testing.T) {
 	if bootID() == "" {
 		t.Skip("no boot ID: shared memory is never offered")
 	}
 	prev := SetSharedMemory(true)
 	defer SetSharedMemory(prev)
-	ch, lid := setupListener(t, net.IPv4(127, 0, 0, 75))
-	var offer *shmOffer
-	c, tr := rawClient(t, lid, func(c *net.TCPConn) hsMsg {
-		offer = newShmOffer(c, time.Now().Add(10*time.Second))
-		require.NotNil(t, offer)
-		return hsMsg{typ: msgREQ, qpn: 1, sqDepth: 4, rqDepth: 4, retry: 7, rnrRetry: 7,
-			transports: transportTCP | transportShm | reqTakesMRA, ext: offer.extension()}
-	})
-	defer offer.abort()
-	ev := getEvent(t, ch, verbs.EventConnectRequest)
-	acceptOn(t, ev.ID)
-	m := answer(t, tr)
-	require.Equal(t, uint8(msgREP), m.typ)
-	require.Equal(t, uint32(transportShm), m.transports)
-	st, err := offer.finish(c)
-	require.NoError(t, err)
-	st.close()
-	ev.ID.Disconnect()
+	for _, v := range []struct {
+		version uint8
+		ip      net.IP
+		rep     uint32
+	}{{3, net.IPv4(127, 0, 0, 75), transportShm}, {4, net.IPv4(127, 0, 0, 77), transportShmSwitch}} {
+		t.Run(fmt.Sprintf("v%d", v.version), func(t *testing.T) {
+			ch, lid := setupListener(t, v.ip)
+			var offer *shmOffer
+			c, tr := rawClient(t, lid, func(c *net.TCPConn) hsMsg {
+				offer = newShmOfferVersion(c, time.Now().Add(10*time.Second), v.version)
+				require.NotNil(t, offer)
+				return hsMsg{typ: msgREQ, qpn: 1, sqDepth: 4, rqDepth: 4, retry: 7, rnrRetry: 7,
+					transports: transportTCP | transportShm | reqTakesMRA, ext: offer.extension()}
+			})
+			defer offer.abort()
+			ev := getEvent(t, ch, verbs.EventConnectRequest)
+			acceptOn(t, ev.ID)
+			m := answer(t, tr)
+			require.Equal(t, uint8(msgREP), m.typ)
+			require.Equal(t, v.rep, m.transports)
+			st, err := offer.finish(c) // the exchange itself is the same in both
+			require.NoError(t, err)
+			st.close()
+			ev.ID.Disconnect()
+		})
+	}
 }
 
 // A soft connection accepted is handed out before its RTU; one whose RTU
@@ -253,23 +264,27 @@ func TestAcceptedWithoutRTUFails(t *testing.T) {
 	assert.Equal(t, verbs.WCWRFlushErr, wc[0].Status)
 }
 
-// Both offer versions parse to what was marshalled; a version 3 offer
-// names a ring size within the limits, and the offers this side makes are
-// version 3.
+// Every offer version parses to what was marshalled; versions 3 and 4
+// name a ring size within the limits, and the offers this side makes are
+// version 4.
 func TestShmOfferVersions(t *testing.T) {
 	boot := "0123456789abcdef0123456789abcdef0123"
 	for _, o := range []shmOfferExt{
 		{version: 2, bootID: boot, token: [16]byte{9}},
 		{version: 3, bootID: boot, token: [16]byte{9}, ringSize: shmRingMin},
 		{version: 3, bootID: boot, token: [16]byte{9}, ringSize: shmRingMax},
+		{version: 4, bootID: boot, token: [16]byte{9}, ringSize: shmRingMin},
+		{version: 4, bootID: boot, token: [16]byte{9}, ringSize: shmRingMax},
 	} {
 		got, err := parseShmOffer(o.marshal())
 		require.NoError(t, err)
 		require.Equal(t, o, got)
 	}
-	for _, size := range []uint32{0, shmRingMin / 2, shmRingMin + 4096, shmRingMax * 2} {
-		_, err := parseShmOffer((&shmOfferExt{version: 3, bootID: boot, ringSize: size}).marshal())
-		require.Error(t, err, "ring size %d", size)
+	for _, version := range []uint8{3, 4} {
+		for _, size := range []uint32{0, shmRingMin / 2, shmRingMin + 4096, shmRingMax * 2} {
+			_, err := parseShmOffer((&shmOfferExt{version: version, bootID: boot, ringSize: size}).marshal())
+			require.Error(t, err, "version %d ring size %d", version, size)
+		}
 	}
 	if active, _ := tcpPair(t); bootID() != "" {
 		o := newShmOffer(active, time.Now().Add(time.Second))
@@ -277,7 +292,7 @@ func TestShmOfferVersions(t *testing.T) {
 		defer o.abort()
 		got, err := parseShmOffer(o.extension())
 		require.NoError(t, err)
-		require.Equal(t, uint8(3), got.version)
+		require.Equal(t, uint8(4), got.version)
 		require.Equal(t, uint32(shmRingSize.Load()), got.ringSize)
 	}
 }

@@ -335,11 +335,12 @@ func earliest(a, b time.Time) time.Time {
 // eventfds there with the first process of our uid that presents the
 // REQ's token.
 type shmOffer struct {
-	ln    *net.UnixListener
-	token [16]byte
-	ext   []byte
-	res   chan shmResult
-	done  bool
+	ln      *net.UnixListener
+	token   [16]byte
+	version uint8
+	ext     []byte
+	x       *shmExchange
+	done    bool
 }
 
 type shmResult struct {
@@ -353,15 +354,103 @@ func (r *shmResult) free() {
 	r.peer.free()
 }
 
+// shmExchange hands the result of one side's ring exchange from the
+// goroutine that runs it to the connection that takes it: waited for
+// (version 3), handed to a function when it comes (version 4), or given
+// up, in which case it is freed by whichever of the two sides is last.
+type shmExchange struct {
+	mu      sync.Mutex
+	done    chan struct{} // closed once the result is in
+	res     shmResult
+	in      bool // res holds the result, not yet taken
+	then    func(shmResult)
+	dropped bool
+	stop    func() // cuts a pending exchange short (nil: it ends by its deadline)
+}
+
+func newShmExchange() *shmExchange { return &shmExchange{done: make(chan struct{})} }
+
+// deliver hands the exchange's result over (once).
+func (x *shmExchange) deliver(r shmResult) {
+	x.mu.Lock()
+	if x.dropped {
+		x.mu.Unlock()
+		r.free()
+		return
+	}
+	then := x.then
+	x.then = nil
+	if then == nil {
+		x.res, x.in = r, true
+	}
+	close(x.done)
+	x.mu.Unlock()
+	if then != nil {
+		then(r)
+	}
+}
+
+// take waits for the result and takes it.
+func (x *shmExchange) take() shmResult {
+	<-x.done
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.res
+	x.res, x.in = shmResult{}, false
+	return r
+}
+
+// onDone hands the result to f: at once, in this goroutine, if it is in,
+// or else in the goroutine that delivers it, when it comes.
+func (x *shmExchange) onDone(f func(shmResult)) {
+	x.mu.Lock()
+	if x.in {
+		r := x.res
+		x.res, x.in = shmResult{}, false
+		x.mu.Unlock()
+		f(r)
+		return
+	}
+	x.then = f
+	x.mu.Unlock()
+}
+
+// drop gives the result up: it is freed now if it is in, or else by the
+// exchange when it ends, which stop hastens.
+func (x *shmExchange) drop() {
+	if x == nil {
+		return
+	}
+	x.mu.Lock()
+	x.dropped, x.then = true, nil
+	r, in := x.res, x.in
+	x.res, x.in = shmResult{}, false
+	stop := x.stop
+	x.mu.Unlock()
+	if in {
+		r.free()
+	}
+	if stop != nil {
+		stop()
+	}
+}
+
 // newShmOffer offers shared memory on the TCP connection c (just dialled),
-// when the peer may be on this host.
+// when the peer may be on this host: version 4, set up off the
+// connection's path (wire.go).
 func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
+	return newShmOfferVersion(c, deadline, 4)
+}
+
+// newShmOfferVersion makes an offer of version 3 (the passive side answers
+// it before the connection starts) or 4.
+func newShmOfferVersion(c *net.TCPConn, deadline time.Time, version uint8) *shmOffer {
 	la, _ := c.LocalAddr().(*net.TCPAddr)
 	ra, _ := c.RemoteAddr().(*net.TCPAddr)
 	if la == nil || ra == nil || !shmEligible(ra.IP) {
 		return nil
 	}
-	o := &shmOffer{res: make(chan shmResult, 1)}
+	o := &shmOffer{version: version, x: newShmExchange()}
 	if _, err := rand.Read(o.token[:]); err != nil {
 		return nil
 	}
@@ -371,8 +460,9 @@ func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
 		return nil
 	}
 	o.ln = ln
+	o.x.stop = func() { _ = ln.Close() }
 	size := shmRingSize.Load()
-	o.ext = (&shmOfferExt{version: 3, bootID: bootID(), token: o.token, ringSize: uint32(size)}).marshal()
+	o.ext = (&shmOfferExt{version: version, bootID: bootID(), token: o.token, ringSize: uint32(size)}).marshal()
 	go o.serve(int(size), earliest(deadline, time.Now().Add(shmSetupTimeout)))
 	return o
 }
@@ -385,7 +475,7 @@ func newShmOffer(c *net.TCPConn, deadline time.Time) *shmOffer {
 // The listener is closed before the result is handed over: once finish or
 // abort has it, no passive side can reach this offer any more.
 func (o *shmOffer) serve(size int, deadline time.Time) {
-	o.res <- o.accept(size, deadline)
+	o.x.deliver(o.accept(size, deadline))
 }
 
 func (o *shmOffer) accept(size int, deadline time.Time) shmResult {
@@ -437,14 +527,23 @@ func (o *shmOffer) accept(size int, deadline time.Time) shmResult {
 	}
 }
 
-// finish completes the offer once the REP picked shared memory.
+// finish completes the offer once the REP picked shared memory (version
+// 3: the exchange is waited for).
 func (o *shmOffer) finish(c *net.TCPConn) (transport, error) {
 	o.done = true
-	r := <-o.res
+	r := o.x.take()
 	if r.err != nil {
 		return nil, r.err
 	}
 	return newShmTransport(c, r.local, r.peer)
+}
+
+// switching completes a version 4 offer once the REP picked
+// transportShmSwitch: frames start on tr, and the transport switches to
+// the rings once the exchange is through (shm_switch_linux.go).
+func (o *shmOffer) switching(tr *tcpTransport) transport {
+	o.done = true
+	return newSwitchTransport(tr, o.x)
 }
 
 // abort withdraws the offer (the REP picked TCP, or the connect failed).
@@ -454,7 +553,7 @@ func (o *shmOffer) abort() {
 	}
 	o.done = true
 	o.ln.Close()
-	r := <-o.res
+	r := o.x.take()
 	r.free()
 }
 
@@ -470,33 +569,64 @@ func (o *shmOffer) extension() []byte {
 type shmPrepared struct {
 	local *shmLocal
 	peer  *shmPeer
-	// Version 3: the socket on which the active side's setup is still to
-	// come (start receives it, once the REP is sent), and the largest ring
-	// of its we map.
+	// Versions 3 and 4: the socket on which the active side's setup is
+	// still to come (receive takes it: in version 3 once the REP is sent,
+	// in version 4 at once), and the largest ring of its we map.
 	uc    *net.UnixConn
 	limit int
+}
+
+// takeOffer checks a REQ's shared-memory offer: it is there, well-formed,
+// from this boot of this host, over a connection between two of its
+// addresses, and names a ring no larger than we map. ok false: the
+// connection uses TCP.
+func takeOffer(req *hsMsg, c *net.TCPConn) (off shmOfferExt, la, ra *net.TCPAddr, ok bool) {
+	if req.transports&transportShm == 0 {
+		return off, nil, nil, false
+	}
+	la, _ = c.LocalAddr().(*net.TCPAddr)
+	ra, _ = c.RemoteAddr().(*net.TCPAddr)
+	if la == nil || ra == nil || !shmEligible(ra.IP) {
+		return off, nil, nil, false
+	}
+	off, err := parseShmOffer(req.ext)
+	if err != nil || off.bootID != bootID() {
+		return off, nil, nil, false
+	}
+	if off.version >= 3 && int64(off.ringSize) > shmRingSize.Load() {
+		return off, nil, nil, false // its ring would be larger than we map
+	}
+	return off, la, ra, true
+}
+
+// shmSwitchOffered reports whether req offers shared memory set up off the
+// connection's path (version 4) that this side takes: the REP then picks
+// transportShmSwitch, and shmAnswerSwitch runs the exchange.
+func shmSwitchOffered(req *hsMsg, c *net.TCPConn) bool {
+	off, _, _, ok := takeOffer(req, c)
+	return ok && off.version == 4
+}
+
+// shmAnswerSwitch runs this side's whole exchange for a version 4 offer
+// and hands the result to x.
+func shmAnswerSwitch(req *hsMsg, c *net.TCPConn, deadline time.Time, x *shmExchange) {
+	p := shmAnswer(req, c, deadline)
+	if p == nil {
+		x.deliver(shmResult{err: errShmSetup})
+		return
+	}
+	x.deliver(p.receive())
 }
 
 // shmAnswer sets up shared memory for a REQ that offers it, when this side
 // can: nil otherwise (the connection then uses TCP). It dials only the
 // socket named after c's own addresses, and only a listener of our uid.
 func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
-	if req.transports&transportShm == 0 {
-		return nil
-	}
-	la, _ := c.LocalAddr().(*net.TCPAddr)
-	ra, _ := c.RemoteAddr().(*net.TCPAddr)
-	if la == nil || ra == nil || !shmEligible(ra.IP) {
-		return nil
-	}
-	off, err := parseShmOffer(req.ext)
-	if err != nil || off.bootID != bootID() {
+	off, la, ra, ok := takeOffer(req, c)
+	if !ok {
 		return nil
 	}
 	limit := int(shmRingSize.Load())
-	if off.version == 3 && int(off.ringSize) > limit {
-		return nil // its ring would be larger than we map
-	}
 	deadline = earliest(deadline, time.Now().Add(shmSetupTimeout))
 	nd := net.Dialer{Deadline: deadline}
 	nc, err := nd.Dial("unixpacket", shmSocketName(ra, la))
@@ -510,7 +640,7 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 	}
 	_ = uc.SetDeadline(deadline)
 	p := &shmPrepared{}
-	if off.version == 3 {
+	if off.version >= 3 {
 		// Our ring as large as its: the largest it maps, and no larger
 		// than ours (checked above). Token and setup go in one message;
 		// its setup is received by start, after the REP: the REP and its
@@ -571,17 +701,30 @@ func (p *shmPrepared) abort() {
 // in version 3 it first receives the active side's setup (within the
 // exchange's deadline). On failure everything is released.
 func (p *shmPrepared) start(c *net.TCPConn) (transport, error) {
+	r := p.receive()
+	if r.err != nil {
+		return nil, r.err
+	}
+	return newShmTransport(c, r.local, r.peer)
+}
+
+// receive completes the exchange: in versions 3 and 4 it receives the
+// active side's setup (within the exchange's deadline). The result owns
+// the rings and eventfds; on failure everything is released.
+func (p *shmPrepared) receive() shmResult {
 	if p.uc != nil {
 		peer, err := recvSetup(p.uc, p.limit)
 		p.uc.Close() // the rings and eventfds are all we keep
 		p.uc = nil
 		if err != nil {
 			p.abort()
-			return nil, err
+			return shmResult{err: err}
 		}
 		p.peer = peer
 	}
-	return newShmTransport(c, p.local, p.peer)
+	r := shmResult{local: p.local, peer: p.peer}
+	p.local, p.peer = nil, nil
+	return r
 }
 
 // shmTransport carries frames through two shared rings (transport.go).

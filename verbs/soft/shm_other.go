@@ -11,7 +11,7 @@ import (
 // platform connections always use TCP. These stand-ins keep the CM's code
 // the same on every platform.
 
-type shmOffer struct{}
+type shmOffer struct{ version uint8 }
 
 func newShmOffer(*net.TCPConn, time.Time) *shmOffer          { return nil }
 func (o *shmOffer) extension() []byte                        { return nil }
@@ -22,3 +22,12 @@ func (p *shmPrepared) abort()                                {}
 func (p *shmPrepared) start(*net.TCPConn) (transport, error) { return nil, errBadHandshake }
 
 type shmPrepared struct{}
+
+type shmExchange struct{}
+
+func (x *shmExchange) drop()                                        {}
+func (o *shmOffer) switching(*tcpTransport) transport               { return nil }
+func shmSwitchOffered(*hsMsg, *net.TCPConn) bool                    { return false }
+func shmAnswerSwitch(*hsMsg, *net.TCPConn, time.Time, *shmExchange) {}
+func newShmExchange() *shmExchange                                  { return nil }
+func newSwitchTransport(tr *tcpTransport, _ *shmExchange) transport { return tr }

@@ -124,6 +124,23 @@ func (t *tcpTransport) lend() {
 	t.riov[0].SetLen(len(t.small))
 }
 
+// buffered reports whether bytes read from the socket wait in the buffer.
+func (t *tcpTransport) buffered() bool { return t.r != t.w }
+
+// dropBuffer gives the big buffer back for good, when the reader leaves
+// this transport (a switch to shared memory) with nothing buffered.
+func (t *tcpTransport) dropBuffer() {
+	if t.big == nil || t.r != t.w {
+		return
+	}
+	tcpBufs.mu.Lock()
+	if len(tcpBufs.free) < tcpBufsKept {
+		tcpBufs.free = append(tcpBufs.free, t.big)
+	}
+	tcpBufs.mu.Unlock()
+	t.big, t.buf, t.r, t.w = nil, t.small[:], 0, 0
+}
+
 func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {

@@ -299,10 +299,10 @@ func parseHandshake(b []byte) (hsMsg, error) {
 }
 
 // The shared-memory offer: the extension of a REQ that offers
-// transportShm (shm.go). Version 3:
+// transportShm (shm.go). Versions 3 and 4:
 //
 //	off size field
-//	0   4    magic "SHM3"
+//	0   4    magic "SHM3" or "SHM4"
 //	4   36   boot ID of the offering host (/proc/sys/kernel/random/boot_id)
 //	40  16   token: the passive side presents it on the unix socket, which
 //	         proves that it read this REQ
@@ -314,32 +314,56 @@ func parseHandshake(b []byte) (hsMsg, error) {
 // active side answers with its own setup: one round trip. Version 2
 // ("SHM2", the first 56 bytes above) takes one and a half: the token
 // alone, the active side's setup, then the passive side's, sized to the
-// one received. A listener answers both versions; a dialler offers version
-// 3, which a listener that knows only version 2 does not parse: that
-// connection stays on TCP.
+// one received.
+//
+// Versions 2 and 3 are answered before the connection starts: a REP that
+// picks transportShm carries the frames on the rings from the first.
+// Version 4 has the same exchange, but off the connection's path: the REP
+// picks transportShmSwitch (the frames start on this TCP connection), and
+// each side switches its sending direction to the rings once its own
+// exchange is through, at a frame boundary, with a switch marker: a frame
+// header of type frameShmSwitch, all else zero, the last thing it sends on
+// TCP. The receiving side reads its own ring from the marker on. A
+// listener answers every version; a dialler offers version 4, which a
+// listener that does not know it does not parse: that connection stays on
+// TCP.
 //
 // Nothing else: in particular no socket name, which each side derives from
 // the TCP connection's addresses as its own kernel reports them.
 const (
 	shmOfferMagic   = "SHM3"
+	shmOfferMagicV4 = "SHM4"
 	shmOfferLen     = 60
 	shmOfferMagicV2 = "SHM2"
 	shmOfferLenV2   = 56
 	bootIDLen       = 36
 )
 
+// transportShmSwitch is what a REP picks for a version 4 offer: frames
+// start on TCP and each direction moves to shared memory once set up.
+const transportShmSwitch = 1 << 2
+
+// frameShmSwitch is the type of the switch marker: a frame header that
+// ends a direction's frames on TCP (the switching transport consumes it;
+// the engine never sees it, and rejects it as an unknown type if it ever
+// came where no switch can happen).
+const frameShmSwitch = frameMax + 1
+
 type shmOfferExt struct {
-	version  uint8 // 2 or 3 (marshal: anything but 2 is 3)
+	version  uint8 // 2, 3 or 4 (marshal: anything else is 3)
 	bootID   string
 	token    [16]byte
-	ringSize uint32 // version 3
+	ringSize uint32 // versions 3 and 4
 }
 
 func (o *shmOfferExt) marshal() []byte {
 	b := make([]byte, 0, shmOfferLen)
-	if o.version == 2 {
+	switch o.version {
+	case 2:
 		b = append(b, shmOfferMagicV2...)
-	} else {
+	case 4:
+		b = append(b, shmOfferMagicV4...)
+	default:
 		b = append(b, shmOfferMagic...)
 	}
 	b = append(b, o.bootID...)
@@ -350,12 +374,15 @@ func (o *shmOfferExt) marshal() []byte {
 	return binary.LittleEndian.AppendUint32(b, o.ringSize)
 }
 
-// parseShmOffer decodes a REQ's shared-memory offer, of either version.
+// parseShmOffer decodes a REQ's shared-memory offer, of any version.
 func parseShmOffer(b []byte) (shmOfferExt, error) {
 	var o shmOfferExt
 	switch {
-	case len(b) == shmOfferLen && string(b[:4]) == shmOfferMagic:
+	case len(b) == shmOfferLen && (string(b[:4]) == shmOfferMagic || string(b[:4]) == shmOfferMagicV4):
 		o.version = 3
+		if string(b[:4]) == shmOfferMagicV4 {
+			o.version = 4
+		}
 		o.ringSize = binary.LittleEndian.Uint32(b[shmOfferLenV2:])
 		if o.ringSize < shmRingMin || o.ringSize > shmRingMax || o.ringSize&(o.ringSize-1) != 0 {
 			return shmOfferExt{}, errBadHandshake
@@ -368,6 +395,19 @@ func parseShmOffer(b []byte) (shmOfferExt, error) {
 	o.bootID = string(b[4 : 4+bootIDLen])
 	copy(o.token[:], b[4+bootIDLen:shmOfferLenV2])
 	return o, nil
+}
+
+// isShmSwitch reports whether h is a well-formed switch marker.
+func isShmSwitch(h *[hdrLen]byte) bool {
+	if h[0] != frameShmSwitch {
+		return false
+	}
+	for _, c := range h[1:] {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // The ring setup, one message on the unix socket in each direction (in

@@ -1,0 +1,467 @@
+//go:build linux
+
+package soft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// exchangedRings runs the ring exchange between two sides over a socket
+// pair, as the CM does over its unix socket, and returns each side's
+// result, not yet handed to anyone.
+func exchangedRings(t *testing.T, size int) (ra, rb shmResult) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	ua, ub := unixConnOf(t, fds[0]), unixConnOf(t, fds[1])
+	defer ua.Close()
+	defer ub.Close()
+	la, err := newShmLocal(size)
+	require.NoError(t, err)
+	lb, err := newShmLocal(size)
+	require.NoError(t, err)
+	require.NoError(t, sendSetup(ua, la))
+	pb, err := recvSetup(ub, size)
+	require.NoError(t, err)
+	require.NoError(t, sendSetup(ub, lb))
+	pa, err := recvSetup(ua, size)
+	require.NoError(t, err)
+	return shmResult{local: la, peer: pa}, shmResult{local: lb, peer: pb}
+}
+
+// switchPair returns two switching transports over a loopback TCP
+// connection, each with an exchange whose result the test hands over.
+func switchPair(t *testing.T) (a, b *switchTransport, xa, xb *shmExchange) {
+	t.Helper()
+	ca, cb := tcpPair(t)
+	ta, err := newTCPTransport(ca)
+	require.NoError(t, err)
+	tb, err := newTCPTransport(cb)
+	require.NoError(t, err)
+	xa, xb = newShmExchange(), newShmExchange()
+	a, b = newSwitchTransport(ta, xa), newSwitchTransport(tb, xb)
+	t.Cleanup(func() { a.close(); b.close() })
+	return a, b, xa, xb
+}
+
+// streamFrames writes n frames on tr as the engine does: batches of whole
+// frames, each written without waiting, the rest of a short write then
+// written waiting. Frame i has PSN i and a payload of a size and bytes
+// derived from i. at(i) runs after frame i went out; it returns the
+// number of the first frame written after tr's sending side switched (n
+// if it never did).
+func streamFrames(tr transport, n int, seed int64, at func(i int)) (int, error) {
+	rng := rand.New(rand.NewSource(seed))
+	hdrs := make([][hdrLen]byte, 4)
+	payloads := make([][]byte, 4)
+	var v [][]byte
+	switched := n
+	sw, _ := tr.(*switchTransport)
+	for i := 0; i < n; {
+		k := min(1+rng.Intn(4), n-i)
+		v = v[:0]
+		for j := 0; j < k; j++ {
+			size := frameSize(i + j)
+			(&header{typ: frameSend, psn: uint32(i + j), len: uint32(size)}).encode(&hdrs[j])
+			if cap(payloads[j]) < size {
+				payloads[j] = make([]byte, size)
+			}
+			p := payloads[j][:size]
+			fillFrame(p, i+j)
+			v = append(v, hdrs[j][:])
+			if size > 0 {
+				v = append(v, p)
+			}
+		}
+		if sw != nil && switched == n && sw.wr.Load() != nil {
+			switched = i
+		}
+		w, err := tr.writev(v, false)
+		if err != nil {
+			return switched, err
+		}
+		if rest := trimVec(v, w); len(rest) > 0 {
+			if _, err := tr.writev(rest, true); err != nil {
+				return switched, err
+			}
+		}
+		for j := 0; j < k; j++ {
+			if at != nil {
+				at(i + j)
+			}
+		}
+		i += k
+	}
+	return switched, nil
+}
+
+func frameSize(i int) int {
+	switch i % 7 {
+	case 0:
+		return 0
+	case 1:
+		return 40 << 10
+	}
+	return (i * 977) % 9000
+}
+
+func fillFrame(p []byte, i int) {
+	for k := range p {
+		p[k] = byte(i*31 + k)
+	}
+}
+
+// readFrames reads n frames from tr and checks each: PSN, size, bytes.
+func readFrames(tr transport, n int) error {
+	var h [hdrLen]byte
+	buf := make([]byte, 64<<10)
+	want := make([]byte, 64<<10)
+	for i := 0; i < n; i++ {
+		if err := tr.readHeader(&h); err != nil {
+			return fmt.Errorf("frame %d: %w", i, err)
+		}
+		var d header
+		if err := d.decode(&h); err != nil {
+			return fmt.Errorf("frame %d: %w", i, err)
+		}
+		if d.psn != uint32(i) || int(d.len) != frameSize(i) {
+			return fmt.Errorf("frame %d: PSN %d, %d bytes", i, d.psn, d.len)
+		}
+		p := buf[:d.len]
+		if err := tr.readPayload(p); err != nil {
+			return fmt.Errorf("frame %d payload: %w", i, err)
+		}
+		fillFrame(want[:d.len], i)
+		if string(p) != string(want[:d.len]) {
+			return fmt.Errorf("frame %d: payload differs", i)
+		}
+	}
+	return nil
+}
+
+// streamBoth streams n frames each way between a and b, calling at with
+// the writer's side and frame number; it returns at which frame each
+// writer found its sending side switched.
+func streamBoth(t *testing.T, a, b transport, n int, at func(side, i int)) (switchedA, switchedB int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for side, tr := range []transport{a, b} {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			sw, err := streamFrames(tr, n, int64(side), func(i int) {
+				if at != nil {
+					at(side, i)
+				}
+			})
+			if side == 0 {
+				switchedA = sw
+			} else {
+				switchedB = sw
+			}
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			errs <- readFrames([]transport{b, a}[side], n)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	return switchedA, switchedB
+}
+
+// Each direction switches at a frame boundary while a stream runs both
+// ways: frames written before, across and after each marker arrive whole
+// and in order. A's exchange finishes a third of the way in, B's later,
+// so that B's reader meets A's marker before its own exchange is through
+// and waits for it; the carrier then says shared memory on both ends.
+func TestSwitchTransportMidStream(t *testing.T) {
+	a, b, xa, xb := switchPair(t)
+	ra, rb := exchangedRings(t, shmRingMin) // small rings: the stream wraps them
+	const n = 3000
+	var once [2]sync.Once
+	swA, swB := streamBoth(t, a, b, n, func(side, i int) {
+		switch {
+		case side == 0 && i == n/3:
+			once[0].Do(func() { xa.deliver(ra) })
+		case side == 1 && i == n/2:
+			once[1].Do(func() { xb.deliver(rb) })
+		}
+	})
+	t.Logf("A's sending side switched at frame %d, B's at %d", swA, swB)
+	assert.Greater(t, swA, n/3, "A switched before its exchange was through")
+	assert.Less(t, swA, n, "A never switched")
+	assert.Greater(t, swB, n/2, "B switched before its exchange was through")
+	assert.Less(t, swB, n, "B never switched")
+	assert.Equal(t, "shm", a.carrier())
+	assert.Equal(t, "shm", b.carrier())
+	// And on shared memory from then on.
+	streamBoth(t, a, b, 200, nil)
+}
+
+// An exchange's result that is in before the transport starts switches
+// the sending side at once, before any frame: the whole stream goes
+// through the rings.
+func TestSwitchTransportReadyAtStart(t *testing.T) {
+	ca, cb := tcpPair(t)
+	ta, err := newTCPTransport(ca)
+	require.NoError(t, err)
+	tb, err := newTCPTransport(cb)
+	require.NoError(t, err)
+	ra, rb := exchangedRings(t, shmRingMin)
+	xa, xb := newShmExchange(), newShmExchange()
+	xa.deliver(ra)
+	xb.deliver(rb)
+	a, b := newSwitchTransport(ta, xa), newSwitchTransport(tb, xb)
+	defer a.close()
+	defer b.close()
+	require.NotNil(t, a.wr.Load(), "the marker went out with the transport's start")
+	swA, swB := streamBoth(t, a, b, 300, nil)
+	assert.Zero(t, swA)
+	assert.Zero(t, swB)
+	assert.Equal(t, "shm", a.carrier())
+	assert.Equal(t, "shm", b.carrier())
+}
+
+// A failed exchange keeps that side's sending direction on TCP, with the
+// data intact: here A's failed and B's never finishes (nor fails). Closing
+// frees B's result when it finally comes.
+func TestSwitchTransportFailedExchangeStaysOnTCP(t *testing.T) {
+	before := ringsOpen(t)
+	a, b, xa, xb := switchPair(t)
+	ra, rb := exchangedRings(t, shmRingMin)
+	ra.free()
+	xa.deliver(shmResult{err: errShmSetup})
+	swA, swB := streamBoth(t, a, b, 1000, nil)
+	assert.Equal(t, 1000, swA, "A switched without its exchange")
+	assert.Equal(t, 1000, swB, "B switched without its exchange")
+	assert.Equal(t, "tcp", a.carrier())
+	assert.Equal(t, "tcp", b.carrier())
+	a.close()
+	b.close()
+	xb.deliver(rb) // after close: freed by the exchange
+	assert.Equal(t, before, ringsOpen(t))
+}
+
+// A marker that arrives when this side's exchange failed ends the
+// connection with an error that says so, without a hang; nothing is left
+// open afterwards.
+func TestSwitchTransportMarkerWithFailedExchange(t *testing.T) {
+	fdsBefore := openFDs(t)
+	ringsBefore := ringsOpen(t)
+	a, b, xa, xb := switchPair(t)
+	ra, rb := exchangedRings(t, shmRingMin)
+	// B holds A's ring and eventfd; A's own exchange failed after it
+	// sent them (it keeps nothing).
+	ra.free()
+	xa.deliver(shmResult{err: errShmSetup})
+	xb.deliver(rb)
+	require.NotNil(t, b.wr.Load(), "B's marker went out")
+	var h [hdrLen]byte
+	errc := make(chan error, 1)
+	go func() { errc <- a.readHeader(&h) }()
+	select {
+	case err := <-errc:
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, errShmSwitch), "%v", err)
+		assert.Contains(t, err.Error(), errShmSetup.Error())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reader hangs at a marker it cannot follow")
+	}
+	a.close()
+	b.close()
+	require.True(t, eventually(func() bool { return openFDs(t) == fdsBefore }),
+		"%d descriptors open, %d before", openFDs(t), fdsBefore)
+	assert.Equal(t, ringsBefore, ringsOpen(t))
+}
+
+// A marker that is not one (other bytes set) is a protocol error, and so
+// is anything after a marker on TCP.
+func TestSwitchTransportBadMarker(t *testing.T) {
+	for name, tail := range map[string][]byte{
+		"flags set":      {frameShmSwitch, 1},
+		"bytes after it": append(append([]byte{frameShmSwitch}, make([]byte, hdrLen-1)...), 1, 2, 3),
+		"length in header": func() []byte {
+			b := make([]byte, hdrLen)
+			b[0] = frameShmSwitch
+			binary.LittleEndian.PutUint32(b[12:], 8)
+			return b
+		}(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ca, cb := tcpPair(t)
+			tb, err := newTCPTransport(cb)
+			require.NoError(t, err)
+			xb := newShmExchange()
+			b := newSwitchTransport(tb, xb)
+			defer b.close()
+			_, rb := exchangedRings(t, shmRingMin)
+			xb.deliver(rb)
+			msg := append([]byte(nil), tail...)
+			if len(msg) < hdrLen {
+				msg = append(msg, make([]byte, hdrLen-len(msg))...)
+			}
+			_, err = ca.Write(msg)
+			require.NoError(t, err)
+			var h [hdrLen]byte
+			require.NoError(t, b.setReadDeadline(time.Now().Add(10*time.Second)))
+			err = b.readHeader(&h)
+			assert.ErrorIs(t, err, errProtocol)
+		})
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	require.NoError(t, err)
+	return len(ents)
+}
+
+// unixConnOf wraps one end of a socket pair.
+func unixConnOf(t *testing.T, fd int) *net.UnixConn {
+	t.Helper()
+	f := os.NewFile(uintptr(fd), "unix")
+	c, err := net.FileConn(f)
+	f.Close()
+	require.NoError(t, err)
+	return c.(*net.UnixConn)
+}
+
+// The sending side switches only at a frame boundary: with a frame only
+// partly taken by the socket when the exchange finishes (the socket empty
+// again by then, so that a marker would fit), the marker waits until the
+// rest of the frame is written (by the waiting call that follows, as the
+// engine's sender does), and the frame arrives whole.
+func TestSwitchTransportWaitsForFrameEnd(t *testing.T) {
+	ca, cb := tcpPair(t)
+	require.NoError(t, ca.SetWriteBuffer(64<<10))
+	require.NoError(t, cb.SetReadBuffer(64<<10))
+	ta, err := newTCPTransport(ca)
+	require.NoError(t, err)
+	tb, err := newTCPTransport(cb)
+	require.NoError(t, err)
+	xa, xb := newShmExchange(), newShmExchange()
+	a, b := newSwitchTransport(ta, xa), newSwitchTransport(tb, xb)
+	defer a.close()
+	defer b.close()
+	ra, rb := exchangedRings(t, shmRingMin)
+	xb.deliver(rb)
+
+	const big = 2 << 20
+	frame := func(i int) [][]byte {
+		var h [hdrLen]byte
+		p := make([]byte, big)
+		fillFrame(p, i)
+		(&header{typ: frameSend, psn: uint32(i), len: big}).encode(&h)
+		return [][]byte{h[:], p}
+	}
+	v := frame(0)
+	n, err := a.writev(v, false)
+	require.NoError(t, err)
+	require.Less(t, n, hdrLen+big, "the socket took the whole frame: no partial write to test")
+
+	// The reader takes what is in flight (part of frame 0) and waits for
+	// the rest.
+	got := make(chan error, 1)
+	go func() {
+		var h [hdrLen]byte
+		p := make([]byte, big)
+		want := make([]byte, big)
+		for i := 0; i < 2; i++ {
+			var d header
+			if err := b.readHeader(&h); err != nil {
+				got <- err
+				return
+			}
+			if err := d.decode(&h); err != nil || d.psn != uint32(i) || d.len != big {
+				got <- fmt.Errorf("frame %d: %+v %v", i, d, err)
+				return
+			}
+			if err := b.readPayload(p); err != nil {
+				got <- err
+				return
+			}
+			fillFrame(want, i)
+			if string(p) != string(want) {
+				got <- fmt.Errorf("frame %d: payload differs", i)
+				return
+			}
+		}
+		got <- nil
+	}()
+	rc, err := ca.SyscallConn()
+	require.NoError(t, err)
+	require.True(t, eventually(func() bool {
+		queued := -1
+		_ = rc.Control(func(fd uintptr) { queued, _ = unix.IoctlGetInt(int(fd), unix.SIOCOUTQ) })
+		return queued == 0
+	}), "the socket's send queue never drained")
+
+	xa.deliver(ra) // the exchange is through while the frame is half out
+	require.True(t, a.wr.Load() == nil, "switched inside a frame")
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := a.writev(trimVec(v, n), true)
+		if err == nil && a.wr.Load() == nil {
+			err = errors.New("no switch after the frame ended")
+		}
+		if err == nil {
+			_, err = a.writev(frame(1), true)
+		}
+		wrote <- err
+	}()
+	for range 2 {
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+		case err := <-wrote:
+			require.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Fatal("frames did not arrive")
+		}
+	}
+	assert.True(t, b.rdOn.Load(), "the second frame came through the ring")
+}
+
+// Closing a connection whose offer is still unanswered withdraws the
+// offer at once (nobody can reach its socket any more) and frees its ring.
+func TestSwitchTransportCloseWithdrawsOffer(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	before := ringsOpen(t)
+	active, _ := tcpPair(t)
+	o := newShmOffer(active, time.Now().Add(time.Minute))
+	require.NotNil(t, o)
+	tr, err := newTCPTransport(active)
+	require.NoError(t, err)
+	s := o.switching(tr)
+	o.abort() // taken: a no-op
+	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
+	c, err := net.Dial("unixpacket", name)
+	require.NoError(t, err, "the offer is not listening")
+	c.Close()
+	require.NoError(t, s.close())
+	_, err = net.Dial("unixpacket", name)
+	require.Error(t, err, "the offer outlived its connection")
+	require.True(t, eventually(func() bool { return ringsOpen(t) == before }), "the offer's ring was not freed")
+}
