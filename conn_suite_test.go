@@ -1,6 +1,7 @@
 package rdma_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/rdmanet/rdma"
@@ -24,9 +25,9 @@ func TestConnSuite(t *testing.T) {
 		small bool
 		skip  map[string]string
 	}{
-		{"shm", true, "RDMA_SOFT_SHM=1", "", false, nil},
+		{"shm", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil},
 		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil},
-		{"rsocket", true, "RDMA_SOFT_SHM=1", rdma.WireRsocket, true, map[string]string{
+		{"rsocket", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", rdma.WireRsocket, true, map[string]string{
 			"PeerKilled": "the rsocket wire ends the stream at a disconnect, as rsocket.c does and its C peers expect: " +
 				"a killed peer reads as io.EOF there, where this subtest wants an error (Writes do fail)",
 			"PeerStopped": "RsocketConn has no heartbeat (rsocket's wire defines none; its keepalive is answered " +
@@ -36,6 +37,10 @@ func TestConnSuite(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			prev := soft.SetSharedMemory(path.shm)
 			defer soft.SetSharedMemory(prev)
+			// Conns move to shared memory at once, not after 64 KiB, so
+			// that every subtest runs on the path it names.
+			prevSwitch := soft.SetSharedMemorySwitch(0)
+			defer soft.SetSharedMemorySwitch(prevSwitch)
 			carrier := "tcp"
 			if path.shm {
 				carrier = "shm"
@@ -43,7 +48,7 @@ func TestConnSuite(t *testing.T) {
 			conntest.Run(t, conntest.Config{
 				RDMA:          rdma.Config{Provider: rdma.ProviderSoft, Wire: path.wire},
 				Host:          "127.0.0.1",
-				PeerEnv:       []string{path.env},
+				PeerEnv:       strings.Fields(path.env),
 				Transport:     rdma.SoftCarrier,
 				WantTransport: carrier,
 				Small:         path.small,

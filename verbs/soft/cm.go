@@ -449,11 +449,11 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	// default).
 	child.timeout = 2 * hsTimeout
 	child.local, child.remote = copyAddr(c.LocalAddr().(*net.TCPAddr)), copyAddr(c.RemoteAddr().(*net.TCPAddr))
-	var shmX *shmExchange // Accept takes child.shmX, so this side keeps its own
 	switch {
 	case shmSwitchOffered(&m, c):
-		shmX = newShmExchange()
-		child.shmX = shmX
+		// Answered "TCP now, shared memory to follow": the exchange
+		// runs when the connection asks for it (shm_switch_linux.go).
+		child.shmX = newShmExchange()
 	case m.transports&transportShm != 0:
 		child.shmDone = make(chan struct{})
 	}
@@ -506,11 +506,6 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		}
 		child.mu.Unlock()
 		close(child.shmDone)
-	}
-	if shmX != nil {
-		// The whole exchange, off the connection's path: the connection
-		// switches to the rings when it is through (shm_switch_linux.go).
-		shmAnswerSwitch(&m, c, shmDeadline, shmX)
 	}
 }
 
@@ -960,9 +955,10 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		}
 		etr = st
 	} else if id.shmX != nil {
-		// Frames start on TCP now, and move to the rings once this
-		// side's exchange is through.
-		etr = newSwitchTransport(tr, id.shmX)
+		// Frames start on TCP now, and move to the rings once the
+		// active side invites this side to its exchange, and it is
+		// through.
+		etr = newSwitchPassive(tr, &req, id.shmX)
 		id.shmX = nil
 	}
 	q.mu.Lock()

@@ -71,7 +71,9 @@ func startChild(t *testing.T, role, arg string, uid int) (*exec.Cmd, io.WriteClo
 	}
 	cmd := exec.Command(bin, "-test.run", "^$")
 	cmd.Dir = "/"
-	cmd.Env = append(os.Environ(), hostileEnv+"="+role, hostileArg+"="+arg)
+	// Connections move to shared memory at once (not after 64 KiB), so
+	// that the child holds the rings it could snoop on.
+	cmd.Env = append(os.Environ(), hostileEnv+"="+role, hostileArg+"="+arg, "RDMA_SOFT_SHM_SWITCH=0")
 	cmd.Stderr = os.Stderr
 	if uid != 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
@@ -456,6 +458,9 @@ func TestPeerReachesOnlySentBytes(t *testing.T) {
 			_, in, out := startChild(t, "snoop", fmt.Sprintf("%s %s %s %s %d", addr, h1, h2, hm, size), tc.uid)
 			require.NoError(t, srv.accept())
 			if tc.uid == 0 {
+				for end := time.Now().Add(10 * time.Second); soft.ShmConnections() == shmBefore && time.Now().Before(end); {
+					time.Sleep(time.Millisecond)
+				}
 				require.Equal(t, shmBefore+1, soft.ShmConnections(), "the same user gets shared memory")
 			} else {
 				require.Equal(t, shmBefore, soft.ShmConnections(), "another user gets TCP only")

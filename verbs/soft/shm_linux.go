@@ -335,9 +335,11 @@ func earliest(a, b time.Time) time.Time {
 // eventfds there with the first process of our uid that presents the
 // REQ's token.
 type shmOffer struct {
-	ln      *net.UnixListener
+	la, ra  *net.TCPAddr
+	ln      *net.UnixListener // nil until listen
 	token   [16]byte
 	version uint8
+	size    int // our ring's data size, as offered
 	ext     []byte
 	x       *shmExchange
 	done    bool
@@ -415,6 +417,18 @@ func (x *shmExchange) onDone(f func(shmResult)) {
 	x.mu.Unlock()
 }
 
+// setStop installs what cuts the exchange short; after drop, it runs at
+// once.
+func (x *shmExchange) setStop(stop func()) {
+	x.mu.Lock()
+	dropped := x.dropped
+	x.stop = stop
+	x.mu.Unlock()
+	if dropped {
+		stop()
+	}
+}
+
 // drop gives the result up: it is freed now if it is in, or else by the
 // exchange when it ends, which stop hastens.
 func (x *shmExchange) drop() {
@@ -450,21 +464,33 @@ func newShmOfferVersion(c *net.TCPConn, deadline time.Time, version uint8) *shmO
 	if la == nil || ra == nil || !shmEligible(ra.IP) {
 		return nil
 	}
-	o := &shmOffer{version: version, x: newShmExchange()}
+	o := &shmOffer{la: la, ra: ra, version: version, size: int(shmRingSize.Load()), x: newShmExchange()}
 	if _, err := rand.Read(o.token[:]); err != nil {
 		return nil
 	}
-	name := shmSocketName(la, ra)
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
-	if err != nil {
+	o.ext = (&shmOfferExt{version: version, bootID: bootID(), token: o.token, ringSize: uint32(o.size)}).marshal()
+	if version == 4 {
+		return o // listens when the connection asks for shared memory (switching)
+	}
+	if o.listen(earliest(deadline, time.Now().Add(shmSetupTimeout))) != nil {
 		return nil
 	}
-	o.ln = ln
-	o.x.stop = func() { _ = ln.Close() }
-	size := shmRingSize.Load()
-	o.ext = (&shmOfferExt{version: version, bootID: bootID(), token: o.token, ringSize: uint32(size)}).marshal()
-	go o.serve(int(size), earliest(deadline, time.Now().Add(shmSetupTimeout)))
 	return o
+}
+
+// listen opens the offer's socket and serves it until deadline: in
+// version 3 at once, in version 4 when the connection is to move to
+// shared memory (switchTransport.start), just before it invites the peer.
+func (o *shmOffer) listen(deadline time.Time) error {
+	name := shmSocketName(o.la, o.ra)
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
+	if err != nil {
+		return err
+	}
+	o.ln = ln
+	o.x.setStop(func() { _ = ln.Close() })
+	go o.serve(o.size, deadline)
+	return nil
 }
 
 // serve creates our ring (of size data bytes) while the REQ travels, so
@@ -539,11 +565,12 @@ func (o *shmOffer) finish(c *net.TCPConn) (transport, error) {
 }
 
 // switching completes a version 4 offer once the REP picked
-// transportShmSwitch: frames start on tr, and the transport switches to
-// the rings once the exchange is through (shm_switch_linux.go).
+// transportShmSwitch: frames start on tr, and the transport moves to the
+// rings once the connection has carried SetSharedMemorySwitch's bytes
+// (shm_switch_linux.go).
 func (o *shmOffer) switching(tr *tcpTransport) transport {
 	o.done = true
-	return newSwitchTransport(tr, o.x)
+	return newSwitchActive(tr, o, shmAfter.Load())
 }
 
 // abort withdraws the offer (the REP picked TCP, or the connect failed).
@@ -552,6 +579,9 @@ func (o *shmOffer) abort() {
 		return
 	}
 	o.done = true
+	if o.ln == nil {
+		return // never listened: nothing was made
+	}
 	o.ln.Close()
 	r := o.x.take()
 	r.free()
@@ -608,7 +638,8 @@ func shmSwitchOffered(req *hsMsg, c *net.TCPConn) bool {
 }
 
 // shmAnswerSwitch runs this side's whole exchange for a version 4 offer
-// and hands the result to x.
+// and hands the result to x (once the active side invited it: the
+// switching transport runs it in a goroutine of its own).
 func shmAnswerSwitch(req *hsMsg, c *net.TCPConn, deadline time.Time, x *shmExchange) {
 	p := shmAnswer(req, c, deadline)
 	if p == nil {

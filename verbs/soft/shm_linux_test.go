@@ -574,7 +574,7 @@ func answerAndStart(req *hsMsg, passive *net.TCPConn) (transport, error) {
 // real passive side still gets through.
 func TestShmOfferSkipsStrangers(t *testing.T) {
 	active, passive := tcpPair(t)
-	o := newShmOffer(active, time.Now().Add(5*time.Second))
+	o := newShmOfferVersion(active, time.Now().Add(5*time.Second), 3)
 	require.NotNil(t, o)
 	defer o.abort()
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
@@ -622,7 +622,7 @@ func TestShmOfferSkipsStrangers(t *testing.T) {
 // The passive side answers only a listener of its own uid.
 func TestShmAnswerOnlyToSameUser(t *testing.T) {
 	active, passive := tcpPair(t)
-	o := newShmOffer(active, time.Now().Add(5*time.Second))
+	o := newShmOfferVersion(active, time.Now().Add(5*time.Second), 3)
 	require.NotNil(t, o)
 	defer o.abort()
 	defer shmUID.Store(shmUID.Swap(12345)) // we play another user
@@ -634,7 +634,7 @@ func TestShmAnswerOnlyToSameUser(t *testing.T) {
 // this boot of this host; otherwise the connection stays on TCP.
 func TestShmAnswerRefusesBadOffers(t *testing.T) {
 	active, passive := tcpPair(t)
-	o := newShmOffer(active, time.Now().Add(5*time.Second))
+	o := newShmOfferVersion(active, time.Now().Add(5*time.Second), 3)
 	require.NotNil(t, o)
 	good := o.extension()
 	other := append([]byte(nil), good...)
@@ -651,7 +651,7 @@ func TestShmAnswerRefusesBadOffers(t *testing.T) {
 	o.abort()
 	// A ring larger than we map: TCP, and nothing dialled for it (the
 	// offer sees no one before its deadline).
-	o = newShmOffer(active, time.Now().Add(300*time.Millisecond))
+	o = newShmOfferVersion(active, time.Now().Add(300*time.Millisecond), 3)
 	require.NotNil(t, o)
 	prevRing := SetSharedMemoryRing(shmRingMin)
 	m := hsMsg{transports: transportTCP | transportShm, ext: o.extension()}

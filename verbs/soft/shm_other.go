@@ -25,9 +25,8 @@ type shmPrepared struct{}
 
 type shmExchange struct{}
 
-func (x *shmExchange) drop()                                        {}
-func (o *shmOffer) switching(*tcpTransport) transport               { return nil }
-func shmSwitchOffered(*hsMsg, *net.TCPConn) bool                    { return false }
-func shmAnswerSwitch(*hsMsg, *net.TCPConn, time.Time, *shmExchange) {}
-func newShmExchange() *shmExchange                                  { return nil }
-func newSwitchTransport(tr *tcpTransport, _ *shmExchange) transport { return tr }
+func (x *shmExchange) drop()                                                {}
+func (o *shmOffer) switching(*tcpTransport) transport                       { return nil }
+func shmSwitchOffered(*hsMsg, *net.TCPConn) bool                            { return false }
+func newShmExchange() *shmExchange                                          { return nil }
+func newSwitchPassive(tr *tcpTransport, _ *hsMsg, _ *shmExchange) transport { return tr }

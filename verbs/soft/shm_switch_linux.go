@@ -3,6 +3,7 @@
 package soft
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -13,27 +14,32 @@ import (
 
 // switchTransport carries a connection whose REP picked
 // transportShmSwitch (wire.go): its frames start on the handshake's TCP
-// connection at once, while this side's ring exchange runs in the
-// background, and each direction moves to shared memory on its own.
+// connection at once, and the connection moves to shared memory in the
+// background once it has carried SetSharedMemorySwitch's bytes (counted
+// by the active side, which sees both directions):
 //
-//   - Sending: once our exchange is through (we have mapped the peer's
-//     ring and hold its eventfd), the switch marker goes out on TCP at a
-//     frame boundary, and every frame after it goes to the peer's ring.
-//     If our exchange fails we keep sending on TCP: the connection works,
-//     only slower.
+//   - The active side opens the offer's unix socket (its ring is made
+//     there, while the peer answers) and sends an invitation on TCP: a
+//     control header of type frameShmSwitch, kind shmInvite.
+//   - The passive side, reading it, runs its half of the ring exchange
+//     (shmAnswerSwitch) in a goroutine of its own.
+//   - Sending: once a side's exchange is through (it has mapped the
+//     peer's ring and holds its eventfd), its switch marker (kind
+//     shmMarker) goes out on TCP at a frame boundary, and every frame
+//     after it goes to the peer's ring. If the exchange fails, that side
+//     keeps sending on TCP: the connection works, only slower.
 //   - Receiving: the marker, read from TCP, ends the peer's frames there;
-//     from then on we read our own ring, which existed before the offer
-//     was sent. If our exchange is still under way the reader waits for
-//     it (it ends by its deadline); if it failed, the connection fails
-//     with an error that says so (rare: the peer got through the same
-//     exchange; we lack its eventfd, without which we cannot wake its
-//     writer when we free ring space).
+//     from then on we read our own ring. If our exchange is still under
+//     way the reader waits for it (it ends by its deadline); if it failed,
+//     the connection fails with an error that says so (rare: the peer got
+//     through the same exchange; we lack its eventfd, without which we
+//     cannot wake its writer when we free ring space).
 //
-// A switch happens only at a frame boundary. The engine (engine.go) hands
-// writev whole frames (buildBatch), and a call either writes all it was
-// given or, when it does not wait, stops short and returns a count below
-// the total; the engine then passes exactly the rest to its sender, whose
-// next call waits until all of it is written or the transport fails
+// Control headers go out only at a frame boundary. The engine (engine.go)
+// hands writev whole frames (buildBatch), and a call either writes all it
+// was given or, when it does not wait, stops short and returns a count
+// below the total; the engine then passes exactly the rest to its sender,
+// whose next call waits until all of it is written or the transport fails
 // (kick, handOff, sender). So a call that follows a complete one starts at
 // a frame boundary: wPartial tracks whether the last call was complete.
 //
@@ -49,6 +55,16 @@ type switchTransport struct {
 	closing chan struct{} // closed by close
 	ok      atomic.Pointer[shmTransport]
 
+	// The active side: the offer to open, and the bytes moved on TCP.
+	offer   *shmOffer
+	after   int64
+	moved   atomic.Int64
+	started atomic.Bool // the offer is open (or failed to open)
+	invite  atomic.Bool // the invitation is to be sent
+	// The passive side: runs our half of the exchange, once invited.
+	answer   func()
+	answered bool // reader only
+
 	// mu orders the reading side's switch against what other goroutines
 	// forward to whichever side reads (interrupt, setReadDeadline), and
 	// the exchange's result against close.
@@ -61,14 +77,17 @@ type switchTransport struct {
 	rdOn   atomic.Bool   // rd is set (for Carrier)
 
 	// The sending side. wmu is held by the writer for a call on TCP and by
-	// whoever sends the marker; a writer that may not block only tries it.
-	wmu       sync.Mutex
-	wr        atomic.Pointer[shmTransport] // set once the marker is out
-	wPartial  bool                         // the last call on TCP stopped inside a frame
-	wClosed   bool                         // closeWrite was called
-	marker    [hdrLen]byte
-	markerOff int // bytes of the marker sent
-	one       [1][]byte
+	// whoever sends a control header; a writer that may not block only
+	// tries it.
+	wmu      sync.Mutex
+	wr       atomic.Pointer[shmTransport] // set once the marker is out
+	wPartial bool                         // the last call on TCP stopped inside a frame
+	wClosed  bool                         // closeWrite was called
+	wEnded   bool                         // the stream was ended (closeWrite done)
+	invited  bool                         // the invitation is out
+	ctl      [hdrLen]byte                 // the control header being sent
+	ctlOff   int                          // bytes of it sent; 0: none under way
+	one      [1][]byte
 }
 
 // errShmSwitch: the peer switched to shared memory and this side cannot.
@@ -78,9 +97,56 @@ var errShmSwitch = errors.New("soft: the peer moved this connection to shared me
 // when it comes (x), moves it to shared memory.
 func newSwitchTransport(tr *tcpTransport, x *shmExchange) *switchTransport {
 	s := &switchTransport{tcp: tr, x: x, ready: make(chan struct{}), closing: make(chan struct{})}
-	s.marker[0] = frameShmSwitch
 	x.onDone(s.activate)
 	return s
+}
+
+// newSwitchActive is the active side's: it opens the offer and invites
+// the peer once after bytes have moved (at once if 0).
+func newSwitchActive(tr *tcpTransport, o *shmOffer, after int64) *switchTransport {
+	s := newSwitchTransport(tr, o.x)
+	s.offer, s.after = o, after
+	if after == 0 {
+		s.start()
+	}
+	return s
+}
+
+// newSwitchPassive is the passive side's, for the REQ req: the active
+// side's invitation starts our half of the exchange.
+func newSwitchPassive(tr *tcpTransport, req *hsMsg, x *shmExchange) *switchTransport {
+	s := newSwitchTransport(tr, x)
+	offer := hsMsg{transports: req.transports, ext: bytes.Clone(req.ext)}
+	c := tr.c
+	s.answer = func() {
+		go shmAnswerSwitch(&offer, c, time.Now().Add(shmSetupTimeout), x)
+	}
+	return s
+}
+
+// count adds n bytes moved on TCP (the active side) and starts the move to
+// shared memory when they reach the threshold.
+func (s *switchTransport) count(n int) {
+	if s.offer == nil || s.started.Load() {
+		return
+	}
+	if s.moved.Add(int64(n)) >= s.after {
+		s.start()
+	}
+}
+
+// start opens the offer's socket and has the invitation sent (the active
+// side, once).
+func (s *switchTransport) start() {
+	if !s.started.CompareAndSwap(false, true) {
+		return
+	}
+	if err := s.offer.listen(time.Now().Add(shmSetupTimeout)); err != nil {
+		s.x.deliver(shmResult{err: err}) // we stay on TCP
+		return
+	}
+	s.invite.Store(true)
+	s.trySend()
 }
 
 // activate takes our exchange's result: the rings become a shmTransport,
@@ -108,54 +174,94 @@ func (s *switchTransport) activate(r shmResult) {
 	close(s.ready)
 	s.mu.Unlock()
 	if st != nil {
-		s.trySwitch()
+		s.trySend()
 	}
 }
 
-// trySwitch sends the marker if no write is under way and the last one
-// ended at a frame boundary. It never blocks: if the socket takes only
-// part of the marker, a goroutine of its own sends the rest (the peer must
-// not be left inside a header).
-func (s *switchTransport) trySwitch() {
+// due reports whether a control header is to go out next (the rest of one
+// under way, the invitation, or the marker), and prepares it. Called with
+// wmu held.
+func (s *switchTransport) due() bool {
+	switch {
+	case s.ctlOff > 0:
+		return true
+	case s.wClosed || s.wr.Load() != nil:
+		return false
+	case s.invite.Load() && !s.invited:
+		s.ctl = [hdrLen]byte{frameShmSwitch, shmInvite}
+		return true
+	case s.ok.Load() != nil:
+		s.ctl = [hdrLen]byte{frameShmSwitch, shmMarker}
+		return true
+	}
+	return false
+}
+
+// sendCtl sends (the rest of) the due control header on TCP; done: it is
+// out (after the marker, the sending side is on shared memory). Called
+// with wmu held, at a frame boundary.
+func (s *switchTransport) sendCtl(wait bool) (done bool, err error) {
+	s.one[0] = s.ctl[s.ctlOff:]
+	n, err := s.tcp.writev(s.one[:], wait)
+	s.one[0] = nil
+	s.ctlOff += n
+	if err != nil || s.ctlOff < hdrLen {
+		return false, err
+	}
+	s.ctlOff = 0
+	if s.ctl[1] == shmInvite {
+		s.invited = true
+	} else {
+		s.wr.Store(s.ok.Load())
+	}
+	return true, nil
+}
+
+// sendDue sends the due control headers. It reports false when one is
+// left (not waiting, the socket full) or failed.
+func (s *switchTransport) sendDue(wait bool) (bool, error) {
+	for !s.wPartial && s.due() {
+		if done, err := s.sendCtl(wait); !done || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// trySend sends what control headers are due if no write is under way and
+// the last one ended at a frame boundary. It never blocks: if the socket
+// takes only part of a header, a goroutine of its own sends the rest (the
+// peer must not be left inside a header).
+func (s *switchTransport) trySend() {
 	if !s.wmu.TryLock() {
 		return // the writer looks again when its call ends
 	}
-	partial := false
-	if s.wr.Load() == nil && !s.wPartial && !s.wClosed && s.ok.Load() != nil {
-		done, err := s.sendMarker(false)
-		partial = err == nil && !done && s.markerOff > 0
-	}
+	_, err := s.sendDue(false)
+	partial := err == nil && s.ctlOff > 0
 	s.wmu.Unlock()
 	if partial {
-		go s.finishMarker()
+		go s.finishCtl()
 	}
 }
 
-// finishMarker sends the rest of a marker that the socket took only part
-// of, unless a writer did meanwhile.
-func (s *switchTransport) finishMarker() {
+// finishCtl sends the rest of a control header that the socket took only
+// part of (unless a writer did meanwhile), and what follows it, and ends
+// the stream if closeWrite came meanwhile.
+func (s *switchTransport) finishCtl() {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if s.wr.Load() == nil && s.markerOff > 0 {
-		if done, err := s.sendMarker(true); done && err == nil && s.wClosed {
-			_ = s.wr.Load().closeWrite() // closeWrite came meanwhile
-		}
+	if ok, err := s.sendDue(true); ok && err == nil && s.wClosed && !s.wEnded {
+		_ = s.endStream()
 	}
 }
 
-// sendMarker sends (the rest of) the marker on TCP; done: it is out, and
-// the sending side is on shared memory. Called with wmu held, at a frame
-// boundary.
-func (s *switchTransport) sendMarker(wait bool) (done bool, err error) {
-	s.one[0] = s.marker[s.markerOff:]
-	n, err := s.tcp.writev(s.one[:], wait)
-	s.one[0] = nil
-	s.markerOff += n
-	if err != nil || s.markerOff < hdrLen {
-		return false, err
+// endStream ends our sending direction where it is. Called with wmu held.
+func (s *switchTransport) endStream() error {
+	s.wEnded = true
+	if w := s.wr.Load(); w != nil {
+		return w.closeWrite()
 	}
-	s.wr.Store(s.ok.Load())
-	return true, nil
+	return s.tcp.closeWrite()
 }
 
 func (s *switchTransport) writev(bufs [][]byte, wait bool) (int, error) {
@@ -165,30 +271,23 @@ func (s *switchTransport) writev(bufs [][]byte, wait bool) (int, error) {
 	if wait {
 		s.wmu.Lock()
 	} else if !s.wmu.TryLock() {
-		return 0, nil // the marker is being sent: nothing fits now
+		return 0, nil // a control header is being sent: nothing fits now
 	}
 	n, err := s.writevTCP(bufs, wait)
 	s.wmu.Unlock()
-	if err == nil && s.wr.Load() == nil && s.ok.Load() != nil {
-		// The exchange may have finished during the call, its own try
-		// failing on wmu: switch now, at the boundary this call ended on.
-		s.trySwitch()
+	if err == nil && s.wr.Load() == nil && (s.ok.Load() != nil || s.invite.Load()) {
+		// A control header may have become due during the call, whoever
+		// made it so finding wmu taken: send it now, at the boundary
+		// this call ended on.
+		s.trySend()
 	}
 	return n, err
 }
 
 // writevTCP is writev before the switch; called with wmu held.
 func (s *switchTransport) writevTCP(bufs [][]byte, wait bool) (int, error) {
-	if !s.wPartial && (s.markerOff > 0 || s.ok.Load() != nil) {
-		// At a frame boundary with the exchange through: the marker
-		// first, or the rest of it.
-		done, err := s.sendMarker(wait)
-		if err != nil {
-			return 0, err
-		}
-		if !done {
-			return 0, nil // not waiting, and the socket is full
-		}
+	if ok, err := s.sendDue(wait); err != nil || !ok {
+		return 0, err // not waiting, and the socket is full
 	}
 	if w := s.wr.Load(); w != nil {
 		return w.writev(bufs, wait)
@@ -201,6 +300,7 @@ func (s *switchTransport) writevTCP(bufs [][]byte, wait bool) (int, error) {
 		}
 		s.wPartial = n < total
 	}
+	s.count(n)
 	return n, err
 }
 
@@ -210,37 +310,48 @@ func (s *switchTransport) closeWrite() error {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	if w := s.wr.Load(); w != nil {
-		return w.closeWrite()
-	}
 	s.wClosed = true
-	if s.markerOff > 0 {
-		return nil // finishMarker sends the rest, then ends the stream there
+	if s.ctlOff > 0 {
+		return nil // finishCtl sends the rest, then ends the stream
 	}
-	return s.tcp.closeWrite()
+	return s.endStream()
 }
 
 func (s *switchTransport) readHeader(h *[hdrLen]byte) error {
 	if s.rd != nil {
 		return s.rd.readHeader(h)
 	}
-	if err := s.tcp.readHeader(h); err != nil {
-		return err
+	for {
+		if err := s.tcp.readHeader(h); err != nil {
+			return err
+		}
+		if h[0] != frameShmSwitch {
+			s.count(hdrLen)
+			return nil
+		}
+		if !isShmSwitch(h) || s.tcp.buffered() && h[1] == shmMarker {
+			return errProtocol // a malformed header, or frames after the marker on TCP
+		}
+		if h[1] == shmInvite {
+			if s.answer == nil || s.answered {
+				return errProtocol // only to the passive side, once
+			}
+			s.answered = true
+			s.answer()
+			continue
+		}
+		if s.answer != nil && !s.answered {
+			return errProtocol // a marker before we were invited
+		}
+		if err := s.switchRead(); err != nil {
+			return err
+		}
+		return s.rd.readHeader(h)
 	}
-	if h[0] != frameShmSwitch {
-		return nil
-	}
-	if err := s.switchRead(h); err != nil {
-		return err
-	}
-	return s.rd.readHeader(h)
 }
 
-// switchRead moves the reading side to our ring at the peer's marker h.
-func (s *switchTransport) switchRead(h *[hdrLen]byte) error {
-	if !isShmSwitch(h) || s.tcp.buffered() {
-		return errProtocol // a malformed marker, or frames after it on TCP
-	}
+// switchRead moves the reading side to our ring at the peer's marker.
+func (s *switchTransport) switchRead() error {
 	select {
 	case <-s.ready:
 	case <-s.closing:
@@ -273,6 +384,7 @@ func (s *switchTransport) readPayload(dst []byte) error {
 	if s.rd != nil {
 		return s.rd.readPayload(dst)
 	}
+	s.count(len(dst))
 	return s.tcp.readPayload(dst)
 }
 
@@ -280,9 +392,9 @@ func (s *switchTransport) discard(n int) error {
 	if s.rd != nil {
 		return s.rd.discard(n)
 	}
+	s.count(n)
 	return s.tcp.discard(n)
 }
-
 func (s *switchTransport) setIdle(f func(bool) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

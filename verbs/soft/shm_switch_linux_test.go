@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand"
 	"net"
 	"os"
@@ -454,8 +455,8 @@ func TestSwitchTransportCloseWithdrawsOffer(t *testing.T) {
 	require.NotNil(t, o)
 	tr, err := newTCPTransport(active)
 	require.NoError(t, err)
-	s := o.switching(tr)
-	o.abort() // taken: a no-op
+	o.done = true
+	s := newSwitchActive(tr, o, 0) // invites at once: the offer listens
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
 	c, err := net.Dial("unixpacket", name)
 	require.NoError(t, err, "the offer is not listening")
@@ -464,4 +465,44 @@ func TestSwitchTransportCloseWithdrawsOffer(t *testing.T) {
 	_, err = net.Dial("unixpacket", name)
 	require.Error(t, err, "the offer outlived its connection")
 	require.True(t, eventually(func() bool { return ringsOpen(t) == before }), "the offer's ring was not freed")
+}
+
+// The active side opens its offer and invites the peer only once the
+// connection has carried the threshold's bytes: before, nothing listens.
+func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	active, passive := tcpPair(t)
+	o := newShmOffer(active, time.Now().Add(time.Minute))
+	require.NotNil(t, o)
+	tr, err := newTCPTransport(active)
+	require.NoError(t, err)
+	o.done = true
+	s := newSwitchActive(tr, o, 4096)
+	defer s.close()
+	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
+	listening := func() bool {
+		c, err := net.Dial("unixpacket", name)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	go func() { _, _ = io.Copy(io.Discard, passive) }()
+	var h [hdrLen]byte
+	(&header{typ: frameSend, len: 1000}).encode(&h)
+	p := make([]byte, 1000)
+	for i := 0; i < 3; i++ {
+		_, err := s.writev([][]byte{h[:], p}, true)
+		require.NoError(t, err)
+	}
+	assert.False(t, listening(), "listening after %d bytes", s.moved.Load())
+	_, err = s.writev([][]byte{h[:], p}, true)
+	require.NoError(t, err)
+	assert.True(t, listening(), "not listening after %d bytes", s.moved.Load())
+	s.wmu.Lock()
+	invited := s.invited
+	s.wmu.Unlock()
+	assert.True(t, invited, "no invitation sent")
 }

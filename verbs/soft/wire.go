@@ -319,11 +319,14 @@ func parseHandshake(b []byte) (hsMsg, error) {
 // Versions 2 and 3 are answered before the connection starts: a REP that
 // picks transportShm carries the frames on the rings from the first.
 // Version 4 has the same exchange, but off the connection's path: the REP
-// picks transportShmSwitch (the frames start on this TCP connection), and
-// each side switches its sending direction to the rings once its own
-// exchange is through, at a frame boundary, with a switch marker: a frame
-// header of type frameShmSwitch, all else zero, the last thing it sends on
-// TCP. The receiving side reads its own ring from the marker on. A
+// picks transportShmSwitch (the frames start on this TCP connection).
+// Once the connection has carried SetSharedMemorySwitch's bytes, the
+// active side opens its socket and invites the passive side with a
+// control header on TCP (type frameShmSwitch, byte 1 shmInvite, all else
+// zero); each side, once its own exchange is through, switches its sending
+// direction to the rings at a frame boundary with a switch marker (byte 1
+// shmMarker), the last thing it sends on TCP. The receiving side reads its
+// own ring from the marker on. A
 // listener answers every version; a dialler offers version 4, which a
 // listener that does not know it does not parse: that connection stays on
 // TCP.
@@ -343,11 +346,18 @@ const (
 // start on TCP and each direction moves to shared memory once set up.
 const transportShmSwitch = 1 << 2
 
-// frameShmSwitch is the type of the switch marker: a frame header that
-// ends a direction's frames on TCP (the switching transport consumes it;
-// the engine never sees it, and rejects it as an unknown type if it ever
-// came where no switch can happen).
+// frameShmSwitch is the type of the switch control headers on TCP: the
+// invitation, and the marker that ends a direction's frames there (the
+// switching transport consumes them; the engine never sees them, and
+// rejects them as an unknown type if they ever came where no switch can
+// happen).
 const frameShmSwitch = frameMax + 1
+
+// Control header kinds (byte 1 of a frameShmSwitch header).
+const (
+	shmMarker = 0
+	shmInvite = 1
+)
 
 type shmOfferExt struct {
 	version  uint8 // 2, 3 or 4 (marshal: anything else is 3)
@@ -397,12 +407,14 @@ func parseShmOffer(b []byte) (shmOfferExt, error) {
 	return o, nil
 }
 
-// isShmSwitch reports whether h is a well-formed switch marker.
+// isShmSwitch reports whether h is a well-formed switch control header:
+// type frameShmSwitch, byte 1 its kind (shmMarker or shmInvite), all else
+// zero.
 func isShmSwitch(h *[hdrLen]byte) bool {
-	if h[0] != frameShmSwitch {
+	if h[0] != frameShmSwitch || h[1] > shmInvite {
 		return false
 	}
-	for _, c := range h[1:] {
+	for _, c := range h[2:] {
 		if c != 0 {
 			return false
 		}
