@@ -38,7 +38,10 @@
 //
 // The QP engine (engine.go) reaches the network only through the transport
 // interface (transport.go), so that a same-host shared-memory transport can
-// be chosen in the handshake beside TCP (tcp.go).
+// be chosen in the handshake beside TCP (tcp.go). A connection between two
+// processes of one host starts on TCP and moves to shared memory once it
+// has carried SetSharedMemorySwitch's bytes (default 64 KiB), in the
+// background, each direction at a frame boundary (shm_switch_linux.go).
 //
 // Security model, as on a NIC: a peer reads or writes only bytes inside
 // MRs registered with the matching remote access, within bounds, and

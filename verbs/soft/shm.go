@@ -14,7 +14,9 @@ import (
 // that its reader creates and its writer maps, with an eventfd per
 // direction for wake-ups, parked on Go's runtime poller. The handshake's
 // TCP connection stays open as the liveness channel: when the peer process
-// dies the kernel closes it and the connection fails at once. See
+// dies the kernel closes it and the connection fails at once. A connection
+// starts on TCP and moves to the rings in the background once it has
+// carried SetSharedMemorySwitch's bytes (shm_switch_linux.go). See
 // shm_linux.go; elsewhere only TCP is used.
 //
 // What a peer can reach (the security model, as on a NIC): only bytes
