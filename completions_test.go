@@ -162,7 +162,7 @@ func TestSpinBudgetLearnsThePeer(t *testing.T) {
 	assert.GreaterOrEqual(t, p.reach, 90*time.Microsecond, "a peer answering in 90 us is within reach")
 	assert.LessOrEqual(t, p.reach, spinStretch*p.spin)
 	for range 8 {
-		p.learn(190 * time.Microsecond)
+		p.learn(spinStretch * p.spin * 9 / 10) // 1.5x that is past the bound
 	}
 	assert.Equal(t, spinStretch*p.spin, p.reach, "never past spinStretch x PollTime")
 	p.learn(time.Millisecond)
