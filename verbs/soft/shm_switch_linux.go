@@ -453,4 +453,4 @@ func (s *switchTransport) carrier() string {
 
 // ackEvery is the shared-memory path's: the connection is on its way
 // there.
-func (s *switchTransport) ackEvery(def int) int { return max(1, min(def, shmAckEvery)) }
+func (s *switchTransport) ackEvery(def int) int { return (*shmTransport).ackEvery(nil, def) }

@@ -63,8 +63,8 @@ func switchPair(t *testing.T) (a, b *switchTransport, xa, xb *shmExchange) {
 // derived from i. at(i) runs after frame i went out; it returns the
 // number of the first frame written after tr's sending side switched (n
 // if it never did).
-func streamFrames(tr transport, n int, seed int64, at func(i int)) (int, error) {
-	rng := rand.New(rand.NewSource(seed))
+func streamFrames(tr transport, n int, pattern int64, at func(i int)) (int, error) {
+	rng := rand.New(rand.NewSource(pattern))
 	hdrs := make([][hdrLen]byte, 4)
 	payloads := make([][]byte, 4)
 	var v [][]byte
