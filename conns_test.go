@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -156,6 +157,13 @@ func connsServer(args []string) int {
 	close(errs)
 	for err := range errs {
 		return fail(err)
+	}
+	// The conns move to shared memory in the background: count once each
+	// has (its exchange's unix socket is closed by then).
+	for end := time.Now().Add(20 * time.Second); shm && time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if !slices.ContainsFunc(conns, func(c net.Conn) bool { return SoftCarrier(c) != "shm" }) {
+			break
+		}
 	}
 	fds, err := countFDs()
 	if err != nil {
