@@ -85,9 +85,12 @@ func (h *heldListener) taken() int {
 func testDialHeldRequest(t *testing.T, s *suite) {
 	h := s.heldListener(t)
 	const bound = time.Second
-	dial := func(d rdma.Dialer, ctx context.Context) (time.Duration, error) {
+	// dial measures from start, taken by the caller before it set the
+	// deadline or the cancel timer: measured from inside, the time spent
+	// between setting the deadline and dialing (milliseconds on a loaded
+	// machine) would count against the dial and read as an early end.
+	dial := func(d rdma.Dialer, ctx context.Context, start time.Time) (time.Duration, error) {
 		d.Config = s.config()
-		start := time.Now()
 		c, err := d.DialContext(ctx, rdma.Network, h.addr)
 		if c != nil {
 			c.Close()
@@ -108,22 +111,24 @@ func testDialHeldRequest(t *testing.T, s *suite) {
 	}
 
 	t.Run("Timeout", func(t *testing.T) {
-		took, err := dial(rdma.Dialer{Timeout: bound}, context.Background())
+		took, err := dial(rdma.Dialer{Timeout: bound}, context.Background(), time.Now())
 		checkTimeout(t, took, err)
 		assert.Equal(t, 1, h.taken(), "the request reached the listener")
 	})
 	t.Run("ContextDeadline", func(t *testing.T) {
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		took, err := dial(rdma.Dialer{}, ctx)
+		took, err := dial(rdma.Dialer{}, ctx, start)
 		checkTimeout(t, took, err)
 		assert.Equal(t, 2, h.taken())
 	})
 	t.Run("ContextCancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
 		timer := time.AfterFunc(bound, cancel)
 		defer timer.Stop()
-		took, err := dial(rdma.Dialer{}, ctx)
+		took, err := dial(rdma.Dialer{}, ctx, start)
 		require.Error(t, err)
 		checkOpError(t, err, "dial")
 		assert.ErrorIs(t, err, context.Canceled)
