@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -174,6 +173,9 @@ type cmID struct {
 	// connection's path (version 4), receives this side's exchange, run
 	// in the background; Accept does not wait for it.
 	shmX *shmExchange
+
+	// Connecting IDs: the attempt under way (connect.go).
+	active *activeHandshake
 }
 
 func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) {
@@ -248,7 +250,8 @@ func (id *cmID) Listen(backlog int) error {
 	if id.state != idBound {
 		return verbs.Errorf(op, syscall.EINVAL, "ID is already listening or connecting")
 	}
-	ln, err := net.ListenTCP("tcp", id.local)
+	// Go's TCP keepalive off, as on the dialing side (dialTCP).
+	nl, err := (&net.ListenConfig{KeepAlive: -1}).Listen(context.Background(), "tcp", id.local.String())
 	if err != nil {
 		var errno syscall.Errno
 		if !errors.As(err, &errno) {
@@ -256,6 +259,7 @@ func (id *cmID) Listen(backlog int) error {
 		}
 		return verbs.Errorf(op, errno, "%v", err)
 	}
+	ln := nl.(*net.TCPListener)
 	id.ln = ln
 	id.local = copyAddr(ln.Addr().(*net.TCPAddr))
 	if backlog <= 0 {
@@ -561,16 +565,21 @@ func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error 
 
 func (id *cmID) ResolveRoute(timeout time.Duration) error {
 	id.mu.Lock()
-	defer id.mu.Unlock()
 	if id.destroyed {
+		id.mu.Unlock()
 		return verbs.ErrClosed
 	}
 	if id.state != idAddrResolved {
+		id.mu.Unlock()
 		return verbs.Errorf("rdma_resolve_route", syscall.EINVAL, "resolve the address first")
 	}
 	id.timeout = max(id.timeout, timeout)
 	id.state = idRouteResolved
+	// The TCP connection opens now, while the consumer creates its QP
+	// (connect.go).
+	id.startActive(nil, time.Now().Add(id.connectTimeout()))
 	id.ch.push(verbs.CMEvent{Type: verbs.EventRouteResolved, ID: id})
+	id.mu.Unlock()
 	return nil
 }
 
@@ -636,205 +645,6 @@ func checkParam(op string, p *verbs.ConnParam, limit int) error {
 		return verbs.Errorf(op, syscall.EINVAL, "connection parameter out of range")
 	}
 	return nil
-}
-
-func (id *cmID) Connect(param *verbs.ConnParam) error {
-	const op = "rdma_connect"
-	if param == nil {
-		param = &verbs.ConnParam{}
-	}
-	if err := checkParam(op, param, verbs.MaxPrivateDataConnect); err != nil {
-		return err
-	}
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	if id.state != idRouteResolved {
-		return verbs.Errorf(op, syscall.EINVAL, "resolve the route first")
-	}
-	q := id.qp
-	if q == nil {
-		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
-	}
-	q.mu.Lock()
-	if id.ackTimeoutSet {
-		q.attr.Timeout = id.ackTimeout
-	}
-	req := hsMsg{typ: msgREQ, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
-		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
-		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
-		transports: transportTCP | reqTakesMRA, priv: append([]byte(nil), param.PrivateData...)}
-	q.mu.Unlock()
-	id.state = idConnecting
-	timeout := id.timeout
-	if timeout <= 0 {
-		timeout = defaultConnectTimeout
-	}
-	id.wg.Add(1)
-	go id.connect(q, req, *param, id.local, id.remote, timeout)
-	return nil
-}
-
-// connectFailed records a failed connect and reports it.
-func (id *cmID) connectFailed(typ verbs.CMEventType, status int, param verbs.ConnParam) {
-	id.mu.Lock()
-	id.state = idDone
-	id.mu.Unlock()
-	id.event(typ, status, param)
-}
-
-func (id *cmID) connect(q *qp, req hsMsg, param verbs.ConnParam, local, remote *net.TCPAddr, timeout time.Duration) {
-	defer id.wg.Done()
-	phase.Mark("soft connect: running")
-	deadline := time.Now().Add(timeout)
-	// ctx ends when the ID is destroyed; the timeout bounds reaching the
-	// listener, not the wait for an answer that a listener holds.
-	ctx := id.life
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: local.IP}, Deadline: deadline}
-	id.mu.Lock()
-	tos, tosSet := id.tos, id.tosSet
-	id.mu.Unlock()
-	if tosSet {
-		// On the socket before it connects, so that the SYN carries it.
-		d.Control = func(network, _ string, rc syscall.RawConn) error {
-			return setTOS(rc, network == "tcp6", tos)
-		}
-	}
-	nc, err := d.DialContext(ctx, "tcp", remote.String())
-	if err != nil {
-		switch {
-		case errors.Is(err, syscall.ECONNREFUSED):
-			id.connectFailed(verbs.EventRejected, verbs.RejectStatusNoListener, verbs.ConnParam{PrivateData: padPrivateData(nil, verbs.MaxPrivateDataReject)})
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded):
-			id.connectFailed(verbs.EventUnreachable, -int(syscall.ETIMEDOUT), verbs.ConnParam{})
-		default:
-			id.connectFailed(verbs.EventUnreachable, -int(syscall.EHOSTUNREACH), verbs.ConnParam{})
-		}
-		return
-	}
-	phase.Mark("soft connect: TCP connected")
-	c := nc.(*net.TCPConn)
-	// Offer shared memory when the peer is on this host (shm.go); withdrawn
-	// unless the REP picks it.
-	offer := newShmOffer(c, deadline)
-	defer offer.abort()
-	if offer != nil {
-		req.transports |= transportShm
-		req.ext = offer.extension()
-	}
-	tr, err := newTCPTransport(c)
-	fail := func(err error) {
-		c.Close()
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			id.connectFailed(verbs.EventUnreachable, -int(syscall.ETIMEDOUT), verbs.ConnParam{})
-			return
-		}
-		id.connectFailed(verbs.EventConnectError, -int(syscall.ECONNRESET), verbs.ConnParam{})
-	}
-	if err != nil {
-		fail(err)
-		return
-	}
-	// Destroy ends the handshake at once (stop, deferred, withdraws this
-	// when the connect returns on its own).
-	stop := context.AfterFunc(ctx, func() {
-		_ = c.SetWriteDeadline(time.Unix(1, 0))
-		_ = tr.setReadDeadline(time.Unix(1, 0))
-	})
-	defer stop()
-	_ = c.SetWriteDeadline(deadline)
-	_ = tr.setReadDeadline(deadline)
-	b, _ := req.marshal()
-	if _, err := c.Write(b); err != nil {
-		fail(err)
-		return
-	}
-	phase.Mark("soft connect: REQ sent")
-	m, err := readHandshake(tr)
-	if err == nil && m.typ == msgMRA {
-		// The listener holds the request: wait for its answer.
-		_ = tr.setReadDeadline(time.Now().Add(heldRequestTimeout))
-		m, err = readHandshake(tr)
-	}
-	if err == nil && m.typ != msgREP && m.typ != msgREJ {
-		err = errBadHandshake
-	}
-	if err != nil {
-		fail(err)
-		return
-	}
-	phase.Mark("soft connect: REP read")
-	if m.typ == msgREJ {
-		c.Close()
-		id.connectFailed(verbs.EventRejected, verbs.RejectStatusConsumer, verbs.ConnParam{PrivateData: padPrivateData(m.priv, verbs.MaxPrivateDataReject)})
-		return
-	}
-	var etr transport = tr
-	switch {
-	case m.transports == transportShm && offer != nil:
-		st, err := offer.finish(c)
-		if err != nil {
-			fail(err)
-			return
-		}
-		etr = st
-	case m.transports == transportShmSwitch && offer != nil && offer.version == 4:
-		// Frames start on TCP; the switch transport takes over after
-		// the RTU.
-	case m.transports != transportTCP:
-		fail(errBadHandshake)
-		return
-	}
-	rtu, _ := (&hsMsg{typ: msgRTU}).marshal()
-	if _, err := c.Write(rtu); err != nil {
-		_ = etr.close()
-		fail(err)
-		return
-	}
-	_ = c.SetWriteDeadline(time.Time{})
-	_ = tr.setReadDeadline(time.Time{})
-	if m.transports == transportShmSwitch {
-		etr = offer.switching(tr)
-	}
-	id.mu.Lock()
-	if id.destroyed || id.qp != q {
-		id.mu.Unlock()
-		_ = etr.close()
-		c.Close()
-		return
-	}
-	id.state = idConnected
-	id.local = copyAddr(c.LocalAddr().(*net.TCPAddr))
-	id.mu.Unlock()
-	q.mu.Lock()
-	q.sock = c
-	q.mu.Unlock()
-	q.start(etr, &m, id.engineDown)
-	q.mu.Lock()
-	q.attr.RetryCnt = int(req.retry)
-	q.attr.RNRRetry = int(m.rnrRetry)
-	if param.InitiatorDepth > 0 {
-		q.attr.MaxRdAtomic = min(param.InitiatorDepth, max(int(m.respRes), 1))
-	}
-	if param.ResponderResources > 0 {
-		q.attr.MaxDestRdAtomic = param.ResponderResources
-	}
-	if q.state == verbs.QPSInit {
-		q.setState(verbs.QPSRTR)
-		q.setState(verbs.QPSRTS)
-	}
-	q.mu.Unlock()
-	q.startReceiver(nil)
-	phase.Mark("soft connect: established")
-	id.event(verbs.EventEstablished, 0, verbs.ConnParam{
-		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataAccept),
-		ResponderResources: int(m.respRes),
-		InitiatorDepth:     int(m.initDepth),
-		RetryCount:         int(m.retry),
-		RNRRetryCount:      int(m.rnrRetry),
-	})
 }
 
 // engineDown is called once when a connection's engine stops.

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"net"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,4 +53,20 @@ func routeSource(dst *net.TCPAddr) (net.IP, error) {
 		return net.IP(append([]byte(nil), a.Addr[:]...)), nil
 	}
 	return nil, unix.EAFNOSUPPORT
+}
+
+// bindAddressOnly sets IP_BIND_ADDRESS_NO_PORT on a socket about to be
+// bound to an address with port 0 and then connected: the kernel picks
+// the port at connect, unique for the whole 4-tuple, instead of at bind,
+// unique for the address alone. Without it a host's connections from one
+// source address share one port range with every socket in TIME_WAIT
+// there, and the bind fails after some 14,000 of them.
+func bindAddressOnly(rc syscall.RawConn) error {
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
 }

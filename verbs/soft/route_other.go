@@ -2,7 +2,10 @@
 
 package soft
 
-import "net"
+import (
+	"net"
+	"syscall"
+)
 
 // routeSource returns the source address the kernel's route to dst picks,
 // by connecting a UDP socket (which sends nothing).
@@ -14,3 +17,6 @@ func routeSource(dst *net.TCPAddr) (net.IP, error) {
 	defer u.Close()
 	return u.LocalAddr().(*net.UDPAddr).IP, nil
 }
+
+// bindAddressOnly does nothing here: IP_BIND_ADDRESS_NO_PORT is Linux's.
+func bindAddressOnly(syscall.RawConn) error { return nil }

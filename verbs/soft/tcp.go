@@ -146,7 +146,7 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = c.SetNoDelay(true)
+	// Nagle is off already: net.Dial and Accept turn it off.
 	t := &tcpTransport{c: c, rc: rc, wiov: make([]unix.Iovec, iovStart)}
 	t.buf = t.small[:]
 	t.readFn = t.doRead

@@ -1,0 +1,152 @@
+package soft
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// The active side opens its TCP connection at ResolveRoute (connect.go):
+// Connect uses it, dials again when it has closed meanwhile, and an ID
+// destroyed before Connect leaves nothing behind.
+
+// routedClient resolves the address and the route of lid from a new ID.
+func routedClient(t *testing.T, lid *cmID) (*eventChannel, *cmID) {
+	t.Helper()
+	ch := newEventChannel()
+	id := newCMID(ch)
+	t.Cleanup(func() { ch.Close() })
+	require.NoError(t, id.ResolveAddr(nil, lid.LocalAddr(), 5*time.Second))
+	getEvent(t, ch, verbs.EventAddrResolved)
+	require.NoError(t, id.ResolveRoute(5*time.Second))
+	getEvent(t, ch, verbs.EventRouteResolved)
+	return ch, id
+}
+
+// connectOn gives id a QP and connects it.
+func connectOn(t *testing.T, id *cmID) verbs.QP {
+	t.Helper()
+	ctx := id.Context()
+	pd, err := ctx.AllocPD()
+	require.NoError(t, err)
+	cq, err := ctx.CreateCQ(8, nil)
+	require.NoError(t, err)
+	qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	t.Cleanup(func() { qp.Destroy(); cq.Destroy(); pd.Dealloc(); id.Destroy() })
+	require.NoError(t, id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+	return qp
+}
+
+// stageOf is the stage of id's connection attempt.
+func stageOf(id *cmID) activeStage {
+	id.mu.Lock()
+	h := id.active
+	id.mu.Unlock()
+	if h == nil {
+		return -1
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stage
+}
+
+// connectAndAccept connects id to the listener on lch and waits until
+// both ends are established; it returns the active and passive sockets.
+func connectAndAccept(t *testing.T, ch, lch *eventChannel, id *cmID) (active, passive *net.TCPConn) {
+	t.Helper()
+	aq := connectOn(t, id).(*qp)
+	req := getEvent(t, lch, verbs.EventConnectRequest)
+	pq, _ := acceptOn(t, req.ID)
+	getEvent(t, ch, verbs.EventEstablished)
+	getEvent(t, lch, verbs.EventEstablished)
+	sock := func(q *qp) *net.TCPConn {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		require.NotNil(t, q.sock)
+		return q.sock
+	}
+	return sock(aq), sock(pq.(*qp))
+}
+
+func TestConnectUsesTheRouteConnection(t *testing.T) {
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
+	ch, id := routedClient(t, lid)
+	require.True(t, eventually(func() bool { return stageOf(id) == activeReady }),
+		"the TCP connection opens at ResolveRoute")
+	id.mu.Lock()
+	early := id.active.c
+	id.mu.Unlock()
+	sock, _ := connectAndAccept(t, ch, lch, id)
+	assert.Same(t, early, sock, "Connect carries the connection on the socket opened at ResolveRoute")
+}
+
+// A listener closes a TCP connection that sends no request within its
+// handshake timeout; Connect after that dials again.
+func TestConnectAfterTheRouteConnectionClosed(t *testing.T) {
+	old := SetHandshakeTimeout(50 * time.Millisecond)
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
+	SetHandshakeTimeout(old)
+	ch, id := routedClient(t, lid)
+	require.True(t, eventually(func() bool { return stageOf(id) == activeGone }),
+		"the listener closes the silent connection")
+	id.mu.Lock()
+	closed := id.active
+	id.mu.Unlock()
+	sock, _ := connectAndAccept(t, ch, lch, id)
+	id.mu.Lock()
+	assert.NotSame(t, closed, id.active, "Connect started a new attempt")
+	id.mu.Unlock()
+	assert.NotSame(t, closed.c, sock)
+}
+
+// An ID destroyed between ResolveRoute and Connect closes its connection:
+// the listener reports nothing, and no descriptor is left.
+func TestDestroyBeforeConnectClosesTheRouteConnection(t *testing.T) {
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
+	base := openFDs(t)
+	ch, id := routedClient(t, lid)
+	require.True(t, eventually(func() bool { return stageOf(id) == activeReady }))
+	require.NoError(t, id.Destroy())
+	require.NoError(t, ch.Close())
+	_, err := lch.GetEvent(time.Now().Add(100 * time.Millisecond))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the listener reports no request")
+	// Well within the listener's handshake timeout (5 s): the close, not
+	// the listener's timer, ends the connection on both sides.
+	closed := false
+	for end := time.Now().Add(2 * time.Second); !closed && time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		closed = openFDs(t) <= base
+	}
+	assert.True(t, closed, "descriptors: %d, before %d", openFDs(t), base)
+}
+
+// A soft connection's sockets have Go's TCP keepalive off (the QP's
+// watchdog and the consumer's heartbeat watch liveness), and the active
+// side's port is picked at connect, for its whole 4-tuple.
+func TestConnectionSocketOptions(t *testing.T) {
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
+	ch, id := routedClient(t, lid)
+	active, passive := connectAndAccept(t, ch, lch, id)
+	intOpt := func(c *net.TCPConn, level, name int) int {
+		rc, err := c.SyscallConn()
+		require.NoError(t, err)
+		var v int
+		var serr error
+		require.NoError(t, rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptInt(int(fd), level, name) }))
+		require.NoError(t, serr)
+		return v
+	}
+	assert.Equal(t, 0, intOpt(active, unix.SOL_SOCKET, unix.SO_KEEPALIVE), "active side's keepalive")
+	assert.Equal(t, 1, intOpt(active, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT))
+	assert.Equal(t, 1, intOpt(active, unix.IPPROTO_TCP, unix.TCP_NODELAY))
+	assert.Equal(t, 0, intOpt(passive, unix.SOL_SOCKET, unix.SO_KEEPALIVE), "passive side's keepalive")
+	assert.Equal(t, 1, intOpt(passive, unix.IPPROTO_TCP, unix.TCP_NODELAY))
+}
