@@ -10,7 +10,9 @@
 // READs.
 //
 // An RC connection is one TCP connection at the RDMA address: a listening
-// CM ID is a TCP listener at the same ip:port, and rdma_connect dials it.
+// CM ID is a TCP listener at the same ip:port, dialed at rdma_resolve_route
+// (connect.go: the TCP handshake overlaps the consumer's setup; nothing is
+// sent before rdma_connect).
 // The CM handshake (REQ, REP or REJ, RTU; wire.go) carries the private data
 // and connection parameters; frames follow on the same connection. Anything
 // on the port that is not a well-formed REQ within the handshake timeout is
