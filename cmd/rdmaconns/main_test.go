@@ -27,6 +27,7 @@ func TestRunReports(t *testing.T) {
 		assert.Equal(t, 20, r.Conns, r.Path)
 		assert.Positive(t, r.SetupMean, r.Path)
 		assert.LessOrEqual(t, r.DialMean, r.SetupMean, r.Path)
+		assert.Positive(t, r.CPUPerConn, "%s: CPU per conn", r.Path)
 		if r.Path == "shm" {
 			// Conns that echo a byte stay on TCP (they never carry enough
 			// to move to shared memory); those that move hold 3.

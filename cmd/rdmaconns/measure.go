@@ -32,6 +32,9 @@ type result struct {
 	SetupP50    float64 `json:"setup_p50_us"`
 	SetupP99    float64 `json:"setup_p99_us"`
 	DialMean    float64 `json:"dial_mean_us"` // of which Dial returning
+	// The process's CPU time (user and system, both ends) per conn while
+	// they were set up: on a host with few cores, setup is bound by it.
+	CPUPerConn float64 `json:"cpu_per_conn_us"`
 	RSSPerEP    float64 `json:"rss_per_endpoint_bytes"`
 	RegPerEP    float64 `json:"registered_per_endpoint_bytes"`
 	FDsPerEP    float64 `json:"fds_per_endpoint"`
@@ -235,6 +238,7 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 		defer clock.stop()
 		clock.faults0 = minorFaults()
 	}
+	cpu0 := cpuTime()
 	for i := 0; i < o.n; i++ {
 		if err := ctx.Err(); err != nil {
 			closeAll()
@@ -265,6 +269,7 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 		}
 		setup = append(setup, time.Since(t0))
 	}
+	r.CPUPerConn = float64(cpuTime()-cpu0) / 1e3 / float64(o.n)
 	if clock != nil {
 		clock.stop()
 		r.Phases = clock.steps()

@@ -41,6 +41,15 @@ func minorFaults() int64 {
 	return ru.Minflt
 }
 
+// cpuTime is the process's CPU time so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func newPhaseClock() *phaseClock {
 	return &phaseClock{seen: map[string]bool{}, sum: map[string]time.Duration{}, count: map[string]int{}}
 }

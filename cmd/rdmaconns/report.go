@@ -20,14 +20,14 @@ func report(w io.Writer, o *options, rs []result) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "path\tconns\tsetup mean\t(dial)\tp50\tp99\tx net\tresident/endpoint\tregistered/endpoint\tfds/endpoint\tgoroutines/endpoint\t(heap\tstacks\tshmem)\t\n")
+	fmt.Fprintf(tw, "path\tconns\tsetup mean\t(dial)\tp50\tp99\tx net\tcpu/conn\tresident/endpoint\tregistered/endpoint\tfds/endpoint\tgoroutines/endpoint\t(heap\tstacks\tshmem)\t\n")
 	for _, r := range rs {
 		ratio := "-"
 		if base != nil && base.SetupMean > 0 {
 			ratio = fmt.Sprintf("%.2f", r.SetupMean/base.SetupMean)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f us\t%.0f us\t%.0f us\t%.0f us\t%s\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t\n",
-			r.Path, r.Conns, r.SetupMean, r.DialMean, r.SetupP50, r.SetupP99, ratio,
+		fmt.Fprintf(tw, "%s\t%d\t%.0f us\t%.0f us\t%.0f us\t%.0f us\t%s\t%.0f us\t%s\t%s\t%.2f\t%.2f\t%s\t%s\t%s\t\n",
+			r.Path, r.Conns, r.SetupMean, r.DialMean, r.SetupP50, r.SetupP99, ratio, r.CPUPerConn,
 			kib(r.RSSPerEP), kib(r.RegPerEP), r.FDsPerEP, r.GoroutPerEP,
 			kib(r.HeapPerEP), kib(r.StackPerEP), kib(r.ShmemPerEP))
 	}
