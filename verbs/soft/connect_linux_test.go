@@ -33,15 +33,7 @@ func routedClient(t *testing.T, lid *cmID) (*eventChannel, *cmID) {
 // connectOn gives id a QP and connects it.
 func connectOn(t *testing.T, id *cmID) verbs.QP {
 	t.Helper()
-	ctx := id.Context()
-	pd, err := ctx.AllocPD()
-	require.NoError(t, err)
-	cq, err := ctx.CreateCQ(8, nil)
-	require.NoError(t, err)
-	qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	require.NoError(t, err)
-	t.Cleanup(func() { qp.Destroy(); cq.Destroy(); pd.Dealloc(); id.Destroy() })
+	qp, _ := qpOn(t, id)
 	require.NoError(t, id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
 	return qp
 }

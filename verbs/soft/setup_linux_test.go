@@ -70,6 +70,16 @@ func getEvent(t *testing.T, ch *eventChannel, want verbs.CMEventType) verbs.CMEv
 // acceptOn gives a request a QP, posts a receive and accepts it.
 func acceptOn(t *testing.T, id verbs.CMID) (verbs.QP, verbs.CQ) {
 	t.Helper()
+	qp, cq := qpOn(t, id)
+	require.NoError(t, qp.PostRecv([]verbs.RecvWR{{WRID: 7}}))
+	require.NoError(t, id.Accept(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+	return qp, cq
+}
+
+// qpOn gives id a small QP with its own PD and CQ, all destroyed with the
+// ID when the test ends.
+func qpOn(t *testing.T, id verbs.CMID) (verbs.QP, verbs.CQ) {
+	t.Helper()
 	ctx := id.Context()
 	pd, err := ctx.AllocPD()
 	require.NoError(t, err)
@@ -79,8 +89,6 @@ func acceptOn(t *testing.T, id verbs.CMID) (verbs.QP, verbs.CQ) {
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
 	t.Cleanup(func() { qp.Destroy(); cq.Destroy(); pd.Dealloc(); id.Destroy() })
-	require.NoError(t, qp.PostRecv([]verbs.RecvWR{{WRID: 7}}))
-	require.NoError(t, id.Accept(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
 	return qp, cq
 }
 
