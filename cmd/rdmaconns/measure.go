@@ -26,15 +26,15 @@ import (
 
 // result is one path's figures.
 type result struct {
-	Path        string  `json:"path"`
-	Conns       int     `json:"conns"`
-	SetupMean   float64 `json:"setup_mean_us"` // dial to first echo, per conn
-	SetupP50    float64 `json:"setup_p50_us"`
-	SetupP99    float64 `json:"setup_p99_us"`
-	DialMean    float64 `json:"dial_mean_us"` // of which Dial returning
+	Path      string  `json:"path"`
+	Conns     int     `json:"conns"`
+	SetupMean float64 `json:"setup_mean_us"` // dial to first echo, per conn
+	SetupP50  float64 `json:"setup_p50_us"`
+	SetupP99  float64 `json:"setup_p99_us"`
+	DialMean  float64 `json:"dial_mean_us"` // of which Dial returning
 	// The process's CPU time (user and system, both ends) per conn while
 	// they were set up: on a host with few cores, setup is bound by it.
-	CPUPerConn float64 `json:"cpu_per_conn_us"`
+	CPUPerConn  float64 `json:"cpu_per_conn_us"`
 	RSSPerEP    float64 `json:"rss_per_endpoint_bytes"`
 	RegPerEP    float64 `json:"registered_per_endpoint_bytes"`
 	FDsPerEP    float64 `json:"fds_per_endpoint"`
