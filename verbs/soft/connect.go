@@ -214,15 +214,14 @@ func (h *activeHandshake) run(ctx context.Context, local, remote *net.TCPAddr, d
 	h.mu.Lock()
 	a := h.args
 	switch {
-	case err != nil && a == nil:
-		h.stage = activeGone
-	case err != nil:
-	case a != nil:
-		h.c, h.tr, h.offer = c, tr, offer
-		h.stage = activeSent
-	default:
+	case err == nil:
 		h.c, h.tr, h.offer = c, tr, offer
 		h.stage = activeReady
+		if a != nil {
+			h.stage = activeSent // Connect came while dialing
+		}
+	case a == nil:
+		h.stage = activeGone
 	}
 	h.mu.Unlock()
 	if err != nil {
