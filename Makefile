@@ -36,9 +36,11 @@ deps:
 # every example, the C demo, then a short run of every fuzz target.
 test: lint test-go test-c test-examples demo test-fuzz
 
-# go vet, a tidy go.mod and go.sum, and staticcheck, on the module and on
-# cmd/perfplot (a module of its own: see its doc).
+# gofmt, go vet, a tidy go.mod and go.sum, and staticcheck, on the module and
+# on cmd/perfplot (a module of its own: see its doc).
 lint: vet
+	@unformatted=$$($(GO)fmt -l $$(git ls-files '*.go')); \
+		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	$(GO) mod tidy -diff
 	$(GO) -C cmd/perfplot vet ./...
 	$(GO) -C cmd/perfplot mod tidy -diff
