@@ -565,12 +565,11 @@ func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error 
 
 func (id *cmID) ResolveRoute(timeout time.Duration) error {
 	id.mu.Lock()
+	defer id.mu.Unlock()
 	if id.destroyed {
-		id.mu.Unlock()
 		return verbs.ErrClosed
 	}
 	if id.state != idAddrResolved {
-		id.mu.Unlock()
 		return verbs.Errorf("rdma_resolve_route", syscall.EINVAL, "resolve the address first")
 	}
 	id.timeout = max(id.timeout, timeout)
@@ -579,7 +578,6 @@ func (id *cmID) ResolveRoute(timeout time.Duration) error {
 	// (connect.go).
 	id.startActive(nil, time.Now().Add(id.connectTimeout()))
 	id.ch.push(verbs.CMEvent{Type: verbs.EventRouteResolved, ID: id})
-	id.mu.Unlock()
 	return nil
 }
 
