@@ -2,6 +2,8 @@ package verbs_test
 
 import (
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -63,22 +65,28 @@ func (p fakeProvider) Devices() ([]verbs.DeviceInfo, error)            { return 
 func (p fakeProvider) Open(string) (verbs.Context, error)              { return nil, verbs.ErrNoDevice }
 func (p fakeProvider) CreateEventChannel() (verbs.EventChannel, error) { return nil, verbs.ErrNoDevice }
 
+// registryRun numbers TestRegistry's runs: the registry is the process's,
+// so each run (go test -count) registers names of its own.
+var registryRun atomic.Int32
+
 func TestRegistry(t *testing.T) {
-	verbs.Register(fakeProvider{"zz-test-b"})
-	verbs.Register(fakeProvider{"zz-test-a"})
-	require.Panics(t, func() { verbs.Register(fakeProvider{"zz-test-a"}) })
-	p, err := verbs.Lookup("zz-test-a")
+	run := registryRun.Add(1)
+	a, b := fmt.Sprintf("zz-test-%d-a", run), fmt.Sprintf("zz-test-%d-b", run)
+	verbs.Register(fakeProvider{b})
+	verbs.Register(fakeProvider{a})
+	require.Panics(t, func() { verbs.Register(fakeProvider{a}) })
+	p, err := verbs.Lookup(a)
 	require.NoError(t, err)
-	require.Equal(t, "zz-test-a", p.Name())
+	require.Equal(t, a, p.Name())
 	_, err = verbs.Lookup("no-such-provider")
 	require.ErrorContains(t, err, "no-such-provider")
 	names := verbs.Providers()
 	ia, ib := -1, -1
 	for i, n := range names {
 		switch n {
-		case "zz-test-a":
+		case a:
 			ia = i
-		case "zz-test-b":
+		case b:
 			ib = i
 		}
 	}
