@@ -64,7 +64,8 @@ func TestOptionsRefuseBadInput(t *testing.T) {
 
 // -phases reports the setup's steps in the order they came, each reached
 // by every connection, on Go's TCP (the echo's steps) and on soft's TCP
-// path (the library's too), and the page faults per connection.
+// path (the library's too), and the page faults and goroutines started
+// per connection.
 func TestRunPhases(t *testing.T) {
 	var out bytes.Buffer
 	err := run(context.Background(), []string{"-n", "10", "-paths", "tcp", "-json", "-q", "-phases", "-addr", "127.0.0.72"}, &out, io.Discard)
@@ -99,5 +100,7 @@ func TestRunPhases(t *testing.T) {
 		if r.Path == "tcp" { // its registered memory is fresh, at least
 			assert.Positive(t, r.FaultsPerConn, r.Path)
 		}
+		// The echo's server goroutine, at least.
+		assert.GreaterOrEqual(t, r.GoroutinesPerConn, 1.0, r.Path)
 	}
 }

@@ -45,10 +45,12 @@ type result struct {
 	StackPerEP float64 `json:"stack_per_endpoint_bytes"`
 	ShmemPerEP float64 `json:"shmem_per_endpoint_bytes"`
 	// With -phases: the setup's steps, mean time from the dial's start,
-	// and the page faults per connection while they were set up (fresh
-	// memory is a good part of a setup's cost).
-	Phases        []phaseStep `json:"phases,omitempty"`
-	FaultsPerConn float64     `json:"faults_per_conn,omitempty"`
+	// and the page faults per connection and the goroutines started per
+	// connection while they were set up (fresh memory and goroutine
+	// hand-offs are a good part of a setup's cost).
+	Phases            []phaseStep `json:"phases,omitempty"`
+	FaultsPerConn     float64     `json:"faults_per_conn,omitempty"`
+	GoroutinesPerConn float64     `json:"goroutines_per_conn,omitempty"`
 }
 
 // snapshot is the process-wide state compared before and after.
@@ -237,6 +239,7 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 		clock.start()
 		defer clock.stop()
 		clock.faults0 = minorFaults()
+		clock.started0 = goroutinesStarted()
 	}
 	cpu0 := cpuTime()
 	for i := 0; i < o.n; i++ {
@@ -274,6 +277,7 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 		clock.stop()
 		r.Phases = clock.steps()
 		r.FaultsPerConn = float64(minorFaults()-clock.faults0) / float64(o.n)
+		r.GoroutinesPerConn = float64(goroutinesStarted()-clock.started0) / float64(o.n)
 	}
 	held, err := take()
 	if err == nil && o.memProfile != "" {

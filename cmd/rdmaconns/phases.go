@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"runtime/metrics"
 	"slices"
 	"sync"
 	"syscall"
@@ -29,7 +30,8 @@ type phaseClock struct {
 	sum   map[string]time.Duration
 	count map[string]int
 
-	faults0 int64 // minor page faults of the process when the setups began
+	faults0  int64  // minor page faults of the process when the setups began
+	started0 uint64 // goroutines the process had started then
 }
 
 // minorFaults is the process's minor page faults so far.
@@ -39,6 +41,16 @@ func minorFaults() int64 {
 		return 0
 	}
 	return ru.Minflt
+}
+
+// goroutinesStarted is how many goroutines the process has started so far.
+func goroutinesStarted() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
 }
 
 // cpuTime is the process's CPU time so far, user and system.
@@ -109,7 +121,7 @@ func reportPhases(w io.Writer, rs []result) error {
 		if len(r.Phases) == 0 {
 			continue
 		}
-		fmt.Fprintf(tw, "\n%s (%.1f page faults a connection): step\tat\tsince previous\tconns\t\n", r.Path, r.FaultsPerConn)
+		fmt.Fprintf(tw, "\n%s (%.1f page faults, %.1f goroutines started a connection): step\tat\tsince previous\tconns\t\n", r.Path, r.FaultsPerConn, r.GoroutinesPerConn)
 		prev := 0.0
 		for _, s := range r.Phases {
 			fmt.Fprintf(tw, "%s\t%.0f us\t%.0f us\t%d\t\n", s.Step, s.AtUS, s.AtUS-prev, s.Conns)

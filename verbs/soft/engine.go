@@ -265,9 +265,17 @@ func (q *qp) armWatchdog() {
 	q.wdTimer.Reset(d)
 }
 
-// watchdog fires every ack timeout. Sent WRs that see no response for
-// more than (retry count + 1) timeouts complete with RETRY_EXC_ERR: the peer
-// is silent, as a NIC concludes after its retransmissions go unanswered.
+// watchdog fires every ack timeout while the QP has work. Sent WRs that
+// see no response for more than (retry count + 1) timeouts complete with
+// RETRY_EXC_ERR: the peer is silent, as a NIC concludes after its
+// retransmissions go unanswered.
+//
+// As a NIC's transport timer, it runs only while there is something to
+// time: a QP with nothing posted stops it until the next post (PostSend
+// arms it), so that an idle QP costs no wake-ups (each is a goroutine, and
+// a server holds thousands of idle QPs). If a burst grew the QP's queues,
+// the timer first runs on until the QP has been quiet for a whole timeout
+// (no progress), and then gives them back (trimIdle).
 func (q *qp) watchdog() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -275,8 +283,10 @@ func (q *qp) watchdog() {
 		return
 	}
 	outstanding := q.sqHead != q.sqSent
-	if q.sqHead == q.sqTail && q.progress == q.wdLast {
-		q.trimIdle() // quiet for a whole timeout: give back what bursts grew
+	if q.sqHead == q.sqTail && (q.progress == q.wdLast || !q.grown()) {
+		q.trimIdle()
+		q.wdArmed = false
+		return
 	}
 	if outstanding && q.progress == q.wdLast {
 		q.wdStrikes++

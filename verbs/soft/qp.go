@@ -195,15 +195,24 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 	for i := range wrs {
 		if err := q.postSend(&wrs[i]); err != nil {
 			if i > 0 {
-				q.kick()
+				q.posted()
 			}
 			q.mu.Unlock()
 			return &verbs.PostError{Index: i, Err: err}
 		}
 	}
-	q.kick()
+	q.posted()
 	q.mu.Unlock()
 	return nil
+}
+
+// posted starts sending what was just posted, and the transport timer if
+// a quiet QP's had stopped (watchdog). Called with mu held.
+func (q *qp) posted() {
+	if !q.wdArmed {
+		q.armWatchdog()
+	}
+	q.kick()
 }
 
 var (
@@ -528,7 +537,7 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.QPAttrState != 0 {
 		q.setState(attr.State)
 	}
-	if mask&verbs.QPAttrTimeout != 0 {
+	if mask&verbs.QPAttrTimeout != 0 && (q.wdArmed || q.sqHead != q.sqTail) {
 		q.armWatchdog()
 	}
 	return nil
@@ -571,7 +580,9 @@ func (q *qp) setState(s verbs.QPState) {
 	default:
 		q.state = s
 		if s == verbs.QPSRTS {
-			q.armWatchdog()
+			if q.sqHead != q.sqTail {
+				q.armWatchdog()
+			}
 			q.kick()
 		}
 	}

@@ -96,6 +96,9 @@ func (q *qp) growResp() {
 		resp[i&mask] = q.resp[i&uint32(len(q.resp)-1)]
 	}
 	q.resp = resp
+	if !q.wdArmed {
+		q.armWatchdog() // so that a quiet QP gives the ring back
+	}
 }
 
 // setBatchFrames sizes the transmit batch: n frame headers and room for
@@ -104,6 +107,12 @@ func (q *qp) growResp() {
 func (q *qp) setBatchFrames(n int) {
 	q.hdrs = make([][hdrLen]byte, n)
 	q.iovBuf = make([][]byte, 0, n*(1+q.cap.MaxSendSGE)+8)
+}
+
+// grown reports whether a queue trimIdle shrinks is past its starting
+// size. Called with mu held.
+func (q *qp) grown() bool {
+	return len(q.sq) > sqStartSlots || q.resp != nil || len(q.hdrs) > batchStartFrames
 }
 
 // trimIdle shrinks a quiet QP's send queue, READ response ring and

@@ -1,6 +1,8 @@
 package soft
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -287,4 +289,38 @@ func TestQPTrimsWhenQuiet(t *testing.T) {
 	q.mu.Unlock()
 	assert.Len(t, pollAll(t, c), 103)
 	q.mu.Lock()
+}
+
+// The transport timer runs only while the QP has work, as a NIC's does: a
+// QP with nothing posted sets none (thousands of idle QPs would each wake
+// every timeout), a post starts it, and once the work is done it stops.
+func TestQPTimerRunsOnlyWithWork(t *testing.T) {
+	q, c, m, buf := growthQP(t)
+	armed := func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.wdArmed
+	}
+	q.mu.Lock()
+	q.attr.Timeout = 1 // 8 us: the timer fires often while it runs
+	q.setState(verbs.QPSRTS)
+	q.mu.Unlock()
+	assert.False(t, armed(), "nothing posted: no timer")
+
+	wr := verbs.SendWR{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(m, buf[:8])}}
+	require.NoError(t, q.PostSend([]verbs.SendWR{wr}))
+	assert.True(t, armed(), "a post starts the timer")
+	time.Sleep(time.Millisecond) // many periods
+	assert.True(t, armed(), "a WR posted: the timer runs on")
+
+	q.mu.Lock()
+	q.sqSent = q.sqTail
+	q.completeTo(q.sqTail)
+	q.mu.Unlock()
+	assert.Len(t, pollAll(t, c), 1)
+	require.Eventually(t, func() bool { return !armed() }, 10*time.Second, time.Millisecond, "the work done: the timer stops")
+	assert.False(t, q.wdTimer.Stop(), "no period pending")
+
+	require.NoError(t, q.PostSend([]verbs.SendWR{wr}))
+	assert.True(t, armed(), "the next post starts it again")
 }
