@@ -63,8 +63,7 @@ func (c *Conn) cmLoop() {
 // onEvent handles a connection manager event of the established
 // connection.
 func (c *Conn) onEvent(ev verbs.CMEvent) {
-	switch ev.Type {
-	case verbs.EventDisconnected, verbs.EventDeviceRemoval:
+	if actsOn(ev.Type) {
 		// The QP is in error and its receives flush, which wakes the
 		// poller; a probe makes sure of it even with none outstanding.
 		c.mu.Lock()
@@ -73,6 +72,13 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 		}
 		c.unlockSubmit()
 	}
+}
+
+// actsOn reports whether the watch acts on an event of type t: the
+// connection's end. The others (a soft listener's connection gets its
+// EventEstablished once the peer's RTU arrives) are only taken.
+func actsOn(t verbs.CMEventType) bool {
+	return t == verbs.EventDisconnected || t == verbs.EventDeviceRemoval
 }
 
 // timedWatch is the watch run by a timer instead of a goroutine of its
@@ -85,16 +91,18 @@ type timedWatch struct {
 	mu      sync.Mutex // held by a run
 	w       watch
 	timer   *time.Timer
-	events  atomic.Bool // an event was queued since a run last looked
+	events  atomic.Bool // an event it acts on was queued since a run last looked
 	stopped bool
+	runs    int // runs so far (for tests)
 }
 
-// eventDelay is how soon after an event is queued the watch runs. The
-// events it acts on are disconnects, whose flushed receives already wake
-// a Read or Write: it is a backstop. Not at once, so that the event a
-// soft listener's connection gets as its peer's first frames arrive (the
-// RTU's EventEstablished) does not start a goroutine beside the one that
-// reads them.
+// eventDelay is how soon after an event it acts on is queued the watch
+// runs. Those are disconnects, whose flushed receives already wake a Read
+// or Write: it is a backstop, and need not start a goroutine beside the
+// one reading the peer's last frames. Events it does not act on do not
+// make it run (each run is a goroutine of the timer's, and each of a
+// soft listener's connections gets an EventEstablished): they wait for
+// its next run.
 const eventDelay = time.Millisecond
 
 func (c *Conn) startTimedWatch(n verbs.EventNotifier) {
@@ -102,9 +110,11 @@ func (c *Conn) startTimedWatch(n verbs.EventNotifier) {
 	t.timer = time.AfterFunc(time.Hour, c.runWatch)
 	t.timer.Stop()
 	c.timed = t
-	n.NotifyEvents(func() {
-		t.events.Store(true)
-		t.timer.Reset(eventDelay)
+	n.NotifyEvents(func(typ verbs.CMEventType) {
+		if actsOn(typ) {
+			t.events.Store(true)
+			t.timer.Reset(eventDelay)
+		}
 	})
 	// Events queued before the notification was set.
 	t.mu.Lock()
@@ -121,6 +131,7 @@ func (c *Conn) runWatch() {
 	if t.stopped {
 		return
 	}
+	t.runs++
 	t.events.Store(false)
 	c.takeEvents()
 	if now := time.Now(); !t.w.next.IsZero() && !now.Before(t.w.next) {

@@ -112,6 +112,28 @@ func TestSoftConnGoroutines(t *testing.T) {
 	})
 }
 
+// Events the watch does not act on do not make it run: each run is a
+// goroutine, and each of a soft listener's connections gets an
+// EventEstablished once its peer's RTU arrives.
+func TestTimedWatchSleepsThroughEstablished(t *testing.T) {
+	cfg := softConfig()
+	cfg.KeepAlive = -1
+	cfg.PeerTimeout = -1 // no ticks: only events could run the watch
+	c, s := pair(t, cfg)
+	go io.Copy(s, s)
+	_, err := c.Write([]byte("x"))
+	require.NoError(t, err)
+	_, err = io.ReadFull(c, make([]byte, 1))
+	require.NoError(t, err) // s read it: the RTU before it, too
+	time.Sleep(20 * eventDelay)
+	for _, conn := range []*Conn{c, s} {
+		conn.timed.mu.Lock()
+		runs := conn.timed.runs
+		conn.timed.mu.Unlock()
+		assert.Zero(t, runs, "the watch ran")
+	}
+}
+
 // The timed watch takes the connection manager's events: when the peer
 // disconnects, the connection probes its QP (whose flush then fails it)
 // though nothing reads or writes it, and no keepalive or heartbeat is due.

@@ -117,11 +117,11 @@ type EventChannel interface {
 // for each channel. The soft provider's channels are; rdmacore's, a
 // descriptor each, are not.
 type EventNotifier interface {
-	// NotifyEvents makes the channel call f each time an event is queued,
-	// on the goroutine that queues it: f must be quick and must not
-	// block. The events are still taken with GetEvent. nil stops the
+	// NotifyEvents makes the channel call f with each event's type as it
+	// is queued, on the goroutine that queues it: f must be quick and must
+	// not block. The events are still taken with GetEvent. nil stops the
 	// calls; none starts after NotifyEvents(nil) or Close has returned.
-	NotifyEvents(f func())
+	NotifyEvents(f func(CMEventType))
 }
 
 // CMID is struct rdma_cm_id (RC, port space TCP).

@@ -99,7 +99,7 @@ func newCMID(ch *eventChannel) *cmID {
 }
 
 // NotifyEvents is verbs.EventNotifier's.
-func (c *eventChannel) NotifyEvents(f func()) { c.events.Notify(f) }
+func (c *eventChannel) NotifyEvents(f func(verbs.CMEventType)) { c.events.Notify(f) }
 
 func (c *eventChannel) GetEvent(deadline time.Time) (verbs.CMEvent, error) {
 	return c.events.Get(deadline)

@@ -20,7 +20,7 @@ type Queue struct {
 	wake   chan struct{} // a token while q is non-empty
 	closed chan struct{}
 	dead   bool
-	notify func() // called by Push, under mu (Notify)
+	notify func(verbs.CMEventType) // called by Push, under mu (Notify)
 }
 
 // New returns an empty, open queue.
@@ -37,16 +37,17 @@ func (q *Queue) Push(ev verbs.CMEvent) {
 	}
 	q.q = append(q.q, ev)
 	if q.notify != nil {
-		q.notify()
+		q.notify(ev.Type)
 	}
 	q.mu.Unlock()
 	q.signal()
 }
 
-// Notify makes Push call f after queuing each event (nil: stop). f runs
-// with the queue locked, so that no call starts after Notify(nil) or
-// Close returns: it must be quick and must not use the queue.
-func (q *Queue) Notify(f func()) {
+// Notify makes Push call f with each event's type after queuing it (nil:
+// stop). f runs with the queue locked, so that no call starts after
+// Notify(nil) or Close returns: it must be quick and must not use the
+// queue.
+func (q *Queue) Notify(f func(verbs.CMEventType)) {
 	q.mu.Lock()
 	q.notify = f
 	q.mu.Unlock()

@@ -79,14 +79,15 @@ func TestEveryEventReachesOneWaiter(t *testing.T) {
 	q.Close()
 }
 
-// Notify's function runs once per event pushed, after the event can be
-// taken, and never again once Notify(nil) or Close has returned.
+// Notify's function runs once per event pushed, with its type, after the
+// event can be taken, and never again once Notify(nil) or Close has returned.
 func TestNotifyCallsPerPushUntilStopped(t *testing.T) {
 	q := New()
 	var calls int
-	var got []verbs.CMEventType
-	q.Notify(func() {
+	var got, told []verbs.CMEventType
+	q.Notify(func(t verbs.CMEventType) {
 		calls++ // under the queue's lock: no race with the checks below
+		told = append(told, t)
 	})
 	q.Push(verbs.CMEvent{Type: verbs.EventDisconnected})
 	q.Push(verbs.CMEvent{Type: verbs.EventEstablished})
@@ -97,10 +98,11 @@ func TestNotifyCallsPerPushUntilStopped(t *testing.T) {
 		got = append(got, ev.Type)
 	}
 	require.Equal(t, []verbs.CMEventType{verbs.EventDisconnected, verbs.EventEstablished}, got)
+	require.Equal(t, got, told, "each event's type, in order")
 	q.Notify(nil)
 	q.Push(verbs.CMEvent{Type: verbs.EventDisconnected})
 	require.Equal(t, 2, calls)
-	q.Notify(func() { calls++ })
+	q.Notify(func(verbs.CMEventType) { calls++ })
 	q.Close()
 	q.Push(verbs.CMEvent{Type: verbs.EventDisconnected})
 	require.Equal(t, 2, calls)
