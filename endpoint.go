@@ -6,7 +6,6 @@ import (
 
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
-	"golang.org/x/sys/unix"
 )
 
 // endpoint is one connection's verbs resources: the connection manager's
@@ -90,9 +89,6 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringAt+ringSize]
 	e.ringLog = stream.RingLog(ringSize)
-	if pg := os.Getpagesize(); ringAt >= pg/2 {
-		_ = unix.Madvise(all[ringAt-pg/2:ringAt+pg/2], unix.MADV_POPULATE_WRITE)
-	}
 
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		return e, err
