@@ -710,15 +710,9 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	if id.state != idConnectRequest {
-		return verbs.Errorf(op, syscall.EINVAL, "no connection request to accept")
-	}
-	q := id.qp
-	if q == nil {
-		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
+	q, err := id.openingQP(op, idConnectRequest, "no connection request to accept")
+	if err != nil {
+		return err
 	}
 	if id.ackTimeoutSet {
 		q.mu.Lock()
@@ -810,6 +804,22 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		return nil
 	})
 	return nil
+}
+
+// openingQP is what Connect and Accept (op) check first: the ID is in
+// state want (else EINVAL, saying why not) and has a QP, which it returns.
+// Called with mu held.
+func (id *cmID) openingQP(op string, want idState, why string) (*qp, error) {
+	if id.destroyed {
+		return nil, verbs.ErrClosed
+	}
+	if id.state != want {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "%s", why)
+	}
+	if id.qp == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
+	}
+	return id.qp, nil
 }
 
 // releasePending frees the listener's backlog entry. Called with id.mu held.

@@ -96,15 +96,9 @@ func (id *cmID) Connect(param *verbs.ConnParam) error {
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	if id.state != idRouteResolved {
-		return verbs.Errorf(op, syscall.EINVAL, "resolve the route first")
-	}
-	q := id.qp
-	if q == nil {
-		return verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
+	q, err := id.openingQP(op, idRouteResolved, "resolve the route first")
+	if err != nil {
+		return err
 	}
 	q.mu.Lock()
 	if id.ackTimeoutSet {

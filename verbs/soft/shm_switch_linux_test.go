@@ -443,6 +443,18 @@ func TestSwitchTransportWaitsForFrameEnd(t *testing.T) {
 	assert.True(t, b.rdOn.Load(), "the second frame came through the ring")
 }
 
+// offeringSide is an active side's transport on c and its shared-memory
+// offer, answered (the REP came): what newSwitchActive takes.
+func offeringSide(t *testing.T, c *net.TCPConn) (*tcpTransport, *shmOffer) {
+	t.Helper()
+	o := newShmOffer(c, time.Now().Add(time.Minute))
+	require.NotNil(t, o)
+	tr, err := newTCPTransport(c)
+	require.NoError(t, err)
+	o.done = true
+	return tr, o
+}
+
 // Closing a connection whose offer is still unanswered withdraws the
 // offer at once (nobody can reach its socket any more) and frees its ring.
 func TestSwitchTransportCloseWithdrawsOffer(t *testing.T) {
@@ -451,11 +463,7 @@ func TestSwitchTransportCloseWithdrawsOffer(t *testing.T) {
 	}
 	before := ringsOpen(t)
 	active, _ := tcpPair(t)
-	o := newShmOffer(active, time.Now().Add(time.Minute))
-	require.NotNil(t, o)
-	tr, err := newTCPTransport(active)
-	require.NoError(t, err)
-	o.done = true
+	tr, o := offeringSide(t, active)
 	s := newSwitchActive(tr, o, 0) // invites at once: the offer listens
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
 	c, err := net.Dial("unixpacket", name)
@@ -474,11 +482,7 @@ func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
 		t.Skip("no boot ID: shared memory is never offered")
 	}
 	active, passive := tcpPair(t)
-	o := newShmOffer(active, time.Now().Add(time.Minute))
-	require.NotNil(t, o)
-	tr, err := newTCPTransport(active)
-	require.NoError(t, err)
-	o.done = true
+	tr, o := offeringSide(t, active)
 	s := newSwitchActive(tr, o, 4096)
 	defer s.close()
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
@@ -498,7 +502,7 @@ func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.False(t, listening(), "listening after %d bytes", s.moved.Load())
-	_, err = s.writev([][]byte{h[:], p}, true)
+	_, err := s.writev([][]byte{h[:], p}, true)
 	require.NoError(t, err)
 	assert.True(t, listening(), "not listening after %d bytes", s.moved.Load())
 	s.wmu.Lock()

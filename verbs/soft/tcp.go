@@ -111,15 +111,10 @@ func (t *tcpTransport) borrow() {
 // frames with nothing buffered, and points the pending read at the small
 // one (what arrives first after a sleep is usually small).
 func (t *tcpTransport) lend() {
-	if t.big == nil || !t.boundary || t.r != t.w || t.rcnt != 1 {
+	if t.big == nil || !t.boundary || t.buffered() || t.rcnt != 1 {
 		return
 	}
-	tcpBufs.mu.Lock()
-	if len(tcpBufs.free) < tcpBufsKept {
-		tcpBufs.free = append(tcpBufs.free, t.big)
-	}
-	tcpBufs.mu.Unlock()
-	t.big, t.buf, t.r, t.w = nil, t.small[:], 0, 0
+	t.giveBack()
 	t.riov[0].Base = &t.small[0]
 	t.riov[0].SetLen(len(t.small))
 }
@@ -130,9 +125,15 @@ func (t *tcpTransport) buffered() bool { return t.r != t.w }
 // dropBuffer gives the big buffer back for good, when the reader leaves
 // this transport (a switch to shared memory) with nothing buffered.
 func (t *tcpTransport) dropBuffer() {
-	if t.big == nil || t.r != t.w {
+	if t.big == nil || t.buffered() {
 		return
 	}
+	t.giveBack()
+}
+
+// giveBack puts the big buffer, with nothing buffered in it, on the free
+// list, and reads into the small one again.
+func (t *tcpTransport) giveBack() {
 	tcpBufs.mu.Lock()
 	if len(tcpBufs.free) < tcpBufsKept {
 		tcpBufs.free = append(tcpBufs.free, t.big)
