@@ -132,11 +132,14 @@ const (
 // address; a connection's ID owns the TCP connection (through its QP's
 // engine once connected).
 type cmID struct {
-	mu        sync.Mutex
-	ch        *eventChannel
-	state     idState
-	local     *net.TCPAddr
-	remote    *net.TCPAddr
+	mu     sync.Mutex
+	ch     *eventChannel
+	state  idState
+	local  *net.TCPAddr
+	remote *net.TCPAddr
+	// srcGiven is set when the caller chose the source address (BindAddr,
+	// ResolveAddr's src): only then is the TCP connection bound to it.
+	srcGiven  bool
 	timeout   time.Duration
 	ctx       *device
 	qp        *qp
@@ -545,10 +548,10 @@ func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error 
 	if srcIP != nil && !localIP(srcIP) {
 		return fail(syscall.EADDRNOTAVAIL)
 	}
+	id.srcGiven = srcIP != nil
 	if srcIP == nil {
-		// Ask the kernel for the route's source address; connecting a UDP
-		// socket sends nothing.
-		ip, err := routeSource(dst)
+		// Ask the kernel for the route's source address (route.go).
+		ip, err := routes.source(dst, time.Now())
 		if err != nil {
 			return fail(syscall.EHOSTUNREACH)
 		}

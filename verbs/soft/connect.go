@@ -74,7 +74,11 @@ func (id *cmID) startActive(a *connectArgs, deadline time.Time) *activeHandshake
 	h := &activeHandshake{id: id, args: a, tos: id.tos, tosSet: id.tosSet}
 	id.active = h
 	id.wg.Add(1)
-	go h.run(id.life, copyAddr(id.local), copyAddr(id.remote), deadline)
+	var local *net.TCPAddr
+	if id.srcGiven {
+		local = copyAddr(id.local)
+	}
+	go h.run(id.life, local, copyAddr(id.remote), deadline)
 	return h
 }
 
@@ -219,6 +223,9 @@ func (h *activeHandshake) run(ctx context.Context, local, remote *net.TCPAddr, d
 	}
 	h.mu.Unlock()
 	if err != nil {
+		if local == nil {
+			routes.forget(remote) // the next ResolveAddr looks again
+		}
 		if a != nil {
 			h.id.dialFailed(err)
 		}
@@ -248,20 +255,29 @@ func (h *activeHandshake) run(ctx context.Context, local, remote *net.TCPAddr, d
 	h.id.finishConnect(a, c, tr, offer, m, err)
 }
 
-// dialTCP opens the TCP connection to a listener. Go's TCP keepalive is
-// off, as on the listener's side: a soft connection's liveness is the
-// QP's retransmission watchdog and the consumer's own (rdma.Conn's
+// dialTCP opens the TCP connection to a listener, from local's address
+// when local is not nil (the caller chose it) and else from the one the
+// kernel's route picks at connect. Go's TCP keepalive is off, as on the
+// listener's side: a soft connection's liveness is the QP's
+// retransmission watchdog and the consumer's own (rdma.Conn's
 // heartbeat), as on a NIC, and the four socket options it sets on each
 // socket were a tenth of a connection's system calls.
 func dialTCP(ctx context.Context, local, remote *net.TCPAddr, deadline time.Time, tos int, tosSet bool) (*net.TCPConn, error) {
-	la, ok := netip.AddrFromSlice(local.IP)
-	if !ok {
-		return nil, &net.AddrError{Err: "bad local address", Addr: local.IP.String()}
+	var la netip.AddrPort
+	if local != nil {
+		ip, ok := netip.AddrFromSlice(local.IP)
+		if !ok {
+			return nil, &net.AddrError{Err: "bad local address", Addr: local.IP.String()}
+		}
+		la = netip.AddrPortFrom(ip.Unmap(), 0)
 	}
-	d := net.Dialer{KeepAlive: -1, Deadline: deadline,
-		Control: func(network, _ string, rc syscall.RawConn) error {
-			if err := bindAddressOnly(rc); err != nil {
-				return err
+	d := net.Dialer{KeepAlive: -1, Deadline: deadline}
+	if local != nil || tosSet {
+		d.Control = func(network, _ string, rc syscall.RawConn) error {
+			if local != nil {
+				if err := bindAddressOnly(rc); err != nil {
+					return err
+				}
 			}
 			if tosSet {
 				// On the socket before it connects, so that the SYN
@@ -269,8 +285,18 @@ func dialTCP(ctx context.Context, local, remote *net.TCPAddr, deadline time.Time
 				return setTOS(rc, network == "tcp6", tos)
 			}
 			return nil
-		}}
-	return d.DialTCP(ctx, "tcp", netip.AddrPortFrom(la.Unmap(), 0), remote.AddrPort())
+		}
+	}
+	if local != nil {
+		return d.DialTCP(ctx, "tcp", la, remote.AddrPort())
+	}
+	// Not DialTCP: it binds even a zero local address, to a port of its
+	// own, which is what IP_BIND_ADDRESS_NO_PORT is there to avoid.
+	c, err := d.DialContext(ctx, "tcp", remote.String())
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
 }
 
 // connectFailed records a failed connect and reports it.

@@ -122,7 +122,9 @@ func TestDestroyBeforeConnectClosesTheRouteConnection(t *testing.T) {
 
 // A soft connection's sockets have Go's TCP keepalive off (the QP's
 // watchdog and the consumer's heartbeat watch liveness), and the active
-// side's port is picked at connect, for its whole 4-tuple.
+// side's port is picked at connect, for its whole 4-tuple: the socket is
+// not bound when no source address was given, and bound to the address
+// alone (IP_BIND_ADDRESS_NO_PORT) when one was.
 func TestConnectionSocketOptions(t *testing.T) {
 	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
 	ch, id := routedClient(t, lid)
@@ -137,8 +139,22 @@ func TestConnectionSocketOptions(t *testing.T) {
 		return v
 	}
 	assert.Equal(t, 0, intOpt(active, unix.SOL_SOCKET, unix.SO_KEEPALIVE), "active side's keepalive")
-	assert.Equal(t, 1, intOpt(active, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT))
+	assert.Equal(t, 0, intOpt(active, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT), "not bound")
 	assert.Equal(t, 1, intOpt(active, unix.IPPROTO_TCP, unix.TCP_NODELAY))
 	assert.Equal(t, 0, intOpt(passive, unix.SOL_SOCKET, unix.SO_KEEPALIVE), "passive side's keepalive")
 	assert.Equal(t, 1, intOpt(passive, unix.IPPROTO_TCP, unix.TCP_NODELAY))
+
+	// A source given: bound to it, the port picked at connect.
+	src := net.IPv4(127, 0, 0, 74)
+	bch := newEventChannel()
+	t.Cleanup(func() { bch.Close() })
+	bid := newCMID(bch)
+	require.NoError(t, bid.ResolveAddr(&net.TCPAddr{IP: src}, lid.LocalAddr(), 5*time.Second))
+	getEvent(t, bch, verbs.EventAddrResolved)
+	require.NoError(t, bid.ResolveRoute(5*time.Second))
+	getEvent(t, bch, verbs.EventRouteResolved)
+	bound, _ := connectAndAccept(t, bch, lch, bid)
+	assert.Equal(t, 1, intOpt(bound, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT))
+	assert.True(t, bound.LocalAddr().(*net.TCPAddr).IP.Equal(src), "from %v", bound.LocalAddr())
+	assert.True(t, bid.LocalAddr().IP.Equal(src), "ID's address %v", bid.LocalAddr())
 }

@@ -2,9 +2,13 @@ package soft
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
 )
 
 // routeSource answers as a connected UDP socket of net's does.
@@ -30,4 +34,101 @@ func TestRouteSourceMatchesNet(t *testing.T) {
 	// No route: an error, as net's.
 	_, err := routeSource(&net.TCPAddr{IP: net.ParseIP("ff02::1"), Port: 9})
 	require.Error(t, err)
+}
+
+// countRouteLookups counts the kernel route lookups from now to the end
+// of the test, with an empty cache at both ends.
+func countRouteLookups(t *testing.T) *atomic.Int32 {
+	var n atomic.Int32
+	prev := lookupRoute
+	lookupRoute = func(dst *net.TCPAddr) (net.IP, error) {
+		n.Add(1)
+		return prev(dst)
+	}
+	reset := func() {
+		routes.mu.Lock()
+		routes.m = nil
+		routes.mu.Unlock()
+	}
+	reset()
+	t.Cleanup(func() {
+		lookupRoute = prev
+		reset()
+	})
+	return &n
+}
+
+// A destination's route is looked up once per routeCacheTTL; a dial
+// that fails forgets it.
+func TestRouteCache(t *testing.T) {
+	n := countRouteLookups(t)
+	dst := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 73), Port: 9}
+	now := time.Now()
+	src, err := routes.source(dst, now)
+	require.NoError(t, err)
+	require.Equal(t, int32(1), n.Load())
+	again, err := routes.source(dst, now.Add(routeCacheTTL-time.Millisecond))
+	require.NoError(t, err)
+	require.True(t, src.Equal(again))
+	require.Equal(t, int32(1), n.Load(), "asked again within the TTL")
+	again[0] = 0 // the caller's copy, not the cache's
+	_, err = routes.source(&net.TCPAddr{IP: dst.IP, Port: 10}, now)
+	require.NoError(t, err)
+	require.Equal(t, int32(2), n.Load(), "another destination")
+	_, err = routes.source(dst, now.Add(routeCacheTTL))
+	require.NoError(t, err)
+	require.Equal(t, int32(3), n.Load(), "the answer expired")
+	routes.forget(dst)
+	again, err = routes.source(dst, now.Add(routeCacheTTL))
+	require.NoError(t, err)
+	require.True(t, src.Equal(again))
+	require.Equal(t, int32(4), n.Load(), "forgotten")
+
+	// Bounded: past routeCacheMax destinations it starts over.
+	for p := 1; p <= routeCacheMax+1; p++ {
+		_, err := routes.source(&net.TCPAddr{IP: dst.IP, Port: p}, now)
+		require.NoError(t, err)
+	}
+	routes.mu.Lock()
+	size := len(routes.m)
+	routes.mu.Unlock()
+	require.LessOrEqual(t, size, routeCacheMax)
+	// No route: an error, and nothing remembered.
+	_, err = routes.source(&net.TCPAddr{IP: net.ParseIP("ff02::1"), Port: 9}, now)
+	require.Error(t, err)
+}
+
+// Connections to one listener resolve its route once; a connect that
+// fails (nothing listens) forgets it, and one with no source given is not
+// bound to the remembered one: its address is the connection's own.
+func TestResolveAddrUsesTheRouteCache(t *testing.T) {
+	n := countRouteLookups(t)
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
+	for range 3 {
+		ch, id := routedClient(t, lid)
+		connectAndAccept(t, ch, lch, id)
+		require.True(t, id.LocalAddr().IP.Equal(net.IPv4(127, 0, 0, 1)), "local address %v", id.LocalAddr())
+		require.NotZero(t, id.LocalAddr().Port, "the connection's own address")
+	}
+	require.Equal(t, int32(1), n.Load())
+
+	// A destination nobody listens on: refused, and looked up again next time.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	for want := int32(2); want <= 3; want++ {
+		ch := newEventChannel()
+		id := newCMID(ch)
+		require.NoError(t, id.ResolveAddr(nil, dead, 5*time.Second))
+		getEvent(t, ch, verbs.EventAddrResolved)
+		require.Equal(t, want, n.Load())
+		require.NoError(t, id.ResolveRoute(5*time.Second))
+		getEvent(t, ch, verbs.EventRouteResolved)
+		qpOn(t, id)
+		require.NoError(t, id.Connect(&verbs.ConnParam{}))
+		getEvent(t, ch, verbs.EventRejected)
+		id.Destroy()
+		ch.Close()
+	}
 }
