@@ -255,6 +255,14 @@ func (h *activeHandshake) run(ctx context.Context, local, remote *net.TCPAddr, d
 	h.id.finishConnect(a, c, tr, offer, m, err)
 }
 
+// rtuDelay is how long an RTU waits for the active side's first frames
+// (connect.go's finishConnect) before it goes alone. A connection's first
+// write usually follows its establishment at once; one that comes later
+// finds the RTU sent, as it always was. The listener hands the connection
+// out at the REP (rdma.Listener, as rsocket's accept) and waits twice its
+// handshake timeout for the RTU.
+var rtuDelay = time.Millisecond
+
 // dialTCP opens the TCP connection to a listener, from local's address
 // when local is not nil (the caller chose it) and else from the one the
 // kernel's route picks at connect. Go's TCP keepalive is off, as on the
@@ -365,10 +373,17 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 		return
 	}
 	rtu, _ := (&hsMsg{typ: msgRTU}).marshal()
-	if _, err := c.Write(rtu); err != nil {
-		_ = etr.close()
-		fail(err)
-		return
+	// On a plain TCP connection the RTU goes with the first frames, so
+	// that the listener's receiver wakes once for both; shared memory
+	// carries frames elsewhere, and the switching transport writes on
+	// the connection itself: there it goes now.
+	deferRTU := m.transports == transportTCP
+	if !deferRTU {
+		if _, err := c.Write(rtu); err != nil {
+			_ = etr.close()
+			fail(err)
+			return
+		}
 	}
 	_ = c.SetWriteDeadline(time.Time{})
 	_ = tr.setReadDeadline(time.Time{})
@@ -391,6 +406,10 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 	q.mu.Unlock()
 	q.start(etr, &m, id.engineDown)
 	q.mu.Lock()
+	if deferRTU {
+		q.preamble = rtu
+		q.preambleTimer = time.AfterFunc(rtuDelay, q.sendPreamble)
+	}
 	q.attr.RetryCnt = int(a.req.retry)
 	q.attr.RNRRetry = int(m.rnrRetry)
 	if param.InitiatorDepth > 0 {

@@ -158,3 +158,116 @@ func TestConnectionSocketOptions(t *testing.T) {
 	assert.True(t, bound.LocalAddr().(*net.TCPAddr).IP.Equal(src), "from %v", bound.LocalAddr())
 	assert.True(t, bid.LocalAddr().IP.Equal(src), "ID's address %v", bid.LocalAddr())
 }
+
+// rawPassive is a listener that answers one REQ with a REP on TCP and
+// hands over its side of the connection, to watch what the active side
+// sends after the REP.
+func rawPassive(t *testing.T, ip net.IP) (*net.TCPAddr, <-chan *tcpTransport) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ip})
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	got := make(chan *tcpTransport, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		tr, err := newTCPTransport(c)
+		if err != nil {
+			c.Close()
+			return
+		}
+		_ = tr.setReadDeadline(time.Now().Add(10 * time.Second))
+		if m, err := readHandshake(tr); err != nil || m.typ != msgREQ {
+			c.Close()
+			return
+		}
+		rep, _ := (&hsMsg{typ: msgREP, qpn: 1, sqDepth: 4, rqDepth: 4, retry: 7, rnrRetry: 7, transports: transportTCP}).marshal()
+		if _, err := c.Write(rep); err != nil {
+			c.Close()
+			return
+		}
+		got <- tr
+	}()
+	return ln.Addr().(*net.TCPAddr), got
+}
+
+// connectedTo connects a new ID with a QP to addr and waits for it to be
+// established.
+func connectedTo(t *testing.T, addr *net.TCPAddr) (*cmID, verbs.QP) {
+	t.Helper()
+	ch := newEventChannel()
+	t.Cleanup(func() { ch.Close() })
+	id := newCMID(ch)
+	require.NoError(t, id.ResolveAddr(nil, addr, 5*time.Second))
+	getEvent(t, ch, verbs.EventAddrResolved)
+	require.NoError(t, id.ResolveRoute(5*time.Second))
+	getEvent(t, ch, verbs.EventRouteResolved)
+	qp := connectOn(t, id)
+	getEvent(t, ch, verbs.EventEstablished)
+	return id, qp
+}
+
+// On a TCP connection the active side's RTU goes out with its first
+// frames, in one write, so that the listener wakes once for both; with
+// no frames it goes alone after rtuDelay, and it comes before a
+// disconnect's frame.
+func TestRTUGoesWithTheFirstFrames(t *testing.T) {
+	take := func(got <-chan *tcpTransport) *tcpTransport {
+		select {
+		case tr := <-got:
+			t.Cleanup(func() { tr.close() })
+			return tr
+		case <-time.After(10 * time.Second):
+			t.Fatal("no connection reached the listener")
+			return nil
+		}
+	}
+	t.Run("with a send", func(t *testing.T) {
+		prev := rtuDelay
+		rtuDelay = time.Hour // nothing but a frame sends it
+		defer func() { rtuDelay = prev }()
+		addr, got := rawPassive(t, net.IPv4(127, 0, 0, 79))
+		_, qp := connectedTo(t, addr)
+		tr := take(got)
+		require.NoError(t, tr.setReadDeadline(time.Now().Add(100*time.Millisecond)))
+		_, err := readHandshake(tr)
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the RTU waits for a frame")
+		require.NoError(t, tr.setReadDeadline(time.Now().Add(10*time.Second)))
+		require.NoError(t, qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.OpSend}}))
+		m, err := readHandshake(tr)
+		require.NoError(t, err)
+		require.Equal(t, uint8(msgRTU), m.typ)
+		require.True(t, tr.buffered(), "the frame came in the RTU's read")
+		var h [hdrLen]byte
+		require.NoError(t, tr.readHeader(&h))
+		var f header
+		require.NoError(t, f.decode(&h))
+		require.Equal(t, uint8(frameSend), f.typ)
+	})
+	t.Run("alone", func(t *testing.T) {
+		addr, got := rawPassive(t, net.IPv4(127, 0, 0, 80))
+		connectedTo(t, addr)
+		m, err := readHandshake(take(got))
+		require.NoError(t, err)
+		require.Equal(t, uint8(msgRTU), m.typ)
+	})
+	t.Run("before a disconnect", func(t *testing.T) {
+		prev := rtuDelay
+		rtuDelay = time.Hour
+		defer func() { rtuDelay = prev }()
+		addr, got := rawPassive(t, net.IPv4(127, 0, 0, 81))
+		id, _ := connectedTo(t, addr)
+		tr := take(got)
+		require.NoError(t, id.Disconnect())
+		m, err := readHandshake(tr)
+		require.NoError(t, err)
+		require.Equal(t, uint8(msgRTU), m.typ)
+		var h [hdrLen]byte
+		require.NoError(t, tr.readHeader(&h))
+		var f header
+		require.NoError(t, f.decode(&h))
+		require.Equal(t, uint8(frameDisc), f.typ)
+	})
+}

@@ -54,6 +54,22 @@ func (q *qp) stop() {
 	}
 	q.wg.Wait()
 	q.rxTimer.Stop()
+	q.mu.Lock()
+	if q.preambleTimer != nil {
+		q.preambleTimer.Stop()
+	}
+	q.mu.Unlock()
+}
+
+// sendPreamble writes what the transport carries before the first frame
+// when no frame has taken it along (preambleTimer).
+func (q *qp) sendPreamble() {
+	q.mu.Lock()
+	if q.preamble != nil && q.running {
+		q.preambleDue = true
+		q.kick()
+	}
+	q.mu.Unlock()
 }
 
 // kick makes sure pending transmit work gets written. Called with mu held;
@@ -231,6 +247,14 @@ func (q *qp) buildBatch() ([][]byte, int) {
 	}
 	if q.lastAckSent == q.rcvExpected {
 		q.ackWanted = false
+	}
+	if q.preamble != nil && (nh > 0 || q.preambleDue) {
+		v = append(v, nil)
+		copy(v[1:], v)
+		v[0] = q.preamble
+		bytes += len(q.preamble)
+		q.preamble = nil
+		q.preambleTimer.Stop()
 	}
 	q.iovBuf = v[:0]
 	if len(q.hdrs) < maxBatchFrames && (nh == len(q.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {

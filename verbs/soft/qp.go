@@ -100,6 +100,12 @@ type qp struct {
 	discWanted bool
 	discSent   bool
 	finSent    bool
+	// preamble is what the transport carries before the first frame: the
+	// active side's RTU on a TCP connection (connect.go), sent with the
+	// first batch or, if none comes soon, alone by preambleTimer.
+	preamble      []byte
+	preambleTimer *time.Timer
+	preambleDue   bool // the timer fired: the preamble goes without frames
 
 	// Lifecycle.
 	id         *cmID
