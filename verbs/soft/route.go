@@ -11,7 +11,7 @@ import (
 //
 // ResolveAddr without a source address asks the kernel which source its
 // route to the destination picks (routeSource), as the kernel's
-// rdma_resolve_addr does. Here that takes a socket and four more system
+// rdma_resolve_addr does. Here that takes a socket and three more system
 // calls, about 40 us of a 600 us dial-to-first-echo on loopback; a client
 // opening many connections asks about the same few destinations again
 // and again. The answer is kept for routeCacheTTL.
