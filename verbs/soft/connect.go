@@ -271,14 +271,6 @@ var rtuDelay = time.Millisecond
 // heartbeat), as on a NIC, and the four socket options it sets on each
 // socket were a tenth of a connection's system calls.
 func dialTCP(ctx context.Context, local, remote *net.TCPAddr, deadline time.Time, tos int, tosSet bool) (*net.TCPConn, error) {
-	var la netip.AddrPort
-	if local != nil {
-		ip, ok := netip.AddrFromSlice(local.IP)
-		if !ok {
-			return nil, &net.AddrError{Err: "bad local address", Addr: local.IP.String()}
-		}
-		la = netip.AddrPortFrom(ip.Unmap(), 0)
-	}
 	d := net.Dialer{KeepAlive: -1, Deadline: deadline}
 	if local != nil || tosSet {
 		d.Control = func(network, _ string, rc syscall.RawConn) error {
@@ -295,16 +287,20 @@ func dialTCP(ctx context.Context, local, remote *net.TCPAddr, deadline time.Time
 			return nil
 		}
 	}
-	if local != nil {
-		return d.DialTCP(ctx, "tcp", la, remote.AddrPort())
+	if local == nil {
+		// Not DialTCP: it binds even a zero local address, to a port of
+		// its own, which is what IP_BIND_ADDRESS_NO_PORT is there to avoid.
+		c, err := d.DialContext(ctx, "tcp", remote.String())
+		if err != nil {
+			return nil, err
+		}
+		return c.(*net.TCPConn), nil
 	}
-	// Not DialTCP: it binds even a zero local address, to a port of its
-	// own, which is what IP_BIND_ADDRESS_NO_PORT is there to avoid.
-	c, err := d.DialContext(ctx, "tcp", remote.String())
-	if err != nil {
-		return nil, err
+	la, ok := netip.AddrFromSlice(local.IP)
+	if !ok {
+		return nil, &net.AddrError{Err: "bad local address", Addr: local.IP.String()}
 	}
-	return c.(*net.TCPConn), nil
+	return d.DialTCP(ctx, "tcp", netip.AddrPortFrom(la.Unmap(), 0), remote.AddrPort())
 }
 
 // connectFailed records a failed connect and reports it.

@@ -20,10 +20,17 @@ import (
 // routedClient resolves the address and the route of lid from a new ID.
 func routedClient(t *testing.T, lid *cmID) (*eventChannel, *cmID) {
 	t.Helper()
+	return routedTo(t, nil, lid.LocalAddr())
+}
+
+// routedTo resolves the address (from src, nil for the route's) and the
+// route of dst from a new ID.
+func routedTo(t *testing.T, src, dst *net.TCPAddr) (*eventChannel, *cmID) {
+	t.Helper()
 	ch := newEventChannel()
 	id := newCMID(ch)
 	t.Cleanup(func() { ch.Close() })
-	require.NoError(t, id.ResolveAddr(nil, lid.LocalAddr(), 5*time.Second))
+	require.NoError(t, id.ResolveAddr(src, dst, 5*time.Second))
 	getEvent(t, ch, verbs.EventAddrResolved)
 	require.NoError(t, id.ResolveRoute(5*time.Second))
 	getEvent(t, ch, verbs.EventRouteResolved)
@@ -146,13 +153,7 @@ func TestConnectionSocketOptions(t *testing.T) {
 
 	// A source given: bound to it, the port picked at connect.
 	src := net.IPv4(127, 0, 0, 74)
-	bch := newEventChannel()
-	t.Cleanup(func() { bch.Close() })
-	bid := newCMID(bch)
-	require.NoError(t, bid.ResolveAddr(&net.TCPAddr{IP: src}, lid.LocalAddr(), 5*time.Second))
-	getEvent(t, bch, verbs.EventAddrResolved)
-	require.NoError(t, bid.ResolveRoute(5*time.Second))
-	getEvent(t, bch, verbs.EventRouteResolved)
+	bch, bid := routedTo(t, &net.TCPAddr{IP: src}, lid.LocalAddr())
 	bound, _ := connectAndAccept(t, bch, lch, bid)
 	assert.Equal(t, 1, intOpt(bound, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT))
 	assert.True(t, bound.LocalAddr().(*net.TCPAddr).IP.Equal(src), "from %v", bound.LocalAddr())
@@ -197,13 +198,7 @@ func rawPassive(t *testing.T, ip net.IP) (*net.TCPAddr, <-chan *tcpTransport) {
 // established.
 func connectedTo(t *testing.T, addr *net.TCPAddr) (*cmID, verbs.QP) {
 	t.Helper()
-	ch := newEventChannel()
-	t.Cleanup(func() { ch.Close() })
-	id := newCMID(ch)
-	require.NoError(t, id.ResolveAddr(nil, addr, 5*time.Second))
-	getEvent(t, ch, verbs.EventAddrResolved)
-	require.NoError(t, id.ResolveRoute(5*time.Second))
-	getEvent(t, ch, verbs.EventRouteResolved)
+	ch, id := routedTo(t, nil, addr)
 	qp := connectOn(t, id)
 	getEvent(t, ch, verbs.EventEstablished)
 	return id, qp
@@ -270,4 +265,32 @@ func TestRTUGoesWithTheFirstFrames(t *testing.T) {
 		require.NoError(t, f.decode(&h))
 		require.Equal(t, uint8(frameDisc), f.typ)
 	})
+}
+
+// Connections to one listener resolve its route once; a connect that
+// fails (nothing listens) forgets it, and one with no source given is not
+// bound to the remembered one: its address is the connection's own.
+func TestResolveAddrUsesTheRouteCache(t *testing.T) {
+	n := countRouteLookups(t)
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
+	for range 3 {
+		ch, id := routedClient(t, lid)
+		connectAndAccept(t, ch, lch, id)
+		require.True(t, id.LocalAddr().IP.Equal(net.IPv4(127, 0, 0, 1)), "local address %v", id.LocalAddr())
+		require.NotZero(t, id.LocalAddr().Port, "the connection's own address")
+	}
+	require.Equal(t, int32(1), n.Load())
+
+	// A destination nobody listens on: refused, and looked up again next time.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := ln.Addr().(*net.TCPAddr)
+	ln.Close()
+	for want := int32(2); want <= 3; want++ {
+		ch, id := routedTo(t, nil, dead)
+		require.Equal(t, want, n.Load())
+		qpOn(t, id)
+		require.NoError(t, id.Connect(&verbs.ConnParam{}))
+		getEvent(t, ch, verbs.EventRejected)
+	}
 }

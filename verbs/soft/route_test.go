@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/rdmanet/rdma/verbs"
 )
 
 // routeSource answers as a connected UDP socket of net's does.
@@ -96,39 +94,4 @@ func TestRouteCache(t *testing.T) {
 	// No route: an error, and nothing remembered.
 	_, err = routes.source(&net.TCPAddr{IP: net.ParseIP("ff02::1"), Port: 9}, now)
 	require.Error(t, err)
-}
-
-// Connections to one listener resolve its route once; a connect that
-// fails (nothing listens) forgets it, and one with no source given is not
-// bound to the remembered one: its address is the connection's own.
-func TestResolveAddrUsesTheRouteCache(t *testing.T) {
-	n := countRouteLookups(t)
-	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 1))
-	for range 3 {
-		ch, id := routedClient(t, lid)
-		connectAndAccept(t, ch, lch, id)
-		require.True(t, id.LocalAddr().IP.Equal(net.IPv4(127, 0, 0, 1)), "local address %v", id.LocalAddr())
-		require.NotZero(t, id.LocalAddr().Port, "the connection's own address")
-	}
-	require.Equal(t, int32(1), n.Load())
-
-	// A destination nobody listens on: refused, and looked up again next time.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	dead := ln.Addr().(*net.TCPAddr)
-	ln.Close()
-	for want := int32(2); want <= 3; want++ {
-		ch := newEventChannel()
-		id := newCMID(ch)
-		require.NoError(t, id.ResolveAddr(nil, dead, 5*time.Second))
-		getEvent(t, ch, verbs.EventAddrResolved)
-		require.Equal(t, want, n.Load())
-		require.NoError(t, id.ResolveRoute(5*time.Second))
-		getEvent(t, ch, verbs.EventRouteResolved)
-		qpOn(t, id)
-		require.NoError(t, id.Connect(&verbs.ConnParam{}))
-		getEvent(t, ch, verbs.EventRejected)
-		id.Destroy()
-		ch.Close()
-	}
 }
