@@ -161,6 +161,9 @@ func (h *activeHandshake) writeRequest(a *connectArgs) error {
 		a.req.transports |= transportShm
 		a.req.ext = h.offer.extension()
 	}
+	// How long this side waits for the answer: the listener holds its
+	// MRA back for half of it (wire.go).
+	a.req.transports = a.req.transports&^reqTimeoutMask | responseTimeoutBits(time.Until(a.deadline))
 	setHandshakeDeadline(h.id.life, h.c, h.tr, a.deadline)
 	b, _ := a.req.marshal()
 	if _, err := h.c.Write(b); err != nil {
@@ -335,8 +338,10 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 		id.connectFailed(verbs.EventConnectError, -int(syscall.ECONNRESET), verbs.ConnParam{})
 	}
 	if err == nil && m.typ == msgMRA {
-		// The listener holds the request: wait for its answer.
-		_ = tr.setReadDeadline(time.Now().Add(heldRequestTimeout))
+		// The listener holds the request: wait for its answer, and give
+		// the RTU that may follow it as long (the connect's deadline may
+		// have passed by then).
+		setHandshakeDeadline(id.life, c, tr, time.Now().Add(heldRequestTimeout))
 		m, err = readHandshake(tr)
 	}
 	if err == nil && m.typ != msgREP && m.typ != msgREJ {
