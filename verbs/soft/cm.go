@@ -167,10 +167,7 @@ type cmID struct {
 	parent *cmID
 	tr     *tcpTransport
 	req    hsMsg
-	// mraTimer sends the MRA for a request its consumer holds past half the
-	// active side's response timeout (sendMRA); stopped by the answer.
-	mraTimer *time.Timer
-	shm      *shmPrepared // shared memory set up for this request (shm_linux.go)
+	shm    *shmPrepared // shared memory set up for this request (shm_linux.go)
 	// shmDone, when the request offers shared memory, is closed once the
 	// answer to the offer is settled (shm set, or not); Accept waits for
 	// it. The answer runs while the consumer sets up its side.
@@ -483,12 +480,12 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	id.mu.Unlock()
 	if m.transports&reqTakesMRA != 0 {
 		// The request is about to reach the consumer, which may hold it:
-		// the connecting side is told, so that it waits for the answer.
-		// When it said how long it waits, only if the consumer holds the
-		// request for half of that (wire.go); otherwise now.
-		if wait := m.responseTimeout(); wait > 0 {
-			child.mraTimer = time.AfterFunc(wait/2, child.sendMRA)
-		} else if err := writeMRA(c, hsTimeout); err != nil {
+		// tell the connecting side, so that it waits for the answer.
+		mra, _ := (&hsMsg{typ: msgMRA}).marshal()
+		_ = c.SetWriteDeadline(time.Now().Add(hsTimeout))
+		_, err := c.Write(mra)
+		_ = c.SetWriteDeadline(time.Time{})
+		if err != nil {
 			id.mu.Lock()
 			id.pending--
 			id.mu.Unlock()
@@ -828,35 +825,8 @@ func (id *cmID) openingQP(op string, want idState, why string) (*qp, error) {
 	return id.qp, nil
 }
 
-// writeMRA tells the active side on c that its request is held.
-func writeMRA(c *net.TCPConn, timeout time.Duration) error {
-	mra, _ := (&hsMsg{typ: msgMRA}).marshal()
-	_ = c.SetWriteDeadline(time.Now().Add(timeout))
-	_, err := c.Write(mra)
-	_ = c.SetWriteDeadline(time.Time{})
-	return err
-}
-
-// sendMRA runs when the consumer has held a request for half the time its
-// active side waits for the answer: unless it was answered meanwhile, the
-// MRA tells the active side to wait on. The answer and the MRA are written
-// under mu, so the MRA can only come before it. A failed write is left to
-// the answer's, which finds the connection broken too.
-func (id *cmID) sendMRA() {
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.destroyed || id.state != idConnectRequest || id.tr == nil {
-		return
-	}
-	_ = writeMRA(id.tr.c, id.timeout)
-}
-
-// releasePending frees the listener's backlog entry, and stops the wait to
-// send an MRA. Called with id.mu held.
+// releasePending frees the listener's backlog entry. Called with id.mu held.
 func (id *cmID) releasePending() {
-	if id.mraTimer != nil {
-		id.mraTimer.Stop()
-	}
 	if p := id.parent; p != nil && id.state == idConnectRequest {
 		p.mu.Lock()
 		p.pending--

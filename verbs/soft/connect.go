@@ -161,9 +161,6 @@ func (h *activeHandshake) writeRequest(a *connectArgs) error {
 		a.req.transports |= transportShm
 		a.req.ext = h.offer.extension()
 	}
-	// How long this side waits for the answer: the listener holds its
-	// MRA back for half of it (wire.go).
-	a.req.transports = a.req.transports&^reqTimeoutMask | responseTimeoutBits(time.Until(a.deadline))
 	setHandshakeDeadline(h.id.life, h.c, h.tr, a.deadline)
 	b, _ := a.req.marshal()
 	if _, err := h.c.Write(b); err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/verbs"
@@ -227,40 +226,12 @@ func TestHandshakeMRA(t *testing.T) {
 	require.Equal(t, uint32(transportTCP|reqTakesMRA), m.transports)
 	for _, bad := range []hsMsg{
 		{typ: msgREQ, qpn: 1, sqDepth: 8, rqDepth: 8, transports: reqTakesMRA},
-		{typ: msgREQ, qpn: 1, sqDepth: 8, rqDepth: 8, transports: reqTakesMRA | responseTimeoutBits(time.Second)},
 		{typ: msgREP, qpn: 1, sqDepth: 8, rqDepth: 8, transports: reqTakesMRA},
 		{typ: msgREP, qpn: 1, sqDepth: 8, rqDepth: 8, transports: transportTCP | reqTakesMRA},
-		{typ: msgREP, qpn: 1, sqDepth: 8, rqDepth: 8, transports: transportTCP | responseTimeoutBits(time.Second)},
 	} {
 		b, err := bad.marshal()
 		require.NoError(t, err)
 		_, err = parseHandshake(b)
 		require.ErrorIs(t, err, errBadHandshake, "%+v", bad)
-	}
-}
-
-// A REQ's response timeout travels as IB CM's does, 4.096 us x 2^T: the
-// largest such time within the active side's wait, nothing below 8.192
-// us, at most 2^31 units; it leaves the transports as they were.
-func TestResponseTimeoutBits(t *testing.T) {
-	for _, c := range []struct {
-		wait, want time.Duration
-	}{
-		{0, 0},
-		{8191 * time.Nanosecond, 0},
-		{8192 * time.Nanosecond, 8192 * time.Nanosecond},
-		{200 * time.Millisecond, responseUnit << 15}, // 134 ms
-		{10 * time.Second, responseUnit << 21},       // 8.6 s
-		{1 << 62, responseUnit << 31},
-	} {
-		m := hsMsg{typ: msgREQ, qpn: 1, sqDepth: 8, rqDepth: 8,
-			transports: transportTCP | transportShm | reqTakesMRA | responseTimeoutBits(c.wait)}
-		b, err := m.marshal()
-		require.NoError(t, err)
-		got, err := parseHandshake(b)
-		require.NoError(t, err)
-		assert.Equal(t, c.want, got.responseTimeout(), "wait %v", c.wait)
-		assert.LessOrEqual(t, got.responseTimeout(), c.wait)
-		assert.Equal(t, uint32(transportTCP|transportShm|reqTakesMRA), got.transports&^reqTimeoutMask)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Frames: every message between two connected QPs is a fixed 32-byte header
@@ -157,43 +156,6 @@ const transportTCP = 1 << 0
 // side understands msgMRA. A REP's transports hold exactly one transport.
 const reqTakesMRA = 1 << 31
 
-// A REQ that takes an MRA may also say how long its active side waits for
-// the answer, as IB CM's REQ does (its remote CM response timeout): 4.096
-// us x 2^T, T in five bits of the transports beside reqTakesMRA. The
-// passive side then sends its MRA only for a request its consumer has not
-// answered within half that time, instead of for every request: an answer
-// that comes in time is the connection's only message, and the active side
-// wakes once. T = 0 says nothing (an active side that predates the field):
-// the MRA goes at once. A passive side that does not know the field
-// ignores the bits, as it ignores any transport it does not know.
-const (
-	reqTimeoutShift = 24
-	reqTimeoutMask  = 0x1f << reqTimeoutShift
-	reqFlags        = reqTakesMRA | reqTimeoutMask // what in a REQ's transports is not a transport
-	responseUnit    = 4096 * time.Nanosecond
-)
-
-// responseTimeoutBits encodes wait, the longest an active side waits for
-// the answer, in a REQ's transports: the largest T with 4.096 us x 2^T <=
-// wait (up to 31), or nothing when wait is under 8.192 us.
-func responseTimeoutBits(wait time.Duration) uint32 {
-	t := uint32(0)
-	for t < 31 && responseUnit<<(t+1) <= wait {
-		t++
-	}
-	return t << reqTimeoutShift
-}
-
-// responseTimeout is how long the active side of a REQ waits for the
-// answer, as it said; 0 when it did not say.
-func (m *hsMsg) responseTimeout() time.Duration {
-	t := m.transports & reqTimeoutMask >> reqTimeoutShift
-	if t == 0 {
-		return 0
-	}
-	return responseUnit << t
-}
-
 // hsMsg is a decoded handshake message.
 type hsMsg struct {
 	typ        uint8
@@ -316,7 +278,7 @@ func parseHandshake(b []byte) (hsMsg, error) {
 		if typ == msgREP && m.transports&(m.transports-1) != 0 {
 			return m, errBadHandshake // a REP picks exactly one transport
 		}
-		if m.transports&^reqFlags == 0 {
+		if m.transports&^reqTakesMRA == 0 {
 			return m, errBadHandshake // nothing to carry frames
 		}
 	case msgREJ:
