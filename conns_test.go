@@ -220,6 +220,12 @@ func TestManyConnsHeld(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, srv.Start())
 			defer func() {
+				// A failed run may leave the server waiting for a
+				// connection that never comes: end it, so that the
+				// failure is reported rather than the test timing out.
+				if t.Failed() {
+					_ = srv.Process.Kill()
+				}
 				stdin.Close()
 				_ = srv.Wait()
 			}()
