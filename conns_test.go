@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -328,4 +329,11 @@ func ringMappings(t testing.TB) int {
 	b, err := os.ReadFile("/proc/self/maps")
 	require.NoError(t, err)
 	return bytes.Count(b, []byte("/memfd:rdma-soft-ring "))
+}
+
+// Every endpoint carries a Conn, and with thousands of them each size class
+// step is resident memory and page faults at setup: a Conn stays within the
+// runtime's 2048-byte size class (its poll batch is what would push it out).
+func TestConnFitsItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(Conn{}), uintptr(2048))
 }

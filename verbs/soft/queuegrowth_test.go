@@ -1,9 +1,9 @@
 package soft
 
 import (
-	"time"
-
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -323,4 +323,11 @@ func TestQPTimerRunsOnlyWithWork(t *testing.T) {
 
 	require.NoError(t, q.PostSend([]verbs.SendWR{wr}))
 	assert.True(t, armed(), "the next post starts it again")
+}
+
+// Every connection on the TCP path carries a tcpTransport, buffers for a
+// sleeping reader and for small writes included: it stays within the
+// runtime's 1408-byte size class.
+func TestTCPTransportFitsItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(tcpTransport{}), uintptr(1408))
 }

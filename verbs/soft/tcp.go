@@ -71,8 +71,11 @@ type tcpTransport struct {
 }
 
 const (
-	tcpBufSize  = 128 << 10
-	tcpSmallBuf = 1 << 10
+	tcpBufSize = 128 << 10
+	// tcpSmallBuf is the read buffer of a sleeping reader, which every
+	// connection carries: room for a header and a small payload, what
+	// usually arrives first after a sleep; more goes to a borrowed big one.
+	tcpSmallBuf = 512
 	iovMax      = 1024 // IOV_MAX on Linux
 	iovStart    = 8    // wiov's first size; it grows to what writev is given, up to iovMax
 )
