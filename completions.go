@@ -421,6 +421,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	if perr != nil {
 		c.failLocked(perr)
 	}
+	c.retireSendLocked() // ringgrowth.go
 	c.received += uint64(reposts)
 	c.repostDue += reposts
 	c.repostHeld += held
@@ -465,6 +466,19 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		return breachError(err)
 	}
 	switch kind {
+	case stream.KindData:
+		c.offerRingLocked() // ringgrowth.go
+	case stream.KindDataMoved:
+		c.ringMovedLocked()
+	case stream.KindRing:
+		msg, err := stream.ParseRingMsg(c.mailbox())
+		if err == nil {
+			err = c.tx.Offer(msg)
+		}
+		if err != nil {
+			return breachError(err)
+		}
+		*sndChanged = true
 	case stream.KindCredit:
 		*sndChanged = true
 	case stream.KindNotify:

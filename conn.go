@@ -25,6 +25,7 @@ type Conn struct {
 	endpoint // the verbs resources (endpoint.go), released by Close
 
 	sbufMask uint64
+	sbBase   uint64 // the send buffer position at the current buffer's start (ringgrowth.go)
 	sqDepth  uint64 // send WRs data and credits may occupy (one more is kept for markers)
 	sigEvery uint64 // at most this many unsignaled sends in a row
 	chunk    int    // largest single RDMA write
@@ -107,6 +108,7 @@ func (c *Conn) hello() stream.Hello {
 		RingAddr:  c.ringMR.Addr(),
 		RingKey:   c.ringMR.RKey(),
 		RingLog:   c.ringLog,
+		GrowLog:   c.rx.GrowLog,
 	}
 	if c.cfg.PeerTimeout > 0 {
 		l := stream.NewLiveness(c.cfg.PeerTimeout, time.Time{})
@@ -118,8 +120,10 @@ func (c *Conn) hello() stream.Hello {
 // setPeer takes in the peer's hello; the version agreed is the lower of
 // the two.
 func (c *Conn) setPeer(h stream.Hello) {
-	c.tx = stream.NewSend(h)
-	c.chunk = min(c.chunk, int(c.tx.Size/4))
+	agreed := min(h.Version, stream.Version)
+	c.rx.Agree(agreed)
+	c.tx = stream.NewSend(h, agreed)
+	c.setChunkLocked()
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if min(h.Version, stream.Version) >= stream.VersionHeartbeat {
 		c.rx.Pings = true
@@ -161,15 +165,17 @@ func (c *Conn) Read(b []byte) (int, error) {
 				c.mu.Unlock()
 				return 0, nil
 			}
-			off := c.rx.Head & c.rx.Mask
-			n := int(min(avail, uint64(len(b))))
+			ring, off, span := c.readRingLocked()
+			n := int(min(span, uint64(len(b))))
 			c.mu.Unlock()
-			// The bytes are ours until we credit them back: no lock needed.
-			first := min(n, len(c.ring)-int(off))
-			copy(b, c.ring[off:int(off)+first])
-			copy(b[first:n], c.ring)
+			// The bytes are ours until we credit them back: no lock needed
+			// (and the previous ring is released by the reader only).
+			first := min(n, len(ring)-int(off))
+			copy(b, ring[off:int(off)+first])
+			copy(b[first:n], ring)
 			c.mu.Lock()
 			c.rx.Consume(n)
+			c.leftPrevRingLocked()
 			c.creditLocked(false)
 			c.unlockSubmit()
 			return n, nil
@@ -228,7 +234,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
 			c.mu.Unlock()
 		} else {
-			off := c.sbTail & c.sbufMask
+			off := (c.sbTail - c.sbBase) & c.sbufMask
 			c.sbTail += uint64(n)
 			c.sqReserved++
 			c.mu.Unlock()

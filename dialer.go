@@ -223,7 +223,7 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 		}
 	}()
 	ech, id, wait := d.ech, d.id, d.wait
-	if c, err = newConn(prov.Name(), ech, id, cfg); err != nil {
+	if c, err = newConn(prov.Name(), ech, id, cfg, true); err != nil {
 		return nil, err
 	}
 	phase.Mark("dial: endpoint created")

@@ -25,7 +25,9 @@ type endpoint struct {
 	ringMR verbs.MR
 	sendMR verbs.MR
 
-	ring    []byte // our receive ring, written by the peer
+	// Our receive ring, written by the peer; its mailbox (the peer's ring
+	// offers, ringgrowth.go) follows it, up to its capacity.
+	ring    []byte
 	ringLog uint8
 	sbuf    []byte // send staging ring (registered, local access)
 	ibuf    []byte // staging for inline sends: one slot of inline bytes per send WR
@@ -38,12 +40,18 @@ type endpoint struct {
 	// Memory registered for one-sided operations (onesided.go), guarded
 	// by the Conn's mu; release deregisters what is left.
 	userMRs map[verbs.MR]struct{}
+	// The ring and send buffer once they have grown (ringgrowth.go):
+	// nil until the first growth.
+	grow *growth
 }
 
 // newEndpoint creates a connection's verbs resources on id (whose device
-// is known: route resolved, or a connect request). On failure it releases
-// what it created (not ech and id, which stay the caller's).
-func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (e endpoint, err error) {
+// is known: route resolved, or a connect request). The send buffer starts
+// at growStart bytes at most, and so does the ring if grow (the peer
+// speaks a protocol whose rings move; ringgrowth.go); they grow to
+// Config's sizes under load. On failure it releases what it created (not
+// ech and id, which stay the caller's).
+func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (e endpoint, err error) {
 	e.ech, e.id = ech, id
 	defer func() {
 		if err != nil {
@@ -77,23 +85,27 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 		inline = 0
 	}
 
-	ringSize, sbufSize := cfg.RingSize, cfg.SendBufferSize
+	ringSize, sbufSize := cfg.RingSize, min(cfg.SendBufferSize, growStart)
+	if grow {
+		ringSize = min(ringSize, growStart)
+	}
 	e.slots = sq + 2
 	ibufSize := max(e.slots*inline, 64)
 	ringAt := ringOffset(ibufSize, sbufSize)
-	if e.mem, err = verbs.AllocMemory(ringAt + ringSize); err != nil {
+	ringEnd := ringAt + ringSize + stream.MailboxLen
+	if e.mem, err = verbs.AllocMemory(ringEnd); err != nil {
 		return e, err
 	}
 	all := e.mem.Bytes()
 	e.ibuf = all[:ibufSize:ibufSize]
 	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
-	e.ring = all[ringAt : ringAt+ringSize : ringAt+ringSize]
+	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
 	e.ringLog = stream.RingLog(ringSize)
 
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		return e, err
 	}
-	if e.ringMR, err = e.pd.RegMR(e.ring, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if e.ringMR, err = e.pd.RegMR(all[ringAt:ringEnd], verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return e, err
 	}
 	if e.sendMR, err = e.pd.RegMR(all[:ringAt], verbs.AccessLocalWrite); err != nil {
@@ -167,6 +179,9 @@ func (e *endpoint) release(unacked int) {
 		mr.Dereg()
 	}
 	e.userMRs = nil
+	if e.grow != nil {
+		e.grow.release()
+	}
 	if e.sendMR != nil {
 		e.sendMR.Dereg()
 	}
@@ -179,12 +194,17 @@ func (e *endpoint) release(unacked int) {
 	if e.mem != nil {
 		e.mem.Free()
 	}
+	if e.grow != nil {
+		freeMemory(e.grow.ringMem)
+		freeMemory(e.grow.sendMem)
+		e.grow = nil
+	}
 }
 
 // newConn sets up a connection on id: its verbs resources, and its
 // receives posted.
-func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config) (*Conn, error) {
-	e, err := newEndpoint(provider, ech, id, cfg)
+func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (*Conn, error) {
+	e, err := newEndpoint(provider, ech, id, cfg, grow)
 	if err != nil {
 		return nil, err
 	}
@@ -203,7 +223,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	c.sbPosted, c.sbHead = c.sbTail, c.sbTail
 	c.sqDepth = uint64(e.sendWRs)
 	c.sigEvery = max(c.sqDepth/4, 1)
-	c.chunk = min(maxChunk, len(c.ring)/4, len(c.sbuf)/4)
+	c.chunk = min(maxChunk, len(c.sbuf)/4)                // and the peer's ring's (setPeer)
 	c.resizeSendQueueLocked(min(sendStartSlots, e.slots)) // queuegrowth.go
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
@@ -211,7 +231,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config)
 	}
 	c.recvPosted = e.recvWRs
 	c.repostBatch = max(e.recvWRs/16, 1)
-	c.rx = stream.NewRecv(c.ringLog, e.recvWRs)
+	c.rx = stream.NewRecv(c.ringLog, stream.RingLog(cfg.RingSize), e.recvWRs)
 	return c, nil
 }
 

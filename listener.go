@@ -253,7 +253,9 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		ech.Close()
 		return
 	}
-	c, err := newConn(prov.Name(), ech, id, l.cfg)
+	// A peer of version 3 on moves to a larger ring when it needs one;
+	// an older one gets RingSize at once.
+	c, err := newConn(prov.Name(), ech, id, l.cfg, peer.Version >= stream.VersionGrow)
 	if err != nil {
 		id.Reject(stream.MarshalReject(stream.RejectNoResources))
 		id.Destroy()

@@ -12,16 +12,17 @@ type hello struct {
 	ringAddr  uint64
 	ringKey   uint32
 	ringLog   uint8
+	growLog   uint8 // 0: ringLog (the ring does not grow)
 	heartbeat uint16
 }
 
 func (h hello) marshal() []byte {
-	return stream.Hello{Version: h.version, RecvDepth: h.recvDepth, RingAddr: h.ringAddr, RingKey: h.ringKey, RingLog: h.ringLog, Heartbeat: h.heartbeat}.Marshal()
+	return stream.Hello{Version: h.version, RecvDepth: h.recvDepth, RingAddr: h.ringAddr, RingKey: h.ringKey, RingLog: h.ringLog, GrowLog: max(h.growLog, h.ringLog), Heartbeat: h.heartbeat}.Marshal()
 }
 
 func parseHello(b []byte) (hello, error) {
 	h, err := stream.ParseHello(b)
-	return hello{version: h.Version, recvDepth: h.RecvDepth, ringAddr: h.RingAddr, ringKey: h.RingKey, ringLog: h.RingLog, heartbeat: h.Heartbeat}, err
+	return hello{version: h.Version, recvDepth: h.RecvDepth, ringAddr: h.RingAddr, ringKey: h.RingKey, ringLog: h.RingLog, growLog: h.GrowLog, heartbeat: h.Heartbeat}, err
 }
 
 const (

@@ -278,9 +278,9 @@ type idOnDevice struct {
 func (i idOnDevice) Context() verbs.Context { return i.ctx }
 
 func TestNewConnFailureCleansUp(t *testing.T) {
-	_, err := newConn("test", nil, idOnDevice{ctx: failingDevice{}}, softConfig().withDefaults())
+	_, err := newConn("test", nil, idOnDevice{ctx: failingDevice{}}, softConfig().withDefaults(), true)
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, syscall.ENOMEM), "%v", err)
-	_, err = newConn("test", nil, idOnDevice{}, softConfig().withDefaults())
+	_, err = newConn("test", nil, idOnDevice{}, softConfig().withDefaults(), true)
 	require.Error(t, err, "an ID without a device")
 }

@@ -30,8 +30,10 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	}
 	n64 = min(n64, toEnd) // one write does not wrap the ring
 	if int(n64) > c.inline {
-		free := uint64(len(c.sbuf)) - (c.sbTail - c.sbHead)
-		contig := uint64(len(c.sbuf)) - c.sbTail&c.sbufMask
+		free, contig := c.sendRoomLocked()
+		if free < n64 && c.growSendLocked() { // ringgrowth.go
+			free, contig = c.sendRoomLocked()
+		}
 		pad := uint64(0)
 		if contig < n64 {
 			pad = contig // skip the buffer's tail rather than post a sliver from it
@@ -45,7 +47,18 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 		c.sbPosted += pad
 	}
 	n = int(n64)
-	return n, c.tx.Reserve(n64), n <= c.inline
+	at, moved := c.tx.Reserve(n64)
+	if moved {
+		c.setChunkLocked() // the peer's ring grew (ringgrowth.go)
+	}
+	return n, at, n <= c.inline
+}
+
+// sendRoomLocked is how many send buffer bytes are free, and how many of
+// those follow in a row before the buffer's end.
+func (c *Conn) sendRoomLocked() (free, contig uint64) {
+	size := uint64(len(c.sbuf))
+	return size - (c.sbTail - max(c.sbHead, c.sbBase)), size - (c.sbTail-c.sbBase)&c.sbufMask
 }
 
 // enqueueDataLocked queues the data write of buf (in the send buffer or an
@@ -55,7 +68,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 	if flags&verbs.SendInline == 0 {
 		c.sbPosted += n
 	}
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmData(int(n)), buf, at, flags, false)
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
 }
 
 // enqueueLocked queues one send WR into the peer ring (data, credit,

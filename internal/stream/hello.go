@@ -19,7 +19,9 @@ import (
 //	8  ring address    uint64 virtual address of the sender's receive ring
 //	16 ring rkey       uint32
 //	20 ring size log2  uint8  MinRingLog..MaxRingLog
-//	21 reserved        uint8  zero
+//	21 grow log2       uint8  version 3: the largest ring the sender may move
+//	                          to (RingLog..MaxRingLog; credits count in its
+//	                          unit, CreditShift); version 1 and 2: reserved, zero
 //	22 heartbeat       uint16 version 2: milliseconds within which the sender
 //	                          wants its pings answered (0: it sends none);
 //	                          version 1: reserved, zero
@@ -28,22 +30,26 @@ import (
 //
 // A later version keeps this prefix and may append; a side answers with the
 // lower of the two versions, and what the connection may do follows the
-// version agreed: heartbeat pings (CtlPing, CtlPong) from version 2 on, so
-// that a peer of version 1 is never sent a message it does not know. A
+// version agreed: heartbeat pings (CtlPing, CtlPong) from version 2 on,
+// rings that move (CtlRing, the data immediate's generation bit; grow.go)
+// from version 3 on, so that a peer is never sent a message it does not
+// know. A
 // hello that fails any check is refused: the listener rejects the request
 // (the reject's private data is RejectLen bytes: magic, version, reason)
 // and the dialer fails.
 const (
 	HelloLen  = 32
 	RejectLen = 6
-	Version   = 2
+	Version   = 3
 	// VersionHeartbeat is the first version whose conns answer pings.
 	VersionHeartbeat = 2
-	MinRingLog       = 12
-	MaxRingLog       = 30
-	MinRecvDepth     = 8
-	MaxRecvDepth     = 1023 // a credit message returns at most CreditRecvMax receives
-	helloMagic       = "RDGo"
+	// VersionGrow is the first whose rings move (grow.go).
+	VersionGrow  = 3
+	MinRingLog   = 12
+	MaxRingLog   = 30
+	MinRecvDepth = 8
+	MaxRecvDepth = 1023 // a credit message returns at most CreditRecvMax receives
+	helloMagic   = "RDGo"
 
 	// FlagRDMACM, in a listener's hello: the listener also takes
 	// connections over the RDMA connection manager at this address (a
@@ -63,6 +69,9 @@ type Hello struct {
 	RingAddr  uint64 // the receive ring's address, for the peer's RDMA writes
 	RingKey   uint32 // its rkey
 	RingLog   uint8  // the ring is 1<<RingLog bytes
+	// GrowLog (version 3 on): the ring may move to one of up to
+	// 1<<GrowLog bytes; at least RingLog.
+	GrowLog uint8
 	// Heartbeat (version 2 on) is how soon, in milliseconds, the sender
 	// wants its pings answered; 0: it sends none. A receiver bounds it by
 	// its own limits before use (it sets how often the receiver wakes).
@@ -82,6 +91,9 @@ func (h Hello) Marshal() []byte {
 	binary.LittleEndian.PutUint64(b[8:], h.RingAddr)
 	binary.LittleEndian.PutUint32(b[16:], h.RingKey)
 	b[20] = h.RingLog
+	if h.Version >= VersionGrow {
+		b[21] = h.GrowLog
+	}
 	if h.Version >= VersionHeartbeat {
 		binary.LittleEndian.PutUint16(b[22:], h.Heartbeat)
 	}
@@ -125,8 +137,15 @@ func ParseHello(b []byte) (Hello, error) {
 	if h.RingLog < MinRingLog || h.RingLog > MaxRingLog {
 		return h, fmt.Errorf("%w: ring size 2^%d out of [2^%d, 2^%d]", ErrHello, h.RingLog, MinRingLog, MaxRingLog)
 	}
-	if h.RingAddr == 0 || h.RingAddr+(1<<h.RingLog) < h.RingAddr {
+	if h.RingAddr == 0 || h.RingAddr+(1<<h.RingLog)+MailboxLen < h.RingAddr {
 		return h, fmt.Errorf("%w: ring address %#x", ErrHello, h.RingAddr)
+	}
+	h.GrowLog = h.RingLog
+	if h.Version >= VersionGrow {
+		h.GrowLog = b[21]
+		if h.GrowLog < h.RingLog || h.GrowLog > MaxRingLog {
+			return h, fmt.Errorf("%w: ring growth to 2^%d out of [2^%d, 2^%d]", ErrHello, h.GrowLog, h.RingLog, MaxRingLog)
+		}
 	}
 	return h, nil
 }
@@ -134,7 +153,7 @@ func ParseHello(b []byte) (Hello, error) {
 // reservedZero reports whether the bytes version v reserves are zero.
 func reservedZero(b []byte, v uint8) bool {
 	for i := 21; i < 28; i++ {
-		if v >= VersionHeartbeat && (i == 22 || i == 23) {
+		if v >= VersionHeartbeat && (i == 22 || i == 23) || v >= VersionGrow && i == 21 {
 			continue
 		}
 		if b[i] != 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 func validHello() Hello {
-	return Hello{Version: Version, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20, Heartbeat: 2000}
+	return Hello{Version: Version, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20, GrowLog: 22, Heartbeat: 2000}
 }
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -30,18 +30,25 @@ func TestHelloRoundTrip(t *testing.T) {
 func TestHelloGolden(t *testing.T) {
 	b := validHello().Marshal()
 	assert.Equal(t, "RDGo", string(b[:4]))
-	assert.Equal(t, []byte{2, 0, 128, 0}, b[4:8])
+	assert.Equal(t, []byte{3, 0, 128, 0}, b[4:8])
 	assert.Equal(t, []byte{0x00, 0x10, 0, 0, 0, 0x7f, 0, 0}, b[8:16])
-	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 0, 0xd0, 0x07, 0, 0, 0, 0}, b[16:28])
+	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 22, 0xd0, 0x07, 0, 0, 0, 0}, b[16:28])
 
-	// Version 1 (what a listener answers a peer of version 1) has no
-	// heartbeat field: its bytes stay zero whatever the Hello holds.
+	// Version 2 (what a listener answers a peer of version 2) has no
+	// grow field, version 1 no heartbeat field either: their bytes stay
+	// zero whatever the Hello holds, and the ring does not grow.
 	h := validHello()
+	h.Version = 2
+	b = h.Marshal()
+	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 0, 0xd0, 0x07, 0, 0, 0, 0}, b[16:28])
+	got, err := ParseHello(b)
+	require.NoError(t, err)
+	assert.Equal(t, uint8(20), got.GrowLog)
 	h.Version = 1
 	b = h.Marshal()
 	assert.Equal(t, []byte{1, 0, 128, 0}, b[4:8])
 	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0}, b[16:28])
-	got, err := ParseHello(b)
+	got, err = ParseHello(b)
 	require.NoError(t, err)
 	assert.Zero(t, got.Heartbeat)
 
@@ -64,7 +71,7 @@ func TestHelloVersion1(t *testing.T) {
 		0x34, 0x12, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 	h, err := ParseHello(resum(v1))
 	require.NoError(t, err)
-	assert.Equal(t, Hello{Version: 1, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20}, h)
+	assert.Equal(t, Hello{Version: 1, RecvDepth: 128, RingAddr: 0x7f0000001000, RingKey: 0x1234, RingLog: 20, GrowLog: 20}, h)
 	v1[22] = 0xd0
 	_, err = ParseHello(resum(v1))
 	assert.ErrorIs(t, err, ErrHello)
@@ -90,9 +97,11 @@ func TestHelloRejects(t *testing.T) {
 			}
 			return resum(b)
 		},
-		"reserved 21": func(b []byte) []byte { b[21] = 1; return resum(b) },
-		"reserved 24": func(b []byte) []byte { b[24] = 1; return resum(b) },
-		"reserved 27": func(b []byte) []byte { b[27] = 1; return resum(b) },
+		"grow below":               func(b []byte) []byte { b[21] = 19; return resum(b) },
+		"grow huge":                func(b []byte) []byte { b[21] = MaxRingLog + 1; return resum(b) },
+		"reserved 21 in version 2": func(b []byte) []byte { b[4], b[21] = 2, 1; return resum(b) },
+		"reserved 24":              func(b []byte) []byte { b[24] = 1; return resum(b) },
+		"reserved 27":              func(b []byte) []byte { b[27] = 1; return resum(b) },
 	}
 	for name, f := range mutate {
 		t.Run(name, func(t *testing.T) {
@@ -104,11 +113,12 @@ func TestHelloRejects(t *testing.T) {
 	// A later version with reserved bytes in use is accepted: we answer
 	// with ours.
 	b := append([]byte(nil), good...)
-	b[4], b[21], b[25] = Version+1, 1, 1
+	b[4], b[25] = Version+1, 1
 	h, err := ParseHello(resum(b))
 	require.NoError(t, err)
 	assert.Equal(t, uint8(Version+1), h.Version)
 	assert.Equal(t, uint16(2000), h.Heartbeat, "a later version keeps the heartbeat field")
+	assert.Equal(t, uint8(22), h.GrowLog, "and the grow field")
 }
 
 func resum(b []byte) []byte {

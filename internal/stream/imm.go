@@ -3,11 +3,16 @@ package stream
 // Immediate data of every RDMA write with immediate (host order; the verbs
 // layer converts). The top two bits are the kind:
 //
-//	00 data:    bits 0..29 = bytes written at the next ring position (>= 1)
+//	00 data:    bits 0..28 = bytes written at the next ring position (>= 1);
+//	            bit 29 = the ring's generation (version 3): it flips when
+//	            the sender moves to a ring the receiver offered (CtlRing)
 //	01 credit:  bits 20..29 = receive WRs reposted, bits 0..19 = ring bytes
 //	            consumed, in units of 1<<CreditShift(ring size)
 //	10 control: bits 0..29 = CtlFin (no more data from the sender),
-//	            CtlPing (answer with a CtlPong; version 2 on), CtlPong, or
+//	            CtlPing (answer with a CtlPong; version 2 on), CtlPong,
+//	            CtlRing (version 3: the sender offers a new receive ring,
+//	            described in RingMsgLen bytes it wrote at the end of the
+//	            recipient's current ring, its mailbox), or
 //	            CtlNotify | value (bit 29 set, bits 0..28 the sender's
 //	            value): a write into memory the receiver exposed, outside
 //	            the ring, has landed (ByteLen bytes of it)
@@ -23,9 +28,15 @@ const (
 	CreditRecvMax   = 1<<10 - 1
 	CreditBytesMax  = 1<<CreditRecvShift - 1
 
+	// ImmDataGen is the data immediate's generation bit; the bits below
+	// it carry the length.
+	ImmDataGen = 1 << 29
+	DataLenMax = ImmDataGen - 1
+
 	CtlFin  = 1
 	CtlPing = 2
 	CtlPong = 3
+	CtlRing = 4
 	// CtlNotify marks a notification; the bits below it carry its value.
 	CtlNotify      = 1 << 29
 	NotifyValueMax = CtlNotify - 1
@@ -41,7 +52,8 @@ func CreditShift(log uint8) uint {
 	return uint(log) - 19
 }
 
-// ImmData is the immediate of a data write of n bytes.
+// ImmData is the immediate of a data write of n bytes into a ring of
+// generation 0 (the first ring).
 func ImmData(n int) uint32 { return uint32(n) }
 
 // ImmCredit is the immediate of a credit message.

@@ -15,11 +15,15 @@ const (
 	ErrControl       = ProtocolError("unknown or repeated control message")
 	ErrPingVersion   = ProtocolError("heartbeat message on a connection of protocol version 1")
 	ErrReservedKind  = ProtocolError("reserved message kind")
+	ErrRingVersion   = ProtocolError("ring offer on a connection of protocol version 2 or earlier")
+	ErrRingMsg       = ProtocolError("malformed ring offer")
+	ErrRingOffer     = ProtocolError("ring offered before the last one was taken")
+	ErrRingNotOffer  = ProtocolError("data for a ring that was not offered")
 )
 
 // Recv is the receiving direction's window: our ring, in which the peer
 // writes, and the receive WRs each of its writes consumes. Positions count
-// bytes since the connection began (the ring offset is pos & Mask).
+// bytes since the connection began (the ring offset is (pos-Base) & Mask).
 type Recv struct {
 	Size  uint64 // ring bytes
 	Mask  uint64
@@ -35,12 +39,37 @@ type Recv struct {
 	// (VersionHeartbeat on): only then may the peer send CtlPing and
 	// CtlPong.
 	Pings bool
+
+	// Ring moves (grow.go): the handshake agreed on them (version 3);
+	// the position at which the current ring began; the generation bit
+	// the peer's writes into it carry; the size of the ring offered to
+	// the peer and not yet written to (0: none); the ring the peer moved
+	// on from, while the reader has not read all of it. GrowLog is the
+	// largest ring this side may offer (its hello's).
+	Grows   bool
+	GrowLog uint8
+	Base    uint64
+	Gen     uint32
+	Next    uint64
+	Prev    PrevRing
 }
 
-// NewRecv is the window of a ring of 1<<ringLog bytes with depth receives.
-func NewRecv(ringLog uint8, depth int) Recv {
+// NewRecv is the window of a ring of 1<<ringLog bytes with depth receives,
+// which may grow to 1<<growLog bytes (credits count in that ring's unit).
+func NewRecv(ringLog, growLog uint8, depth int) Recv {
 	size := uint64(1) << ringLog
-	return Recv{Size: size, Mask: size - 1, Shift: CreditShift(ringLog), Depth: depth}
+	growLog = max(ringLog, growLog)
+	return Recv{Size: size, Mask: size - 1, Shift: CreditShift(growLog), Depth: depth, GrowLog: growLog}
+}
+
+// Agree takes in the version agreed: below VersionGrow the ring stays
+// where it is, and credits count in its own unit.
+func (r *Recv) Agree(version uint8) {
+	r.Grows = version >= VersionGrow
+	if !r.Grows {
+		r.GrowLog = RingLog(int(r.Size))
+		r.Shift = CreditShift(r.GrowLog)
+	}
 }
 
 // Buffered is how many landed bytes the reader has not consumed.
@@ -65,22 +94,36 @@ func (r *Recv) Credit(recvs int, units uint64) {
 	r.Owed -= recvs
 }
 
-// data takes in a data write of n bytes that landed at Tail.
-func (r *Recv) data(n uint64, byteLen uint32) error {
+// data takes in a data write that landed at Tail: in the current ring, or
+// (its generation bit flipped) the first in the ring offered.
+func (r *Recv) data(payload uint64, byteLen uint32) (Kind, error) {
+	n, gen := payload&DataLenMax, uint32(payload)&ImmDataGen
+	k, size, base := KindData, r.Size, r.Base
+	if gen != r.Gen {
+		if r.Next == 0 {
+			return k, ErrRingNotOffer
+		}
+		k, size, base = KindDataMoved, r.Next, r.Tail
+	}
 	switch {
 	case r.FinRcvd:
-		return ErrDataAfterFin
+		return k, ErrDataAfterFin
 	case n == 0 || uint64(byteLen) != n:
-		return ErrDataLength
-	case r.Tail&r.Mask+n > r.Size || r.Tail+n > r.Credited+r.Size:
-		return ErrBeyondWindow
+		return k, ErrDataLength
+	case (r.Tail-base)&(size-1)+n > size || r.Tail+n > max(r.Credited, base)+size:
+		return k, ErrBeyondWindow
+	}
+	if k == KindDataMoved {
+		r.Prev = PrevRing{Base: r.Base, Mask: r.Mask, End: r.Tail}
+		r.Size, r.Mask, r.Base, r.Gen, r.Next = size, size-1, base, gen, 0
 	}
 	r.Tail += n
-	return nil
+	return k, nil
 }
 
 // Send is the sending direction's window: the peer's ring and receive WRs,
-// as the peer announced and credited them.
+// as the peer announced and credited them. Ring offsets are (pos-Base) &
+// Mask.
 type Send struct {
 	Size    uint64 // peer ring bytes
 	Mask    uint64
@@ -91,29 +134,60 @@ type Send struct {
 	Tail    uint64 // peer ring bytes written (or reserved)
 	Acked   uint64 // peer ring bytes the peer has freed
 	Credits int    // receive WRs the peer has posted that we may consume
+
+	// Ring moves (grow.go): the handshake agreed on them (version 3);
+	// how large the peer's ring may grow; the position at which the
+	// current ring began; the generation bit data writes into it carry;
+	// the ring the peer offered, taken at the next data write (Log 0:
+	// none).
+	Grows   bool
+	GrowLog uint8
+	Base    uint64
+	Gen     uint32
+	Next    RingMsg
 }
 
-// NewSend is the window toward a peer that sent h (checked by ParseHello).
-func NewSend(h Hello) Send {
+// NewSend is the window toward a peer that sent h (checked by ParseHello),
+// on a connection of the version agreed.
+func NewSend(h Hello, version uint8) Send {
 	size := uint64(1) << h.RingLog
-	return Send{Size: size, Mask: size - 1, Shift: CreditShift(h.RingLog), Depth: int(h.RecvDepth),
-		Addr: h.RingAddr, RKey: h.RingKey, Credits: int(h.RecvDepth)}
+	s := Send{Size: size, Mask: size - 1, Shift: CreditShift(h.RingLog), Depth: int(h.RecvDepth),
+		Addr: h.RingAddr, RKey: h.RingKey, Credits: int(h.RecvDepth), GrowLog: h.RingLog}
+	if version >= VersionGrow && h.Version >= VersionGrow {
+		s.Grows, s.GrowLog, s.Shift = true, h.GrowLog, CreditShift(h.GrowLog)
+	}
+	return s
 }
 
 // Room is how many bytes may be written now, and how many of those fit
-// before the ring's end (one write does not wrap).
+// before the ring's end (one write does not wrap). With a ring offered,
+// that is the offered ring, which the next write moves to.
 func (s *Send) Room() (free, toEnd uint64) {
-	return s.Size - (s.Tail - s.Acked), s.Size - s.Tail&s.Mask
+	if s.Next.Log != 0 {
+		size := uint64(1) << s.Next.Log
+		return size, size
+	}
+	return s.Size - (s.Tail - max(s.Acked, s.Base)), s.Size - (s.Tail-s.Base)&s.Mask
 }
 
 // Reserve claims n bytes (n <= Room) and a message credit for a data write,
-// and returns the peer address to write them at.
-func (s *Send) Reserve(n uint64) uint64 {
-	at := s.Addr + s.Tail&s.Mask
+// and returns the peer address to write them at; moved says the write is
+// the first into a ring the peer offered (its immediate, ImmData, carries
+// the new generation).
+func (s *Send) Reserve(n uint64) (at uint64, moved bool) {
+	if s.Next.Log != 0 {
+		size := uint64(1) << s.Next.Log
+		s.Size, s.Mask, s.Addr, s.RKey = size, size-1, s.Next.Addr, s.Next.Key
+		s.Base, s.Gen, s.Next, moved = s.Tail, s.Gen^ImmDataGen, RingMsg{}, true
+	}
+	at = s.Addr + (s.Tail-s.Base)&s.Mask
 	s.Tail += n
 	s.Credits--
-	return at
+	return at, moved
 }
+
+// ImmData is the immediate of a data write of n bytes, reserved last.
+func (s *Send) ImmData(n int) uint32 { return uint32(n) | s.Gen }
 
 // credit takes in a credit message.
 func (s *Send) credit(recvs int, units uint64, byteLen uint32) error {
@@ -139,6 +213,12 @@ const (
 	KindNotify Kind = ImmKindCtl + 1
 	KindPing   Kind = ImmKindCtl + 2 // the peer wants a CtlPong
 	KindPong   Kind = ImmKindCtl + 3
+	// KindRing is the peer's offer of a new ring (CtlRing): its RingMsg
+	// is in our mailbox, for Send.Offer.
+	KindRing Kind = ImmKindCtl + 4
+	// KindDataMoved is data, the first the peer wrote into the ring we
+	// offered: the previous one is read to Prev.End, then released.
+	KindDataMoved Kind = ImmKindCtl + 5
 )
 
 // NotifyValue is the value of a KindNotify message's immediate.
@@ -152,7 +232,7 @@ func Receive(in *Recv, out *Send, imm, byteLen uint32) (Kind, error) {
 	payload := uint64(imm & immPayload)
 	switch imm >> ImmKindShift {
 	case ImmKindData:
-		return KindData, in.data(payload, byteLen)
+		return in.data(payload, byteLen)
 	case ImmKindCredit:
 		return KindCredit, out.credit(int(payload>>CreditRecvShift), payload&CreditBytesMax, byteLen)
 	case ImmKindCtl:
@@ -161,6 +241,9 @@ func Receive(in *Recv, out *Send, imm, byteLen uint32) (Kind, error) {
 				return KindNotify, ErrDataAfterFin
 			}
 			return KindNotify, nil
+		}
+		if payload == CtlRing {
+			return KindRing, out.offered(byteLen)
 		}
 		return in.control(payload, byteLen)
 	}

@@ -28,8 +28,9 @@ func TestImm(t *testing.T) {
 // pair is both directions of one connection: a's Send window is b's Recv
 // window seen from the other side.
 func pair(ringLog uint8, depth int) (aOut Send, bIn Recv) {
-	bIn = NewRecv(ringLog, depth)
-	aOut = NewSend(Hello{Version: Version, RecvDepth: uint16(depth), RingAddr: 1 << 20, RingKey: 7, RingLog: ringLog})
+	bIn = NewRecv(ringLog, ringLog, depth)
+	bIn.Agree(Version)
+	aOut = NewSend(Hello{Version: Version, RecvDepth: uint16(depth), RingAddr: 1 << 20, RingKey: 7, RingLog: ringLog, GrowLog: ringLog}, Version)
 	return aOut, bIn
 }
 
@@ -40,7 +41,7 @@ func TestDataAndCreditFlow(t *testing.T) {
 	assert.Equal(t, uint64(4096), free)
 	assert.Equal(t, uint64(4096), toEnd)
 
-	at := out.Reserve(1000)
+	at, _ := out.Reserve(1000)
 	assert.Equal(t, uint64(1<<20), at)
 	assert.Equal(t, 7, out.Credits)
 	k, err := Receive(&in, &back, ImmData(1000), 1000)
@@ -105,7 +106,14 @@ func TestReceiveRejects(t *testing.T) {
 		{"pong on version 1", ImmCtl(CtlPong), 0, nil, ErrPingVersion},
 		{"ping with bytes", ImmCtl(CtlPing), 4, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
 		{"pong with bytes", ImmCtl(CtlPong), 1, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
-		{"control code 4", ImmCtl(4), 0, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
+		{"control code 6", ImmCtl(6), 0, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
+		{"ring offer on version 2", ImmCtl(CtlRing), RingMsgLen, func(_ *Recv, out *Send) { out.Grows = false }, ErrRingVersion},
+		{"ring offer without its message", ImmCtl(CtlRing), 0, nil, ErrRingMsg},
+		{"ring offer twice", ImmCtl(CtlRing), RingMsgLen, func(_ *Recv, out *Send) { out.Next = RingMsg{Addr: 1, Log: 14} }, ErrRingOffer},
+		{"data into a ring not offered", ImmData(10) | ImmDataGen, 10, nil, ErrRingNotOffer},
+		{"data beyond the offered ring", ImmData(5000) | ImmDataGen, 5000, func(in *Recv, _ *Send) {
+			in.Next, in.Tail, in.Head, in.Credited = 4096, 4000, 4000, 0
+		}, ErrBeyondWindow},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,11 +223,18 @@ func FuzzReceive(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0x40})
 	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0x81})
 	f.Add([]byte{0, 0x10, 0, 0x50, 0x40, 0, 0, 0, 0, 0x10})
-	f.Add([]byte{0, 0x07, 0, 0, 0xa0, 0, 0x10, 0, 0, 0x01}) // a notification
+	f.Add([]byte{0, 0x07, 0, 0, 0xa0, 0, 0x10, 0, 0, 0x01})                      // a notification
+	f.Add([]byte{0x12, 0x10, 0, 0, 0x20, 0x10, 0, 0, 0, 0x10})                   // data into the offered ring
+	f.Add([]byte{0x02, 0x04, 0, 0, 0x80, 0x10, 0, 0, 0, 0x10, 0x10, 0, 0, 0x20}) // an offer
 	f.Fuzz(func(t *testing.T, b []byte) {
 		out, in := pair(MinRingLog, 16)
 		if len(b) > 0 {
 			in.Pings = b[0]&1 == 1
+			if b[0]&2 != 0 { // a ring is offered, and one may be offered to us
+				in.GrowLog, out.GrowLog = 16, 16
+				in.Offer(MinRingLog + 1 + b[0]>>4%4)
+			}
+			out.Grows, in.Grows = in.Next != 0, in.Next != 0
 			b = b[1:]
 		}
 		out.Tail = 3000 // pretend we sent this much, so credits have something to cover
@@ -240,7 +255,13 @@ func FuzzReceive(f *testing.F) {
 				}
 				return // a failed conn takes no more
 			}
-			if in.Tail-in.Credited > in.Size || in.Tail&in.Mask > in.Size || out.Credits > out.Depth || out.Acked > out.Tail {
+			if k == KindRing {
+				if err := out.Offer(RingMsg{Addr: 1 << 30, Log: MinRingLog + 1}); err != nil {
+					t.Fatalf("offer accepted by Receive refused by Offer: %v", err)
+				}
+			}
+			if in.Tail-max(in.Credited, in.Base) > in.Size || in.Prev.End > in.Base || in.Tail < in.Base ||
+				out.Credits > out.Depth || out.Acked > out.Tail {
 				t.Fatalf("window broken: %+v %+v", in, out)
 			}
 			// The reader consumes some, and credit is returned.

@@ -1,0 +1,216 @@
+package rdma
+
+import (
+	"bytes"
+	crand "crypto/rand"
+	"errors"
+	"io"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// ringSizes is what a connection has registered for its ring and send
+// buffer now, and whether an old ring or send buffer is still held.
+func ringSizes(c *Conn) (ring, sbuf int, held bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	held = c.grow != nil && (c.grow.prev.mr != nil || c.grow.prevSend.mr != nil || c.grow.next.mr != nil)
+	return len(c.ring), len(c.sbuf), held
+}
+
+// A connection starts small, stays small while it exchanges a few
+// messages, grows to Config's sizes once it streams (both directions, the
+// bytes intact across the move), and then holds nothing of the small
+// blocks.
+func TestRingsGrowUnderLoad(t *testing.T) {
+	mem0 := verbs.MemoryInUse()
+	c, s := pair(t, nil)
+	perEndpoint := (verbs.MemoryInUse() - mem0) / 2
+	assert.LessOrEqual(t, perEndpoint, int64(2*growStart+16<<10), "registered per idle endpoint")
+	for _, x := range []*Conn{c, s} {
+		ring, sbuf, _ := ringSizes(x)
+		assert.Equal(t, [2]int{growStart, growStart}, [2]int{ring, sbuf})
+	}
+
+	// Small messages back and forth: nothing grows.
+	go io.Copy(s, s)
+	msg := make([]byte, 1000)
+	for range 50 {
+		_, err := c.Write(msg)
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, msg)
+		require.NoError(t, err)
+	}
+	c.mu.Lock()
+	assert.Nil(t, c.grow, "a few messages do not grow a connection")
+	c.mu.Unlock()
+
+	// A stream through the echo: every byte comes back in order.
+	want := make([]byte, 8<<20)
+	crand.Read(want)
+	go func() {
+		for off := 0; off < len(want); off += 50000 {
+			if _, err := c.Write(want[off:min(len(want), off+50000)]); err != nil {
+				return
+			}
+		}
+	}()
+	got := make([]byte, len(want))
+	_, err := io.ReadFull(c, got)
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(want, got), "the stream is intact across the moves")
+
+	cfg := softConfig().withDefaults()
+	for name, x := range map[string]*Conn{"dialer": c, "listener": s} {
+		assert.Eventually(t, func() bool {
+			ring, sbuf, held := ringSizes(x)
+			return ring == cfg.RingSize && sbuf == cfg.SendBufferSize && !held
+		}, 5*time.Second, time.Millisecond, "%s: grown, old blocks released", name)
+	}
+	c.Close()
+	s.Close()
+	assert.Eventually(t, func() bool { return verbs.MemoryInUse() <= mem0 }, 5*time.Second, time.Millisecond,
+		"every block freed at close")
+}
+
+// A listener answers a peer of protocol version 2, which knows no ring
+// moves, with a ring of RingSize at once, and counts credits in that
+// ring's unit; such a peer's ring offer is a protocol breach.
+func TestOldPeerGetsFullRing(t *testing.T) {
+	ln := listen(t, softConfig())
+	acc := make(chan *Conn, 1)
+	go func() {
+		c, err := ln.AcceptRDMA()
+		if err == nil {
+			acc <- c
+		}
+	}()
+	r, ev := dialRaw(t, ln, func(h hello) []byte { h.version = 2; return h.marshal() })
+	require.Equal(t, verbs.EventEstablished, ev.Type)
+	s := <-acc
+	defer s.Close()
+	assert.Equal(t, uint8(2), r.peer.version)
+	assert.Equal(t, stream.RingLog(defaultRingSize), r.peer.ringLog)
+	ring, _, _ := ringSizes(s)
+	assert.Equal(t, defaultRingSize, ring)
+
+	var m [stream.RingMsgLen]byte
+	stream.RingMsg{Addr: r.mr.Addr(), Key: r.mr.RKey(), Log: 14}.Marshal(m[:])
+	r.write(t, uint64(ring), m[:], immCtl(stream.CtlRing))
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.ReadAll(s)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, syscall.EPROTO), "%v", err)
+}
+
+// A peer's ring offers and writes into a new ring are checked like the
+// rest of the stream: a ring larger than its hello announced, an offer
+// while one is pending, data into a ring never offered: each fails the
+// connection with a protocol error, and nothing is written where the
+// offer pointed.
+func TestBadRingOffers(t *testing.T) {
+	ln := listen(t, softConfig())
+	type step struct {
+		off     uint64 // from the listener's ring start; mailbox: the ring's size
+		payload []byte
+		imm     uint32
+	}
+	offer := func(r *rawPeer, log uint8) []byte {
+		var m [stream.RingMsgLen]byte
+		stream.RingMsg{Addr: r.mr.Addr(), Key: r.mr.RKey(), Log: log}.Marshal(m[:])
+		return m[:]
+	}
+	cases := map[string]func(r *rawPeer) []step{
+		"larger than announced": func(r *rawPeer) []step {
+			return []step{{growStart, offer(r, rawRingLog+1), immCtl(stream.CtlRing)}}
+		},
+		"offer while one is pending": func(r *rawPeer) []step {
+			return []step{
+				{growStart, offer(r, rawRingLog-2), immCtl(stream.CtlRing)},
+				{growStart, offer(r, rawRingLog-2), immCtl(stream.CtlRing)},
+			}
+		},
+		"reserved bytes": func(r *rawPeer) []step {
+			m := offer(r, rawRingLog-2)
+			m[15] = 1
+			return []step{{growStart, m, immCtl(stream.CtlRing)}}
+		},
+		"data into a ring not offered": func(r *rawPeer) []step {
+			return []step{{0, []byte("hello"), immData(5) | stream.ImmDataGen}}
+		},
+	}
+	for name, steps := range cases {
+		t.Run(name, func(t *testing.T) {
+			acc := make(chan *Conn, 1)
+			go func() {
+				c, err := ln.AcceptRDMA()
+				if err == nil {
+					acc <- c
+				}
+			}()
+			r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
+			require.Equal(t, verbs.EventEstablished, ev.Type)
+			s := <-acc
+			defer s.Close()
+			for _, st := range steps(r) {
+				r.write(t, st.off, st.payload, st.imm)
+			}
+			s.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_, err := io.ReadAll(s)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, syscall.EPROTO), "%v", err)
+		})
+	}
+}
+
+// A peer's offer is taken at the next write: the bytes land at the offered
+// ring's start, and the write's immediate carries the flipped generation.
+func TestRingOfferTaken(t *testing.T) {
+	ln := listen(t, softConfig())
+	acc := make(chan *Conn, 1)
+	go func() {
+		c, err := ln.AcceptRDMA()
+		if err == nil {
+			acc <- c
+		}
+	}()
+	r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
+	require.Equal(t, verbs.EventEstablished, ev.Type)
+	s := <-acc
+	defer s.Close()
+	const at = 32 << 10 // the new ring: 16 KiB and its mailbox, inside the raw peer's memory
+	var m [stream.RingMsgLen]byte
+	stream.RingMsg{Addr: r.mr.Addr() + at, Key: r.mr.RKey(), Log: 14}.Marshal(m[:])
+	r.write(t, growStart, m[:], immCtl(stream.CtlRing))
+	// The offer is taken once applied: wait for the listener to see it.
+	require.Eventually(t, func() bool {
+		s.tryPoll()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.tx.Next.Log == 14
+	}, 5*time.Second, time.Millisecond)
+	_, err := s.Write([]byte("moved"))
+	require.NoError(t, err)
+	wcs := make([]verbs.WC, 4)
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := r.cq.Poll(wcs)
+		require.NoError(t, err)
+		for _, wc := range wcs[:n] {
+			if wc.Opcode == verbs.WCRecvRDMAWithImm {
+				assert.Equal(t, uint32(5)|stream.ImmDataGen, wc.Imm)
+				assert.Equal(t, "moved", string(r.mem.Bytes()[at:at+5]))
+				return
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatal("no write arrived")
+}
