@@ -467,7 +467,9 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	}
 	switch kind {
 	case stream.KindData:
-		c.offerRingLocked() // ringgrowth.go
+		if len(c.ring) < c.cfg.RingSize {
+			c.offerRingLocked() // ringgrowth.go
+		}
 	case stream.KindDataMoved:
 		c.ringMovedLocked()
 	case stream.KindRing:

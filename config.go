@@ -34,13 +34,15 @@ type Config struct {
 	// reader consumes them. Rounded up to a power of two in [4 KiB, 1 GiB];
 	// default 1 MiB.
 	//
-	// What a connection registers, for its whole life, is RingSize +
-	// SendBufferSize + one inline slot per send WR ((SendDepth+2) x the
-	// inline size granted; none on soft), one memory block: 2 MiB and
-	// 33 KiB with the defaults on a NIC, which pins all of it. On soft
-	// only the pages a connection has touched are resident (an idle one
-	// that echoed a byte: a few pages). See docs/design.md, "What a
-	// connection costs".
+	// RingSize and SendBufferSize are what a connection may grow to: it
+	// starts with a ring and a send buffer of 64 KiB (these sizes, if
+	// smaller) and one inline slot per send WR ((SendDepth+2) x the
+	// inline size granted; none on soft), and moves to these sizes once it
+	// streams (a peer of protocol version 2 is given RingSize at once).
+	// So an idle connection registers about 130 KiB, a busy one about
+	// RingSize + SendBufferSize; a NIC pins what is registered, and on
+	// soft only the pages a connection has touched are resident. See
+	// docs/design.md, "What a connection costs".
 	RingSize int
 
 	// SendBufferSize is the registered memory a connection copies outgoing

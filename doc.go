@@ -13,8 +13,10 @@
 //
 // # Wire protocol
 //
-// Each side of a connection registers a receive ring (Config.RingSize bytes,
-// remote-writable) and tells the peer its address, rkey and size in the
+// Each side of a connection registers a receive ring (remote-writable; 64
+// KiB, growing to Config.RingSize once the peer streams into it: the
+// receiver offers the larger ring, and the sender's next write goes there)
+// and tells the peer its address, rkey and size in the
 // connection manager's private data, together with a protocol version and the
 // number of receive work requests it keeps posted (a versioned, checksummed
 // 32-byte hello; a malformed one is a rejected connect). A Write copies the

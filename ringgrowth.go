@@ -112,9 +112,10 @@ func (c *Conn) mailbox() []byte { return c.ring[len(c.ring):cap(c.ring)] }
 // into is small and the peer streams: it has written four rings' worth
 // into it, or more than half of it is in the peer's hands (landed, not yet
 // credited back: our reader lags). A message credit and a send slot must
-// be free for the offer.
+// be free for the offer. The caller checked that the ring is smaller than
+// RingSize.
 func (c *Conn) offerRingLocked() {
-	if len(c.ring) >= c.cfg.RingSize || c.rx.Tail-c.rx.Base < growAfterRings*c.rx.Size && c.rx.Tail-c.rx.Credited <= c.rx.Size/2 {
+	if c.rx.Tail-c.rx.Base < growAfterRings*c.rx.Size && c.rx.Tail-c.rx.Credited <= c.rx.Size/2 {
 		return
 	}
 	log := stream.RingLog(c.cfg.RingSize)
@@ -167,8 +168,18 @@ func (c *Conn) readRingLocked() (ring []byte, off, n uint64) {
 // reader has read it all (the peer no longer writes there), and nobody
 // copies from it: Read calls it after consuming what it copied.
 func (c *Conn) leftPrevRingLocked() {
-	if c.grow != nil && c.grow.prev.buf != nil && !c.rx.InPrev() {
-		c.grow.prev.release()
+	if c.grow != nil { // inlined: a connection that never grew pays one test
+		c.grow.leftPrev(&c.rx)
+	}
+}
+
+// leftPrev is leftPrevRingLocked's work, kept out of line so that the
+// test in front of it inlines.
+//
+//go:noinline
+func (g *growth) leftPrev(rx *stream.Recv) {
+	if g.prev.buf != nil && !rx.InPrev() {
+		g.prev.release()
 	}
 }
 
@@ -197,8 +208,17 @@ func (c *Conn) growSendLocked() bool {
 // retireSendLocked deregisters and frees the previous send buffer once
 // every send WR posted from it has completed.
 func (c *Conn) retireSendLocked() {
-	if c.grow != nil && c.grow.prevSend.mr != nil && c.sqDone >= c.grow.prevSendSeq {
-		c.grow.prevSend.release()
+	if c.grow != nil { // inlined, as leftPrevRingLocked
+		c.grow.retireSend(c.sqDone)
+	}
+}
+
+// retireSend is retireSendLocked's work, kept out of line likewise.
+//
+//go:noinline
+func (g *growth) retireSend(sqDone uint64) {
+	if g.prevSend.mr != nil && sqDone >= g.prevSendSeq {
+		g.prevSend.release()
 	}
 }
 
