@@ -1,6 +1,8 @@
 package rdma
 
 import (
+	"os"
+
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -90,13 +92,19 @@ func (c *Conn) growthLocked() *growth {
 }
 
 // newBlock allocates and registers size bytes, plus extra after them
-// (inside the registration, outside buf's length).
+// (inside the registration, outside buf's length). The bytes start half a
+// page into the block, as the first block's ring and send positions do
+// (endpoint.go): a ring or send buffer at a page boundary would put a
+// stream's copies (Write into the send buffer, Read out of the ring) at the
+// same offset in a page as the caller's page-aligned buffer, where a copy's
+// loads and stores alias (64 KiB streams ran 5% slower).
 func (c *Conn) newBlock(size, extra int, access verbs.Access) (block, error) {
-	mem, err := verbs.AllocMemory(size + extra)
+	half := os.Getpagesize() / 2
+	mem, err := verbs.AllocMemory(half + size + extra)
 	if err != nil {
 		return block{}, err
 	}
-	all := mem.Bytes()[: size+extra : size+extra]
+	all := mem.Bytes()[half : half+size+extra : half+size+extra]
 	mr, err := c.pd.RegMR(all, access)
 	if err != nil {
 		mem.Free()
