@@ -81,6 +81,9 @@ func dialRaw(t *testing.T, ln *Listener, pd func(h hello) []byte) (*rawPeer, ver
 	return r, ev
 }
 
+// marshalHello is the valid hello, unchanged.
+func marshalHello(h hello) []byte { return h.marshal() }
+
 // write RDMA-writes payload with immediate imm at offset off of the
 // listener side's ring.
 func (r *rawPeer) write(t *testing.T, off uint64, payload []byte, imm uint32) {
@@ -216,17 +219,7 @@ func TestGarbageImm(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			acc := make(chan *Conn, 1)
-			go func() {
-				c, err := ln.AcceptRDMA()
-				if err == nil {
-					acc <- c
-				}
-			}()
-			r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
-			require.Equal(t, verbs.EventEstablished, ev.Type)
-			s := <-acc
-			defer s.Close()
+			r, s := acceptRaw(t, ln, marshalHello)
 			r.write(t, tc.off, tc.payload, tc.imm)
 			s.SetReadDeadline(time.Now().Add(10 * time.Second))
 			_, err := io.ReadAll(s)
@@ -239,17 +232,7 @@ func TestGarbageImm(t *testing.T) {
 	}
 	// Data then a FIN from a peer that speaks the verbs itself: the data, then io.EOF.
 	t.Run("data then fin", func(t *testing.T) {
-		acc := make(chan *Conn, 1)
-		go func() {
-			c, err := ln.AcceptRDMA()
-			if err == nil {
-				acc <- c
-			}
-		}()
-		r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
-		require.Equal(t, verbs.EventEstablished, ev.Type)
-		s := <-acc
-		defer s.Close()
+		r, s := acceptRaw(t, ln, marshalHello)
 		r.write(t, 0, []byte("hello"), immData(5))
 		r.write(t, 0, nil, immCtl(ctlFin))
 		got, err := io.ReadAll(s)

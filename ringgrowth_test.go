@@ -85,17 +85,7 @@ func TestRingsGrowUnderLoad(t *testing.T) {
 // ring's unit; such a peer's ring offer is a protocol breach.
 func TestOldPeerGetsFullRing(t *testing.T) {
 	ln := listen(t, softConfig())
-	acc := make(chan *Conn, 1)
-	go func() {
-		c, err := ln.AcceptRDMA()
-		if err == nil {
-			acc <- c
-		}
-	}()
-	r, ev := dialRaw(t, ln, func(h hello) []byte { h.version = 2; return h.marshal() })
-	require.Equal(t, verbs.EventEstablished, ev.Type)
-	s := <-acc
-	defer s.Close()
+	r, s := acceptRaw(t, ln, func(h hello) []byte { h.version = 2; return h.marshal() })
 	assert.Equal(t, uint8(2), r.peer.version)
 	assert.Equal(t, stream.RingLog(defaultRingSize), r.peer.ringLog)
 	ring, _, _ := ringSizes(s)
@@ -148,17 +138,7 @@ func TestBadRingOffers(t *testing.T) {
 	}
 	for name, steps := range cases {
 		t.Run(name, func(t *testing.T) {
-			acc := make(chan *Conn, 1)
-			go func() {
-				c, err := ln.AcceptRDMA()
-				if err == nil {
-					acc <- c
-				}
-			}()
-			r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
-			require.Equal(t, verbs.EventEstablished, ev.Type)
-			s := <-acc
-			defer s.Close()
+			r, s := acceptRaw(t, ln, marshalHello)
 			for _, st := range steps(r) {
 				r.write(t, st.off, st.payload, st.imm)
 			}
@@ -174,17 +154,7 @@ func TestBadRingOffers(t *testing.T) {
 // ring's start, and the write's immediate carries the flipped generation.
 func TestRingOfferTaken(t *testing.T) {
 	ln := listen(t, softConfig())
-	acc := make(chan *Conn, 1)
-	go func() {
-		c, err := ln.AcceptRDMA()
-		if err == nil {
-			acc <- c
-		}
-	}()
-	r, ev := dialRaw(t, ln, func(h hello) []byte { return h.marshal() })
-	require.Equal(t, verbs.EventEstablished, ev.Type)
-	s := <-acc
-	defer s.Close()
+	r, s := acceptRaw(t, ln, marshalHello)
 	const at = 32 << 10 // the new ring: 16 KiB and its mailbox, inside the raw peer's memory
 	var m [stream.RingMsgLen]byte
 	stream.RingMsg{Addr: r.mr.Addr() + at, Key: r.mr.RKey(), Log: 14}.Marshal(m[:])
