@@ -127,7 +127,12 @@ func (c *Conn) offerRingLocked() {
 		return
 	}
 	log := stream.RingLog(c.cfg.RingSize)
-	if !c.rx.CanOffer(log) || c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth ||
+	// Not while a data write is reserved and not yet queued: its
+	// reservation may have moved us to a ring the peer offered, and the
+	// peer learns of that move from that write, so an offer queued before
+	// it would land in a mailbox the peer does not look in yet. The next
+	// data that arrives tries again.
+	if !c.rx.CanOffer(log) || c.tx.Credits < 2 || c.sqReserved > 0 || c.sqPosted-c.sqDone >= c.sqDepth ||
 		c.grow != nil && c.grow.failed {
 		return
 	}

@@ -184,3 +184,26 @@ func TestRingOfferTaken(t *testing.T) {
 	}
 	t.Fatal("no write arrived")
 }
+
+// An offer is not queued while a data write is reserved and not yet
+// queued (the writer copies its bytes outside the lock): the reservation
+// may have moved the connection to the peer's offered ring, and the peer
+// looks for offers in the mailbox of the ring it knows us to write to,
+// which that write tells it about. Queued ahead of it, the offer landed in
+// the other mailbox and the peer failed the connection.
+func TestOfferWaitsForReservedWrite(t *testing.T) {
+	c, _ := pair(t, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rx.Tail = growAfterRings * c.rx.Size // as if the peer had streamed
+	c.rx.Head, c.rx.Credited = c.rx.Tail, c.rx.Tail
+	posted := c.sqPosted
+	c.sqReserved++ // a Write between its reservation and its queueing
+	c.offerRingLocked()
+	assert.Zero(t, c.rx.Next, "no offer while a write is reserved")
+	assert.Equal(t, posted, c.sqPosted)
+	c.sqReserved--
+	c.offerRingLocked()
+	assert.Equal(t, uint64(defaultRingSize), c.rx.Next, "offered once the write is queued")
+	assert.Equal(t, posted+1, c.sqPosted)
+}
