@@ -107,7 +107,7 @@ func (c *Conn) hello() stream.Hello {
 		RecvDepth: uint16(c.recvWRs),
 		RingAddr:  c.ringMR.Addr(),
 		RingKey:   c.ringMR.RKey(),
-		RingLog:   c.ringLog,
+		RingLog:   stream.RingLog(len(c.ring)),
 		GrowLog:   c.rx.GrowLog,
 	}
 	if c.cfg.PeerTimeout > 0 {
@@ -123,9 +123,9 @@ func (c *Conn) setPeer(h stream.Hello) {
 	agreed := min(h.Version, stream.Version)
 	c.rx.Agree(agreed)
 	c.tx = stream.NewSend(h, agreed)
-	c.setChunkLocked()
+	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
-	if min(h.Version, stream.Version) >= stream.VersionHeartbeat {
+	if agreed >= stream.VersionHeartbeat {
 		c.rx.Pings = true
 		c.peerBeat = stream.AnswerWithin(h.Heartbeat)
 	}

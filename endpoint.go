@@ -28,7 +28,6 @@ type endpoint struct {
 	// Our receive ring, written by the peer; its mailbox (the peer's ring
 	// offers, ringgrowth.go) follows it, up to its capacity.
 	ring    []byte
-	ringLog uint8
 	sbuf    []byte // send staging ring (registered, local access)
 	ibuf    []byte // staging for inline sends: one slot of inline bytes per send WR
 	inline  int    // largest write sent inline
@@ -100,7 +99,6 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	e.ibuf = all[:ibufSize:ibufSize]
 	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
-	e.ringLog = stream.RingLog(ringSize)
 
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		return e, err
@@ -223,7 +221,6 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	c.sbPosted, c.sbHead = c.sbTail, c.sbTail
 	c.sqDepth = uint64(e.sendWRs)
 	c.sigEvery = max(c.sqDepth/4, 1)
-	c.chunk = min(maxChunk, len(c.sbuf)/4)                // and the peer's ring's (setPeer)
 	c.resizeSendQueueLocked(min(sendStartSlots, e.slots)) // queuegrowth.go
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
@@ -231,7 +228,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	}
 	c.recvPosted = e.recvWRs
 	c.repostBatch = max(e.recvWRs/16, 1)
-	c.rx = stream.NewRecv(c.ringLog, stream.RingLog(cfg.RingSize), e.recvWRs)
+	c.rx = stream.NewRecv(stream.RingLog(len(c.ring)), stream.RingLog(cfg.RingSize), e.recvWRs)
 	return c, nil
 }
 

@@ -159,7 +159,6 @@ func (c *Conn) ringMovedLocked() {
 	g := c.grow
 	g.prev = block{mem: g.ringMem, mr: c.ringMR, buf: c.ring}
 	g.ringMem, c.ringMR, c.ring = g.next.mem, g.next.mr, g.next.buf
-	c.ringLog = stream.RingLog(len(c.ring))
 	g.next = block{}
 	// A reader that had read everything is not in the old ring (one
 	// copying from it has not consumed what it copies, so it is InPrev).
