@@ -60,8 +60,8 @@ func (l *Listener) SetTrafficClass(tc int) error {
 // established connections that may wait for Accept.
 const listenBacklog = 128
 
-// maxHandshakes bounds connection requests being set up at once; more are
-// rejected, as a full backlog refuses them.
+// maxHandshakes bounds connection requests being set up at once; more wait
+// for one of them to end.
 const maxHandshakes = 64
 
 // Listen announces on the local address ("host:port"; port 0 picks one) on
@@ -211,12 +211,16 @@ func (l *Listener) loop(sd listenSide) {
 			continue // events of requests not yet migrated, e.g. a peer that gave up
 		}
 		phase.Mark("listen: request taken")
+		// With maxHandshakes under way, a request waits in the connection
+		// manager's queue for one to end (its dialer has been told to
+		// wait, or its NIC retries), as a burst of dials from a pool would
+		// be refused otherwise; the backlog bounds what waits.
 		select {
 		case l.slots <- struct{}{}:
-		default:
+		case <-l.ctx.Done():
 			ev.ID.Reject(stream.MarshalReject(stream.RejectNoResources))
 			ev.ID.Destroy()
-			continue
+			return
 		}
 		l.wg.Add(1)
 		go func() {

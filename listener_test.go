@@ -3,6 +3,7 @@ package rdma
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand"
 	"net"
@@ -142,6 +143,57 @@ func TestGarbageOnPort(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("3 honest connections among 60 junk ones took %v", time.Since(start))
+}
+
+// A thousand connections dialled at once from one host, as a client pool
+// warming up does, are all accepted: a burst beyond the listener's
+// handshake slots (64, and 8 per host on soft) and its backlog (128) waits
+// its turn instead of being reset or refused.
+func TestDialBurst(t *testing.T) {
+	const n = 1000
+	needFDs(t, 8*n)
+	ln := listen(t, softConfig())
+	go func() {
+		for {
+			s, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer s.Close()
+				_ = echoOne(s)
+			}()
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := dialer(ln, softConfig())(ln.Addr().String())
+			if err != nil {
+				errs <- fmt.Errorf("conn %d: %w", i, err)
+				return
+			}
+			defer c.Close()
+			b := [1]byte{byte(i)}
+			if _, err := c.Write(b[:]); err != nil {
+				errs <- fmt.Errorf("conn %d: %w", i, err)
+				return
+			}
+			if _, err := io.ReadFull(c, b[:]); err != nil || b[0] != byte(i) {
+				errs <- fmt.Errorf("conn %d: echo %d: %v", i, b[0], err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var failed []error
+	for err := range errs {
+		failed = append(failed, err)
+	}
+	require.Empty(t, failed, "%d of %d dials failed", len(failed), n)
 }
 
 func TestDialLocalAddr(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,11 +14,12 @@ import (
 	"github.com/rdmanet/rdma/verbs/internal/cmevents"
 )
 
-// Listener limits. A TCP connection to a listening port holds one of
-// maxHandshakes slots until its REQ arrives (and its shared memory, if
-// offered, is set up), and at most handshakeTimeout (plus shmSetupTimeout);
-// the connections of one remote host hold at most maxHandshakesPerHost of
-// them, so that one host cannot lock out the others.
+// Listener limits. A TCP connection to a listening port has at most
+// handshakeTimeout for its whole REQ to arrive; then it holds one of
+// maxHandshakes slots while the REQ is read and reported (and its shared
+// memory, if offered, is set up, at most shmSetupTimeout); the connections
+// of one remote host hold at most maxHandshakesPerHost of them, so that one
+// host cannot lock out the others (admission.go).
 var (
 	handshakeTimeout     atomic.Int64
 	maxHandshakes        atomic.Int64
@@ -47,17 +47,17 @@ func SetHandshakeTimeout(d time.Duration) time.Duration {
 	return time.Duration(handshakeTimeout.Swap(int64(d)))
 }
 
-// SetMaxHandshakes sets how many connections may be in their handshake on
-// one soft listener at once (default 64); more are closed on arrival. It
-// applies to listeners started afterwards and returns the previous value.
+// SetMaxHandshakes sets how many connection requests one soft listener
+// reads and sets up at once (default 64); more wait their turn, within the
+// handshake timeout. It applies to listeners started afterwards and returns
+// the previous value.
 func SetMaxHandshakes(n int) int { return int(maxHandshakes.Swap(int64(n))) }
 
 // SetMaxHandshakesPerHost sets how many of a soft listener's handshake
 // slots the connections from one remote host may hold at once (default 8;
-// an IPv6 host is its /64), so that one host cannot lock out the others.
-// A host's connection beyond that ends the host's oldest one still waiting
-// to send its request (or is closed if there is none). It applies to
-// listeners started afterwards and returns the previous value.
+// an IPv6 host is its /64), so that one host cannot lock out the others; a
+// host's connections beyond that wait their turn. It applies to listeners
+// started afterwards and returns the previous value.
 func SetMaxHandshakesPerHost(n int) int { return int(maxHandshakesPerHost.Swap(int64(n))) }
 
 const (
@@ -152,9 +152,12 @@ type cmID struct {
 
 	// Listening IDs.
 	ln      *net.TCPListener
-	slots   handshakeSlots
+	slots   *admission
 	pending int
 	backlog int
+	// backlogFreed, when a request waits for room in the backlog, is
+	// closed (and dropped) when an entry is freed.
+	backlogFreed chan struct{}
 
 	// Connection-request IDs (passive side).
 	// SetAckTimeout's exponent, when set: the QP's Timeout once connected.
@@ -269,8 +272,7 @@ func (id *cmID) Listen(backlog int) error {
 		backlog = defaultBacklog
 	}
 	id.backlog = backlog
-	id.slots = handshakeSlots{max: max(1, int(maxHandshakes.Load())),
-		perHost: max(1, int(maxHandshakesPerHost.Load())), byHost: map[netip.Addr][]*hsSlot{}}
+	id.slots = newAdmission(max(1, int(maxHandshakes.Load())), max(1, int(maxHandshakesPerHost.Load())))
 	id.state = idListening
 	hsTimeout := time.Duration(handshakeTimeout.Load())
 	id.wg.Add(1)
@@ -295,116 +297,20 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 			continue
 		}
 		phase.Mark("soft listen: TCP accepted")
-		slot := id.slots.take(c)
-		if slot == nil {
-			c.Close() // too many handshakes in progress
-			continue
+		slot, full := id.slots.arrive(c)
+		for slot == nil {
+			select {
+			case <-id.life.Done():
+				c.Close()
+				return
+			case <-full:
+			case <-time.After(silentAfter / 10): // one may have been silent long enough by then
+			}
+			slot, full = id.slots.arrive(c)
 		}
 		id.wg.Add(1)
 		go id.handshake(c, hsTimeout, slot)
 	}
-}
-
-// handshakeSlots counts a listener's connections in their handshake, in
-// all and per remote host. A host at its limit that connects again ends
-// its own oldest connection that has not yet sent its REQ: a client gets
-// past silent connections from its own host, and never past another
-// host's share.
-type handshakeSlots struct {
-	mu      sync.Mutex
-	max     int
-	perHost int
-	n       int
-	byHost  map[netip.Addr][]*hsSlot // in arrival order
-}
-
-// hsSlot is one connection's handshake slot.
-type hsSlot struct {
-	c     *net.TCPConn
-	host  netip.Addr
-	state uint8
-}
-
-const (
-	slotReading = iota // waiting for the REQ: may be ended for a newer one
-	slotSetup          // REQ read, setting up
-	slotFree
-)
-
-// take claims a slot for c; nil when none is free for it.
-func (s *handshakeSlots) take(c *net.TCPConn) *hsSlot {
-	host := remoteHost(c)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if list := s.byHost[host]; len(list) >= s.perHost {
-		for _, e := range list {
-			if e.state == slotReading {
-				s.free(e)
-				e.c.Close() // its handshake then fails and returns
-				break
-			}
-		}
-	}
-	if s.n >= s.max || len(s.byHost[host]) >= s.perHost {
-		return nil
-	}
-	e := &hsSlot{c: c, host: host}
-	s.byHost[host] = append(s.byHost[host], e)
-	s.n++
-	return e
-}
-
-// admit marks e's REQ read; false if e was ended meanwhile.
-func (s *handshakeSlots) admit(e *hsSlot) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e.state != slotReading {
-		return false
-	}
-	e.state = slotSetup
-	return true
-}
-
-func (s *handshakeSlots) release(e *hsSlot) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.free(e)
-}
-
-// free gives e's slot back. Called with mu held.
-func (s *handshakeSlots) free(e *hsSlot) {
-	if e.state == slotFree {
-		return
-	}
-	e.state = slotFree
-	s.n--
-	list := s.byHost[e.host]
-	for i, x := range list {
-		if x == e {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(s.byHost, e.host)
-	} else {
-		s.byHost[e.host] = list
-	}
-}
-
-// remoteHost is the host a connection comes from, as a slot key: its IPv4
-// address, or its IPv6 /64 (one host commonly has a whole /64).
-func remoteHost(c *net.TCPConn) netip.Addr {
-	ra, _ := c.RemoteAddr().(*net.TCPAddr)
-	if ra == nil {
-		return netip.Addr{}
-	}
-	a := ra.AddrPort().Addr().Unmap().WithZone("")
-	if a.Is6() {
-		p, _ := a.Prefix(64)
-		return p.Addr()
-	}
-	return a
 }
 
 // readHandshake reads one handshake message from tr.
@@ -437,12 +343,18 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		release()
 		return
 	}
-	_ = tr.setReadDeadline(time.Now().Add(hsTimeout))
+	deadline := time.Now().Add(hsTimeout)
+	_ = tr.setReadDeadline(deadline)
 	// Destroying the listener ends handshakes in progress.
 	stop := context.AfterFunc(id.life, func() { _ = tr.setReadDeadline(time.Unix(1, 0)) })
-	m, err := readHandshake(tr)
+	// A slot only once the request is there (admission.go).
+	ok := awaitRequest(tr) == nil && id.slots.awaitSlot(id.life, slot, deadline)
+	var m hsMsg
+	if ok {
+		m, err = readHandshake(tr)
+	}
 	stop()
-	if err != nil || m.typ != msgREQ || !id.slots.admit(slot) {
+	if !ok || err != nil || m.typ != msgREQ {
 		release()
 		c.Close()
 		return
@@ -468,9 +380,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	// holds the handshake slot, so that requests naming slow sockets are
 	// bounded like slow requests.
 	defer release()
-	id.mu.Lock()
-	if id.destroyed || id.pending >= id.backlog {
-		id.mu.Unlock()
+	if !id.awaitBacklog(shmDeadline) {
 		c.Close()
 		return
 	}
@@ -487,13 +397,18 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		_ = c.SetWriteDeadline(time.Time{})
 		if err != nil {
 			id.mu.Lock()
-			id.pending--
+			id.unpend()
 			id.mu.Unlock()
 			c.Close()
 			return
 		}
 	}
 	phase.Mark("soft listen: request reported")
+	if child.shmDone == nil {
+		// Free before the request can be answered: a client that dials
+		// again as soon as it is connected finds the slot free.
+		release()
+	}
 	ch.push(verbs.CMEvent{Type: verbs.EventConnectRequest, ID: child, Listen: id, Param: verbs.ConnParam{
 		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataConnect),
 		ResponderResources: int(m.respRes),
@@ -512,6 +427,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 			child.shm = shm
 		}
 		child.mu.Unlock()
+		release()
 		close(child.shmDone)
 	}
 }
@@ -825,12 +741,64 @@ func (id *cmID) openingQP(op string, want idState, why string) (*qp, error) {
 	return id.qp, nil
 }
 
+// awaitBacklog waits until the listener's backlog has room, as the kernel's
+// connection manager has a request retried rather than refused: true, with
+// id.mu held, once it has; false if the deadline passes or the listener is
+// destroyed first. A request reported waits in the backlog until the
+// consumer accepts or rejects it.
+func (id *cmID) awaitBacklog(deadline time.Time) bool {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
+	for {
+		id.mu.Lock()
+		if id.destroyed {
+			id.mu.Unlock()
+			return false
+		}
+		if id.pending < id.backlog {
+			return true
+		}
+		if id.backlogFreed == nil {
+			id.backlogFreed = make(chan struct{})
+		}
+		freed := id.backlogFreed
+		id.mu.Unlock()
+		d := time.Until(deadline)
+		if d <= 0 {
+			return false
+		}
+		if t == nil {
+			t = time.NewTimer(d)
+		}
+		select {
+		case <-freed:
+		case <-t.C:
+			return false
+		case <-id.life.Done():
+			return false
+		}
+	}
+}
+
 // releasePending frees the listener's backlog entry. Called with id.mu held.
 func (id *cmID) releasePending() {
 	if p := id.parent; p != nil && id.state == idConnectRequest {
 		p.mu.Lock()
-		p.pending--
+		p.unpend()
 		p.mu.Unlock()
+	}
+}
+
+// unpend frees a backlog entry of the listening id. Called with id.mu held.
+func (id *cmID) unpend() {
+	id.pending--
+	if id.backlogFreed != nil {
+		close(id.backlogFreed)
+		id.backlogFreed = nil
 	}
 }
 

@@ -16,8 +16,10 @@
 // The CM handshake (REQ, REP or REJ, RTU; wire.go) carries the private data
 // and connection parameters; frames follow on the same connection. Anything
 // on the port that is not a well-formed REQ within the handshake timeout is
-// dropped (SetHandshakeTimeout, SetMaxHandshakes, SetMaxHandshakesPerHost:
-// one remote host holds at most a few of a listener's handshake slots).
+// dropped (SetHandshakeTimeout). A connection takes one of the listener's
+// handshake slots only once its whole request has arrived, and waits for
+// one rather than being refused; one remote host holds at most a few of
+// them (SetMaxHandshakes, SetMaxHandshakesPerHost; admission.go).
 //
 // The provider behaves as hardware does where programs can tell: private
 // data, SGE and inline limits; QP states; rkey, bounds and access checks on
