@@ -218,9 +218,10 @@ func (l *Listener) loop(sd listenSide) {
 		select {
 		case l.slots <- struct{}{}:
 		case <-l.ctx.Done():
+			// Closing: refuse what is left in the queue until it closes.
 			ev.ID.Reject(stream.MarshalReject(stream.RejectNoResources))
 			ev.ID.Destroy()
-			return
+			continue
 		}
 		l.wg.Add(1)
 		go func() {
