@@ -4,6 +4,7 @@ import (
 	"bytes"
 	crand "crypto/rand"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -44,11 +45,19 @@ func TestPollTime(t *testing.T) {
 	cfg.RingSize = 16 << 10
 	c, s := pair(t, cfg)
 	go io.Copy(s, s)
-	want := make([]byte, 1<<20)
+	echoStream(t, c, 1<<20, 3000)
+}
+
+// echoStream writes n random bytes to c in writes of chunk bytes while it
+// reads them back from c's echoing peer, and requires them intact and in
+// order.
+func echoStream(t *testing.T, c net.Conn, n, chunk int) {
+	t.Helper()
+	want := make([]byte, n)
 	crand.Read(want)
 	go func() {
-		for off := 0; off < len(want); off += 3000 {
-			if _, err := c.Write(want[off:min(len(want), off+3000)]); err != nil {
+		for off := 0; off < len(want); off += chunk {
+			if _, err := c.Write(want[off:min(len(want), off+chunk)]); err != nil {
 				return
 			}
 		}
@@ -56,7 +65,7 @@ func TestPollTime(t *testing.T) {
 	got := make([]byte, len(want))
 	_, err := io.ReadFull(c, got)
 	require.NoError(t, err)
-	assert.True(t, bytes.Equal(want, got))
+	require.True(t, bytes.Equal(want, got), "the stream is intact")
 }
 
 // Both ends' QPs carry the transport timeout and retry count chosen before

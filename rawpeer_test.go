@@ -198,6 +198,17 @@ func TestDialRejectsBadAccept(t *testing.T) {
 	assert.Equal(t, "dial", oe.Op)
 }
 
+// readProtocolError reads s to its end, which must be a protocol error,
+// and returns that error.
+func readProtocolError(t *testing.T, s net.Conn) error {
+	t.Helper()
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.ReadAll(s)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, syscall.EPROTO), "%v", err)
+	return err
+}
+
 // A peer that sends garbage immediate values gets its connection failed
 // with a protocol error; nothing panics and the listener serves on.
 func TestGarbageImm(t *testing.T) {
@@ -221,10 +232,7 @@ func TestGarbageImm(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, s := acceptRaw(t, ln, marshalHello)
 			r.write(t, tc.off, tc.payload, tc.imm)
-			s.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, err := io.ReadAll(s)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, syscall.EPROTO), "%v", err)
+			err := readProtocolError(t, s)
 			var oe *net.OpError
 			require.True(t, errors.As(err, &oe))
 			assert.Equal(t, "read", oe.Op)

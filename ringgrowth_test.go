@@ -1,11 +1,7 @@
 package rdma
 
 import (
-	"bytes"
-	crand "crypto/rand"
-	"errors"
 	"io"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,20 +48,9 @@ func TestRingsGrowUnderLoad(t *testing.T) {
 	assert.Nil(t, c.grow, "a few messages do not grow a connection")
 	c.mu.Unlock()
 
-	// A stream through the echo: every byte comes back in order.
-	want := make([]byte, 8<<20)
-	crand.Read(want)
-	go func() {
-		for off := 0; off < len(want); off += 50000 {
-			if _, err := c.Write(want[off:min(len(want), off+50000)]); err != nil {
-				return
-			}
-		}
-	}()
-	got := make([]byte, len(want))
-	_, err := io.ReadFull(c, got)
-	require.NoError(t, err)
-	require.True(t, bytes.Equal(want, got), "the stream is intact across the moves")
+	// A stream through the echo: every byte comes back in order, across
+	// the moves.
+	echoStream(t, c, 8<<20, 50000)
 
 	cfg := softConfig().withDefaults()
 	for name, x := range map[string]*Conn{"dialer": c, "listener": s} {
@@ -94,10 +79,7 @@ func TestOldPeerGetsFullRing(t *testing.T) {
 	var m [stream.RingMsgLen]byte
 	stream.RingMsg{Addr: r.mr.Addr(), Key: r.mr.RKey(), Log: 14}.Marshal(m[:])
 	r.write(t, uint64(ring), m[:], immCtl(stream.CtlRing))
-	s.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err := io.ReadAll(s)
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, syscall.EPROTO), "%v", err)
+	readProtocolError(t, s)
 }
 
 // A peer's ring offers and writes into a new ring are checked like the
@@ -142,10 +124,7 @@ func TestBadRingOffers(t *testing.T) {
 			for _, st := range steps(r) {
 				r.write(t, st.off, st.payload, st.imm)
 			}
-			s.SetReadDeadline(time.Now().Add(10 * time.Second))
-			_, err := io.ReadAll(s)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, syscall.EPROTO), "%v", err)
+			readProtocolError(t, s)
 		})
 	}
 }

@@ -57,12 +57,12 @@ type hsSlot struct {
 	c       *net.TCPConn
 	host    netip.Addr
 	state   uint8
-	ready   bool      // waiting with its request there
 	arrived time.Time // when it was accepted
 }
 
 const (
-	slotWaiting = iota // no slot yet
+	slotWaiting = iota // no slot yet, its request not yet all there
+	slotReady          // no slot yet, its request there
 	slotHeld           // its request being read and set up
 	slotFree           // done, or ended
 )
@@ -84,7 +84,7 @@ func (a *admission) arrive(c *net.TCPConn) (*hsSlot, <-chan struct{}) {
 	if len(a.waiting) >= a.maxWaiting {
 		now := time.Now()
 		i := slices.IndexFunc(a.waiting, func(w *hsSlot) bool {
-			return !w.ready && now.Sub(w.arrived) >= a.silentAfter
+			return w.state == slotWaiting && now.Sub(w.arrived) >= a.silentAfter
 		})
 		if i < 0 {
 			if a.room == nil {
@@ -107,10 +107,10 @@ func (a *admission) arrive(c *net.TCPConn) (*hsSlot, <-chan struct{}) {
 func (a *admission) take(e *hsSlot) (ok bool, wait <-chan struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if e.state != slotWaiting {
+	if e.state != slotWaiting && e.state != slotReady {
 		return false, nil
 	}
-	e.ready = true
+	e.state = slotReady
 	if a.n >= a.max || len(a.byHost[e.host]) >= a.perHost {
 		if a.freed == nil {
 			a.freed = make(chan struct{})
@@ -127,27 +127,40 @@ func (a *admission) take(e *hsSlot) (ok bool, wait <-chan struct{}) {
 // awaitSlot waits until e has a slot: false if it was ended, the deadline
 // passed or life ended first.
 func (a *admission) awaitSlot(life context.Context, e *hsSlot, deadline time.Time) bool {
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
+	var w waiter
+	defer w.stop()
 	for {
 		ok, wait := a.take(e)
 		if !ok || wait == nil {
 			return ok
 		}
-		if t == nil {
-			t = time.NewTimer(time.Until(deadline))
-		}
-		select {
-		case <-wait:
-		case <-t.C:
-			return false
-		case <-life.Done():
+		if !w.wait(life, wait, deadline) {
 			return false
 		}
+	}
+}
+
+// waiter waits for a wake-up channel, within a deadline and the life of
+// what waits, with one timer for all its waits.
+type waiter struct{ t *time.Timer }
+
+// wait waits for wake: false if the deadline passed or life ended first.
+func (w *waiter) wait(life context.Context, wake <-chan struct{}, deadline time.Time) bool {
+	if w.t == nil {
+		w.t = time.NewTimer(time.Until(deadline))
+	}
+	select {
+	case <-wake:
+		return true
+	case <-w.t.C:
+	case <-life.Done():
+	}
+	return false
+}
+
+func (w *waiter) stop() {
+	if w.t != nil {
+		w.t.Stop()
 	}
 }
 
@@ -163,7 +176,7 @@ func (a *admission) free(e *hsSlot) {
 	switch e.state {
 	case slotFree:
 		return
-	case slotWaiting:
+	case slotWaiting, slotReady:
 		a.unwait(e)
 		e.state = slotFree
 		return
@@ -217,11 +230,8 @@ func remoteHost(c *net.TCPConn) netip.Addr {
 // what has arrived cannot begin a message, or at the connection's end, for
 // the read that follows to fail at once.
 func awaitRequest(tr *tcpTransport) error {
-	var b []byte
+	b := make([]byte, hsHdrLen+maxHandshakeBody)
 	return tr.rc.Read(func(fd uintptr) bool {
-		if b == nil {
-			b = make([]byte, hsHdrLen+maxHandshakeBody)
-		}
 		n, _, err := unix.Recvfrom(int(fd), b, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		switch {
 		case errors.Is(err, syscall.EAGAIN):

@@ -336,11 +336,13 @@ func readHandshake(tr *tcpTransport) (hsMsg, error) {
 func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot) {
 	defer id.wg.Done()
 	phase.Mark("soft listen: handshake running")
+	// The slot (or the place in the waiting list) goes back at the latest
+	// on return; sooner once the request can be answered, below.
 	release := func() { id.slots.release(slot) }
+	defer release()
 	tr, err := newTCPTransport(c)
 	if err != nil {
 		c.Close()
-		release()
 		return
 	}
 	deadline := time.Now().Add(hsTimeout)
@@ -355,7 +357,6 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	}
 	stop()
 	if !ok || err != nil || m.typ != msgREQ {
-		release()
 		c.Close()
 		return
 	}
@@ -379,7 +380,6 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 	// Setting up shared memory (a local exchange, at most shmSetupTimeout) still
 	// holds the handshake slot, so that requests naming slow sockets are
 	// bounded like slow requests.
-	defer release()
 	if !id.awaitBacklog(shmDeadline) {
 		c.Close()
 		return
@@ -747,12 +747,8 @@ func (id *cmID) openingQP(op string, want idState, why string) (*qp, error) {
 // destroyed first. A request reported waits in the backlog until the
 // consumer accepts or rejects it.
 func (id *cmID) awaitBacklog(deadline time.Time) bool {
-	var t *time.Timer
-	defer func() {
-		if t != nil {
-			t.Stop()
-		}
-	}()
+	var w waiter
+	defer w.stop()
 	for {
 		id.mu.Lock()
 		if id.destroyed {
@@ -767,18 +763,7 @@ func (id *cmID) awaitBacklog(deadline time.Time) bool {
 		}
 		freed := id.backlogFreed
 		id.mu.Unlock()
-		d := time.Until(deadline)
-		if d <= 0 {
-			return false
-		}
-		if t == nil {
-			t = time.NewTimer(d)
-		}
-		select {
-		case <-freed:
-		case <-t.C:
-			return false
-		case <-id.life.Done():
+		if !w.wait(id.life, freed, deadline) {
 			return false
 		}
 	}
