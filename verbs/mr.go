@@ -26,6 +26,15 @@ type MR interface {
 	Access() Access
 	// Dereg is ibv_dereg_mr. Later remote accesses with the rkey fail with a
 	// remote access error, local uses of the lkey with a protection error.
+	//
+	// The fence: once Dereg returns, the provider reads and writes nothing
+	// of the region, so its memory may be freed or reused at once. An
+	// access in flight (a peer's WRITE or SEND still arriving, a READ
+	// response still leaving, a local WR's buffer) either finished before
+	// or fails: a payload still arriving is discarded and its requester
+	// gets a remote access error, and a response or send that cannot be
+	// finished ends the connection. Dereg never waits on a peer
+	// (verbstest's DeregFence cases hold every provider to this).
 	Dereg() error
 }
 

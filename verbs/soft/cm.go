@@ -316,7 +316,7 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 // readHandshake reads one handshake message from tr.
 func readHandshake(tr *tcpTransport) (hsMsg, error) {
 	var hb [hsHdrLen]byte
-	if err := tr.readPayload(hb[:]); err != nil {
+	if err := tr.readPayload(hb[:], nil); err != nil {
 		return hsMsg{}, err
 	}
 	_, n, err := parseHandshakeHeader(hb[:])
@@ -325,7 +325,7 @@ func readHandshake(tr *tcpTransport) (hsMsg, error) {
 	}
 	b := make([]byte, hsHdrLen+n)
 	copy(b, hb[:])
-	if err := tr.readPayload(b[hsHdrLen:]); err != nil {
+	if err := tr.readPayload(b[hsHdrLen:], nil); err != nil {
 		return hsMsg{}, err
 	}
 	return parseHandshake(b)

@@ -80,21 +80,21 @@ func (q *qp) kick() {
 	}
 	q.txBusy = true
 	for {
-		v, _ := q.buildBatch()
+		v, g, _ := q.buildBatch()
 		if len(v) == 0 {
 			q.txBusy = false
 			return
 		}
 		tr := q.tr
 		q.mu.Unlock()
-		n, err := tr.writev(v, false)
+		n, err := tr.writev(v, g, false)
 		q.mu.Lock()
 		if err != nil {
-			q.txFailed()
+			q.txFailed(err)
 			return
 		}
 		if rest := trimVec(v, n); len(rest) > 0 {
-			q.handOff(rest)
+			q.handOff(rest, g[len(v)-len(rest):])
 			return
 		}
 		q.afterWrite()
@@ -102,20 +102,31 @@ func (q *qp) kick() {
 }
 
 // txFailed: the transport broke; the receiver sees it too and tears down.
-func (q *qp) txFailed() {
+// Called with mu held. A write the dereg fence stopped (errFenced) leaves a
+// frame half written on a transport that works: it is closed, so that the
+// peer sees the connection end instead of the rest of that frame, and the
+// receiver here tears down.
+func (q *qp) txFailed(err error) {
 	q.txDead = true
 	q.txBusy = false
+	if err == errFenced {
+		tr := q.tr
+		q.mu.Unlock()
+		_ = tr.close()
+		q.mu.Lock()
+	}
 }
 
 // handOff passes the transmit role, with what a non-blocking write left
-// over, to a sender goroutine. Called with mu held by the role's holder.
-func (q *qp) handOff(rest [][]byte) {
+// over (and its regions' fences), to a sender goroutine. Called with mu
+// held by the role's holder.
+func (q *qp) handOff(rest [][]byte, gates []*gate) {
 	if !q.running {
-		q.txFailed() // stopped: the transport is closed
+		q.txFailed(nil) // stopped: the transport is closed
 		return
 	}
 	q.wg.Add(1) // stop waits for it
-	go q.sender(rest)
+	go q.sender(rest, gates)
 }
 
 // afterWrite runs when a whole batch is out. Called with mu held.
@@ -129,24 +140,24 @@ func (q *qp) afterWrite() {
 // sender writes what a non-blocking attempt left over (v), and everything
 // that queues behind it, blocking on the transport as needed; it gives up
 // the transmit role and ends once nothing is left to write.
-func (q *qp) sender(v [][]byte) {
+func (q *qp) sender(v [][]byte, g []*gate) {
 	defer q.wg.Done()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for !q.txDead {
 		if len(v) == 0 {
-			if v, _ = q.buildBatch(); len(v) == 0 {
+			if v, g, _ = q.buildBatch(); len(v) == 0 {
 				q.txBusy = false
 				return
 			}
 		}
 		tr := q.tr
 		q.mu.Unlock()
-		_, err := tr.writev(v, true)
+		_, err := tr.writev(v, g, true)
 		q.mu.Lock()
-		v = nil
+		v, g = nil, nil
 		if err != nil {
-			q.txFailed()
+			q.txFailed(err)
 			return
 		}
 		q.afterWrite()
@@ -162,19 +173,21 @@ func (q *qp) ackable() uint32 {
 	return q.rcvExpected
 }
 
-// buildBatch collects the frames to write next into q.iovBuf: READ
+// buildBatch collects the frames to write next into q.iovBuf, and beside
+// each iovec the fence of the region it lies in into q.iovGates: READ
 // responses, a NAK, requests (each carrying the current ACK), a DISC, and
 // a standalone ACK if one is wanted and nothing else carried it. Called
 // with mu held by the transmit role's holder.
-func (q *qp) buildBatch() ([][]byte, int) {
+func (q *qp) buildBatch() ([][]byte, []*gate, int) {
 	if q.txDead || q.discSent {
-		return nil, 0
+		return nil, nil, 0
 	}
-	v := q.iovBuf[:0]
+	v, vg := q.iovBuf[:0], q.iovGates[:0]
 	nh, bytes := 0, 0
 	frame := func(h *header) {
 		h.encode(&q.hdrs[nh])
 		v = append(v, q.hdrs[nh][:])
+		vg = append(vg, nil)
 		nh++
 		bytes += hdrLen
 	}
@@ -183,9 +196,10 @@ func (q *qp) buildBatch() ([][]byte, int) {
 		frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
 		if len(r.data) > 0 {
 			v = append(v, r.data)
+			vg = append(vg, r.gate)
 			bytes += len(r.data)
 		}
-		r.data = nil
+		r.data, r.gate = nil, nil
 		q.respHead++
 		q.lastAckSent = r.psn + 1
 	}
@@ -231,6 +245,7 @@ func (q *qp) buildBatch() ([][]byte, int) {
 			frame(&h)
 			if h.typ != frameReadReq {
 				v = append(v, s.sg...)
+				vg = append(vg, s.gates...)
 				bytes += int(s.length)
 			}
 			q.sqSent++
@@ -249,20 +264,21 @@ func (q *qp) buildBatch() ([][]byte, int) {
 		q.ackWanted = false
 	}
 	if q.preamble != nil && (nh > 0 || q.preambleDue) {
-		v = append(v, nil)
+		v, vg = append(v, nil), append(vg, nil)
 		copy(v[1:], v)
-		v[0] = q.preamble
+		copy(vg[1:], vg)
+		v[0], vg[0] = q.preamble, nil
 		bytes += len(q.preamble)
 		q.preamble = nil
 		q.preambleTimer.Stop()
 	}
-	q.iovBuf = v[:0]
+	q.iovBuf, q.iovGates = v[:0], vg[:0]
 	if len(q.hdrs) < maxBatchFrames && (nh == len(q.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
 		// Full: the next batches may take more. v keeps the arrays it was
 		// built in until it is written.
 		q.setBatchFrames(min(2*len(q.hdrs), maxBatchFrames))
 	}
-	return v, bytes
+	return v, vg, bytes
 }
 
 // rnrExpired ends an RNR wait: retransmission resumes.
@@ -544,8 +560,36 @@ func (q *qp) rxEnd(err error) {
 // scatter list (newQP), not maxSGE: a stream's QP has one SGE a WR, and
 // every connection holds its scratch.
 type scratch struct {
-	sg [][]byte
-	n  int
+	sg    [][]byte
+	gates []*gate // sg[i]'s region's fence
+	n     int
+}
+
+// readInto reads the next total payload bytes into the scratch list's
+// slices, in order. fenced reports that one of their regions was
+// deregistered meanwhile (fence.go): the bytes from there on were skipped,
+// and nothing after the Dereg landed in it.
+func (q *qp) readInto(sc *scratch, total int) (fenced bool, err error) {
+	defer func() {
+		clear(sc.sg[:sc.n])
+		clear(sc.gates[:sc.n])
+	}()
+	left := total
+	for i := 0; i < sc.n && left > 0; i++ {
+		b := sc.sg[i]
+		if len(b) > left {
+			b = b[:left]
+		}
+		err := q.tr.readPayload(b, sc.gates[i])
+		left -= len(b)
+		if err == errFenced {
+			return true, q.tr.discard(left)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // rxFrame reads and executes one frame.
@@ -681,14 +725,24 @@ func (q *qp) onReadResp(h *header, sc *scratch) error {
 		return errProtocol
 	}
 	sc.n = copy(sc.sg, s.sg)
+	copy(sc.gates, s.gates)
 	q.mu.Unlock()
-	for i := 0; i < sc.n; i++ {
-		if err := q.tr.readPayload(sc.sg[i]); err != nil {
-			return err
-		}
-		sc.sg[i] = nil
+	fenced, err := q.readInto(sc, int(h.len))
+	if err != nil {
+		return err
 	}
 	q.mu.Lock()
+	if fenced {
+		// The READ's own buffer was deregistered while the response came
+		// in: it fails, as a NIC's does, and the QP goes to ERR.
+		if q.state != verbs.QPSErr && q.state != verbs.QPSReset && !seqLT(p, q.sqHead) {
+			q.progress++
+			q.completeTo(p)
+			q.flush(p, verbs.WCLocProtErr, true)
+		}
+		q.mu.Unlock()
+		return nil
+	}
 	if q.state != verbs.QPSErr && q.state != verbs.QPSReset && !seqLT(p, q.sqHead) {
 		q.progress++
 		q.completeTo(p + 1)
@@ -735,7 +789,8 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		q.mu.Unlock()
 		return false, q.tr.discard(h.payloadLen())
 	}
-	var dst []byte // WRITE / READ target
+	var dst []byte  // WRITE / READ target
+	var fence *gate // its region's
 	if h.typ == frameWrite || h.typ == frameWriteImm || h.typ == frameReadReq {
 		need := verbs.AccessRemoteWrite
 		if h.typ == frameReadReq {
@@ -746,6 +801,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 			ok := m != nil && m.access&need != 0
 			if ok {
 				dst, ok = m.slice(h.raddr, h.len)
+				fence = &m.fence
 			}
 			if !ok {
 				// Class C error: NAK the requester, and the responder's
@@ -770,7 +826,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		if q.respTail-q.respHead == uint32(len(q.resp)) {
 			q.growResp()
 		}
-		q.resp[q.respTail&uint32(len(q.resp)-1)] = readResp{psn: h.psn, data: dst}
+		q.resp[q.respTail&uint32(len(q.resp)-1)] = readResp{psn: h.psn, data: dst, gate: fence}
 		q.respTail++
 		q.rcvExpected++
 		q.kick()
@@ -778,7 +834,14 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		return true, nil
 	case frameWrite:
 		q.mu.Unlock()
-		if err := q.tr.readPayload(dst); err != nil {
+		err := q.tr.readPayload(dst, fence)
+		if err == errFenced {
+			q.mu.Lock()
+			q.accessCut()
+			q.mu.Unlock()
+			return false, nil
+		}
+		if err != nil {
 			return false, err
 		}
 		q.mu.Lock()
@@ -814,28 +877,40 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 			return false, q.tr.discard(h.payloadLen())
 		}
 		sc.n = copy(sc.sg, r.sg)
+		copy(sc.gates, r.gates)
 	}
 	q.popRecv()
 	q.mu.Unlock()
+	var fenced bool
 	if h.typ == frameWriteImm {
-		if err := q.tr.readPayload(dst); err != nil {
-			return false, err
+		if err = q.tr.readPayload(dst, fence); err == errFenced {
+			fenced, err = true, nil
 		}
 	} else {
-		left := int(h.len)
-		for i := 0; i < sc.n && left > 0; i++ {
-			b := sc.sg[i]
-			if len(b) > left {
-				b = b[:left]
-			}
-			if err := q.tr.readPayload(b); err != nil {
-				return false, err
-			}
-			left -= len(b)
-			sc.sg[i] = nil
-		}
+		fenced, err = q.readInto(sc, int(h.len))
+	}
+	if err != nil {
+		return false, err
 	}
 	q.mu.Lock()
+	if fenced {
+		// The target region went away while the payload came in: for a
+		// WRITE WITH IMMEDIATE its memory (a remote access error, as when
+		// the rkey is gone), for a SEND the receive WR's buffer (a local
+		// protection error here, a remote operational error there).
+		wc.Status = verbs.WCWRFlushErr
+		syn := uint32(nakRemAccess)
+		if h.typ != frameWriteImm {
+			wc.Status, syn = verbs.WCLocProtErr, nakRemOp
+		}
+		if q.state != verbs.QPSErr && q.state != verbs.QPSReset {
+			q.rcq.push(&wc, false)
+			q.flush(0, 0, false)
+			q.nak(syn)
+		}
+		q.mu.Unlock()
+		return false, nil
+	}
 	q.rcvExpected++
 	if q.state != verbs.QPSErr && q.state != verbs.QPSReset {
 		if !q.rcq.push(&wc, h.flags&flagSolicited != 0) {
@@ -844,6 +919,17 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 	}
 	q.mu.Unlock()
 	return true, nil
+}
+
+// accessCut fails the request whose target region was deregistered while
+// its payload came in (the rest was skipped): a remote access error, as
+// when the rkey is no longer there. Called with mu held.
+func (q *qp) accessCut() {
+	if q.state == verbs.QPSErr || q.state == verbs.QPSReset {
+		return
+	}
+	q.flush(0, 0, false)
+	q.nak(nakRemAccess)
 }
 
 // disconnect starts an orderly teardown: the QP flushes, a DISC goes to

@@ -88,14 +88,17 @@ func (m *memTransport) readHeader(h *[hdrLen]byte) error {
 	_, err := io.ReadFull(m.r, h[:])
 	return err
 }
-func (m *memTransport) readPayload(dst []byte) error { _, err := io.ReadFull(m.r, dst); return err }
+func (m *memTransport) readPayload(dst []byte, _ *gate) error {
+	_, err := io.ReadFull(m.r, dst)
+	return err
+}
 func (m *memTransport) discard(n int) error {
 	_, err := io.CopyN(io.Discard, m.r, int64(n))
 	return err
 }
 func (m *memTransport) setIdle(func(bool) bool) {}
 func (m *memTransport) interrupt()              {}
-func (m *memTransport) writev(bufs [][]byte, wait bool) (int, error) {
+func (m *memTransport) writev(bufs [][]byte, _ []*gate, wait bool) (int, error) {
 	n := 0
 	for _, b := range bufs {
 		n += len(b)

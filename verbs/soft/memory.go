@@ -29,6 +29,7 @@ type mr struct {
 	key    uint32
 	access verbs.Access
 	dead   atomic.Bool
+	fence  gate // every copy the engine makes to or from buf passes it (fence.go)
 }
 
 const validAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
@@ -135,11 +136,15 @@ func (m *mr) LKey() uint32         { return m.key }
 func (m *mr) RKey() uint32         { return m.key }
 func (m *mr) Access() verbs.Access { return m.access }
 
+// Dereg removes the region's key from the table, so that no request
+// finds it any more, and then closes its fence: it returns once no copy is
+// in it, and none starts after. An access a peer is still feeding is cut
+// off, not waited for (fence.go).
 func (m *mr) Dereg() error {
 	p := m.pd
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if m.dead.Swap(true) {
+		p.mu.Unlock()
 		return verbs.ErrClosed
 	}
 	old := p.table()
@@ -150,5 +155,7 @@ func (m *mr) Dereg() error {
 	p.mrs.Store(&tbl)
 	p.free = append(p.free, idx)
 	p.nMR--
+	p.mu.Unlock()
+	m.fence.close()
 	return nil
 }

@@ -23,6 +23,7 @@ type sendSlot struct {
 	rkey      uint32
 	length    uint32
 	sg        [][]byte
+	gates     []*gate // sg[i]'s region's fence (nil for inline data)
 	inl       []byte
 	status    verbs.WCStatus // a local error found at post time, reported in order
 	rnr       int            // RNR NAKs received for this WR
@@ -34,6 +35,7 @@ type sendSlot struct {
 type recvSlot struct {
 	wrid   uint64
 	sg     [][]byte
+	gates  []*gate // sg[i]'s region's fence
 	length uint64
 	status verbs.WCStatus
 	n      uint32
@@ -42,6 +44,7 @@ type recvSlot struct {
 type readResp struct {
 	psn  uint32
 	data []byte
+	gate *gate // data's region's fence
 }
 
 // qp is an RC queue pair: its queues, its state, and (once connected) the
@@ -96,6 +99,7 @@ type qp struct {
 	txBusy     bool
 	txDead     bool
 	iovBuf     [][]byte       // a batch's iovecs
+	iovGates   []*gate        // iovBuf[i]'s region's fence, nil for headers and inline data
 	hdrs       [][hdrLen]byte // a batch's frame headers: a few, up to maxBatchFrames as batches fill
 	discWanted bool
 	discSent   bool
@@ -176,6 +180,7 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 	q.rq = q.newRecvSlots(rqStartSlots)
 	q.setBatchFrames(min(batchStartFrames, maxBatchFrames))
 	q.rx.sc.sg = make([][]byte, max(c.MaxSendSGE, c.MaxRecvSGE))
+	q.rx.sc.gates = make([]*gate, len(q.rx.sc.sg))
 	q.rnrTimer = time.AfterFunc(time.Hour, q.rnrExpired)
 	q.rnrTimer.Stop()
 	q.wdTimer = time.AfterFunc(time.Hour, q.watchdog)
@@ -281,7 +286,7 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 	s.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
 	s.solicited = wr.Flags&verbs.SendSolicited != 0
 	s.status, s.rnr = verbs.WCSuccess, 0
-	s.sg = s.sg[:0]
+	s.sg, s.gates = s.sg[:0], s.gates[:0]
 	var total uint64
 	if inline {
 		s.inl = s.inl[:0]
@@ -291,6 +296,7 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 		total = uint64(len(s.inl))
 		if total > 0 {
 			s.sg = append(s.sg, s.inl)
+			s.gates = append(s.gates, nil)
 		}
 	} else {
 		need := verbs.Access(0)
@@ -314,6 +320,7 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 				continue
 			}
 			s.sg = append(s.sg, b)
+			s.gates = append(s.gates, &m.fence)
 		}
 	}
 	if total > maxMsgSize && s.status == verbs.WCSuccess {
@@ -382,7 +389,7 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 	}
 	r := q.recvAt(q.rqTail)
 	r.wrid, r.status, r.length, r.n = wr.WRID, verbs.WCSuccess, 0, 1
-	r.sg = r.sg[:0]
+	r.sg, r.gates = r.sg[:0], r.gates[:0]
 	for i := range wr.SG {
 		g := &wr.SG[i]
 		r.length += uint64(g.Length)
@@ -400,6 +407,7 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 			continue
 		}
 		r.sg = append(r.sg, b)
+		r.gates = append(r.gates, &m.fence)
 	}
 	q.rqTail++
 	q.rqWRs++
@@ -415,7 +423,7 @@ func (q *qp) popRecv() {
 	r := q.recvAt(q.rqHead)
 	q.rqWRs--
 	if r.n--; r.n == 0 {
-		r.sg = r.sg[:0]
+		r.sg, r.gates = r.sg[:0], r.gates[:0]
 		q.rqHead++
 	}
 }
@@ -466,7 +474,7 @@ func (q *qp) flush(errPSN uint32, errStatus verbs.WCStatus, hasErr bool) {
 		if hasErr && q.sqHead == errPSN {
 			wc.Status = errStatus
 		}
-		s.sg = s.sg[:0]
+		s.sg, s.gates = s.sg[:0], s.gates[:0]
 		q.sqHead++
 		q.scq.push(&wc, false)
 	}
@@ -575,7 +583,8 @@ func (q *qp) setState(s verbs.QPState) {
 	case verbs.QPSReset:
 		// RESET forgets every WR without completing it, as on hardware.
 		for q.sqHead != q.sqTail {
-			q.slot(q.sqHead).sg = q.slot(q.sqHead).sg[:0]
+			s := q.slot(q.sqHead)
+			s.sg, s.gates = s.sg[:0], s.gates[:0]
 			q.sqHead++
 		}
 		q.sqSent = q.sqTail

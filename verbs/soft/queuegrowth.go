@@ -34,12 +34,14 @@ func (q *qp) newSendSlots(n int) []sendSlot {
 	sq := make([]sendSlot, n)
 	k := q.cap.MaxSendSGE
 	sgs := make([][]byte, n*k)
+	gates := make([]*gate, n*k)
 	var inl []byte
 	if q.cap.MaxInlineData > 0 {
 		inl = make([]byte, n*q.cap.MaxInlineData)
 	}
 	for i := range sq {
 		sq[i].sg = sgs[i*k : i*k : (i+1)*k]
+		sq[i].gates = gates[i*k : i*k : (i+1)*k]
 		if inl != nil {
 			sq[i].inl = inl[i*q.cap.MaxInlineData : i*q.cap.MaxInlineData : (i+1)*q.cap.MaxInlineData]
 		}
@@ -55,9 +57,9 @@ func (q *qp) growSQ() {
 	mask := uint32(len(sq) - 1)
 	for p := q.sqHead; p != q.sqTail; p++ {
 		old, s := q.slot(p), &sq[p&mask]
-		sg, inl := s.sg, s.inl
+		sg, gates, inl := s.sg, s.gates, s.inl
 		*s = *old
-		s.sg, s.inl = append(sg, old.sg...), inl
+		s.sg, s.gates, s.inl = append(sg, old.sg...), append(gates, old.gates...), inl
 	}
 	q.sq = sq
 }
@@ -67,8 +69,10 @@ func (q *qp) newRecvSlots(n int) []recvSlot {
 	rq := make([]recvSlot, n)
 	k := q.cap.MaxRecvSGE
 	sgs := make([][]byte, n*k)
+	gates := make([]*gate, n*k)
 	for i := range rq {
 		rq[i].sg = sgs[i*k : i*k : (i+1)*k]
+		rq[i].gates = gates[i*k : i*k : (i+1)*k]
 	}
 	return rq
 }
@@ -80,9 +84,9 @@ func (q *qp) growRQ() {
 	mask := uint32(len(rq) - 1)
 	for i := q.rqHead; i != q.rqTail; i++ {
 		old, r := q.recvAt(i), &rq[i&mask]
-		sg := r.sg
+		sg, gates := r.sg, r.gates
 		*r = *old
-		r.sg = append(sg, old.sg...)
+		r.sg, r.gates = append(sg, old.sg...), append(gates, old.gates...)
 	}
 	q.rq = rq
 }
@@ -107,6 +111,7 @@ func (q *qp) growResp() {
 func (q *qp) setBatchFrames(n int) {
 	q.hdrs = make([][hdrLen]byte, n)
 	q.iovBuf = make([][]byte, 0, n*(1+q.cap.MaxSendSGE)+8)
+	q.iovGates = make([]*gate, 0, cap(q.iovBuf))
 }
 
 // grown reports whether a queue trimIdle shrinks is past its starting

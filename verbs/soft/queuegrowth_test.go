@@ -206,7 +206,7 @@ func TestQPReadResponsesGrow(t *testing.T) {
 	var got []header
 	for len(got) < limit {
 		frames := len(q.hdrs)
-		v, _ := q.buildBatch()
+		v, _, _ := q.buildBatch()
 		require.NotEmpty(t, v)
 		for i := 0; i < len(v); i++ {
 			var hb [hdrLen]byte

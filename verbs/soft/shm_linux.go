@@ -1078,7 +1078,11 @@ func (t *shmTransport) readHeader(h *[hdrLen]byte) error {
 	return nil
 }
 
-func (t *shmTransport) readPayload(dst []byte) error {
+// readPayload fills dst, in the region fenced by g (nil: none). The fence
+// is held only while a record's bytes, already in the ring, are copied;
+// once it is closed the rest of dst is skipped and the read returns
+// errFenced.
+func (t *shmTransport) readPayload(dst []byte, g *gate) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -1093,7 +1097,15 @@ func (t *shmTransport) readPayload(dst []byte) error {
 			}
 			return err
 		}
-		dst = dst[t.take(dst):]
+		if !g.enter() {
+			if err := t.discard(len(dst)); err != nil {
+				return err
+			}
+			return errFenced
+		}
+		n := t.take(dst)
+		g.exit()
+		dst = dst[n:]
 	}
 	return nil
 }
@@ -1340,7 +1352,11 @@ func (t *shmTransport) appendData(b []byte) (int, error) {
 	}
 }
 
-func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
+// writev copies bufs into the ring; gates, if not nil, holds beside each
+// buffer the fence of the region it lies in, held only while a piece of it
+// is copied. Once one of those is closed nothing more is read from its
+// buffer, and writev returns errFenced.
+func (t *shmTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, error) {
 	if !t.enter() {
 		return 0, net.ErrClosed
 	}
@@ -1359,7 +1375,16 @@ func (t *shmTransport) writev(bufs [][]byte, wait bool) (int, error) {
 			i, off = i+1, 0
 			continue
 		}
+		var g *gate
+		if gates != nil {
+			g = gates[i]
+		}
+		if !g.enter() {
+			t.publish()
+			return n, errFenced
+		}
 		k, err := t.appendData(b)
+		g.exit()
 		if err != nil {
 			t.publish()
 			return n, err

@@ -72,7 +72,7 @@ func shmPair(t testing.TB) (a, b *shmTransport) {
 // frame writes a header-like 32-byte block and a payload, as the engine does.
 func writeFrame(tr transport, hdr *[hdrLen]byte, payload []byte, v [][]byte) error {
 	v = append(v[:0], hdr[:], payload)
-	_, err := tr.writev(v, true)
+	_, err := tr.writev(v, nil, true)
 	return err
 }
 
@@ -129,8 +129,8 @@ func TestShmTransportStream(t *testing.T) {
 		dst := got[:len(r.src)]
 		// Read in two pieces, as the engine does with scatter lists.
 		k := len(dst) / 3
-		require.NoError(t, b.readPayload(dst[:k]))
-		require.NoError(t, b.readPayload(dst[k:]))
+		require.NoError(t, b.readPayload(dst[:k], nil))
+		require.NoError(t, b.readPayload(dst[k:], nil))
 		require.True(t, bytes.Equal(r.src, dst), "frame %d payload differs", i)
 	}
 	require.NoError(t, <-errc)
@@ -151,18 +151,18 @@ func TestShmTransportAllocs(t *testing.T) {
 	v := make([][]byte, 0, 4)
 	run := func() {
 		v = append(v[:0], hdr[:], small)
-		if _, err := a.writev(v, true); err != nil {
+		if _, err := a.writev(v, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		v = append(v[:0], hdr[:], big)
-		if _, err := a.writev(v, true); err != nil {
+		if _, err := a.writev(v, nil, true); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range [][]byte{dst[:64], dst} {
 			if err := b.readHeader(&h); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.readPayload(p); err != nil {
+			if err := b.readPayload(p, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -248,16 +248,16 @@ func TestShmTransportFullRing(t *testing.T) {
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
-	n, err := a.writev([][]byte{payload}, false)
+	n, err := a.writev([][]byte{payload}, nil, false)
 	require.NoError(t, err)
 	assert.Less(t, n, len(payload), "a non-blocking write takes only what fits")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.writev([][]byte{payload[n:]}, true)
+		_, err := a.writev([][]byte{payload[n:]}, nil, true)
 		errc <- err
 	}()
 	got := make([]byte, len(payload))
-	require.NoError(t, b.readPayload(got))
+	require.NoError(t, b.readPayload(got, nil))
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got)
 }
@@ -281,7 +281,7 @@ func TestShmTransportReaderAndWriterAsleep(t *testing.T) {
 			}
 			startWriter := func() {
 				go func() {
-					_, err := a.writev([][]byte{payload}, true)
+					_, err := a.writev([][]byte{payload}, nil, true)
 					writec <- err
 				}()
 			}
@@ -305,7 +305,7 @@ func TestShmTransportReaderAndWriterAsleep(t *testing.T) {
 			// The peer drains a's ring: the writer, not the reader, ends.
 			got := make([]byte, len(payload))
 			drained := make(chan error, 1)
-			go func() { drained <- b.readPayload(got) }()
+			go func() { drained <- b.readPayload(got, nil) }()
 			select {
 			case err := <-writec:
 				require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestShmTransportReaderAndWriterAsleep(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 			require.NoError(t, a.setReadDeadline(time.Time{}))
-			require.NoError(t, b.readPayload(got))
+			require.NoError(t, b.readPayload(got, nil))
 			require.NoError(t, <-writec)
 			assert.Equal(t, payload, got)
 		})
@@ -383,7 +383,7 @@ func FuzzShmRing(f *testing.F) {
 			if err := b.readHeader(&h); err != nil {
 				return
 			}
-			if err := b.readPayload(dst[:int(h[0])*256]); err != nil {
+			if err := b.readPayload(dst[:int(h[0])*256], nil); err != nil {
 				return
 			}
 		}
@@ -401,17 +401,17 @@ func TestShmTransportPartialWriteLeavesVector(t *testing.T) {
 		payload[i] = byte(i * 13)
 	}
 	v := [][]byte{hdr, payload}
-	n, err := a.writev(v, false)
+	n, err := a.writev(v, nil, false)
 	require.NoError(t, err)
 	require.Less(t, n, len(hdr)+len(payload))
 	require.Len(t, v[1], len(payload), "writev changed the caller's vector")
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.writev(trimVec(v, n), true)
+		_, err := a.writev(trimVec(v, n), nil, true)
 		errc <- err
 	}()
 	got := make([]byte, len(hdr)+len(payload))
-	require.NoError(t, b.readPayload(got))
+	require.NoError(t, b.readPayload(got, nil))
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got[hdrLen:])
 }

@@ -202,7 +202,7 @@ func (s *switchTransport) due() bool {
 // with wmu held, at a frame boundary.
 func (s *switchTransport) sendCtl(wait bool) (done bool, err error) {
 	s.one[0] = s.ctl[s.ctlOff:]
-	n, err := s.tcp.writev(s.one[:], wait)
+	n, err := s.tcp.writev(s.one[:], nil, wait)
 	s.one[0] = nil
 	s.ctlOff += n
 	if err != nil || s.ctlOff < hdrLen {
@@ -264,16 +264,16 @@ func (s *switchTransport) endStream() error {
 	return s.tcp.closeWrite()
 }
 
-func (s *switchTransport) writev(bufs [][]byte, wait bool) (int, error) {
+func (s *switchTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, error) {
 	if w := s.wr.Load(); w != nil {
-		return w.writev(bufs, wait)
+		return w.writev(bufs, gates, wait)
 	}
 	if wait {
 		s.wmu.Lock()
 	} else if !s.wmu.TryLock() {
 		return 0, nil // a control header is being sent: nothing fits now
 	}
-	n, err := s.writevTCP(bufs, wait)
+	n, err := s.writevTCP(bufs, gates, wait)
 	s.wmu.Unlock()
 	if err == nil && s.wr.Load() == nil && (s.ok.Load() != nil || s.invite.Load()) {
 		// A control header may have become due during the call, whoever
@@ -285,14 +285,14 @@ func (s *switchTransport) writev(bufs [][]byte, wait bool) (int, error) {
 }
 
 // writevTCP is writev before the switch; called with wmu held.
-func (s *switchTransport) writevTCP(bufs [][]byte, wait bool) (int, error) {
+func (s *switchTransport) writevTCP(bufs [][]byte, gates []*gate, wait bool) (int, error) {
 	if ok, err := s.sendDue(wait); err != nil || !ok {
 		return 0, err // not waiting, and the socket is full
 	}
 	if w := s.wr.Load(); w != nil {
-		return w.writev(bufs, wait)
+		return w.writev(bufs, gates, wait)
 	}
-	n, err := s.tcp.writev(bufs, wait)
+	n, err := s.tcp.writev(bufs, gates, wait)
 	if err == nil {
 		total := 0
 		for _, b := range bufs {
@@ -380,12 +380,12 @@ func (s *switchTransport) switchRead() error {
 	return nil
 }
 
-func (s *switchTransport) readPayload(dst []byte) error {
+func (s *switchTransport) readPayload(dst []byte, g *gate) error {
 	if s.rd != nil {
-		return s.rd.readPayload(dst)
+		return s.rd.readPayload(dst, g)
 	}
 	s.count(len(dst))
-	return s.tcp.readPayload(dst)
+	return s.tcp.readPayload(dst, g)
 }
 
 func (s *switchTransport) discard(n int) error {

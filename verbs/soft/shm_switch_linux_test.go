@@ -89,12 +89,12 @@ func streamFrames(tr transport, n int, pattern int64, at func(i int)) (int, erro
 		if sw != nil && switched == n && sw.wr.Load() != nil {
 			switched = i
 		}
-		w, err := tr.writev(v, false)
+		w, err := tr.writev(v, nil, false)
 		if err != nil {
 			return switched, err
 		}
 		if rest := trimVec(v, w); len(rest) > 0 {
-			if _, err := tr.writev(rest, true); err != nil {
+			if _, err := tr.writev(rest, nil, true); err != nil {
 				return switched, err
 			}
 		}
@@ -141,7 +141,7 @@ func readFrames(tr transport, n int) error {
 			return fmt.Errorf("frame %d: PSN %d, %d bytes", i, d.psn, d.len)
 		}
 		p := buf[:d.len]
-		if err := tr.readPayload(p); err != nil {
+		if err := tr.readPayload(p, nil); err != nil {
 			return fmt.Errorf("frame %d payload: %w", i, err)
 		}
 		fillFrame(want[:d.len], i)
@@ -376,7 +376,7 @@ func TestSwitchTransportWaitsForFrameEnd(t *testing.T) {
 		return [][]byte{h[:], p}
 	}
 	v := frame(0)
-	n, err := a.writev(v, false)
+	n, err := a.writev(v, nil, false)
 	require.NoError(t, err)
 	require.Less(t, n, hdrLen+big, "the socket took the whole frame: no partial write to test")
 
@@ -397,7 +397,7 @@ func TestSwitchTransportWaitsForFrameEnd(t *testing.T) {
 				got <- fmt.Errorf("frame %d: %+v %v", i, d, err)
 				return
 			}
-			if err := b.readPayload(p); err != nil {
+			if err := b.readPayload(p, nil); err != nil {
 				got <- err
 				return
 			}
@@ -421,12 +421,12 @@ func TestSwitchTransportWaitsForFrameEnd(t *testing.T) {
 	require.True(t, a.wr.Load() == nil, "switched inside a frame")
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := a.writev(trimVec(v, n), true)
+		_, err := a.writev(trimVec(v, n), nil, true)
 		if err == nil && a.wr.Load() == nil {
 			err = errors.New("no switch after the frame ended")
 		}
 		if err == nil {
-			_, err = a.writev(frame(1), true)
+			_, err = a.writev(frame(1), nil, true)
 		}
 		wrote <- err
 	}()
@@ -498,11 +498,11 @@ func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
 	(&header{typ: frameSend, len: 1000}).encode(&h)
 	p := make([]byte, 1000)
 	for i := 0; i < 3; i++ {
-		_, err := s.writev([][]byte{h[:], p}, true)
+		_, err := s.writev([][]byte{h[:], p}, nil, true)
 		require.NoError(t, err)
 	}
 	assert.False(t, listening(), "listening after %d bytes", s.moved.Load())
-	_, err := s.writev([][]byte{h[:], p}, true)
+	_, err := s.writev([][]byte{h[:], p}, nil, true)
 	require.NoError(t, err)
 	assert.True(t, listening(), "not listening after %d bytes", s.moved.Load())
 	s.wmu.Lock()

@@ -45,7 +45,8 @@ type tcpTransport struct {
 	readFn   func(fd uintptr) bool
 	onIdle   func(boundary bool) bool
 	idled    bool
-	boundary bool // the current read is between frames
+	boundary bool  // the current read is between frames
+	rgate    *gate // the fence of the region a payload read fills (fence.go)
 
 	// The socket's read deadline is both the engine's deadline and, set
 	// in the past, interrupt's way to wake a parked read. dlMu orders the
@@ -65,6 +66,7 @@ type tcpTransport struct {
 	wn      int
 	wwait   bool
 	werr    error
+	wgates  []*gate // beside wbufs: their regions' fences, or nil
 	writeFn func(fd uintptr) bool
 	wsmall  [512]byte
 	wone    [1][]byte
@@ -160,6 +162,12 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 
 func (t *tcpTransport) doRead(fd uintptr) bool {
 	for {
+		// The system call copies into the region only while it runs, and
+		// it never waits: the fence is held for that long only.
+		if !t.rgate.enter() {
+			t.rerr = errFenced
+			return true
+		}
 		var n uintptr
 		var e unix.Errno
 		if t.rcnt == 1 {
@@ -168,6 +176,7 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 		} else {
 			n, _, e = unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&t.riov[0])), uintptr(t.rcnt))
 		}
+		t.rgate.exit()
 		switch e {
 		case 0:
 			t.rn = int(n)
@@ -289,10 +298,24 @@ func (t *tcpTransport) readHeader(h *[hdrLen]byte) error {
 	return nil
 }
 
-func (t *tcpTransport) readPayload(dst []byte) error {
-	n := copy(dst, t.buf[t.r:t.w])
-	t.r += n
-	dst = dst[n:]
+// readPayload fills dst, in the region fenced by g (nil: none). Once g is
+// closed nothing more lands in dst: the rest of it is skipped on the
+// stream and the read returns errFenced.
+func (t *tcpTransport) readPayload(dst []byte, g *gate) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if t.r < t.w {
+		if !g.enter() {
+			return t.skipFenced(len(dst))
+		}
+		n := copy(dst, t.buf[t.r:t.w])
+		g.exit()
+		t.r += n
+		dst = dst[n:]
+	}
+	t.rgate = g
+	defer func() { t.rgate = nil }()
 	for len(dst) > 0 {
 		t.r, t.w = 0, 0
 		// Read ahead into the buffer for the next header, but for large
@@ -309,6 +332,10 @@ func (t *tcpTransport) readPayload(dst []byte) error {
 			t.w = n - len(dst)
 			dst = nil
 		}
+		if err == errFenced {
+			t.rgate = nil
+			return t.skipFenced(len(dst))
+		}
 		if err != nil && len(dst) > 0 {
 			if err == io.EOF {
 				return io.ErrUnexpectedEOF
@@ -317,6 +344,15 @@ func (t *tcpTransport) readPayload(dst []byte) error {
 		}
 	}
 	return nil
+}
+
+// skipFenced skips the n payload bytes a closed fence kept out of their
+// region, so that the stream stays at a frame boundary.
+func (t *tcpTransport) skipFenced(n int) error {
+	if err := t.discard(n); err != nil {
+		return err
+	}
+	return errFenced
 }
 
 func (t *tcpTransport) discard(n int) error {
@@ -343,10 +379,10 @@ func (t *tcpTransport) setIdle(f func(bool) bool) { t.onIdle = f }
 
 func (t *tcpTransport) doWrite(fd uintptr) bool {
 	for t.widx < len(t.wbufs) {
-		k := 0
-		for i := t.widx; i < len(t.wbufs) && k < len(t.wiov); i++ {
-			b := t.wbufs[i]
-			if i == t.widx {
+		k, end := 0, t.widx
+		for ; end < len(t.wbufs) && k < len(t.wiov); end++ {
+			b := t.wbufs[end]
+			if end == t.widx {
 				b = b[t.woff:]
 			}
 			if len(b) == 0 {
@@ -360,12 +396,21 @@ func (t *tcpTransport) doWrite(fd uintptr) bool {
 			t.widx = len(t.wbufs)
 			break
 		}
+		// The kernel copies out of the regions only during the call,
+		// which never waits: their fences are held for that long only.
+		if t.wgates != nil && !enterAll(t.wgates[t.widx:end]) {
+			t.werr = errFenced
+			return true
+		}
 		var n uintptr
 		var e unix.Errno
 		if k == 1 {
 			n, _, e = unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(t.wiov[0].Base)), uintptr(t.wiov[0].Len))
 		} else {
 			n, _, e = unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(k))
+		}
+		if t.wgates != nil {
+			exitAll(t.wgates[t.widx:end])
 		}
 		switch e {
 		case 0:
@@ -397,7 +442,10 @@ func (t *tcpTransport) doWrite(fd uintptr) bool {
 	return true
 }
 
-func (t *tcpTransport) writev(bufs [][]byte, wait bool) (int, error) {
+// writev writes bufs; gates, if not nil, holds beside each buffer the
+// fence of the region it lies in. Once one of those is closed nothing more
+// is read from its buffer, and writev returns errFenced.
+func (t *tcpTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, error) {
 	// Small frames go out as one contiguous write: the kernel's per-iovec
 	// cost outweighs a copy of a few hundred bytes.
 	if len(bufs) > 1 {
@@ -406,21 +454,27 @@ func (t *tcpTransport) writev(bufs [][]byte, wait bool) (int, error) {
 			n += len(b)
 		}
 		if n <= len(t.wsmall) {
+			if gates != nil && !enterAll(gates) {
+				return 0, errFenced
+			}
 			k := 0
 			for _, b := range bufs {
 				k += copy(t.wsmall[k:], b)
 			}
+			if gates != nil {
+				exitAll(gates)
+			}
 			t.wone[0] = t.wsmall[:k]
-			bufs = t.wone[:]
+			bufs, gates = t.wone[:], nil
 		}
 	}
 	if len(bufs) > len(t.wiov) && len(t.wiov) < iovMax {
 		t.wiov = make([]unix.Iovec, min(len(bufs), iovMax))
 	}
-	t.wbufs, t.widx, t.woff, t.wn, t.wwait, t.werr = bufs, 0, 0, 0, wait, nil
+	t.wbufs, t.wgates, t.widx, t.woff, t.wn, t.wwait, t.werr = bufs, gates, 0, 0, 0, wait, nil
 	err := t.rc.Write(t.writeFn)
 	n, werr := t.wn, t.werr
-	t.wbufs = nil
+	t.wbufs, t.wgates = nil, nil
 	clear(t.wiov[:min(len(t.wiov), len(bufs))])
 	if err != nil {
 		return n, err

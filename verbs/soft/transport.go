@@ -30,8 +30,12 @@ type transport interface {
 	// arrive; io.EOF (or another error) when the stream ends, errInterrupted
 	// after interrupt or the idle hook (bytes read so far stay buffered).
 	readHeader(h *[hdrLen]byte) error
-	// readPayload fills dst with the next len(dst) bytes.
-	readPayload(dst []byte) error
+	// readPayload fills dst with the next len(dst) bytes. dst lies in the
+	// region fenced by g (nil: not a registered region's memory); g is
+	// held only while bytes already there are copied, and once it is
+	// closed the rest of dst is skipped on the stream and readPayload
+	// returns errFenced (fence.go).
+	readPayload(dst []byte, g *gate) error
 	// discard skips the next n bytes.
 	discard(n int) error
 	// setIdle installs a hook that the read methods call when they are
@@ -46,8 +50,12 @@ type transport interface {
 	// writev writes the buffers in order. With wait false it never blocks:
 	// it writes what the transport takes now and returns the count (0 and a
 	// nil error when nothing fits). With wait true it returns once all are
-	// written or the transport failed.
-	writev(bufs [][]byte, wait bool) (int, error)
+	// written or the transport failed. gates, if not nil, holds beside
+	// each buffer the fence of the region it lies in, held only while
+	// bytes are copied out of it; once one is closed nothing more of its
+	// buffer is read and writev returns errFenced, the stream left inside
+	// a frame (the engine then closes the transport).
+	writev(bufs [][]byte, gates []*gate, wait bool) (int, error)
 	// closeWrite ends the outgoing stream after what was written (the
 	// peer's reads then end with io.EOF).
 	closeWrite() error

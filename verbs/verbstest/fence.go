@@ -1,0 +1,105 @@
+package verbstest
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// The dereg fence (verbs.MR): once Dereg returns, the provider reads and
+// writes nothing of the region; an access in flight either finished
+// before, or fails at the requester. Each case deregisters the target
+// while a large access is under way, fills the memory with a secret as a
+// program reusing it would, and checks that nothing of the access landed
+// there afterwards, and nothing of the secret left.
+
+func init() {
+	register("DeregFenceWrite", testDeregFenceWrite)
+	register("DeregFenceRead", testDeregFenceRead)
+}
+
+const (
+	fenceSize   = 32 << 20
+	fencePublic = 0x11 // the target's bytes before Dereg
+	fenceSent   = 0x55 // what a WRITE carries
+	fenceSecret = 0xee // the target's bytes after Dereg
+)
+
+func fenceOpts() pairOpts {
+	o := defaultOpts()
+	o.memSize = fenceSize
+	return o
+}
+
+func fillByte(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
+
+// indexOther is the index of the first byte of b that is not v, or -1.
+func indexOther(b []byte, v byte) int {
+	for i, c := range b {
+		if c != v {
+			return i
+		}
+	}
+	return -1
+}
+
+// deregTarget deregisters the server's region and fills it with the
+// secret; the endpoint's release then has no MR left to deregister.
+func deregTarget(t *testing.T, sv *endpoint) {
+	t.Helper()
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	require.NoError(t, sv.mr.Dereg())
+	sv.mr = nil
+	fillByte(sv.buf, fenceSecret)
+}
+
+func testDeregFenceWrite(t *testing.T, s *suite) {
+	c, sv := s.pair(t, fenceOpts())
+	fillByte(c.buf, fenceSent)
+	fillByte(sv.buf, fencePublic)
+	postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: sv.mr.Addr(), RKey: sv.mr.RKey()})
+	// Deregister once the WRITE has started to land (or has landed).
+	deadline := time.Now().Add(s.cfg.Timeout)
+	for sv.buf[0] != fenceSent && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Microsecond)
+	}
+	deregTarget(t, sv)
+	// Whatever its status, once the WRITE completed at the requester no
+	// more of it is on its way.
+	wc := s.poll(t, c.scq, 1)[0]
+	require.Equal(t, uint64(1), wc.WRID)
+	require.Contains(t, []verbs.WCStatus{verbs.WCSuccess, verbs.WCRemAccessErr, verbs.WCRetryExcErr, verbs.WCWRFlushErr}, wc.Status)
+	time.Sleep(20 * time.Millisecond)
+	if i := indexOther(sv.buf, fenceSecret); i >= 0 {
+		t.Fatalf("byte %d of the deregistered region changed after Dereg returned (WRITE %v)", i, wc.Status)
+	}
+}
+
+func testDeregFenceRead(t *testing.T, s *suite) {
+	c, sv := s.pair(t, fenceOpts())
+	fillByte(c.buf, 0)
+	fillByte(sv.buf, fencePublic)
+	postSend(t, c, verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: sv.mr.Addr(), RKey: sv.mr.RKey()})
+	time.Sleep(time.Millisecond) // the response is under way, or done
+	deregTarget(t, sv)
+	wc := s.poll(t, c.scq, 1)[0]
+	require.Equal(t, uint64(2), wc.WRID)
+	require.Contains(t, []verbs.WCStatus{verbs.WCSuccess, verbs.WCRemAccessErr, verbs.WCRetryExcErr, verbs.WCWRFlushErr, verbs.WCRemOpErr}, wc.Status)
+	if i := bytes.IndexByte(c.buf, fenceSecret); i >= 0 {
+		t.Fatalf("the requester received byte %d of what the region held after Dereg returned (READ %v)", i, wc.Status)
+	}
+	if wc.Status == verbs.WCSuccess {
+		require.Equal(t, -1, indexOther(c.buf, fencePublic), "a READ that succeeded carries the region as it was")
+	}
+}
