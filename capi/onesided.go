@@ -118,8 +118,10 @@ func (c *Context) Alloc(size int) (*Mem, error) {
 func (m *Mem) Bytes() []byte { return m.buf }
 
 // Free ends every registration of the memory (its exposures included: later
-// accesses by peers fail) and releases it, after the operations using it
-// have finished. Freeing twice is a no-op.
+// accesses by peers fail) and releases it, after this side's operations
+// using it have finished. A peer's access under way is cut off, not waited
+// for (the dereg fence: see Unexpose), so the memory is unmapped only once
+// nothing can touch it. Freeing twice is a no-op.
 func (m *Mem) Free() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -253,7 +255,10 @@ func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, erro
 }
 
 // Unexpose ends the exposure d, which Expose on this context returned:
-// later accesses by the peer fail.
+// later accesses by the peer fail. Once it returns nothing touches the
+// bytes for that exposure any more, even for an access the peer had under
+// way: such an access finished before, or fails at the peer (ErrRemoteAccess
+// or a broken connection). A stalled peer cannot make Unexpose wait.
 func (c *Context) Unexpose(d Desc) error {
 	const op = "unexpose"
 	pd, err := onesided.Parse(d[:])

@@ -95,7 +95,13 @@
  *    only, with access RDMA_ACCESS_READ, RDMA_ACCESS_WRITE or both, and
  *    fills *desc: RDMA_DESC_SIZE bytes that the peer needs, to be sent to
  *    it (rdma_send(ctx, peer, desc, sizeof *desc)). rdma_unexpose(ctx,
- *    desc) and rdma_free end the exposure: later accesses fail.
+ *    desc) and rdma_free end the exposure: later accesses fail. Once
+ *    either returns, the library and the device touch none of those bytes
+ *    again, even for an access the peer had under way (the memory may be
+ *    reused at once): a READ or WRITE the peer had in flight either
+ *    finished before, or fails at the peer with RDMA_ERR_REMOTE_ACCESS or
+ *    a broken connection. A peer that stalls mid-transfer cannot make
+ *    either call wait for it.
  *  - rdma_write copies len bytes of local at local_off into the range
  *    remote describes, at remote_off, with an RDMA WRITE on the peer's
  *    connection: the peer's CPU takes no part. It returns len once the
