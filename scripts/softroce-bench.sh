@@ -7,12 +7,17 @@
 #
 #   scripts/softroce-bench.sh            (SIZES="64 4096 65536" COUNT=500 LATENCY_COUNT=20000 ROUNDS=3 by default)
 #
-# Ping-pongs are compared like for like. rstream's default loop is
+# Ping-pongs are compared like for like, and are true ping-pongs: rstream
+# runs "-S size -C 1 -I N" (N round trips of one transfer each way; "-C N"
+# would be a burst of N one way and N back). rstream's default loop is
 # nonblocking: both ends poll without ever sleeping (rpoll with a zero
 # timeout), so it stands beside rdma.Conn with Config.BusyPoll
 # ("rdma-busy"); with -T b rstream blocks after rsockets' 10 us of polling
 # ("rstream-blocking"), which stands beside rdma.Conn's default (adaptive
-# PollTime, then sleep). Both ends run in two processes, as rstream's do;
+# PollTime, then sleep); with -T s it runs over the kernel's TCP sockets
+# ("rstream-tcp": C over kernel TCP), and "tcp" is Go's own TCP, the two
+# baselines a user weighs rdma.Conn against. Both ends run in two
+# processes, as rstream's do;
 # "rdma-1p" and "tcp-1p" are the same with both ends in one process.
 # Each ping-pong runs ROUNDS times, interleaved; the median is reported.
 # The 64-byte ping-pongs (and the raw verbs and ib_send_lat ones) run
@@ -55,10 +60,10 @@ ip=\$SOFTROCE_IP
 count() { if [ "\$1" = 64 ]; then echo $LATENCY_COUNT; else echo $COUNT; fi; }
 rstream_pp() { # name size rstream-flags...
 	name=\$1 s=\$2; shift 2
-	rstream -b "\$ip" -S \$s -C \$(count \$s) "\$@" >/dev/null 2>&1 & p=\$!
+	rstream -b "\$ip" -S \$s -C 1 -I \$(count \$s) "\$@" >/dev/null 2>&1 & p=\$!
 	sleep 1
 	# its Gb/sec counts both directions; its usec/xfer is half a round trip
-	rstream -s "\$ip" -S \$s -C \$(count \$s) "\$@" | awk -v n=\$name -v s=\$s '\$1=="custom" {printf "%s pingpong %d %.3f %.2f\n", n, s, \$7*1000/8, 2*\$8}'
+	rstream -s "\$ip" -S \$s -C 1 -I \$(count \$s) "\$@" | awk -v n=\$name -v s=\$s '\$1=="custom" {printf "%s pingpong %d %.3f %.2f\n", n, s, \$7*1000/8, 2*\$8}'
 	wait \$p
 }
 bench() { # name test size softroce-bench-flags...
@@ -73,6 +78,7 @@ for s in $SIZES; do
 		rstream_pp rstream \$s
 		bench rdma-busy pingpong \$s -net rdma -busypoll -procs 2
 		rstream_pp rstream-blocking \$s -T b
+		rstream_pp rstream-tcp \$s -T s
 		bench rdma pingpong \$s -net rdma -procs 2
 		bench tcp pingpong \$s -net tcp -procs 2
 		bench rdma-1p pingpong \$s -net rdma
@@ -144,6 +150,10 @@ awk '
 			rb = median("rdma-busy pingpong " s); rs = median("rstream pingpong " s)
 			rd = median("rdma pingpong " s); rsb = median("rstream-blocking pingpong " s)
 			t = median("tcp pingpong " s); r1 = median("rdma-1p pingpong " s); t1 = median("tcp-1p pingpong " s)
+			ct = median("rstream-tcp pingpong " s)
+			if (ct > 0 && t > 0)
+				printf "pingpong %6d B round trip (us), the baselines: C over kernel TCP (rstream -T s) %.1f, Go TCP %.1f; rdma default/C TCP %.2fx, rdma default/Go TCP %.2fx (by rounds %.2fx), rdma busy/Go TCP %.2fx\n",
+					s, ct, t, rd / ct, rd / t, medratio("rdma pingpong " s, "tcp pingpong " s), rb / t
 			if (rs > 0 && rsb > 0 && t > 0)
 				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx (median of the rounds\047 ratios %.2fx); rdma default %.1f vs rstream -T b %.1f = %.2fx (%.2fx); TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f%s\n",
 					s, rb, rs, rb / rs, medratio("rdma-busy pingpong " s, "rstream pingpong " s),
