@@ -24,7 +24,12 @@ import (
 //	rank j -> rank i    challenge {hdr, nonceA}                      for 0 < i < j: i dials j
 //	rank i -> rank j    mesh      {hdr, rank i, size, token, nonceB, mac("mesh", nonceA, body)}
 //	rank j -> rank i    ack       {hdr, mac("ack", nonceB, nonceA, token)}
+//	listener -> dialer  busy      {hdr}                              (then it closes)
 //
+// A listener with no place for a conn's handshake (acceptor.go) sends busy
+// instead of a challenge, or in place of what follows the dialer's hello;
+// the dialer then dials again (a rank of an earlier release, which does
+// not know busy, fails as it did on the close that came instead).
 // hdr is {magic "RDCJ", version, type}; integers are little-endian uint32;
 // addr is where the rank listens for its lower-ranked peers, one length byte
 // then the text; body is the message from its first byte to the mac. The
@@ -40,6 +45,7 @@ const (
 	msgChallenge = 4
 	msgAck       = 5
 	msgRefuse    = 6
+	msgBusy      = 7
 
 	bootHdrLen = 6
 	nonceLen   = 16
@@ -59,6 +65,10 @@ var errWrongSecret = errors.New("wrong job secret: the ranks of a job must share
 
 // errRefused wraps the reason the root gave for refusing a rank.
 var errRefused = errors.New("the root refused this rank")
+
+// errBusy is what a dialer learns when the listener had no place for its
+// handshake: it dials again.
+var errBusy = errors.New("the listener is busy with other handshakes")
 
 func newNonce() (n nonce, err error) {
 	_, err = crand.Read(n[:])
@@ -97,7 +107,8 @@ func appendHeader(b []byte, typ byte) []byte {
 }
 
 // readHeaderBoot reads a message header and returns its type, which is want
-// or, where refusable, msgRefuse.
+// or, where refusable, msgRefuse. A busy notice, which may come instead of
+// any message a dialer reads, is errBusy.
 func readHeaderBoot(r io.Reader, want byte, refusable bool) (byte, error) {
 	var h [bootHdrLen]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -108,6 +119,9 @@ func readHeaderBoot(r io.Reader, want byte, refusable bool) (byte, error) {
 	}
 	if h[4] != bootVersion {
 		return 0, fmt.Errorf("bootstrap protocol version %d, want %d", h[4], bootVersion)
+	}
+	if h[5] == msgBusy && want != msgHello && want != msgMesh {
+		return 0, errBusy
 	}
 	if h[5] != want && !(refusable && h[5] == msgRefuse) {
 		return 0, fmt.Errorf("bootstrap message type %d, want %d", h[5], want)
@@ -132,6 +146,10 @@ func appendBytes(b []byte, s string) []byte {
 	b = append(b, byte(len(s)))
 	return append(b, s...)
 }
+
+// --- busy --------------------------------------------------------------
+
+func appendBusy(b []byte) []byte { return appendHeader(b, msgBusy) }
 
 // --- challenge ---------------------------------------------------------
 

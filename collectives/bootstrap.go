@@ -201,54 +201,59 @@ func rootHandshake(c net.Conn, p *prover, size int) (arrival, error) {
 }
 
 func memberJoin(ctx context.Context, tr transport, secret []byte, rank, size int, rootAddr, local string, peers []net.Conn, track func(io.Closer) bool, abort func(), deadline time.Time) error {
-	c0, err := dialRetry(ctx, tr, local, rootAddr)
-	if err != nil {
-		return fmt.Errorf("dialing the root at %s: %w", rootAddr, err)
-	}
-	if !track(c0) {
-		return ctx.Err()
-	}
-	peers[0] = c0
-	if local == "" {
-		host, _, err := net.SplitHostPort(c0.LocalAddr().String())
+	var (
+		ln     net.Listener
+		myAddr string
+		tok    token
+		addrs  []string
+		p      = newProver(secret)
+	)
+	// A root with no place for this rank's handshake says so (busy): the
+	// rank dials again, within ctx.
+	for pace := (backoff{}); ; {
+		c, err := dialRetry(ctx, tr, local, rootAddr)
 		if err != nil {
-			return fmt.Errorf("local address %v: %w", c0.LocalAddr(), err)
+			return fmt.Errorf("dialing the root at %s: %w", rootAddr, err)
 		}
-		local = host
-	}
-	ln, err := tr.listen(ctx, net.JoinHostPort(local, "0"))
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
-	if !track(ln) {
-		return ctx.Err()
-	}
-	myAddr := ln.Addr().String()
-	if len(myAddr) > maxAddrLen {
-		return fmt.Errorf("listen address %q too long", myAddr)
-	}
-	if testHookListening != nil {
-		testHookListening(rank, myAddr)
-	}
-	p := newProver(secret)
-	_ = c0.SetDeadline(earliest(deadline, time.Now().Add(helloTimeout)))
-	challenge, err := readChallenge(c0)
-	if err != nil {
-		return &RankError{Rank: 0, Op: "bootstrap", Err: err}
-	}
-	mine, err := newNonce()
-	if err != nil {
-		return err
-	}
-	if _, err := c0.Write(appendHello(nil, p, challenge, rank, size, myAddr, mine)); err != nil {
-		return &RankError{Rank: 0, Op: "bootstrap", Err: err}
-	}
-	// The table comes once every rank has said hello: ctx bounds the wait.
-	_ = c0.SetDeadline(deadline)
-	tok, addrs, err := readTable(c0, p, mine, size)
-	if err != nil {
-		return &RankError{Rank: 0, Op: "bootstrap", Err: err}
+		if !track(c) {
+			return ctx.Err()
+		}
+		if ln == nil {
+			if local == "" {
+				host, _, err := net.SplitHostPort(c.LocalAddr().String())
+				if err != nil {
+					return fmt.Errorf("local address %v: %w", c.LocalAddr(), err)
+				}
+				local = host
+			}
+			ln, err = tr.listen(ctx, net.JoinHostPort(local, "0"))
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
+			if !track(ln) {
+				return ctx.Err()
+			}
+			myAddr = ln.Addr().String()
+			if len(myAddr) > maxAddrLen {
+				return fmt.Errorf("listen address %q too long", myAddr)
+			}
+			if testHookListening != nil {
+				testHookListening(rank, myAddr)
+			}
+		}
+		tok, addrs, err = helloRoot(c, p, rank, size, myAddr, deadline)
+		if err == nil {
+			peers[0] = c
+			break
+		}
+		c.Close()
+		if !errors.Is(err, errBusy) {
+			return &RankError{Rank: 0, Op: "bootstrap", Err: err}
+		}
+		if !pace.wait(ctx) {
+			return fmt.Errorf("the root at %s: %w", rootAddr, err)
+		}
 	}
 
 	// Accept the lower ranks (other than 0) while dialing the higher ones.
@@ -289,28 +294,15 @@ func memberJoin(ctx context.Context, tr transport, secret []byte, rank, size int
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// The peer listens already (the root sent the table after every
-			// rank said where it listens): a failure is transient, retry for
-			// a while; a peer that failed for good makes this rank fail too.
-			dctx, cancel := context.WithTimeout(ctx, meshDialPatience)
-			c, err := dialRetry(dctx, tr, local, addrs[j])
-			cancel()
+			c, err := meshLink(ctx, tr, secret, rank, size, local, addrs[j], tok, track, deadline)
 			if err != nil {
 				errs <- &RankError{Rank: j, Op: "bootstrap", Err: err}
 				abort()
 				return
 			}
-			if !track(c) {
-				return
+			if c != nil {
+				peers[j] = c
 			}
-			_ = c.SetDeadline(earliest(deadline, time.Now().Add(helloTimeout)))
-			if err := meshDial(c, newProver(secret), rank, size, tok); err != nil {
-				errs <- &RankError{Rank: j, Op: "bootstrap", Err: err}
-				abort()
-				return
-			}
-			_ = c.SetDeadline(deadline)
-			peers[j] = c
 		}()
 	}
 	wg.Wait()
@@ -322,6 +314,57 @@ func memberJoin(ctx context.Context, tr transport, secret []byte, rank, size int
 		return ctx.Err()
 	}
 	return nil
+}
+
+// helloRoot runs a rank's side of the handshake with the root on c: it
+// returns the session token and the table of listen addresses, or errBusy
+// if the root had no place for c.
+func helloRoot(c net.Conn, p *prover, rank, size int, myAddr string, deadline time.Time) (tok token, addrs []string, err error) {
+	// The root challenges c once c has a place, which may take a while
+	// when every place is held (acceptor.go): the bootstrap's deadline
+	// bounds the wait. The table comes once every rank has said hello.
+	_ = c.SetDeadline(deadline)
+	challenge, err := readChallenge(c)
+	if err != nil {
+		return tok, nil, err
+	}
+	mine, err := newNonce()
+	if err != nil {
+		return tok, nil, err
+	}
+	if _, err := c.Write(appendHello(nil, p, challenge, rank, size, myAddr, mine)); err != nil {
+		return tok, nil, err
+	}
+	return readTable(c, p, mine, size)
+}
+
+// meshLink dials the listener of a higher rank at addr and runs the mesh
+// handshake; a listener with no place for it says so (busy), and it dials
+// again, within ctx. A nil conn and error: track refused it (ctx ended).
+func meshLink(ctx context.Context, tr transport, secret []byte, rank, size int, local, addr string, tok token, track func(io.Closer) bool, deadline time.Time) (net.Conn, error) {
+	for pace := (backoff{}); ; {
+		// The peer listens already (the root sent the table after every
+		// rank said where it listens): a failure is transient, retry for
+		// a while; a peer that failed for good makes this rank fail too.
+		dctx, cancel := context.WithTimeout(ctx, meshDialPatience)
+		c, err := dialRetry(dctx, tr, local, addr)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		if !track(c) {
+			return nil, nil
+		}
+		_ = c.SetDeadline(deadline) // the wait for a place included
+		err = meshDial(c, newProver(secret), rank, size, tok)
+		if err == nil {
+			return c, nil
+		}
+		c.Close()
+		if !errors.Is(err, errBusy) || !pace.wait(ctx) {
+			return nil, err
+		}
+	}
 }
 
 // meshHandshake runs the listening side of a mesh link at rank: it returns
@@ -370,20 +413,30 @@ var testHookListening func(rank int, addr string)
 // dialRetry dials until it succeeds or ctx ends: ranks start in any order,
 // and the root may not listen yet.
 func dialRetry(ctx context.Context, tr transport, local, addr string) (net.Conn, error) {
-	wait := 10 * time.Millisecond
-	for {
+	for pace := (backoff{}); ; {
 		c, err := tr.dial(ctx, local, addr)
 		if err == nil {
 			return c, nil
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !pace.wait(ctx) {
 			return nil, err
-		case <-t.C:
 		}
-		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// backoff paces the retries of a dial: 10 ms, doubling up to 500 ms.
+type backoff struct{ d time.Duration }
+
+// wait waits for the next retry: false if ctx ended first.
+func (b *backoff) wait(ctx context.Context) bool {
+	b.d = min(max(2*b.d, 10*time.Millisecond), 500*time.Millisecond)
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

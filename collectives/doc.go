@@ -71,8 +71,17 @@
 // Join builds the group's conns: rank 0 listens at the root address, the
 // other ranks dial it and listen for their lower-ranked peers. Every conn a
 // bootstrap listener accepts is heard out in a goroutine of its own under a
-// deadline of its own (10 s, or ctx's if sooner; at most 256 at once), so
-// silent or hostile conns delay nobody. With a job secret (Bootstrap.Secret
+// deadline of its own (10 s, or ctx's if sooner), in one of 256 places, at
+// most 32 of them for one remote host (an IPv6 host counts as its /64), so
+// that silent or hostile conns from one host delay nobody on another. A
+// newcomer from a host that holds all its places takes the place of the
+// host's oldest conn once that has held it for a second, and is otherwise
+// told the listener is busy; with every place held, the listener accepts
+// nothing until a place is given back or has been held for a second. A
+// rank told its listener is busy dials again within ctx: a full listener
+// delays a rank, never fails it. (Conns from one host compete among
+// themselves: a hostile process that dials from a rank's own address
+// without pause can keep that rank waiting.) With a job secret (Bootstrap.Secret
 // or RDMA_JOB_SECRET, set once by whoever launches the job; cmd/rdmarun
 // makes one up) a process joins only by proving it holds the secret: an
 // HMAC-SHA256 over a fresh nonce of the side it connects to, which proves it

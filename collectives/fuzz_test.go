@@ -3,6 +3,7 @@ package collectives
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -69,8 +70,11 @@ func FuzzBootstrapMessages(f *testing.F) {
 	f.Add(appendMesh(nil, p, challenge, 2, 4, tok, mine))
 	f.Add(appendAck(nil, p, mine, challenge, tok))
 	f.Add([]byte("RDCJ\x02"))
+	f.Add(appendBusy(nil))
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		_, _ = readChallenge(bytes.NewReader(msg))
+		if _, err := readChallenge(bytes.NewReader(msg)); errors.Is(err, errBusy) && !bytes.HasPrefix(msg, appendBusy(nil)) {
+			t.Fatalf("busy read from %q", msg)
+		}
 		if h, err := readHello(bytes.NewReader(msg), p, challenge, 4); err == nil {
 			if h.rank < 1 || h.rank >= 4 {
 				t.Fatalf("hello accepted rank %d of 4", h.rank)

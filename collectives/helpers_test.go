@@ -18,6 +18,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(intruderEnv) != "" {
 		os.Exit(intruderMain()) // secret_test.go's intruder, with an environment of its own
 	}
+	if os.Getenv(hostileEnv) != "" {
+		os.Exit(hostileMain()) // hostile_test.go's silent host
+	}
 	testsupport.Main(m)
 }
 

@@ -19,7 +19,9 @@ import (
 // rank the table of addresses; each rank i > 0 then dials every rank j > i.
 // Join returns once every rank has all its conns (it ends with a barrier).
 // ctx bounds the whole bootstrap: without a deadline, Join waits as long as
-// it takes every rank to arrive.
+// it takes every rank to arrive. A listener busy with the handshakes of
+// others (silent conns included) delays a rank, which dials it again, and
+// never fails it (see the package documentation).
 func Join(ctx context.Context, rank, size int, rootAddr string, cfg *rdma.Config) (*Group, error) {
 	b := Bootstrap{Config: cfg}
 	return b.Join(ctx, rank, size, rootAddr)

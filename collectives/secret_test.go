@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -104,21 +102,7 @@ func TestJoinRefusesWrongSecretFromAnotherUser(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to run the intruder as another user") // CI runs as root
 	}
-	// The test binary sits in a directory only root may enter: copy it where
-	// nobody (uid 65534) can run it.
-	dir, err := os.MkdirTemp("", "collectives-intruder-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755))
-	bin := filepath.Join(dir, "collectives.test")
-	src, err := os.Open(os.Args[0])
-	require.NoError(t, err)
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	require.NoError(t, err)
-	_, err = io.Copy(dst, src)
-	src.Close()
-	require.NoError(t, err)
-	require.NoError(t, dst.Close())
+	bin := copyForNobody(t)
 
 	const n = 3
 	root := freeAddr(t, "127.0.0.1")
@@ -186,10 +170,13 @@ func closeConns(cs []net.Conn) {
 }
 
 // Fifty silent conns to the root and to every rank's listener, and one
-// with a wrong secret to each listener, delay nobody: every conn is heard
-// out in a goroutine of its own under its own deadline. (One conn at a time,
-// each silent one held the listener for the 10 s hello timeout: 500 s, far
-// past the 150 s that ctx gives a loaded machine.)
+// with a wrong secret to each listener, delay nobody for long: every conn
+// is heard out in a goroutine of its own under its own deadline. (One conn
+// at a time, each silent one held the listener for the 10 s hello timeout:
+// 500 s, far past the 150 s that ctx gives a loaded machine.) Fifty is more
+// than one host's places (maxHandshakesPerHost), and the ranks dial from
+// the silent conns' host: a rank turned away dials again, and takes the
+// place of a silent conn once that has held it for silentAfter.
 func TestJoinSilentConnectionsDelayNobody(t *testing.T) {
 	for _, bt := range bootTransports {
 		t.Run(bt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -166,4 +167,165 @@ func TestRingOfferRejects(t *testing.T) {
 	out := NewSend(Hello{Version: Version, RecvDepth: 8, RingAddr: 1 << 20, RingLog: 12, GrowLog: 16}, 2)
 	assert.False(t, out.Grows)
 	assert.ErrorIs(t, out.Offer(RingMsg{Addr: 1 << 20, Log: 14}), ErrRingVersion)
+}
+
+// FuzzRingOffer plays a peer's ring offers as the connection takes them
+// in (recvLocked): the CtlRing message through Receive, the RingMsg the
+// peer wrote into the mailbox through ParseRingMsg, then Send.Offer, with
+// data writes and the peer's credit between offers. Nothing panics; an
+// offer is taken only on a connection that agreed on moves, with no other
+// pending, and for a ring within what the hello announced (MinRingLog to
+// GrowLog bytes, at an address that is not 0 and does not wrap with its
+// mailbox); a refused one changes nothing; and every write lands inside
+// the ring last taken, with the generation of that ring.
+//
+// The hello comes from ringLog, growLog and version (kept to what
+// ParseHello passes); steps is a sequence of: 0 byteLen msg[16] (an offer),
+// 1 lo hi (a write of up to lo|hi<<8 bytes), 2 (the peer frees all).
+func FuzzRingOffer(f *testing.F) {
+	msg := func(m RingMsg) []byte {
+		b := make([]byte, RingMsgLen)
+		m.Marshal(b)
+		return b
+	}
+	offer := func(byteLen byte, m []byte) []byte { return append([]byte{0, byteLen}, m...) }
+	write := func(n uint16) []byte { return []byte{1, byte(n), byte(n >> 8)} }
+	steps := func(parts ...[]byte) []byte {
+		var b []byte
+		for _, p := range parts {
+			b = append(b, p...)
+		}
+		return b
+	}
+	ok := RingMsg{Addr: 1 << 30, Key: 9, Log: 14}
+	reserved := msg(ok)
+	reserved[14] = 1
+	f.Add(uint8(0), uint8(4), uint8(Version), steps(write(3000), offer(RingMsgLen, msg(ok)), write(1000), write(60000), []byte{2}, write(60000)))
+	f.Add(uint8(0), uint8(4), uint8(Version), steps(offer(RingMsgLen, msg(ok)), write(1), offer(RingMsgLen, msg(RingMsg{Addr: 2 << 30, Log: 12})), write(1)))
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen, msg(RingMsg{Addr: 1 << 30, Log: 17})))             // beyond GrowLog
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen, msg(RingMsg{Addr: 1 << 30, Log: MinRingLog - 1}))) // too small
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen, msg(RingMsg{Log: 14})))                            // address 0
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen, msg(RingMsg{Addr: ^uint64(0) - 4096, Log: 14})))   // wraps
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen, reserved))
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen, msg(ok)[:RingMsgLen-1])) // short mailbox
+	f.Add(uint8(0), uint8(4), uint8(Version), offer(RingMsgLen-1, msg(ok)))              // wrong byte length
+	f.Add(uint8(0), uint8(4), uint8(Version), steps(offer(RingMsgLen, msg(ok)), offer(RingMsgLen, msg(ok))))
+	f.Add(uint8(0), uint8(4), uint8(VersionHeartbeat), offer(RingMsgLen, msg(ok))) // no moves agreed
+	f.Add(uint8(18), uint8(0), uint8(Version), offer(RingMsgLen, msg(RingMsg{Addr: 1 << 40, Log: MaxRingLog})))
+	f.Fuzz(func(t *testing.T, ringLog, growLog, version uint8, steps []byte) {
+		h := Hello{Version: Version, RecvDepth: 8, RingAddr: 1 << 20, RingKey: 7,
+			RingLog: MinRingLog + ringLog%(MaxRingLog-MinRingLog+1)}
+		h.GrowLog = h.RingLog + growLog%(MaxRingLog-h.RingLog+1)
+		if _, err := ParseHello(h.Marshal()); err != nil {
+			t.Fatalf("the test's hello %+v: %v", h, err)
+		}
+		agreed := 1 + version%Version
+		s := NewSend(h, agreed)
+		if s.Grows != (agreed >= VersionGrow) || s.GrowLog > MaxRingLog || s.GrowLog < h.RingLog {
+			t.Fatalf("window %+v from hello %+v at version %d", s, h, agreed)
+		}
+		// The ring writes go to, as the test sees it.
+		ring, gen := RingMsg{Addr: h.RingAddr, Key: h.RingKey, Log: h.RingLog}, uint32(0)
+		for len(steps) > 0 {
+			op := steps[0]
+			steps = steps[1:]
+			switch op % 3 {
+			case 0:
+				if len(steps) == 0 {
+					return
+				}
+				byteLen := uint32(steps[0])
+				n := min(len(steps)-1, RingMsgLen)
+				box := steps[1 : 1+n]
+				steps = steps[1+n:]
+				s0 := s
+				var back Recv
+				k, err := Receive(&back, &s, ImmCtl(CtlRing), byteLen)
+				if k != KindRing {
+					t.Fatalf("CtlRing taken for kind %d", k)
+				}
+				m, perr := ParseRingMsg(box)
+				if perr == nil {
+					var again [RingMsgLen]byte
+					m.Marshal(again[:])
+					if len(box) < RingMsgLen || !bytes.Equal(again[:], box[:RingMsgLen]) {
+						t.Fatalf("mailbox %x parsed as %+v", box, m)
+					}
+				} else if len(box) >= RingMsgLen && box[13]|box[14]|box[15] == 0 {
+					t.Fatalf("well-formed mailbox %x refused: %v", box, perr)
+				}
+				if err != nil {
+					if s != s0 {
+						t.Fatalf("refused CtlRing changed the window: %+v, was %+v", s, s0)
+					}
+					if s.Grows && s.Next.Log == 0 && byteLen == RingMsgLen {
+						t.Fatalf("well-formed CtlRing refused: %v", err)
+					}
+					// Offer holds to the same rules on its own.
+					if perr == nil && (!s.Grows || s.Next.Log != 0) && s.Offer(m) == nil {
+						t.Fatalf("offer %+v taken on window %+v", m, s0)
+					}
+					return // the connection fails
+				}
+				if perr != nil {
+					return // the connection fails
+				}
+				pending := s.Next.Log != 0
+				err = s.Offer(m)
+				within := m.Log >= MinRingLog && m.Log <= h.GrowLog && m.Addr != 0 &&
+					m.Addr+(1<<m.Log)+MailboxLen > m.Addr
+				if err != nil {
+					if s != s0 {
+						t.Fatalf("refused offer %+v changed the window: %+v, was %+v", m, s, s0)
+					}
+					if within && !pending {
+						t.Fatalf("offer %+v within the hello's bounds (%+v) refused: %v", m, h, err)
+					}
+					return // the connection fails
+				}
+				if !within || pending || !s.Grows {
+					t.Fatalf("offer %+v taken: hello %+v, window was %+v", m, h, s0)
+				}
+				if s.Next != m {
+					t.Fatalf("offer %+v taken as %+v", m, s.Next)
+				}
+				if free, toEnd := s.Room(); free != 1<<m.Log || toEnd != free {
+					t.Fatalf("room %d, %d in an offered ring of %d", free, toEnd, uint64(1)<<m.Log)
+				}
+			case 1:
+				if len(steps) < 2 {
+					return
+				}
+				want := uint64(steps[0]) | uint64(steps[1])<<8
+				steps = steps[2:]
+				free, toEnd := s.Room()
+				if s.Next.Log == 0 && (free > s.Size || toEnd > s.Size || toEnd == 0) {
+					t.Fatalf("room %d, %d in a ring of %d", free, toEnd, s.Size)
+				}
+				n := min(want, free, toEnd)
+				if n == 0 || s.Credits == 0 {
+					continue
+				}
+				next := s.Next
+				at, moved := s.Reserve(n)
+				if moved != (next.Log != 0) {
+					t.Fatalf("moved %v with %+v offered", moved, next)
+				}
+				if moved {
+					ring, gen = next, gen^ImmDataGen
+					if s.Addr != next.Addr || s.RKey != next.Key || s.Size != 1<<next.Log || s.Next.Log != 0 {
+						t.Fatalf("moved to %+v, window %+v", next, s)
+					}
+				}
+				if at < ring.Addr || at+n > ring.Addr+1<<ring.Log {
+					t.Fatalf("write of %d at %#x outside the ring %+v", n, at, ring)
+				}
+				if imm := s.ImmData(int(n)); imm != uint32(n)|gen {
+					t.Fatalf("immediate %#x for %d bytes of generation %#x", imm, n, gen)
+				}
+			case 2:
+				s.Acked, s.Credits = s.Tail, s.Depth
+			}
+		}
+	})
 }

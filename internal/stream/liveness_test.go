@@ -92,3 +92,88 @@ func TestLivenessZeroAllocs(t *testing.T) {
 		}
 	}))
 }
+
+// FuzzLiveness runs a watch over a peer through a sequence of ticks, and
+// holds every verdict to the rules: a tick that sees a new message count
+// finds the peer alive; a peer silent (since the tick that first saw its
+// latest count) for Timeout is unresponsive, and never before; one silent
+// for half an Interval is pinged, once, until it is heard from again
+// (whether or not the ping could go out: only Pinged counts). So, with
+// ticks an Interval apart, unresponsive comes between Timeout and Timeout
+// plus one Interval of silence. And whatever a peer announces, the answer
+// time taken from it stays within this side's bounds.
+//
+// timeoutMs is the Timeout asked for; each pair of bytes of events is a
+// tick: the time since the last tick, in sixteenths of an Interval, plus
+// up to 31 ns; how many messages arrived since (0 to 3); and whether a
+// ping asked for goes out.
+func FuzzLiveness(f *testing.F) {
+	tick := func(sixteenths, msgs byte, sent bool, ns byte) []byte {
+		b := msgs&3 | ns<<3
+		if sent {
+			b |= 4
+		}
+		return []byte{sixteenths, b}
+	}
+	steady := func(sixteenths byte, n int, msgs byte, sent bool) []byte {
+		var b []byte
+		for range n {
+			b = append(b, tick(sixteenths, msgs, sent, 0)...)
+		}
+		return b
+	}
+	f.Add(uint32(10000), uint16(2000), steady(16, 30, 1, true))                                   // traffic: never pinged
+	f.Add(uint32(10000), uint16(2000), append(steady(16, 3, 1, true), steady(16, 8, 0, true)...)) // falls silent
+	f.Add(uint32(1000), uint16(0), append(steady(8, 3, 0, false), steady(5, 20, 0, true)...))     // pings that cannot go out
+	f.Add(uint32(1), uint16(1), steady(4, 30, 0, true))                                           // below MinTimeout
+	f.Add(uint32(86400000), uint16(65535), append(steady(15, 6, 0, true), tick(16, 1, true, 3)...))
+	f.Add(uint32(100), uint16(20), append(steady(0, 4, 0, true), steady(255, 2, 0, true)...)) // ticks at once, then late
+	f.Fuzz(func(t *testing.T, timeoutMs uint32, heartbeat uint16, events []byte) {
+		if a := AnswerWithin(heartbeat); heartbeat == 0 && a != 0 || heartbeat != 0 && (a < MinHeartbeat || a > MaxHeartbeat) {
+			t.Fatalf("AnswerWithin(%d) = %v", heartbeat, a)
+		}
+		t0 := time.Unix(1000, 0)
+		l := NewLiveness(time.Duration(timeoutMs)*time.Millisecond, t0)
+		iv := l.Interval()
+		if l.Timeout < MinTimeout || l.Timeout < time.Duration(timeoutMs)*time.Millisecond || iv <= 0 || iv > l.Timeout {
+			t.Fatalf("Timeout %v, Interval %v for %d ms", l.Timeout, iv, timeoutMs)
+		}
+		if hb := time.Duration(l.Heartbeat()) * time.Millisecond; hb < MinHeartbeat || hb > MaxHeartbeat {
+			t.Fatalf("Heartbeat %v", hb)
+		}
+		// The model: when the latest count was first seen, and whether a
+		// ping went out since.
+		now, count := t0, uint64(0)
+		heard, pinged := t0, false
+		for ; len(events) >= 2; events = events[2:] {
+			now = now.Add(time.Duration(events[0])*(iv/16) + time.Duration(events[1]>>3))
+			count += uint64(events[1] & 3)
+			v := l.Tick(now, count)
+			if count != l.count {
+				t.Fatalf("tick at count %d left the watch at %d", count, l.count)
+			}
+			if events[1]&3 != 0 {
+				heard, pinged = now, false
+				if v != Alive {
+					t.Fatalf("a tick that saw new messages: verdict %d", v)
+				}
+				continue
+			}
+			silent := now.Sub(heard)
+			want := Alive
+			switch {
+			case silent >= l.Timeout:
+				want = Unresponsive
+			case !pinged && silent >= iv/2:
+				want = PingDue
+			}
+			if v != want {
+				t.Fatalf("silent %v (Timeout %v, Interval %v, pinged %v): verdict %d, want %d", silent, l.Timeout, iv, pinged, v, want)
+			}
+			if v == PingDue && events[1]&4 != 0 {
+				l.Pinged()
+				pinged = true
+			}
+		}
+	})
+}
