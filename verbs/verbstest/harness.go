@@ -38,6 +38,12 @@ type Config struct {
 	// on kernel 6.1; hardware and soft flush it): ModifyToErrFlushes then
 	// leaves that one check out and runs the rest.
 	RecvInErrUnflushed string
+	// DeregReadStalls, when set, says why the provider leaves a READ whose
+	// responder deregistered the region mid-response without a completion
+	// (rxe on kernel 6.1). DeregFenceRead then flushes the READ by moving
+	// the requester to ERR, and still checks that nothing the region held
+	// after Dereg reached it.
+	DeregReadStalls string
 	// Timeout bounds each wait for an event or completion (default 10 s).
 	Timeout time.Duration
 }
