@@ -128,6 +128,10 @@ type PD interface {
 	// RegMR is ibv_reg_mr. buf must lie inside memory from AllocMemory;
 	// anything else (in particular Go heap memory) is refused with EINVAL.
 	RegMR(buf []byte, access Access) (MR, error)
+	// CreateQP is ibv_create_qp: an RC QP outside the connection manager,
+	// in RESET. Its owner exchanges QP numbers, PSNs and addresses with the
+	// peer (over a socket of its own, say) and moves it to RTS with Modify.
+	CreateQP(attr *QPInitAttr) (QP, error)
 	// Dealloc is ibv_dealloc_pd; it fails with EBUSY while MRs or QPs use it.
 	Dealloc() error
 }

@@ -772,10 +772,11 @@ func rdmaCreateQP(id idPtr, pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap, sigAll boo
 	return qpPtr(C.rc_id_qp((*C.struct_rdma_cm_id)(id))), 0
 }
 
-// ibvCreateQP creates an RC QP outside the CM (used to probe limits).
-func ibvCreateQP(pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap) (qpPtr, syscall.Errno) {
+// ibvCreateQP creates an RC QP outside the CM (PD.CreateQP, and probes of
+// the device's limits).
+func ibvCreateQP(pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap, sigAll bool) (qpPtr, syscall.Errno) {
 	var a C.struct_ibv_qp_init_attr
-	initQPAttr(&a, scq, rcq, c, false)
+	initQPAttr(&a, scq, rcq, c, sigAll)
 	q, err := C.ibv_create_qp((*C.struct_ibv_pd)(pd), &a)
 	if q == nil {
 		return nil, errnoOf(err)
@@ -821,6 +822,26 @@ func ibvModifyQP(qp qpPtr, attr *verbs.QPAttr, mask verbs.QPAttrMask) syscall.Er
 	a.rnr_retry = C.uint8_t(attr.RNRRetry)
 	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
 	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	a.dest_qp_num = C.uint32_t(attr.DestQPNum)
+	a.rq_psn = C.uint32_t(attr.RQPSN)
+	a.sq_psn = C.uint32_t(attr.SQPSN)
+	a.qp_access_flags = C.uint(attr.AccessFlags)
+	a.pkey_index = C.uint16_t(attr.PKeyIndex)
+	a.port_num = C.uint8_t(attr.PortNum)
+	ah := &attr.AH
+	a.ah_attr.dlid = C.uint16_t(ah.DLID)
+	a.ah_attr.sl = C.uint8_t(ah.SL)
+	a.ah_attr.src_path_bits = C.uint8_t(ah.SrcPathBits)
+	a.ah_attr.static_rate = C.uint8_t(ah.StaticRate)
+	a.ah_attr.port_num = C.uint8_t(ah.PortNum)
+	if ah.IsGlobal {
+		a.ah_attr.is_global = 1
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)), 16), ah.GRH.DGID[:])
+	a.ah_attr.grh.flow_label = C.uint32_t(ah.GRH.FlowLabel)
+	a.ah_attr.grh.sgid_index = C.uint8_t(ah.GRH.SGIDIndex)
+	a.ah_attr.grh.hop_limit = C.uint8_t(ah.GRH.HopLimit)
+	a.ah_attr.grh.traffic_class = C.uint8_t(ah.GRH.TrafficClass)
 	return syscall.Errno(C.ibv_modify_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask)))
 }
 
@@ -834,7 +855,8 @@ func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
 	var ia C.struct_ibv_qp_init_attr
 	mask := C.IBV_QP_STATE | C.IBV_QP_CAP | C.IBV_QP_PATH_MTU | C.IBV_QP_MIN_RNR_TIMER | C.IBV_QP_TIMEOUT |
 		C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MAX_QP_RD_ATOMIC | C.IBV_QP_MAX_DEST_RD_ATOMIC |
-		C.IBV_QP_DEST_QPN | C.IBV_QP_AV
+		C.IBV_QP_DEST_QPN | C.IBV_QP_AV | C.IBV_QP_RQ_PSN | C.IBV_QP_SQ_PSN | C.IBV_QP_ACCESS_FLAGS |
+		C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT
 	if r := C.ibv_query_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask), &ia); r != 0 {
 		return verbs.QPAttr{}, syscall.Errno(r)
 	}
@@ -850,7 +872,27 @@ func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
 		QPNum:           qpNum(qp),
 		DestQPNum:       uint32(a.dest_qp_num),
 		TrafficClass:    int(a.ah_attr.grh.traffic_class),
+		RQPSN:           uint32(a.rq_psn),
+		SQPSN:           uint32(a.sq_psn),
+		AccessFlags:     verbs.Access(a.qp_access_flags),
+		PKeyIndex:       int(a.pkey_index),
+		PortNum:         int(a.port_num),
+		AH: verbs.AHAttr{
+			DLID:        uint16(a.ah_attr.dlid),
+			SL:          int(a.ah_attr.sl),
+			SrcPathBits: int(a.ah_attr.src_path_bits),
+			StaticRate:  int(a.ah_attr.static_rate),
+			IsGlobal:    a.ah_attr.is_global != 0,
+			PortNum:     int(a.ah_attr.port_num),
+			GRH: verbs.GlobalRoute{
+				FlowLabel:    uint32(a.ah_attr.grh.flow_label),
+				SGIDIndex:    int(a.ah_attr.grh.sgid_index),
+				HopLimit:     int(a.ah_attr.grh.hop_limit),
+				TrafficClass: int(a.ah_attr.grh.traffic_class),
+			},
+		},
 	}
+	copy(out.AH.GRH.DGID[:], unsafe.Slice((*byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)), 16))
 	readQPCap(&a.cap, &out.Cap)
 	return out, 0
 }

@@ -47,6 +47,48 @@ func (pd *protDomain) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	return &memRegion{p: p, buf: buf, lkey: lkey, rkey: rkey, access: access}, nil
 }
 
+// CreateQP is ibv_create_qp: an RC QP in RESET, outside the CM, which its
+// owner moves to RTS with Modify (the kernel checks each transition's
+// attributes: verbs.RCTransition).
+func (pd *protDomain) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
+	const op = "ibv_create_qp"
+	if attr == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "nil attributes")
+	}
+	scq, ok1 := attr.SendCQ.(*cq)
+	rcq, ok2 := attr.RecvCQ.(*cq)
+	if !ok1 || !ok2 || scq == nil || rcq == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "send and receive CQs must be rdmacore CQs")
+	}
+	c := attr.Cap
+	if c.MaxSendWR < 1 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "capabilities %+v out of range", c)
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return nil, verbs.ErrClosed
+	}
+	p, errno := ibvCreateQP(pd.p, scq.p, rcq.p, &c, attr.SignalAll)
+	if errno != 0 {
+		return nil, &verbs.Error{Op: op, Errno: errno}
+	}
+	q := &queuePair{p: p, num: qpNum(p), cap: c, sendCQ: scq, recvCQ: rcq}
+	q.sendSlot = max(min(c.MaxSendWR, postChunk), 1)
+	q.recvSlot = max(min(c.MaxRecvWR, postChunk), 1)
+	q.send = allocSendScratch(q.sendSlot, max(c.MaxSendSGE, 1))
+	q.recv = allocRecvScratch(q.recvSlot, max(c.MaxRecvSGE, 1))
+	if q.send == nil || q.recv == nil {
+		freeSendScratch(q.send)
+		freeRecvScratch(q.recv)
+		ibvDestroyQP(p)
+		return nil, verbs.Errorf(op, syscall.ENOMEM, "allocating the posting arrays")
+	}
+	scq.attach(q)
+	rcq.attach(q)
+	return q, nil
+}
+
 // Dealloc is ibv_dealloc_pd; the kernel refuses (EBUSY) while MRs or QPs use it.
 func (pd *protDomain) Dealloc() error {
 	pd.mu.Lock()

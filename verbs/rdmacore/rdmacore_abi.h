@@ -48,13 +48,18 @@ enum {
 /* enum ibv_qp_attr_mask */
 enum {
 	IBV_QP_STATE = 1 << 0,
+	IBV_QP_ACCESS_FLAGS = 1 << 3,
+	IBV_QP_PKEY_INDEX = 1 << 4,
+	IBV_QP_PORT = 1 << 5,
 	IBV_QP_AV = 1 << 7,
 	IBV_QP_PATH_MTU = 1 << 8,
 	IBV_QP_TIMEOUT = 1 << 9,
 	IBV_QP_RETRY_CNT = 1 << 10,
 	IBV_QP_RNR_RETRY = 1 << 11,
+	IBV_QP_RQ_PSN = 1 << 12,
 	IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13,
 	IBV_QP_MIN_RNR_TIMER = 1 << 15,
+	IBV_QP_SQ_PSN = 1 << 16,
 	IBV_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
 	IBV_QP_CAP = 1 << 19,
 	IBV_QP_DEST_QPN = 1 << 20,

@@ -322,7 +322,9 @@ func (q *qp) watchdog() {
 	if !q.wdArmed || q.state != verbs.QPSRTS || q.destroyed {
 		return
 	}
-	outstanding := q.sqHead != q.sqSent
+	// Sent and unanswered, or, on a QP still looking for its peer
+	// (manual.go), posted and not sent: either way the peer is silent.
+	outstanding := q.sqHead != q.sqSent || q.tr == nil && q.sqHead != q.sqTail
 	if q.sqHead == q.sqTail && (q.progress == q.wdLast || !q.grown()) {
 		q.trimIdle()
 		q.wdArmed = false
@@ -798,7 +800,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		}
 		if h.len > 0 {
 			m := q.pd.lookup(h.rkey)
-			ok := m != nil && m.access&need != 0
+			ok := m != nil && m.access&need != 0 && q.qpAccess&need != 0
 			if ok {
 				dst, ok = m.slice(h.raddr, h.len)
 				fence = &m.fence

@@ -1,0 +1,10 @@
+package soft
+
+import "github.com/rdmanet/rdma/verbs"
+
+// RawQPHello is the hello a dialing QP sends a device's listener: what a
+// hostile client of that listener can put on the wire.
+func RawQPHello(dst, src uint32, lid uint16, gid verbs.GID) []byte {
+	m := qpHelloMsg{typ: qpHello, dst: dst, src: src, lid: lid, gid: gid, sqDepth: 16, rqDepth: 16}
+	return m.marshal()
+}
