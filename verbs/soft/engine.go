@@ -798,9 +798,18 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		if h.typ == frameReadReq {
 			need = verbs.AccessRemoteRead
 		}
+		if q.qpAccess&need == 0 {
+			// An operation the QP does not allow (its access flags),
+			// whatever the MR allows: an invalid request, as rxe and
+			// hardware answer it, and the responder's QP goes to ERR.
+			q.flush(0, 0, false)
+			q.nak(nakInvReq)
+			q.mu.Unlock()
+			return false, q.tr.discard(h.payloadLen())
+		}
 		if h.len > 0 {
 			m := q.pd.lookup(h.rkey)
-			ok := m != nil && m.access&need != 0 && q.qpAccess&need != 0
+			ok := m != nil && m.access&need != 0
 			if ok {
 				dst, ok = m.slice(h.raddr, h.len)
 				fence = &m.fence
