@@ -74,6 +74,9 @@ struct rc_entry_points {
 	int (*rdma_set_option)(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen);
 	int (*rdma_create_qp)(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 	int (*rdma_init_qp_attr)(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask);
+	// Optional: NULL where libibverbs predates it (rdma-core 34).
+	struct ibv_mr *(*ibv_reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
+		int fd, int access);
 };
 
 struct rc_entry_points rc_ep;
@@ -94,6 +97,9 @@ static struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t n, int ac
 	return rc_ep.ibv_reg_mr(pd, addr, n, access);
 }
 static int ibv_dereg_mr(struct ibv_mr *mr) { return rc_ep.ibv_dereg_mr(mr); }
+static struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t n, uint64_t iova, int fd, int access) {
+	return rc_ep.ibv_reg_dmabuf_mr(pd, off, n, iova, fd, access);
+}
 static struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c) { return rc_ep.ibv_create_comp_channel(c); }
 static int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) { return rc_ep.ibv_destroy_comp_channel(ch); }
 static int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx) {
@@ -461,6 +467,10 @@ func entryPoints() []entryPoint {
 	ibv := func(name, version string, slot unsafe.Pointer) entryPoint {
 		return entryPoint{lib: libIBVerbs, name: name, version: version, slot: (*unsafe.Pointer)(slot)}
 	}
+	optional := func(e entryPoint) entryPoint {
+		e.optional = true
+		return e
+	}
 	cm := func(name, version string, slot unsafe.Pointer) entryPoint {
 		return entryPoint{lib: libRDMACM, name: name, version: version, slot: (*unsafe.Pointer)(slot)}
 	}
@@ -488,6 +498,7 @@ func entryPoints() []entryPoint {
 		ibv("ibv_destroy_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_destroy_qp)),
 		ibv("ibv_modify_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_modify_qp)),
 		ibv("ibv_query_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_query_qp)),
+		optional(ibv("ibv_reg_dmabuf_mr", "IBVERBS_1.12", unsafe.Pointer(&ep.ibv_reg_dmabuf_mr))),
 
 		cm("rdma_get_devices", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_get_devices)),
 		cm("rdma_free_devices", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_free_devices)),
@@ -620,6 +631,16 @@ func ibvQueryGID(ctx ctxPtr, port, index int) (verbs.GID, syscall.Errno) {
 }
 
 // --- PD and MR ---
+
+// ibvRegDmaBufMR registers n bytes of the dma-buf fd from offset, named
+// from iova on; the caller has checked that the entry point is there.
+func ibvRegDmaBufMR(pd pdPtr, offset uint64, n int, iova uint64, fd int, access verbs.Access) (mrPtr, uint32, uint32, syscall.Errno) {
+	m, err := C.ibv_reg_dmabuf_mr((*C.struct_ibv_pd)(pd), C.uint64_t(offset), C.size_t(n), C.uint64_t(iova), C.int(fd), C.int(access))
+	if m == nil {
+		return nil, 0, 0, errnoOf(err)
+	}
+	return mrPtr(m), uint32(m.lkey), uint32(m.rkey), 0
+}
 
 func ibvAllocPD(ctx ctxPtr) (pdPtr, syscall.Errno) {
 	p, err := C.ibv_alloc_pd((*C.struct_ibv_context)(ctx))

@@ -3,6 +3,7 @@
 package rdmacore
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/rdmanet/rdma/internal/testsupport"
@@ -24,7 +25,11 @@ const recvInErrUnflushed = "rxe (kernel 6.1) leaves a receive posted after the Q
 // The verbs conformance suite, the one the soft provider passes, on a real
 // kernel RDMA stack (Soft-RoCE in the VM of `make test-softroce`).
 func TestConformance(t *testing.T) {
-	_, ip := testsupport.SoftRoCE(t)
+	dev, ip := testsupport.SoftRoCE(t)
+	var noDmaBuf string
+	if strings.HasPrefix(dev, "rxe") {
+		noDmaBuf = "rxe has no dma-buf support (its driver lacks reg_user_mr_dmabuf)"
+	}
 	verbstest.Run(t, verbstest.Config{
 		Provider: ProviderName,
 		IP:       ip,
@@ -36,6 +41,7 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("silencing the peer: %v", err)
 			}
 		},
+		DmaBufUnsupported:  noDmaBuf,
 		Skip:               kernelDiffers,
 		RecvInErrUnflushed: recvInErrUnflushed,
 	})

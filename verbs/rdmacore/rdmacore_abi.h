@@ -6,7 +6,8 @@
  *
  * These are the stable ABI of the sonames the package opens, written from
  * rdma-core's headers: each function is looked up at its symbol version
- * (IBVERBS_1.1 or 1.0, RDMACM_1.0 or 1.2), whose structs rdma-core does not
+ * (IBVERBS_1.1 or 1.0, RDMACM_1.0 or 1.2; ibv_reg_dmabuf_mr, optional, at
+ * IBVERBS_1.12), whose structs rdma-core does not
  * change; it extends them through new *_ex structs and functions instead
  * (ibv_port_attr grew at its end, and the exported ibv_query_port still
  * fills only the part up to flags). Exact layouts matter in two ways:

@@ -73,6 +73,24 @@ func (m *manualSide) toRTS(t *testing.T) {
 		verbs.QPAttrState|verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry|verbs.QPAttrSQPSN|verbs.QPAttrMaxRdAtomic))
 }
 
+// post posts wr and waits for its completion, which must have status want.
+func (m *manualSide) post(t *testing.T, wr verbs.SendWR, want verbs.WCStatus) {
+	t.Helper()
+	require.NoError(t, m.qp.PostSend([]verbs.SendWR{wr}))
+	wc := make([]verbs.WC, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := m.cq.Poll(wc)
+		require.NoError(t, err)
+		if n == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "no completion")
+		time.Sleep(time.Millisecond)
+	}
+	require.Equal(t, want, wc[0].Status, "%v", wc[0].Status)
+}
+
 // waiterAndDialer makes two sides and says which one waits for the
 // other's connection (the one whose LID and QP number sort higher: both
 // have the same GID).

@@ -36,6 +36,10 @@ type Config struct {
 	// GIDs: soft gives the device an address on IP there (soft.Bind); a
 	// real device has its netdev's.
 	PrepareDevice func(t testing.TB, ctx verbs.Context)
+	// DmaBufUnsupported, when set, says why the provider's device cannot
+	// register dma-bufs (rxe: no dma-buf support in its driver):
+	// DmaBufMR then checks that RegDmaBufMR says so.
+	DmaBufUnsupported string
 	// Skip names subtests to skip on this provider, with the reason.
 	Skip map[string]string
 	// RecvInErrUnflushed, when set, says why the provider leaves a receive
