@@ -19,6 +19,7 @@ OUT=build/examples
 # checked and the server must exit 0 too.
 declare -A PAIR=(
 	[rsocket]="echo-server -addr 127.0.0.1:0|echo-client -bytes 1000000"
+	[verbs-tcp-exchange]="-server -addr 127.0.0.1:0 -size 4194304|-size 4194304"
 )
 declare -A ARGS=(
 	[allreduce]="-n 3 -count 262144 -iters 2"
@@ -34,6 +35,7 @@ declare -A WANT=(
 	[grpc]='grpc over rdma: 50 health checks .*: SERVING'
 	[http]='http over rdma: 50 requests .*last answer: "hello req49 over rdma'
 	[rsocket]='echo client: 1000000 bytes echoed and checked, EOF after CloseWrite'
+	[verbs-tcp-exchange]='verbs-tcp-exchange: 4194304 bytes RDMA WRITTEN and READ back, match'
 	[tls]='tls over rdma .*TLS 1\.3.*"server got: hello over TLS over rdma'
 	[yamux]='yamux over rdma .*: 4 streams x 262144 bytes each way'
 )

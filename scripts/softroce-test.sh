@@ -32,7 +32,7 @@ echo "test-softroce: building test binaries ($RACE)"
 $GO test $RACE -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
 # Other packages' tests made for the VM (they skip without SOFTROCE_DEV):
 # package:test-regexp pairs; add yours here.
-VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore .:MixedFleetRDMACore|BusyPollRDMACore ./capi:MixedPeersRDMACore|OneSidedRDMACore}
+VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore .:MixedFleetRDMACore|BusyPollRDMACore ./capi:MixedPeersRDMACore|OneSidedRDMACore ./verbs/soft:DmaBuf|Conformance$/DmaBufMR}
 : >"$OUT/packages"
 for entry in $VM_TESTS; do
 	pkg=${entry%%:*}
@@ -41,6 +41,9 @@ for entry in $VM_TESTS; do
 	$GO test $RACE -c -o "$OUT/pkg-$name.test" "$pkg"
 	echo "$name ${entry#*:}" >>"$OUT/packages"
 done
+
+# The examples that run on a device as they run on soft in `make test`.
+$GO build -o "$OUT/verbs-tcp-exchange" ./examples/verbs-tcp-exchange
 
 cat >"$OUT/run.sh" <<'GUEST'
 #!/bin/sh
@@ -52,6 +55,25 @@ while read -r name run; do
 	echo "== $name: tests $run"
 	./pkg-$name.test -test.count=1 -test.timeout=10m -test.run "$run" $TESTFLAGS </dev/null || status=1
 done <packages
+echo "== examples/verbs-tcp-exchange on rdmacore: QPs set up over a TCP socket, WRITE and READ back"
+log=$(mktemp -d)
+./verbs-tcp-exchange -provider rdmacore -server -addr "$SOFTROCE_IP:0" >"$log/server" 2>&1 &
+server=$!
+addr=
+for _ in $(seq 1 100); do
+	addr=$(sed -n 's/^listening on //p' "$log/server")
+	[ -n "$addr" ] && break
+	sleep 0.1
+done
+if ./verbs-tcp-exchange -provider rdmacore -addr "$addr" >"$log/client" 2>&1 && wait $server &&
+	grep -q 'RDMA WRITTEN and READ back, match' "$log/client" && grep -q 'checked' "$log/server"; then
+	echo "ok   $(grep 'match' "$log/client")"
+else
+	echo "FAIL verbs-tcp-exchange"
+	sed 's/^/    server: /' "$log/server"
+	sed 's/^/    client: /' "$log/client"
+	status=1
+fi
 exit $status
 GUEST
 chmod +x "$OUT/run.sh"

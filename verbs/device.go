@@ -128,6 +128,23 @@ type PD interface {
 	// RegMR is ibv_reg_mr. buf must lie inside memory from AllocMemory;
 	// anything else (in particular Go heap memory) is refused with EINVAL.
 	RegMR(buf []byte, access Access) (MR, error)
+	// RegDmaBufMR is ibv_reg_dmabuf_mr: it registers length bytes of the
+	// dma-buf fd from offset, memory another driver exports (a GPU's, or
+	// host memory through /dev/udmabuf: AllocUdmabuf), so that the device
+	// reaches it directly. SGEs and remote requests name its bytes from
+	// iova on (MR.Addr). The MR's Bytes is the CPU's view of the memory
+	// where the provider has one (soft maps the dma-buf), else nil. The
+	// device takes its own reference to the dma-buf: fd may be closed
+	// afterwards. Where the device, its driver or the kernel cannot
+	// register dma-bufs the error names the device and the reason
+	// (EOPNOTSUPP: rxe cannot; soft cannot when the exporter does not
+	// allow mmap, as most GPU drivers' dma-bufs do not). docs/design.md
+	// says how to register GPU memory.
+	RegDmaBufMR(offset uint64, length int, iova uint64, fd int, access Access) (MR, error)
+	// CreateQP is ibv_create_qp: an RC QP outside the connection manager,
+	// in RESET. Its owner exchanges QP numbers, PSNs and addresses with the
+	// peer (over a socket of its own, say) and moves it to RTS with Modify.
+	CreateQP(attr *QPInitAttr) (QP, error)
 	// Dealloc is ibv_dealloc_pd; it fails with EBUSY while MRs or QPs use it.
 	Dealloc() error
 }

@@ -14,6 +14,14 @@
 //	CMID.Context() -> Context -> PD -> MR        (memory)
 //	Context -> CompChannel -> CQ                 (completions)
 //	CMID.CreateQP(PD, QPInitAttr) -> QP          (reliable connected queue pair)
+//	PD.CreateQP(QPInitAttr) -> QP                (the same, without the CM)
+//	PD.RegDmaBufMR(dma-buf fd) -> MR             (device memory: a GPU's)
+//
+// A QP from PD.CreateQP starts in RESET; its program exchanges QP numbers,
+// PSNs, LIDs and GIDs with the peer itself and moves it to RTS with Modify,
+// the attributes of each transition checked as the kernel checks them
+// (RCTransition). docs/design.md describes both, and how to register GPU
+// memory.
 //
 // Registered memory never lives on the Go heap: it comes from AllocMemory
 // (a private anonymous mmap), so that a device may access it at any time

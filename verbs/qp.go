@@ -53,13 +53,16 @@ type QPInitAttr struct {
 	SignalAll bool
 }
 
-// QPAttr is the part of struct ibv_qp_attr that callers of ModifyQP on a
-// CM-managed RC QP use, and that QueryQP reports.
+// QPAttr is the part of struct ibv_qp_attr that an RC QP's callers use:
+// the fields ModifyQP applies (those its mask selects) and QueryQP reports.
+// A CM-managed QP needs only State (and the odd timer); a QP created with
+// PD.CreateQP is moved through RESET -> INIT -> RTR -> RTS by its owner,
+// with the attributes each transition requires (RCTransition).
 type QPAttr struct {
 	State QPState
 	// Cap as granted.
 	Cap QPCap
-	// PathMTU is the active path MTU.
+	// PathMTU is the active path MTU (required at INIT->RTR).
 	PathMTU MTU
 	// MinRNRTimer is the RNR NAK timer advertised to the peer (IB encoding,
 	// 0..31; 0 means 655.36 ms as on hardware).
@@ -74,26 +77,75 @@ type QPAttr struct {
 	MaxRdAtomic     int
 	MaxDestRdAtomic int
 	QPNum           uint32
-	DestQPNum       uint32
+	// DestQPNum is the peer's QP number (required at INIT->RTR).
+	DestQPNum uint32
+	// RQPSN is the PSN the QP expects of the peer's first request (the
+	// peer's SQPSN; required at INIT->RTR), SQPSN the PSN of its own first
+	// request (required at RTR->RTS). 24 bits.
+	RQPSN uint32
+	SQPSN uint32
+	// AccessFlags are the remote operations the QP lets its peer perform
+	// (AccessRemoteWrite, AccessRemoteRead; required at RESET->INIT): a
+	// request the QP does not allow fails as a remote access error, even
+	// on an MR that allows it.
+	AccessFlags Access
+	// PKeyIndex is the partition key's index (0 on RoCE and soft) and
+	// PortNum the device port (from 1); both required at RESET->INIT.
+	PKeyIndex int
+	PortNum   int
+	// AH is the path to the peer (required at INIT->RTR).
+	AH AHAttr
 	// TrafficClass is the traffic class the QP's packets carry: the
 	// address vector's GRH traffic class on a device; on soft, the IP TOS
 	// (IPV6_TCLASS) of the TCP socket under the QP, read back from the
-	// socket. Query reports it; Modify ignores it.
+	// socket. Query reports it; Modify ignores it (set AH.GRH.TrafficClass).
 	TrafficClass int
 }
 
-// QPAttrMask selects the fields of QPAttr that ModifyQP applies.
+// AHAttr is struct ibv_ah_attr: the address vector of the peer's port.
+// On InfiniBand a port is reached by its LID; on RoCE by its GID (IsGlobal,
+// with the local GID table index to send from), the LID being 0. On soft
+// both are needed: the GID is the peer device's IP address and the LID its
+// TCP port (see package soft).
+type AHAttr struct {
+	DLID        uint16
+	SL          int
+	SrcPathBits int
+	StaticRate  int
+	IsGlobal    bool
+	GRH         GlobalRoute
+	PortNum     int
+}
+
+// GlobalRoute is struct ibv_global_route: the GRH of a global address vector.
+type GlobalRoute struct {
+	DGID         GID
+	FlowLabel    uint32
+	SGIDIndex    int
+	HopLimit     int
+	TrafficClass int
+}
+
+// QPAttrMask selects the fields of QPAttr that ModifyQP applies; the
+// values are enum ibv_qp_attr_mask's.
 type QPAttrMask uint32
 
 const (
 	QPAttrState           QPAttrMask = 1 << 0
+	QPAttrAccessFlags     QPAttrMask = 1 << 3
+	QPAttrPKeyIndex       QPAttrMask = 1 << 4
+	QPAttrPort            QPAttrMask = 1 << 5
+	QPAttrAV              QPAttrMask = 1 << 7
 	QPAttrPathMTU         QPAttrMask = 1 << 8
 	QPAttrTimeout         QPAttrMask = 1 << 9
 	QPAttrRetryCnt        QPAttrMask = 1 << 10
 	QPAttrRNRRetry        QPAttrMask = 1 << 11
+	QPAttrRQPSN           QPAttrMask = 1 << 12
 	QPAttrMaxRdAtomic     QPAttrMask = 1 << 13
 	QPAttrMinRNRTimer     QPAttrMask = 1 << 15
+	QPAttrSQPSN           QPAttrMask = 1 << 16
 	QPAttrMaxDestRdAtomic QPAttrMask = 1 << 17
+	QPAttrDestQPN         QPAttrMask = 1 << 20
 )
 
 // Opcode is ibv_wr_opcode; the values are libibverbs' own.
@@ -163,7 +215,10 @@ type QP interface {
 	// PostRecv is ibv_post_recv, with the same rules.
 	PostRecv(wrs []RecvWR) error
 	// Modify is ibv_modify_qp. On a CM-managed QP the CM drives
-	// INIT->RTR->RTS; users typically move it to ERR to flush it.
+	// INIT->RTR->RTS; users typically move it to ERR to flush it. A QP
+	// from PD.CreateQP starts in RESET and its owner moves it; a mask
+	// that lacks an attribute the transition requires, or has one it does
+	// not allow (RCTransition), is EINVAL, as the kernel has it.
 	Modify(attr *QPAttr, mask QPAttrMask) error
 	// Query is ibv_query_qp.
 	Query() (QPAttr, error)

@@ -74,6 +74,9 @@ struct rc_entry_points {
 	int (*rdma_set_option)(struct rdma_cm_id *id, int level, int optname, void *optval, size_t optlen);
 	int (*rdma_create_qp)(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 	int (*rdma_init_qp_attr)(struct rdma_cm_id *id, struct ibv_qp_attr *attr, int *mask);
+	// Optional: NULL where libibverbs predates it (rdma-core 34).
+	struct ibv_mr *(*ibv_reg_dmabuf_mr)(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
+		int fd, int access);
 };
 
 struct rc_entry_points rc_ep;
@@ -94,6 +97,9 @@ static struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t n, int ac
 	return rc_ep.ibv_reg_mr(pd, addr, n, access);
 }
 static int ibv_dereg_mr(struct ibv_mr *mr) { return rc_ep.ibv_dereg_mr(mr); }
+static struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t n, uint64_t iova, int fd, int access) {
+	return rc_ep.ibv_reg_dmabuf_mr(pd, off, n, iova, fd, access);
+}
 static struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c) { return rc_ep.ibv_create_comp_channel(c); }
 static int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) { return rc_ep.ibv_destroy_comp_channel(ch); }
 static int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx) {
@@ -461,6 +467,10 @@ func entryPoints() []entryPoint {
 	ibv := func(name, version string, slot unsafe.Pointer) entryPoint {
 		return entryPoint{lib: libIBVerbs, name: name, version: version, slot: (*unsafe.Pointer)(slot)}
 	}
+	optional := func(e entryPoint) entryPoint {
+		e.optional = true
+		return e
+	}
 	cm := func(name, version string, slot unsafe.Pointer) entryPoint {
 		return entryPoint{lib: libRDMACM, name: name, version: version, slot: (*unsafe.Pointer)(slot)}
 	}
@@ -488,6 +498,7 @@ func entryPoints() []entryPoint {
 		ibv("ibv_destroy_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_destroy_qp)),
 		ibv("ibv_modify_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_modify_qp)),
 		ibv("ibv_query_qp", "IBVERBS_1.1", unsafe.Pointer(&ep.ibv_query_qp)),
+		optional(ibv("ibv_reg_dmabuf_mr", "IBVERBS_1.12", unsafe.Pointer(&ep.ibv_reg_dmabuf_mr))),
 
 		cm("rdma_get_devices", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_get_devices)),
 		cm("rdma_free_devices", "RDMACM_1.0", unsafe.Pointer(&ep.rdma_free_devices)),
@@ -620,6 +631,16 @@ func ibvQueryGID(ctx ctxPtr, port, index int) (verbs.GID, syscall.Errno) {
 }
 
 // --- PD and MR ---
+
+// ibvRegDmaBufMR registers n bytes of the dma-buf fd from offset, named
+// from iova on; the caller has checked that the entry point is there.
+func ibvRegDmaBufMR(pd pdPtr, offset uint64, n int, iova uint64, fd int, access verbs.Access) (mrPtr, uint32, uint32, syscall.Errno) {
+	m, err := C.ibv_reg_dmabuf_mr((*C.struct_ibv_pd)(pd), C.uint64_t(offset), C.size_t(n), C.uint64_t(iova), C.int(fd), C.int(access))
+	if m == nil {
+		return nil, 0, 0, errnoOf(err)
+	}
+	return mrPtr(m), uint32(m.lkey), uint32(m.rkey), 0
+}
 
 func ibvAllocPD(ctx ctxPtr) (pdPtr, syscall.Errno) {
 	p, err := C.ibv_alloc_pd((*C.struct_ibv_context)(ctx))
@@ -772,10 +793,11 @@ func rdmaCreateQP(id idPtr, pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap, sigAll boo
 	return qpPtr(C.rc_id_qp((*C.struct_rdma_cm_id)(id))), 0
 }
 
-// ibvCreateQP creates an RC QP outside the CM (used to probe limits).
-func ibvCreateQP(pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap) (qpPtr, syscall.Errno) {
+// ibvCreateQP creates an RC QP outside the CM (PD.CreateQP, and probes of
+// the device's limits).
+func ibvCreateQP(pd pdPtr, scq, rcq cqPtr, c *verbs.QPCap, sigAll bool) (qpPtr, syscall.Errno) {
 	var a C.struct_ibv_qp_init_attr
-	initQPAttr(&a, scq, rcq, c, false)
+	initQPAttr(&a, scq, rcq, c, sigAll)
 	q, err := C.ibv_create_qp((*C.struct_ibv_pd)(pd), &a)
 	if q == nil {
 		return nil, errnoOf(err)
@@ -821,6 +843,26 @@ func ibvModifyQP(qp qpPtr, attr *verbs.QPAttr, mask verbs.QPAttrMask) syscall.Er
 	a.rnr_retry = C.uint8_t(attr.RNRRetry)
 	a.max_rd_atomic = C.uint8_t(attr.MaxRdAtomic)
 	a.max_dest_rd_atomic = C.uint8_t(attr.MaxDestRdAtomic)
+	a.dest_qp_num = C.uint32_t(attr.DestQPNum)
+	a.rq_psn = C.uint32_t(attr.RQPSN)
+	a.sq_psn = C.uint32_t(attr.SQPSN)
+	a.qp_access_flags = C.uint(attr.AccessFlags)
+	a.pkey_index = C.uint16_t(attr.PKeyIndex)
+	a.port_num = C.uint8_t(attr.PortNum)
+	ah := &attr.AH
+	a.ah_attr.dlid = C.uint16_t(ah.DLID)
+	a.ah_attr.sl = C.uint8_t(ah.SL)
+	a.ah_attr.src_path_bits = C.uint8_t(ah.SrcPathBits)
+	a.ah_attr.static_rate = C.uint8_t(ah.StaticRate)
+	a.ah_attr.port_num = C.uint8_t(ah.PortNum)
+	if ah.IsGlobal {
+		a.ah_attr.is_global = 1
+	}
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)), 16), ah.GRH.DGID[:])
+	a.ah_attr.grh.flow_label = C.uint32_t(ah.GRH.FlowLabel)
+	a.ah_attr.grh.sgid_index = C.uint8_t(ah.GRH.SGIDIndex)
+	a.ah_attr.grh.hop_limit = C.uint8_t(ah.GRH.HopLimit)
+	a.ah_attr.grh.traffic_class = C.uint8_t(ah.GRH.TrafficClass)
 	return syscall.Errno(C.ibv_modify_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask)))
 }
 
@@ -834,7 +876,8 @@ func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
 	var ia C.struct_ibv_qp_init_attr
 	mask := C.IBV_QP_STATE | C.IBV_QP_CAP | C.IBV_QP_PATH_MTU | C.IBV_QP_MIN_RNR_TIMER | C.IBV_QP_TIMEOUT |
 		C.IBV_QP_RETRY_CNT | C.IBV_QP_RNR_RETRY | C.IBV_QP_MAX_QP_RD_ATOMIC | C.IBV_QP_MAX_DEST_RD_ATOMIC |
-		C.IBV_QP_DEST_QPN | C.IBV_QP_AV
+		C.IBV_QP_DEST_QPN | C.IBV_QP_AV | C.IBV_QP_RQ_PSN | C.IBV_QP_SQ_PSN | C.IBV_QP_ACCESS_FLAGS |
+		C.IBV_QP_PKEY_INDEX | C.IBV_QP_PORT
 	if r := C.ibv_query_qp((*C.struct_ibv_qp)(qp), &a, C.int(mask), &ia); r != 0 {
 		return verbs.QPAttr{}, syscall.Errno(r)
 	}
@@ -850,7 +893,27 @@ func ibvQueryQP(qp qpPtr) (verbs.QPAttr, syscall.Errno) {
 		QPNum:           qpNum(qp),
 		DestQPNum:       uint32(a.dest_qp_num),
 		TrafficClass:    int(a.ah_attr.grh.traffic_class),
+		RQPSN:           uint32(a.rq_psn),
+		SQPSN:           uint32(a.sq_psn),
+		AccessFlags:     verbs.Access(a.qp_access_flags),
+		PKeyIndex:       int(a.pkey_index),
+		PortNum:         int(a.port_num),
+		AH: verbs.AHAttr{
+			DLID:        uint16(a.ah_attr.dlid),
+			SL:          int(a.ah_attr.sl),
+			SrcPathBits: int(a.ah_attr.src_path_bits),
+			StaticRate:  int(a.ah_attr.static_rate),
+			IsGlobal:    a.ah_attr.is_global != 0,
+			PortNum:     int(a.ah_attr.port_num),
+			GRH: verbs.GlobalRoute{
+				FlowLabel:    uint32(a.ah_attr.grh.flow_label),
+				SGIDIndex:    int(a.ah_attr.grh.sgid_index),
+				HopLimit:     int(a.ah_attr.grh.hop_limit),
+				TrafficClass: int(a.ah_attr.grh.traffic_class),
+			},
+		},
 	}
+	copy(out.AH.GRH.DGID[:], unsafe.Slice((*byte)(unsafe.Pointer(&a.ah_attr.grh.dgid)), 16))
 	readQPCap(&a.cap, &out.Cap)
 	return out, 0
 }

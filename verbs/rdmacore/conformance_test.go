@@ -3,6 +3,7 @@
 package rdmacore
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/rdmanet/rdma/internal/testsupport"
@@ -29,7 +30,11 @@ const deregReadStalls = "rxe (kernel 6.1) gives a READ whose responder deregiste
 // The verbs conformance suite, the one the soft provider passes, on a real
 // kernel RDMA stack (Soft-RoCE in the VM of `make test-softroce`).
 func TestConformance(t *testing.T) {
-	_, ip := testsupport.SoftRoCE(t)
+	dev, ip := testsupport.SoftRoCE(t)
+	var noDmaBuf string
+	if strings.HasPrefix(dev, "rxe") {
+		noDmaBuf = "rxe has no dma-buf support (its driver lacks reg_user_mr_dmabuf)"
+	}
 	verbstest.Run(t, verbstest.Config{
 		Provider: ProviderName,
 		IP:       ip,
@@ -41,6 +46,7 @@ func TestConformance(t *testing.T) {
 				t.Fatalf("silencing the peer: %v", err)
 			}
 		},
+		DmaBufUnsupported:  noDmaBuf,
 		Skip:               kernelDiffers,
 		RecvInErrUnflushed: recvInErrUnflushed,
 		DeregReadStalls:    deregReadStalls,

@@ -30,7 +30,14 @@ type entryPoint struct {
 	name    string
 	version string          // the symbol version of the ABI in rdmacore_abi.h
 	slot    *unsafe.Pointer // its field of the C table the trampolines call through
+	// optional: a libibverbs without it still loads; the slot stays nil
+	// and missing says why, for the one verb that needs it to report.
+	optional bool
 }
+
+// missing holds, per optional entry point the libraries lack, what dlvsym
+// said. Written once by load (inside loadOnce), read after loaded().
+var missing = map[string]string{}
 
 var (
 	loadOnce sync.Once
@@ -72,16 +79,22 @@ func load(libs []string) *libraryError {
 	}
 	eps := entryPoints()
 	found := make([]unsafe.Pointer, len(eps))
+	lacks := map[string]string{}
 	for i, e := range eps {
 		p, err := dlvsym(handles[e.lib], e.name, e.version)
 		if err != nil {
-			return &libraryError{detail: fmt.Sprintf("%s lacks %s@%s: %v", libs[e.lib], e.name, e.version, err)}
+			detail := fmt.Sprintf("%s lacks %s@%s: %v", libs[e.lib], e.name, e.version, err)
+			if !e.optional {
+				return &libraryError{detail: detail}
+			}
+			lacks[e.name] = detail
 		}
 		found[i] = p
 	}
 	for i, e := range eps {
 		*e.slot = found[i]
 	}
+	missing = lacks
 	return nil
 }
 

@@ -47,6 +47,80 @@ func (pd *protDomain) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	return &memRegion{p: p, buf: buf, lkey: lkey, rkey: rkey, access: access}, nil
 }
 
+// CreateQP is ibv_create_qp: an RC QP in RESET, outside the CM, which its
+// owner moves to RTS with Modify (the kernel checks each transition's
+// attributes: verbs.RCTransition).
+func (pd *protDomain) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
+	const op = "ibv_create_qp"
+	if attr == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "nil attributes")
+	}
+	scq, ok1 := attr.SendCQ.(*cq)
+	rcq, ok2 := attr.RecvCQ.(*cq)
+	if !ok1 || !ok2 || scq == nil || rcq == nil {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "send and receive CQs must be rdmacore CQs")
+	}
+	c := attr.Cap
+	if c.MaxSendWR < 1 || c.MaxRecvWR < 0 || c.MaxSendSGE < 0 || c.MaxRecvSGE < 0 || c.MaxInlineData < 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "capabilities %+v out of range", c)
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return nil, verbs.ErrClosed
+	}
+	p, errno := ibvCreateQP(pd.p, scq.p, rcq.p, &c, attr.SignalAll)
+	if errno != 0 {
+		return nil, &verbs.Error{Op: op, Errno: errno}
+	}
+	q := &queuePair{p: p, num: qpNum(p), cap: c, sendCQ: scq, recvCQ: rcq}
+	q.sendSlot = max(min(c.MaxSendWR, postChunk), 1)
+	q.recvSlot = max(min(c.MaxRecvWR, postChunk), 1)
+	q.send = allocSendScratch(q.sendSlot, max(c.MaxSendSGE, 1))
+	q.recv = allocRecvScratch(q.recvSlot, max(c.MaxRecvSGE, 1))
+	if q.send == nil || q.recv == nil {
+		freeSendScratch(q.send)
+		freeRecvScratch(q.recv)
+		ibvDestroyQP(p)
+		return nil, verbs.Errorf(op, syscall.ENOMEM, "allocating the posting arrays")
+	}
+	scq.attach(q)
+	rcq.attach(q)
+	return q, nil
+}
+
+// RegDmaBufMR is ibv_reg_dmabuf_mr (libibverbs 1.12, rdma-core 34): the
+// device reaches the dma-buf's memory itself, so the MR has no Bytes. A
+// device whose driver (or kernel) cannot register dma-bufs says so with
+// EOPNOTSUPP: rxe is one.
+func (pd *protDomain) RegDmaBufMR(offset uint64, length int, iova uint64, fd int, access verbs.Access) (verbs.MR, error) {
+	const op = "ibv_reg_dmabuf_mr"
+	if length <= 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "length %d", length)
+	}
+	if access&verbs.AccessRemoteWrite != 0 && access&verbs.AccessLocalWrite == 0 {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "REMOTE_WRITE requires LOCAL_WRITE")
+	}
+	name := ibvDeviceName(pd.ctx)
+	if why := missing["ibv_reg_dmabuf_mr"]; why != "" {
+		return nil, verbs.Errorf(op, syscall.EOPNOTSUPP, "%s: this libibverbs cannot register dma-bufs (%s; rdma-core 34 or later can)", name, why)
+	}
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return nil, verbs.ErrClosed
+	}
+	p, lkey, rkey, errno := ibvRegDmaBufMR(pd.p, offset, length, iova, fd, access)
+	switch errno {
+	case 0:
+	case syscall.EOPNOTSUPP, syscall.ENOSYS, syscall.EPROTONOSUPPORT:
+		return nil, verbs.Errorf(op, errno, "%s cannot register dma-bufs: its driver or the kernel has no dma-buf support (rxe has none; mlx5 and other NICs with on-demand paging do)", name)
+	default:
+		return nil, verbs.Errorf(op, errno, "%s: dma-buf descriptor %d, bytes %d..%d", name, fd, offset, offset+uint64(length))
+	}
+	return &memRegion{p: p, iova: iova, n: length, lkey: lkey, rkey: rkey, access: access}, nil
+}
+
 // Dealloc is ibv_dealloc_pd; the kernel refuses (EBUSY) while MRs or QPs use it.
 func (pd *protDomain) Dealloc() error {
 	pd.mu.Lock()
@@ -64,7 +138,9 @@ func (pd *protDomain) Dealloc() error {
 // memRegion is a verbs.MR.
 type memRegion struct {
 	p          mrPtr
-	buf        []byte
+	buf        []byte // nil for a dma-buf's, which the CPU has no view of here
+	iova       uint64 // a dma-buf's: its first byte's address, and its length
+	n          int
 	lkey, rkey uint32
 	access     verbs.Access
 	mu         sync.Mutex
@@ -73,9 +149,22 @@ type memRegion struct {
 
 var _ verbs.MR = (*memRegion)(nil)
 
-func (m *memRegion) Bytes() []byte        { return m.buf }
-func (m *memRegion) Addr() uint64         { return verbs.AddrOf(m.buf) }
-func (m *memRegion) Len() int             { return len(m.buf) }
+func (m *memRegion) Bytes() []byte { return m.buf }
+
+func (m *memRegion) Addr() uint64 {
+	if m.buf == nil {
+		return m.iova
+	}
+	return verbs.AddrOf(m.buf)
+}
+
+func (m *memRegion) Len() int {
+	if m.buf == nil {
+		return m.n
+	}
+	return len(m.buf)
+}
+
 func (m *memRegion) LKey() uint32         { return m.lkey }
 func (m *memRegion) RKey() uint32         { return m.rkey }
 func (m *memRegion) Access() verbs.Access { return m.access }

@@ -217,7 +217,7 @@ func probeMaxInline(ctx ctxPtr) int {
 	defer ibvDestroyCQ(cq)
 	try := func(n int) bool {
 		c := verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: n}
-		qp, errno := ibvCreateQP(pd, cq, cq, &c)
+		qp, errno := ibvCreateQP(pd, cq, cq, &c, false)
 		if errno != 0 {
 			return false
 		}

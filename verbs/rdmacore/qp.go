@@ -13,7 +13,8 @@ import (
 // posted in chunks of this many.
 const postChunk = 64
 
-// queuePair is a verbs.QP created on a CM ID.
+// queuePair is a verbs.QP created on a CM ID (id), or on a PD without
+// the CM (id nil: PD.CreateQP).
 type queuePair struct {
 	p        qpPtr
 	id       *cmid
@@ -143,7 +144,7 @@ func (q *queuePair) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if q.dead {
 		return verbs.ErrClosed
 	}
-	if mask == verbs.QPAttrState && attr.State == verbs.QPSInit {
+	if q.id != nil && mask == verbs.QPAttrState && attr.State == verbs.QPSInit {
 		// RESET->INIT needs the port, P_Key index and access flags, which
 		// QPAttr does not carry: take the CM's, as rdma_create_qp does.
 		if errno := rdmaModifyQPInit(q.id.p, q.p); errno != 0 {
@@ -185,8 +186,12 @@ func (q *queuePair) Destroy() error {
 	if q.dead {
 		return verbs.ErrClosed
 	}
-	if err := q.id.destroyQP(q); err != nil {
-		return err
+	if q.id != nil {
+		if err := q.id.destroyQP(q); err != nil {
+			return err
+		}
+	} else if errno := ibvDestroyQP(q.p); errno != 0 {
+		return &verbs.Error{Op: "ibv_destroy_qp", Errno: errno}
 	}
 	q.dead = true
 	freeSendScratch(q.send)

@@ -6,7 +6,8 @@
  *
  * These are the stable ABI of the sonames the package opens, written from
  * rdma-core's headers: each function is looked up at its symbol version
- * (IBVERBS_1.1 or 1.0, RDMACM_1.0 or 1.2), whose structs rdma-core does not
+ * (IBVERBS_1.1 or 1.0, RDMACM_1.0 or 1.2; ibv_reg_dmabuf_mr, optional, at
+ * IBVERBS_1.12), whose structs rdma-core does not
  * change; it extends them through new *_ex structs and functions instead
  * (ibv_port_attr grew at its end, and the exported ibv_query_port still
  * fills only the part up to flags). Exact layouts matter in two ways:
@@ -48,13 +49,18 @@ enum {
 /* enum ibv_qp_attr_mask */
 enum {
 	IBV_QP_STATE = 1 << 0,
+	IBV_QP_ACCESS_FLAGS = 1 << 3,
+	IBV_QP_PKEY_INDEX = 1 << 4,
+	IBV_QP_PORT = 1 << 5,
 	IBV_QP_AV = 1 << 7,
 	IBV_QP_PATH_MTU = 1 << 8,
 	IBV_QP_TIMEOUT = 1 << 9,
 	IBV_QP_RETRY_CNT = 1 << 10,
 	IBV_QP_RNR_RETRY = 1 << 11,
+	IBV_QP_RQ_PSN = 1 << 12,
 	IBV_QP_MAX_QP_RD_ATOMIC = 1 << 13,
 	IBV_QP_MIN_RNR_TIMER = 1 << 15,
+	IBV_QP_SQ_PSN = 1 << 16,
 	IBV_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
 	IBV_QP_CAP = 1 << 19,
 	IBV_QP_DEST_QPN = 1 << 20,

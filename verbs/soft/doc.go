@@ -21,6 +21,13 @@
 // one rather than being refused; one remote host holds at most a few of
 // them (SetMaxHandshakes, SetMaxHandshakesPerHost; admission.go).
 //
+// A QP without the CM (PD.CreateQP) is reached by (GID, LID, QP number)
+// once its device has an address: Bind gives an opened device an IP
+// address, which becomes its GID, and a listener there, whose TCP port is
+// its LID. At RTR one of the two QPs dials the other's device and the
+// other's listener answers only the peer its QP expects (manual.go).
+// RegDmaBufMR maps a dma-buf where its exporter allows mmap.
+//
 // The provider behaves as hardware does where programs can tell: private
 // data, SGE and inline limits; QP states; rkey, bounds and access checks on
 // remote operations (REM_ACCESS_ERR, both QPs to ERR); RNR NAKs retried per

@@ -322,7 +322,9 @@ func (q *qp) watchdog() {
 	if !q.wdArmed || q.state != verbs.QPSRTS || q.destroyed {
 		return
 	}
-	outstanding := q.sqHead != q.sqSent
+	// Sent and unanswered, or, on a QP still looking for its peer
+	// (manual.go), posted and not sent: either way the peer is silent.
+	outstanding := q.sqHead != q.sqSent || q.tr == nil && q.sqHead != q.sqTail
 	if q.sqHead == q.sqTail && (q.progress == q.wdLast || !q.grown()) {
 		q.trimIdle()
 		q.wdArmed = false
@@ -795,6 +797,15 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		need := verbs.AccessRemoteWrite
 		if h.typ == frameReadReq {
 			need = verbs.AccessRemoteRead
+		}
+		if q.qpAccess&need == 0 {
+			// An operation the QP does not allow (its access flags),
+			// whatever the MR allows: an invalid request, as rxe and
+			// hardware answer it, and the responder's QP goes to ERR.
+			q.flush(0, 0, false)
+			q.nak(nakInvReq)
+			q.mu.Unlock()
+			return false, q.tr.discard(h.payloadLen())
 		}
 		if h.len > 0 {
 			m := q.pd.lookup(h.rkey)

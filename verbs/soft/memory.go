@@ -29,7 +29,8 @@ type mr struct {
 	key    uint32
 	access verbs.Access
 	dead   atomic.Bool
-	fence  gate // every copy the engine makes to or from buf passes it (fence.go)
+	fence  gate   // every copy the engine makes to or from buf passes it (fence.go)
+	unmap  func() // a dma-buf MR's mapping goes once the fence is closed (dmabuf_linux.go)
 }
 
 const validAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
@@ -39,18 +40,32 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "empty buffer")
 	}
-	if access&^validAccess != 0 {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "unknown access flags %#x", uint32(access&^validAccess))
-	}
-	if access&verbs.AccessRemoteWrite != 0 && access&verbs.AccessLocalWrite == 0 {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "REMOTE_WRITE requires LOCAL_WRITE")
-	}
-	if uint64(len(buf)) > maxMRSize {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "length %d above the device's max MR size", len(buf))
+	if err := checkMR(op, len(buf), access); err != nil {
+		return nil, err
 	}
 	if m, _ := verbs.MemoryOf(buf); m == nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "buffer is not registrable memory (use verbs.AllocMemory; Go heap memory cannot be registered)")
 	}
+	return p.register(op, buf, verbs.AddrOf(buf), access)
+}
+
+// checkMR checks a registration's length and access flags.
+func checkMR(op string, n int, access verbs.Access) error {
+	if access&^validAccess != 0 {
+		return verbs.Errorf(op, syscall.EINVAL, "unknown access flags %#x", uint32(access&^validAccess))
+	}
+	if access&verbs.AccessRemoteWrite != 0 && access&verbs.AccessLocalWrite == 0 {
+		return verbs.Errorf(op, syscall.EINVAL, "REMOTE_WRITE requires LOCAL_WRITE")
+	}
+	if uint64(n) > maxMRSize {
+		return verbs.Errorf(op, syscall.EINVAL, "length %d above the device's max MR size", n)
+	}
+	return nil
+}
+
+// register adds buf to the MR table (checkMR done); SGEs and remote
+// requests name its bytes from addr on.
+func (p *pd) register(op string, buf []byte, addr uint64, access verbs.Access) (*mr, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.dead {
@@ -69,7 +84,7 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 		p.gen = append(p.gen, 0)
 	}
 	p.gen[idx]++
-	m := &mr{pd: p, buf: buf, addr: verbs.AddrOf(buf), access: access,
+	m := &mr{pd: p, buf: buf, addr: addr, access: access,
 		key: uint32(idx)<<8 | uint32(p.gen[idx])}
 	tbl := make([]*mr, max(len(old), idx+1))
 	copy(tbl, old)
@@ -157,5 +172,8 @@ func (m *mr) Dereg() error {
 	p.nMR--
 	p.mu.Unlock()
 	m.fence.close()
+	if m.unmap != nil {
+		m.unmap()
+	}
 	return nil
 }

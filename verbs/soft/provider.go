@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -58,6 +59,9 @@ type device struct {
 	objs   atomic.Int64
 	closed atomic.Bool
 	shared bool // the CM's own context: Close is a no-op
+
+	epMu sync.Mutex
+	ep   *endpoint // its address and listener, once bound (manual.go)
 }
 
 // cmContext is the device the connection manager binds IDs to (id->verbs).
@@ -96,7 +100,12 @@ func (c *device) QueryPort(port int) (verbs.PortAttr, error) {
 	if port != 1 {
 		return verbs.PortAttr{}, verbs.Errorf("ibv_query_port", syscall.EINVAL, "port %d: soft0 has port 1 only", port)
 	}
+	var lid uint16
+	if ep := c.endpoint(); ep != nil {
+		lid = ep.lid()
+	}
 	return verbs.PortAttr{
+		LID:        lid,
 		State:      verbs.PortActive,
 		MaxMTU:     portMTU,
 		ActiveMTU:  portMTU,
@@ -106,7 +115,8 @@ func (c *device) QueryPort(port int) (verbs.PortAttr, error) {
 	}, nil
 }
 
-// QueryGID reports the link-local GID derived from the node GUID, the form
+// QueryGID reports the device's address as a GID once it is bound (Bind),
+// and before that the link-local GID derived from the node GUID, the form
 // index 0 takes on RoCE devices.
 func (c *device) QueryGID(port, index int) (verbs.GID, error) {
 	if c.closed.Load() {
@@ -114,6 +124,9 @@ func (c *device) QueryGID(port, index int) (verbs.GID, error) {
 	}
 	if port != 1 || index < 0 || index >= gidTableSize {
 		return verbs.GID{}, verbs.Errorf("ibv_query_gid", syscall.EINVAL, "port %d index %d out of range", port, index)
+	}
+	if ep := c.endpoint(); ep != nil {
+		return ep.gid(), nil
 	}
 	var g verbs.GID
 	g[0], g[1] = 0xfe, 0x80
@@ -165,6 +178,7 @@ func (c *device) Close() error {
 		return verbs.Errorf("ibv_close_device", syscall.EBUSY, "%d objects still use the device", c.objs.Load())
 	}
 	c.closed.Store(true)
+	c.unbind()
 	return nil
 }
 

@@ -111,6 +111,13 @@ type qp struct {
 	preambleTimer *time.Timer
 	preambleDue   bool // the timer fired: the preamble goes without frames
 
+	// Without the CM (manual.go): created by PD.CreateQP, connected to
+	// its peer by address at RTR.
+	manual   bool
+	qpAccess verbs.Access // the remote operations the QP lets its peer perform
+	link     *qpLink      // the dial or wait for the peer, from RTR on
+	retired  bool         // its engine ran: RESET does not make it connectable again
+
 	// Lifecycle.
 	id         *cmID
 	running    bool
@@ -173,6 +180,7 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 		state:    verbs.QPSReset,
 		done:     make(chan struct{}),
 		ackEvery: 16,
+		qpAccess: verbs.AccessRemoteWrite | verbs.AccessRemoteRead,
 	}
 	q.attr = verbs.QPAttr{PathMTU: portMTU, MinRNRTimer: defaultMinRNR, Timeout: defaultTimeout,
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
@@ -499,9 +507,23 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		return verbs.Errorf(op, syscall.EINVAL, "nil attributes")
 	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
+	oldLink, err := q.modify(attr, mask)
+	q.mu.Unlock()
+	// A QP leaving RTR and RTS stops looking for its peer, and one moved
+	// to RESET drops its connection (manual.go).
+	q.stopLink(oldLink)
+	if oldLink != nil && err == nil && mask&verbs.QPAttrState != 0 && attr.State == verbs.QPSReset {
+		q.stop()
+	}
+	return err
+}
+
+// modify is Modify with mu held. It returns the QP's link to its peer
+// when the QP has just left RTR and RTS, for Modify to stop.
+func (q *qp) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) (*qpLink, error) {
+	const op = "ibv_modify_qp"
 	if q.destroyed {
-		return verbs.ErrClosed
+		return nil, verbs.ErrClosed
 	}
 	if mask&verbs.QPAttrTimeout != 0 && (attr.Timeout < 0 || attr.Timeout > 31) ||
 		mask&verbs.QPAttrRetryCnt != 0 && (attr.RetryCnt < 0 || attr.RetryCnt > 7) ||
@@ -509,22 +531,35 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		mask&verbs.QPAttrMinRNRTimer != 0 && (attr.MinRNRTimer < 0 || attr.MinRNRTimer > 31) ||
 		mask&verbs.QPAttrMaxRdAtomic != 0 && (attr.MaxRdAtomic < 0 || attr.MaxRdAtomic > maxRdAtom) ||
 		mask&verbs.QPAttrMaxDestRdAtomic != 0 && (attr.MaxDestRdAtomic < 0 || attr.MaxDestRdAtomic > maxRdAtom) ||
-		mask&verbs.QPAttrPathMTU != 0 && (attr.PathMTU < verbs.MTU256 || attr.PathMTU > portMTU) {
-		return verbs.Errorf(op, syscall.EINVAL, "attribute out of range")
+		mask&verbs.QPAttrPathMTU != 0 && (attr.PathMTU < verbs.MTU256 || attr.PathMTU > portMTU) ||
+		mask&verbs.QPAttrRQPSN != 0 && attr.RQPSN > 0xffffff ||
+		mask&verbs.QPAttrSQPSN != 0 && attr.SQPSN > 0xffffff ||
+		mask&verbs.QPAttrDestQPN != 0 && attr.DestQPNum > 0xffffff ||
+		mask&verbs.QPAttrPort != 0 && attr.PortNum != 1 ||
+		mask&verbs.QPAttrPKeyIndex != 0 && attr.PKeyIndex != 0 ||
+		mask&verbs.QPAttrAccessFlags != 0 && attr.AccessFlags&^(verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead) != 0 ||
+		mask&verbs.QPAttrState != 0 && (attr.State < verbs.QPSReset || attr.State > verbs.QPSErr) {
+		return nil, verbs.Errorf(op, syscall.EINVAL, "attribute out of range")
 	}
-	// As the kernel (ib_modify_qp_is_ok): the transport timeout and retry
-	// counts are set on the RTR->RTS transition only; rdma_cm does that
-	// from rdma_set_option and the connection parameters.
-	if mask&(verbs.QPAttrTimeout|verbs.QPAttrRetryCnt|verbs.QPAttrRNRRetry) != 0 &&
-		(mask&verbs.QPAttrState == 0 || q.state != verbs.QPSRTR || attr.State != verbs.QPSRTS) {
-		return verbs.Errorf(op, syscall.EINVAL, "Timeout, RetryCnt and RNRRetry are set on the RTR->RTS transition only (the QP is %v)", q.state)
+	check := mask
+	if !q.manual && mask&verbs.QPAttrState != 0 && q.state == verbs.QPSReset && attr.State == verbs.QPSInit {
+		// RESET->INIT on a CM-managed QP takes the port, P_Key index
+		// and access flags from the CM (rdma_init_qp_attr, as rdmacore
+		// does) when the caller gives none.
+		check |= verbs.QPAttrPort | verbs.QPAttrPKeyIndex | verbs.QPAttrAccessFlags
 	}
+	if err := verbs.CheckRCModify(q.state, attr, check); err != nil {
+		return nil, err
+	}
+	next := q.state
 	if mask&verbs.QPAttrState != 0 {
-		if !validTransition(q.state, attr.State) {
-			return verbs.Errorf(op, syscall.EINVAL, "no transition %v -> %v", q.state, attr.State)
-		}
-		if attr.State == verbs.QPSRTR && q.tr == nil && q.id == nil {
-			return verbs.Errorf(op, syscall.EINVAL, "RTR needs a connected peer: let the CM connect the QP")
+		next = attr.State
+	}
+	var link *qpLink
+	if next == verbs.QPSRTR && q.state == verbs.QPSInit && q.manual {
+		var err error
+		if link, err = q.toRTR(attr); err != nil {
+			return nil, err
 		}
 	}
 	if mask&verbs.QPAttrTimeout != 0 {
@@ -548,31 +583,50 @@ func (q *qp) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.QPAttrPathMTU != 0 {
 		q.attr.PathMTU = attr.PathMTU
 	}
+	if mask&verbs.QPAttrAccessFlags != 0 {
+		q.attr.AccessFlags = attr.AccessFlags
+		q.qpAccess = attr.AccessFlags & (verbs.AccessRemoteWrite | verbs.AccessRemoteRead)
+	}
+	if mask&verbs.QPAttrPort != 0 {
+		q.attr.PortNum = attr.PortNum
+	}
+	if mask&verbs.QPAttrPKeyIndex != 0 {
+		q.attr.PKeyIndex = attr.PKeyIndex
+	}
+	if mask&verbs.QPAttrDestQPN != 0 {
+		q.attr.DestQPNum = attr.DestQPNum
+	}
+	if mask&verbs.QPAttrAV != 0 {
+		q.attr.AH = attr.AH
+	}
+	if mask&verbs.QPAttrRQPSN != 0 {
+		q.attr.RQPSN = attr.RQPSN
+		if q.manual {
+			// The peer's first request carries its SQ PSN, which its
+			// program gave this QP as the RQ PSN.
+			q.rcvExpected, q.lastAckSent = attr.RQPSN, attr.RQPSN
+		}
+	}
+	if mask&verbs.QPAttrSQPSN != 0 {
+		q.attr.SQPSN = attr.SQPSN
+		if q.manual && q.sqHead == q.sqTail {
+			// Nothing can be posted below RTS: the queue starts at the PSN.
+			q.sqHead, q.sqSent, q.sqTail = attr.SQPSN, attr.SQPSN, attr.SQPSN
+		}
+	}
+	var old *qpLink
 	if mask&verbs.QPAttrState != 0 {
 		q.setState(attr.State)
+		if link != nil {
+			q.startLink(link)
+		} else if next != verbs.QPSRTR && next != verbs.QPSRTS && q.link != nil {
+			old, q.link = q.link, nil
+		}
 	}
 	if mask&verbs.QPAttrTimeout != 0 && (q.wdArmed || q.sqHead != q.sqTail) {
 		q.armWatchdog()
 	}
-	return nil
-}
-
-// validTransition is the IB QP state machine for the states a CM-managed RC
-// QP uses.
-func validTransition(from, to verbs.QPState) bool {
-	switch to {
-	case verbs.QPSReset, verbs.QPSErr:
-		return true
-	case verbs.QPSInit:
-		return from == verbs.QPSReset || from == verbs.QPSInit
-	case verbs.QPSRTR:
-		return from == verbs.QPSInit
-	case verbs.QPSRTS:
-		return from == verbs.QPSRTR || from == verbs.QPSRTS || from == verbs.QPSSQD
-	case verbs.QPSSQD:
-		return from == verbs.QPSRTS
-	}
-	return false
+	return old, nil
 }
 
 // setState applies a validated transition. Called with mu held.
@@ -634,7 +688,10 @@ func (q *qp) Destroy() error {
 	q.destroyed = true
 	q.state = verbs.QPSReset
 	id := q.id
+	link := q.link
+	q.link = nil
 	q.mu.Unlock()
+	q.stopLink(link)
 	q.stop()
 	q.rnrTimer.Stop()
 	q.wdTimer.Stop()

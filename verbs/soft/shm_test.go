@@ -20,10 +20,11 @@ func TestConformanceTCP(t *testing.T) {
 	defer soft.SetSharedMemory(prev)
 	before := soft.ShmConnections()
 	verbstest.Run(t, verbstest.Config{
-		Provider:    "soft",
-		IP:          net.IPv4(127, 0, 0, 1),
-		TCPListener: true,
-		SilencePeer: func(t *testing.T, q verbs.QP) { soft.Silence(q) },
+		Provider:      "soft",
+		IP:            net.IPv4(127, 0, 0, 1),
+		TCPListener:   true,
+		SilencePeer:   func(t *testing.T, q verbs.QP) { soft.Silence(q) },
+		PrepareDevice: bindLoopback,
 	})
 	assert.Equal(t, before, soft.ShmConnections(), "a connection used shared memory although it was off")
 }
@@ -38,10 +39,11 @@ func TestConformanceShm(t *testing.T) {
 	defer soft.SetSharedMemory(prev)
 	before := soft.ShmConnections()
 	verbstest.Run(t, verbstest.Config{
-		Provider:    "soft",
-		IP:          net.IPv4(127, 0, 0, 1),
-		TCPListener: true,
-		SilencePeer: func(t *testing.T, q verbs.QP) { soft.Silence(q) },
+		Provider:      "soft",
+		IP:            net.IPv4(127, 0, 0, 1),
+		TCPListener:   true,
+		SilencePeer:   func(t *testing.T, q verbs.QP) { soft.Silence(q) },
+		PrepareDevice: bindLoopback,
 	})
 	assert.Greater(t, soft.ShmConnections(), before, "no connection used shared memory")
 	t.Logf("%d connections over shared memory", soft.ShmConnections()-before)

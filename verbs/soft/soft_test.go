@@ -2,6 +2,7 @@ package soft_test
 
 import (
 	"net"
+	"net/netip"
 	"os"
 	"testing"
 
@@ -26,9 +27,18 @@ func TestMain(m *testing.M) {
 
 func TestConformance(t *testing.T) {
 	verbstest.Run(t, verbstest.Config{
-		Provider:    "soft",
-		IP:          net.IPv4(127, 0, 0, 1),
-		TCPListener: true,
-		SilencePeer: func(t *testing.T, q verbs.QP) { soft.Silence(q) },
+		Provider:      "soft",
+		IP:            net.IPv4(127, 0, 0, 1),
+		TCPListener:   true,
+		SilencePeer:   func(t *testing.T, q verbs.QP) { soft.Silence(q) },
+		PrepareDevice: bindLoopback,
 	})
+}
+
+// bindLoopback gives a device an address on loopback, with a free port,
+// for QPs without the CM.
+func bindLoopback(t testing.TB, ctx verbs.Context) {
+	if err := soft.Bind(ctx, netip.MustParseAddrPort("127.0.0.1:0")); err != nil {
+		t.Fatal(err)
+	}
 }

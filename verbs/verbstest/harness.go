@@ -31,6 +31,15 @@ type Config struct {
 	// TCPListener says the provider's listener is a TCP port at the RDMA
 	// address (soft), which the suite then attacks with junk connections.
 	TCPListener bool
+	// PrepareDevice, if set, is called on each device a test opens for QPs
+	// without the CM (PD.CreateQP), before the test reads its port and
+	// GIDs: soft gives the device an address on IP there (soft.Bind); a
+	// real device has its netdev's.
+	PrepareDevice func(t testing.TB, ctx verbs.Context)
+	// DmaBufUnsupported, when set, says why the provider's device cannot
+	// register dma-bufs (rxe: no dma-buf support in its driver):
+	// DmaBufMR then checks that RegDmaBufMR says so.
+	DmaBufUnsupported string
 	// Skip names subtests to skip on this provider, with the reason.
 	Skip map[string]string
 	// RecvInErrUnflushed, when set, says why the provider leaves a receive
