@@ -60,9 +60,6 @@ func (g *gate) exit() {
 	}
 }
 
-// open reports whether the gate is still open (a hint: enter decides).
-func (g *gate) open() bool { return g == nil || g.state.Load()&gateClosed == 0 }
-
 // close shuts the gate and returns once no copy is inside it. Each copy is
 // a bounded move of bytes that are already there, so this waits
 // microseconds, and never on a peer.

@@ -39,7 +39,6 @@ type fenceEnds struct {
 	mem  *verbs.Memory
 	mr   verbs.MR
 	peer transport
-	psn  uint32
 }
 
 func newFenceEnds(t *testing.T, path string) *fenceEnds {
