@@ -170,7 +170,7 @@ type cmID struct {
 	parent *cmID
 	tr     *tcpTransport
 	req    hsMsg
-	shm    *shmPrepared // shared memory set up for this request (shm_linux.go)
+	shm    *shmPrepared // shared memory set up for this request (shm_offer_linux.go)
 	// shmDone, when the request offers shared memory, is closed once the
 	// answer to the offer is settled (shm set, or not); Accept waits for
 	// it. The answer runs while the consumer sets up its side.

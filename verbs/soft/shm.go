@@ -17,7 +17,9 @@ import (
 // dies the kernel closes it and the connection fails at once. A connection
 // starts on TCP and moves to the rings in the background once it has
 // carried SetSharedMemorySwitch's bytes (shm_switch_linux.go). See
-// shm_linux.go; elsewhere only TCP is used.
+// shm_ring_linux.go (the ring), shm_setup_linux.go (passing it),
+// shm_offer_linux.go (the handshake) and shm_transport_linux.go (the
+// transport); elsewhere only TCP is used.
 //
 // What a peer can reach (the security model, as on a NIC): only bytes
 // inside MRs it was granted, within bounds, with the access the MR was

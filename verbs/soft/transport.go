@@ -17,7 +17,7 @@ var errInterrupted = errors.New("soft: read interrupted")
 //
 // Two transports implement it: TCP (tcp.go), where the connection that
 // carried the CM handshake then carries the frames, and shared memory
-// between two processes on one host (shm.go, shm_linux.go). The REQ offers a
+// between two processes on one host (shm.go, shm_transport_linux.go). The REQ offers a
 // set of transports (hsMsg.transports, with setup data in hsMsg.ext), the
 // REP picks one, and the CM hands the engine whichever transport was chosen;
 // the engine is the same on both.
