@@ -19,7 +19,8 @@
 // dropped (SetHandshakeTimeout). A connection takes one of the listener's
 // handshake slots only once its whole request has arrived, and waits for
 // one rather than being refused; one remote host holds at most a few of
-// them (SetMaxHandshakes, SetMaxHandshakesPerHost; admission.go).
+// them (SetMaxHandshakes, SetMaxHandshakesPerHost), and at most a quarter
+// of the connections that wait for their requests (admission.go).
 //
 // The provider behaves as hardware does where programs can tell: private
 // data, SGE and inline limits; QP states; rkey, bounds and access checks on
