@@ -15,90 +15,287 @@ import (
 
 // Handshake admission on a soft listener.
 //
-// Every TCP connection the listener accepts gets a goroutine that waits,
-// holding nothing but the connection, until the connection's whole request
-// has arrived (at most the handshake timeout): a silent or slow connection
-// costs a parked goroutine and a descriptor, and when maxWaiting wait, the
-// oldest that has been without a request for silentAfter is ended for a
-// newcomer. A connection whose request is there takes one of the listener's
+// The listener accepts every TCP connection as it comes, and never stops
+// accepting on account of one host: what the kernel's listen queue holds is
+// in arrival order, so a pause made for one host would make every host
+// behind it wait.
+//
+// An accepted connection then waits, holding nothing but a goroutine and
+// its descriptor, until its whole request has arrived (at most the
+// handshake timeout). At most maxWaiting connections wait so in all, and at
+// most hostWaiting (a quarter of them) come from one remote host (an IPv6
+// host counts as its /64), so that one host cannot take the places of the
+// others. A connection whose request is there takes one of the listener's
 // handshake slots, in which the request is read and set up without waiting
 // on the peer. Slots bound that work in all (SetMaxHandshakes) and per
-// remote host (SetMaxHandshakesPerHost), so that one host cannot lock out
-// the others.
+// remote host (SetMaxHandshakesPerHost).
 //
-// Nothing honest is refused: a connection that finds no free slot waits
-// for one, and when maxWaiting wait with their requests there, the listener
-// accepts nothing more until one has moved on (the kernel's listen queue
-// holds what comes meanwhile). A client that dials thousands of
-// connections at once from one host, a pool warming up, gets them all.
+// A newcomer for whom there is no waiting place is parked: it keeps its
+// descriptor, and its wait for its request starts when a place frees up
+// (the host with the fewest waiting connections gets it; of its parked
+// connections, the oldest whose request is there, of the first peekScan,
+// or else the oldest). When all maxWaiting places are taken, a newcomer of
+// a host below its bound first frees one by closing the oldest connection,
+// of any host, that has waited silentAfter without its request; and a
+// connection that has waited silentAfter without its request gives its
+// place up then (giveWay) if another host below its bound has a
+// connection parked. A host's silent connections do not give way to its
+// own newcomers (a client slow to write its requests, a burst of them, is
+// not cut short by itself): they hold its places to the handshake timeout.
+// At most maxParked connections are parked in all; beyond, the host with
+// the most parked connections loses its newest one (the newcomer, if that
+// host is its own, ties included).
+//
+// Nothing honest is refused: short of the parked bound, a connection whose
+// request is there is never closed for another, and a client that dials
+// thousands of connections at once from one host, a pool warming up, gets
+// them all (up to hostWaiting plus maxParked at once), in turn, while
+// another host's connection goes past them at once.
 type admission struct {
 	mu          sync.Mutex
-	max         int
-	perHost     int
-	maxWaiting  int
+	max         int // slots in all
+	perHost     int // slots per host
+	maxWaiting  int // waiting connections in all
+	hostWaiting int // waiting connections per host
+	maxParked   int // parked connections in all
 	silentAfter time.Duration
-	n           int                      // slots held
-	byHost      map[netip.Addr][]*hsSlot // slots held
-	waiting     []*hsSlot                // connections without a slot, in arrival order
+	now         func() time.Time
+	// run starts the wait for a connection's request, once it has a
+	// waiting place; called without mu held, by whoever gave it the place.
+	run func(*hsSlot)
+	// peek reports whether a parked connection's request is all there
+	// (peekRequest); called with mu held.
+	peek   func(*hsSlot) bool
+	closed bool // shut: whatever comes or is parked is closed
+
+	n       int                        // slots held
+	hosts   map[netip.Addr]*hostPlaces // the hosts that hold any place
+	waiting []*hsSlot                  // waiting connections, in arrival order
+	parked  []*hostPlaces              // the hosts with parked connections
+	nParked int
 	// freed, when somebody waits for a slot, is closed (and dropped) when
-	// one is given back; room, when the accept loop waits for the waiting
-	// list to shrink, when it does.
-	freed, room chan struct{}
+	// one is given back.
+	freed chan struct{}
+	// started collects, under mu, the connections given a waiting place
+	// since the last unlock, which runs them.
+	started []*hsSlot
+	peekBuf []byte // peekRequest's
 }
 
-// silentAfter is how long a connection without a slot must have been
-// without its request before a newer one may end it. A client that dials
+// hostPlaces is what one remote host holds in a listener's admission.
+type hostPlaces struct {
+	host    netip.Addr
+	held    int       // slots
+	waiting int       // waiting places
+	parked  []*hsSlot // in arrival order
+}
+
+// silentAfter is how long a connection must have waited without its
+// request before it gives its place up to another. A client that dials
 // thousands of connections at once may take a good part of a second to
 // write each its request.
 const silentAfter = time.Second
 
 // hsSlot is one accepted connection's place in its listener's admission.
 type hsSlot struct {
-	c       *net.TCPConn
-	host    netip.Addr
-	state   uint8
-	arrived time.Time // when it was accepted
+	c     *net.TCPConn
+	host  netip.Addr
+	state uint8
+	since time.Time // when it started waiting for its request
 }
 
 const (
-	slotWaiting = iota // no slot yet, its request not yet all there
+	slotParked  = iota // accepted, its wait for its request not yet started
+	slotWaiting        // no slot yet, its request not yet all there
 	slotReady          // no slot yet, its request there
 	slotHeld           // its request being read and set up
 	slotFree           // done, or ended
 )
 
-func newAdmission(maxSlots, perHost int) *admission {
-	return &admission{max: maxSlots, perHost: perHost, maxWaiting: 16 * maxSlots,
-		silentAfter: silentAfter, byHost: map[netip.Addr][]*hsSlot{}}
+// newAdmission bounds slots to maxSlots in all and perHost per host, and
+// waiting connections to 16 per slot in all and a quarter of that per host;
+// run starts the wait for a connection's request.
+func newAdmission(maxSlots, perHost int, run func(*hsSlot)) *admission {
+	w := 16 * maxSlots
+	a := &admission{max: maxSlots, perHost: perHost, maxWaiting: w, hostWaiting: max(1, w/4), maxParked: 4 * w,
+		silentAfter: silentAfter, now: time.Now, run: run, hosts: map[netip.Addr]*hostPlaces{}}
+	a.peek = a.peekRequest
+	return a
 }
 
-// arrive records c, just accepted. When maxWaiting connections already wait,
-// the oldest that has been without its request for silentAfter is ended to
-// make room; when none has, the listener is behind on honest work (a burst
-// of dials), and arrive returns a channel closed when one has moved on:
-// the caller accepts nothing more until then or until one has been silent
-// long enough.
-func (a *admission) arrive(c *net.TCPConn) (*hsSlot, <-chan struct{}) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.waiting) >= a.maxWaiting {
-		now := time.Now()
-		i := slices.IndexFunc(a.waiting, func(w *hsSlot) bool {
-			return w.state == slotWaiting && now.Sub(w.arrived) >= a.silentAfter
-		})
-		if i < 0 {
-			if a.room == nil {
-				a.room = make(chan struct{})
-			}
-			return nil, a.room
-		}
-		old := a.waiting[i]
-		a.free(old)
-		old.c.Close() // its wait for the request then fails and returns
+// unlock gives the waiting places that are free to parked connections,
+// releases mu and starts the connections given a place.
+func (a *admission) unlock() {
+	if !a.closed {
+		a.promote()
 	}
-	e := &hsSlot{c: c, host: remoteHost(c), arrived: time.Now()}
+	// Not those ended meanwhile.
+	started := slices.DeleteFunc(a.started, func(e *hsSlot) bool { return e.state == slotFree })
+	a.started = nil
+	a.mu.Unlock()
+	for _, e := range started {
+		a.run(e)
+	}
+}
+
+// arrive records c, just accepted, and returns its place: waiting (run is
+// called for it), parked, or free (c was closed at once: the listener is
+// shut, or its host has the most connections parked when too many are).
+func (a *admission) arrive(c *net.TCPConn) *hsSlot { return a.admit(c, remoteHost(c)) }
+
+// admit is arrive for a connection from host.
+func (a *admission) admit(c *net.TCPConn, host netip.Addr) *hsSlot {
+	a.mu.Lock()
+	defer a.unlock()
+	e := &hsSlot{c: c, host: host, state: slotFree}
+	if a.closed {
+		c.Close()
+		return e
+	}
+	h := a.hosts[host]
+	if h == nil {
+		h = &hostPlaces{host: host}
+		a.hosts[host] = h
+	}
+	if !a.room(h) {
+		a.makeRoom(h)
+		a.hosts[host] = h // again, if the one it ended was h's last
+	}
+	// In the queue of its host, behind any of that host's: the places
+	// free go to parked connections (promote), this one's at once if its
+	// host may have one and has none parked.
+	e.state = slotParked
+	if len(h.parked) == 0 {
+		a.parked = append(a.parked, h)
+	}
+	h.parked = append(h.parked, e)
+	a.nParked++
+	a.promote()
+	if a.nParked > a.maxParked {
+		// The host with the most parked connections gives one up, its
+		// newest: the newcomer's host on a tie.
+		most := h
+		for _, p := range a.parked {
+			if len(p.parked) > len(most.parked) {
+				most = p
+			}
+		}
+		last := most.parked[len(most.parked)-1]
+		a.free(last)
+		last.c.Close()
+	}
+	return e
+}
+
+// room reports whether a connection of h may wait now. Called with mu held.
+func (a *admission) room(h *hostPlaces) bool {
+	return h.waiting < a.hostWaiting && len(a.waiting) < a.maxWaiting
+}
+
+// makeRoom ends the oldest waiting connection that has waited silentAfter
+// without its request, of any host, for a newcomer of h below its bound
+// when all places are taken. Called with mu held.
+func (a *admission) makeRoom(h *hostPlaces) {
+	if h.waiting >= a.hostWaiting {
+		return // its host is at its bound: no place of another's would be its
+	}
+	now := a.now()
+	i := slices.IndexFunc(a.waiting, func(w *hsSlot) bool {
+		return w.state == slotWaiting && now.Sub(w.since) >= a.silentAfter
+	})
+	if i < 0 {
+		return
+	}
+	old := a.waiting[i]
+	a.free(old)
+	old.c.Close() // its wait for the request then fails and returns
+}
+
+// startWaiting gives e a waiting place; unlock runs it. Called with mu held.
+func (a *admission) startWaiting(e *hsSlot, h *hostPlaces) {
+	e.state, e.since = slotWaiting, a.now()
+	h.waiting++
 	a.waiting = append(a.waiting, e)
-	return e, nil
+	a.started = append(a.started, e)
+}
+
+// promote gives the waiting places that are free to parked connections:
+// each to the host with the fewest waiting connections (below its bound),
+// for its oldest parked connection whose request is there, of the first
+// peekScan, or else its oldest. Called with mu held.
+func (a *admission) promote() {
+	for a.nParked > 0 && len(a.waiting) < a.maxWaiting {
+		var best *hostPlaces
+		for _, p := range a.parked {
+			if p.waiting < a.hostWaiting && (best == nil || p.waiting < best.waiting) {
+				best = p
+			}
+		}
+		if best == nil {
+			return // each host with parked connections is at its bound
+		}
+		// The oldest whose request is there, of the first peekScan; else
+		// the oldest.
+		i := max(0, slices.IndexFunc(best.parked[:min(len(best.parked), peekScan)], a.peek))
+		e := best.parked[i]
+		best.parked = slices.Delete(best.parked, i, i+1)
+		a.nParked--
+		if len(best.parked) == 0 {
+			a.unpark(best)
+		}
+		a.startWaiting(e, best)
+	}
+}
+
+// peekScan bounds how many of a host's parked connections are looked at,
+// for one whose request is there, when a place frees up for one of them.
+const peekScan = 64
+
+// giveWay ends e, a waiting connection that has waited silentAfter without
+// its request, if all places are taken and another host below its bound
+// has a connection parked: true then, and e's place is free (the caller
+// closes e's connection). Its own host's parked connections do not end it:
+// they are that host's, as the silent one may be (a client slow to write
+// its request), and wait for its places in turn.
+func (a *admission) giveWay(e *hsSlot) bool {
+	a.mu.Lock()
+	defer a.unlock()
+	if e.state != slotWaiting || len(a.parked) == 0 {
+		return false
+	}
+	h := a.hosts[e.host]
+	if !slices.ContainsFunc(a.parked, func(p *hostPlaces) bool { return p != h && p.waiting < a.hostWaiting }) {
+		return false
+	}
+	a.free(e)
+	return true
+}
+
+// peekRequest reports whether e's whole request is there (or cannot begin
+// one: the read that follows then fails at once, or the connection's end),
+// reading nothing. Called with mu held.
+func (a *admission) peekRequest(e *hsSlot) bool {
+	rc, err := e.c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	if a.peekBuf == nil {
+		a.peekBuf = make([]byte, hsHdrLen+maxHandshakeBody)
+	}
+	there := false
+	_ = rc.Control(func(fd uintptr) {
+		n, _, err := unix.Recvfrom(int(fd), a.peekBuf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		there = err == nil && (n == 0 || requestArrived(a.peekBuf[:n]))
+	})
+	return there
+}
+
+// unpark drops h, without parked connections now, from the parked hosts.
+// Called with mu held.
+func (a *admission) unpark(h *hostPlaces) {
+	if i := slices.Index(a.parked, h); i >= 0 {
+		a.parked = slices.Delete(a.parked, i, i+1)
+	}
 }
 
 // take gives e, whose request is there, a slot. ok is false when e has been
@@ -106,20 +303,21 @@ func (a *admission) arrive(c *net.TCPConn) (*hsSlot, <-chan struct{}) {
 // closed when a slot is given back.
 func (a *admission) take(e *hsSlot) (ok bool, wait <-chan struct{}) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	if e.state != slotWaiting && e.state != slotReady {
 		return false, nil
 	}
 	e.state = slotReady
-	if a.n >= a.max || len(a.byHost[e.host]) >= a.perHost {
+	h := a.hosts[e.host]
+	if a.n >= a.max || h.held >= a.perHost {
 		if a.freed == nil {
 			a.freed = make(chan struct{})
 		}
 		return true, a.freed
 	}
-	a.unwait(e)
+	a.unwait(e, h)
 	e.state = slotHeld
-	a.byHost[e.host] = append(a.byHost[e.host], e)
+	h.held++
 	a.n++
 	return true, nil
 }
@@ -167,45 +365,65 @@ func (w *waiter) stop() {
 // release gives e's place back (any number of times).
 func (a *admission) release(e *hsSlot) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
+	defer a.unlock()
 	a.free(e)
+}
+
+// shut closes the parked connections, and from now on every connection
+// that arrives; the waiting ones end on their own (the listener's life
+// ends their waits).
+func (a *admission) shut() {
+	a.mu.Lock()
+	defer a.unlock()
+	a.closed = true
+	for len(a.parked) > 0 {
+		e := a.parked[0].parked[0]
+		a.free(e)
+		e.c.Close()
+	}
 }
 
 // free gives e's place back. Called with mu held.
 func (a *admission) free(e *hsSlot) {
+	h := a.hosts[e.host]
 	switch e.state {
 	case slotFree:
 		return
+	case slotParked:
+		if i := slices.Index(h.parked, e); i >= 0 {
+			h.parked = slices.Delete(h.parked, i, i+1)
+			a.nParked--
+		}
+		if len(h.parked) == 0 {
+			a.unpark(h)
+		}
 	case slotWaiting, slotReady:
-		a.unwait(e)
-		e.state = slotFree
-		return
+		a.unwait(e, h)
+	case slotHeld:
+		a.n--
+		h.held--
+		if a.freed != nil {
+			close(a.freed)
+			a.freed = nil
+		}
 	}
 	e.state = slotFree
-	a.n--
-	list := a.byHost[e.host]
-	if i := slices.Index(list, e); i >= 0 {
-		list = slices.Delete(list, i, i+1)
-	}
-	if len(list) == 0 {
-		delete(a.byHost, e.host)
-	} else {
-		a.byHost[e.host] = list
-	}
-	if a.freed != nil {
-		close(a.freed)
-		a.freed = nil
+	a.drop(h)
+}
+
+// drop forgets h if it holds nothing. Called with mu held.
+func (a *admission) drop(h *hostPlaces) {
+	if h.held == 0 && h.waiting == 0 && len(h.parked) == 0 {
+		delete(a.hosts, h.host)
 	}
 }
 
-// unwait drops e from the waiting list. Called with mu held.
-func (a *admission) unwait(e *hsSlot) {
+// unwait drops e from the waiting connections (unlock gives its place to
+// a parked one). Called with mu held.
+func (a *admission) unwait(e *hsSlot, h *hostPlaces) {
 	if i := slices.Index(a.waiting, e); i >= 0 {
 		a.waiting = slices.Delete(a.waiting, i, i+1)
-		if a.room != nil {
-			close(a.room)
-			a.room = nil
-		}
+		h.waiting--
 	}
 }
 
@@ -216,7 +434,13 @@ func remoteHost(c *net.TCPConn) netip.Addr {
 	if ra == nil {
 		return netip.Addr{}
 	}
-	a := ra.AddrPort().Addr().Unmap().WithZone("")
+	return hostKey(ra.AddrPort().Addr())
+}
+
+// hostKey is the admission's key for address a: a itself (IPv4, or an
+// IPv4-mapped IPv6 address, unmapped), or its IPv6 /64.
+func hostKey(a netip.Addr) netip.Addr {
+	a = a.Unmap().WithZone("")
 	if a.Is6() {
 		p, _ := a.Prefix(64)
 		return p.Addr()
@@ -238,10 +462,20 @@ func awaitRequest(tr *tcpTransport) error {
 			return false
 		case err != nil || n == 0:
 			return true
-		case n < hsHdrLen:
-			return false
 		}
-		_, body, err := parseHandshakeHeader(b[:hsHdrLen])
-		return err != nil || n >= hsHdrLen+body
+		return requestArrived(b[:n])
 	})
+}
+
+// requestArrived reports, for the bytes b that have arrived on a connection
+// to a listener (at least one), whether its wait for a handshake message is
+// over: the whole message is there, or its header is and cannot begin one.
+// Fewer bytes than a header keep it waiting, junk or not: the read that
+// follows, in a handshake slot, would wait for the rest of the header.
+func requestArrived(b []byte) bool {
+	if len(b) < hsHdrLen {
+		return false
+	}
+	_, body, err := parseHandshakeHeader(b[:hsHdrLen])
+	return err != nil || len(b) >= hsHdrLen+body
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -272,16 +273,25 @@ func (id *cmID) Listen(backlog int) error {
 		backlog = defaultBacklog
 	}
 	id.backlog = backlog
-	id.slots = newAdmission(max(1, int(maxHandshakes.Load())), max(1, int(maxHandshakesPerHost.Load())))
-	id.state = idListening
 	hsTimeout := time.Duration(handshakeTimeout.Load())
+	// A connection's handshake starts once it has a waiting place
+	// (admission.go): at once, or when one frees up. Whoever gives it
+	// the place is one of the ID's goroutines (the accept loop, or a
+	// handshake that ends), so that Destroy waits for it too.
+	id.slots = newAdmission(max(1, int(maxHandshakes.Load())), max(1, int(maxHandshakesPerHost.Load())),
+		func(slot *hsSlot) {
+			id.wg.Add(1)
+			go id.handshake(slot.c, hsTimeout, slot)
+		})
+	id.state = idListening
 	id.wg.Add(1)
-	go id.acceptLoop(ln, hsTimeout)
+	go id.acceptLoop(ln)
 	return nil
 }
 
-func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
+func (id *cmID) acceptLoop(ln *net.TCPListener) {
 	defer id.wg.Done()
+	defer id.slots.shut()
 	for {
 		c, err := ln.AcceptTCP()
 		if err != nil {
@@ -297,19 +307,7 @@ func (id *cmID) acceptLoop(ln *net.TCPListener, hsTimeout time.Duration) {
 			continue
 		}
 		phase.Mark("soft listen: TCP accepted")
-		slot, full := id.slots.arrive(c)
-		for slot == nil {
-			select {
-			case <-id.life.Done():
-				c.Close()
-				return
-			case <-full:
-			case <-time.After(silentAfter / 10): // one may have been silent long enough by then
-			}
-			slot, full = id.slots.arrive(c)
-		}
-		id.wg.Add(1)
-		go id.handshake(c, hsTimeout, slot)
+		id.slots.arrive(c) // never waits: one host's connections must not hold up the others'
 	}
 }
 
@@ -346,11 +344,40 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		return
 	}
 	deadline := time.Now().Add(hsTimeout)
-	_ = tr.setReadDeadline(deadline)
+	// A connection that has waited silentAfter without its request gives
+	// its place up then to a parked one, if there is one that could take
+	// it (admission.go); else it waits on, to the deadline.
+	giveWay := time.Now().Add(id.slots.silentAfter)
+	_ = tr.setReadDeadline(giveWay)
+	if deadline.Before(giveWay) {
+		_ = tr.setReadDeadline(deadline)
+	}
 	// Destroying the listener ends handshakes in progress.
-	stop := context.AfterFunc(id.life, func() { _ = tr.setReadDeadline(time.Unix(1, 0)) })
+	stopped := make(chan struct{})
+	stop := context.AfterFunc(id.life, func() {
+		close(stopped) // first: a deadline set after this sees it
+		_ = tr.setReadDeadline(time.Unix(1, 0))
+	})
 	// A slot only once the request is there (admission.go).
-	ok := awaitRequest(tr) == nil && id.slots.awaitSlot(id.life, slot, deadline)
+	err = awaitRequest(tr)
+	again := errors.Is(err, os.ErrDeadlineExceeded) && giveWay.Before(deadline)
+	if again && id.slots.giveWay(slot) {
+		c.Close()
+		stop()
+		return
+	}
+	// The handshake's deadline from now on (the read below has it too),
+	// unless the listener's end came meanwhile.
+	_ = tr.setReadDeadline(deadline)
+	select {
+	case <-stopped:
+		_ = tr.setReadDeadline(time.Unix(1, 0))
+	default:
+	}
+	if again {
+		err = awaitRequest(tr)
+	}
+	ok := err == nil && id.slots.awaitSlot(id.life, slot, deadline)
 	var m hsMsg
 	if ok {
 		m, err = readHandshake(tr)

@@ -19,7 +19,8 @@
 // dropped (SetHandshakeTimeout). A connection takes one of the listener's
 // handshake slots only once its whole request has arrived, and waits for
 // one rather than being refused; one remote host holds at most a few of
-// them (SetMaxHandshakes, SetMaxHandshakesPerHost; admission.go).
+// them (SetMaxHandshakes, SetMaxHandshakesPerHost), and at most a quarter
+// of the connections that wait for their requests (admission.go).
 //
 // A QP without the CM (PD.CreateQP) is reached by (GID, LID, QP number)
 // once its device has an address: Bind gives an opened device an IP

@@ -54,7 +54,10 @@ func TestSilentConnectionTimesOut(t *testing.T) {
 // Connections that have not sent a whole request hold none of the
 // listener's handshake slots: with two slots, a client gets its request
 // reported past twenty silent connections and five that sent half a
-// request, and those are closed at the handshake timeout.
+// request, and those are closed at the handshake timeout. All from one
+// host, they fill the 8 waiting places one host has with two slots: the
+// client, parked behind the rest, gets the first place that frees up (its
+// request is there, theirs not), when the first of them time out.
 func TestSilentConnectionsHoldNoSlot(t *testing.T) {
 	ch, id := softListener(t, 2*time.Second, 2)
 	addr := id.LocalAddr().String()
@@ -81,11 +84,11 @@ func TestSilentConnectionsHoldNoSlot(t *testing.T) {
 	defer cch.Close()
 	cid, err := cch.CreateID()
 	require.NoError(t, err)
-	require.NoError(t, cid.ResolveAddr(nil, id.LocalAddr(), time.Second))
+	require.NoError(t, cid.ResolveAddr(nil, id.LocalAddr(), 5*time.Second))
 	ev, err := cch.GetEvent(time.Now().Add(5 * time.Second))
 	require.NoError(t, err)
 	require.Equal(t, verbs.EventAddrResolved, ev.Type)
-	require.NoError(t, cid.ResolveRoute(time.Second))
+	require.NoError(t, cid.ResolveRoute(5*time.Second))
 	_, err = cch.GetEvent(time.Now().Add(5 * time.Second))
 	require.NoError(t, err)
 	ctx := cid.Context()
@@ -95,10 +98,12 @@ func TestSilentConnectionsHoldNoSlot(t *testing.T) {
 	require.NoError(t, err)
 	qp, err := cid.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	require.NoError(t, err)
+	start := time.Now()
 	require.NoError(t, cid.Connect(nil))
 	creq, err := ch.GetEvent(time.Now().Add(5 * time.Second))
 	require.NoError(t, err)
 	require.Equal(t, verbs.EventConnectRequest, creq.Type)
+	require.Less(t, time.Since(start), 3*time.Second, "the client waited behind the parked silent ones")
 	require.NoError(t, creq.ID.Reject(nil))
 	ev, err = cch.GetEvent(time.Now().Add(5 * time.Second))
 	require.NoError(t, err)

@@ -29,9 +29,13 @@ import (
 //     after it goes to the peer's ring. If the exchange fails, that side
 //     keeps sending on TCP: the connection works, only slower.
 //   - Receiving: the marker, read from TCP, ends the peer's frames there;
-//     from then on we read our own ring. If our exchange is still under
-//     way the reader waits for it (it ends by its deadline); if it failed,
-//     the connection fails with an error that says so (rare: the peer got
+//     from then on we read our own ring. A marker before the invitation
+//     (to the passive side not yet invited, or to the active side that
+//     has not opened its offer to invite) is a protocol error: an honest
+//     peer's exchange cannot have started. If our exchange is still under way
+//     the reader waits for it, at most switchWait (it ends by its own
+//     deadline before); if it failed, or is not through by then, the
+//     connection fails with an error that says so (rare: the peer got
 //     through the same exchange; we lack its eventfd, without which we
 //     cannot wake its writer when we free ring space).
 //
@@ -340,8 +344,8 @@ func (s *switchTransport) readHeader(h *[hdrLen]byte) error {
 			s.answer()
 			continue
 		}
-		if s.answer != nil && !s.answered {
-			return errProtocol // a marker before we were invited
+		if s.answer != nil && !s.answered || s.offer != nil && !s.started.Load() {
+			return errProtocol // a marker before the invitation
 		}
 		if err := s.switchRead(); err != nil {
 			return err
@@ -350,12 +354,34 @@ func (s *switchTransport) readHeader(h *[hdrLen]byte) error {
 	}
 }
 
+// switchWait bounds the reading side's wait, at the peer's marker, for our
+// exchange's result. The exchange started before the marker could come (the
+// active side's at its invitation, the passive side's when invited) and
+// ends by its own deadline, shmSetupTimeout after it started; this bound
+// holds however it ends, and whatever the peer does meanwhile.
+var switchWait = shmSetupTimeout
+
+// errSwitchWait: the reading side's wait for its exchange, at the peer's
+// marker, passed switchWait.
+var errSwitchWait = fmt.Errorf("%w (not through in time)", errShmSwitch)
+
 // switchRead moves the reading side to our ring at the peer's marker.
 func (s *switchTransport) switchRead() error {
 	select {
 	case <-s.ready:
 	case <-s.closing:
 		return net.ErrClosed
+	default:
+		t := time.NewTimer(switchWait)
+		select {
+		case <-s.ready:
+			t.Stop()
+		case <-s.closing:
+			t.Stop()
+			return net.ErrClosed
+		case <-t.C:
+			return errSwitchWait
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
