@@ -431,3 +431,71 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 		RNRRetryCount:      int(m.rnrRetry),
 	})
 }
+
+func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error {
+	const op = "rdma_resolve_addr"
+	if dst == nil || dst.IP == nil {
+		return verbs.Errorf(op, syscall.EINVAL, "no destination address")
+	}
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idIdle && id.state != idBound {
+		return verbs.Errorf(op, syscall.EINVAL, "ID is not idle")
+	}
+	var srcIP net.IP
+	if src != nil && src.IP != nil {
+		srcIP = src.IP
+	} else if id.local != nil && !id.local.IP.IsUnspecified() {
+		srcIP = id.local.IP
+	}
+	ch := id.ch
+	fail := func(errno syscall.Errno) error {
+		ch.push(verbs.CMEvent{Type: verbs.EventAddrError, ID: id, Status: -int(errno)})
+		return nil
+	}
+	// The wildcard destination is this host (the kernel's
+	// cma_resolve_loopback); the route lookup below maps it to loopback.
+	if dst.IP.IsMulticast() || dst.IP.Equal(net.IPv4bcast) || dst.Port <= 0 || dst.Port > 65535 {
+		return fail(syscall.EADDRNOTAVAIL)
+	}
+	if srcIP != nil && !localIP(srcIP) {
+		return fail(syscall.EADDRNOTAVAIL)
+	}
+	id.srcGiven = srcIP != nil
+	if srcIP == nil {
+		// Ask the kernel for the route's source address (route.go).
+		ip, err := routes.source(dst, time.Now())
+		if err != nil {
+			return fail(syscall.EHOSTUNREACH)
+		}
+		srcIP = ip
+	}
+	id.local = &net.TCPAddr{IP: append(net.IP(nil), srcIP...)}
+	id.remote = copyAddr(dst)
+	id.timeout = max(id.timeout, timeout)
+	id.ctx = cmContext
+	id.state = idAddrResolved
+	ch.push(verbs.CMEvent{Type: verbs.EventAddrResolved, ID: id})
+	return nil
+}
+
+func (id *cmID) ResolveRoute(timeout time.Duration) error {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != idAddrResolved {
+		return verbs.Errorf("rdma_resolve_route", syscall.EINVAL, "resolve the address first")
+	}
+	id.timeout = max(id.timeout, timeout)
+	id.state = idRouteResolved
+	// The TCP connection opens now, while the consumer creates its QP
+	// (connect.go).
+	id.startActive(nil, time.Now().Add(id.connectTimeout()))
+	id.ch.push(verbs.CMEvent{Type: verbs.EventRouteResolved, ID: id})
+	return nil
+}
