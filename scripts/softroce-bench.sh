@@ -73,6 +73,13 @@ bench() { # name test size softroce-bench-flags...
 	./softroce-bench -test \$t -size \$s -count \$c "\$@" |
 		awk -v n=\$name '{printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
 }
+# the same as bench's ping-pong, with every wait parked on Go's runtime
+# poller (no direct waits: verbs/rdmacore/directwait_linux.go)
+bench_poller() { # name size softroce-bench-flags...
+	name=\$1 s=\$2; shift 2
+	RDMA_DIRECT_WAITS=0 ./softroce-bench -test pingpong -size \$s -count \$(count \$s) "\$@" |
+		awk -v n=\$name '{printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
+}
 for s in $SIZES; do
 	for r in \$(seq $ROUNDS); do
 		rstream_pp rstream \$s
@@ -80,6 +87,7 @@ for s in $SIZES; do
 		rstream_pp rstream-blocking \$s -T b
 		rstream_pp rstream-tcp \$s -T s
 		bench rdma pingpong \$s -net rdma -procs 2
+		bench_poller rdma-poller \$s -net rdma -procs 2
 		bench tcp pingpong \$s -net tcp -procs 2
 		bench rdma-1p pingpong \$s -net rdma
 		bench tcp-1p pingpong \$s -net tcp
@@ -151,6 +159,10 @@ awk '
 			rd = median("rdma pingpong " s); rsb = median("rstream-blocking pingpong " s)
 			t = median("tcp pingpong " s); r1 = median("rdma-1p pingpong " s); t1 = median("tcp-1p pingpong " s)
 			ct = median("rstream-tcp pingpong " s)
+			rp = median("rdma-poller pingpong " s)
+			if (rp > 0)
+				printf "pingpong %6d B round trip (us), rdma default: with direct waits %.1f, every wait on the poller %.1f (%.2fx; by rounds %.2fx)\n",
+					s, rd, rp, rd / rp, medratio("rdma pingpong " s, "rdma-poller pingpong " s)
 			if (ct > 0 && t > 0)
 				printf "pingpong %6d B round trip (us), the baselines: C over kernel TCP (rstream -T s) %.1f, Go TCP %.1f; rdma default/C TCP %.2fx, rdma default/Go TCP %.2fx (by rounds %.2fx), rdma busy/Go TCP %.2fx\n",
 					s, ct, t, rd / ct, rd / t, medratio("rdma pingpong " s, "tcp pingpong " s), rb / t

@@ -17,7 +17,8 @@ type compChannel struct {
 	p   compChPtr
 	ctx ctxPtr
 	w   *fdWaiter
-	out cqEvOutPtr // C out-parameters of ibv_get_cq_event
+	dw  *directWaiter // the direct wait (directwait_linux.go), before w's
+	out cqEvOutPtr    // C out-parameters of ibv_get_cq_event
 
 	// getMu serialises GetEvent: try and its results below are shared.
 	getMu  sync.Mutex
@@ -42,7 +43,13 @@ func newCompChannel(ctx ctxPtr) (*compChannel, error) {
 		ibvDestroyCompChannel(p)
 		return nil, err
 	}
-	c := &compChannel{p: p, ctx: ctx, w: w, out: allocCQEventOut(), cqs: map[cqPtr]*cq{}}
+	dw, err := newDirectWaiter(w.fd)
+	if err != nil {
+		w.close()
+		ibvDestroyCompChannel(p)
+		return nil, err
+	}
+	c := &compChannel{p: p, ctx: ctx, w: w, dw: dw, out: allocCQEventOut(), cqs: map[cqPtr]*cq{}}
 	c.try = c.tryGet
 	return c, nil
 }
@@ -60,7 +67,7 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 		if c.closed.Load() {
 			return nil, verbs.ErrClosed
 		}
-		if err := c.w.wait(c.try); err != nil {
+		if err := c.wait(); err != nil {
 			return nil, err
 		}
 		if c.gotErr != 0 {
@@ -80,13 +87,28 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 	}
 }
 
+// wait waits until tryGet has an event: a direct wait first, if a slot is
+// free, then on the runtime poller.
+func (c *compChannel) wait() error {
+	if takeDirectSlot() {
+		done, err := c.dw.wait(c.try)
+		giveDirectSlot()
+		if done {
+			return err
+		}
+	}
+	return c.w.wait(c.try)
+}
+
 // SetDeadline bounds GetEvent: the channel's descriptor is on the runtime
 // poller, so this is its read deadline, and a deadline in the past wakes a
-// pending GetEvent at once without a system call.
+// pending GetEvent at once without a system call (a direct wait is woken
+// through its eventfd: one write).
 func (c *compChannel) SetDeadline(t time.Time) error {
 	if c.closed.Load() {
 		return verbs.ErrClosed
 	}
+	c.dw.setDeadline(t)
 	if err := c.w.setDeadline(t); err != nil {
 		if c.closed.Load() {
 			return verbs.ErrClosed
@@ -118,7 +140,8 @@ func (c *compChannel) Close() error {
 		return verbs.Errorf("ibv_destroy_comp_channel", syscall.EBUSY, "%d CQs still use the channel", len(c.cqs))
 	}
 	c.closed.Store(true)
-	c.w.close() // waits until no waiter is inside ibv_get_cq_event
+	c.dw.close() // waits until no direct waiter is inside ibv_get_cq_event
+	c.w.close()  // and no waiter on the poller
 	c.getMu.Lock()
 	defer c.getMu.Unlock()
 	errno := ibvDestroyCompChannel(c.p)

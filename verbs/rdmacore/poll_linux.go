@@ -21,6 +21,7 @@ import (
 // which belongs to the shared open file description, holds for both.
 type fdWaiter struct {
 	f      *os.File
+	fd     int // f's descriptor, for the direct wait (f.Fd would make it blocking)
 	rc     syscall.RawConn
 	closed atomic.Bool
 }
@@ -39,7 +40,7 @@ func newFDWaiter(fd int, name string) (*fdWaiter, error) {
 		f.Close()
 		return nil, err
 	}
-	return &fdWaiter{f: f, rc: rc}, nil
+	return &fdWaiter{f: f, fd: dup, rc: rc}, nil
 }
 
 // wait calls try until it reports done, parking on the poller in between.
