@@ -63,6 +63,15 @@ type Conn struct {
 	notesLen   int
 	creditWant bool // a credit update is due but could not be queued
 
+	// Zero-copy (buffer.go, rndv.go): the Buffers registered on the
+	// connection; the rendezvous threshold agreed (0: none); a done
+	// message owed to the peer; the bounce buffer's unread bytes
+	// (reader-owned, under rmu).
+	bufMRs                 map[*Buffer]verbs.MR
+	rndvMin                int
+	rndvDoneDue            bool
+	bounceHead, bounceTail int
+
 	// The send queue as posted: WRs are built under mu into slots indexed by
 	// their id, then handed to the QP in order by submit. The slots (sq,
 	// sqSGE, sqEnds, sqOps) grow with the WRs outstanding (queuegrowth.go).
@@ -123,6 +132,8 @@ func (c *Conn) setPeer(h stream.Hello) {
 	agreed := min(h.Version, stream.Version)
 	c.rx.Agree(agreed)
 	c.tx = stream.NewSend(h, agreed)
+	stream.AgreeRndv(&c.rx, &c.tx, agreed)
+	c.rndvMin = c.rndvThreshold(agreed)
 	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if agreed >= stream.VersionHeartbeat {
@@ -160,6 +171,11 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
+		if c.bounceHead < c.bounceTail && len(b) > 0 {
+			// A rendezvous READ's bytes, before anything after it.
+			c.mu.Unlock()
+			return c.readBounce(b), nil
+		}
 		if avail := c.rx.Buffered(); avail > 0 {
 			if len(b) == 0 {
 				c.mu.Unlock()
@@ -179,6 +195,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.creditLocked(false)
 			c.unlockSubmit()
 			return n, nil
+		}
+		if addr, key, left := c.rx.RndvNext(); left > 0 && len(b) > 0 {
+			c.mu.Unlock()
+			return c.readRndv(b, addr, key, left)
 		}
 		if c.rx.FinRcvd {
 			c.mu.Unlock()
@@ -204,6 +224,11 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.rndvMin > 0 && len(b) >= c.rndvMin {
+		if buf := bufferOf(b); buf != nil {
+			return c.writeRndv(b, buf) // rndv.go
+		}
+	}
 	sent := 0
 	for {
 		if sent == len(b) && sent > 0 {

@@ -36,6 +36,12 @@ type endpoint struct {
 	slots   int    // send WRs that can be outstanding (sq, plus a probe), and a spare
 	rdAtom  int    // RDMA READs in flight, as initiator and as responder (ConnParam)
 
+	// Staging for a rendezvous descriptor (rndv.go), in sendMR; the
+	// rendezvous reader's bounce buffer, made on the first rendezvous
+	// read into memory that is not a Buffer.
+	ctlbuf []byte
+	bounce block
+
 	// Memory registered for one-sided operations (onesided.go), guarded
 	// by the Conn's mu; release deregisters what is left.
 	userMRs map[verbs.MR]struct{}
@@ -90,13 +96,14 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	}
 	e.slots = sq + 2
 	ibufSize := max(e.slots*inline, 64)
-	ringAt := ringOffset(ibufSize, sbufSize)
+	ringAt := ringOffset(ibufSize+ctlStaging, sbufSize)
 	ringEnd := ringAt + ringSize + stream.MailboxLen
 	if e.mem, err = verbs.AllocMemory(ringEnd); err != nil {
 		return e, err
 	}
 	all := e.mem.Bytes()
 	e.ibuf = all[:ibufSize:ibufSize]
+	e.ctlbuf = all[ibufSize : ibufSize+ctlStaging : ibufSize+ctlStaging]
 	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
 
@@ -133,6 +140,10 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	e.sendWRs, e.recvWRs = sq, rq
 	return e, nil
 }
+
+// ctlStaging is the registered staging of control messages that carry
+// bytes: a rendezvous descriptor (one out at a time).
+const ctlStaging = 32
 
 // ringOffset places the receive ring in a connection's memory block,
 // which holds the inline staging, then the send buffer (sbufSize bytes),
@@ -180,6 +191,7 @@ func (e *endpoint) release(unacked int) {
 	if e.grow != nil {
 		e.grow.release()
 	}
+	e.bounce.release()
 	if e.sendMR != nil {
 		e.sendMR.Dereg()
 	}
@@ -277,6 +289,7 @@ func (c *Conn) releaseVerbs() {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
+	c.releaseBuffers() // buffer.go: before the protection domain goes
 	c.endpoint.release(c.poll.unacked)
 	c.poll.unacked = 0
 }
