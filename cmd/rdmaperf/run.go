@@ -55,7 +55,7 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 		for _, size := range o.sizesFor(kind) {
 			for round := 1; round <= o.rounds; round++ {
 				for _, tr := range transports {
-					spec := testSpec{kind: kind, size: size, parallel: o.parallel,
+					spec := testSpec{kind: kind, size: size, parallel: o.parallel, buffers: o.buffers,
 						duration: o.duration, iterations: o.iterations, warmup: o.warmup}
 					label := fmt.Sprintf("%s size=%s over %s, round %d/%d", kindName(kind), formatSize(size), tr.name, round, o.rounds)
 					prog.begin(label)
@@ -126,6 +126,9 @@ func forkServer(ctx context.Context, o *options) (rdmaAddr, tcpAddr string, stop
 	}
 	if o.cpuProfile != "" {
 		args = append(args, "-cpuprofile", o.cpuProfile+".server")
+	}
+	if o.rndv != 0 {
+		args = append(args, "-rndv", fmt.Sprint(o.rndv))
 	}
 	if o.pollTime > 0 {
 		args = append(args, "-poll", o.pollTime.String())

@@ -49,6 +49,10 @@ type Config struct {
 	// Skip names subtests that do not apply to this provider, with the
 	// reason.
 	Skip map[string]string
+	// Buffers runs the conns' Writes from and Reads into rdma.Buffers
+	// (each copies through one), so that with RDMA.RendezvousThreshold
+	// low every transfer of the suite takes the zero-copy paths.
+	Buffers bool
 }
 
 // Conn is what the suite needs of a conn beyond net.Conn: *rdma.Conn, and
@@ -154,7 +158,9 @@ func (s *suite) dialer(cfg *rdma.Config) func(addr string) (net.Conn, error) {
 func (s *suite) pair(t testing.TB, cfg *rdma.Config) (client, server Conn) {
 	t.Helper()
 	c, sv := testsupport.Connect(t, s.listen(t, cfg), s.dialer(cfg))
-	return c.(Conn), sv.(Conn)
+	client, server = s.wrap(c.(Conn)), s.wrap(sv.(Conn))
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
 }
 
 // checkTransport checks what carries c, where the configuration says: a
@@ -165,7 +171,7 @@ func (s *suite) checkTransport(t testing.TB, c Conn) {
 	if s.cfg.Transport != nil {
 		var got string
 		for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if got = s.cfg.Transport(c); got == s.cfg.WantTransport || time.Now().After(end) {
+			if got = s.cfg.Transport(unwrap(c)); got == s.cfg.WantTransport || time.Now().After(end) {
 				break
 			}
 		}
