@@ -136,7 +136,8 @@ func (b *Buffer) release() {
 // Write or Read, which keeps the protection domain alive meanwhile.
 func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	c.mu.Lock()
-	mr := c.bufMRs[b]
+	zc := c.zeroCopyLocked()
+	mr := zc.bufMRs[b]
 	c.mu.Unlock()
 	if mr != nil {
 		return mr, nil
@@ -152,10 +153,10 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 		mr.Dereg()
 		return nil, net.ErrClosed
 	}
-	if c.bufMRs == nil {
-		c.bufMRs = map[*Buffer]verbs.MR{}
+	if zc.bufMRs == nil {
+		zc.bufMRs = map[*Buffer]verbs.MR{}
 	}
-	c.bufMRs[b] = mr
+	zc.bufMRs[b] = mr
 	// b is acquired, so Free cannot be past its look at regs.
 	b.mu.Lock()
 	if b.regs == nil {
@@ -174,23 +175,60 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 func (c *Conn) dropBuffer(b *Buffer) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if mr := c.bufMRs[b]; mr != nil {
-		delete(c.bufMRs, b)
+	if c.zc == nil {
+		return
+	}
+	if mr := c.zc.bufMRs[b]; mr != nil {
+		delete(c.zc.bufMRs, b)
 		mr.Dereg()
 	}
 }
 
-// releaseBuffers deregisters every Buffer registered on the connection,
-// before its protection domain goes (releaseVerbs).
-func (c *Conn) releaseBuffers() {
+// zeroCopy is the state of a connection that used Buffers or rendezvous:
+// most connections never do, and pay a pointer for it.
+type zeroCopy struct {
+	bufMRs map[*Buffer]verbs.MR // the Buffers registered on the connection (mu)
+	ctlMR  verbs.MR             // the descriptor staging's registration (rndv.go; the writer's)
+	// The rendezvous reader's bounce buffer and its unread bytes (the
+	// reader's, under rmu).
+	bounce                 block
+	bounceHead, bounceTail int
+}
+
+// zeroCopyLocked is the connection's zeroCopy, made on the first use.
+func (c *Conn) zeroCopyLocked() *zeroCopy {
+	if c.zc == nil {
+		c.zc = new(zeroCopy)
+	}
+	return c.zc
+}
+
+// zeroCopy is zeroCopyLocked for a caller without mu.
+func (c *Conn) zeroCopy() *zeroCopy {
 	c.mu.Lock()
-	regs := c.bufMRs
-	c.bufMRs = nil
+	defer c.mu.Unlock()
+	return c.zeroCopyLocked()
+}
+
+// releaseZeroCopy deregisters every Buffer registered on the connection
+// and releases the rendezvous' memory, before the protection domain goes
+// (releaseVerbs).
+func (c *Conn) releaseZeroCopy() {
+	c.mu.Lock()
+	zc := c.zc
+	c.zc = nil
 	c.mu.Unlock()
-	for b, mr := range regs {
+	if zc == nil {
+		return
+	}
+	for b, mr := range zc.bufMRs {
 		b.mu.Lock()
 		delete(b.regs, c)
 		b.mu.Unlock()
 		mr.Dereg()
+	}
+	zc.bounce.release()
+	if zc.ctlMR != nil {
+		zc.ctlMR.Dereg()
 	}
 }

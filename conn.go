@@ -63,14 +63,12 @@ type Conn struct {
 	notesLen   int
 	creditWant bool // a credit update is due but could not be queued
 
-	// Zero-copy (buffer.go, rndv.go): the Buffers registered on the
-	// connection; the rendezvous threshold agreed (0: none); a done
-	// message owed to the peer; the bounce buffer's unread bytes
-	// (reader-owned, under rmu).
-	bufMRs                 map[*Buffer]verbs.MR
-	rndvMin                int
-	rndvDoneDue            bool
-	bounceHead, bounceTail int
+	// Zero-copy (buffer.go, rndv.go): the rendezvous threshold agreed (0:
+	// none), a done message owed to the peer, and the state of
+	// connections that used Buffers or rendezvous (nil until then).
+	rndvMin     int
+	rndvDoneDue bool
+	zc          *zeroCopy
 
 	// The send queue as posted: WRs are built under mu into slots indexed by
 	// their id, then handed to the QP in order by submit. The slots (sq,
@@ -171,10 +169,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if c.bounceHead < c.bounceTail && len(b) > 0 {
+		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
 			c.mu.Unlock()
-			return c.readBounce(b), nil
+			return zc.readBounce(b), nil
 		}
 		if avail := c.rx.Buffered(); avail > 0 {
 			if len(b) == 0 {

@@ -36,12 +36,6 @@ type endpoint struct {
 	slots   int    // send WRs that can be outstanding (sq, plus a probe), and a spare
 	rdAtom  int    // RDMA READs in flight, as initiator and as responder (ConnParam)
 
-	// Staging for a rendezvous descriptor (rndv.go), in sendMR; the
-	// rendezvous reader's bounce buffer, made on the first rendezvous
-	// read into memory that is not a Buffer.
-	ctlbuf []byte
-	bounce block
-
 	// Memory registered for one-sided operations (onesided.go), guarded
 	// by the Conn's mu; release deregisters what is left.
 	userMRs map[verbs.MR]struct{}
@@ -103,7 +97,6 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	}
 	all := e.mem.Bytes()
 	e.ibuf = all[:ibufSize:ibufSize]
-	e.ctlbuf = all[ibufSize : ibufSize+ctlStaging : ibufSize+ctlStaging]
 	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
 
@@ -141,9 +134,15 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	return e, nil
 }
 
-// ctlStaging is the registered staging of control messages that carry
-// bytes: a rendezvous descriptor (one out at a time).
+// ctlStaging is the staging of control messages that carry bytes, after
+// the inline staging: a rendezvous descriptor (one out at a time).
 const ctlStaging = 32
+
+// ctlStagingBytes is that staging.
+func (e *endpoint) ctlStagingBytes() []byte {
+	at := len(e.ibuf)
+	return e.mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
+}
 
 // ringOffset places the receive ring in a connection's memory block,
 // which holds the inline staging, then the send buffer (sbufSize bytes),
@@ -191,7 +190,6 @@ func (e *endpoint) release(unacked int) {
 	if e.grow != nil {
 		e.grow.release()
 	}
-	e.bounce.release()
 	if e.sendMR != nil {
 		e.sendMR.Dereg()
 	}
@@ -289,7 +287,7 @@ func (c *Conn) releaseVerbs() {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
-	c.releaseBuffers() // buffer.go: before the protection domain goes
+	c.releaseZeroCopy() // buffer.go: before the protection domain goes
 	c.endpoint.release(c.poll.unacked)
 	c.poll.unacked = 0
 }

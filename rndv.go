@@ -89,6 +89,10 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 // rndvOne exposes p to the peer, announces it and waits until the peer
 // has read it all; p's registration is gone when it returns.
 func (c *Conn) rndvOne(p []byte) error {
+	ctl, err := c.ctlMRFor()
+	if err != nil {
+		return c.opErr("write", err)
+	}
 	mr, err := c.pd.RegMR(p, verbs.AccessRemoteRead)
 	if err != nil {
 		return c.opErr("write", err)
@@ -107,12 +111,12 @@ func (c *Conn) rndvOne(p []byte) error {
 		c.mu.Unlock()
 		c.await(c.sndReady, &c.wdl, false)
 	}
-	msg := c.ctlbuf[:stream.RndvMsgLen]
+	msg := c.ctlStagingBytes()[:stream.RndvMsgLen]
 	stream.RndvMsg{Addr: mr.Addr(), Len: uint32(len(p)), Key: mr.RKey()}.Marshal(msg)
 	// Into the mailbox of the ring the peer reads now (a ring it offered
 	// and we have not moved to yet is not read until our next data write,
 	// which comes after this rendezvous).
-	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), c.sendMR, msg,
+	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), ctl, msg,
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
 	c.unlockSubmit()
@@ -140,6 +144,22 @@ func (c *Conn) rndvOne(p []byte) error {
 		c.mu.Unlock()
 		c.await(c.sndReady, &c.wdl, false)
 	}
+}
+
+// ctlMRFor is the registration of the descriptor's staging, made on the
+// connection's first rendezvous: its own, because the send buffer's
+// registration, which covers it at first, goes when the send buffer
+// grows (ringgrowth.go). Writer-owned (wmu).
+func (c *Conn) ctlMRFor() (verbs.MR, error) {
+	zc := c.zeroCopy()
+	if zc.ctlMR == nil {
+		mr, err := c.pd.RegMR(c.ctlStagingBytes(), verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		zc.ctlMR = mr
+	}
+	return zc.ctlMR, nil
 }
 
 // readRndv reads the next piece of the pending rendezvous (left bytes at
@@ -176,31 +196,31 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		return len(dst), nil
 	}
 	n := copy(b, dst)
-	c.bounceHead, c.bounceTail = n, len(dst)
+	zc := c.zc // made by bounceBuf
+	zc.bounceHead, zc.bounceTail = n, len(dst)
 	return n, nil
 }
 
 // readBounce copies out bytes a rendezvous READ left in the bounce buffer
 // (they come before anything else in the stream). Called with rmu held.
-func (c *Conn) readBounce(b []byte) int {
-	n := copy(b, c.bounce.buf[c.bounceHead:c.bounceTail])
-	c.bounceHead += n
+func (zc *zeroCopy) readBounce(b []byte) int {
+	n := copy(b, zc.bounce.buf[zc.bounceHead:zc.bounceTail])
+	zc.bounceHead += n
 	return n
 }
 
 // bounceBuf is the bounce buffer, made on first use. Reader-owned
 // (rmu); released with the endpoint.
 func (c *Conn) bounceBuf() (*block, error) {
-	if c.bounce.mr == nil {
+	zc := c.zeroCopy()
+	if zc.bounce.mr == nil {
 		b, err := c.newBlock(rndvBounceSize, 0, verbs.AccessLocalWrite)
 		if err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		c.bounce = b
-		c.mu.Unlock()
+		zc.bounce = b
 	}
-	return &c.bounce, nil
+	return &zc.bounce, nil
 }
 
 // readRemote RDMA READs len(dst) bytes at the peer's addr into dst (in

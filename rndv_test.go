@@ -116,7 +116,7 @@ func TestBufferFreeBusy(t *testing.T) {
 	require.NoError(t, b.Free())
 	require.NoError(t, b.Free(), "twice is a no-op")
 	c.mu.Lock()
-	assert.Empty(t, c.bufMRs, "Free deregistered it from the conn")
+	assert.Empty(t, c.zc.bufMRs, "Free deregistered it from the conn")
 	c.mu.Unlock()
 	_, err = c.Write([]byte("on"))
 	require.NoError(t, err)
@@ -164,4 +164,32 @@ func TestRndvCloseMidTransfer(t *testing.T) {
 	_, err = io.ReadAll(s)
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, os.ErrDeadlineExceeded), "%v", err)
+}
+
+// A rendezvous after the stream has grown the send buffer and the ring
+// (the descriptor's staging outlives the first send buffer's
+// registration), read through WriteTo as well as Read.
+func TestRndvAfterGrowth(t *testing.T) {
+	for _, pre := range []int{0, 100, 70000, 5 << 20} {
+		c, s := pair(t, lowRndv(t))
+		mid := allocBuffer(t, 300<<10)
+		crand.Read(mid.Bytes())
+		errc := make(chan error, 1)
+		go func() {
+			if _, err := c.Write(make([]byte, pre)); err != nil {
+				errc <- err
+				return
+			}
+			_, err := c.Write(mid.Bytes())
+			if err == nil {
+				err = c.CloseWrite()
+			}
+			errc <- err
+		}()
+		var got bytes.Buffer
+		_, err := io.Copy(onlyWriter{&got}, s)
+		require.NoError(t, err, "after %d bytes", pre)
+		require.NoError(t, <-errc)
+		require.True(t, bytes.Equal(mid.Bytes(), got.Bytes()[pre:]), "after %d bytes", pre)
+	}
 }
