@@ -165,7 +165,7 @@ type Config struct {
 	// peer RDMA READs them from the Buffer, straight into its Read's slice
 	// when that lies in a Buffer too (docs/design.md, "When a Write
 	// copies"). The Write returns once the peer has read them all. Default
-	// 256 KiB; values below 64 KiB are raised to it; negative: never (every
+	// 128 KiB; values below 64 KiB are raised to it; negative: never (every
 	// Write copies). Only toward a peer of protocol version 4 or later.
 	RendezvousThreshold int
 }

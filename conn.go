@@ -218,7 +218,11 @@ func (c *Conn) Read(b []byte) (int, error) {
 
 // Write writes b to the connection. It returns once all of b is posted to the
 // send queue (copied into registered memory, so b may be reused), or with an
-// error; a short count comes with the error.
+// error; a short count comes with the error. A b of at least
+// Config.RendezvousThreshold bytes inside a Buffer is not copied: the peer
+// reads it from there (rndv.go), and Write returns once it has, with b's
+// exposure to the peer revoked. A deadline or Close that cuts such a Write
+// short fails the connection (the peer may be mid-read).
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

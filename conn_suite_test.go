@@ -15,7 +15,8 @@ import (
 // Each run checks that its path carries the bytes, in one process and
 // across two. The runs "shm-buffers" and "tcp-buffers" run the suite's
 // conns from and into rdma.Buffers with the rendezvous threshold at 4 KiB,
-// so that its transfers take the zero-copy paths. verbs/rdmacore runs the
+// (conntest.Config.Buffers), so that its transfers take the zero-copy
+// paths. verbs/rdmacore runs the
 // same suite in the Soft-RoCE VM.
 func TestConnSuite(t *testing.T) {
 	for _, path := range []struct {
@@ -42,11 +43,6 @@ func TestConnSuite(t *testing.T) {
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			cfg := rdma.Config{Provider: rdma.ProviderSoft, Wire: path.wire}
-			if path.buffers {
-				prev := rdma.SetRendezvousFloor(4 << 10)
-				defer rdma.SetRendezvousFloor(prev)
-				cfg.RendezvousThreshold = 4 << 10
-			}
 			prev := soft.SetSharedMemory(path.shm)
 			defer soft.SetSharedMemory(prev)
 			// Conns move to shared memory at once, not after 64 KiB, so
@@ -74,5 +70,5 @@ func TestConnSuite(t *testing.T) {
 // rndvSkips are the subtests the rendezvous runs leave out.
 var rndvSkips = map[string]string{
 	"ZeroAllocs": "a rendezvous registers the Write's bytes per transfer (soft's RegMR allocates its MR); " +
-		"the copying path's zero allocations are asserted in the other runs",
+		"the copying path's zero allocations are asserted in the runs shm and tcp",
 }

@@ -18,12 +18,3 @@ func SoftCarrier(c net.Conn) string {
 	}
 	return ""
 }
-
-// SetRendezvousFloor lowers the smallest Config.RendezvousThreshold a
-// conn takes (tests run every transfer by rendezvous) and returns the
-// previous floor.
-func SetRendezvousFloor(n int) int {
-	prev := rndvFloor
-	rndvFloor = n
-	return prev
-}

@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -28,12 +29,7 @@ import (
 // defaultRndvThreshold is where a Write from a Buffer switches to the
 // rendezvous, unless Config.RendezvousThreshold says otherwise; see
 // docs/design.md, "When a Write copies", for the measurements.
-const defaultRndvThreshold = 256 << 10
-
-// rndvFloor is the smallest threshold Config.RendezvousThreshold may set
-// (below it a READ's round trip costs more than the copy it saves). Tests
-// lower it so that every transfer of their suite takes the rendezvous.
-var rndvFloor = 64 << 10
+const defaultRndvThreshold = 128 << 10
 
 // rndvPiece bounds one RDMA READ of a rendezvous: a Read waits for its
 // READ to complete whatever its deadline says (the bytes land in its
@@ -66,7 +62,7 @@ func (c *Conn) rndvThreshold(agreed uint8) int {
 	if t == 0 {
 		return defaultRndvThreshold
 	}
-	return max(t, rndvFloor)
+	return max(t, zerocopy.RendezvousFloor())
 }
 
 // writeRndv writes b, which lies in buf, by rendezvous.

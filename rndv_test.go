@@ -12,14 +12,15 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/internal/zerocopy"
 )
 
 // lowRndv lowers the rendezvous floor to 4 KiB for the test, and returns
 // a Config whose threshold is that.
 func lowRndv(t *testing.T) *Config {
-	prev := rndvFloor
-	rndvFloor = 4 << 10
-	t.Cleanup(func() { rndvFloor = prev })
+	prev := zerocopy.SetRendezvousFloor(4 << 10)
+	t.Cleanup(func() { zerocopy.SetRendezvousFloor(prev) })
 	cfg := softConfig()
 	cfg.RendezvousThreshold = 4 << 10
 	return cfg

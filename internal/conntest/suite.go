@@ -20,6 +20,7 @@ import (
 
 	"github.com/rdmanet/rdma"
 	"github.com/rdmanet/rdma/internal/testsupport"
+	"github.com/rdmanet/rdma/internal/zerocopy"
 )
 
 // Config says which provider to test, where, and what does not apply.
@@ -50,8 +51,9 @@ type Config struct {
 	// reason.
 	Skip map[string]string
 	// Buffers runs the conns' Writes from and Reads into rdma.Buffers
-	// (each copies through one), so that with RDMA.RendezvousThreshold
-	// low every transfer of the suite takes the zero-copy paths.
+	// (each copies through one) with the rendezvous threshold at
+	// BuffersThreshold, so that every transfer of the suite from 4 KiB up
+	// takes the zero-copy paths.
 	Buffers bool
 }
 
@@ -62,6 +64,9 @@ type Conn interface {
 	CloseWrite() error
 	Provider() string
 }
+
+// BuffersThreshold is the rendezvous threshold of a run with Buffers.
+const BuffersThreshold = 4 << 10
 
 type suite struct {
 	cfg Config
@@ -106,6 +111,11 @@ func Run(t *testing.T, cfg Config) {
 	}
 	sort.Strings(unknown)
 	require.Empty(t, unknown, "Config.Skip names subtests the suite does not have")
+	if cfg.Buffers {
+		prev := zerocopy.SetRendezvousFloor(BuffersThreshold)
+		defer zerocopy.SetRendezvousFloor(prev)
+		cfg.RDMA.RendezvousThreshold = BuffersThreshold
+	}
 	s := &suite{cfg: cfg}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
