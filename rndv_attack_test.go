@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -224,6 +225,8 @@ func TestRndvStalledReader(t *testing.T) {
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
 	s.rndvMin = s.rndvThreshold(stream.Version)
+	pd := &trackingPD{PD: s.pd, live: map[verbs.MR]verbs.Access{}}
+	s.pd = pd
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i)
@@ -267,6 +270,7 @@ func TestRndvStalledReader(t *testing.T) {
 
 	err = <-errc
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
 	// Revoked, and the conn failed and disconnected: the READ is refused
 	// (remote access error) or flushed (the QP already went to error), and
 	// moves nothing.
@@ -276,4 +280,50 @@ func TestRndvStalledReader(t *testing.T) {
 	assert.Equal(t, make([]byte, 4096), dstMem.Bytes()[:4096])
 	_, err = s.Write([]byte("x"))
 	assert.Error(t, err, "the stream cannot go on")
+}
+
+// trackingPD records which of a conn's registrations are live, and with
+// what access.
+type trackingPD struct {
+	verbs.PD
+	mu   sync.Mutex
+	live map[verbs.MR]verbs.Access
+}
+
+type trackedMR struct {
+	verbs.MR
+	pd *trackingPD
+}
+
+func (p *trackingPD) RegMR(b []byte, access verbs.Access) (verbs.MR, error) {
+	mr, err := p.PD.RegMR(b, access)
+	if err != nil {
+		return nil, err
+	}
+	t := &trackedMR{MR: mr, pd: p}
+	p.mu.Lock()
+	p.live[t] = access
+	p.mu.Unlock()
+	return t, nil
+}
+
+func (m *trackedMR) Dereg() error {
+	m.pd.mu.Lock()
+	delete(m.pd.live, m)
+	m.pd.mu.Unlock()
+	return m.MR.Dereg()
+}
+
+// remote counts the live registrations with remote READ access (a
+// rendezvous exposure; rings take remote WRITE).
+func (p *trackingPD) remote() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, a := range p.live {
+		if a&verbs.AccessRemoteRead != 0 {
+			n++
+		}
+	}
+	return n
 }
