@@ -78,7 +78,9 @@ func (b *Buffer) Bytes() []byte { return b.buf }
 // unmaps it. While a Write or Read is using it, Free fails with
 // ErrBufferBusy (errors.Is(err, syscall.EBUSY)) and changes nothing: a
 // transfer in progress is never cut short and its bytes never land in
-// memory that has gone. Free twice is a no-op.
+// memory that has gone. So it does after a Write from it gave up mid-way
+// (its deadline or a failure), until that connection is closed. Free twice
+// is a no-op.
 func (b *Buffer) Free() error {
 	b.mu.Lock()
 	if b.freed {
@@ -193,6 +195,9 @@ type zeroCopy struct {
 	// reader's, under rmu).
 	bounce                 block
 	bounceHead, bounceTail int
+	// Buffers a rendezvous Write gave up on, held in use until the queue
+	// pair is destroyed (holdUntilTeardown).
+	held []*Buffer
 }
 
 // zeroCopyLocked is the connection's zeroCopy, made on the first use.
@@ -212,14 +217,15 @@ func (c *Conn) zeroCopy() *zeroCopy {
 
 // releaseZeroCopy deregisters every Buffer registered on the connection
 // and releases the rendezvous' memory, before the protection domain goes
-// (releaseVerbs).
-func (c *Conn) releaseZeroCopy() {
+// (releaseVerbs); it returns the Buffers held until the queue pair is
+// gone, for the caller to release then.
+func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 	c.mu.Lock()
 	zc := c.zc
 	c.zc = nil
 	c.mu.Unlock()
 	if zc == nil {
-		return
+		return nil
 	}
 	for b, mr := range zc.bufMRs {
 		b.mu.Lock()
@@ -231,4 +237,5 @@ func (c *Conn) releaseZeroCopy() {
 	if zc.ctlMR != nil {
 		zc.ctlMR.Dereg()
 	}
+	return zc.held
 }

@@ -287,9 +287,12 @@ func (c *Conn) releaseVerbs() {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
-	c.releaseZeroCopy() // buffer.go: before the protection domain goes
+	held := c.releaseZeroCopy() // buffer.go: before the protection domain goes
 	c.endpoint.release(c.poll.unacked)
 	c.poll.unacked = 0
+	for _, b := range held {
+		b.release()
+	}
 }
 
 // maxRdAtom bounds the RDMA READs a connection has in flight, each way

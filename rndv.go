@@ -74,7 +74,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 	sent := 0
 	for sent < len(b) {
 		n := min(len(b)-sent, stream.MaxRndvLen)
-		if err := c.rndvOne(b[sent : sent+n]); err != nil {
+		if err := c.rndvOne(b[sent:sent+n], buf); err != nil {
 			return sent, err
 		}
 		sent += n
@@ -82,9 +82,9 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 	return sent, nil
 }
 
-// rndvOne exposes p to the peer, announces it and waits until the peer
-// has read it all; p's registration is gone when it returns.
-func (c *Conn) rndvOne(p []byte) error {
+// rndvOne exposes p (in buf) to the peer, announces it and waits until the
+// peer has read it all; p's registration is gone when it returns.
+func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	ctl, err := c.ctlMRFor()
 	if err != nil {
 		return c.opErr("write", err)
@@ -135,11 +135,27 @@ func (c *Conn) rndvOne(p []byte) error {
 			if abandon {
 				_ = c.id.Disconnect()
 			}
+			// A READ response the provider queued before the revocation
+			// may still be on its way out of p: Free must not unmap buf
+			// until the queue pair is gone (ErrBufferBusy until Close).
+			c.holdUntilTeardown(buf)
 			return c.opErr("write", err)
 		}
 		c.mu.Unlock()
 		c.await(c.sndReady, &c.wdl, false)
 	}
+}
+
+// holdUntilTeardown keeps buf in use until the connection's verbs objects
+// are destroyed (releaseVerbs).
+func (c *Conn) holdUntilTeardown(buf *Buffer) {
+	if buf.acquire() != nil {
+		return // cannot happen: the caller holds it
+	}
+	c.mu.Lock()
+	zc := c.zeroCopyLocked()
+	zc.held = append(zc.held, buf)
+	c.mu.Unlock()
 }
 
 // ctlMRFor is the registration of the descriptor's staging, made on the

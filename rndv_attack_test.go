@@ -280,6 +280,9 @@ func TestRndvStalledReader(t *testing.T) {
 	assert.Equal(t, make([]byte, 4096), dstMem.Bytes()[:4096])
 	_, err = s.Write([]byte("x"))
 	assert.Error(t, err, "the stream cannot go on")
+	assert.ErrorIs(t, src.Free(), ErrBufferBusy, "held until the queue pair goes")
+	s.Close()
+	assert.NoError(t, src.Free())
 }
 
 // trackingPD records which of a conn's registrations are live, and with

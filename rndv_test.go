@@ -137,6 +137,11 @@ func TestRndvWriteDeadline(t *testing.T) {
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	_, err = c.Write([]byte("x"))
 	assert.Error(t, err)
+	// The provider may still be sending READ responses from it until the
+	// queue pair goes: Free waits for Close.
+	assert.ErrorIs(t, b.Free(), ErrBufferBusy)
+	c.Close()
+	require.NoError(t, b.Free())
 	s.SetReadDeadline(time.Now().Add(10 * time.Second))
 	_, err = io.ReadAll(s)
 	require.Error(t, err)
