@@ -25,7 +25,11 @@ const dialTimeout = 10 * time.Second
 
 func rdmaTransport(o *options, addr string) transport {
 	d := &rdma.Dialer{Timeout: dialTimeout, Config: o.rdmaConfig()}
-	return transport{name: "rdma", addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
+	name := "rdma"
+	if o.buffers {
+		name = "rdma-buffers" // a series of its own beside a copying run's
+	}
+	return transport{name: name, addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
 		return d.DialContext(ctx, "rdma", a)
 	}}
 }
