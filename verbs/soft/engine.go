@@ -324,7 +324,7 @@ func (q *qp) watchdog() {
 	}
 	// Sent and unanswered, or, on a QP still looking for its peer
 	// (manual.go), posted and not sent: either way the peer is silent.
-	outstanding := q.sqHead != q.sqSent || q.tr == nil && q.sqHead != q.sqTail
+	outstanding := q.sqHead != q.sqSent || q.manual && q.tr == nil && q.sqHead != q.sqTail
 	if q.sqHead == q.sqTail && (q.progress == q.wdLast || !q.grown()) {
 		q.trimIdle()
 		q.wdArmed = false
