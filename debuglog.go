@@ -142,8 +142,11 @@ func logProviderChoice(asked, chosen, why string) {
 	}
 }
 
-// logFailure logs a connection's failure and its cause.
+// logFailure logs a connection's failure and its cause (with mu held).
 func (c *Conn) logFailure(err error) {
+	if c.failureLocked() == nil {
+		return // the peer closed
+	}
 	if debugOn(subConn, slog.LevelWarn) {
 		debugLog("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
 			"local", addrString(c.laddr), "peer", addrString(c.raddr), "err", err.Error())

@@ -255,8 +255,8 @@ func (c *Conn) Stats() ConnStats {
 	st.seeLocked(now)
 	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
 	s.Opened, s.Closed = st.opened, c.closed
-	if c.err != nil {
-		s.Err = c.err.Error()
+	if err := c.failureLocked(); err != nil {
+		s.Err = err.Error()
 	}
 	if c.fallback != nil {
 		s.Fallback = c.fallback.Error()
@@ -280,6 +280,16 @@ func (c *Conn) Stats() ConnStats {
 	c.mu.Unlock()
 	s.Path = pathOf(c.provider, qp)
 	return s
+}
+
+// failureLocked is the connection's failure, if it failed: not the reset
+// that follows the peer's orderly close (its FIN, then its disconnect
+// flushes our queue), which ends every connection the peer closes.
+func (c *Conn) failureLocked() error {
+	if c.rx.FinRcvd && c.err == errReset {
+		return nil
+	}
+	return c.err
 }
 
 // watchStep is how often the watch looks at the counters, or 0.

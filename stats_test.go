@@ -126,6 +126,7 @@ func TestStatsRsocketExact(t *testing.T) {
 // A stream through an echo grows both rings and send buffers; a writer
 // whose peer does not read waits for ring room, and the time is counted.
 func TestStatsGrowthAndWaits(t *testing.T) {
+	out := captureDebug(t, "INFO", "ring") // debuglog_test.go
 	c, s := pair(t, nil)
 	// The listener reads nothing for 100 ms: the dialer's 1 MiB Write
 	// fills the 64 KiB ring and waits.
@@ -151,6 +152,10 @@ func TestStatsGrowthAndWaits(t *testing.T) {
 		return cs.RingGrowths == 1 && ss.RingGrowths == 1 && cs.SendBufferGrowths == 1 && ss.SendBufferGrowths == 1 &&
 			cs.RingSize == cfg.RingSize && cs.SendBufferSize == cfg.SendBufferSize && cs.PeerRingSize == cfg.RingSize
 	}, 5*time.Second, time.Millisecond, "dialer %+v", c.Stats())
+	log := out.String()
+	assert.Contains(t, log, "receive ring grew")
+	assert.Contains(t, log, "send buffer grew")
+	assert.Contains(t, log, "to=1048576")
 }
 
 // Many conns opened and closed leave nothing in the registry.

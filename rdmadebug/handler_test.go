@@ -109,10 +109,21 @@ func TestHandlerListsOpenConns(t *testing.T) {
 				assert.Equal(t, want, s.BytesReceived)
 			}
 		}
+		assert.NotContains(t, text, "FAILED", "no conn failed")
 		assert.Contains(t, text, "bytes_sent:")
 		assert.Contains(t, text, "soft-")
-		for _, c := range conns {
-			require.NoError(t, c.Close())
+		// The dialers close first: their peers end in order, not failed.
+		for i := 0; i < len(conns); i += 2 {
+			require.NoError(t, conns[i].Close())
+		}
+		for i := 1; i < len(conns); i += 2 {
+			_, err := conns[i].Read(make([]byte, 1))
+			require.ErrorIs(t, err, io.EOF)
+		}
+		text = get(t, srv, "", "")
+		assert.NotContains(t, text, "FAILED", "a conn whose peer closed did not fail")
+		for i := 1; i < len(conns); i += 2 {
+			require.NoError(t, conns[i].Close())
 		}
 		text = get(t, srv, "", "")
 		js = jsonConns(t, get(t, srv, "?format=json", ""))
