@@ -207,8 +207,7 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 // Write writes b to the connection. It returns once all of b is posted to the
 // send queue (copied into registered memory, so b may be reused), or with an
 // error; a short count comes with the error.
-func (c *Conn) Write(b []byte) (nw int, err error) {
-	defer c.stats.wrote(&nw)
+func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	sent := 0
@@ -261,6 +260,7 @@ func (c *Conn) Write(b []byte) (nw int, err error) {
 		}
 		c.submit()
 		sent += n
+		c.stats.wrote(n, sent == n) // stats.go
 	}
 }
 

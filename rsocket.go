@@ -320,8 +320,7 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 
 // Write writes b. It returns once all of b is posted (copied into
 // registered memory), or with an error and the count posted before it.
-func (c *RsocketConn) Write(b []byte) (nw int, err error) {
-	defer c.stats.wrote(&nw)
+func (c *RsocketConn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	sent := 0
@@ -368,6 +367,7 @@ func (c *RsocketConn) Write(b []byte) (nw int, err error) {
 		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
 			c.stats.msgsSent++
+			c.stats.wrote(int(d.N), sent == int(d.N))
 		}
 		c.mu.Unlock()
 	}

@@ -88,9 +88,10 @@ type ConnStats struct {
 	LastSeenStep time.Duration // resolution of SinceSent and SinceRecv (see below)
 }
 
-// connStats is the counting a Conn does on its data path. Read and Write
-// count on their way out with atomics (Stats reads them from any
-// goroutine, and Write counts after releasing wmu); the rest is counted
+// connStats is the counting a Conn does on its data path. Read counts on
+// its way out (a deferred call, so that every path out of it is counted)
+// and Write as it queues each chunk, with atomics (Stats reads them from
+// any goroutine); the rest is counted
 // under the Conn's mu, where the code that moves it already runs, and Stats
 // reads it under mu. Nothing here allocates or takes a lock of its own, and
 // no clock is read per message: the time of the last message is when the
@@ -135,10 +136,12 @@ const (
 	waitSlept                  // the reader slept on the completion channel
 )
 
-// wrote counts a Write that accepted *n bytes (deferred by Write).
-func (s *connStats) wrote(n *int) {
-	if *n > 0 {
-		s.bytesSent.Add(uint64(*n))
+// wrote counts n bytes a Write queued, first saying they are the Write's
+// first (Write calls it as it queues each chunk: the sum is what Write
+// returns).
+func (s *connStats) wrote(n int, first bool) {
+	s.bytesSent.Add(uint64(n))
+	if first {
 		s.writes.Add(1)
 	}
 }
