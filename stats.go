@@ -98,7 +98,7 @@ type ConnStats struct {
 // watch or Stats first saw its counter move (LastSeenStep).
 type connStats struct {
 	bytesSent, bytesRecv atomic.Uint64
-	writes, reads        atomic.Uint64
+	writes               atomic.Uint64
 	atOnce, handed       atomic.Uint64
 	spun, slept          atomic.Uint64
 	rdWait               waitKind // the current Read's wait so far (the reader's, under rmu)
@@ -153,8 +153,8 @@ func (s *connStats) read(n *int) {
 		return
 	}
 	s.bytesRecv.Add(uint64(*n))
-	s.reads.Add(1)
-	switch s.rdWait {
+	switch s.rdWait { // one of these per Read: Reads is their sum
+
 	case waitNone:
 		s.atOnce.Add(1)
 	case waitHanded:
@@ -238,7 +238,6 @@ func (c *Conn) Stats() ConnStats {
 		BytesSent:     c.stats.bytesSent.Load(),
 		BytesReceived: c.stats.bytesRecv.Load(),
 		Writes:        c.stats.writes.Load(),
-		Reads:         c.stats.reads.Load(),
 		ReadsAtOnce:   c.stats.atOnce.Load(),
 		ReadsHanded:   c.stats.handed.Load(),
 		ReadsSpun:     c.stats.spun.Load(),
@@ -253,6 +252,7 @@ func (c *Conn) Stats() ConnStats {
 	if c.raddr != nil {
 		s.RemoteAddr = c.raddr.String()
 	}
+	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	c.mu.Lock()
 	st := &c.stats
 	st.seeLocked(now)
@@ -483,7 +483,6 @@ func (c *RsocketConn) Stats() ConnStats {
 		BytesSent:     c.stats.bytesSent.Load(),
 		BytesReceived: c.stats.bytesRecv.Load(),
 		Writes:        c.stats.writes.Load(),
-		Reads:         c.stats.reads.Load(),
 		ReadsAtOnce:   c.stats.atOnce.Load(),
 		ReadsHanded:   c.stats.handed.Load() + c.stats.spun.Load() + c.stats.slept.Load(),
 		Provider:      c.provider,
@@ -491,6 +490,7 @@ func (c *RsocketConn) Stats() ConnStats {
 		SinceSent:     -1,
 		SinceRecv:     -1,
 	}
+	s.Reads = s.ReadsAtOnce + s.ReadsHanded
 	if c.laddr != nil {
 		s.LocalAddr = c.laddr.String()
 	}
