@@ -95,6 +95,7 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 		wdl:        makeDeadline(),
 		pollerDone: make(chan struct{}),
 		cmDone:     make(chan struct{}),
+		stats:      newConnStats(), // stats.go
 	}
 	defer func() {
 		if err != nil {

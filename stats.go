@@ -101,10 +101,18 @@ type connStats struct {
 	writes               atomic.Uint64
 	atOnce, handed       atomic.Uint64
 	spun, slept          atomic.Uint64
+	msgsSent, msgsRecv   uint64   // under mu
 	rdWait               waitKind // the current Read's wait so far (the reader's, under rmu)
 
-	// Under mu.
-	msgsSent, msgsRecv                   uint64
+	// The rest lives apart (one allocation per connection, newConnStats),
+	// so that a Conn keeps to its 2048-byte size class
+	// (TestConnFitsItsSizeClass); none of it is counted per message.
+	*statsMore
+}
+
+// statsMore is the part of connStats that is not counted per message,
+// under the Conn's mu.
+type statsMore struct {
 	creditWaits, ringWaits, sendBufWaits uint64
 	writeWait                            time.Duration
 	readWaits                            uint64
@@ -116,6 +124,8 @@ type connStats struct {
 	seenSentAt, seenRecvAt               time.Time
 	opened                               time.Time
 }
+
+func newConnStats() connStats { return connStats{statsMore: new(statsMore)} }
 
 // setFallback records why an auto dial fell back to soft (under mu, as
 // Stats may read it from the registry already).
