@@ -99,7 +99,7 @@ type Conn struct {
 	cmDone chan struct{}
 	timed  *timedWatch
 
-	stats connStats // stats.go
+	stats *connStats // stats.go
 }
 
 // hello is this side's half of the handshake.

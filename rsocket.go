@@ -72,7 +72,7 @@ type RsocketConn struct {
 	pollerDone chan struct{}
 	cmDone     chan struct{}
 
-	stats connStats // stats.go: the counters the rsocket wire has
+	stats *connStats // stats.go: the counters the rsocket wire has
 }
 
 const (

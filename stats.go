@@ -101,18 +101,10 @@ type connStats struct {
 	writes               atomic.Uint64
 	atOnce, handed       atomic.Uint64
 	spun, slept          atomic.Uint64
-	msgsSent, msgsRecv   uint64   // under mu
 	rdWait               waitKind // the current Read's wait so far (the reader's, under rmu)
 
-	// The rest lives apart (one allocation per connection, newConnStats),
-	// so that a Conn keeps to its 2048-byte size class
-	// (TestConnFitsItsSizeClass); none of it is counted per message.
-	*statsMore
-}
-
-// statsMore is the part of connStats that is not counted per message,
-// under the Conn's mu.
-type statsMore struct {
+	// Under mu.
+	msgsSent, msgsRecv                   uint64
 	creditWaits, ringWaits, sendBufWaits uint64
 	writeWait                            time.Duration
 	readWaits                            uint64
@@ -125,7 +117,10 @@ type statsMore struct {
 	opened                               time.Time
 }
 
-func newConnStats() connStats { return connStats{statsMore: new(statsMore)} }
+// newConnStats is a connection's counters. They live apart from the Conn
+// (one allocation per connection, with it), so that a Conn keeps to its
+// 2048-byte size class (TestConnFitsItsSizeClass) whatever else it holds.
+func newConnStats() *connStats { return new(connStats) }
 
 // setFallback records why an auto dial fell back to soft (under mu, as
 // Stats may read it from the registry already).
@@ -264,7 +259,7 @@ func (c *Conn) Stats() ConnStats {
 	}
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	c.mu.Lock()
-	st := &c.stats
+	st := c.stats
 	st.seeLocked(now)
 	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
 	s.Opened, s.Closed = st.opened, c.closed
@@ -508,7 +503,7 @@ func (c *RsocketConn) Stats() ConnStats {
 		s.RemoteAddr = c.raddr.String()
 	}
 	c.mu.Lock()
-	st := &c.stats
+	st := c.stats
 	st.seeLocked(now)
 	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
 	s.Opened, s.Closed = st.opened, c.closed
