@@ -30,6 +30,7 @@ deps:
 	else echo "make deps: no apt-get; install rdma-core's libraries and headers, procps and qemu-system-x86 by hand"; fi
 	$(GO) mod download
 	$(GO) -C cmd/perfplot mod download
+	$(GO) -C promrdma mod download
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Everything CI checks: lint, the Go tests with the race detector, the C test,
@@ -37,17 +38,20 @@ deps:
 test: lint test-go test-c test-examples demo test-fuzz
 
 # gofmt, go vet, a tidy go.mod and go.sum, and staticcheck, on the module and
-# on cmd/perfplot (a module of its own: see its doc).
+# on cmd/perfplot and promrdma (modules of their own: see their docs).
 lint: vet
 	@unformatted=$$($(GO)fmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
 	$(GO) mod tidy -diff
 	$(GO) -C cmd/perfplot vet ./...
 	$(GO) -C cmd/perfplot mod tidy -diff
+	$(GO) -C promrdma vet ./...
+	$(GO) -C promrdma mod tidy -diff
 	@command -v $(STATICCHECK) >/dev/null 2>&1 || \
 		{ echo "make lint: $(STATICCHECK) not found; make deps installs it" >&2; exit 1; }
 	$(STATICCHECK) ./...
 	cd cmd/perfplot && $(STATICCHECK) ./...
+	cd promrdma && $(STATICCHECK) ./...
 
 # go test's usual output (a closing ok or FAIL per package), then a count of
 # the tests and every skipped one with its reason (internal/testsummary).
@@ -57,6 +61,7 @@ test-go:
 	$(GO) run ./internal/testsummary -race -count=1 -timeout 15m ./...
 	$(GO) test -count=1 -timeout 5m -run '^TestManyConnsHeld$$' .
 	$(GO) -C cmd/perfplot test -race -count=1 ./...
+	$(GO) -C promrdma test -race -count=1 ./...
 
 # Every Go example built and run on loopback, its output checked.
 test-examples:

@@ -43,6 +43,7 @@ type pollState struct {
 	skipped int           // waits without a spin since spinning turned off
 	spins   uint64        // spins begun (for tests)
 	sleeps  uint64        // sleeps on the channel (for tests)
+	caught  uint64        // spins that caught completions (stats.go)
 	chanAt  time.Time     // the deadline last set on the channel
 	chanSeq uint64        // intrSeq when it was set
 }
@@ -115,6 +116,7 @@ const (
 // deadline (nil: none); draining says the caller is Close's drain, which
 // runs after closedCh is closed.
 func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
+	began := c.waitStart(dl) // stats.go
 	c.mu.Lock()
 	if c.torn {
 		c.mu.Unlock()
@@ -122,6 +124,7 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 	}
 	select {
 	case <-ready:
+		c.waitedLocked(dl, began, waitHanded, false)
 		// What the caller waits for may have come since it looked: another
 		// holder applied completions meanwhile (and poked ready, under mu).
 		// Without this look, the caller could take the role with the CQ
@@ -147,14 +150,17 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 		}
 		c.mu.Lock()
 		c.waiters--
+		c.waitedLocked(dl, began, waitHanded, false)
 		c.mu.Unlock()
 		return
 	}
 	c.polling = true
 	c.mu.Unlock()
+	sleeps, caught := c.poll.sleeps, c.poll.caught
 	c.pollRole(dl, draining)
 	c.mu.Lock()
 	c.polling = false
+	c.waitedLocked(dl, began, c.poll.pollKind(sleeps, caught), true)
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:
@@ -213,6 +219,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		p.spins++
 		switch c.spinFor(dl, draining, p.reach) {
 		case spinCaught:
+			p.caught++
 			p.misses, p.skipped = 0, 0
 			p.waited(began)
 			return
@@ -470,10 +477,12 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	}
 	switch kind {
 	case stream.KindData:
+		c.stats.msgsRecv++
 		if len(c.ring) < c.cfg.RingSize {
 			c.offerRingLocked() // ringgrowth.go
 		}
 	case stream.KindDataMoved:
+		c.stats.msgsRecv++
 		c.ringMovedLocked()
 	case stream.KindRing:
 		msg, err := stream.ParseRingMsg(c.mailbox())
@@ -498,7 +507,10 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.notesLen++
 		*held++
 	case stream.KindPing:
+		c.stats.pingsRecv++
 		c.pongDue = true
+	case stream.KindPong:
+		c.stats.pongsRecv++
 	}
 	return nil
 }
@@ -523,6 +535,7 @@ func wcError(s verbs.WCStatus) error {
 func (c *Conn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
+		c.logFailure(err) // debuglog.go
 	}
 	poke(c.rcvReady)
 	poke(c.sndReady)

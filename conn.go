@@ -105,6 +105,8 @@ type Conn struct {
 	// The watch (keepalive.go): cmLoop's end, or its timer.
 	cmDone chan struct{}
 	timed  *timedWatch
+
+	stats *connStats // stats.go
 }
 
 // hello is this side's half of the handshake.
@@ -151,14 +153,18 @@ func (c *Conn) start() {
 	// poller, which busy callers holding every P would starve.
 	c.poll.busy = c.cfg.busyPoll() && c.provider != ProviderSoft
 	c.startWatch()
+	c.stats.opened = time.Now()
+	register(c)        // stats.go
+	c.logEstablished() // debuglog.go
 }
 
 // Read reads data the peer wrote. It returns as soon as any data is there;
 // io.EOF once the peer has closed its sending side and everything before
 // that was read.
-func (c *Conn) Read(b []byte) (int, error) {
+func (c *Conn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	defer c.stats.read(&nr)
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -283,6 +289,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		c.submit()
 		sent += n
+		c.stats.wrote(n, sent == n) // stats.go
 	}
 }
 
@@ -361,6 +368,7 @@ func (c *Conn) Close() error {
 	c.stopWatch()
 	c.rdl.stop()
 	c.wdl.stop()
+	unregister(c) // stats.go
 	return nil
 }
 

@@ -114,4 +114,57 @@
 // Go's runtime poller; a concurrent Read and Write share that role. A connection's one goroutine of its own waits
 // on the connection manager's event channel (also on the poller) and sends
 // the keepalive. Steady-state Read and Write allocate nothing.
+//
+// # Statistics and debug logs
+//
+// Conn.Stats and RsocketConn.Stats return a ConnStats: what the connection
+// did and its sizes now. The counters:
+//
+//   - BytesSent, BytesReceived: bytes Write accepted and Read returned.
+//   - MessagesSent, MessagesReceived: data writes on the wire (RDMA WRITE
+//     WITH IMMEDIATE carrying stream bytes). A Write of up to a chunk (a
+//     quarter of the peer's ring and of the send buffer, at most 1 MiB)
+//     that does not cross the end of the peer's ring is one; a longer one
+//     is several. One side's MessagesSent is the other's MessagesReceived.
+//   - Writes, Reads: calls that moved at least a byte.
+//   - Provider, Path, Wire: "soft" or "rdmacore"; "rdmacore", "soft-shm" or
+//     "soft-tcp" (soft may move a connection to shared memory after its
+//     handshake); "stream" or "rsocket".
+//   - RingSize, PeerRingSize, SendBufferSize: our receive ring, the
+//     peer's, our send buffer, in bytes; they start at 64 KiB and grow once
+//     a connection streams: RingGrowths, SendBufferGrowths count the moves.
+//     QueueTrims counts an idle connection giving its send queue slots back.
+//   - SendDepth, RecvDepth, SendsPending, RecvsPosted, Credits, Buffered,
+//     SendBuffered: the queues' depths and what is in them now.
+//   - CreditWaits, RingWaits, SendBufferWaits: times a Write waited for a
+//     message credit or send queue slot, for room in the peer's ring (it
+//     reads slower than we write), for send buffer room (completions lag);
+//     WriteWaitTime: how long Writes waited in all.
+//   - ReadsAtOnce, ReadsHanded, ReadsSpun, ReadsSlept: Reads that found
+//     data there, got it from another caller's poll, caught it by busy-
+//     polling, or slept on the completion channel first; ReadWaits counts
+//     the waits. Spins, SpinsCaught, Sleeps: the poll role's busy-polls,
+//     those that caught a completion, its sleeps (any caller's).
+//   - KeepAlives, PingsSent, PongsRecv, PingsRecv, PongsSent: the idle
+//     keepalive probes and the heartbeat (Config.PeerTimeout) both ways.
+//   - SinceSent, SinceRecv: since a message was last seen going each way,
+//     to within LastSeenStep (the watch's period; no clock is read per
+//     message); -1 when none has.
+//   - Fallback, Err: why an auto dial fell back to soft, why the
+//     connection failed (not the reset that follows the peer's close).
+//
+// OpenConnStats lists the open connections, ReadProcessStats sums every
+// connection the process has had (ConnTotals) and reads the RDMA device
+// ports' counters and hw_counters from sysfs (DeviceCounters). Package
+// rdmadebug serves them over HTTP and as the expvar variable "rdma", module
+// promrdma as Prometheus metrics.
+//
+// RDMA_DEBUG=WARN, INFO or TRACE turns on debug logs through log/slog (to
+// stderr, or SetDebugLogger's), and RDMA_DEBUG_SUBSYS picks subsystems:
+// dial (the provider chosen and why, each connection's provider, device
+// and path, a fallback and its reason), shm (shared memory used or not, and
+// why as far as this side can tell: a peer on another host or of another
+// uid), ring (ring and send buffer growth), conn (a failure and its cause);
+// a comma-separated list, ALL, or ^list for all but those. Off, each place
+// that could log tests one atomic word.
 package rdma

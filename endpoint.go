@@ -225,6 +225,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 		closedCh: make(chan struct{}),
 		rdl:      makeDeadline(),
 		wdl:      makeDeadline(),
+		stats:    newConnStats(), // stats.go
 	}
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbTail = sendStart(len(c.sbuf))

@@ -73,6 +73,7 @@ func (w *watch) tick(c *Conn, now time.Time) {
 	if w.pinging {
 		c.heartbeat(&w.live, now)
 	}
+	c.observeStats(now) // stats.go
 	w.next = now.Add(w.period)
 }
 
@@ -88,6 +89,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
 			l.Pinged()
+			c.stats.pingsSent++
 		}
 	case stream.Unresponsive:
 		c.failLocked(unresponsiveError(l.Timeout))
@@ -100,6 +102,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 func (c *Conn) pongLocked() {
 	if c.err == nil && !c.torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
+		c.stats.pongsSent++
 	}
 }
 

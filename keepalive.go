@@ -175,7 +175,9 @@ func (c *Conn) keepalive() {
 	c.tryPoll()
 	c.mu.Lock()
 	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqPosted == c.sqDone || c.unsignaled > 0) {
-		c.postProbeLocked()
+		if c.postProbeLocked() {
+			c.stats.keepalives++
+		}
 	}
 	c.unlockSubmit()
 }

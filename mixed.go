@@ -164,7 +164,7 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 			if c.peerRDMACM {
 				softOnlyPeers.forget(key)
 			}
-			c.fallback = &FallbackError{Provider: prov.Name(), Err: &rememberedError{since}}
+			c.setFallback(&FallbackError{Provider: prov.Name(), Err: &rememberedError{since}})
 			return c, nil
 		}
 		if ctx.Err() != nil {
@@ -197,7 +197,7 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 	if !c.peerRDMACM {
 		softOnlyPeers.remember(key, time.Now())
 	}
-	c.fallback = fb
+	c.setFallback(fb)
 	return c, nil
 }
 

@@ -29,8 +29,10 @@ func chooseProvider(name string) (verbs.Provider, error) {
 	switch name {
 	case "", ProviderAuto:
 		if p, err := verbs.Lookup(hardwareProvider); err == nil && hasActiveDevice(p) {
+			logProviderChoice(name, p.Name(), "a device has an active port") // debuglog.go
 			return p, nil
 		}
+		logProviderChoice(name, ProviderSoft, "no RDMA device with an active port (or rdmacore not built in)")
 		return verbs.Lookup(ProviderSoft)
 	case ProviderRDMACore:
 		p, err := verbs.Lookup(ProviderRDMACore)
@@ -49,6 +51,7 @@ func chooseProvider(name string) (verbs.Provider, error) {
 				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
 				source, name, verbs.ErrNoDevice, source)
 		}
+		logProviderChoice(name, p.Name(), source+" asked for it")
 		return p, nil
 	default:
 		p, err := verbs.Lookup(name)

@@ -85,6 +85,7 @@ func (c *Conn) trimIdle(moved *uint64) {
 	}
 	if len(c.sq) > sendStartSlots {
 		c.resizeSendQueueLocked(sendStartSlots)
+		c.stats.trims++
 	}
 	if c.notesLen == 0 {
 		c.notes, c.notesHead = nil, 0

@@ -160,6 +160,8 @@ func (c *Conn) ringMovedLocked() {
 	g.prev = block{mem: g.ringMem, mr: c.ringMR, buf: c.ring}
 	g.ringMem, c.ringMR, c.ring = g.next.mem, g.next.mr, g.next.buf
 	g.next = block{}
+	c.stats.ringGrowths++
+	c.logGrowth("receive ring", len(g.prev.buf), len(c.ring))
 	// A reader that had read everything is not in the old ring (one
 	// copying from it has not consumed what it copies, so it is InPrev).
 	c.leftPrevRingLocked()
@@ -214,6 +216,8 @@ func (c *Conn) growSendLocked() bool {
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbBase = c.sbTail
 	c.setChunkLocked()
+	c.stats.sendGrowths++
+	c.logGrowth("send buffer", len(g.prevSend.buf), len(c.sbuf))
 	return true
 }
 

@@ -71,6 +71,8 @@ type RsocketConn struct {
 	unacked    int
 	pollerDone chan struct{}
 	cmDone     chan struct{}
+
+	stats *connStats // stats.go: the counters the rsocket wire has
 }
 
 const (
@@ -93,6 +95,7 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 		wdl:        makeDeadline(),
 		pollerDone: make(chan struct{}),
 		cmDone:     make(chan struct{}),
+		stats:      newConnStats(), // stats.go
 	}
 	defer func() {
 		if err != nil {
@@ -202,6 +205,8 @@ func (c *RsocketConn) start() {
 	c.mu.Unlock()
 	go c.pollLoop()
 	go c.cmLoop()
+	c.stats.opened = time.Now()
+	register(c) // stats.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
@@ -261,9 +266,10 @@ func (c *RsocketConn) creditLocked() {
 // Read reads data the peer wrote. It returns as soon as any data is there;
 // io.EOF once the peer has shut down its sending side (or closed, or
 // disconnected) and everything before that was read.
-func (c *RsocketConn) Read(b []byte) (int, error) {
+func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	defer c.stats.read(&nr)
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -309,6 +315,7 @@ func (c *RsocketConn) Read(b []byte) (int, error) {
 		case <-c.rdl.wait():
 		case <-c.closedCh:
 		}
+		c.stats.rdWait = waitHanded // the poller's goroutine applied what came
 	}
 }
 
@@ -333,12 +340,15 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
 		if !ok {
+			c.stats.creditWaits++
 			c.mu.Unlock()
+			began := time.Now()
 			select {
 			case <-c.sndReady:
 			case <-c.wdl.wait():
 			case <-c.closedCh:
 			}
+			c.waited(began) // stats.go
 			continue
 		}
 		c.mu.Unlock()
@@ -357,6 +367,8 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		}
 		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
+			c.stats.msgsSent++
+			c.stats.wrote(int(d.N), sent == int(d.N))
 		}
 		c.mu.Unlock()
 	}
@@ -446,6 +458,7 @@ func (c *RsocketConn) Close() error {
 	<-c.cmDone
 	c.rdl.stop()
 	c.wdl.stop()
+	unregister(c) // stats.go
 	return nil
 }
 
@@ -605,6 +618,7 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 		if err := c.rx.OnData(data); err != nil {
 			return protoError(err.Error())
 		}
+		c.stats.msgsRecv++
 	case rsocket.OpSGL:
 		var e *rsocket.SGE
 		switch wc.ByteLen {

@@ -152,7 +152,7 @@ func (d *Dialer) dialRsocket(ctx context.Context, network, address string) (*Rso
 	if serr != nil {
 		return fail(fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err))
 	}
-	c.fallback = fb
+	c.setFallback(fb) // stats.go
 	return c, nil
 }
 

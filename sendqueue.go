@@ -21,11 +21,13 @@ import (
 // buffer is more than half full every send is signaled.
 func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		c.stats.creditWaits++
 		return 0, 0, false
 	}
 	n64 := min(uint64(want), uint64(c.chunk))
 	free, toEnd := c.tx.Room()
 	if free < n64 {
+		c.stats.ringWaits++
 		return 0, 0, false
 	}
 	n64 = min(n64, toEnd) // one write does not wrap the ring
@@ -39,6 +41,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 			pad = contig // skip the buffer's tail rather than post a sliver from it
 		}
 		if free < pad+n64 {
+			c.stats.sendBufWaits++
 			return 0, 0, false
 		}
 		// Nothing is reserved and unposted here (the writer posts before it
@@ -68,6 +71,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 	if flags&verbs.SendInline == 0 {
 		c.sbPosted += n
 	}
+	c.stats.msgsSent++
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
 }
 

@@ -51,6 +51,46 @@ type result struct {
 	Phases            []phaseStep `json:"phases,omitempty"`
 	FaultsPerConn     float64     `json:"faults_per_conn,omitempty"`
 	GoroutinesPerConn float64     `json:"goroutines_per_conn,omitempty"`
+	// What the rdma endpoints' own statistics (rdma.OpenConnStats) say
+	// while held: how many each path carries (rdmacore, soft-shm,
+	// soft-tcp), their ring and send buffer bytes, messages, and how
+	// many failed. Absent for net.
+	Stats *heldStats `json:"stats,omitempty"`
+}
+
+// heldStats sums rdma.OpenConnStats over the endpoints held.
+type heldStats struct {
+	Endpoints       int            `json:"endpoints"`
+	Paths           map[string]int `json:"paths"`
+	BuffersPerEP    float64        `json:"ring_and_send_buffer_per_endpoint_bytes"`
+	MessagesPerEP   float64        `json:"messages_per_endpoint"` // data writes sent and received
+	SleepsPerEP     float64        `json:"sleeps_per_endpoint"`   // sleeps on the completion channel
+	KeepAlivesPerEP float64        `json:"keepalives_per_endpoint"`
+	Failed          int            `json:"failed"`
+}
+
+// takeStats sums the statistics of every open rdma conn of the process.
+func takeStats() *heldStats {
+	all := rdma.OpenConnStats()
+	if len(all) == 0 {
+		return nil
+	}
+	h := &heldStats{Endpoints: len(all), Paths: map[string]int{}}
+	var bufs, msgs, sleeps, kas uint64
+	for _, s := range all {
+		h.Paths[s.Path]++
+		bufs += uint64(s.RingSize + s.SendBufferSize)
+		msgs += s.MessagesSent + s.MessagesReceived
+		sleeps += s.Sleeps
+		kas += s.KeepAlives
+		if s.Err != "" {
+			h.Failed++
+		}
+	}
+	n := float64(len(all))
+	h.BuffersPerEP, h.MessagesPerEP = float64(bufs)/n, float64(msgs)/n
+	h.SleepsPerEP, h.KeepAlivesPerEP = float64(sleeps)/n, float64(kas)/n
+	return h
 }
 
 // snapshot is the process-wide state compared before and after.
@@ -280,6 +320,7 @@ func measure(ctx context.Context, path string, o *options) (result, error) {
 		r.GoroutinesPerConn = float64(goroutinesStarted()-clock.started0) / float64(o.n)
 	}
 	held, err := take()
+	r.Stats = takeStats()
 	if err == nil && o.memProfile != "" {
 		err = writeHeapProfile(o.memProfile + "." + path)
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -33,6 +35,17 @@ func report(w io.Writer, o *options, rs []result) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, r := range rs {
+		if s := r.Stats; s != nil {
+			paths := make([]string, 0, len(s.Paths))
+			for p, n := range s.Paths {
+				paths = append(paths, fmt.Sprintf("%d on %s", n, p))
+			}
+			sort.Strings(paths)
+			fmt.Fprintf(w, "%s: rdma stats of the %d endpoints held: %s; ring+send buffer %s, %.1f messages, %.1f sleeps, %.2f keepalives per endpoint; %d failed\n",
+				r.Path, s.Endpoints, strings.Join(paths, ", "), kib(s.BuffersPerEP), s.MessagesPerEP, s.SleepsPerEP, s.KeepAlivesPerEP, s.Failed)
+		}
 	}
 	if o.phases {
 		return reportPhases(w, rs)

@@ -90,6 +90,82 @@ type measure struct {
 	// server's is 0.
 	ClientCPUPerMsgNs int64 `json:"client_cpu_per_msg_ns"`
 	ServerCPUPerMsgNs int64 `json:"server_cpu_per_msg_ns"`
+	// Conn is what the client's rdma conns counted (rdma.ConnStats), per
+	// message as above, warm-up included; absent for TCP.
+	Conn *connFigures `json:"conn,omitempty"`
+}
+
+// connFigures are the client conns' statistics over one test, per message
+// of the test (a latency test's message is a round trip). A message of
+// the test is not a message of rdma.ConnStats, which counts data writes on
+// the wire.
+type connFigures struct {
+	Path              string  `json:"path"`                  // rdma.ConnStats.Path: rdmacore, soft-shm, soft-tcp
+	WriteWaitsPerMsg  float64 `json:"write_waits_per_msg"`   // Writes' waits for credits, peer ring or send buffer
+	WriteWaitNsPerMsg float64 `json:"write_wait_ns_per_msg"` // and the time they waited
+	SleepsPerMsg      float64 `json:"sleeps_per_msg"`        // sleeps on the completion channel
+	SpinsPerMsg       float64 `json:"spins_per_msg"`         // busy-polls begun
+	SpinsCaughtShare  float64 `json:"spins_caught_share"`    // of those, the share that caught a completion
+	WireMsgsPerMsg    float64 `json:"wire_msgs_per_msg"`     // data writes on the wire, both ways
+	// Reads that returned data, by how the data came: the shares of
+	// at_once, handed (another caller polled it in), spun and slept.
+	ReadsAtOnce float64 `json:"reads_at_once"`
+	ReadsHanded float64 `json:"reads_handed"`
+	ReadsSpun   float64 `json:"reads_spun"`
+	ReadsSlept  float64 `json:"reads_slept"`
+	RingGrowths uint64  `json:"ring_growths"` // receive rings and send buffers that grew
+}
+
+// connStats sums the statistics of the rdma conns among cs over msgs
+// messages of a test; nil if none is an rdma conn.
+func connStats(cs []net.Conn, msgs int64) *connFigures {
+	var s rdma.ConnStats
+	n := 0
+	for _, c := range cs {
+		sc, ok := c.(interface{ Stats() rdma.ConnStats })
+		if !ok {
+			continue
+		}
+		x := sc.Stats()
+		n++
+		s.Path = x.Path
+		s.CreditWaits += x.CreditWaits + x.RingWaits + x.SendBufferWaits
+		s.WriteWaitTime += x.WriteWaitTime
+		s.Sleeps += x.Sleeps
+		s.Spins += x.Spins
+		s.SpinsCaught += x.SpinsCaught
+		s.MessagesSent += x.MessagesSent + x.MessagesReceived
+		s.ReadsAtOnce += x.ReadsAtOnce
+		s.ReadsHanded += x.ReadsHanded
+		s.ReadsSpun += x.ReadsSpun
+		s.ReadsSlept += x.ReadsSlept
+		s.Reads += x.Reads
+		s.RingGrowths += x.RingGrowths + x.SendBufferGrowths
+	}
+	if n == 0 || msgs <= 0 {
+		return nil
+	}
+	per := func(v uint64) float64 { return float64(v) / float64(msgs) }
+	share := func(v, of uint64) float64 {
+		if of == 0 {
+			return 0
+		}
+		return float64(v) / float64(of)
+	}
+	return &connFigures{
+		Path:              s.Path,
+		WriteWaitsPerMsg:  per(s.CreditWaits),
+		WriteWaitNsPerMsg: float64(s.WriteWaitTime.Nanoseconds()) / float64(msgs),
+		SleepsPerMsg:      per(s.Sleeps),
+		SpinsPerMsg:       per(s.Spins),
+		SpinsCaughtShare:  share(s.SpinsCaught, s.Spins),
+		WireMsgsPerMsg:    per(s.MessagesSent),
+		ReadsAtOnce:       share(s.ReadsAtOnce, s.Reads),
+		ReadsHanded:       share(s.ReadsHanded, s.Reads),
+		ReadsSpun:         share(s.ReadsSpun, s.Reads),
+		ReadsSlept:        share(s.ReadsSlept, s.Reads),
+		RingGrowths:       s.RingGrowths,
+	}
 }
 
 // runTest runs spec over tr and returns its figures and the provider that
@@ -177,6 +253,7 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 	if total > 0 {
 		m.ClientCPUPerMsgNs = int64(cpu) / total
 	}
+	m.Conn = connStats(conns, total)
 	return m, provider, nil
 }
 

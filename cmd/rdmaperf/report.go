@@ -139,6 +139,37 @@ func median(ms []measure) measure {
 
 		ClientCPUPerMsgNs: medI(func(m *measure) int64 { return m.ClientCPUPerMsgNs }),
 		ServerCPUPerMsgNs: medI(func(m *measure) int64 { return m.ServerCPUPerMsgNs }),
+		Conn:              medianConn(ms, medF),
+	}
+}
+
+// medianConn takes each conn figure's median over ms, which all have them
+// or none.
+func medianConn(ms []measure, medF func(f func(m *measure) float64) float64) *connFigures {
+	if ms[0].Conn == nil {
+		return nil
+	}
+	f := func(g func(c *connFigures) float64) float64 {
+		return medF(func(m *measure) float64 {
+			if m.Conn == nil {
+				return 0
+			}
+			return g(m.Conn)
+		})
+	}
+	return &connFigures{
+		Path:              ms[0].Conn.Path,
+		WriteWaitsPerMsg:  f(func(c *connFigures) float64 { return c.WriteWaitsPerMsg }),
+		WriteWaitNsPerMsg: f(func(c *connFigures) float64 { return c.WriteWaitNsPerMsg }),
+		SleepsPerMsg:      f(func(c *connFigures) float64 { return c.SleepsPerMsg }),
+		SpinsPerMsg:       f(func(c *connFigures) float64 { return c.SpinsPerMsg }),
+		SpinsCaughtShare:  f(func(c *connFigures) float64 { return c.SpinsCaughtShare }),
+		WireMsgsPerMsg:    f(func(c *connFigures) float64 { return c.WireMsgsPerMsg }),
+		ReadsAtOnce:       f(func(c *connFigures) float64 { return c.ReadsAtOnce }),
+		ReadsHanded:       f(func(c *connFigures) float64 { return c.ReadsHanded }),
+		ReadsSpun:         f(func(c *connFigures) float64 { return c.ReadsSpun }),
+		ReadsSlept:        f(func(c *connFigures) float64 { return c.ReadsSlept }),
+		RingGrowths:       uint64(f(func(c *connFigures) float64 { return float64(c.RingGrowths) })),
 	}
 }
 
@@ -196,6 +227,7 @@ func (r *report) writeTable(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	r.writeConnTable(&b, lw)
 	fmt.Fprintf(&b, "\ncpu: CPU time over wall time of the client and the server process (100%% = one core);"+
 		" cpu/msg: their CPU time (user+system) per message, summed (latency: per round trip)")
 	if r.Server == "in-process" {
@@ -248,4 +280,30 @@ func (r *report) serverCPUText(m measure) string {
 		return "-"
 	}
 	return cpuText(m.ServerCPU)
+}
+
+// writeConnTable writes what the client's rdma conns counted, per message
+// of each test (medians over the rounds).
+func (r *report) writeConnTable(b *strings.Builder, lw int) {
+	any := false
+	for _, res := range r.Results {
+		any = any || res.Median.Conn != nil
+	}
+	if !any {
+		return
+	}
+	fmt.Fprintf(b, "\nrdma conn stats, client side, per message of the test (latency: per round trip); reads: share at once/handed/spun/slept\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "test\tsize\t%-*s\tpath\twire msgs\twrite waits\twait\tspins\tcaught\tsleeps\treads\tgrowths\t\n", lw, "transport")
+	for _, res := range r.Results {
+		c := res.Median.Conn
+		if c == nil {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%-*s\t%s\t%.2f\t%.3f\t%s\t%.2f\t%.0f%%\t%.2f\t%.0f/%.0f/%.0f/%.0f%%\t%d\t\n",
+			res.Test, formatSize(res.Size), lw, res.label(), c.Path, c.WireMsgsPerMsg, c.WriteWaitsPerMsg, usText(int64(c.WriteWaitNsPerMsg)),
+			c.SpinsPerMsg, 100*c.SpinsCaughtShare, c.SleepsPerMsg,
+			100*c.ReadsAtOnce, 100*c.ReadsHanded, 100*c.ReadsSpun, 100*c.ReadsSlept, c.RingGrowths)
+	}
+	tw.Flush()
 }

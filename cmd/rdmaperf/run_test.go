@@ -107,9 +107,24 @@ func TestLoopbackJSON(t *testing.T) {
 			}
 			assert.InEpsilon(t, want, *res.VsTCP, 1e-9, "%s vs tcp", res.Test)
 			assert.Equal(t, map[string]string{"stream": "bytes_per_sec", "latency": "p50_ns"}[res.Test], res.VsTCPOf)
+			// The client conns' statistics: a stream's message is one
+			// data write, a round trip two (the control header and its
+			// answers add a few).
+			for _, m := range append(res.Rounds, res.Median) {
+				require.NotNil(t, m.Conn)
+				assert.Contains(t, []string{"soft-shm", "soft-tcp"}, m.Conn.Path)
+				assert.InDelta(t, map[string]float64{"stream": 1, "latency": 2}[res.Test], m.Conn.WireMsgsPerMsg, 0.1, res.Test)
+			}
+			for _, m := range res.Rounds {
+				c := m.Conn
+				if res.Test == "latency" {
+					assert.InDelta(t, 1, c.ReadsAtOnce+c.ReadsHanded+c.ReadsSpun+c.ReadsSlept, 1e-9, "read shares")
+				}
+			}
 		case "tcp":
 			assert.Empty(t, res.Provider)
 			assert.Nil(t, res.VsTCP)
+			assert.Nil(t, res.Median.Conn)
 		default:
 			t.Errorf("transport %q", res.Transport)
 		}

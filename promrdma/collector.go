@@ -1,0 +1,104 @@
+// Package promrdma exports the rdma package's process statistics as
+// Prometheus metrics: totals over every connection the process has had
+// (counters named rdma_..._total in base units: bytes, seconds), the
+// connections open now, and each RDMA device port's counters and
+// hw_counters. No metric has a per-connection label: a fleet's
+// connections come and go, and each would be a series of its own; the
+// rdmadebug handler lists connections one by one.
+//
+//	prometheus.MustRegister(promrdma.NewCollector())
+//
+// It is a module of its own, so that the rdma module does not depend on
+// the Prometheus client library.
+package promrdma
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rdmanet/rdma"
+)
+
+// Collector is a prometheus.Collector of the rdma package's statistics.
+// Each scrape reads them once (rdma.ReadProcessStats: the registry of
+// open connections, and the devices' counters from sysfs).
+type Collector struct{}
+
+// NewCollector returns a Collector; register it once per registry.
+func NewCollector() *Collector { return &Collector{} }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("rdma_"+name, help, labels, nil)
+}
+
+var (
+	open      = desc("connections_open", "Connections (rdma.Conn and rdma.RsocketConn) open now.")
+	opened    = desc("connections_opened_total", "Connections established since the process started.")
+	closed    = desc("connections_closed_total", "Connections closed since the process started.")
+	failed    = desc("connections_failed_total", "Connections that failed (a transport error, a peer that vanished or broke the protocol).")
+	fallbacks = desc("fallbacks_total", "Connections an auto dial carried on soft after the RDMA connection manager attempt failed.")
+	bytes     = desc("bytes_total", "Stream bytes: written by Write (direction=sent) or returned by Read (direction=received).", "direction")
+	messages  = desc("messages_total", "Data writes on the wire: posted (direction=sent) or arrived (direction=received).", "direction")
+	writes    = desc("writes_total", "Write calls that accepted at least a byte.")
+	reads     = desc("reads_total", "Read calls that returned data, by how it came: at_once (there already), handed (another caller polled it in), spun (the reader's busy-poll caught it), slept (after a sleep on the completion channel).", "data")
+	growths   = desc("buffer_growths_total", "Receive rings (buffer=ring) and send buffers (buffer=send) moved to larger ones.", "buffer")
+	waits     = desc("write_waits_total", "Times a Write waited, by what it lacked: credits (message credits or send queue slots), peer_ring (room in the peer's ring), send_buffer.", "reason")
+	waitSecs  = desc("write_wait_seconds_total", "Time Writes spent waiting for credits or room.")
+	keepalive = desc("keepalives_total", "Keepalive probes sent on idle connections.")
+	pings     = desc("heartbeat_pings_total", "Heartbeat pings sent to silent peers.")
+	pongs     = desc("heartbeat_pongs_received_total", "Answers received to heartbeat pings.")
+	devCount  = desc("device_port_counter_total", "An RDMA device port's counter from sysfs (ports/N/counters: the InfiniBand port counters, data in 4-byte words as the kernel reports them).", "device", "port", "counter")
+	devHW     = desc("device_port_hw_counter_total", "An RDMA device port's driver counter from sysfs (ports/N/hw_counters: rnr_nak_retry_err, local_ack_timeout_err, out_of_sequence, ...).", "device", "port", "counter")
+)
+
+// Describe sends every metric's description.
+func (*Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{open, opened, closed, failed, fallbacks, bytes, messages, writes, reads,
+		growths, waits, waitSecs, keepalive, pings, pongs, devCount, devHW} {
+		ch <- d
+	}
+}
+
+// Collect reads the statistics once and sends them.
+func (*Collector) Collect(ch chan<- prometheus.Metric) {
+	ps := rdma.ReadProcessStats()
+	t := ps.Totals
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge(open, float64(ps.Open))
+	counter(opened, t.Opened)
+	counter(closed, t.Closed)
+	counter(failed, t.Failed)
+	counter(fallbacks, t.Fallbacks)
+	counter(bytes, t.BytesSent, "sent")
+	counter(bytes, t.BytesReceived, "received")
+	counter(messages, t.MessagesSent, "sent")
+	counter(messages, t.MessagesReceived, "received")
+	counter(writes, t.Writes)
+	counter(reads, t.ReadsAtOnce, "at_once")
+	counter(reads, t.ReadsHanded, "handed")
+	counter(reads, t.ReadsSpun, "spun")
+	counter(reads, t.ReadsSlept, "slept")
+	counter(growths, t.RingGrowths, "ring")
+	counter(growths, t.SendBufferGrowths, "send")
+	counter(waits, t.CreditWaits, "credits")
+	counter(waits, t.RingWaits, "peer_ring")
+	counter(waits, t.SendBufferWaits, "send_buffer")
+	ch <- prometheus.MustNewConstMetric(waitSecs, prometheus.CounterValue, t.WriteWaitTime.Seconds())
+	counter(keepalive, t.KeepAlives)
+	counter(pings, t.PingsSent)
+	counter(pongs, t.PongsRecv)
+	for _, d := range ps.Devices {
+		port := strconv.Itoa(d.Port)
+		for k, v := range d.Counters {
+			counter(devCount, v, d.Device, port, k)
+		}
+		for k, v := range d.HWCounters {
+			counter(devHW, v, d.Device, port, k)
+		}
+	}
+}

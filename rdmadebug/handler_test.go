@@ -1,0 +1,147 @@
+package rdmadebug
+
+import (
+	"context"
+	"encoding/json"
+	"expvar"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/testsupport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// goleak checks that the churn leaves no goroutine (http's idle
+// connections are closed by each test).
+func TestMain(m *testing.M) { testsupport.Main(m, goleak.IgnoreCurrent()) }
+
+var softCfg = &rdma.Config{Provider: rdma.ProviderSoft}
+
+// pairs opens n connections to ln and returns both ends of each.
+func pairs(t *testing.T, ln net.Listener, n int) []net.Conn {
+	d := rdma.Dialer{Config: softCfg, Timeout: 10 * time.Second}
+	var out []net.Conn
+	for range n {
+		acc := make(chan net.Conn, 1)
+		go func() {
+			s, _ := ln.Accept()
+			acc <- s
+		}()
+		c, err := d.Dial("rdma", ln.Addr().String())
+		require.NoError(t, err)
+		s := <-acc
+		require.NotNil(t, s)
+		out = append(out, c, s)
+	}
+	return out
+}
+
+func get(t *testing.T, srv *httptest.Server, query, accept string) string {
+	req, err := http.NewRequest("GET", srv.URL+"/debug/rdma"+query, nil)
+	require.NoError(t, err)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	return string(b)
+}
+
+func jsonConns(t *testing.T, body string) map[string]rdma.ConnStats {
+	var snap Snapshot
+	require.NoError(t, json.Unmarshal([]byte(body), &snap))
+	m := map[string]rdma.ConnStats{}
+	for _, c := range snap.Conns {
+		m[c.LocalAddr+" "+c.RemoteAddr] = c
+	}
+	return m
+}
+
+// The handler lists every open connection, as text and as JSON, with the
+// counters of what went through it, and drops each once closed; many
+// opened and closed leave none behind, and no goroutine.
+func TestHandlerListsOpenConns(t *testing.T) {
+	lc := rdma.ListenConfig{Config: softCfg}
+	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	mux := http.NewServeMux()
+	mux.Handle("/debug/rdma", Handler())
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+
+	base := len(rdma.OpenConnStats())
+	for round := range 5 {
+		conns := pairs(t, ln, 10)
+		// Each dialer writes its index+1 bytes, its peer reads them.
+		for i := 0; i < len(conns); i += 2 {
+			_, err := conns[i].Write(make([]byte, i/2+1))
+			require.NoError(t, err)
+			_, err = io.ReadFull(conns[i+1], make([]byte, i/2+1))
+			require.NoError(t, err)
+		}
+		text := get(t, srv, "", "")
+		js := jsonConns(t, get(t, srv, "?format=json", ""))
+		js2 := jsonConns(t, get(t, srv, "", "application/json"))
+		assert.Equal(t, len(js), len(js2))
+		for i, c := range conns {
+			key := c.LocalAddr().String() + " " + c.RemoteAddr().String()
+			assert.Contains(t, text, c.LocalAddr().String(), "round %d: text lists conn %d", round, i)
+			s, ok := js[key]
+			require.True(t, ok, "round %d: JSON lists conn %d", round, i)
+			want := uint64(i/2 + 1)
+			if i%2 == 0 {
+				assert.Equal(t, want, s.BytesSent)
+			} else {
+				assert.Equal(t, want, s.BytesReceived)
+			}
+		}
+		assert.NotContains(t, text, "FAILED", "no conn failed")
+		assert.Contains(t, text, "bytes_sent:")
+		assert.Contains(t, text, "soft-")
+		// The dialers close first: their peers end in order, not failed.
+		for i := 0; i < len(conns); i += 2 {
+			require.NoError(t, conns[i].Close())
+		}
+		for i := 1; i < len(conns); i += 2 {
+			_, err := conns[i].Read(make([]byte, 1))
+			require.ErrorIs(t, err, io.EOF)
+		}
+		text = get(t, srv, "", "")
+		assert.NotContains(t, text, "FAILED", "a conn whose peer closed did not fail")
+		for i := 1; i < len(conns); i += 2 {
+			require.NoError(t, conns[i].Close())
+		}
+		text = get(t, srv, "", "")
+		js = jsonConns(t, get(t, srv, "?format=json", ""))
+		for _, c := range conns {
+			assert.NotContains(t, text, c.LocalAddr().String()+" ", "closed conns are not listed")
+			_, ok := js[c.LocalAddr().String()+" "+c.RemoteAddr().String()]
+			assert.False(t, ok)
+		}
+	}
+	assert.Equal(t, base, len(rdma.OpenConnStats()), "the registry holds no closed conn")
+	assert.GreaterOrEqual(t, rdma.ReadProcessStats().Totals.Closed, uint64(100))
+}
+
+// The expvar variable holds the process's totals as JSON.
+func TestExpvar(t *testing.T) {
+	v := expvar.Get("rdma")
+	require.NotNil(t, v)
+	var ps rdma.ProcessStats
+	require.NoError(t, json.Unmarshal([]byte(v.String()), &ps))
+	assert.True(t, strings.HasPrefix(v.String(), "{"))
+}

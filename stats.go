@@ -1,0 +1,533 @@
+package rdma
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/soft"
+)
+
+// ConnStats is what a connection has done so far, as (*Conn).Stats and
+// (*RsocketConn).Stats see it at the moment of the call. Counters only
+// grow; the sizes and depths are the connection's current ones.
+//
+// A message is one data write on the wire: one RDMA WRITE WITH IMMEDIATE
+// that carries stream bytes. A Write of up to a chunk (a quarter of the
+// peer's ring and of the send buffer, at most 1 MiB) that does not cross
+// the end of the peer's ring is one message; a longer one is split into
+// several. The peer counts the same messages as it receives them, so one
+// side's MessagesSent is the other's MessagesReceived once they have
+// arrived. Writes and Reads count the calls.
+type ConnStats struct {
+	// The stream as the program saw it.
+	BytesSent        uint64 // bytes Write accepted (the sum of the counts it returned)
+	BytesReceived    uint64 // bytes Read returned
+	MessagesSent     uint64 // data writes posted (see above)
+	MessagesReceived uint64 // data writes that arrived from the peer
+	Writes           uint64 // Write calls that accepted at least a byte
+	Reads            uint64 // Read calls that returned at least a byte
+
+	// What carries it.
+	Provider   string // "soft" or "rdmacore"
+	Path       string // "rdmacore", "soft-shm" (shared memory) or "soft-tcp"; "" once closed
+	Wire       string // "stream" (Conn) or "rsocket" (RsocketConn)
+	Fallback   string // why an auto dial fell back to soft (Conn.Fallback); "" if it did not
+	Err        string // why the connection failed; "" while it is healthy
+	LocalAddr  string
+	RemoteAddr string
+	Opened     time.Time // when the connection was established
+	Closed     bool
+
+	// Sizes and depths now.
+	RingSize       int // our receive ring, bytes
+	PeerRingSize   int // the peer's ring we write into, bytes
+	SendBufferSize int // registered send buffer, bytes
+	SendDepth      int // send work requests data and credits may occupy
+	RecvDepth      int // receive work requests
+	SendsPending   int // send work requests posted and not yet completed
+	RecvsPosted    int // receive work requests posted
+	Credits        int // message credits toward the peer: receives of its we may still consume
+	Buffered       int // bytes arrived and not yet read
+	SendBuffered   int // send buffer bytes whose writes have not completed
+
+	// Growth. A connection starts with small rings and grows them when it
+	// streams (ringgrowth.go, queuegrowth.go); a quiet one gives its send
+	// queue slots back.
+	RingGrowths       uint64 // our receive ring moved to a larger one
+	SendBufferGrowths uint64 // our send buffer moved to a larger one
+	QueueTrims        uint64 // the send queue went back to its starting slots while idle
+
+	// Writes that had to wait, by what they lacked, and how long Writes
+	// waited in all. A Write that waits several times counts each.
+	CreditWaits     uint64 // no message credit or send queue slot
+	RingWaits       uint64 // no room in the peer's ring (it has not read enough)
+	SendBufferWaits uint64 // no room in the send buffer (sends not yet completed)
+	WriteWaitTime   time.Duration
+
+	// Reads that returned data, by how their data came: at once (it was
+	// there), handed over (another caller polled it in), caught by a spin
+	// of their own, or after a sleep on the completion channel.
+	ReadsAtOnce  uint64
+	ReadsHanded  uint64
+	ReadsSpun    uint64
+	ReadsSlept   uint64
+	Spins        uint64        // busy-polls begun by the poll role (any caller)
+	SpinsCaught  uint64        // of those, ones that caught a completion
+	Sleeps       uint64        // sleeps on the completion channel
+	ReadWaits    uint64        // times a Read waited for data
+	KeepAlives   uint64        // keepalive probes sent (an idle connection's zero-length write)
+	PingsSent    uint64        // heartbeat pings sent to a silent peer
+	PongsRecv    uint64        // answers to them
+	PingsRecv    uint64        // the peer's pings
+	PongsSent    uint64        // answers to those
+	SinceSent    time.Duration // since a message was last seen sent; -1: never
+	SinceRecv    time.Duration // since a message was last seen received; -1: never
+	LastSeenStep time.Duration // resolution of SinceSent and SinceRecv (see below)
+}
+
+// connStats is the counting a Conn does on its data path. Read counts on
+// its way out (a deferred call, so that every path out of it is counted)
+// and Write as it queues each chunk, with atomics (Stats reads them from
+// any goroutine); the rest is counted
+// under the Conn's mu, where the code that moves it already runs, and Stats
+// reads it under mu. Nothing here allocates or takes a lock of its own, and
+// no clock is read per message: the time of the last message is when the
+// watch or Stats first saw its counter move (LastSeenStep).
+type connStats struct {
+	bytesSent, bytesRecv atomic.Uint64
+	writes               atomic.Uint64
+	atOnce, handed       atomic.Uint64
+	spun, slept          atomic.Uint64
+	rdWait               waitKind // the current Read's wait so far (the reader's, under rmu)
+
+	// Under mu.
+	msgsSent, msgsRecv                   uint64
+	creditWaits, ringWaits, sendBufWaits uint64
+	writeWait                            time.Duration
+	readWaits                            uint64
+	spins, caught, sleeps                uint64 // the poll role's, copied when it is let go
+	ringGrowths, sendGrowths, trims      uint64
+	keepalives, pingsSent, pongsRecv     uint64
+	pingsRecv, pongsSent                 uint64
+	seenSent, seenRecv                   uint64
+	seenSentAt, seenRecvAt               time.Time
+	opened                               time.Time
+}
+
+// newConnStats is a connection's counters. They live apart from the Conn
+// (one allocation per connection, with it), so that a Conn keeps to its
+// 2048-byte size class (TestConnFitsItsSizeClass) whatever else it holds.
+func newConnStats() *connStats { return new(connStats) }
+
+// setFallback records why an auto dial fell back to soft (under mu, as
+// Stats may read it from the registry already).
+func (c *Conn) setFallback(fb error) {
+	c.mu.Lock()
+	c.fallback = fb
+	c.mu.Unlock()
+	logFallback(c.raddr, fb) // debuglog.go
+}
+
+// waitKind is how a Read's data came, from the least to the most costly.
+type waitKind uint8
+
+const (
+	waitNone   waitKind = iota // there at once
+	waitHanded                 // another caller applied it
+	waitSpun                   // the reader's own spin caught it
+	waitSlept                  // the reader slept on the completion channel
+)
+
+// wrote counts n bytes a Write queued, first saying they are the Write's
+// first (Write calls it as it queues each chunk: the sum is what Write
+// returns).
+func (s *connStats) wrote(n int, first bool) {
+	s.bytesSent.Add(uint64(n))
+	if first {
+		s.writes.Add(1)
+	}
+}
+
+// read counts a Read that returned *n bytes (deferred by Read, run while
+// it still holds rmu).
+func (s *connStats) read(n *int) {
+	if *n <= 0 {
+		return
+	}
+	s.bytesRecv.Add(uint64(*n))
+	switch s.rdWait { // one of these per Read: Reads is their sum
+
+	case waitNone:
+		s.atOnce.Add(1)
+	case waitHanded:
+		s.handed.Add(1)
+	case waitSpun:
+		s.spun.Add(1)
+	default:
+		s.slept.Add(1)
+	}
+	s.rdWait = waitNone
+}
+
+// waitStart is what await notes as a wait begins: the clock, for a
+// Write's (whose total wait is counted; a Read's wait is the peer's
+// business and is not timed).
+func (c *Conn) waitStart(dl *deadline) time.Time {
+	if dl == &c.wdl {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// waitedLocked counts a wait that began at began and ended how, with mu
+// held; pollSeen says the caller held the poll role, whose counts are
+// then copied for Stats (only the holder touches them).
+func (c *Conn) waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool) {
+	switch dl {
+	case &c.wdl:
+		c.stats.writeWait += time.Since(began)
+	case &c.rdl:
+		c.stats.readWaits++
+		c.stats.rdWait = max(c.stats.rdWait, how)
+	}
+	if pollSeen {
+		c.stats.spins, c.stats.caught, c.stats.sleeps = c.poll.spins, c.poll.caught, c.poll.sleeps
+	}
+}
+
+// pollKind is how the poll role's holder got its completions, from its
+// counts before (sleeps, caught) and now.
+func (p *pollState) pollKind(sleeps, caught uint64) waitKind {
+	switch {
+	case p.sleeps != sleeps:
+		return waitSlept
+	case p.caught != caught:
+		return waitSpun
+	}
+	return waitHanded
+}
+
+// seeLocked notes, at now, whether messages moved since last seen: the
+// times of the last message each way are when they were first seen moved.
+func (s *connStats) seeLocked(now time.Time) {
+	if s.msgsSent != s.seenSent {
+		s.seenSent, s.seenSentAt = s.msgsSent, now
+	}
+	if s.msgsRecv != s.seenRecv {
+		s.seenRecv, s.seenRecvAt = s.msgsRecv, now
+	}
+}
+
+// observeStats is the watch's look at the counters (heartbeat.go's tick).
+func (c *Conn) observeStats(now time.Time) {
+	c.mu.Lock()
+	c.stats.seeLocked(now)
+	c.mu.Unlock()
+}
+
+func since(now, t time.Time) time.Duration {
+	if t.IsZero() {
+		return -1
+	}
+	return now.Sub(t)
+}
+
+// Stats returns what the connection has done so far and its sizes now. It
+// takes the connection's lock briefly; the data path keeps running.
+func (c *Conn) Stats() ConnStats {
+	now := time.Now()
+	s := ConnStats{
+		BytesSent:     c.stats.bytesSent.Load(),
+		BytesReceived: c.stats.bytesRecv.Load(),
+		Writes:        c.stats.writes.Load(),
+		ReadsAtOnce:   c.stats.atOnce.Load(),
+		ReadsHanded:   c.stats.handed.Load(),
+		ReadsSpun:     c.stats.spun.Load(),
+		ReadsSlept:    c.stats.slept.Load(),
+		Provider:      c.provider,
+		Wire:          "stream",
+		LastSeenStep:  c.watchStep(),
+	}
+	if c.laddr != nil {
+		s.LocalAddr = c.laddr.String()
+	}
+	if c.raddr != nil {
+		s.RemoteAddr = c.raddr.String()
+	}
+	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
+	c.mu.Lock()
+	st := c.stats
+	st.seeLocked(now)
+	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
+	s.Opened, s.Closed = st.opened, c.closed
+	if err := c.failureLocked(); err != nil {
+		s.Err = err.Error()
+	}
+	if c.fallback != nil {
+		s.Fallback = c.fallback.Error()
+	}
+	s.RingSize, s.PeerRingSize, s.SendBufferSize = len(c.ring), int(c.tx.Size), len(c.sbuf)
+	s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
+	s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
+	s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
+	s.SendBuffered = int(c.sbTail - c.sbHead)
+	s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
+	s.CreditWaits, s.RingWaits, s.SendBufferWaits = st.creditWaits, st.ringWaits, st.sendBufWaits
+	s.WriteWaitTime, s.ReadWaits = st.writeWait, st.readWaits
+	s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
+	s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
+	s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
+	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	var qp verbs.QP
+	if !c.torn {
+		qp = c.qp
+	}
+	c.mu.Unlock()
+	s.Path = pathOf(c.provider, qp)
+	return s
+}
+
+// failureLocked is the connection's failure, if it failed: not the reset
+// that follows the peer's orderly close (its FIN, then its disconnect
+// flushes our queue), which ends every connection the peer closes.
+func (c *Conn) failureLocked() error {
+	if c.rx.FinRcvd && c.err == errReset {
+		return nil
+	}
+	return c.err
+}
+
+// watchStep is how often the watch looks at the counters, or 0.
+func (c *Conn) watchStep() time.Duration {
+	step := c.cfg.KeepAlive
+	if b := c.cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
+		step = b
+	}
+	return max(step, 0)
+}
+
+// pathOf names what carries a connection's bytes: its provider, and for
+// soft the transport its QP runs on now (shared memory or TCP; a
+// connection may switch to shared memory after its handshake).
+func pathOf(provider string, qp verbs.QP) string {
+	if provider != ProviderSoft {
+		return provider
+	}
+	if qp == nil {
+		return ""
+	}
+	if c := soft.Carrier(qp); c != "" {
+		return "soft-" + c
+	}
+	return ProviderSoft
+}
+
+// The registry of open connections, and the totals of those closed.
+
+type statser interface{ Stats() ConnStats }
+
+var registry struct {
+	mu     sync.Mutex
+	open   map[statser]uint64 // the connection's number, in order of opening
+	next   uint64
+	closed ConnTotals // summed over the connections closed so far
+}
+
+// register enters an established connection into the registry.
+func register(c statser) {
+	registry.mu.Lock()
+	if registry.open == nil {
+		registry.open = make(map[statser]uint64)
+	}
+	registry.next++
+	registry.open[c] = registry.next
+	registry.mu.Unlock()
+}
+
+// unregister takes a closed connection out of the registry, adding what
+// it did to the totals.
+func unregister(c statser) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if _, ok := registry.open[c]; !ok {
+		return
+	}
+	delete(registry.open, c)
+	registry.closed.add(c.Stats())
+	registry.closed.Closed++
+}
+
+// OpenConnStats returns the statistics of every open connection (Conn and
+// RsocketConn), in the order they were established.
+func OpenConnStats() []ConnStats {
+	registry.mu.Lock()
+	type entry struct {
+		c  statser
+		id uint64
+	}
+	es := make([]entry, 0, len(registry.open))
+	for c, id := range registry.open {
+		es = append(es, entry{c, id})
+	}
+	registry.mu.Unlock()
+	sort.Slice(es, func(i, j int) bool { return es[i].id < es[j].id })
+	out := make([]ConnStats, len(es))
+	for i, e := range es {
+		out[i] = e.c.Stats()
+	}
+	return out
+}
+
+// ConnTotals sums the counters of connections: ProcessStats holds them
+// over every connection of the process, closed and open.
+type ConnTotals struct {
+	Opened, Closed    uint64 // connections established, and closed
+	BytesSent         uint64
+	BytesReceived     uint64
+	MessagesSent      uint64
+	MessagesReceived  uint64
+	Writes, Reads     uint64
+	RingGrowths       uint64
+	SendBufferGrowths uint64
+	CreditWaits       uint64
+	RingWaits         uint64
+	SendBufferWaits   uint64
+	WriteWaitTime     time.Duration
+	ReadsAtOnce       uint64
+	ReadsHanded       uint64
+	ReadsSpun         uint64
+	ReadsSlept        uint64
+	KeepAlives        uint64
+	PingsSent         uint64
+	PongsRecv         uint64
+	Failed            uint64 // connections that ended with an error
+	Fallbacks         uint64 // connections an auto dial carried on soft after rdmacore failed
+}
+
+func (t *ConnTotals) add(s ConnStats) {
+	t.BytesSent += s.BytesSent
+	t.BytesReceived += s.BytesReceived
+	t.MessagesSent += s.MessagesSent
+	t.MessagesReceived += s.MessagesReceived
+	t.Writes += s.Writes
+	t.Reads += s.Reads
+	t.RingGrowths += s.RingGrowths
+	t.SendBufferGrowths += s.SendBufferGrowths
+	t.CreditWaits += s.CreditWaits
+	t.RingWaits += s.RingWaits
+	t.SendBufferWaits += s.SendBufferWaits
+	t.WriteWaitTime += s.WriteWaitTime
+	t.ReadsAtOnce += s.ReadsAtOnce
+	t.ReadsHanded += s.ReadsHanded
+	t.ReadsSpun += s.ReadsSpun
+	t.ReadsSlept += s.ReadsSlept
+	t.KeepAlives += s.KeepAlives
+	t.PingsSent += s.PingsSent
+	t.PongsRecv += s.PongsRecv
+	if s.Err != "" {
+		t.Failed++
+	}
+	if s.Fallback != "" {
+		t.Fallbacks++
+	}
+}
+
+// ProcessStats is the process's view: the totals over every connection it
+// has had, how many are open, and the devices' own counters.
+type ProcessStats struct {
+	Open    int        // connections open now
+	Totals  ConnTotals // over every connection, closed and open
+	Devices []DeviceCounters
+}
+
+// ReadProcessStats returns the totals over every connection the process
+// has had and the devices' counters (read from sysfs at each call).
+func ReadProcessStats() ProcessStats {
+	registry.mu.Lock()
+	t := registry.closed
+	t.Opened = registry.next
+	open := make([]statser, 0, len(registry.open))
+	for c := range registry.open {
+		open = append(open, c)
+	}
+	registry.mu.Unlock()
+	for _, c := range open {
+		t.add(c.Stats())
+	}
+	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters()}
+}
+
+// setFallback records why an auto dial fell back to soft.
+func (c *RsocketConn) setFallback(fb error) {
+	c.mu.Lock()
+	c.fallback = fb
+	c.mu.Unlock()
+	logFallback(c.raddr, fb)
+}
+
+// waited counts a Write's wait for credits that began at began.
+func (c *RsocketConn) waited(began time.Time) {
+	c.mu.Lock()
+	c.stats.writeWait += time.Since(began)
+	c.mu.Unlock()
+}
+
+// Stats returns what the connection has done so far. The rsocket wire has
+// no ring growth, heartbeats or poll role of ours (a goroutine polls): those
+// fields stay zero, and a Read's data is counted as handed over when it
+// waited, at once when it did not. A message is one data write on the wire
+// (rsocket.c's: at most a granted region's rest, the send buffer's
+// contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
+// that waited for a credit, a region, send buffer room or a queue slot.
+func (c *RsocketConn) Stats() ConnStats {
+	now := time.Now()
+	s := ConnStats{
+		BytesSent:     c.stats.bytesSent.Load(),
+		BytesReceived: c.stats.bytesRecv.Load(),
+		Writes:        c.stats.writes.Load(),
+		ReadsAtOnce:   c.stats.atOnce.Load(),
+		ReadsHanded:   c.stats.handed.Load() + c.stats.spun.Load() + c.stats.slept.Load(),
+		Provider:      c.provider,
+		Wire:          WireRsocket,
+		SinceSent:     -1,
+		SinceRecv:     -1,
+	}
+	s.Reads = s.ReadsAtOnce + s.ReadsHanded
+	if c.laddr != nil {
+		s.LocalAddr = c.laddr.String()
+	}
+	if c.raddr != nil {
+		s.RemoteAddr = c.raddr.String()
+	}
+	c.mu.Lock()
+	st := c.stats
+	st.seeLocked(now)
+	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
+	s.Opened, s.Closed = st.opened, c.closed
+	if c.err != nil {
+		s.Err = c.err.Error()
+	}
+	if c.fallback != nil {
+		s.Fallback = c.fallback.Error()
+	}
+	s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
+	_, buffered := c.rx.Buffered()
+	s.Buffered = int(buffered)
+	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
+	if !st.seenSentAt.IsZero() {
+		s.SinceSent = now.Sub(st.seenSentAt)
+	}
+	if !st.seenRecvAt.IsZero() {
+		s.SinceRecv = now.Sub(st.seenRecvAt)
+	}
+	var qp verbs.QP
+	if !c.torn {
+		qp = c.qp
+	}
+	c.mu.Unlock()
+	s.Path = pathOf(c.provider, qp)
+	return s
+}
