@@ -77,6 +77,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 		if err := c.rndvOne(b[sent:sent+n], buf); err != nil {
 			return sent, err
 		}
+		c.stats.wrote(n, sent == 0) // stats.go
 		sent += n
 	}
 	return sent, nil

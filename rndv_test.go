@@ -57,6 +57,7 @@ func TestRndvReads(t *testing.T) {
 			t.Run(tc.name, func(t *testing.T) {
 				clear(tc.dst)
 				sb := c.sbTail
+				sent, recv := c.Stats().BytesSent, s.Stats().BytesReceived
 				errc := make(chan error, 1)
 				go func() {
 					_, err := c.Write(src.Bytes())
@@ -70,6 +71,9 @@ func TestRndvReads(t *testing.T) {
 				require.NoError(t, <-errc)
 				require.True(t, bytes.Equal(src.Bytes(), tc.dst))
 				assert.Equal(t, sb, c.sbTail, "the writer copied nothing")
+				// Stats count a rendezvous' bytes as a copied Write's.
+				assert.Equal(t, sent+uint64(len(src.Bytes())), c.Stats().BytesSent)
+				assert.Equal(t, recv+uint64(len(src.Bytes())), s.Stats().BytesReceived)
 			})
 		}
 		// Small writes from the heap and a Buffer before and after: the
