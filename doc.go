@@ -110,8 +110,11 @@
 // No OS thread waits per connection. Completions are driven by the Read or
 // Write that needs them, on its own goroutine: it polls the completion
 // queue, busy-polls briefly (Config.PollTime; Config.BusyPoll polls without
-// ever sleeping), then sleeps on the completion channel, which parks on
-// Go's runtime poller; a concurrent Read and Write share that role. A connection's one goroutine of its own waits
+// ever sleeping), then sleeps on the completion channel: on rdmacore first
+// with its own thread blocked in the kernel, as C's blocking mode does, for
+// at most 20 ms and by at most RDMA_DIRECT_WAITS (4) waits in the process
+// at once, then parked on Go's runtime poller; a concurrent Read and Write
+// share that role. A connection's one goroutine of its own waits
 // on the connection manager's event channel (also on the poller) and sends
 // the keepalive. Steady-state Read and Write allocate nothing.
 //

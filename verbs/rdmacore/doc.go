@@ -14,7 +14,10 @@
 // All cgo lives in one file of one-to-one wrappers; everything else is Go.
 // Completion channels and CM event channels are set non-blocking and waited
 // on through Go's runtime poller (CM events by one goroutine per channel
-// that queues them for GetEvent), so a waiting goroutine holds no OS thread.
+// that queues them for GetEvent), so a waiting goroutine holds no OS thread,
+// but for a completion channel's direct wait: the first 20 ms of a
+// GetEvent block the caller's thread in the kernel, as C's blocking mode
+// does, at most RDMA_DIRECT_WAITS (4) of them at once (directwait_linux.go).
 // Posting work requests and polling completions go through C arrays kept per
 // QP and per CQ, so they allocate nothing and hand no Go pointer to C.
 // Registered memory must come from verbs.AllocMemory.
