@@ -162,6 +162,7 @@ bench-capi: capi
 # The Go benchmarks of verbs, the root package (rdma.Conn) and collectives,
 # with -benchmem, then rdmaperf's loopback comparison (rdma vs TCP through the
 # same code, server in a separate process, median of PERF_ROUNDS rounds),
+# then the same with rdma.Buffers (zero copy) up to 64 MiB beside memcpy,
 # then rdmaconns: CONNS_N connections held in one process, per endpoint
 # resident memory, registered memory, descriptors and setup time, on soft's
 # shared-memory and TCP paths beside Go's TCP (10,000: make bench CONNS_N=10000).
@@ -176,6 +177,9 @@ COLL_BENCHTIME ?= 3x
 PERF_ROUNDS    ?= 5
 PERF_SIZES     ?= 64,1K,16K,64K,1M
 PERF_FLAGS     ?= -loopback -fork -rounds $(PERF_ROUNDS) -t 1s -sizes $(PERF_SIZES)
+# The zero-copy run: stream from and into rdma.Buffers, up to 64 MiB, with
+# the same run's single-core memcpy bandwidth as the reference line.
+PERF_BUFFER_FLAGS ?= -loopback -fork -rounds $(PERF_ROUNDS) -t 1s -test stream -buffers -memcpy -sizes 64K,256K,1M,4M,16M,64M
 CONNS_N        ?= 1000
 
 bench:
@@ -194,7 +198,11 @@ bench:
 		echo "# rdmaperf $(PERF_FLAGS)"; \
 		$(BUILD)/bin/rdmaperf $(PERF_FLAGS) -json-file $(BENCH_OUT)/rdmaperf.json \
 			|| echo "rdmaperf" >> $(BENCH_OUT)/failed; \
+		echo "# rdmaperf $(PERF_BUFFER_FLAGS)"; \
+		$(BUILD)/bin/rdmaperf $(PERF_BUFFER_FLAGS) -json-file $(BENCH_OUT)/rdmaperf-buffers.json \
+			|| echo "rdmaperf -buffers" >> $(BENCH_OUT)/failed; \
 		[ ! -f $(BENCH_OUT)/rdmaperf.json ] || $(GO) -C cmd/perfplot run . $(CURDIR)/$(BENCH_OUT)/rdmaperf.json \
+			$$([ ! -f $(BENCH_OUT)/rdmaperf-buffers.json ] || echo $(CURDIR)/$(BENCH_OUT)/rdmaperf-buffers.json) \
 			$(CURDIR)/$(BENCH_OUT)/rdmaperf.svg $(CURDIR)/$(BENCH_OUT)/rdmaperf.png \
 			|| echo "perfplot" >> $(BENCH_OUT)/failed; \
 		echo "# rdmaconns -n $(CONNS_N) -q"; \

@@ -438,6 +438,9 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		}
 	}
 	c.creditLocked(false)
+	if c.rndvDoneDue {
+		c.sendRndvDoneLocked() // rndv.go
+	}
 	if c.pongDue {
 		c.pongLocked()
 	}
@@ -481,8 +484,12 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 			return breachError(err)
 		}
 		*sndChanged = true
-	case stream.KindCredit:
+	case stream.KindCredit, stream.KindRndvDone:
 		*sndChanged = true
+	case stream.KindRndv:
+		if err := c.rx.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
+			return breachError(err)
+		}
 	case stream.KindNotify:
 		if !c.noteRoomLocked() {
 			return breachError(errNotifyOverflow)

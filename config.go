@@ -159,6 +159,15 @@ type Config struct {
 	// "rdma" only (rsocket mode leaves it alone).
 	// Conn.TrafficClass reads back what the connection got.
 	TrafficClass int
+
+	// RendezvousThreshold: a Write of at least this many bytes from a
+	// Buffer (AllocBuffer) moves them by rendezvous, without a copy: the
+	// peer RDMA READs them from the Buffer, straight into its Read's slice
+	// when that lies in a Buffer too (docs/design.md, "When a Write
+	// copies"). The Write returns once the peer has read them all. Default
+	// 128 KiB; values below 64 KiB are raised to it; negative: never (every
+	// Write copies). Only toward a peer of protocol version 4 or later.
+	RendezvousThreshold int
 }
 
 const (

@@ -63,6 +63,13 @@ type Conn struct {
 	notesLen   int
 	creditWant bool // a credit update is due but could not be queued
 
+	// Zero-copy (buffer.go, rndv.go): the rendezvous threshold agreed (0:
+	// none), a done message owed to the peer, and the state of
+	// connections that used Buffers or rendezvous (nil until then).
+	rndvMin     int
+	rndvDoneDue bool
+	zc          *zeroCopy
+
 	// The send queue as posted: WRs are built under mu into slots indexed by
 	// their id, then handed to the QP in order by submit. The slots (sq,
 	// sqSGE, sqEnds, sqOps) grow with the WRs outstanding (queuegrowth.go).
@@ -123,6 +130,8 @@ func (c *Conn) setPeer(h stream.Hello) {
 	agreed := min(h.Version, stream.Version)
 	c.rx.Agree(agreed)
 	c.tx = stream.NewSend(h, agreed)
+	stream.AgreeRndv(&c.rx, &c.tx, agreed)
+	c.rndvMin = c.rndvThreshold(agreed)
 	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if agreed >= stream.VersionHeartbeat {
@@ -160,6 +169,11 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, c.opErr("read", os.ErrDeadlineExceeded)
 		}
+		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
+			// A rendezvous READ's bytes, before anything after it.
+			c.mu.Unlock()
+			return zc.readBounce(b), nil
+		}
 		if avail := c.rx.Buffered(); avail > 0 {
 			if len(b) == 0 {
 				c.mu.Unlock()
@@ -179,6 +193,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.creditLocked(false)
 			c.unlockSubmit()
 			return n, nil
+		}
+		if addr, key, left := c.rx.RndvNext(); left > 0 && len(b) > 0 {
+			c.mu.Unlock()
+			return c.readRndv(b, addr, key, left)
 		}
 		if c.rx.FinRcvd {
 			c.mu.Unlock()
@@ -200,10 +218,19 @@ func (c *Conn) Read(b []byte) (int, error) {
 
 // Write writes b to the connection. It returns once all of b is posted to the
 // send queue (copied into registered memory, so b may be reused), or with an
-// error; a short count comes with the error.
+// error; a short count comes with the error. A b of at least
+// Config.RendezvousThreshold bytes inside a Buffer is not copied: the peer
+// reads it from there (rndv.go), and Write returns once it has, with b's
+// exposure to the peer revoked. A deadline or Close that cuts such a Write
+// short fails the connection (the peer may be mid-read).
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if c.rndvMin > 0 && len(b) >= c.rndvMin {
+		if buf := bufferOf(b); buf != nil {
+			return c.writeRndv(b, buf) // rndv.go
+		}
+	}
 	sent := 0
 	for {
 		if sent == len(b) && sent > 0 {

@@ -13,7 +13,11 @@ import (
 // two ends on one host: shared memory (its default) and TCP (the path
 // between hosts), and once more with Config.Wire "rsocket" (RsocketConn).
 // Each run checks that its path carries the bytes, in one process and
-// across two. verbs/rdmacore runs the same suite in the Soft-RoCE VM.
+// across two. The runs "shm-buffers" and "tcp-buffers" run the suite's
+// conns from and into rdma.Buffers with the rendezvous threshold at 4 KiB,
+// (conntest.Config.Buffers), so that its transfers take the zero-copy
+// paths. verbs/rdmacore runs the
+// same suite in the Soft-RoCE VM.
 func TestConnSuite(t *testing.T) {
 	for _, path := range []struct {
 		name string
@@ -22,19 +26,23 @@ func TestConnSuite(t *testing.T) {
 		wire string
 		// small: the wire's own behaviour at smaller volumes; the runs
 		// above already push full-size transfers through soft's paths.
-		small bool
-		skip  map[string]string
+		small   bool
+		skip    map[string]string
+		buffers bool
 	}{
-		{"shm", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil},
-		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil},
+		{"shm", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil, false},
+		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil, false},
+		{"shm-buffers", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, rndvSkips, true},
+		{"tcp-buffers", false, "RDMA_SOFT_SHM=0", "", false, rndvSkips, true},
 		{"rsocket", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", rdma.WireRsocket, true, map[string]string{
 			"PeerKilled": "the rsocket wire ends the stream at a disconnect, as rsocket.c does and its C peers expect: " +
 				"a killed peer reads as io.EOF there, where this subtest wants an error (Writes do fail)",
 			"PeerStopped": "RsocketConn has no heartbeat (rsocket's wire defines none; its keepalive is answered " +
 				"by the transport): Config.PeerTimeout does not apply to it",
-		}},
+		}, false},
 	} {
 		t.Run(path.name, func(t *testing.T) {
+			cfg := rdma.Config{Provider: rdma.ProviderSoft, Wire: path.wire}
 			prev := soft.SetSharedMemory(path.shm)
 			defer soft.SetSharedMemory(prev)
 			// Conns move to shared memory at once, not after 64 KiB, so
@@ -46,14 +54,21 @@ func TestConnSuite(t *testing.T) {
 				carrier = "shm"
 			}
 			conntest.Run(t, conntest.Config{
-				RDMA:          rdma.Config{Provider: rdma.ProviderSoft, Wire: path.wire},
+				RDMA:          cfg,
 				Host:          "127.0.0.1",
 				PeerEnv:       strings.Fields(path.env),
 				Transport:     rdma.SoftCarrier,
 				WantTransport: carrier,
 				Small:         path.small,
 				Skip:          path.skip,
+				Buffers:       path.buffers,
 			})
 		})
 	}
+}
+
+// rndvSkips are the subtests the rendezvous runs leave out.
+var rndvSkips = map[string]string{
+	"ZeroAllocs": "a rendezvous registers the Write's bytes per transfer (soft's RegMR allocates its MR); " +
+		"the copying path's zero allocations are asserted in the runs shm and tcp",
 }

@@ -45,6 +45,20 @@
 // found by a heartbeat its connection answers (Config.PeerTimeout). A peer
 // that breaks any of these rules gets its connection failed with a protocol error.
 //
+// # Zero copy
+//
+// AllocBuffer gives memory outside the Go heap that every Conn can register.
+// A Write of at least Config.RendezvousThreshold bytes (128 KiB) from a
+// Buffer is not copied: the writer exposes exactly those bytes to its peer
+// for remote READ, announces them in the stream's order, and the peer RDMA
+// READs them, straight into its Read's slice when that lies in a Buffer
+// too; the Write returns once the peer has read them all, and their
+// exposure is revoked before it does (protocol version 4; an older peer
+// gets copies). io.Copy to and from a Conn skips its intermediate buffer
+// (Conn.ReadFrom reads into the send buffer, Conn.WriteTo writes out of
+// the receive ring). docs/design.md, "When a Write copies", says what
+// copies where, with measurements.
+//
 // # Mixed fleets
 //
 // Hosts with and without RDMA devices serve each other. A Listener on a host

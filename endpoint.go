@@ -90,7 +90,7 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	}
 	e.slots = sq + 2
 	ibufSize := max(e.slots*inline, 64)
-	ringAt := ringOffset(ibufSize, sbufSize)
+	ringAt := ringOffset(ibufSize+ctlStaging, sbufSize)
 	ringEnd := ringAt + ringSize + stream.MailboxLen
 	if e.mem, err = verbs.AllocMemory(ringEnd); err != nil {
 		return e, err
@@ -132,6 +132,16 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	e.inline = min(inline, qa.Cap.MaxInlineData)
 	e.sendWRs, e.recvWRs = sq, rq
 	return e, nil
+}
+
+// ctlStaging is the staging of control messages that carry bytes, after
+// the inline staging: a rendezvous descriptor (one out at a time).
+const ctlStaging = 32
+
+// ctlStagingBytes is that staging.
+func (e *endpoint) ctlStagingBytes() []byte {
+	at := len(e.ibuf)
+	return e.mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
 }
 
 // ringOffset places the receive ring in a connection's memory block,
@@ -277,8 +287,12 @@ func (c *Conn) releaseVerbs() {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
+	held := c.releaseZeroCopy() // buffer.go: before the protection domain goes
 	c.endpoint.release(c.poll.unacked)
 	c.poll.unacked = 0
+	for _, b := range held {
+		b.release()
+	}
 }
 
 // maxRdAtom bounds the RDMA READs a connection has in flight, each way

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -64,7 +65,7 @@ func dialRaw(t *testing.T, ln *Listener, pd func(h hello) []byte) (*rawPeer, ver
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64},
 	})
 	require.NoError(t, err)
-	r.mem, err = verbs.AllocMemory(1 << rawRingLog)
+	r.mem, err = verbs.AllocMemory(1<<rawRingLog + stream.MailboxLen) // the ring and its mailbox
 	require.NoError(t, err)
 	r.mr, err = r.pd.RegMR(r.mem.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	require.NoError(t, err)

@@ -25,7 +25,11 @@ const dialTimeout = 10 * time.Second
 
 func rdmaTransport(o *options, addr string) transport {
 	d := &rdma.Dialer{Timeout: dialTimeout, Config: o.rdmaConfig()}
-	return transport{name: "rdma", addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
+	name := "rdma"
+	if o.buffers {
+		name = "rdma-buffers" // a series of its own beside a copying run's
+	}
+	return transport{name: name, addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
 		return d.DialContext(ctx, "rdma", a)
 	}}
 }
@@ -46,6 +50,7 @@ type testSpec struct {
 	duration   time.Duration // measured time; ignored when iterations > 0
 	iterations int64         // messages per connection; 0: run for duration
 	warmup     time.Duration
+	buffers    bool // from and into rdma.Buffers
 }
 
 // worker is what one connection measured.
@@ -96,7 +101,7 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 			c.Close()
 		}
 	}()
-	h := header{Kind: spec.kind, Size: spec.size, Iters: spec.iterations}
+	h := header{Kind: spec.kind, Size: spec.size, Iters: spec.iterations, Buffers: spec.buffers}
 	if spec.iterations == 0 {
 		h.Duration = spec.warmup + spec.duration
 	}
@@ -146,9 +151,9 @@ func runTest(ctx context.Context, tr transport, spec testSpec) (measure, string,
 			defer wg.Done()
 			switch spec.kind {
 			case kindStream:
-				ws[i] = streamWorker(c, spec.size, warmEnd, spec.iterations, &stop)
+				ws[i] = streamWorker(c, spec.size, spec.buffers, warmEnd, spec.iterations, &stop)
 			default:
-				ws[i] = latencyWorker(c, spec.size, warmEnd, spec.iterations, &stop)
+				ws[i] = latencyWorker(c, spec.size, spec.buffers, warmEnd, spec.iterations, &stop)
 			}
 		}()
 	}
@@ -227,8 +232,13 @@ type closeWriter interface{ CloseWrite() error }
 // half-closes, and waits for the server's count: the clock stops when the
 // server has received everything, so bytes still buffered are not counted
 // as delivered.
-func streamWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *atomic.Bool) (w worker) {
-	buf := make([]byte, size)
+func streamWorker(c net.Conn, size int, buffers bool, warmEnd time.Time, iters int64, stop *atomic.Bool) (w worker) {
+	buf, free, err := message(size, buffers)
+	if err != nil {
+		w.err = err
+		return w
+	}
+	defer free()
 	for i := range buf {
 		buf[i] = byte(i)
 	}
@@ -285,9 +295,19 @@ func readResult(c net.Conn, sent int64) (serverResult, error) {
 
 // latencyWorker ping-pongs size-byte messages until stop (or iters of them)
 // and records every round trip in a histogram. The loop allocates nothing.
-func latencyWorker(c net.Conn, size int, warmEnd time.Time, iters int64, stop *atomic.Bool) (w worker) {
-	out := make([]byte, size)
-	in := make([]byte, size)
+func latencyWorker(c net.Conn, size int, buffers bool, warmEnd time.Time, iters int64, stop *atomic.Bool) (w worker) {
+	out, freeOut, err := message(size, buffers)
+	if err != nil {
+		w.err = err
+		return w
+	}
+	defer freeOut()
+	in, freeIn, err := message(size, buffers)
+	if err != nil {
+		w.err = err
+		return w
+	}
+	defer freeIn()
 	for i := range out {
 		out[i] = byte(i)
 	}
@@ -332,4 +352,17 @@ func roundTrip(c net.Conn, out, in []byte) error {
 		return err
 	}
 	return nil
+}
+
+// message is a size-byte message buffer: an rdma.Buffer's bytes when
+// buffers, else Go memory; free gives it back.
+func message(size int, buffers bool) (buf []byte, free func(), err error) {
+	if !buffers {
+		return make([]byte, size), func() {}, nil
+	}
+	b, err := rdma.AllocBuffer(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Bytes(), func() { b.Free() }, nil
 }

@@ -1,6 +1,7 @@
 // Command rdmaperf measures rdma.Conn: stream bandwidth and round-trip
-// latency (p50/p99/p99.9) for message sizes from 1 B to 4 MiB, on one or
-// several connections, beside TCP through the same code in the same run.
+// latency (p50/p99/p99.9) for message sizes from 1 B to 64 MiB, on one or
+// several connections, beside TCP through the same code in the same run;
+// -buffers sends and receives from rdma.Buffers (the zero-copy paths).
 //
 //	rdmaperf -s [-addr 127.0.0.1:18515]   # server: serves any client run
 //	rdmaperf -c 127.0.0.1:18515           # client

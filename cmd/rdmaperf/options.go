@@ -37,6 +37,9 @@ type options struct {
 	ringSize   int
 	pollTime   time.Duration
 	cpuProfile string // write a CPU profile of this process (-fork: the server's to <file>.server)
+	buffers    bool   // send and receive from rdma.Buffers, on both ends
+	rndv       int    // Config.RendezvousThreshold (0: default)
+	memcpy     bool   // also measure memcpy bandwidth at the stream sizes
 }
 
 const (
@@ -91,6 +94,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&baseline, "baseline", "", "`tcp` to run every test over TCP too (default with -loopback), none to skip it")
 	fs.StringVar(&tests, "test", "stream,latency", "comma-separated `tests`: stream (bandwidth, client->server), latency (ping-pong round trip)")
 	fs.StringVar(&sizes, "sizes", "", "comma-separated message `sizes`, 1 to 4M, e.g. 1,64,4K,64K,1M,4M (default: 64K for stream, 64 for latency)")
+	fs.BoolVar(&o.buffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")
+	fs.BoolVar(&o.memcpy, "memcpy", false, "also measure single-core memcpy bandwidth at each stream size (the reference line)")
+	fs.IntVar(&o.rndv, "rndv", 0, "Config.RendezvousThreshold in `bytes` (0: the default; negative: never)")
 	fs.IntVar(&o.parallel, "P", 1, "`connections` in parallel per test")
 	fs.DurationVar(&o.duration, "t", 2*time.Second, "`duration` of each test (after the warm-up)")
 	fs.Int64Var(&o.iterations, "n", 0, "messages per connection per test; overrides -t")
@@ -263,7 +269,7 @@ func parseSizes(s string) ([]int, error) {
 			return nil, fmt.Errorf("-sizes: %w", err)
 		}
 		if n < minMsgSize || n > maxMsgSize {
-			return nil, fmt.Errorf("-sizes: %s is out of range: messages are 1 B to 4 MiB", strings.TrimSpace(f))
+			return nil, fmt.Errorf("-sizes: %s is out of range: messages are 1 B to 64 MiB", strings.TrimSpace(f))
 		}
 		out = append(out, n)
 	}

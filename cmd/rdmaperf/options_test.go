@@ -73,7 +73,7 @@ func TestParseOptionsErrors(t *testing.T) {
 		{[]string{"-loopback", "-baseline", "udp"}, "want tcp or none"},
 		{[]string{"-loopback", "-test", "stream,jitter"}, `unknown test "jitter"`},
 		{[]string{"-loopback", "-sizes", "0"}, "out of range"},
-		{[]string{"-loopback", "-sizes", "64,5M"}, "5M is out of range"},
+		{[]string{"-loopback", "-sizes", "64,65M"}, "65M is out of range"},
 		{[]string{"-loopback", "-sizes", "64,,1K"}, "not a size"},
 		{[]string{"-loopback", "-sizes", "12Q"}, `"12Q" is not a size`},
 		{[]string{"-loopback", "-sizes", "-4"}, "not a size"},

@@ -17,7 +17,7 @@ import (
 //	  magic    [4]byte "RPRF"
 //	  version  uint8   protoVersion
 //	  kind     uint8   kindStream or kindLatency
-//	  flags    uint16  must be 0
+//	  flags    uint16  flagBuffers; other bits must be 0
 //	  size     uint32  message size, 1..maxMsgSize
 //	  reserved uint32  must be 0
 //	  duration int64   ns the client means to run (0: iteration count)
@@ -44,7 +44,12 @@ const (
 	statusErr = 1
 
 	minMsgSize = 1
-	maxMsgSize = 4 << 20
+	maxMsgSize = 64 << 20
+
+	// flagBuffers: both ends send and receive from rdma.Buffers
+	// (registered memory: Writes and Reads of it take the zero-copy
+	// paths; over TCP it is plain memory).
+	flagBuffers = 1
 )
 
 var protoMagic = [4]byte{'R', 'P', 'R', 'F'}
@@ -55,6 +60,7 @@ type header struct {
 	Size     int
 	Duration time.Duration
 	Iters    int64
+	Buffers  bool // flagBuffers
 }
 
 func kindName(k uint8) string {
@@ -75,7 +81,11 @@ func (h *header) marshal(b *[headerLen]byte) {
 	copy(b[0:4], protoMagic[:])
 	b[4] = protoVersion
 	b[5] = h.Kind
-	binary.BigEndian.PutUint16(b[6:8], 0)
+	var flags uint16
+	if h.Buffers {
+		flags |= flagBuffers
+	}
+	binary.BigEndian.PutUint16(b[6:8], flags)
 	binary.BigEndian.PutUint32(b[8:12], uint32(h.Size))
 	binary.BigEndian.PutUint32(b[12:16], 0)
 	binary.BigEndian.PutUint64(b[16:24], uint64(h.Duration))
@@ -101,9 +111,11 @@ func parseHeader(b []byte) (header, error) {
 	if h.Kind != kindStream && h.Kind != kindLatency {
 		return bad("unknown test kind %d (want %d stream or %d latency)", h.Kind, kindStream, kindLatency)
 	}
-	if f := binary.BigEndian.Uint16(b[6:8]); f != 0 {
-		return bad("unknown flags %#x", f)
+	f := binary.BigEndian.Uint16(b[6:8])
+	if f&^flagBuffers != 0 {
+		return bad("unknown flags %#x", f&^flagBuffers)
 	}
+	h.Buffers = f&flagBuffers != 0
 	size := binary.BigEndian.Uint32(b[8:12])
 	if size < minMsgSize || size > maxMsgSize {
 		return bad("message size %d out of range [%d, %d]", size, minMsgSize, maxMsgSize)

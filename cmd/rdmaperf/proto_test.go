@@ -23,6 +23,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 	for _, h := range []header{
 		{Kind: kindStream, Size: 64 << 10, Duration: 2 * time.Second},
 		{Kind: kindLatency, Size: 1, Iters: 1000},
+		{Kind: kindStream, Size: 1 << 20, Duration: time.Second, Buffers: true},
 		{Kind: kindLatency, Size: maxMsgSize, Duration: maxTestDuration},
 	} {
 		var b [headerLen]byte
@@ -48,7 +49,7 @@ func TestParseHeaderErrors(t *testing.T) {
 		{"http", []byte("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"[:headerLen]), "is not rdmaperf's"},
 		{"version", mod(func(b []byte) { b[4] = 9 }), "protocol version 9"},
 		{"kind", mod(func(b []byte) { b[5] = 7 }), "unknown test kind 7"},
-		{"flags", mod(func(b []byte) { b[7] = 1 }), "unknown flags"},
+		{"flags", mod(func(b []byte) { b[7] = 2 }), "unknown flags"},
 		{"size0", mod(func(b []byte) { binary.BigEndian.PutUint32(b[8:], 0) }), "message size 0 out of range"},
 		{"size big", mod(func(b []byte) { binary.BigEndian.PutUint32(b[8:], maxMsgSize+1) }), "out of range"},
 		{"reserved", mod(func(b []byte) { b[15] = 1 }), "reserved"},

@@ -55,7 +55,7 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 		for _, size := range o.sizesFor(kind) {
 			for round := 1; round <= o.rounds; round++ {
 				for _, tr := range transports {
-					spec := testSpec{kind: kind, size: size, parallel: o.parallel,
+					spec := testSpec{kind: kind, size: size, parallel: o.parallel, buffers: o.buffers,
 						duration: o.duration, iterations: o.iterations, warmup: o.warmup}
 					label := fmt.Sprintf("%s size=%s over %s, round %d/%d", kindName(kind), formatSize(size), tr.name, round, o.rounds)
 					prog.begin(label)
@@ -76,6 +76,9 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 				}
 			}
 		}
+	}
+	if o.memcpy {
+		rep.addMemcpy(o)
 	}
 	rep.finish()
 	return rep, nil
@@ -126,6 +129,9 @@ func forkServer(ctx context.Context, o *options) (rdmaAddr, tcpAddr string, stop
 	}
 	if o.cpuProfile != "" {
 		args = append(args, "-cpuprofile", o.cpuProfile+".server")
+	}
+	if o.rndv != 0 {
+		args = append(args, "-rndv", fmt.Sprint(o.rndv))
 	}
 	if o.pollTime > 0 {
 		args = append(args, "-poll", o.pollTime.String())
@@ -263,4 +269,29 @@ func (p *progress) done(label string, kind uint8, m measure) {
 func (p *progress) stop() {
 	close(p.quit)
 	p.wg.Wait()
+}
+
+// addMemcpy measures single-core memory copy bandwidth at each stream size
+// (Go's copy between two buffers of that size, about 200 ms a round), the
+// reference line of a run: what one core moves when all it does is copy.
+func (r *report) addMemcpy(o *options) {
+	for _, size := range o.sizesFor(kindStream) {
+		res := result{Test: "stream", Size: size, Transport: "memcpy", Parallel: 1, kind: kindStream}
+		src, dst := make([]byte, size), make([]byte, size)
+		for i := range src {
+			src[i] = byte(i)
+		}
+		for range o.rounds {
+			var n int64
+			start := time.Now()
+			for time.Since(start) < 200*time.Millisecond {
+				copy(dst, src)
+				n++
+			}
+			d := time.Since(start)
+			res.Rounds = append(res.Rounds, measure{Bytes: n * int64(size), Messages: n, Seconds: d.Seconds(),
+				BytesPerSec: float64(n*int64(size)) / d.Seconds(), MsgsPerSec: float64(n) / d.Seconds()})
+		}
+		r.Results = append(r.Results, res)
+	}
 }

@@ -61,7 +61,7 @@ func listen(ctx context.Context, o *options, tcpAddr string, log io.Writer) (*se
 }
 
 func (o *options) rdmaConfig() *rdma.Config {
-	return &rdma.Config{Provider: o.provider, RingSize: o.ringSize, PollTime: o.pollTime}
+	return &rdma.Config{Provider: o.provider, RingSize: o.ringSize, PollTime: o.pollTime, RendezvousThreshold: o.rndv}
 }
 
 func (s *server) rdmaAddr() string { return s.rdmaLn.Addr().String() }
@@ -156,9 +156,9 @@ func (s *server) serve(c net.Conn) {
 	var res serverResult
 	switch h.Kind {
 	case kindStream:
-		res, err = serveStream(c, h.Size)
+		res, err = serveStream(c, h.Size, h.Buffers)
 	case kindLatency:
-		res, err = serveEcho(c, h.Size)
+		res, err = serveEcho(c, h.Size, h.Buffers)
 	}
 	if err == nil {
 		var b [resultLen]byte
@@ -177,8 +177,12 @@ func (s *server) serve(c net.Conn) {
 // serveStream reads until the client's CloseWrite. It reads in chunks of at
 // least 64 KiB whatever the message size, so that for small messages the
 // reader is not what is measured.
-func serveStream(c net.Conn, size int) (serverResult, error) {
-	buf := make([]byte, max(size, 64<<10))
+func serveStream(c net.Conn, size int, buffers bool) (serverResult, error) {
+	buf, free, err := message(max(size, 64<<10), buffers)
+	if err != nil {
+		return serverResult{}, err
+	}
+	defer free()
 	var res serverResult
 	var first time.Time
 	var cpu0 time.Duration
@@ -205,8 +209,12 @@ func serveStream(c net.Conn, size int) (serverResult, error) {
 
 // serveEcho sends back every size-byte message until the client's
 // CloseWrite.
-func serveEcho(c net.Conn, size int) (serverResult, error) {
-	buf := make([]byte, size)
+func serveEcho(c net.Conn, size int, buffers bool) (serverResult, error) {
+	buf, free, err := message(size, buffers)
+	if err != nil {
+		return serverResult{}, err
+	}
+	defer free()
 	var res serverResult
 	var first time.Time
 	var cpu0 time.Duration

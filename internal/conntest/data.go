@@ -34,6 +34,7 @@ func testNettest(t *testing.T, s *suite) {
 		if err != nil {
 			return nil, nil, nil, err
 		}
+		c1, c2 = s.wrap(c1.(Conn)), s.wrap(c2.(Conn))
 		return c1, c2, func() { c1.Close(); c2.Close() }, nil
 	})
 }

@@ -64,7 +64,8 @@ func (s *suite) startPeer(t *testing.T, mode string, ln *rdma.Listener) (*os.Pro
 	a, err := ln.Accept()
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
-	c := a.(Conn)
+	c := s.wrap(a.(Conn))
+	t.Cleanup(func() { c.Close() })
 	assert.Equal(t, s.cfg.RDMA.Provider, c.Provider())
 	s.checkTransport(t, c)
 	return cmd.Process, c

@@ -20,6 +20,7 @@ import (
 
 	"github.com/rdmanet/rdma"
 	"github.com/rdmanet/rdma/internal/testsupport"
+	"github.com/rdmanet/rdma/internal/zerocopy"
 )
 
 // Config says which provider to test, where, and what does not apply.
@@ -49,6 +50,11 @@ type Config struct {
 	// Skip names subtests that do not apply to this provider, with the
 	// reason.
 	Skip map[string]string
+	// Buffers runs the conns' Writes from and Reads into rdma.Buffers
+	// (each copies through one) with the rendezvous threshold at
+	// BuffersThreshold, so that every transfer of the suite from 4 KiB up
+	// takes the zero-copy paths.
+	Buffers bool
 }
 
 // Conn is what the suite needs of a conn beyond net.Conn: *rdma.Conn, and
@@ -58,6 +64,9 @@ type Conn interface {
 	CloseWrite() error
 	Provider() string
 }
+
+// BuffersThreshold is the rendezvous threshold of a run with Buffers.
+const BuffersThreshold = 4 << 10
 
 type suite struct {
 	cfg Config
@@ -102,6 +111,11 @@ func Run(t *testing.T, cfg Config) {
 	}
 	sort.Strings(unknown)
 	require.Empty(t, unknown, "Config.Skip names subtests the suite does not have")
+	if cfg.Buffers {
+		prev := zerocopy.SetRendezvousFloor(BuffersThreshold)
+		defer zerocopy.SetRendezvousFloor(prev)
+		cfg.RDMA.RendezvousThreshold = BuffersThreshold
+	}
 	s := &suite{cfg: cfg}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,7 +168,9 @@ func (s *suite) dialer(cfg *rdma.Config) func(addr string) (net.Conn, error) {
 func (s *suite) pair(t testing.TB, cfg *rdma.Config) (client, server Conn) {
 	t.Helper()
 	c, sv := testsupport.Connect(t, s.listen(t, cfg), s.dialer(cfg))
-	return c.(Conn), sv.(Conn)
+	client, server = s.wrap(c.(Conn)), s.wrap(sv.(Conn))
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
 }
 
 // checkTransport checks what carries c, where the configuration says: a
@@ -165,7 +181,7 @@ func (s *suite) checkTransport(t testing.TB, c Conn) {
 	if s.cfg.Transport != nil {
 		var got string
 		for end := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if got = s.cfg.Transport(c); got == s.cfg.WantTransport || time.Now().After(end) {
+			if got = s.cfg.Transport(unwrap(c)); got == s.cfg.WantTransport || time.Now().After(end) {
 				break
 			}
 		}

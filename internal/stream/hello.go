@@ -32,7 +32,8 @@ import (
 // lower of the two versions, and what the connection may do follows the
 // version agreed: heartbeat pings (CtlPing, CtlPong) from version 2 on,
 // rings that move (CtlRing, the data immediate's generation bit; grow.go)
-// from version 3 on, so that a peer is never sent a message it does not
+// from version 3 on, rendezvous (CtlRndv, CtlRndvDone; rndv.go) from
+// version 4 on, so that a peer is never sent a message it does not
 // know. A
 // hello that fails any check is refused: the listener rejects the request
 // (the reject's private data is RejectLen bytes: magic, version, reason)
@@ -40,7 +41,7 @@ import (
 const (
 	HelloLen  = 32
 	RejectLen = 6
-	Version   = 3
+	Version   = 4
 	// VersionHeartbeat is the first version whose conns answer pings.
 	VersionHeartbeat = 2
 	// VersionGrow is the first whose rings move (grow.go).

@@ -30,7 +30,7 @@ func TestHelloRoundTrip(t *testing.T) {
 func TestHelloGolden(t *testing.T) {
 	b := validHello().Marshal()
 	assert.Equal(t, "RDGo", string(b[:4]))
-	assert.Equal(t, []byte{3, 0, 128, 0}, b[4:8])
+	assert.Equal(t, []byte{4, 0, 128, 0}, b[4:8])
 	assert.Equal(t, []byte{0x00, 0x10, 0, 0, 0, 0x7f, 0, 0}, b[8:16])
 	assert.Equal(t, []byte{0x34, 0x12, 0, 0, 20, 22, 0xd0, 0x07, 0, 0, 0, 0}, b[16:28])
 

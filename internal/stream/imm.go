@@ -13,6 +13,11 @@ package stream
 //	            CtlRing (version 3: the sender offers a new receive ring,
 //	            described in RingMsgLen bytes it wrote at the end of the
 //	            recipient's current ring, its mailbox), or
+//	            CtlRndv (version 4: the sender exposes a range for the
+//	            recipient to READ, described in RndvMsgLen bytes it wrote
+//	            into the recipient's mailbox at RndvMsgAt; rndv.go),
+//	            CtlRndvDone (version 4: the recipient of the last CtlRndv
+//	            has read all of it), or
 //	            CtlNotify | value (bit 29 set, bits 0..28 the sender's
 //	            value): a write into memory the receiver exposed, outside
 //	            the ring, has landed (ByteLen bytes of it)

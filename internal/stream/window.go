@@ -52,6 +52,9 @@ type Recv struct {
 	Gen     uint32
 	Next    uint64
 	Prev    PrevRing
+
+	// Rndv is the rendezvous the peer announced (version 4; rndv.go).
+	Rndv RndvIn
 }
 
 // NewRecv is the window of a ring of 1<<ringLog bytes with depth receives,
@@ -108,6 +111,8 @@ func (r *Recv) data(payload uint64, byteLen uint32) (Kind, error) {
 	switch {
 	case r.FinRcvd:
 		return k, ErrDataAfterFin
+	case r.Rndv.Pending:
+		return k, ErrRndvPending
 	case n == 0 || uint64(byteLen) != n:
 		return k, ErrDataLength
 	case (r.Tail-base)&(size-1)+n > size || r.Tail+n > max(r.Credited, base)+size:
@@ -145,6 +150,9 @@ type Send struct {
 	Base    uint64
 	Gen     uint32
 	Next    RingMsg
+
+	// Rndv is our rendezvous toward the peer (version 4; rndv.go).
+	Rndv RndvOut
 }
 
 // NewSend is the window toward a peer that sent h (checked by ParseHello),
@@ -242,8 +250,13 @@ func Receive(in *Recv, out *Send, imm, byteLen uint32) (Kind, error) {
 			}
 			return KindNotify, nil
 		}
-		if payload == CtlRing {
+		switch payload {
+		case CtlRing:
 			return KindRing, out.offered(byteLen)
+		case CtlRndv:
+			return KindRndv, in.rndv(byteLen)
+		case CtlRndvDone:
+			return KindRndvDone, out.rndvDone(byteLen)
 		}
 		return in.control(payload, byteLen)
 	}
@@ -268,6 +281,8 @@ func (r *Recv) control(code uint64, byteLen uint32) (Kind, error) {
 		return k, ErrControl
 	case k == KindFin && r.FinRcvd:
 		return k, ErrControl
+	case k == KindFin && r.Rndv.Pending:
+		return k, ErrRndvPending
 	case k != KindFin && !r.Pings:
 		return k, ErrPingVersion
 	}

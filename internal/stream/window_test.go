@@ -106,7 +106,7 @@ func TestReceiveRejects(t *testing.T) {
 		{"pong on version 1", ImmCtl(CtlPong), 0, nil, ErrPingVersion},
 		{"ping with bytes", ImmCtl(CtlPing), 4, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
 		{"pong with bytes", ImmCtl(CtlPong), 1, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
-		{"control code 6", ImmCtl(6), 0, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
+		{"control code 7", ImmCtl(7), 0, func(in *Recv, _ *Send) { in.Pings = true }, ErrControl},
 		{"ring offer on version 2", ImmCtl(CtlRing), RingMsgLen, func(_ *Recv, out *Send) { out.Grows = false }, ErrRingVersion},
 		{"ring offer without its message", ImmCtl(CtlRing), 0, nil, ErrRingMsg},
 		{"ring offer twice", ImmCtl(CtlRing), RingMsgLen, func(_ *Recv, out *Send) { out.Next = RingMsg{Addr: 1, Log: 14} }, ErrRingOffer},

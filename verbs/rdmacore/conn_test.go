@@ -28,3 +28,19 @@ func TestConnSuite(t *testing.T) {
 		DetectWithin: 30 * time.Second,
 	})
 }
+
+// The suite again with the conns' transfers from and into rdma.Buffers
+// and the rendezvous threshold at 4 KiB: every transfer from 4 KiB up
+// moves by RDMA READ of a range registered for it, on the kernel's verbs.
+func TestConnSuiteBuffers(t *testing.T) {
+	conntest.Run(t, conntest.Config{
+		RDMA:         rdma.Config{Provider: rdmacore.ProviderName},
+		Host:         testsupport.SoftRoCEHost(t),
+		Small:        true,
+		DetectWithin: 30 * time.Second,
+		Buffers:      true,
+		Skip: map[string]string{
+			"ZeroAllocs": "a rendezvous registers the Write's bytes per transfer; the copying path's zero allocations are asserted in TestConnSuite",
+		},
+	})
+}

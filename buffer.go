@@ -1,0 +1,241 @@
+package rdma
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Buffer is registered memory for zero-copy transfers: Write and Read of
+// slices inside its Bytes take the paths that do not copy (see
+// docs/design.md, "When a Write copies"). It is allocated outside the Go
+// heap (verbs.AllocMemory: private anonymous memory, never moved or reused
+// by the garbage collector) and usable with every Conn on every provider:
+// it is registered with a connection's protection domain the first time it
+// is used there, and that registration, for local access only, is kept
+// until Free or the connection's Close. What a peer may READ of it during
+// a rendezvous is registered separately, for that transfer only, and
+// revoked before the Write returns.
+//
+// A Buffer is safe for concurrent use by several connections; its bytes
+// are the caller's to synchronise, as any memory's. Free it when done:
+// the memory is not garbage collected.
+type Buffer struct {
+	mem *verbs.Memory
+	buf []byte
+
+	mu    sync.Mutex
+	busy  int                // Writes and Reads using it now
+	freed bool               // Free succeeded: no more uses
+	regs  map[*Conn]struct{} // connections holding a registration of it
+}
+
+// ErrBufferBusy is Free's error while a Write or Read is using the
+// Buffer: nothing was freed (the caller frees it once they returned).
+var ErrBufferBusy = &bufferError{"buffer in use by a transfer", syscall.EBUSY}
+
+// errBufferFreed is the error of a use after Free (a Write or Read whose
+// slice lies in a freed Buffer cannot reach here: its memory is unmapped).
+var errBufferFreed = errors.New("rdma: buffer freed")
+
+type bufferError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *bufferError) Error() string        { return "rdma: " + e.msg }
+func (e *bufferError) Is(target error) bool { return target == e.errno }
+func (e *bufferError) Unwrap() error        { return e.errno }
+
+// buffers maps each live Buffer's memory to it, so that a slice can be
+// traced to its Buffer (bufferOf).
+var buffers sync.Map // *verbs.Memory -> *Buffer
+
+// AllocBuffer allocates size bytes of registrable memory (rounded up to
+// whole pages; Bytes has exactly size bytes), zeroed.
+func AllocBuffer(size int) (*Buffer, error) {
+	if size <= 0 {
+		return nil, fmt.Errorf("rdma: buffer size %d must be positive", size)
+	}
+	mem, err := verbs.AllocMemory(size)
+	if err != nil {
+		return nil, err
+	}
+	b := &Buffer{mem: mem, buf: mem.Bytes()[:size:size]}
+	buffers.Store(mem, b)
+	return b, nil
+}
+
+// Bytes is the Buffer's memory. It stays valid until Free; using it
+// afterwards faults.
+func (b *Buffer) Bytes() []byte { return b.buf }
+
+// Free deregisters the Buffer from every connection that used it and
+// unmaps it. While a Write or Read is using it, Free fails with
+// ErrBufferBusy (errors.Is(err, syscall.EBUSY)) and changes nothing: a
+// transfer in progress is never cut short and its bytes never land in
+// memory that has gone. So it does after a Write from it gave up mid-way
+// (its deadline or a failure), until that connection is closed. Free twice
+// is a no-op.
+func (b *Buffer) Free() error {
+	b.mu.Lock()
+	if b.freed {
+		b.mu.Unlock()
+		return nil
+	}
+	if b.busy > 0 {
+		b.mu.Unlock()
+		return ErrBufferBusy
+	}
+	b.freed = true
+	regs := b.regs
+	b.regs = nil
+	b.mu.Unlock()
+	for c := range regs {
+		c.dropBuffer(b)
+	}
+	buffers.Delete(b.mem)
+	return b.mem.Free()
+}
+
+// bufferOf returns the Buffer that holds all of p, or nil.
+func bufferOf(p []byte) *Buffer {
+	m, _ := verbs.MemoryOf(p)
+	if m == nil {
+		return nil
+	}
+	if b, ok := buffers.Load(m); ok {
+		return b.(*Buffer)
+	}
+	return nil
+}
+
+// acquire marks the Buffer in use by a transfer, unless it was freed.
+func (b *Buffer) acquire() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.freed {
+		return errBufferFreed
+	}
+	b.busy++
+	return nil
+}
+
+// release ends a transfer's use.
+func (b *Buffer) release() {
+	b.mu.Lock()
+	b.busy--
+	b.mu.Unlock()
+}
+
+// bufferMR is the connection's registration of b (which the caller
+// acquired), made on the first use: local access only (a send's source,
+// a READ's destination), never remote. Called with neither mu held, by a
+// Write or Read, which keeps the protection domain alive meanwhile.
+func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
+	c.mu.Lock()
+	zc := c.zeroCopyLocked()
+	mr := zc.bufMRs[b]
+	c.mu.Unlock()
+	if mr != nil {
+		return mr, nil
+	}
+	// Registration pins memory on a NIC and can take a while: not under mu.
+	mr, err := c.pd.RegMR(b.buf, verbs.AccessLocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.torn {
+		c.mu.Unlock()
+		mr.Dereg()
+		return nil, net.ErrClosed
+	}
+	if zc.bufMRs == nil {
+		zc.bufMRs = map[*Buffer]verbs.MR{}
+	}
+	zc.bufMRs[b] = mr
+	// b is acquired, so Free cannot be past its look at regs.
+	b.mu.Lock()
+	if b.regs == nil {
+		b.regs = map[*Conn]struct{}{}
+	}
+	b.regs[c] = struct{}{}
+	b.mu.Unlock()
+	c.mu.Unlock()
+	return mr, nil
+}
+
+// dropBuffer deregisters b from the connection (Buffer.Free), unless its
+// Close already did. Under mu, so that Close's release, which takes the
+// map under mu, finds every registration either gone or its own before
+// the protection domain goes.
+func (c *Conn) dropBuffer(b *Buffer) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.zc == nil {
+		return
+	}
+	if mr := c.zc.bufMRs[b]; mr != nil {
+		delete(c.zc.bufMRs, b)
+		mr.Dereg()
+	}
+}
+
+// zeroCopy is the state of a connection that used Buffers or rendezvous:
+// most connections never do, and pay a pointer for it.
+type zeroCopy struct {
+	bufMRs map[*Buffer]verbs.MR // the Buffers registered on the connection (mu)
+	ctlMR  verbs.MR             // the descriptor staging's registration (rndv.go; the writer's)
+	// The rendezvous reader's bounce buffer and its unread bytes (the
+	// reader's, under rmu).
+	bounce                 block
+	bounceHead, bounceTail int
+	// Buffers a rendezvous Write gave up on, held in use until the queue
+	// pair is destroyed (holdUntilTeardown).
+	held []*Buffer
+}
+
+// zeroCopyLocked is the connection's zeroCopy, made on the first use.
+func (c *Conn) zeroCopyLocked() *zeroCopy {
+	if c.zc == nil {
+		c.zc = new(zeroCopy)
+	}
+	return c.zc
+}
+
+// zeroCopy is zeroCopyLocked for a caller without mu.
+func (c *Conn) zeroCopy() *zeroCopy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.zeroCopyLocked()
+}
+
+// releaseZeroCopy deregisters every Buffer registered on the connection
+// and releases the rendezvous' memory, before the protection domain goes
+// (releaseVerbs); it returns the Buffers held until the queue pair is
+// gone, for the caller to release then.
+func (c *Conn) releaseZeroCopy() (held []*Buffer) {
+	c.mu.Lock()
+	zc := c.zc
+	c.zc = nil
+	c.mu.Unlock()
+	if zc == nil {
+		return nil
+	}
+	for b, mr := range zc.bufMRs {
+		b.mu.Lock()
+		delete(b.regs, c)
+		b.mu.Unlock()
+		mr.Dereg()
+	}
+	zc.bounce.release()
+	if zc.ctlMR != nil {
+		zc.ctlMR.Dereg()
+	}
+	return zc.held
+}

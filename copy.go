@@ -1,0 +1,197 @@
+package rdma
+
+import (
+	"io"
+	"net"
+	"os"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// io.ReaderFrom and io.WriterTo, so that io.Copy to or from a Conn (file
+// serving, proxies) skips its own intermediate buffer: ReadFrom reads the
+// source straight into the connection's registered send buffer and posts
+// the bytes from there; WriteTo hands the destination the bytes where
+// they landed in the receive ring (or where a rendezvous READ put them),
+// then credits them back.
+
+var (
+	_ io.ReaderFrom = (*Conn)(nil)
+	_ io.WriterTo   = (*Conn)(nil)
+)
+
+// ReadFrom implements io.ReaderFrom: it reads r until io.EOF (or an error)
+// into the connection's send buffer, a chunk at a time, and writes what it
+// read as Write would, without copying it again. It returns the bytes
+// written; an error of r's is returned as it is, one of the connection's as
+// Write's would be.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var total int64
+	for {
+		buf, err := c.sendSpace()
+		if err != nil {
+			return total, err
+		}
+		// The space is the writer's (wmu) until reserved: nobody else
+		// reserves send buffer bytes, and completions only free more.
+		k, rerr := r.Read(buf)
+		if k > 0 {
+			if err := c.postRead(buf[:k]); err != nil {
+				return total, err
+			}
+			total += int64(k)
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
+}
+
+// sendSpace waits until a chunk's worth of the send buffer is free in a
+// row at the write position, and returns it (not yet reserved).
+func (c *Conn) sendSpace() ([]byte, error) {
+	for {
+		c.mu.Lock()
+		if err := c.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			return nil, c.opErr("write", err)
+		}
+		want := uint64(c.chunk)
+		free, contig := c.sendRoomLocked()
+		if free < want && c.growSendLocked() { // ringgrowth.go
+			free, contig = c.sendRoomLocked()
+		}
+		if contig < want && free >= contig+want {
+			// Skip the buffer's tail, as reserveLocked does; nothing is
+			// reserved and unposted, so the pad counts as posted.
+			c.sbTail += contig
+			c.sbPosted += contig
+			free, contig = c.sendRoomLocked()
+		}
+		if contig >= want && free >= want {
+			off := (c.sbTail - c.sbBase) & c.sbufMask
+			buf := c.sbuf[off : off+want]
+			c.mu.Unlock()
+			return buf, nil
+		}
+		c.mu.Unlock()
+		c.await(c.sndReady, &c.wdl, false)
+	}
+}
+
+// postRead writes p, which ReadFrom read into the send buffer at its write
+// position, as Write writes what it copied there.
+func (c *Conn) postRead(p []byte) error {
+	for len(p) > 0 {
+		c.mu.Lock()
+		if err := c.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			return c.opErr("write", err)
+		}
+		n, at, inline := c.reserveLocked(len(p))
+		if n == 0 {
+			c.mu.Unlock()
+			c.await(c.sndReady, &c.wdl, false)
+			continue
+		}
+		if inline {
+			// A sliver that goes inline takes no send buffer room: the
+			// rest moves down to the write position.
+			slot := int(c.sqPosted % uint64(c.slots))
+			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
+			copy(buf, p[:n])
+			c.enqueueDataLocked(buf, at, verbs.SendInline)
+			p = p[:copy(p, p[n:])]
+		} else {
+			// reserveLocked reserved the bytes where p starts: the space
+			// was free in a row (sendSpace), so it padded nothing.
+			c.sbTail += uint64(n)
+			c.enqueueDataLocked(p[:n], at, 0)
+			p = p[n:]
+		}
+		c.unlockSubmit()
+	}
+	return nil
+}
+
+// WriteTo implements io.WriterTo: it writes everything the peer sends to w
+// until the peer's FIN (then it returns nil, as io.Copy expects) or an
+// error, handing w the bytes in the receive ring itself.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	var total int64
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return total, c.opErr("read", net.ErrClosed)
+		}
+		if c.rdl.passed() {
+			c.mu.Unlock()
+			return total, c.opErr("read", os.ErrDeadlineExceeded)
+		}
+		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail {
+			c.mu.Unlock()
+			n, err := w.Write(zc.bounce.buf[zc.bounceHead:zc.bounceTail])
+			zc.bounceHead += n
+			total += int64(n)
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
+		if c.rx.Buffered() > 0 {
+			ring, off, span := c.readRingLocked()
+			c.mu.Unlock()
+			// The bytes are ours until credited back (Read's rule).
+			n, err := w.Write(ring[off : off+min(span, uint64(len(ring))-off)])
+			c.mu.Lock()
+			c.rx.Consume(n)
+			c.leftPrevRingLocked()
+			c.creditLocked(false)
+			c.unlockSubmit()
+			total += int64(n)
+			if err != nil {
+				return total, err
+			}
+			continue
+		}
+		if addr, key, left := c.rx.RndvNext(); left > 0 {
+			c.mu.Unlock()
+			// Into the bounce buffer; the next turn hands it to w.
+			bounce, err := c.bounceBuf()
+			if err != nil {
+				return total, c.opErr("read", err)
+			}
+			dst := bounce.buf[:min(uint64(len(bounce.buf)), left)]
+			if err := c.readRemote(bounce.mr, dst, addr, key); err != nil {
+				return total, err
+			}
+			c.mu.Lock()
+			if c.rx.RndvRead(uint64(len(dst))) {
+				c.rndvDoneDue = true
+				c.sendRndvDoneLocked()
+			}
+			c.zc.bounceHead, c.zc.bounceTail = 0, len(dst)
+			c.unlockSubmit()
+			continue
+		}
+		if c.rx.FinRcvd {
+			c.mu.Unlock()
+			return total, nil
+		}
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return total, c.opErr("read", err)
+		}
+		c.mu.Unlock()
+		c.await(c.rcvReady, &c.rdl, false)
+	}
+}

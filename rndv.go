@@ -1,0 +1,316 @@
+package rdma
+
+import (
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/internal/zerocopy"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// Rendezvous (protocol version 4; internal/stream/rndv.go has the wire
+// rules). A Write of at least the connection's rendezvous threshold from a
+// Buffer does not copy: the writer registers exactly those bytes on the
+// connection's own protection domain for remote READ, sends their
+// descriptor in the stream's order (into the peer's mailbox, immediate
+// CtlRndv), and waits. The reader, once it has read every ring byte before
+// the descriptor, RDMA READs the range piece by piece: straight into its
+// Read's slice when that lies in a Buffer (registered on its side for
+// local access), else into a registered bounce buffer it copies out of.
+// Having read all of it, the reader sends CtlRndvDone; the writer
+// deregisters the range, which revokes the peer's access, and its Write
+// returns. A Write that must give up first (its deadline, Close, the
+// connection failing) deregisters the range before it returns; the peer
+// may be mid-READ, so the stream cannot go on and the connection fails
+// (errRndvAbandoned), on both sides.
+
+// defaultRndvThreshold is where a Write from a Buffer switches to the
+// rendezvous, unless Config.RendezvousThreshold says otherwise; see
+// docs/design.md, "When a Write copies", for the measurements.
+const defaultRndvThreshold = 128 << 10
+
+// rndvPiece bounds one RDMA READ of a rendezvous: a Read waits for its
+// READ to complete whatever its deadline says (the bytes land in its
+// slice), so a piece is what may delay a deadline or a Close.
+const rndvPiece = 4 << 20
+
+// rndvReadWR bounds one READ work request: a piece is several, posted
+// together, so that the peer's side of one (on soft, its copy of the
+// bytes into the transport) overlaps this side's of the one before.
+const rndvReadWR = 256 << 10
+
+// rndvDirectMin is the smallest Read slice a READ targets directly; a
+// smaller one is served from the bounce buffer, a READ of many Reads'
+// worth, so that tiny Reads do not each pay a round trip.
+const rndvDirectMin = 16 << 10
+
+// rndvBounceSize is the bounce buffer's size: made on a connection's first
+// rendezvous into memory that is not a Buffer, kept until Close.
+const rndvBounceSize = 1 << 20
+
+var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", syscall.ECONNABORTED}
+
+// rndvThreshold is the threshold for a connection of the version agreed
+// (0: no rendezvous).
+func (c *Conn) rndvThreshold(agreed uint8) int {
+	t := c.cfg.RendezvousThreshold
+	if agreed < stream.VersionRndv || t < 0 {
+		return 0
+	}
+	if t == 0 {
+		return defaultRndvThreshold
+	}
+	return max(t, zerocopy.RendezvousFloor())
+}
+
+// writeRndv writes b, which lies in buf, by rendezvous.
+func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
+	if err := buf.acquire(); err != nil {
+		return 0, c.opErr("write", err)
+	}
+	defer buf.release()
+	sent := 0
+	for sent < len(b) {
+		n := min(len(b)-sent, stream.MaxRndvLen)
+		if err := c.rndvOne(b[sent:sent+n], buf); err != nil {
+			return sent, err
+		}
+		sent += n
+	}
+	return sent, nil
+}
+
+// rndvOne exposes p (in buf) to the peer, announces it and waits until the
+// peer has read it all; p's registration is gone when it returns.
+func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
+	ctl, err := c.ctlMRFor()
+	if err != nil {
+		return c.opErr("write", err)
+	}
+	mr, err := c.pd.RegMR(p, verbs.AccessRemoteRead)
+	if err != nil {
+		return c.opErr("write", err)
+	}
+	for {
+		c.mu.Lock()
+		if err := c.writeErrLocked(); err != nil {
+			c.mu.Unlock()
+			mr.Dereg()
+			return c.opErr("write", err)
+		}
+		// As a data write: one credit stays for the credit message.
+		if c.tx.Credits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+			break
+		}
+		c.mu.Unlock()
+		c.await(c.sndReady, &c.wdl, false)
+	}
+	msg := c.ctlStagingBytes()[:stream.RndvMsgLen]
+	stream.RndvMsg{Addr: mr.Addr(), Len: uint32(len(p)), Key: mr.RKey()}.Marshal(msg)
+	// Into the mailbox of the ring the peer reads now (a ring it offered
+	// and we have not moved to yet is not read until our next data write,
+	// which comes after this rendezvous).
+	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), ctl, msg,
+		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
+	c.tx.RndvSent()
+	c.unlockSubmit()
+	for {
+		c.mu.Lock()
+		if !c.tx.Rndv.Out {
+			c.mu.Unlock()
+			mr.Dereg()
+			return nil
+		}
+		if err := c.writeErrLocked(); err != nil {
+			abandon := c.err == nil
+			if abandon {
+				c.failLocked(errRndvAbandoned)
+			}
+			c.mu.Unlock()
+			// Revoked before the Write returns; a READ the peer has under
+			// way fails with a remote access error.
+			mr.Dereg()
+			if abandon {
+				_ = c.id.Disconnect()
+			}
+			// A READ response the provider queued before the revocation
+			// may still be on its way out of p: Free must not unmap buf
+			// until the queue pair is gone (ErrBufferBusy until Close).
+			c.holdUntilTeardown(buf)
+			return c.opErr("write", err)
+		}
+		c.mu.Unlock()
+		c.await(c.sndReady, &c.wdl, false)
+	}
+}
+
+// holdUntilTeardown keeps buf in use until the connection's verbs objects
+// are destroyed (releaseVerbs).
+func (c *Conn) holdUntilTeardown(buf *Buffer) {
+	if buf.acquire() != nil {
+		return // cannot happen: the caller holds it
+	}
+	c.mu.Lock()
+	zc := c.zeroCopyLocked()
+	zc.held = append(zc.held, buf)
+	c.mu.Unlock()
+}
+
+// ctlMRFor is the registration of the descriptor's staging, made on the
+// connection's first rendezvous: its own, because the send buffer's
+// registration, which covers it at first, goes when the send buffer
+// grows (ringgrowth.go). Writer-owned (wmu).
+func (c *Conn) ctlMRFor() (verbs.MR, error) {
+	zc := c.zeroCopy()
+	if zc.ctlMR == nil {
+		mr, err := c.pd.RegMR(c.ctlStagingBytes(), verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		zc.ctlMR = mr
+	}
+	return zc.ctlMR, nil
+}
+
+// readRndv reads the next piece of the pending rendezvous (left bytes at
+// the peer's addr under key) into b (len(b) > 0). Called with rmu held.
+func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, error) {
+	var dst []byte
+	var mr verbs.MR
+	if len(b) >= rndvDirectMin {
+		if buf := bufferOf(b); buf != nil && buf.acquire() == nil {
+			defer buf.release()
+			if m, err := c.bufferMR(buf); err == nil {
+				mr, dst = m, b[:min(uint64(len(b)), left, rndvPiece)]
+			}
+		}
+	}
+	direct := mr != nil
+	if !direct {
+		bounce, err := c.bounceBuf()
+		if err != nil {
+			return 0, c.opErr("read", err)
+		}
+		mr, dst = bounce.mr, bounce.buf[:min(uint64(len(bounce.buf)), left)]
+	}
+	if err := c.readRemote(mr, dst, addr, key); err != nil {
+		return 0, err
+	}
+	c.mu.Lock()
+	if c.rx.RndvRead(uint64(len(dst))) {
+		c.rndvDoneDue = true
+		c.sendRndvDoneLocked()
+	}
+	c.unlockSubmit()
+	if direct {
+		return len(dst), nil
+	}
+	n := copy(b, dst)
+	zc := c.zc // made by bounceBuf
+	zc.bounceHead, zc.bounceTail = n, len(dst)
+	return n, nil
+}
+
+// readBounce copies out bytes a rendezvous READ left in the bounce buffer
+// (they come before anything else in the stream). Called with rmu held.
+func (zc *zeroCopy) readBounce(b []byte) int {
+	n := copy(b, zc.bounce.buf[zc.bounceHead:zc.bounceTail])
+	zc.bounceHead += n
+	return n
+}
+
+// bounceBuf is the bounce buffer, made on first use. Reader-owned
+// (rmu); released with the endpoint.
+func (c *Conn) bounceBuf() (*block, error) {
+	zc := c.zeroCopy()
+	if zc.bounce.mr == nil {
+		b, err := c.newBlock(rndvBounceSize, 0, verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		zc.bounce = b
+	}
+	return &zc.bounce, nil
+}
+
+// readRemote RDMA READs len(dst) bytes at the peer's addr into dst (in
+// mr) and waits for the completion, whatever the Read's deadline or a
+// Close say: until it completes the device may write into dst, which
+// belongs to the Read in progress. The wait is bounded by the transport:
+// a peer that stops answering fails the READ with a retry error.
+func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) error {
+	for {
+		c.mu.Lock()
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return c.opErr("read", err)
+		}
+		if c.closed {
+			c.mu.Unlock()
+			return c.opErr("read", net.ErrClosed)
+		}
+		if c.rdl.passed() {
+			c.mu.Unlock()
+			return c.opErr("read", os.ErrDeadlineExceeded)
+		}
+		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+			break
+		}
+		c.mu.Unlock()
+		c.await(c.sndReady, &c.rdl, false)
+	}
+	// As many READs of rndvReadWR as the send queue has room for (at
+	// least one, of whatever is left); completions come in order, so
+	// only the last is signaled and waited for.
+	wrs := min(uint64(len(dst)+rndvReadWR-1)/rndvReadWR, c.sqDepth-(c.sqPosted-c.sqDone+c.sqReserved), uint64(max(c.rdAtom, 1)))
+	for i := uint64(0); i+1 < wrs; i++ {
+		c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst[:rndvReadWR], addr, key, 0, false)
+		dst, addr = dst[rndvReadWR:], addr+rndvReadWR
+	}
+	r := remoteOps.Get().(*remoteOp)
+	*r = remoteOp{}
+	c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)
+	c.sqOps[(c.sqPosted-1)%uint64(len(c.sqOps))] = r
+	c.unlockSubmit()
+	disconnected := false
+	for {
+		c.mu.Lock()
+		if r.done {
+			st := r.status
+			c.mu.Unlock()
+			remoteOps.Put(r)
+			if st != verbs.WCSuccess {
+				return c.remoteStatus("read", st)
+			}
+			return nil
+		}
+		failed := c.err != nil
+		c.mu.Unlock()
+		if failed && !disconnected {
+			// A failed connection's QP flushes what is outstanding; make
+			// sure it is failing, not just marked so (a heartbeat's
+			// verdict leaves the QP up).
+			_ = c.id.Disconnect()
+			disconnected = true
+		}
+		c.await(c.sndReady, nil, true)
+	}
+}
+
+// sendRndvDoneLocked sends the done message of the rendezvous read to its
+// end, once a message credit (beyond the one kept for credit messages)
+// and a send slot are free; completions retry it (handle).
+func (c *Conn) sendRndvDoneLocked() {
+	if !c.rndvDoneDue || c.err != nil || c.torn {
+		return
+	}
+	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+		return
+	}
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.tx.Addr, 0, false)
+	c.tx.Credits--
+	c.rndvDoneDue = false
+}
