@@ -280,8 +280,8 @@ func (c *Conn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
 	// A post in flight, or a poll (the keepalive's), must finish before
-	// the QP and CQ go.
-	for c.submitting || c.polling {
+	// the QP and CQ go; a registration, before the protection domain.
+	for c.submitting || c.polling || c.registering > 0 {
 		c.mu.Unlock()
 		runtime.Gosched()
 		c.mu.Lock()

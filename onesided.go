@@ -99,21 +99,24 @@ func (p *port) Deregister(mr verbs.MR) error {
 // Write RDMA-writes local to raddr, with a notification when notify.
 func (p *port) Write(mr verbs.MR, local []byte, raddr uint64, rkey uint32, notify bool, value uint32) error {
 	if !notify {
-		return (*Conn)(p).remote("rdma write", verbs.OpRDMAWrite, 0, mr, local, raddr, rkey)
+		return (*Conn)(p).remote("rdma write", verbs.OpRDMAWrite, 0, mr, local, raddr, rkey, nil)
 	}
 	if value > stream.NotifyValueMax {
 		return (*Conn)(p).opErr("rdma write", fmt.Errorf("notification value %d exceeds %d", value, stream.NotifyValueMax))
 	}
-	return (*Conn)(p).remote("rdma write", verbs.OpRDMAWriteWithImm, stream.ImmNotify(value), mr, local, raddr, rkey)
+	return (*Conn)(p).remote("rdma write", verbs.OpRDMAWriteWithImm, stream.ImmNotify(value), mr, local, raddr, rkey, nil)
 }
 
 // Read RDMA-reads len(local) bytes at raddr into local.
 func (p *port) Read(mr verbs.MR, local []byte, raddr uint64, rkey uint32) error {
-	return (*Conn)(p).remote("rdma read", verbs.OpRDMARead, 0, mr, local, raddr, rkey)
+	return (*Conn)(p).remote("rdma read", verbs.OpRDMARead, 0, mr, local, raddr, rkey, nil)
 }
 
-// remote posts one one-sided WR and waits for its completion.
-func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32) error {
+// remote posts one one-sided WR and waits for its completion. local lies
+// in hold, when not nil, which the caller acquired: if remote must return
+// before the WR completed, hold stays in use until the queue pair is
+// destroyed, as the device may still be moving local's bytes.
+func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
 	credit := op == verbs.OpRDMAWriteWithImm
 	for {
 		c.mu.Lock()
@@ -146,9 +149,14 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 			return c.remoteStatus(name, st)
 		}
 		if err := c.remoteErrLocked(); err != nil {
-			// The queue pair failed or went: no more DMA for this WR, and
-			// perhaps no completion either. r stays out of the pool, as a
-			// late completion may still fill it in.
+			// The queue pair failed or is closing: perhaps no completion
+			// for this WR. r stays out of the pool, as a late completion
+			// may still fill it in, and so does hold: until the queue
+			// pair is gone, the WR may still move local's bytes.
+			if hold != nil && !c.torn && hold.acquire() == nil {
+				zc := c.zeroCopyLocked()
+				zc.held = append(zc.held, hold)
+			}
 			c.mu.Unlock()
 			return c.opErr(name, err)
 		}
