@@ -27,9 +27,11 @@ func BenchmarkRemote(b *testing.B) {
 			for _, g := range []int{1, 4} {
 				for _, p := range paths {
 					b.Run(fmt.Sprintf("%s/%s/%dKiB/g%d", op, p.name, size>>10, g), func(b *testing.B) {
+						// Held for the whole run: soft decides on
+						// shared memory at the connection's set-up.
 						prev := soft.SetSharedMemory(p.shm)
+						defer soft.SetSharedMemory(prev)
 						c, s := pair(b, softConfig())
-						soft.SetSharedMemory(prev)
 						benchRemote(b, c, s, op, size, g)
 					})
 				}
