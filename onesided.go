@@ -144,6 +144,12 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 		c.mu.Lock()
 		if r.done {
 			st := r.status
+			// One poke of sndReady stands for a whole batch of
+			// completions, and several operations may wait on it: pass
+			// it on, so that the next waiter looks at its own.
+			if c.waiters > 0 {
+				poke(c.sndReady)
+			}
 			c.mu.Unlock()
 			remoteOps.Put(r)
 			return c.remoteStatus(name, st)

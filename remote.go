@@ -264,6 +264,12 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				c.rx.Owed++
 			}
 			c.creditLocked(false)
+			// A poke of rcvReady may stand for several notifications,
+			// and other callers (a Read, another WaitNotify) may wait
+			// on it: pass it on.
+			if c.waiters > 0 {
+				poke(c.rcvReady)
+			}
 			c.unlockSubmit()
 			return n.value, int(n.n), nil
 		}
