@@ -356,7 +356,7 @@ func TestRemoteWaitNotifyContext(t *testing.T) {
 		select {
 		case err := <-errc:
 			require.ErrorIs(t, err, context.Canceled)
-		case <-time.After(5 * time.Second):
+		case <-time.After(500 * time.Millisecond):
 			t.Fatal("WaitNotify ignores its context's cancellation")
 		}
 	}
