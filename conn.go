@@ -222,8 +222,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 // error; a short count comes with the error. A b of at least
 // Config.RendezvousThreshold bytes inside a Buffer is not copied: the peer
 // reads it from there (rndv.go), and Write returns once it has, with b's
-// exposure to the peer revoked. A deadline or Close that cuts such a Write
-// short fails the connection (the peer may be mid-read).
+// exposure to the peer revoked. No buffer absorbs such a Write: it waits
+// for the peer's Read, so two ends that both write one before reading
+// deadlock (as MPI's rendezvous sends do). A deadline or Close that cuts
+// such a Write short fails the connection (the peer may be mid-read).
 func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()

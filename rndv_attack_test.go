@@ -92,6 +92,7 @@ func TestRndvRawPeer(t *testing.T) {
 
 	t.Run("honest", func(t *testing.T) {
 		r, s := acceptRaw(t, ln, marshalHello)
+		assert.Equal(t, defaultRndvThreshold, s.rndvMin, "version 4 agreed")
 		mr := r.expose(t, payload, verbs.AccessRemoteRead)
 		r.write(t, 0, []byte("head"), immData(4))
 		r.sendRndv(t, stream.RndvMsg{Addr: mr.Addr(), Len: uint32(len(payload)), Key: mr.RKey()})
@@ -201,13 +202,30 @@ func TestRndvRawPeer(t *testing.T) {
 		})
 	}
 
-	// A peer of version 3 is sent no descriptor, and one it sends is a
-	// protocol error.
+	// A peer of version 3 is sent no descriptor (a Write from a Buffer
+	// copies: data immediates), and one it sends is a protocol error.
 	t.Run("version 3", func(t *testing.T) {
 		r, s := acceptRaw(t, ln, func(h hello) []byte {
 			h.version = 3
 			return h.marshal()
 		})
+		assert.Zero(t, s.rndvMin, "no rendezvous toward a version 3 peer")
+		src := allocBuffer(t, 8<<10)
+		_, err := s.Write(src.Bytes())
+		require.NoError(t, err)
+		wcs := make([]verbs.WC, 16)
+		got := 0
+		for end := time.Now().Add(5 * time.Second); got < len(src.Bytes()) && time.Now().Before(end); time.Sleep(time.Millisecond) {
+			n, err := r.cq.Poll(wcs)
+			require.NoError(t, err)
+			for _, wc := range wcs[:n] {
+				if wc.Opcode == verbs.WCRecvRDMAWithImm {
+					require.Equal(t, uint32(0), wc.Imm>>immKindShift, "a data immediate, not %#x", wc.Imm)
+					got += int(wc.ByteLen)
+				}
+			}
+		}
+		require.Equal(t, len(src.Bytes()), got, "the Write's bytes came as data")
 		r.sendRndv(t, good(t, r))
 		readProtocolError(t, s)
 	})

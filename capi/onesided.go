@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmanet/rdma"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -68,10 +69,13 @@ var (
 
 // Mem is memory a context allocated for one-sided operations: outside the
 // Go heap, page-aligned, registered with a peer's connection when first
-// used with it. Free it with Free (Close frees what is left).
+// used with it. Free it with Free (Close frees what is left). It is an
+// rdma.Buffer, so Send and Recv of large messages in it take rdma.Conn's
+// zero-copy path (the peer RDMA READs them; rdma.Config's
+// RendezvousThreshold).
 type Mem struct {
 	ctx *Context
-	mem *verbs.Memory
+	mem *rdma.Buffer
 	buf []byte
 
 	// mu is held shared by the operations that use the memory, and
@@ -96,7 +100,7 @@ func (c *Context) Alloc(size int) (*Mem, error) {
 	if size <= 0 || size > MaxMemSize {
 		return nil, fmt.Errorf("capi: alloc: %w: size %d is not in 1..%d", ErrInvalidArgument, size, MaxMemSize)
 	}
-	vm, err := verbs.AllocMemory(size)
+	vm, err := rdma.AllocBuffer(size)
 	if err != nil {
 		return nil, fmt.Errorf("capi: alloc: %w", err)
 	}

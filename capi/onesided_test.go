@@ -265,3 +265,44 @@ func TestOneSidedClose(t *testing.T) {
 	_, err = s.clients[0].Read(0, &d, 0, local, 0, 64)
 	require.Error(t, err)
 }
+
+// Messages sent from and received into Alloc'd memory (an rdma.Buffer: a
+// large one moves by rdma.Conn's rendezvous, the peer READing it) arrive
+// whole, between small ones, into Alloc'd memory and into the Go heap.
+func TestSendRecvAllocated(t *testing.T) {
+	s := newStar(t, rdmaTransport, 1, 4<<20)
+	src := alloc(t, s.clients[0], 3<<20)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i*13 + 5)
+	}
+	dst := alloc(t, s.server, 3<<20)
+	heap := make([]byte, 3<<20)
+	for _, into := range [][]byte{dst.Bytes(), heap} {
+		clear(into)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.clients[0].Send(0, []byte("before"))
+			if err == nil {
+				_, err = s.clients[0].Send(0, src.Bytes())
+			}
+			if err == nil {
+				_, err = s.clients[0].Send(0, []byte("after"))
+			}
+			errc <- err
+		}()
+		var small [16]byte
+		n, err := s.server.Recv(0, small[:])
+		require.NoError(t, err)
+		assert.Equal(t, "before", string(small[:n]))
+		n, err = s.server.Recv(0, into)
+		require.NoError(t, err)
+		require.Equal(t, len(src.Bytes()), n)
+		assert.True(t, bytes.Equal(src.Bytes(), into[:n]))
+		n, err = s.server.Recv(0, small[:])
+		require.NoError(t, err)
+		assert.Equal(t, "after", string(small[:n]))
+		require.NoError(t, <-errc)
+	}
+	require.NoError(t, src.Free())
+	require.NoError(t, dst.Free())
+}

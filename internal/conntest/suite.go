@@ -65,7 +65,11 @@ type Conn interface {
 	Provider() string
 }
 
-// BuffersThreshold is the rendezvous threshold of a run with Buffers.
+// BuffersThreshold is the rendezvous threshold of a run with Buffers. Not
+// lower: a rendezvous Write returns once the peer has read it, so
+// CloseWrite's subtest, which writes a small request and half-closes
+// before its peer reads, would wait for ever (by design: see
+// docs/design.md, "Rendezvous").
 const BuffersThreshold = 4 << 10
 
 type suite struct {
