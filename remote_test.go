@@ -448,3 +448,54 @@ func TestRemoteZeroAllocs(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 }
+
+// More notifications than the receive depth, from several goroutines
+// while the stream flows both ways beside them, all arrive, each writer's
+// in order: each holds its receive credit only until taken, and the
+// stream's own credits are not starved by them.
+func TestRemoteNotifyBeyondDepth(t *testing.T) {
+	c, s := pair(t, nil)
+	target := allocBuffer(t, 4096)
+	d, err := s.Expose(target, 0, 4096, AccessWrite)
+	require.NoError(t, err)
+	local := allocBuffer(t, 4096)
+
+	const writers, each = 4, 200 // 800 > the default receive depth of 128
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if err := c.WriteRemoteNotify(d, w*8, local.Bytes()[w*8:w*8+8], uint32(w<<16|i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		for i := 0; i < 100; i++ {
+			c.Write(make([]byte, 1000))
+		}
+	}()
+	next := make([]int, writers)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for k := 0; k < writers*each; k++ {
+		v, n, err := s.WaitNotify(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 8, n)
+		w, i := int(v>>16), int(v&0xffff)
+		require.Equal(t, next[w], i, "a writer's notifications arrive in order")
+		next[w]++
+	}
+	wg.Wait()
+	s.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err = io.ReadFull(s, make([]byte, 100*1000))
+	require.NoError(t, err)
+	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelShort()
+	_, _, err = s.WaitNotify(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+}
