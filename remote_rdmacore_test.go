@@ -3,6 +3,7 @@ package rdma
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -87,5 +88,26 @@ func TestRemoteRDMACore(t *testing.T) {
 			require.Error(t, err, "the attacker's connection is broken")
 			require.NoError(t, c.ReadRemote(d, 0, back.Bytes()[:4096]), "the honest peer goes on")
 		})
+	}
+}
+
+// BenchmarkRemoteRDMACore: 1 MiB WriteRemote and ReadRemote on rdmacore,
+// from 1 and 4 goroutines (scripts/softroce-onesided-bench.sh runs it
+// beside ib_write_bw and ib_read_bw in one guest run). Skipped outside the
+// Soft-RoCE VM.
+func BenchmarkRemoteRDMACore(b *testing.B) {
+	ip := testsupport.SoftRoCEHost(b)
+	cfg := &Config{Provider: ProviderRDMACore}
+	lc := ListenConfig{Config: cfg}
+	l, err := lc.Listen(context.Background(), "rdma", net.JoinHostPort(ip, "0"))
+	require.NoError(b, err)
+	b.Cleanup(func() { l.Close() })
+	for _, op := range []string{"write", "read"} {
+		for _, g := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/1024KiB/g%d", op, g), func(b *testing.B) {
+				cc, sc := testsupport.Connect(b, l, dialer(l, cfg))
+				benchRemote(b, cc.(*Conn), sc.(*Conn), op, 1<<20, g)
+			})
+		}
 	}
 }
