@@ -31,7 +31,7 @@ for r in \$(seq 1 $ROUNDS); do
 		wait \$p
 	done
 	./rdma.test -test.run '^\$' -test.bench RemoteRDMACore -test.benchtime ${COUNT}x |
-		awk '/^BenchmarkRemoteRDMACore/ {split(\$1, a, "/"); sub(/-[0-9]+\$/, "", a[3]); for (i = 1; i <= NF; i++) if (\$(i+1) == "MB/s") printf "rdma_%s %s %s\n", a[2], a[3], \$i}'
+		awk '/^BenchmarkRemoteRDMACore/ {split(\$1, a, "/"); sub(/-[0-9]+\$/, "", a[4]); for (i = 1; i <= NF; i++) if (\$(i+1) == "MB/s") printf "rdma_%s %s %s\n", a[2], a[4], \$i}'
 done
 GUEST
 chmod +x "$OUT/run.sh"
