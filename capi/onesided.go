@@ -134,18 +134,31 @@ func (m *Mem) Free() error {
 	c := m.ctx
 	c.mu.Lock()
 	delete(c.mems, m)
+	var exps []Desc
+	var conns []*rdma.Conn
 	for d, e := range c.exposures {
 		if e.mem == m {
 			delete(c.exposures, d)
+			exps, conns = append(exps, d), append(conns, e.conn)
 		}
 	}
 	c.mu.Unlock()
-	// The Buffer's Free ends its exposures and registrations on every
-	// connection before it unmaps the memory. It is busy only while an
-	// operation that gave up on its WR holds it, until that connection's
-	// queue pair is gone (a failed peer's connection is closed at once).
-	if err := m.mem.Free(); err != nil {
-		return fmt.Errorf("capi: free: %w", err)
+	// The exposures end first, whatever happens to the memory: the
+	// Buffer's Free, which would end them too, changes nothing while a
+	// transfer that gave up on its WR holds the Buffer (until that
+	// connection's queue pair is gone; a failed peer's connection is
+	// closed at once).
+	var first error
+	for i, d := range exps {
+		if err := conns[i].Unexpose(rdma.Desc(d)); err != nil && !errors.Is(err, net.ErrClosed) && first == nil {
+			first = err
+		}
+	}
+	if err := m.mem.Free(); err != nil && first == nil {
+		first = err
+	}
+	if first != nil {
+		return fmt.Errorf("capi: free: %w", first)
 	}
 	return nil
 }
