@@ -3,7 +3,6 @@ package rdma
 import (
 	"errors"
 	"fmt"
-	"net"
 	"sync"
 	"syscall"
 
@@ -134,8 +133,7 @@ func (b *Buffer) release() {
 
 // bufferMR is the connection's registration of b (which the caller
 // acquired), made on the first use: local access only (a send's source,
-// a READ's destination), never remote. Called with neither mu held, by a
-// Write or Read, which keeps the protection domain alive meanwhile.
+// a READ's destination), never remote. Called with neither mu held.
 func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	c.mu.Lock()
 	zc := c.zeroCopyLocked()
@@ -144,30 +142,19 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	if mr != nil {
 		return mr, nil
 	}
-	// Registration pins memory on a NIC and can take a while: not under mu.
-	mr, err := c.pd.RegMR(b.buf, verbs.AccessLocalWrite)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if c.torn {
-		c.mu.Unlock()
-		mr.Dereg()
-		return nil, net.ErrClosed
-	}
-	if zc.bufMRs == nil {
-		zc.bufMRs = map[*Buffer]verbs.MR{}
-	}
-	zc.bufMRs[b] = mr
-	// b is acquired, so Free cannot be past its look at regs.
-	b.mu.Lock()
-	if b.regs == nil {
-		b.regs = map[*Conn]struct{}{}
-	}
-	b.regs[c] = struct{}{}
-	b.mu.Unlock()
-	c.mu.Unlock()
-	return mr, nil
+	// Registration pins memory on a NIC and can take a while: not under
+	// mu. Concurrent first uses (a Read, a Write, one-sided operations)
+	// share the registration made first.
+	return c.regMR(b, b.buf, verbs.AccessLocalWrite, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
+		if old := zc.bufMRs[b]; old != nil {
+			return old
+		}
+		if zc.bufMRs == nil {
+			zc.bufMRs = map[*Buffer]verbs.MR{}
+		}
+		zc.bufMRs[b] = mr
+		return mr
+	})
 }
 
 // dropBuffer deregisters b from the connection (Buffer.Free), unless its
@@ -184,6 +171,14 @@ func (c *Conn) dropBuffer(b *Buffer) {
 		delete(c.zc.bufMRs, b)
 		mr.Dereg()
 	}
+	// Its exposures end too: the dereg fence makes sure no access of the
+	// peer's touches the memory once Dereg returns, before Free unmaps it.
+	for id, e := range c.zc.exposed {
+		if e.buf == b {
+			delete(c.zc.exposed, id)
+			e.mr.Dereg()
+		}
+	}
 }
 
 // zeroCopy is the state of a connection that used Buffers or rendezvous:
@@ -195,9 +190,13 @@ type zeroCopy struct {
 	// reader's, under rmu).
 	bounce                 block
 	bounceHead, bounceTail int
-	// Buffers a rendezvous Write gave up on, held in use until the queue
-	// pair is destroyed (holdUntilTeardown).
+	// Buffers a rendezvous Write or a one-sided operation gave up on,
+	// held in use until the queue pair is destroyed (holdUntilTeardown).
 	held []*Buffer
+	// The ranges of Buffers exposed to the peer (remote.go), by the
+	// number their Desc carries, and the last number given (mu).
+	exposed      map[uint32]exposure
+	lastExposure uint32
 }
 
 // zeroCopyLocked is the connection's zeroCopy, made on the first use.
@@ -227,11 +226,20 @@ func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 	if zc == nil {
 		return nil
 	}
+	for _, e := range zc.exposed {
+		e.mr.Dereg()
+	}
 	for b, mr := range zc.bufMRs {
 		b.mu.Lock()
 		delete(b.regs, c)
 		b.mu.Unlock()
 		mr.Dereg()
+	}
+	for _, e := range zc.exposed {
+		b := e.buf
+		b.mu.Lock()
+		delete(b.regs, c)
+		b.mu.Unlock()
 	}
 	zc.bounce.release()
 	if zc.ctlMR != nil {

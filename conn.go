@@ -77,6 +77,7 @@ type Conn struct {
 	sqSGE       []verbs.SGE
 	sqSubmitted uint64 // WRs handed to the QP
 	submitting  bool   // a goroutine is in submit
+	registering int    // registrations in progress outside mu (regMR)
 	finSent     bool
 	err         error // why the connection failed; nil while healthy
 	closed      bool

@@ -59,6 +59,33 @@
 // the receive ring). docs/design.md, "When a Write copies", says what
 // copies where, with measurements.
 //
+// # One-sided operations
+//
+// A Conn also carries RDMA's own operations, beside its byte stream and on
+// the same queue pair. Conn.Expose registers a range of a Buffer on the
+// connection for its peer, with AccessRead, AccessWrite or both, and
+// returns a Desc: 32 bytes (address, length, rkey, access, a number) to
+// send the peer, typically over the connection itself. The peer then
+// moves bytes between its own Buffers and that range without this side
+// taking part: Conn.WriteRemote (RDMA WRITE), Conn.ReadRemote (RDMA READ),
+// and Conn.WriteRemoteNotify, an RDMA WRITE WITH IMMEDIATE whose value
+// this side's Conn.WaitNotify returns once the bytes have landed. Each
+// call returns once its work request has completed; a Go program keeps
+// several in flight with goroutines. Conn.Unexpose, Buffer.Free and Close
+// end an exposure, and once they return nothing of the peer's reaches the
+// range, not even an access it had under way.
+//
+// A Desc is a claim, not a capability: the range is registered on this
+// connection's own protection domain, so no other connection can reach
+// it, and the exposing side's device checks every access's rkey, bounds
+// and rights. A Desc is checked locally first (form, access, bounds), so
+// mistakes fail with ErrBadDesc and break nothing; an access the device
+// refuses fails with ErrRemoteAccess and, as on any RDMA device, breaks
+// that connection on both sides. docs/design.md, "One-sided operations",
+// has the details and measurements; examples/filexfer the classic
+// program (a receiver exposes a Buffer, the sender writes a file into it
+// and notifies, the receiver checks its hash).
+//
 // # Mixed fleets
 //
 // Hosts with and without RDMA devices serve each other. A Listener on a host

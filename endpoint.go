@@ -36,9 +36,6 @@ type endpoint struct {
 	slots   int    // send WRs that can be outstanding (sq, plus a probe), and a spare
 	rdAtom  int    // RDMA READs in flight, as initiator and as responder (ConnParam)
 
-	// Memory registered for one-sided operations (onesided.go), guarded
-	// by the Conn's mu; release deregisters what is left.
-	userMRs map[verbs.MR]struct{}
 	// The ring and send buffer once they have grown (ringgrowth.go):
 	// nil until the first growth.
 	grow *growth
@@ -183,10 +180,6 @@ func (e *endpoint) release(unacked int) {
 	if e.cch != nil {
 		e.cch.Close()
 	}
-	for mr := range e.userMRs {
-		mr.Dereg()
-	}
-	e.userMRs = nil
 	if e.grow != nil {
 		e.grow.release()
 	}
@@ -281,8 +274,8 @@ func (c *Conn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
 	// A post in flight, or a poll (the keepalive's), must finish before
-	// the QP and CQ go.
-	for c.submitting || c.polling {
+	// the QP and CQ go; a registration, before the protection domain.
+	for c.submitting || c.polling || c.registering > 0 {
 		c.mu.Unlock()
 		runtime.Gosched()
 		c.mu.Lock()

@@ -3,21 +3,18 @@ package rdma
 import (
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/rdmanet/rdma/internal/onesided"
-	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// One-sided operations (package capi's rdma_write and rdma_read) share the
-// connection's queue pair with the byte stream: an RDMA WRITE or READ is
-// one more WR in the send queue, signaled, with a remoteOp in its slot that
-// the completion fills in; memory is registered on the connection's
-// protection domain. A write with notification is an RDMA WRITE WITH
+// One-sided operations (remote.go, and through it package capi's
+// rdma_write and rdma_read) share the connection's queue pair with the
+// byte stream: an RDMA WRITE or READ is one more WR in the send queue,
+// signaled, with a remoteOp in its slot that the completion fills in;
+// memory is registered on the connection's protection domain. A write with notification is an RDMA WRITE WITH
 // IMMEDIATE into the peer's exposed memory whose immediate is a stream
 // control message (stream.ImmNotify): it consumes one of the peer's
 // receive WRs, so it needs a message credit like a data write, and the
@@ -28,18 +25,6 @@ import (
 // refuses fails the WR with a remote access error, and, as on any RDMA
 // device, moves both queue pairs to the error state: the connection fails
 // on both sides.
-
-func init() {
-	onesided.PortOf = func(nc net.Conn) onesided.Port {
-		if c, ok := nc.(*Conn); ok {
-			return (*port)(c)
-		}
-		return nil
-	}
-}
-
-// port is a Conn's one-sided side (onesided.Port).
-type port Conn
 
 // remoteOp is a one-sided operation waiting for its completion.
 type remoteOp struct {
@@ -61,59 +46,11 @@ var (
 	errRemoteAccess   = &connError{"the peer's device refused a one-sided access (remote access error)", syscall.EACCES}
 )
 
-// Register registers b on the connection's protection domain.
-func (p *port) Register(b []byte, access verbs.Access) (verbs.MR, error) {
-	c := (*Conn)(p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || c.torn {
-		return nil, c.opErr("register", net.ErrClosed)
-	}
-	mr, err := c.pd.RegMR(b, access)
-	if err != nil {
-		return nil, c.opErr("register", err)
-	}
-	if c.userMRs == nil {
-		c.userMRs = map[verbs.MR]struct{}{}
-	}
-	c.userMRs[mr] = struct{}{}
-	return mr, nil
-}
-
-// Deregister ends a registration of Register's, unless the connection's
-// release already did.
-func (p *port) Deregister(mr verbs.MR) error {
-	c := (*Conn)(p)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.userMRs[mr]; !ok || c.torn {
-		return nil
-	}
-	delete(c.userMRs, mr)
-	if err := mr.Dereg(); err != nil {
-		return c.opErr("deregister", err)
-	}
-	return nil
-}
-
-// Write RDMA-writes local to raddr, with a notification when notify.
-func (p *port) Write(mr verbs.MR, local []byte, raddr uint64, rkey uint32, notify bool, value uint32) error {
-	if !notify {
-		return (*Conn)(p).remote("rdma write", verbs.OpRDMAWrite, 0, mr, local, raddr, rkey)
-	}
-	if value > stream.NotifyValueMax {
-		return (*Conn)(p).opErr("rdma write", fmt.Errorf("notification value %d exceeds %d", value, stream.NotifyValueMax))
-	}
-	return (*Conn)(p).remote("rdma write", verbs.OpRDMAWriteWithImm, stream.ImmNotify(value), mr, local, raddr, rkey)
-}
-
-// Read RDMA-reads len(local) bytes at raddr into local.
-func (p *port) Read(mr verbs.MR, local []byte, raddr uint64, rkey uint32) error {
-	return (*Conn)(p).remote("rdma read", verbs.OpRDMARead, 0, mr, local, raddr, rkey)
-}
-
-// remote posts one one-sided WR and waits for its completion.
-func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32) error {
+// remote posts one one-sided WR and waits for its completion. local lies
+// in hold, when not nil, which the caller acquired: if remote must return
+// before the WR completed, hold stays in use until the queue pair is
+// destroyed, as the device may still be moving local's bytes.
+func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
 	credit := op == verbs.OpRDMAWriteWithImm
 	for {
 		c.mu.Lock()
@@ -141,14 +78,25 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 		c.mu.Lock()
 		if r.done {
 			st := r.status
+			// One poke of sndReady stands for a whole batch of
+			// completions, and several operations may wait on it: pass
+			// it on, so that the next waiter looks at its own.
+			if c.waiters > 0 {
+				poke(c.sndReady)
+			}
 			c.mu.Unlock()
 			remoteOps.Put(r)
 			return c.remoteStatus(name, st)
 		}
 		if err := c.remoteErrLocked(); err != nil {
-			// The queue pair failed or went: no more DMA for this WR, and
-			// perhaps no completion either. r stays out of the pool, as a
-			// late completion may still fill it in.
+			// The queue pair failed or is closing: perhaps no completion
+			// for this WR. r stays out of the pool, as a late completion
+			// may still fill it in, and so does hold: until the queue
+			// pair is gone, the WR may still move local's bytes.
+			if hold != nil && !c.torn && hold.acquire() == nil {
+				zc := c.zeroCopyLocked()
+				zc.held = append(zc.held, hold)
+			}
 			c.mu.Unlock()
 			return c.opErr(name, err)
 		}
@@ -185,53 +133,6 @@ func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
 		return c.opErr(name, err)
 	}
 	return c.opErr(name, wcError(st))
-}
-
-// WaitNotify takes the next notification, waiting until deadline (zero:
-// none) for one.
-func (p *port) WaitNotify(at time.Time) (uint32, int, error) {
-	c := (*Conn)(p)
-	var dl *deadline
-	if !at.IsZero() {
-		d := makeDeadline()
-		d.set(at)
-		defer d.stop()
-		dl = &d
-	}
-	for {
-		c.mu.Lock()
-		if c.notesLen > 0 {
-			n := c.notes[c.notesHead]
-			c.notesHead = (c.notesHead + 1) % len(c.notes)
-			c.notesLen--
-			// Its receive WR is credited now that it is taken: at once if
-			// it was reposted, else with its repost batch.
-			if c.repostHeld > 0 {
-				c.repostHeld--
-			} else {
-				c.rx.Owed++
-			}
-			c.creditLocked(false)
-			c.unlockSubmit()
-			return n.value, int(n.n), nil
-		}
-		var err error
-		switch {
-		case c.closed || c.torn:
-			err = net.ErrClosed
-		case c.err != nil:
-			err = c.err
-		case c.rx.FinRcvd:
-			err = errNoMoreNotes
-		case dl != nil && dl.passed():
-			err = os.ErrDeadlineExceeded
-		}
-		c.mu.Unlock()
-		if err != nil {
-			return 0, 0, c.opErr("wait notify", err)
-		}
-		c.await(c.rcvReady, dl, false)
-	}
 }
 
 var errNoMoreNotes = &connError{"the peer closed its sending side: no more notifications", syscall.EPIPE}

@@ -47,9 +47,8 @@ type Context struct {
 	trafficClass atomic.Int32 // SetTrafficClass's (qos.go)
 
 	// One-sided memory and exposures (onesided.go).
-	mems         map[*Mem]struct{}
-	exposures    map[uint32]*exposure
-	nextExposure uint32
+	mems      map[*Mem]struct{}
+	exposures map[Desc]*exposure
 }
 
 // Init creates a context. A server (isServer) listens on ip:port at once; a

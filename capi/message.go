@@ -9,8 +9,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-
-	"github.com/rdmanet/rdma/internal/onesided"
 )
 
 const (
@@ -39,7 +37,6 @@ const (
 type peer struct {
 	idx   int
 	conn  net.Conn
-	port  onesided.Port // nil if conn has no queue pair
 	state atomic.Int32
 	cause atomic.Pointer[error] // why a gone peer went
 
@@ -59,7 +56,6 @@ func newPeer(idx int, conn net.Conn, bufSize int) *peer {
 	p := &peer{
 		idx:     idx,
 		conn:    conn,
-		port:    onesided.PortOf(conn),
 		wbuf:    make([]byte, headerLen+min(bufSize, maxCoalesce)),
 		r:       bufio.NewReaderSize(conn, readBufSize),
 		pending: noMessage,

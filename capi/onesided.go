@@ -1,20 +1,21 @@
 package capi
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"os"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/rdmanet/rdma"
 	"github.com/rdmanet/rdma/internal/onesided"
-	"github.com/rdmanet/rdma/verbs"
 )
 
-// One-sided operations: a context allocates memory (Alloc) and exposes a
-// range of it to one peer (Expose), which gives a descriptor to send that
-// peer; the peer then writes (Write, WriteNotify) and reads (Read) that
+// One-sided operations, thin calls of rdma.Conn's (Expose, Unexpose,
+// WriteRemote, ReadRemote, WriteRemoteNotify, WaitNotify; rdma's remote.go):
+// a context allocates memory (Alloc, an rdma.Buffer) and exposes a range of
+// it to one peer (Expose), which gives a descriptor to send that peer; the peer then writes (Write, WriteNotify) and reads (Read) that
 // range with RDMA WRITE and READ on its connection's queue pair, without
 // the exposing side taking part. WriteNotify's value reaches the exposing
 // side's WaitNotify once the bytes have landed.
@@ -44,7 +45,7 @@ const (
 )
 
 // NotifyValueMax is the largest value WriteNotify carries.
-const NotifyValueMax = onesided.NotifyValueMax
+const NotifyValueMax = rdma.NotifyValueMax
 
 // Desc describes a range one context exposed to one peer; it is what that
 // peer needs to write or read it. Send it as bytes: its layout is fixed.
@@ -54,10 +55,10 @@ var (
 	// ErrBadDesc is matched by the error of a one-sided call whose
 	// descriptor is malformed, or does not allow the access (its access
 	// rights, its bounds), or that Unexpose does not know.
-	ErrBadDesc = onesided.ErrDesc
+	ErrBadDesc = rdma.ErrBadDesc
 	// ErrRemoteAccess is matched by the error of a one-sided call that the
 	// peer's device refused; the connection to the peer is then broken.
-	ErrRemoteAccess = onesided.ErrRemoteAccess
+	ErrRemoteAccess = rdma.ErrRemoteAccess
 	// ErrNotSupported is matched by the error of a one-sided call on a
 	// peer whose connection has no queue pair (the TCP transport).
 	ErrNotSupported = errors.New("one-sided operations are not supported on this connection")
@@ -82,16 +83,13 @@ type Mem struct {
 	// exclusively by Free, which so waits for them.
 	mu    sync.RWMutex
 	freed bool
-
-	regMu sync.Mutex
-	local map[onesided.Port]verbs.MR // local-access registrations, per connection
 }
 
-// exposure is one range exposed to one peer.
+// exposure is one range exposed to one peer: its memory and the peer's
+// connection, by the descriptor Expose returned.
 type exposure struct {
 	mem  *Mem
-	port onesided.Port
-	mr   verbs.MR
+	conn *rdma.Conn
 }
 
 // Alloc allocates size bytes (1..MaxMemSize) of zeroed memory for one-sided
@@ -100,15 +98,15 @@ func (c *Context) Alloc(size int) (*Mem, error) {
 	if size <= 0 || size > MaxMemSize {
 		return nil, fmt.Errorf("capi: alloc: %w: size %d is not in 1..%d", ErrInvalidArgument, size, MaxMemSize)
 	}
-	vm, err := rdma.AllocBuffer(size)
+	b, err := rdma.AllocBuffer(size)
 	if err != nil {
 		return nil, fmt.Errorf("capi: alloc: %w", err)
 	}
-	m := &Mem{ctx: c, mem: vm, buf: vm.Bytes()[:size:size], local: map[onesided.Port]verbs.MR{}}
+	m := &Mem{ctx: c, mem: b, buf: b.Bytes()}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		vm.Free()
+		b.Free()
 		return nil, fmt.Errorf("capi: alloc: %w", ErrClosed)
 	}
 	if c.mems == nil {
@@ -136,28 +134,26 @@ func (m *Mem) Free() error {
 	c := m.ctx
 	c.mu.Lock()
 	delete(c.mems, m)
-	var exps []*exposure
-	for id, e := range c.exposures {
+	var exps []Desc
+	var conns []*rdma.Conn
+	for d, e := range c.exposures {
 		if e.mem == m {
-			exps = append(exps, e)
-			delete(c.exposures, id)
+			delete(c.exposures, d)
+			exps, conns = append(exps, d), append(conns, e.conn)
 		}
 	}
 	c.mu.Unlock()
+	// The exposures end first, whatever happens to the memory: the
+	// Buffer's Free, which would end them too, changes nothing while a
+	// transfer that gave up on its WR holds the Buffer (until that
+	// connection's queue pair is gone; a failed peer's connection is
+	// closed at once).
 	var first error
-	for _, e := range exps {
-		if err := e.port.Deregister(e.mr); err != nil && first == nil {
+	for i, d := range exps {
+		if err := conns[i].Unexpose(rdma.Desc(d)); err != nil && !errors.Is(err, net.ErrClosed) && first == nil {
 			first = err
 		}
 	}
-	m.regMu.Lock()
-	for port, mr := range m.local {
-		if err := port.Deregister(mr); err != nil && first == nil {
-			first = err
-		}
-	}
-	m.local = nil
-	m.regMu.Unlock()
 	if err := m.mem.Free(); err != nil && first == nil {
 		first = err
 	}
@@ -165,22 +161,6 @@ func (m *Mem) Free() error {
 		return fmt.Errorf("capi: free: %w", first)
 	}
 	return nil
-}
-
-// localMR is m's local registration on port, made on first use. The caller
-// holds m.mu shared.
-func (m *Mem) localMR(port onesided.Port) (verbs.MR, error) {
-	m.regMu.Lock()
-	defer m.regMu.Unlock()
-	if mr, ok := m.local[port]; ok {
-		return mr, nil
-	}
-	mr, err := port.Register(m.buf, verbs.AccessLocalWrite)
-	if err != nil {
-		return nil, err
-	}
-	m.local[port] = mr
-	return mr, nil
 }
 
 // use checks that m is the context's own live memory and holds it for an
@@ -226,35 +206,26 @@ func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, erro
 	if err := span(op, "the memory", off, n, len(m.buf)); err != nil {
 		return d, err
 	}
-	p, port, err := c.portOf(op, idx)
+	p, conn, err := c.connOf(op, idx)
 	if err != nil {
 		return d, err
 	}
-	va := verbs.Access(0)
-	if access&AccessWrite != 0 {
-		va |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	}
-	if access&AccessRead != 0 {
-		va |= verbs.AccessRemoteRead
-	}
-	mr, err := port.Register(m.buf[off:off+n], va)
+	rd, err := conn.Expose(m.mem, off, n, rdma.Access(access))
 	if err != nil {
 		return d, c.ioError(op, p, err)
 	}
+	d = Desc(rd)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		port.Deregister(mr)
-		return d, fmt.Errorf("capi: %s: %w", op, ErrClosed)
+		conn.Unexpose(rd)
+		return Desc{}, fmt.Errorf("capi: %s: %w", op, ErrClosed)
 	}
 	if c.exposures == nil {
-		c.exposures = map[uint32]*exposure{}
+		c.exposures = map[Desc]*exposure{}
 	}
-	c.nextExposure++
-	id := c.nextExposure
-	c.exposures[id] = &exposure{mem: m, port: port, mr: mr}
+	c.exposures[d] = &exposure{mem: m, conn: conn}
 	c.mu.Unlock()
-	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
 	return d, nil
 }
 
@@ -265,8 +236,7 @@ func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, erro
 // or a broken connection). A stalled peer cannot make Unexpose wait.
 func (c *Context) Unexpose(d Desc) error {
 	const op = "unexpose"
-	pd, err := onesided.Parse(d[:])
-	if err != nil {
+	if _, err := onesided.Parse(d[:]); err != nil {
 		return fmt.Errorf("capi: %s: %w", op, err)
 	}
 	c.mu.Lock()
@@ -274,29 +244,32 @@ func (c *Context) Unexpose(d Desc) error {
 		c.mu.Unlock()
 		return fmt.Errorf("capi: %s: %w", op, ErrClosed)
 	}
-	e := c.exposures[pd.ID]
-	if e == nil || e.mr.RKey() != pd.RKey || e.mr.Addr() != pd.Addr {
+	e := c.exposures[d]
+	if e == nil {
 		c.mu.Unlock()
 		return fmt.Errorf("capi: %s: %w: not a live exposure of this context", op, ErrBadDesc)
 	}
-	delete(c.exposures, pd.ID)
+	delete(c.exposures, d)
 	c.mu.Unlock()
-	if err := e.port.Deregister(e.mr); err != nil {
+	// A closed connection ended the exposure already.
+	if err := e.conn.Unexpose(rdma.Desc(d)); err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("capi: %s: %w", op, err)
 	}
 	return nil
 }
 
-// portOf returns live peer idx and its connection's Port.
-func (c *Context) portOf(op string, idx int) (*peer, onesided.Port, error) {
+// connOf returns live peer idx and its connection, when that has a queue
+// pair.
+func (c *Context) connOf(op string, idx int) (*peer, *rdma.Conn, error) {
 	p, err := c.peer(op, idx)
 	if err != nil {
 		return nil, nil, err
 	}
-	if p.port == nil {
+	conn, ok := p.conn.(*rdma.Conn)
+	if !ok {
 		return nil, nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, ErrNotSupported)
 	}
-	return p, p.port, nil
+	return p, conn, nil
 }
 
 // Write writes n bytes of local at localOff to the range remote describes,
@@ -335,80 +308,92 @@ func (k oneSidedKind) op() string {
 	return "write to"
 }
 
+// oneSidedOp is a one-sided operation whose arguments were checked.
+type oneSidedOp struct {
+	kind   oneSidedKind
+	p      *peer
+	conn   *rdma.Conn
+	remote rdma.Desc
+	off    int
+	buf    []byte // nil: nothing to move
+	local  *Mem   // held (use) until release; nil when there is none
+	value  uint32
+}
+
 func (c *Context) oneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (int, error) {
-	_, run, release, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, value)
+	o, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, value)
 	if err != nil {
 		return -1, err
 	}
-	defer release()
-	return run()
+	defer o.release()
+	return c.run(&o)
 }
 
-// prepare checks a one-sided operation's arguments and returns its peer,
-// what performs it, and what releases the local memory once it has run (or
-// will not).
-func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (*peer, func() (int, error), func(), error) {
+// prepare checks a one-sided operation's arguments in capi's terms (the
+// connection checks the descriptor again, as a Desc, when it runs) and
+// holds its local memory until release.
+func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (oneSidedOp, error) {
 	op := kind.op()
 	if remote == nil {
-		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w: descriptor is nil", op, idx, ErrInvalidArgument)
+		return oneSidedOp{}, fmt.Errorf("capi: %s peer %d: %w: descriptor is nil", op, idx, ErrInvalidArgument)
 	}
 	d, err := onesided.Parse(remote[:])
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
+		return oneSidedOp{}, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
 	}
 	if remoteOff < 0 || n < 0 {
-		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w: negative offset or length", op, idx, ErrInvalidArgument)
+		return oneSidedOp{}, fmt.Errorf("capi: %s peer %d: %w: negative offset or length", op, idx, ErrInvalidArgument)
 	}
 	want := onesided.AccessWrite
 	if kind == kindRead {
 		want = onesided.AccessRead
 	}
-	raddr, err := d.Check(uint64(remoteOff), uint64(n), want)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
+	if _, err := d.Check(uint64(remoteOff), uint64(n), want); err != nil {
+		return oneSidedOp{}, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
 	}
-	p, port, err := c.portOf(op, idx)
+	p, conn, err := c.connOf(op, idx)
 	if err != nil {
-		return nil, nil, nil, err
+		return oneSidedOp{}, err
 	}
-	notify := kind == kindWriteNotify
+	o := oneSidedOp{kind: kind, p: p, conn: conn, remote: rdma.Desc(*remote), off: remoteOff, value: value}
 	if n == 0 && local == nil {
-		return p, func() (int, error) {
-			if kind == kindRead {
-				return 0, nil
-			}
-			if err := port.Write(nil, nil, raddr, d.RKey, notify, value); err != nil {
-				return -1, c.ioError(op, p, err)
-			}
-			return 0, nil
-		}, func() {}, nil
+		return o, nil
 	}
 	if err := c.use(op, local); err != nil {
-		return nil, nil, nil, err
+		return oneSidedOp{}, err
 	}
 	if err := span(op, "the local memory", localOff, n, len(local.buf)); err != nil {
 		local.mu.RUnlock()
-		return nil, nil, nil, err
+		return oneSidedOp{}, err
 	}
-	run := func() (int, error) {
-		mr, err := local.localMR(port)
-		if err != nil {
-			return -1, c.ioError(op, p, err)
-		}
-		buf := local.buf[localOff : localOff+n]
-		if kind == kindRead {
-			if n > 0 {
-				err = port.Read(mr, buf, raddr, d.RKey)
-			}
-		} else {
-			err = port.Write(mr, buf, raddr, d.RKey, notify, value)
-		}
-		if err != nil {
-			return -1, c.ioError(op, p, err)
-		}
-		return n, nil
+	o.local = local
+	o.buf = local.buf[localOff : localOff+n]
+	return o, nil
+}
+
+// release lets the local memory go (Free waits for it).
+func (o *oneSidedOp) release() {
+	if o.local != nil {
+		o.local.mu.RUnlock()
+		o.local = nil
 	}
-	return p, run, local.mu.RUnlock, nil
+}
+
+// run performs o on its connection and returns its length.
+func (c *Context) run(o *oneSidedOp) (int, error) {
+	var err error
+	switch o.kind {
+	case kindRead:
+		err = o.conn.ReadRemote(o.remote, o.off, o.buf)
+	case kindWriteNotify:
+		err = o.conn.WriteRemoteNotify(o.remote, o.off, o.buf, o.value)
+	default:
+		err = o.conn.WriteRemote(o.remote, o.off, o.buf)
+	}
+	if err != nil {
+		return -1, c.ioError(o.kind.op(), o.p, err)
+	}
+	return len(o.buf), nil
 }
 
 // IWrite starts Write and returns at once; the request's result is
@@ -425,13 +410,14 @@ func (c *Context) IRead(idx int, remote *Desc, remoteOff int, local *Mem, localO
 // iOneSided runs a one-sided operation as a request. Requests of one peer
 // are not ordered among themselves: each completes when its own WR does.
 func (c *Context) iOneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
-	p, run, release, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, 0)
+	o, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, 0)
 	if err != nil {
 		return nil, err
 	}
-	r, err := c.start("i"+kind.op(), p, nil, func() (int, error) {
+	release := o.release // run and cancel are exclusive: it runs once
+	r, err := c.start("i"+kind.op(), o.p, nil, func() (int, error) {
 		defer release()
-		return run()
+		return c.run(&o)
 	}, release)
 	if err != nil {
 		release()
@@ -444,13 +430,19 @@ func (c *Context) iOneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff 
 // value and the length of its write.
 func (c *Context) WaitNotify(idx int, timeout time.Duration) (uint32, int, error) {
 	const op = "wait notify from"
-	p, port, err := c.portOf(op, idx)
+	p, conn, err := c.connOf(op, idx)
 	if err != nil {
 		return 0, -1, err
 	}
-	v, n, err := port.WaitNotify(onesided.Deadline(timeout))
+	ctx := context.Background()
+	if timeout >= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	v, n, err := conn.WaitNotify(ctx)
 	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) {
 			return 0, -1, fmt.Errorf("capi: %s peer %d: %w (after %v)", op, idx, ErrTimeout, timeout)
 		}
 		return 0, -1, c.ioError(op, p, err)

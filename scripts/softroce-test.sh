@@ -32,7 +32,7 @@ echo "test-softroce: building test binaries ($RACE)"
 $GO test $RACE -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
 # Other packages' tests made for the VM (they skip without SOFTROCE_DEV):
 # package:test-regexp pairs; add yours here.
-VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore .:MixedFleetRDMACore|BusyPollRDMACore ./capi:MixedPeersRDMACore|OneSidedRDMACore ./verbs/soft:DmaBuf|Conformance$/DmaBufMR}
+VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore .:MixedFleetRDMACore|BusyPollRDMACore|RemoteRDMACore ./capi:MixedPeersRDMACore|OneSidedRDMACore ./verbs/soft:DmaBuf|Conformance$/DmaBufMR}
 : >"$OUT/packages"
 for entry in $VM_TESTS; do
 	pkg=${entry%%:*}
@@ -44,6 +44,7 @@ done
 
 # The examples that run on a device as they run on soft in `make test`.
 $GO build -o "$OUT/verbs-tcp-exchange" ./examples/verbs-tcp-exchange
+$GO build -o "$OUT/filexfer" ./examples/filexfer
 
 cat >"$OUT/run.sh" <<'GUEST'
 #!/bin/sh
@@ -74,6 +75,33 @@ else
 	sed 's/^/    client: /' "$log/client"
 	status=1
 fi
+# filexfer NAME CLIENTARGS WANT: a file over one-sided RDMA on an rdma.Conn,
+# both sides on rdmacore.
+filexfer() {
+	echo "== examples/filexfer $2 on rdmacore: $1"
+	log=$(mktemp -d)
+	RDMA_PROVIDER=rdmacore ./filexfer -recv -addr "$SOFTROCE_IP:0" >"$log/server" 2>&1 &
+	server=$!
+	addr=
+	for _ in $(seq 1 100); do
+		addr=$(sed -n 's/^listening on //p' "$log/server")
+		[ -n "$addr" ] && break
+		sleep 0.1
+	done
+	# shellcheck disable=SC2086 # words
+	if RDMA_PROVIDER=rdmacore ./filexfer $2 -addr "$addr" >"$log/client" 2>&1 && wait $server &&
+		grep -q "$3.* on rdmacore; the receiver's SHA-256 matches" "$log/client" && grep -q 'checked' "$log/server"; then
+		echo "ok   $(cat "$log/client")"
+		echo "     $(grep checked "$log/server")"
+	else
+		echo "FAIL filexfer $2"
+		sed 's/^/    server: /' "$log/server"
+		sed 's/^/    client: /' "$log/client"
+		status=1
+	fi
+}
+filexfer "the sender writes into the receiver's Buffer, then notifies" "-size 16777217" "pushed with WriteRemoteNotify"
+filexfer "the receiver reads the sender's Buffer" "-size 16777217 -pull" "pulled by the receiver's ReadRemote"
 exit $status
 GUEST
 chmod +x "$OUT/run.sh"

@@ -1,0 +1,363 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// One-sided operations on a Conn (see the package doc and docs/design.md,
+// "One-sided operations"). One side exposes a range of a Buffer to the
+// connection's peer (Expose) and sends it the Desc; the peer then writes
+// (WriteRemote, WriteRemoteNotify) and reads (ReadRemote) that range with
+// RDMA WRITE and READ on the connection's queue pair, without the exposing
+// side taking part, until Unexpose, Buffer.Free or Close.
+//
+// What a Desc allows is decided by the exposing side's device, not by the
+// Desc: the range is registered on this connection's own protection
+// domain, so only this connection's peer can reach it, and the device
+// checks the rkey, the bounds and the access of every request against the
+// registration. A Desc is checked locally first (form, access, bounds), so
+// honest mistakes fail with ErrBadDesc and break nothing; an access the
+// device refuses fails with ErrRemoteAccess and, as on every RDMA device,
+// breaks this connection on both sides (other connections go on).
+
+// Desc describes a range one side of a connection exposed to the other:
+// what the peer needs to write or read it. Its layout is fixed (that of
+// package capi's descriptors; internal/onesided/desc.go), so it can be
+// sent as bytes in any message: magic "RDmr", version, access, address,
+// length, rkey and the exposing connection's number for the range.
+type Desc [onesided.DescLen]byte
+
+// Access is what an exposed range lets the peer do: AccessRead,
+// AccessWrite, or both or'ed.
+type Access int
+
+const (
+	AccessRead  = Access(onesided.AccessRead)
+	AccessWrite = Access(onesided.AccessWrite)
+)
+
+func (a Access) String() string {
+	if a <= 0 || a > AccessRead|AccessWrite {
+		return fmt.Sprintf("Access(%d)", int(a))
+	}
+	return onesided.Access(a).String()
+}
+
+// NotifyValueMax is the largest value WriteRemoteNotify carries.
+const NotifyValueMax = onesided.NotifyValueMax
+
+var (
+	// ErrBadDesc is matched by the error of a one-sided operation whose
+	// Desc is malformed or does not allow it (its access, its bounds),
+	// found before anything was sent: the connection is intact. Unexpose
+	// returns it for a Desc that is not a live exposure of its connection.
+	ErrBadDesc = onesided.ErrDesc
+	// ErrRemoteAccess is matched by the error of a one-sided operation
+	// that the peer's device refused: a wrong rkey, out of the registered
+	// bounds, an access not granted, or a range no longer exposed. The
+	// connection is then broken on both sides.
+	ErrRemoteAccess = onesided.ErrRemoteAccess
+)
+
+var errNotInBuffer = &bufferError{"the slice does not lie in a Buffer (one-sided operations move registered memory: AllocBuffer)", syscall.EINVAL}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), syscall.EINVAL)
+}
+
+// exposure is a range of a Buffer exposed to the peer.
+type exposure struct {
+	buf *Buffer
+	mr  verbs.MR
+}
+
+// Expose registers n bytes of b at offset off on the connection for the
+// peer to access (access: AccessRead, AccessWrite or both) and returns
+// their Desc, which only this connection's peer can use. The exposure ends
+// with Unexpose, b's Free or the connection's Close, whichever comes first.
+func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
+	const op = "expose"
+	var d Desc
+	switch {
+	case access <= 0 || access&^(AccessRead|AccessWrite) != 0:
+		return d, c.opErr(op, invalid("access %d is not AccessRead, AccessWrite or both", int(access)))
+	case b == nil:
+		return d, c.opErr(op, invalid("nil Buffer"))
+	case off < 0 || n <= 0 || off > len(b.buf) || n > len(b.buf)-off:
+		return d, c.opErr(op, invalid("%d bytes at offset %d are not a non-empty range of the Buffer's %d", n, off, len(b.buf)))
+	}
+	if err := b.acquire(); err != nil {
+		return d, c.opErr(op, err)
+	}
+	defer b.release()
+	va := verbs.Access(0)
+	if access&AccessWrite != 0 {
+		va |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
+	}
+	if access&AccessRead != 0 {
+		va |= verbs.AccessRemoteRead
+	}
+	var id uint32
+	mr, err := c.regMR(b, b.buf[off:off+n], va, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
+		if zc.exposed == nil {
+			zc.exposed = map[uint32]exposure{}
+		}
+		// Numbers are unique among the live exposures; a stale Desc
+		// that names a reused number is told apart by its rkey and
+		// address.
+		for {
+			zc.lastExposure++
+			if _, used := zc.exposed[zc.lastExposure]; !used && zc.lastExposure != 0 {
+				break
+			}
+		}
+		id = zc.lastExposure
+		zc.exposed[id] = exposure{buf: b, mr: mr}
+		return mr
+	})
+	if err != nil {
+		return d, c.opErr(op, err)
+	}
+	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
+	return d, nil
+}
+
+// Unexpose ends the exposure d, which Expose on this connection returned.
+// Once it returns, nothing touches the range for the peer any more, even
+// for an access the peer had under way: that access finished before, or
+// fails at the peer (ErrRemoteAccess, or its connection broken). A stalled
+// peer cannot make Unexpose wait. A Desc that is not a live exposure of
+// this connection fails with ErrBadDesc.
+func (c *Conn) Unexpose(d Desc) error {
+	const op = "unexpose"
+	pd, err := onesided.Parse(d[:])
+	if err != nil {
+		return c.opErr(op, err)
+	}
+	// Deregistered under mu, so that Close's release finds every exposure
+	// either gone or its own before the protection domain goes. The
+	// provider's dereg fence bounds the wait by memory copies in
+	// progress, never by the peer.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var e exposure
+	if c.zc != nil {
+		e = c.zc.exposed[pd.ID]
+	}
+	if e.mr == nil || e.mr.RKey() != pd.RKey || e.mr.Addr() != pd.Addr || uint64(e.mr.Len()) != pd.Len {
+		if c.closed || c.torn {
+			return c.opErr(op, net.ErrClosed)
+		}
+		return c.opErr(op, fmt.Errorf("%w: not a live exposure of this connection", ErrBadDesc))
+	}
+	delete(c.zc.exposed, pd.ID)
+	if err := e.mr.Dereg(); err != nil {
+		return c.opErr(op, err)
+	}
+	return nil
+}
+
+// WriteRemote RDMA-writes p, which lies in a Buffer, into the range d
+// describes at offset off, and returns once the peer's device has the
+// bytes. d must allow AccessWrite and hold len(p) bytes at off.
+func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
+	return c.oneSided("rdma write", verbs.OpRDMAWrite, d, off, p, 0)
+}
+
+// WriteRemoteNotify is WriteRemote, and then the peer's WaitNotify returns
+// value (at most NotifyValueMax) and len(p), once the bytes have landed. p
+// may be empty: a notification alone. Each notification takes one of the
+// peer's receive credits until the peer takes it, so a writer that runs
+// ahead of the peer's WaitNotify waits, as a Write waits for a reader.
+func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error {
+	if value > NotifyValueMax {
+		return c.opErr("rdma write", invalid("notification value %d exceeds %d", value, NotifyValueMax))
+	}
+	return c.oneSided("rdma write", verbs.OpRDMAWriteWithImm, d, off, p, stream.ImmNotify(value))
+}
+
+// ReadRemote RDMA-reads len(p) bytes of the range d describes, at offset
+// off, into p, which lies in a Buffer. d must allow AccessRead.
+func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
+	return c.oneSided("rdma read", verbs.OpRDMARead, d, off, p, 0)
+}
+
+// oneSided checks a one-sided operation locally and performs it.
+func (c *Conn) oneSided(op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) error {
+	pd, err := onesided.Parse(d[:])
+	if err != nil {
+		return c.opErr(op, err)
+	}
+	if off < 0 {
+		return c.opErr(op, fmt.Errorf("%w: negative offset %d", ErrBadDesc, off))
+	}
+	want := onesided.AccessWrite
+	if opcode == verbs.OpRDMARead {
+		want = onesided.AccessRead
+	}
+	raddr, err := pd.Check(uint64(off), uint64(len(p)), want)
+	if err != nil {
+		return c.opErr(op, err)
+	}
+	if len(p) == 0 {
+		if opcode == verbs.OpRDMARead {
+			return nil
+		}
+		// A write of nothing still goes: a notification, or the check
+		// that the peer's device takes the rkey.
+		return c.remote(op, opcode, imm, nil, nil, raddr, pd.RKey, nil)
+	}
+	b := bufferOf(p)
+	if b == nil {
+		return c.opErr(op, errNotInBuffer)
+	}
+	if err := b.acquire(); err != nil {
+		return c.opErr(op, err)
+	}
+	defer b.release()
+	mr, err := c.bufferMR(b)
+	if err != nil {
+		return c.opErr(op, err)
+	}
+	return c.remote(op, opcode, imm, mr, p, raddr, pd.RKey, b)
+}
+
+// WaitNotify returns the next notification from the peer (its
+// WriteRemoteNotify's value and length), in arrival order, waiting for one
+// until ctx is done. It fails once the connection is closed or broken, or
+// the peer closed its sending side and no notification is left.
+func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) {
+	value, n, err = c.waitNotify(ctx, time.Time{})
+	if err != nil {
+		return 0, 0, c.opErr("wait notify", err)
+	}
+	return value, n, nil
+}
+
+// waitNotify takes the next notification, waiting until ctx is done or
+// at passes (zero: never), whichever comes first; at's passing is
+// os.ErrDeadlineExceeded, ctx's end its cause (context.DeadlineExceeded
+// for its deadline). Nothing is allocated unless it must wait.
+func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error) {
+	var dl *deadline
+	timeout := os.ErrDeadlineExceeded // at's passing
+	for {
+		c.mu.Lock()
+		if c.notesLen > 0 {
+			n := c.notes[c.notesHead]
+			c.notesHead = (c.notesHead + 1) % len(c.notes)
+			c.notesLen--
+			// Its receive WR is credited now that it is taken: at once if
+			// it was reposted, else with its repost batch.
+			if c.repostHeld > 0 {
+				c.repostHeld--
+			} else {
+				c.rx.Owed++
+			}
+			c.creditLocked(false)
+			// A poke of rcvReady may stand for several notifications,
+			// and other callers (a Read, another WaitNotify) may wait
+			// on it: pass it on.
+			if c.waiters > 0 {
+				poke(c.rcvReady)
+			}
+			c.unlockSubmit()
+			return n.value, int(n.n), nil
+		}
+		var err error
+		switch {
+		case c.closed || c.torn:
+			err = net.ErrClosed
+		case c.err != nil:
+			err = c.err
+		case c.rx.FinRcvd:
+			err = errNoMoreNotes
+		case ctx.Err() != nil:
+			err = context.Cause(ctx)
+		case dl != nil && dl.passed():
+			// Perhaps before ctx's own timer fired.
+			err = timeout
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return 0, 0, err
+		}
+		if dl == nil {
+			d := makeDeadline()
+			dl = &d
+			if cd, ok := ctx.Deadline(); ok && (at.IsZero() || cd.Before(at)) {
+				at, timeout = cd, context.DeadlineExceeded
+			}
+			if !at.IsZero() {
+				dl.set(at)
+			}
+			defer dl.stop()
+			if ctx.Done() != nil {
+				// Cancellation moves the deadline into the past, which
+				// wakes a waiter and the poll role's holder alike.
+				stop := context.AfterFunc(ctx, func() {
+					dl.set(time.Unix(1, 0))
+					c.deadlineMoved()
+				})
+				defer stop()
+			}
+			continue
+		}
+		c.await(c.rcvReady, dl, false)
+	}
+}
+
+// regMR registers p, which lies in b (acquired by the caller), on the
+// connection's protection domain with access, outside mu (a registration
+// pins memory and can take a while) but never across the protection
+// domain's release: releaseVerbs waits for registrations in progress, and
+// one that finds the connection closed after it undoes itself. keep, under
+// mu, records the registration in zc and returns the one to use (another
+// one, when a concurrent caller registered first; then this one goes).
+func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zeroCopy, mr verbs.MR) verbs.MR) (verbs.MR, error) {
+	c.mu.Lock()
+	if c.closed || c.torn {
+		c.mu.Unlock()
+		return nil, net.ErrClosed
+	}
+	c.registering++
+	c.mu.Unlock()
+	mr, err := c.pd.RegMR(p, access)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.registering--
+	if err != nil {
+		return nil, err
+	}
+	if c.closed || c.torn {
+		mr.Dereg()
+		return nil, net.ErrClosed
+	}
+	use := keep(c.zeroCopyLocked(), mr)
+	if use != mr {
+		mr.Dereg()
+	}
+	c.noteBufferLocked(b)
+	return use, nil
+}
+
+// noteBufferLocked records that the connection holds a registration of b,
+// for b's Free to end. b is acquired, so Free cannot be past its look at
+// regs.
+func (c *Conn) noteBufferLocked(b *Buffer) {
+	b.mu.Lock()
+	if b.regs == nil {
+		b.regs = map[*Conn]struct{}{}
+	}
+	b.regs[c] = struct{}{}
+	b.mu.Unlock()
+}

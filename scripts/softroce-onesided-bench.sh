@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# softroce-onesided-bench.sh: in one Soft-RoCE guest run, 1 MiB RDMA WRITE
+# and READ through rdma.Conn's one-sided API (BenchmarkRemoteRDMACore: one
+# operation in flight per goroutine, 1 and 4 goroutines) beside perftest's
+# ib_write_bw and ib_read_bw (which keep up to their tx depth in flight), for
+# ROUNDS interleaved rounds, and the ratios of the medians. The guest is
+# emulated (TCG): only ratios from one run mean anything.
+#
+#   scripts/softroce-onesided-bench.sh       (COUNT=40 ROUNDS=3 by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+. scripts/softroce-run.sh
+COUNT=${COUNT:-40}
+ROUNDS=${ROUNDS:-3}
+OUT=build/softroce-onesided
+rm -rf "$OUT"
+mkdir -p "$OUT"
+$GO test -c -o "$OUT/rdma.test" .
+
+cat >"$OUT/run.sh" <<GUEST
+#!/bin/sh
+ip=\$SOFTROCE_IP
+for r in \$(seq 1 $ROUNDS); do
+	for t in write read; do
+		ib_\${t}_bw -d \$SOFTROCE_DEV -F -n $COUNT -s 1048576 >/dev/null 2>&1 & p=\$!
+		sleep 1
+		ib_\${t}_bw -d \$SOFTROCE_DEV -F -n $COUNT -s 1048576 "\$ip" |
+			awk -v t=\$t '\$1==1048576 && NF>=5 {printf "ib_%s_bw g0 %.3f\n", t, \$4}'
+		wait \$p
+	done
+	./rdma.test -test.run '^\$' -test.bench RemoteRDMACore -test.benchtime ${COUNT}x |
+		awk '/^BenchmarkRemoteRDMACore/ {split(\$1, a, "/"); sub(/-[0-9]+\$/, "", a[4]); for (i = 1; i <= NF; i++) if (\$(i+1) == "MB/s") printf "rdma_%s %s %s\n", a[2], a[4], \$i}'
+done
+GUEST
+chmod +x "$OUT/run.sh"
+"$RUN" "$OUT" ./run.sh | tee "$OUT/results"
+# Medians per (what, goroutines), then the ratios to perftest's (perftest's
+# MB is 2^20 bytes, Go's benchmarks' 10^6).
+awk '
+	{ v[$1 " " $2] = v[$1 " " $2] " " $3 }
+	END {
+		for (k in v) {
+			n = split(substr(v[k], 2), a, " ")
+			for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+			med[k] = a[int((n + 1) / 2)]
+		}
+		split("write read", ops, " ")
+		for (o = 1; o <= 2; o++) {
+			op = ops[o]; ib = med["ib_" op "_bw g0"]
+			printf "1 MiB %s: ib_%s_bw %.1f MiB/s", op, op, ib
+			for (g = 1; g <= 4; g *= 4) {
+				k = "rdma_" op " g" g
+				if (k in med && ib > 0) printf "; rdma.Conn %d goroutine(s) %.1f MiB/s (%.2fx)", g, med[k] / 1.048576, med[k] / 1.048576 / ib
+			}
+			printf "\n"
+		}
+	}' "$OUT/results"
