@@ -95,18 +95,23 @@ func (d *directWaiter) wait(try func(uintptr) bool) (done bool, err error) {
 		if d.closed.Load() {
 			return true, verbs.ErrClosed
 		}
-		if try(uintptr(d.fd)) {
-			return true, nil
-		}
+		// blocked first: a SetDeadline from now on signals the eventfd, so
+		// the deadline read below is the one in force or ppoll wakes.
 		d.blocked.Store(true)
 		now := time.Now().UnixNano()
 		limit := end
 		if dl := d.deadline.Load(); dl != 0 {
+			// A passed deadline ends the wait even with an event there,
+			// as on the poller: the event stays queued for the next.
 			if now >= dl {
 				d.blocked.Store(false)
 				return true, os.ErrDeadlineExceeded
 			}
 			limit = min(limit, dl)
+		}
+		if try(uintptr(d.fd)) {
+			d.blocked.Store(false)
+			return true, nil
 		}
 		if now >= end {
 			d.blocked.Store(false)

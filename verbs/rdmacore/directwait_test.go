@@ -118,3 +118,19 @@ func TestDirectSlots(t *testing.T) {
 	giveDirectSlot()
 	assert.Zero(t, directInUse.Load())
 }
+
+// A passed deadline ends a wait even with an event there, as on the
+// poller, and the event stays for the next wait.
+func TestDirectWaitDeadlineBeforeEvent(t *testing.T) {
+	d, ev, try := directPair(t)
+	defer d.close()
+	signalFD(ev)
+	d.setDeadline(time.Unix(1, 0))
+	done, err := d.wait(try)
+	assert.True(t, done)
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	d.setDeadline(time.Time{})
+	done, err = d.wait(try)
+	assert.True(t, done)
+	assert.NoError(t, err, "the event stayed queued")
+}
