@@ -8,6 +8,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/rdmanet/rdma/internal/hostaddr"
 )
 
 // shmReason says, as well as this side can tell, why a soft connection
@@ -21,7 +23,7 @@ func shmReason(laddr, raddr *Addr) string {
 	if laddr == nil || raddr == nil {
 		return "unknown"
 	}
-	if !isLocalIP(raddr.IP) {
+	if !hostaddr.Local(raddr.IP) {
 		return "the peer " + raddr.IP.String() + " is not an address of this host"
 	}
 	if uid, ok := socketUID(raddr, laddr); ok && uid != os.Geteuid() {
@@ -29,22 +31,6 @@ func shmReason(laddr, raddr *Addr) string {
 	}
 	return "the handshake chose TCP: shared memory switched off on either side (RDMA_SOFT_SHM=0, soft.SetSharedMemory), " +
 		"a peer of an older version or a larger ring, or a switch to shared memory still to come"
-}
-
-func isLocalIP(ip net.IP) bool {
-	if ip.IsLoopback() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
 }
 
 // socketUID finds the TCP socket whose local address is local and

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/hostaddr"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/internal/cmevents"
 )
@@ -189,23 +190,6 @@ func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) 
 	ch.push(verbs.CMEvent{Type: typ, ID: id, Status: status, Param: param})
 }
 
-// localIP reports whether ip is an address of this host.
-func localIP(ip net.IP) bool {
-	if ip.IsUnspecified() || ip.IsLoopback() {
-		return true
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return false
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
-			return true
-		}
-	}
-	return false
-}
-
 func copyAddr(a *net.TCPAddr) *net.TCPAddr {
 	if a == nil {
 		return nil
@@ -228,7 +212,7 @@ func (id *cmID) BindAddr(addr *net.TCPAddr) error {
 	if id.state != idIdle {
 		return verbs.Errorf(op, syscall.EINVAL, "ID already bound")
 	}
-	if !localIP(addr.IP) {
+	if !hostaddr.Local(addr.IP) {
 		return verbs.Errorf(op, syscall.EADDRNOTAVAIL, "%v is not an address of this host", addr.IP)
 	}
 	id.local = copyAddr(addr)

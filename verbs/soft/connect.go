@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/hostaddr"
 	"github.com/rdmanet/rdma/internal/phase"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -461,7 +462,7 @@ func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error 
 	if dst.IP.IsMulticast() || dst.IP.Equal(net.IPv4bcast) || dst.Port <= 0 || dst.Port > 65535 {
 		return fail(syscall.EADDRNOTAVAIL)
 	}
-	if srcIP != nil && !localIP(srcIP) {
+	if srcIP != nil && !hostaddr.Local(srcIP) {
 		return fail(syscall.EADDRNOTAVAIL)
 	}
 	id.srcGiven = srcIP != nil

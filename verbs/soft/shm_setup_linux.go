@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/rdma/internal/hostaddr"
 )
 
 // Passing the rings: each side sends its ring's memfd and its eventfd over
@@ -108,7 +110,7 @@ func peerSetup(b []byte, fds []int, limit int) (*shmPeer, error) {
 
 // shmEligible: shared memory is on and the address is this host's.
 func shmEligible(ip net.IP) bool {
-	return shmOn.Load() && bootID() != "" && ip != nil && localIP(ip)
+	return shmOn.Load() && bootID() != "" && ip != nil && hostaddr.Local(ip)
 }
 
 // shmSocketName is the abstract unix socket on which the active side of
