@@ -669,3 +669,32 @@ func TestShmAnswerRefusesBadOffers(t *testing.T) {
 	assert.Nil(t, newShmOffer(active, time.Now().Add(time.Second)), "shared memory turned off")
 	SetSharedMemory(prev)
 }
+
+// A large write goes into the ring as records of at most shmRecordMax,
+// each published as it closes, so that the consumer copies one out while
+// the producer fills the next instead of waiting for the whole write.
+func TestShmTransportLargeWriteInRecords(t *testing.T) {
+	a, b := shmPair(t)
+	payload := make([]byte, 1<<20+100)
+	for i := range payload {
+		payload[i] = byte(i * 13)
+	}
+	n, err := a.writev([][]byte{payload}, nil, false)
+	require.NoError(t, err)
+	require.Equal(t, len(payload), n)
+
+	records, at := 0, b.rhead
+	for at != b.rx.tail.Load() {
+		w := binary.LittleEndian.Uint64(b.rx.data[at&b.rx.mask:])
+		kind, size := uint32(w), w>>32
+		require.Equal(t, uint32(recData), kind)
+		require.LessOrEqual(t, size, uint64(shmRecordMax), "record %d", records)
+		records++
+		at += recHdr + (size+7)&^7
+	}
+	assert.GreaterOrEqual(t, records, len(payload)/shmRecordMax)
+
+	got := make([]byte, len(payload))
+	require.NoError(t, b.readPayload(got, nil))
+	assert.Equal(t, payload, got)
+}

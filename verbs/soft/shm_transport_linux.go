@@ -591,23 +591,33 @@ func (t *shmTransport) appendData(b []byte) (int, error) {
 		}
 		start := t.recAt + recHdr
 		pos := start & t.tx.mask
-		lim := min(t.size-pos, t.whead+t.size-start, t.size/4)
+		lim := min(t.size-pos, t.whead+t.size-start, t.recMax())
 		if lim <= t.recN {
 			if _, err := t.refresh(); err != nil {
 				return 0, err
 			}
-			lim = min(t.size-pos, t.whead+t.size-start, t.size/4)
+			lim = min(t.size-pos, t.whead+t.size-start, t.recMax())
 		}
 		if lim > t.recN {
 			k := t.txCopy.copy(t.tx.data[pos+t.recN:pos+lim], b)
 			t.recN += uint64(k)
 			return k, nil
 		}
-		// The record cannot grow: end it and try a new one (reserve then
+		// The record cannot grow: publish it, so that the consumer copies
+		// it out while we fill the next, and try a new one (reserve then
 		// pads at the ring's end, or finds no space).
-		t.closeRec()
+		t.publish()
 	}
 }
+
+// shmRecordMax bounds a data record, and so how much a large write copies
+// into the ring before the consumer may start copying it out: a 1 MiB
+// payload in one record was copied in and then out, one after the other;
+// in records of this size the two copies overlap, on two CPUs. Small
+// writes are one record whatever this is.
+const shmRecordMax = 128 << 10
+
+func (t *shmTransport) recMax() uint64 { return min(t.size/4, shmRecordMax) }
 
 // writev copies bufs into the ring; gates, if not nil, holds beside each
 // buffer the fence of the region it lies in, held only while a piece of it
