@@ -71,14 +71,14 @@ bench() { # name test size softroce-bench-flags...
 	c=$COUNT
 	[ "\$t" = pingpong ] && c=\$(count \$s)
 	./softroce-bench -test \$t -size \$s -count \$c "\$@" |
-		awk -v n=\$name '{printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
+		awk -v n=\$name '\$2=="pingpong" || \$2=="stream" {printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
 }
 # the same as bench's ping-pong, with every wait parked on Go's runtime
 # poller (no direct waits: verbs/rdmacore/directwait_linux.go)
 bench_poller() { # name size softroce-bench-flags...
 	name=\$1 s=\$2; shift 2
 	RDMA_DIRECT_WAITS=0 ./softroce-bench -test pingpong -size \$s -count \$(count \$s) "\$@" |
-		awk -v n=\$name '{printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
+		awk -v n=\$name '\$2=="pingpong" || \$2=="stream" {printf "%s %s %d %.3f %.2f %.2f\n", n, \$2, \$3, \$6, \$8, \$10}'
 }
 for s in $SIZES; do
 	for r in \$(seq $ROUNDS); do

@@ -2,22 +2,27 @@
 # softroce-onesided-bench.sh: in one Soft-RoCE guest run, 1 MiB RDMA WRITE
 # and READ through rdma.Conn's one-sided API (BenchmarkRemoteRDMACore: one
 # operation in flight per goroutine, 1 and 4 goroutines) beside perftest's
-# ib_write_bw and ib_read_bw (which keep up to their tx depth in flight), for
-# ROUNDS interleaved rounds, and the ratios of the medians. The guest is
-# emulated (TCG): only ratios from one run mean anything.
+# ib_write_bw and ib_read_bw (which keep up to their tx depth in flight), and
+# a stream of 1 MiB Writes over rdma.Conn between two processes, copying and
+# from and into Buffers (the rendezvous: the reader READs the writer's
+# Buffer), with the user CPU time of both processes per message; for ROUNDS
+# interleaved rounds, and the ratios of the medians. The guest is emulated
+# (TCG): only ratios from one run mean anything.
 #
-#   scripts/softroce-onesided-bench.sh       (COUNT=40 ROUNDS=3 by default)
+#   scripts/softroce-onesided-bench.sh       (COUNT=40 STREAM_COUNT=200 ROUNDS=3 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
 . scripts/softroce-run.sh
 COUNT=${COUNT:-40}
+STREAM_COUNT=${STREAM_COUNT:-200}
 ROUNDS=${ROUNDS:-3}
 OUT=build/softroce-onesided
 rm -rf "$OUT"
 mkdir -p "$OUT"
 $GO test -c -o "$OUT/rdma.test" .
+$GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
 
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh
@@ -32,6 +37,13 @@ for r in \$(seq 1 $ROUNDS); do
 	done
 	./rdma.test -test.run '^\$' -test.bench RemoteRDMACore -test.benchtime ${COUNT}x |
 		awk '/^BenchmarkRemoteRDMACore/ {split(\$1, a, "/"); sub(/-[0-9]+\$/, "", a[4]); for (i = 1; i <= NF; i++) if (\$(i+1) == "MB/s") printf "rdma_%s %s %s\n", a[2], a[4], \$i}'
+	# a stream of 1 MiB Writes, copying and from Buffers: MB/s, then the
+	# user CPU of both processes per message in ms
+	for m in copy buffers; do
+		f=""; [ \$m = buffers ] && f=-buffers
+		./softroce-bench -test stream -size 1048576 -count $STREAM_COUNT -procs 2 \$f |
+			awk -v m=\$m '\$2=="stream" {mb=\$6; cpu=\$(NF-3)} \$1=="server" {cpu+=\$2} END {printf "stream_%s g0 %s\nstreamcpu_%s g0 %.3f\n", m, mb, m, cpu*1000/$STREAM_COUNT}'
+	done
 done
 GUEST
 chmod +x "$OUT/run.sh"
@@ -56,4 +68,10 @@ awk '
 			}
 			printf "\n"
 		}
+		ib = med["ib_read_bw g0"]
+		if (("stream_buffers g0") in med && ib > 0)
+			printf "1 MiB stream (two processes): copying %.1f MiB/s (%.2fx ib_read_bw), %.1f ms user CPU a message; from and into Buffers %.1f MiB/s (%.2fx ib_read_bw), %.1f ms user CPU a message (%.2fx the copying path\047s)\n",
+				med["stream_copy g0"] / 1.048576, med["stream_copy g0"] / 1.048576 / ib, med["streamcpu_copy g0"],
+				med["stream_buffers g0"] / 1.048576, med["stream_buffers g0"] / 1.048576 / ib, med["streamcpu_buffers g0"],
+				(med["streamcpu_copy g0"] > 0 ? med["streamcpu_buffers g0"] / med["streamcpu_copy g0"] : 0)
 	}' "$OUT/results"

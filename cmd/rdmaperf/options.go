@@ -93,7 +93,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.provider, "provider", "", "verbs `provider`: soft, rdmacore or auto (default: $RDMA_PROVIDER, else auto)")
 	fs.StringVar(&baseline, "baseline", "", "`tcp` to run every test over TCP too (default with -loopback), none to skip it")
 	fs.StringVar(&tests, "test", "stream,latency", "comma-separated `tests`: stream (bandwidth, client->server), latency (ping-pong round trip)")
-	fs.StringVar(&sizes, "sizes", "", "comma-separated message `sizes`, 1 to 4M, e.g. 1,64,4K,64K,1M,4M (default: 64K for stream, 64 for latency)")
+	fs.StringVar(&sizes, "sizes", "", "comma-separated message `sizes`, 1 to 64M, e.g. 1,64,4K,64K,1M,4M,64M (default: 64K for stream, 64 for latency)")
 	fs.BoolVar(&o.buffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")
 	fs.BoolVar(&o.memcpy, "memcpy", false, "also measure single-core memcpy bandwidth at each stream size (the reference line)")
 	fs.IntVar(&o.rndv, "rndv", 0, "Config.RendezvousThreshold in `bytes` (0: the default; negative: never)")

@@ -31,6 +31,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdma"
@@ -47,6 +48,7 @@ func main() {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run to this file")
 	procs := flag.Int("procs", 1, "1: server and client are goroutines of one process; 2: the client is a child process")
 	dialAddr := flag.String("dial", "", "internal: be the client child of -procs 2, dialing this address")
+	flag.BoolVar(&useBuffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -75,7 +77,9 @@ func main() {
 	case *procs == 2:
 		secs, err = runChild(ln, *test, *size, *count)
 		if err == nil {
-			return // the child printed the figures
+			// The child printed the figures; the server's CPU time beside.
+			fmt.Printf("server %9.3f s user CPU\n", userCPU())
+			return
 		}
 	default:
 		secs, rtts, err = run(ln, dial, *test, *size, *count)
@@ -88,8 +92,33 @@ func main() {
 		bytes *= 2
 	}
 	p50, p99 := percentile(rtts, 50), percentile(rtts, 99)
-	fmt.Printf("%-6s %-9s %8d %7d %9.3fs %9.2f MB/s %10.2f us/xfer %9.2f us p50 %9.2f us p99\n",
-		*netw, *test, *size, *count, secs, bytes/secs/1e6, secs/float64(*count)*1e6, p50, p99)
+	fmt.Printf("%-6s %-9s %8d %7d %9.3fs %9.2f MB/s %10.2f us/xfer %9.2f us p50 %9.2f us p99 %9.3f s user CPU\n",
+		*netw, *test, *size, *count, secs, bytes/secs/1e6, secs/float64(*count)*1e6, p50, p99, userCPU())
+}
+
+// useBuffers: -buffers.
+var useBuffers bool
+
+// message is a message buffer: an rdma.Buffer's memory with -buffers,
+// else the Go heap.
+func message(size int) []byte {
+	if !useBuffers {
+		return make([]byte, size)
+	}
+	b, err := rdma.AllocBuffer(size)
+	if err != nil {
+		fail(err)
+	}
+	return b.Bytes() // freed with the process
+}
+
+// userCPU is this process's user CPU time so far, in seconds.
+func userCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Sec) + float64(ru.Utime.Usec)/1e6
 }
 
 // percentile is the p-th percentile of d in microseconds (0 for none); it
@@ -173,7 +202,7 @@ func serve(ln net.Listener, test string, size, count int) error {
 		return err
 	}
 	defer c.Close()
-	buf := make([]byte, size)
+	buf := message(size)
 	for i := 0; i < count; i++ {
 		if _, err := io.ReadFull(c, buf); err != nil {
 			return fmt.Errorf("server read %d: %w", i, err)
@@ -202,11 +231,11 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 		return 0, nil, fmt.Errorf("dial: %w", err)
 	}
 	defer c.Close()
-	buf := make([]byte, size)
+	buf := message(size)
 	for i := range buf {
 		buf[i] = byte(i)
 	}
-	in := make([]byte, size)
+	in := message(size)
 	var rtts []time.Duration
 	if test == "pingpong" {
 		rtts = make([]time.Duration, count)
