@@ -69,19 +69,28 @@ func jsonConns(t *testing.T, body string) map[string]rdma.ConnStats {
 	return m
 }
 
+// serveDebug returns a soft listener and a server with the handler at
+// /debug/rdma, both closed when the test ends.
+func serveDebug(t *testing.T) (net.Listener, *httptest.Server) {
+	lc := rdma.ListenConfig{Config: softCfg}
+	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	mux := http.NewServeMux()
+	mux.Handle("/debug/rdma", Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		srv.Client().CloseIdleConnections()
+		srv.Close()
+	})
+	return ln, srv
+}
+
 // The handler lists every open connection, as text and as JSON, with the
 // counters of what went through it, and drops each once closed; many
 // opened and closed leave none behind, and no goroutine.
 func TestHandlerListsOpenConns(t *testing.T) {
-	lc := rdma.ListenConfig{Config: softCfg}
-	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	mux := http.NewServeMux()
-	mux.Handle("/debug/rdma", Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	defer srv.Client().CloseIdleConnections()
+	ln, srv := serveDebug(t)
 
 	base := len(rdma.OpenConnStats())
 	for round := range 5 {
@@ -149,15 +158,7 @@ func TestExpvar(t *testing.T) {
 // A connection's one-sided operations show in its text line and its JSON,
 // and the process's soft engine counters in theirs.
 func TestHandlerRemoteAndSoft(t *testing.T) {
-	lc := rdma.ListenConfig{Config: softCfg}
-	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	mux := http.NewServeMux()
-	mux.Handle("/debug/rdma", Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	defer srv.Client().CloseIdleConnections()
+	ln, srv := serveDebug(t)
 
 	conns := pairs(t, ln, 1)
 	c, s := conns[0].(*rdma.Conn), conns[1].(*rdma.Conn)

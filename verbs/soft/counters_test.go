@@ -47,22 +47,6 @@ func (m *manualSide) send(t *testing.T, wrid uint64) {
 		SG: []verbs.SGE{verbs.SGEOf(m.mr, m.mem.Bytes()[:64])}}}))
 }
 
-// completion waits for one completion on m's CQ.
-func (m *manualSide) completion(t *testing.T) verbs.WC {
-	t.Helper()
-	wc := make([]verbs.WC, 1)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		n, err := m.cq.Poll(wc)
-		require.NoError(t, err)
-		if n == 1 {
-			return wc[0]
-		}
-		require.True(t, time.Now().Before(deadline), "no completion")
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A SEND that finds no receive is RNR NAKed once, counted by both sides;
 // with no RNR retries it fails, and that is counted too.
 func TestCountersRNRRetryExceeded(t *testing.T) {
