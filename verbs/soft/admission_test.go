@@ -278,7 +278,7 @@ func TestAdmissionSilentGiveWay(t *testing.T) {
 // parked, ones that waited for a slot (once each, however often woken),
 // silent ones ended for a newcomer, parked ones dropped beyond the bound.
 func TestAdmissionCounters(t *testing.T) {
-	cs, _ := admissionConns(t, 1, 1, 2, 2, 3, 3)
+	cs, _ := admissionConns(t, 1, 1, 2, 2, 3, 3, 4, 5)
 	a, _ := newTestAdmission(1, 1)
 	a.maxWaiting, a.hostWaiting, a.silentAfter = 2, 2, 50*time.Millisecond
 	before := ReadCounters()
@@ -303,5 +303,23 @@ func TestAdmissionCounters(t *testing.T) {
 	assert.Equal(t, uint64(1), got.AdmissionSlotWaits-before.AdmissionSlotWaits)
 	assert.Equal(t, uint64(1), got.AdmissionEvicted-before.AdmissionEvicted)
 	assert.Equal(t, uint64(1), got.AdmissionDropped-before.AdmissionDropped)
+	a.shut()
+
+	// A silent one that gives its place up to another host's parked
+	// connection is evicted too.
+	a, _ = newTestAdmission(1, 1)
+	a.maxWaiting, a.hostWaiting = 1, 1
+	now := time.Now()
+	a.now = func() time.Time { return now }
+	before = ReadCounters()
+	w := a.arrive(cs[6])
+	p := a.arrive(cs[7])
+	require.Equal(t, []uint8{slotWaiting, slotParked}, []uint8{w.state, p.state}, "nobody silent long enough yet")
+	now = now.Add(a.silentAfter)
+	require.True(t, a.giveWay(w))
+	require.Equal(t, uint8(slotWaiting), p.state)
+	got = ReadCounters()
+	assert.Equal(t, uint64(1), got.AdmissionParked-before.AdmissionParked)
+	assert.Equal(t, uint64(1), got.AdmissionEvicted-before.AdmissionEvicted)
 	a.shut()
 }
