@@ -166,35 +166,36 @@ func oneSided(desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff,
 	return a, nil
 }
 
-//export rdma_write
-func rdma_write(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) C.int {
-	return control("rdma_write", h, func(ctx *capi.Context) (int, error) {
+// oneSidedControl is control for the one-sided exports: their arguments
+// are converted (after the context is looked up) before f runs with them.
+func oneSidedControl(fn string, h C.uintptr_t, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t,
+	f func(ctx *capi.Context, a oneSidedArgs) (int, error)) C.int {
+	return control(fn, h, func(ctx *capi.Context) (int, error) {
 		a, err := oneSided(desc, remoteOff, mh, localOff, n)
 		if err != nil {
 			return 0, err
 		}
+		return f(ctx, a)
+	})
+}
+
+//export rdma_write
+func rdma_write(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) C.int {
+	return oneSidedControl("rdma_write", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
 		return ctx.Write(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
 	})
 }
 
 //export rdma_write_notify
 func rdma_write_notify(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, value C.uint) C.int {
-	return control("rdma_write_notify", h, func(ctx *capi.Context) (int, error) {
-		a, err := oneSided(desc, remoteOff, mh, localOff, n)
-		if err != nil {
-			return 0, err
-		}
+	return oneSidedControl("rdma_write_notify", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
 		return ctx.WriteNotify(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n, uint32(value))
 	})
 }
 
 //export rdma_read
 func rdma_read(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) C.int {
-	return control("rdma_read", h, func(ctx *capi.Context) (int, error) {
-		a, err := oneSided(desc, remoteOff, mh, localOff, n)
-		if err != nil {
-			return 0, err
-		}
+	return oneSidedControl("rdma_read", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
 		return ctx.Read(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
 	})
 }
@@ -215,11 +216,7 @@ func startOneSided(fn string, write bool, h C.uintptr_t, idx C.int, desc unsafe.
 	if req == nil {
 		return fail(fn, isNull("req"))
 	}
-	return control(fn, h, func(ctx *capi.Context) (int, error) {
-		a, err := oneSided(desc, remoteOff, mh, localOff, n)
-		if err != nil {
-			return 0, err
-		}
+	return oneSidedControl(fn, h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
 		start := ctx.IRead
 		if write {
 			start = ctx.IWrite
