@@ -182,10 +182,20 @@
 //     message); -1 when none has.
 //   - Fallback, Err: why an auto dial fell back to soft, why the
 //     connection failed (not the reset that follows the peer's close).
+//   - RemoteWrites, RemoteReads, RemoteBytesWritten, RemoteBytesRead: the
+//     one-sided operations that succeeded (WriteRemote and
+//     WriteRemoteNotify; ReadRemote) and their bytes; NotifiesSent,
+//     NotifiesReceived: WriteRemoteNotify calls, and the notifications
+//     WaitNotify returned; Exposures: Expose calls, Exposed: the ranges
+//     exposed now.
 //
 // OpenConnStats lists the open connections, ReadProcessStats sums every
-// connection the process has had (ConnTotals) and reads the RDMA device
-// ports' counters and hw_counters from sysfs (DeviceCounters). Package
+// connection the process has had (ConnTotals), reads the RDMA device
+// ports' counters and hw_counters from sysfs (DeviceCounters), and the
+// soft provider's engine counters (soft.Counters: RNR NAKs sent and
+// received, retransmits after them, transport timeouts and retries
+// exceeded, its listeners' admission waits, parkings, evictions and drops,
+// and shared-memory offers accepted and refused). Package
 // rdmadebug serves them over HTTP and as the expvar variable "rdma", module
 // promrdma as Prometheus metrics.
 //

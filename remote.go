@@ -128,6 +128,7 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 		return d, c.opErr(op, err)
 	}
 	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
+	c.stats.exposures.Add(1)
 	return d, nil
 }
 
@@ -192,7 +193,8 @@ func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
 }
 
 // oneSided checks a one-sided operation locally and performs it.
-func (c *Conn) oneSided(op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) error {
+func (c *Conn) oneSided(op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
+	defer c.stats.remoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
 		return c.opErr(op, err)
@@ -264,6 +266,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				c.rx.Owed++
 			}
 			c.creditLocked(false)
+			c.stats.notesRecv.Add(1)
 			// A poke of rcvReady may stand for several notifications,
 			// and other callers (a Read, another WaitNotify) may wait
 			// on it: pass it on.

@@ -86,6 +86,17 @@ type ConnStats struct {
 	SinceSent    time.Duration // since a message was last seen sent; -1: never
 	SinceRecv    time.Duration // since a message was last seen received; -1: never
 	LastSeenStep time.Duration // resolution of SinceSent and SinceRecv (see below)
+
+	// One-sided operations (remote.go), the calls that succeeded. A
+	// WriteRemoteNotify counts as a remote write and a notification sent.
+	RemoteWrites       uint64 // WriteRemote and WriteRemoteNotify calls
+	RemoteReads        uint64 // ReadRemote calls
+	RemoteBytesWritten uint64 // bytes they wrote into the peer's exposed ranges
+	RemoteBytesRead    uint64 // bytes they read from the peer's exposed ranges
+	NotifiesSent       uint64 // WriteRemoteNotify calls
+	NotifiesReceived   uint64 // notifications WaitNotify returned
+	Exposures          uint64 // Expose calls
+	Exposed            int    // ranges exposed to the peer now
 }
 
 // connStats is the counting a Conn does on its data path. Read counts on
@@ -102,6 +113,12 @@ type connStats struct {
 	atOnce, handed       atomic.Uint64
 	spun, slept          atomic.Uint64
 	rdWait               waitKind // the current Read's wait so far (the reader's, under rmu)
+	// One-sided operations: atomics, as they run beside Read and Write
+	// and take mu only where the operation itself does.
+	remoteWrites, remoteReads atomic.Uint64
+	remoteWritten, remoteRead atomic.Uint64
+	notesSent, notesRecv      atomic.Uint64
+	exposures                 atomic.Uint64
 
 	// Under mu.
 	msgsSent, msgsRecv                   uint64
@@ -129,6 +146,25 @@ func (c *Conn) setFallback(fb error) {
 	c.fallback = fb
 	c.mu.Unlock()
 	logFallback(c.raddr, fb) // debuglog.go
+}
+
+// remoteDone counts a one-sided operation of opcode on n bytes, if *err
+// says it succeeded (deferred by oneSided).
+func (s *connStats) remoteDone(opcode verbs.Opcode, n int, err *error) {
+	if *err != nil {
+		return
+	}
+	switch opcode {
+	case verbs.OpRDMARead:
+		s.remoteReads.Add(1)
+		s.remoteRead.Add(uint64(n))
+	case verbs.OpRDMAWriteWithImm:
+		s.notesSent.Add(1)
+		fallthrough
+	default:
+		s.remoteWrites.Add(1)
+		s.remoteWritten.Add(uint64(n))
+	}
 }
 
 // waitKind is how a Read's data came, from the least to the most costly.
@@ -250,6 +286,14 @@ func (c *Conn) Stats() ConnStats {
 		Provider:      c.provider,
 		Wire:          "stream",
 		LastSeenStep:  c.watchStep(),
+
+		RemoteWrites:       c.stats.remoteWrites.Load(),
+		RemoteReads:        c.stats.remoteReads.Load(),
+		RemoteBytesWritten: c.stats.remoteWritten.Load(),
+		RemoteBytesRead:    c.stats.remoteRead.Load(),
+		NotifiesSent:       c.stats.notesSent.Load(),
+		NotifiesReceived:   c.stats.notesRecv.Load(),
+		Exposures:          c.stats.exposures.Load(),
 	}
 	if c.laddr != nil {
 		s.LocalAddr = c.laddr.String()
@@ -281,6 +325,9 @@ func (c *Conn) Stats() ConnStats {
 	s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
 	s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
 	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	if c.zc != nil {
+		s.Exposed = len(c.zc.exposed)
+	}
 	var qp verbs.QP
 	if !c.torn {
 		qp = c.qp
@@ -405,6 +452,14 @@ type ConnTotals struct {
 	PongsRecv         uint64
 	Failed            uint64 // connections that ended with an error
 	Fallbacks         uint64 // connections an auto dial carried on soft after rdmacore failed
+
+	RemoteWrites       uint64
+	RemoteReads        uint64
+	RemoteBytesWritten uint64
+	RemoteBytesRead    uint64
+	NotifiesSent       uint64
+	NotifiesReceived   uint64
+	Exposures          uint64
 }
 
 func (t *ConnTotals) add(s ConnStats) {
@@ -427,6 +482,13 @@ func (t *ConnTotals) add(s ConnStats) {
 	t.KeepAlives += s.KeepAlives
 	t.PingsSent += s.PingsSent
 	t.PongsRecv += s.PongsRecv
+	t.RemoteWrites += s.RemoteWrites
+	t.RemoteReads += s.RemoteReads
+	t.RemoteBytesWritten += s.RemoteBytesWritten
+	t.RemoteBytesRead += s.RemoteBytesRead
+	t.NotifiesSent += s.NotifiesSent
+	t.NotifiesReceived += s.NotifiesReceived
+	t.Exposures += s.Exposures
 	if s.Err != "" {
 		t.Failed++
 	}
@@ -436,11 +498,14 @@ func (t *ConnTotals) add(s ConnStats) {
 }
 
 // ProcessStats is the process's view: the totals over every connection it
-// has had, how many are open, and the devices' own counters.
+// has had, how many are open, the devices' own counters, and the soft
+// provider's engine counters (the soft device's counterpart of a NIC's
+// hw_counters; all zero in a process that has not used soft).
 type ProcessStats struct {
 	Open    int        // connections open now
 	Totals  ConnTotals // over every connection, closed and open
 	Devices []DeviceCounters
+	Soft    soft.Counters
 }
 
 // ReadProcessStats returns the totals over every connection the process
@@ -457,7 +522,7 @@ func ReadProcessStats() ProcessStats {
 	for _, c := range open {
 		t.add(c.Stats())
 	}
-	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters()}
+	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
 }
 
 // setFallback records why an auto dial fell back to soft.

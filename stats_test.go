@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"sync"
@@ -100,6 +101,60 @@ func TestStatsExact(t *testing.T) {
 		assert.Equal(t, uint64(2*total), after.BytesSent-before.BytesSent, "process totals keep what closed conns sent")
 		assert.Equal(t, uint64(154), after.MessagesReceived-before.MessagesReceived)
 		assert.Equal(t, uint64(2), after.Closed-before.Closed)
+	})
+}
+
+// The one-sided counters equal what was done, on each of soft's paths: 5
+// WriteRemote of 1000 bytes and 2 WriteRemoteNotify of 16, 3 ReadRemote
+// of 700, 2 exposures (one ended); failed calls count nothing. The process
+// totals keep them once the connections are closed.
+func TestStatsRemoteExact(t *testing.T) {
+	softTransports(t, func(t *testing.T, _ []string) {
+		before := ReadProcessStats().Totals
+		c, s := pair(t, nil)
+		target := allocBuffer(t, 8192)
+		d, err := s.Expose(target, 0, 4096, AccessRead|AccessWrite)
+		require.NoError(t, err)
+		d2, err := s.Expose(target, 4096, 4096, AccessRead)
+		require.NoError(t, err)
+		d = sendDesc(t, s, c, d)
+		local := allocBuffer(t, 4096)
+		for range 5 {
+			require.NoError(t, c.WriteRemote(d, 0, local.Bytes()[:1000]))
+		}
+		for range 3 {
+			require.NoError(t, c.ReadRemote(d, 100, local.Bytes()[:700]))
+		}
+		for i := range 2 {
+			require.NoError(t, c.WriteRemoteNotify(d, 0, local.Bytes()[:16], uint32(i)))
+		}
+		require.Error(t, c.WriteRemote(d, 4000, local.Bytes()[:1000]), "beyond the range")
+		require.Error(t, c.WriteRemote(d, 0, make([]byte, 10)), "not in a Buffer")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for range 2 {
+			_, _, err := s.WaitNotify(ctx)
+			require.NoError(t, err)
+		}
+		require.NoError(t, s.Unexpose(d2))
+
+		cs, ss := c.Stats(), s.Stats()
+		assert.Equal(t, [6]uint64{7, 5*1000 + 2*16, 3, 3 * 700, 2, 0},
+			[6]uint64{cs.RemoteWrites, cs.RemoteBytesWritten, cs.RemoteReads, cs.RemoteBytesRead, cs.NotifiesSent, cs.NotifiesReceived})
+		assert.Equal(t, [6]uint64{0, 0, 0, 0, 0, 2},
+			[6]uint64{ss.RemoteWrites, ss.RemoteBytesWritten, ss.RemoteReads, ss.RemoteBytesRead, ss.NotifiesSent, ss.NotifiesReceived})
+		assert.Equal(t, uint64(2), ss.Exposures)
+		assert.Equal(t, 1, ss.Exposed, "one of the two still exposed")
+		assert.Zero(t, cs.Exposures)
+
+		require.NoError(t, c.Close())
+		require.NoError(t, s.Close())
+		after := ReadProcessStats().Totals
+		assert.Equal(t, [7]uint64{7, 5032, 3, 2100, 2, 2, 2}, [7]uint64{
+			after.RemoteWrites - before.RemoteWrites, after.RemoteBytesWritten - before.RemoteBytesWritten,
+			after.RemoteReads - before.RemoteReads, after.RemoteBytesRead - before.RemoteBytesRead,
+			after.NotifiesSent - before.NotifiesSent, after.NotifiesReceived - before.NotifiesReceived,
+			after.Exposures - before.Exposures})
 	})
 }
 

@@ -47,14 +47,27 @@ var (
 	keepalive = desc("keepalives_total", "Keepalive probes sent on idle connections.")
 	pings     = desc("heartbeat_pings_total", "Heartbeat pings sent to silent peers.")
 	pongs     = desc("heartbeat_pongs_received_total", "Answers received to heartbeat pings.")
-	devCount  = desc("device_port_counter_total", "An RDMA device port's counter from sysfs (ports/N/counters: the InfiniBand port counters, data in 4-byte words as the kernel reports them).", "device", "port", "counter")
-	devHW     = desc("device_port_hw_counter_total", "An RDMA device port's driver counter from sysfs (ports/N/hw_counters: rnr_nak_retry_err, local_ack_timeout_err, out_of_sequence, ...).", "device", "port", "counter")
+	remoteOps = desc("remote_operations_total", "One-sided operations that succeeded: RDMA writes into the peer's exposed ranges (op=write: WriteRemote and WriteRemoteNotify) and reads from them (op=read: ReadRemote).", "op")
+	remoteB   = desc("remote_bytes_total", "Bytes one-sided operations wrote into the peer's exposed ranges (op=write) or read from them (op=read).", "op")
+	notifies  = desc("notifications_total", "WriteRemoteNotify notifications: sent (direction=sent) or returned by WaitNotify (direction=received).", "direction")
+	exposures = desc("exposures_total", "Ranges of Buffers exposed to a peer (Expose calls that succeeded).")
+
+	softRNR      = desc("soft_rnr_naks_total", "Soft provider: RNR NAKs (a SEND or WRITE WITH IMMEDIATE that found no receive posted), sent by responders (direction=sent) or received by requesters (direction=received).", "direction")
+	softRetrans  = desc("soft_retransmits_total", "Soft provider: requests sent again after an RNR NAK.")
+	softTimeouts = desc("soft_ack_timeouts_total", "Soft provider: transport timer expiries with sends outstanding and no progress.")
+	softRetryExc = desc("soft_retry_exceeded_total", "Soft provider: QPs whose sends failed after their retries, by kind: transport (RETRY_EXC_ERR) or rnr (RNR_RETRY_EXC_ERR).", "kind")
+	softAdmit    = desc("soft_admission_total", "Soft provider listeners' handshake admission: connections parked for want of a waiting place (event=parked), connections that waited for a handshake slot (event=slot_wait), silent waiting connections closed for another host's (event=evicted), parked connections closed beyond the bound (event=dropped).", "event")
+	softShm      = desc("soft_shm_offers_total", "Soft provider: shared-memory offers in connection requests, as listeners answered them: on shared memory (answer=accepted) or on TCP (answer=refused).", "answer")
+
+	devCount = desc("device_port_counter_total", "An RDMA device port's counter from sysfs (ports/N/counters: the InfiniBand port counters, data in 4-byte words as the kernel reports them).", "device", "port", "counter")
+	devHW    = desc("device_port_hw_counter_total", "An RDMA device port's driver counter from sysfs (ports/N/hw_counters: rnr_nak_retry_err, local_ack_timeout_err, out_of_sequence, ...).", "device", "port", "counter")
 )
 
 // Describe sends every metric's description.
 func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{open, opened, closed, failed, fallbacks, bytes, messages, writes, reads,
-		growths, waits, waitSecs, keepalive, pings, pongs, devCount, devHW} {
+		growths, waits, waitSecs, keepalive, pings, pongs, remoteOps, remoteB, notifies, exposures,
+		softRNR, softRetrans, softTimeouts, softRetryExc, softAdmit, softShm, devCount, devHW} {
 		ch <- d
 	}
 }
@@ -92,6 +105,26 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(keepalive, t.KeepAlives)
 	counter(pings, t.PingsSent)
 	counter(pongs, t.PongsRecv)
+	counter(remoteOps, t.RemoteWrites, "write")
+	counter(remoteOps, t.RemoteReads, "read")
+	counter(remoteB, t.RemoteBytesWritten, "write")
+	counter(remoteB, t.RemoteBytesRead, "read")
+	counter(notifies, t.NotifiesSent, "sent")
+	counter(notifies, t.NotifiesReceived, "received")
+	counter(exposures, t.Exposures)
+	s := ps.Soft
+	counter(softRNR, s.RNRNaksSent, "sent")
+	counter(softRNR, s.RNRNaksReceived, "received")
+	counter(softRetrans, s.Retransmits)
+	counter(softTimeouts, s.AckTimeouts)
+	counter(softRetryExc, s.RetryExceeded, "transport")
+	counter(softRetryExc, s.RNRRetryExceeded, "rnr")
+	counter(softAdmit, s.AdmissionParked, "parked")
+	counter(softAdmit, s.AdmissionSlotWaits, "slot_wait")
+	counter(softAdmit, s.AdmissionEvicted, "evicted")
+	counter(softAdmit, s.AdmissionDropped, "dropped")
+	counter(softShm, s.ShmOffersAccepted, "accepted")
+	counter(softShm, s.ShmOffersRefused, "refused")
 	for _, d := range ps.Devices {
 		port := strconv.Itoa(d.Port)
 		for k, v := range d.Counters {

@@ -43,6 +43,20 @@ func TestCollector(t *testing.T) {
 	_, err = io.ReadFull(c, buf)
 	require.NoError(t, err)
 
+	// One-sided: two writes of 100 bytes and a read of 50 into one exposure.
+	target, err := rdma.AllocBuffer(4096)
+	require.NoError(t, err)
+	defer target.Free()
+	local, err := rdma.AllocBuffer(4096)
+	require.NoError(t, err)
+	defer local.Free()
+	d, err := s.(*rdma.Conn).Expose(target, 0, 4096, rdma.AccessRead|rdma.AccessWrite)
+	require.NoError(t, err)
+	for range 2 {
+		require.NoError(t, c.(*rdma.Conn).WriteRemote(d, 0, local.Bytes()[:100]))
+	}
+	require.NoError(t, c.(*rdma.Conn).ReadRemote(d, 0, local.Bytes()[:50]))
+
 	reg := prometheus.NewPedanticRegistry()
 	require.NoError(t, reg.Register(NewCollector()))
 	problems, err := testutil.GatherAndLint(reg)
@@ -70,6 +84,35 @@ rdma_writes_total 4
 `
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"rdma_bytes_total", "rdma_messages_total", "rdma_connections_open", "rdma_writes_total"))
+	want = `
+# HELP rdma_exposures_total Ranges of Buffers exposed to a peer (Expose calls that succeeded).
+# TYPE rdma_exposures_total counter
+rdma_exposures_total 1
+# HELP rdma_remote_bytes_total Bytes one-sided operations wrote into the peer's exposed ranges (op=write) or read from them (op=read).
+# TYPE rdma_remote_bytes_total counter
+rdma_remote_bytes_total{op="read"} 50
+rdma_remote_bytes_total{op="write"} 200
+# HELP rdma_remote_operations_total One-sided operations that succeeded: RDMA writes into the peer's exposed ranges (op=write: WriteRemote and WriteRemoteNotify) and reads from them (op=read: ReadRemote).
+# TYPE rdma_remote_operations_total counter
+rdma_remote_operations_total{op="read"} 1
+rdma_remote_operations_total{op="write"} 2
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"rdma_exposures_total", "rdma_remote_bytes_total", "rdma_remote_operations_total"))
+	// The soft engine's counters are there, one series per label value.
+	n, err := testutil.GatherAndCount(reg, "rdma_soft_rnr_naks_total", "rdma_soft_retransmits_total", "rdma_soft_ack_timeouts_total",
+		"rdma_soft_retry_exceeded_total", "rdma_soft_admission_total", "rdma_soft_shm_offers_total")
+	require.NoError(t, err)
+	assert.Equal(t, 2+1+1+2+4+2, n)
+	// The one connection's request offered shared memory (both ends on
+	// this host), and the listener took it.
+	want = `
+# HELP rdma_soft_shm_offers_total Soft provider: shared-memory offers in connection requests, as listeners answered them: on shared memory (answer=accepted) or on TCP (answer=refused).
+# TYPE rdma_soft_shm_offers_total counter
+rdma_soft_shm_offers_total{answer="accepted"} 1
+rdma_soft_shm_offers_total{answer="refused"} 0
+`
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "rdma_soft_shm_offers_total"))
 
 	// Closed connections stay in the totals.
 	c.Close()

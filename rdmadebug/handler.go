@@ -76,6 +76,13 @@ func WriteText(w io.Writer, snap Snapshot) {
 	t := snap.Process.Totals
 	fmt.Fprintf(w, "rdma: %d open, %d opened, %d closed, %d failed, %d fallbacks; sent %d B in %d msgs, received %d B in %d msgs\n",
 		snap.Process.Open, t.Opened, t.Closed, t.Failed, t.Fallbacks, t.BytesSent, t.MessagesSent, t.BytesReceived, t.MessagesReceived)
+	fmt.Fprintf(w, "rdma: one-sided: remote_writes:%d remote_bytes_written:%d remote_reads:%d remote_bytes_read:%d notifies_sent:%d notifies_received:%d exposures:%d\n",
+		t.RemoteWrites, t.RemoteBytesWritten, t.RemoteReads, t.RemoteBytesRead, t.NotifiesSent, t.NotifiesReceived, t.Exposures)
+	s := snap.Process.Soft
+	fmt.Fprintf(w, "soft: rnr_naks_sent:%d rnr_naks_received:%d retransmits:%d ack_timeouts:%d retry_exceeded:%d rnr_retry_exceeded:%d "+
+		"admission_parked:%d admission_slot_waits:%d admission_evicted:%d admission_dropped:%d shm_offers_accepted:%d shm_offers_refused:%d\n",
+		s.RNRNaksSent, s.RNRNaksReceived, s.Retransmits, s.AckTimeouts, s.RetryExceeded, s.RNRRetryExceeded,
+		s.AdmissionParked, s.AdmissionSlotWaits, s.AdmissionEvicted, s.AdmissionDropped, s.ShmOffersAccepted, s.ShmOffersRefused)
 	for _, c := range snap.Conns {
 		state := "ESTAB"
 		if c.Err != "" {
@@ -93,6 +100,10 @@ func WriteText(w io.Writer, snap Snapshot) {
 			c.ReadsAtOnce, c.ReadsHanded, c.ReadsSpun, c.ReadsSlept, c.Spins, c.SpinsCaught, c.Sleeps)
 		fmt.Fprintf(w, "\tkeepalives:%d pings_sent:%d pongs_recv:%d pings_recv:%d pongs_sent:%d lastsnd:%s lastrcv:%s\n",
 			c.KeepAlives, c.PingsSent, c.PongsRecv, c.PingsRecv, c.PongsSent, ago(c.SinceSent), ago(c.SinceRecv))
+		if c.RemoteWrites|c.RemoteReads|c.NotifiesReceived|c.Exposures != 0 {
+			fmt.Fprintf(w, "\tremote_writes:%d remote_bytes_written:%d remote_reads:%d remote_bytes_read:%d notifies_sent:%d notifies_received:%d exposures:%d exposed:%d\n",
+				c.RemoteWrites, c.RemoteBytesWritten, c.RemoteReads, c.RemoteBytesRead, c.NotifiesSent, c.NotifiesReceived, c.Exposures, c.Exposed)
+		}
 		if c.Fallback != "" {
 			fmt.Fprintf(w, "\tfallback: %s\n", c.Fallback)
 		}

@@ -69,19 +69,28 @@ func jsonConns(t *testing.T, body string) map[string]rdma.ConnStats {
 	return m
 }
 
+// serveDebug returns a soft listener and a server with the handler at
+// /debug/rdma, both closed when the test ends.
+func serveDebug(t *testing.T) (net.Listener, *httptest.Server) {
+	lc := rdma.ListenConfig{Config: softCfg}
+	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	mux := http.NewServeMux()
+	mux.Handle("/debug/rdma", Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		srv.Client().CloseIdleConnections()
+		srv.Close()
+	})
+	return ln, srv
+}
+
 // The handler lists every open connection, as text and as JSON, with the
 // counters of what went through it, and drops each once closed; many
 // opened and closed leave none behind, and no goroutine.
 func TestHandlerListsOpenConns(t *testing.T) {
-	lc := rdma.ListenConfig{Config: softCfg}
-	ln, err := lc.Listen(context.Background(), "rdma", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	mux := http.NewServeMux()
-	mux.Handle("/debug/rdma", Handler())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	defer srv.Client().CloseIdleConnections()
+	ln, srv := serveDebug(t)
 
 	base := len(rdma.OpenConnStats())
 	for round := range 5 {
@@ -144,4 +153,43 @@ func TestExpvar(t *testing.T) {
 	var ps rdma.ProcessStats
 	require.NoError(t, json.Unmarshal([]byte(v.String()), &ps))
 	assert.True(t, strings.HasPrefix(v.String(), "{"))
+}
+
+// A connection's one-sided operations show in its text line and its JSON,
+// and the process's soft engine counters in theirs.
+func TestHandlerRemoteAndSoft(t *testing.T) {
+	ln, srv := serveDebug(t)
+
+	conns := pairs(t, ln, 1)
+	c, s := conns[0].(*rdma.Conn), conns[1].(*rdma.Conn)
+	defer c.Close()
+	defer s.Close()
+	target, err := rdma.AllocBuffer(4096)
+	require.NoError(t, err)
+	defer target.Free()
+	local, err := rdma.AllocBuffer(4096)
+	require.NoError(t, err)
+	defer local.Free()
+	d, err := s.Expose(target, 0, 4096, rdma.AccessRead|rdma.AccessWrite)
+	require.NoError(t, err)
+	for range 2 {
+		require.NoError(t, c.WriteRemote(d, 0, local.Bytes()[:10]))
+	}
+	require.NoError(t, c.ReadRemote(d, 0, local.Bytes()[:30]))
+
+	text := get(t, srv, "", "")
+	assert.Contains(t, text, "\tremote_writes:2 remote_bytes_written:20 remote_reads:1 remote_bytes_read:30 notifies_sent:0 notifies_received:0 exposures:0 exposed:0\n")
+	assert.Contains(t, text, "\tremote_writes:0 remote_bytes_written:0 remote_reads:0 remote_bytes_read:0 notifies_sent:0 notifies_received:0 exposures:1 exposed:1\n")
+	assert.Contains(t, text, "\nsoft: rnr_naks_sent:")
+	assert.Contains(t, text, "\nrdma: one-sided: remote_writes:")
+
+	body := get(t, srv, "?format=json", "")
+	js := jsonConns(t, body)
+	cs := js[c.LocalAddr().String()+" "+c.RemoteAddr().String()]
+	assert.Equal(t, [4]uint64{2, 20, 1, 30}, [4]uint64{cs.RemoteWrites, cs.RemoteBytesWritten, cs.RemoteReads, cs.RemoteBytesRead})
+	var raw struct {
+		Process struct{ Soft map[string]uint64 }
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &raw))
+	assert.Contains(t, raw.Process.Soft, "ShmOffersAccepted")
 }

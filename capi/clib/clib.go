@@ -58,6 +58,7 @@ func setError(fn string, err error) {
 }
 
 // fail sets the calling thread's error text and returns the C API's -1.
+// It serves the few checks an export makes before its preamble.
 func fail(fn string, err error) C.int {
 	setError(fn, err)
 	return -1
@@ -70,6 +71,37 @@ func recoverTo[T any](fn string, ret *T, failed T) {
 		setError(fn, fmt.Errorf("%w: %v", errInternal, r))
 		*ret = failed
 	}
+}
+
+// do is every export's preamble and epilogue, in the manner of
+// mdlayher/socket's control: it runs f, turns a panic in f into an internal
+// error, and an error from f into the calling thread's rdma_get_error() text
+// and errno and the failed value (-1, NULL or 0, as the export's C
+// declaration says). An export's own body is then only its checks and its
+// call.
+func do[T any](fn string, failed T, f func() (T, error)) (ret T) {
+	defer recoverTo(fn, &ret, failed)
+	v, err := f()
+	if err != nil {
+		setError(fn, err)
+		return failed
+	}
+	return v
+}
+
+// control is do for the exports that take an rdma_context* and return an
+// int: it looks the handle up first (NULL, stale and made-up handles are
+// errors), then runs f with the context; f's result is the export's, -1 if
+// f fails.
+func control(fn string, h C.uintptr_t, f func(ctx *capi.Context) (int, error)) C.int {
+	return do(fn, -1, func() (C.int, error) {
+		ctx, err := lookup(h)
+		if err != nil {
+			return -1, err
+		}
+		n, err := f(ctx)
+		return C.int(n), err
+	})
 }
 
 // Error codes of rdma_get_errno, as rdma_lib.h defines them.
@@ -185,355 +217,267 @@ func bytesOf(p unsafe.Pointer, n int) []byte {
 	return unsafe.Slice((*byte)(p), n)
 }
 
+// messageLen converts a message length from C: no longer than limit, or
+// ErrMessageTooLong.
+func messageLen(n C.size_t, limit int) (int, error) {
+	size, err := length(n, "len", limit)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err)
+	}
+	return size, nil
+}
+
+// isNull is the error of a pointer argument that is NULL where it may not be.
+func isNull(what string) error { return errors.New(what + " is NULL") }
+
 //export rdma_init
-func rdma_init(ip *C.char, port C.int, bufSize C.size_t, isServer C.bool) (ret C.uintptr_t) {
-	const fn = "rdma_init"
-	defer recoverTo(fn, &ret, 0)
-	if ip == nil {
-		setError(fn, errors.New("ip is NULL"))
-		return 0
-	}
-	size, err := length(bufSize, "buffer size", capi.MaxBufSize)
-	if err != nil {
-		setError(fn, err)
-		return 0
-	}
-	ctx, err := capi.Init(C.GoString(ip), int(port), size, bool(isServer))
-	if err != nil {
-		setError(fn, err)
-		return 0
-	}
-	h := cgo.NewHandle(ctx)
-	contexts.Lock()
-	contexts.m[h] = ctx
-	contexts.Unlock()
-	return C.uintptr_t(h)
+func rdma_init(ip *C.char, port C.int, bufSize C.size_t, isServer C.bool) C.uintptr_t {
+	return do("rdma_init", 0, func() (C.uintptr_t, error) {
+		if ip == nil {
+			return 0, isNull("ip")
+		}
+		size, err := length(bufSize, "buffer size", capi.MaxBufSize)
+		if err != nil {
+			return 0, err
+		}
+		ctx, err := capi.Init(C.GoString(ip), int(port), size, bool(isServer))
+		if err != nil {
+			return 0, err
+		}
+		h := cgo.NewHandle(ctx)
+		contexts.Lock()
+		contexts.m[h] = ctx
+		contexts.Unlock()
+		return C.uintptr_t(h), nil
+	})
 }
 
 //export rdma_cleanup
 func rdma_cleanup(h C.uintptr_t) {
-	const fn = "rdma_cleanup"
-	var ignored int
-	defer recoverTo(fn, &ignored, 0)
-	if h == 0 {
-		return // like free(NULL)
-	}
-	contexts.Lock()
-	ctx, ok := contexts.m[cgo.Handle(h)]
-	delete(contexts.m, cgo.Handle(h))
-	contexts.Unlock()
-	if !ok {
-		setError(fn, errStaleCtx)
-		return
-	}
-	cgo.Handle(h).Delete()
-	if err := ctx.Close(); err != nil {
-		setError(fn, err)
-	}
+	do("rdma_cleanup", 0, func() (int, error) {
+		if h == 0 {
+			return 0, nil // like free(NULL)
+		}
+		contexts.Lock()
+		ctx, ok := contexts.m[cgo.Handle(h)]
+		delete(contexts.m, cgo.Handle(h))
+		contexts.Unlock()
+		if !ok {
+			return 0, errStaleCtx
+		}
+		cgo.Handle(h).Delete()
+		return 0, ctx.Close()
+	})
 }
 
 //export rdma_connect_peer
-func rdma_connect_peer(h C.uintptr_t, peerIP *C.char, peerPort C.int) (ret C.int) {
-	const fn = "rdma_connect_peer"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if peerIP == nil {
-		return fail(fn, errors.New("peer_ip is NULL"))
-	}
-	idx, err := ctx.ConnectPeer(C.GoString(peerIP), int(peerPort))
-	if err != nil {
-		return fail(fn, err)
-	}
-	return C.int(idx)
+func rdma_connect_peer(h C.uintptr_t, peerIP *C.char, peerPort C.int) C.int {
+	return control("rdma_connect_peer", h, func(ctx *capi.Context) (int, error) {
+		if peerIP == nil {
+			return 0, isNull("peer_ip")
+		}
+		return ctx.ConnectPeer(C.GoString(peerIP), int(peerPort))
+	})
 }
 
 //export rdma_accept_peer
-func rdma_accept_peer(h C.uintptr_t) (ret C.int) {
-	const fn = "rdma_accept_peer"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	idx, err := ctx.AcceptPeer()
-	if err != nil {
-		return fail(fn, err)
-	}
-	return C.int(idx)
+func rdma_accept_peer(h C.uintptr_t) C.int {
+	return control("rdma_accept_peer", h, func(ctx *capi.Context) (int, error) {
+		return ctx.AcceptPeer()
+	})
 }
 
 //export rdma_reconnect_peer
-func rdma_reconnect_peer(h C.uintptr_t, idx C.int, peerIP *C.char, peerPort C.int) (ret C.int) {
-	const fn = "rdma_reconnect_peer"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if peerIP == nil {
-		return fail(fn, errors.New("peer_ip is NULL"))
-	}
-	if err := ctx.ReconnectPeer(int(idx), C.GoString(peerIP), int(peerPort)); err != nil {
-		return fail(fn, err)
-	}
-	return idx
+func rdma_reconnect_peer(h C.uintptr_t, idx C.int, peerIP *C.char, peerPort C.int) C.int {
+	return control("rdma_reconnect_peer", h, func(ctx *capi.Context) (int, error) {
+		if peerIP == nil {
+			return 0, isNull("peer_ip")
+		}
+		return int(idx), ctx.ReconnectPeer(int(idx), C.GoString(peerIP), int(peerPort))
+	})
 }
 
 //export rdma_accept_peer_at
-func rdma_accept_peer_at(h C.uintptr_t, idx C.int) (ret C.int) {
-	const fn = "rdma_accept_peer_at"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if err := ctx.AcceptPeerAt(int(idx)); err != nil {
-		return fail(fn, err)
-	}
-	return idx
+func rdma_accept_peer_at(h C.uintptr_t, idx C.int) C.int {
+	return control("rdma_accept_peer_at", h, func(ctx *capi.Context) (int, error) {
+		return int(idx), ctx.AcceptPeerAt(int(idx))
+	})
 }
 
 //export rdma_disconnect_peer
-func rdma_disconnect_peer(h C.uintptr_t, idx C.int) (ret C.int) {
-	const fn = "rdma_disconnect_peer"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if err := ctx.DisconnectPeer(int(idx)); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_disconnect_peer(h C.uintptr_t, idx C.int) C.int {
+	return control("rdma_disconnect_peer", h, func(ctx *capi.Context) (int, error) {
+		return 0, ctx.DisconnectPeer(int(idx))
+	})
 }
 
 //export rdma_send
-func rdma_send(h C.uintptr_t, idx C.int, data unsafe.Pointer, n C.size_t) (ret C.int) {
-	const fn = "rdma_send"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if data == nil {
-		return fail(fn, errors.New("data is NULL"))
-	}
-	size, err := length(n, "len", ctx.BufSize())
-	if err != nil {
-		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-	}
-	sent, err := ctx.Send(int(idx), bytesOf(data, size))
-	if err != nil {
-		return fail(fn, err)
-	}
-	return C.int(sent)
+func rdma_send(h C.uintptr_t, idx C.int, data unsafe.Pointer, n C.size_t) C.int {
+	return control("rdma_send", h, func(ctx *capi.Context) (int, error) {
+		if data == nil {
+			return 0, isNull("data")
+		}
+		size, err := messageLen(n, ctx.BufSize())
+		if err != nil {
+			return 0, err
+		}
+		return ctx.Send(int(idx), bytesOf(data, size))
+	})
 }
 
 //export rdma_recv
-func rdma_recv(h C.uintptr_t, idx C.int, data unsafe.Pointer, maxLen C.size_t) (ret C.int) {
-	const fn = "rdma_recv"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if data == nil {
-		return fail(fn, errors.New("data is NULL"))
-	}
-	// No message is longer than MaxBufSize, so a larger buffer is as good
-	// as MaxBufSize bytes of it.
-	size := min(uint64(maxLen), capi.MaxBufSize)
-	n, err := ctx.Recv(int(idx), bytesOf(data, int(size)))
-	if err != nil {
-		return fail(fn, err)
-	}
-	return C.int(n)
+func rdma_recv(h C.uintptr_t, idx C.int, data unsafe.Pointer, maxLen C.size_t) C.int {
+	return control("rdma_recv", h, func(ctx *capi.Context) (int, error) {
+		if data == nil {
+			return 0, isNull("data")
+		}
+		// No message is longer than MaxBufSize, so a larger buffer is as
+		// good as MaxBufSize bytes of it.
+		size := min(uint64(maxLen), capi.MaxBufSize)
+		return ctx.Recv(int(idx), bytesOf(data, int(size)))
+	})
 }
 
 //export rdma_broadcast
-func rdma_broadcast(h C.uintptr_t, data unsafe.Pointer, n C.size_t) (ret C.int) {
-	const fn = "rdma_broadcast"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if data == nil {
-		return fail(fn, errors.New("data is NULL"))
-	}
-	size, err := length(n, "len", ctx.BufSize())
-	if err != nil {
-		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-	}
-	if err := ctx.Broadcast(bytesOf(data, size)); err != nil {
-		return fail(fn, err)
-	}
-	return C.int(size)
+func rdma_broadcast(h C.uintptr_t, data unsafe.Pointer, n C.size_t) C.int {
+	return control("rdma_broadcast", h, func(ctx *capi.Context) (int, error) {
+		if data == nil {
+			return 0, isNull("data")
+		}
+		size, err := messageLen(n, ctx.BufSize())
+		if err != nil {
+			return 0, err
+		}
+		return size, ctx.Broadcast(bytesOf(data, size))
+	})
 }
 
 //export rdma_sequential_alltoall
-func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, msgSize C.size_t) (ret C.int) {
-	const fn = "rdma_sequential_alltoall"
-	defer recoverTo(fn, &ret, -1)
-	// C gives no length for recv_buf. BUFFER_SIZE is what the original's own
-	// programs pass, so it is the bound: never written past, whatever
-	// buf_size is and whatever a peer sends.
-	return allToAll(fn, h, sendBuf, recvBuf, capi.BufferSize, msgSize)
+func rdma_sequential_alltoall(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, msgSize C.size_t) C.int {
+	return control("rdma_sequential_alltoall", h, func(ctx *capi.Context) (int, error) {
+		// C gives no length for recv_buf. BUFFER_SIZE is what the original's
+		// own programs pass, so it is the bound: never written past,
+		// whatever buf_size is and whatever a peer sends.
+		return 0, allToAll(ctx, sendBuf, recvBuf, capi.BufferSize, msgSize, true)
+	})
 }
 
 //export rdma_sequential_alltoall_n
-func rdma_sequential_alltoall_n(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen, msgSize C.size_t) (ret C.int) {
-	const fn = "rdma_sequential_alltoall_n"
-	defer recoverTo(fn, &ret, -1)
-	// No combined message is longer than MaxBufSize, so a larger buffer is
-	// as good as MaxBufSize bytes of it.
-	return allToAll(fn, h, sendBuf, recvBuf, int(min(uint64(recvLen), capi.MaxBufSize)), msgSize)
+func rdma_sequential_alltoall_n(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen, msgSize C.size_t) C.int {
+	return control("rdma_sequential_alltoall_n", h, func(ctx *capi.Context) (int, error) {
+		// No combined message is longer than MaxBufSize, so a larger buffer
+		// is as good as MaxBufSize bytes of it.
+		return 0, allToAll(ctx, sendBuf, recvBuf, int(min(uint64(recvLen), capi.MaxBufSize)), msgSize, false)
+	})
 }
 
 // allToAll runs rdma_sequential_alltoall with recv_buf's first recvLen bytes
-// as the only memory it may write.
-func allToAll(fn string, h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, recvLen int, msgSize C.size_t) C.int {
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
+// as the only memory it may write. bounded (rdma_sequential_alltoall, which
+// has no recv_len) adds to an exchange too large for recvLen where to turn.
+func allToAll(ctx *capi.Context, sendBuf, recvBuf unsafe.Pointer, recvLen int, msgSize C.size_t, bounded bool) error {
 	switch {
 	case sendBuf == nil:
-		return fail(fn, errors.New("send_buf is NULL"))
+		return isNull("send_buf")
 	case recvBuf == nil:
-		return fail(fn, errors.New("recv_buf is NULL"))
+		return isNull("recv_buf")
 	case msgSize == 0:
-		return fail(fn, errors.New("msg_size is 0"))
+		return errors.New("msg_size is 0")
 	}
 	size, err := length(msgSize, "msg_size", ctx.BufSize())
 	if err != nil {
-		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
+		return fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err)
 	}
 	recv := bytesOf(recvBuf, recvLen)
-	err = ctx.SequentialAllToAll(bytesOf(sendBuf, size), recv, size)
-	if err != nil {
-		if fn == "rdma_sequential_alltoall" && (errors.Is(err, capi.ErrMessageTooLong) || errors.Is(err, capi.ErrInvalidArgument)) {
+	if err := ctx.SequentialAllToAll(bytesOf(sendBuf, size), recv, size); err != nil {
+		if bounded && (errors.Is(err, capi.ErrMessageTooLong) || errors.Is(err, capi.ErrInvalidArgument)) {
 			err = fmt.Errorf("%w (rdma_sequential_alltoall writes at most BUFFER_SIZE bytes: pass the buffer's length to rdma_sequential_alltoall_n)", err)
 		}
-		return fail(fn, err)
+		return err
 	}
 	if verbose {
 		traceCombined(ctx, recv, size)
 	}
-	return 0
+	return nil
 }
 
 //export rdma_group_init
-func rdma_group_init(h C.uintptr_t) (ret C.int) {
-	const fn = "rdma_group_init"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	rank, err := ctx.GroupInit()
-	if err != nil {
-		return fail(fn, err)
-	}
-	return C.int(rank)
+func rdma_group_init(h C.uintptr_t) C.int {
+	return control("rdma_group_init", h, func(ctx *capi.Context) (int, error) {
+		return ctx.GroupInit()
+	})
 }
 
 //export rdma_group_size
-func rdma_group_size(h C.uintptr_t) (ret C.int) {
-	const fn = "rdma_group_size"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	n := ctx.GroupSize()
-	if n == 0 {
-		return fail(fn, capi.ErrNoGroup)
-	}
-	return C.int(n)
+func rdma_group_size(h C.uintptr_t) C.int {
+	return control("rdma_group_size", h, func(ctx *capi.Context) (int, error) {
+		n := ctx.GroupSize()
+		if n == 0 {
+			return 0, capi.ErrNoGroup
+		}
+		return n, nil
+	})
 }
 
 //export rdma_barrier
-func rdma_barrier(h C.uintptr_t) (ret C.int) {
-	const fn = "rdma_barrier"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if err := ctx.Barrier(); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_barrier(h C.uintptr_t) C.int {
+	return control("rdma_barrier", h, func(ctx *capi.Context) (int, error) {
+		return 0, ctx.Barrier()
+	})
 }
 
 //export rdma_bcast
-func rdma_bcast(h C.uintptr_t, buf unsafe.Pointer, n C.size_t, root C.int) (ret C.int) {
-	const fn = "rdma_bcast"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if buf == nil && n > 0 {
-		return fail(fn, errors.New("buf is NULL"))
-	}
-	size, err := length(n, "len", capi.MaxBufSize)
-	if err != nil {
-		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-	}
-	if err := ctx.Bcast(bytesOf(buf, size), int(root)); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_bcast(h C.uintptr_t, buf unsafe.Pointer, n C.size_t, root C.int) C.int {
+	return control("rdma_bcast", h, func(ctx *capi.Context) (int, error) {
+		if buf == nil && n > 0 {
+			return 0, isNull("buf")
+		}
+		size, err := messageLen(n, capi.MaxBufSize)
+		if err != nil {
+			return 0, err
+		}
+		return 0, ctx.Bcast(bytesOf(buf, size), int(root))
+	})
 }
 
 //export rdma_allgather
-func rdma_allgather(h C.uintptr_t, sendBuf unsafe.Pointer, n C.size_t, recvBuf unsafe.Pointer, recvLen C.size_t) (ret C.int) {
-	const fn = "rdma_allgather"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if (sendBuf == nil && n > 0) || recvBuf == nil {
-		return fail(fn, errors.New("send_buf or recv_buf is NULL"))
-	}
-	size, err := length(n, "len", capi.MaxBufSize)
-	if err != nil {
-		return fail(fn, fmt.Errorf("%w: %w", capi.ErrMessageTooLong, err))
-	}
-	groupSize := ctx.GroupSize()
-	if groupSize == 0 {
-		return fail(fn, capi.ErrNoGroup)
-	}
-	if uint64(recvLen) < uint64(groupSize)*uint64(size) {
-		return fail(fn, fmt.Errorf("%w: recv_len %d is less than %d ranks of %d bytes", capi.ErrMessageTooLong, uint64(recvLen), groupSize, size))
-	}
-	if err := ctx.AllGather(bytesOf(sendBuf, size), bytesOf(recvBuf, groupSize*size)); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_allgather(h C.uintptr_t, sendBuf unsafe.Pointer, n C.size_t, recvBuf unsafe.Pointer, recvLen C.size_t) C.int {
+	return control("rdma_allgather", h, func(ctx *capi.Context) (int, error) {
+		if (sendBuf == nil && n > 0) || recvBuf == nil {
+			return 0, errors.New("send_buf or recv_buf is NULL")
+		}
+		size, err := messageLen(n, capi.MaxBufSize)
+		if err != nil {
+			return 0, err
+		}
+		groupSize := ctx.GroupSize()
+		if groupSize == 0 {
+			return 0, capi.ErrNoGroup
+		}
+		if uint64(recvLen) < uint64(groupSize)*uint64(size) {
+			return 0, fmt.Errorf("%w: recv_len %d is less than %d ranks of %d bytes", capi.ErrMessageTooLong, uint64(recvLen), groupSize, size)
+		}
+		return 0, ctx.AllGather(bytesOf(sendBuf, size), bytesOf(recvBuf, groupSize*size))
+	})
 }
 
 //export rdma_allreduce
-func rdma_allreduce(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op C.int) (ret C.int) {
-	const fn = "rdma_allreduce"
-	defer recoverTo(fn, &ret, -1)
-	return reduce(fn, h, sendBuf, recvBuf, count, dtype, op, -1)
+func rdma_allreduce(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op C.int) C.int {
+	return control("rdma_allreduce", h, func(ctx *capi.Context) (int, error) {
+		return 0, reduce(ctx, sendBuf, recvBuf, count, dtype, op, -1)
+	})
 }
 
 //export rdma_reduce
-func rdma_reduce(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op, root C.int) (ret C.int) {
+func rdma_reduce(h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op, root C.int) C.int {
 	const fn = "rdma_reduce"
-	defer recoverTo(fn, &ret, -1)
+	// Before the context: a negative root is this call's error whatever
+	// else is wrong.
 	if root < 0 {
 		return fail(fn, fmt.Errorf("root %d is negative", int(root)))
 	}
-	return reduce(fn, h, sendBuf, recvBuf, count, dtype, op, int(root))
+	return control(fn, h, func(ctx *capi.Context) (int, error) {
+		return 0, reduce(ctx, sendBuf, recvBuf, count, dtype, op, int(root))
+	})
 }
 
 // Element types and operators of rdma_allreduce and rdma_reduce, as
@@ -553,46 +497,37 @@ const (
 var ops = map[C.int]collectives.Op{opSum: collectives.Sum, opProd: collectives.Prod, opMin: collectives.Min, opMax: collectives.Max}
 
 // reduce runs an all-reduce (root < 0) or a reduce to root.
-func reduce(fn string, h C.uintptr_t, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op C.int, root int) C.int {
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
+func reduce(ctx *capi.Context, sendBuf, recvBuf unsafe.Pointer, count C.size_t, dtype, op C.int, root int) error {
 	cop, ok := ops[op]
 	if !ok {
-		return fail(fn, fmt.Errorf("op %d is not RDMA_SUM, RDMA_PROD, RDMA_MIN or RDMA_MAX", int(op)))
+		return fmt.Errorf("op %d is not RDMA_SUM, RDMA_PROD, RDMA_MIN or RDMA_MAX", int(op))
 	}
 	n, err := length(count, "count", capi.MaxBufSize/8)
 	if err != nil {
-		return fail(fn, err)
+		return err
 	}
 	if sendBuf == nil && n > 0 {
-		return fail(fn, errors.New("send_buf is NULL"))
+		return isNull("send_buf")
 	}
 	// recv_buf matters at every rank of an all-reduce, at the root only of
 	// a reduce; elsewhere NULL stands for "none" and send is passed (unused).
 	if recvBuf == nil {
 		if root < 0 || (ctx.GroupSize() > 0 && root == groupRank(ctx)) {
-			return fail(fn, errors.New("recv_buf is NULL"))
+			return isNull("recv_buf")
 		}
 		recvBuf = sendBuf
 	}
 	switch dtype {
 	case typeInt32:
-		err = reduceAs[int32](ctx, sendBuf, recvBuf, n, cop, root)
+		return reduceAs[int32](ctx, sendBuf, recvBuf, n, cop, root)
 	case typeInt64:
-		err = reduceAs[int64](ctx, sendBuf, recvBuf, n, cop, root)
+		return reduceAs[int64](ctx, sendBuf, recvBuf, n, cop, root)
 	case typeFloat:
-		err = reduceAs[float32](ctx, sendBuf, recvBuf, n, cop, root)
+		return reduceAs[float32](ctx, sendBuf, recvBuf, n, cop, root)
 	case typeDouble:
-		err = reduceAs[float64](ctx, sendBuf, recvBuf, n, cop, root)
-	default:
-		return fail(fn, fmt.Errorf("datatype %d is not RDMA_INT32, RDMA_INT64, RDMA_FLOAT or RDMA_DOUBLE", int(dtype)))
+		return reduceAs[float64](ctx, sendBuf, recvBuf, n, cop, root)
 	}
-	if err != nil {
-		return fail(fn, err)
-	}
-	return 0
+	return fmt.Errorf("datatype %d is not RDMA_INT32, RDMA_INT64, RDMA_FLOAT or RDMA_DOUBLE", int(dtype))
 }
 
 func groupRank(ctx *capi.Context) int { return ctx.GroupRank() }

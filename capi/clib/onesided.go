@@ -9,39 +9,20 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 	"unsafe"
 
 	"github.com/rdmanet/rdma/capi"
 )
 
-// mems maps each rdma_mem* handed to C (a number, never a Go pointer) to
-// its memory, until rdma_free.
-var mems = struct {
-	sync.Mutex
-	next uint64
-	m    map[uint64]*capi.Mem
-}{m: map[uint64]*capi.Mem{}}
+// mems maps each rdma_mem* handed to C to its memory, until rdma_free.
+var mems = newTable[*capi.Mem](errNilMem, errStaleMem)
 
 var (
 	errNilMem   = errors.New("mem is NULL")
 	errStaleMem = errors.New("mem is not a live rdma_mem (not returned by rdma_alloc, or already passed to rdma_free)")
 	errNilDesc  = errors.New("desc is NULL")
 )
-
-func findMem(h C.uintptr_t) (*capi.Mem, error) {
-	if h == 0 {
-		return nil, errNilMem
-	}
-	mems.Lock()
-	m, ok := mems.m[uint64(h)]
-	mems.Unlock()
-	if !ok {
-		return nil, errStaleMem
-	}
-	return m, nil
-}
 
 // descOf copies the rdma_desc at p.
 func descOf(p unsafe.Pointer) (*capi.Desc, error) {
@@ -54,120 +35,94 @@ func descOf(p unsafe.Pointer) (*capi.Desc, error) {
 }
 
 //export rdma_alloc
-func rdma_alloc(h C.uintptr_t, size C.size_t) (ret C.uintptr_t) {
-	const fn = "rdma_alloc"
-	defer recoverTo(fn, &ret, 0)
-	ctx, err := lookup(h)
-	if err != nil {
-		setError(fn, err)
-		return 0
-	}
-	n, err := length(size, "size", capi.MaxMemSize)
-	if err != nil {
-		setError(fn, fmt.Errorf("%w: %w", capi.ErrInvalidArgument, err))
-		return 0
-	}
-	m, err := ctx.Alloc(n)
-	if err != nil {
-		setError(fn, err)
-		return 0
-	}
-	mems.Lock()
-	defer mems.Unlock()
-	mems.next++
-	mems.m[mems.next] = m
-	return C.uintptr_t(mems.next)
+func rdma_alloc(h C.uintptr_t, size C.size_t) C.uintptr_t {
+	return do("rdma_alloc", 0, func() (C.uintptr_t, error) {
+		ctx, err := lookup(h)
+		if err != nil {
+			return 0, err
+		}
+		n, err := length(size, "size", capi.MaxMemSize)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", capi.ErrInvalidArgument, err)
+		}
+		m, err := ctx.Alloc(n)
+		if err != nil {
+			return 0, err
+		}
+		return mems.add(m), nil
+	})
 }
 
 //export rdma_mem_ptr
-func rdma_mem_ptr(h C.uintptr_t) (ret unsafe.Pointer) {
-	const fn = "rdma_mem_ptr"
-	defer recoverTo(fn, &ret, nil)
-	m, err := findMem(h)
-	if err != nil {
-		setError(fn, err)
-		return nil
-	}
-	// The memory is outside the Go heap (verbs.AllocMemory): C may keep
-	// this pointer until rdma_free.
-	return unsafe.Pointer(unsafe.SliceData(m.Bytes()))
+func rdma_mem_ptr(h C.uintptr_t) unsafe.Pointer {
+	return do("rdma_mem_ptr", nil, func() (unsafe.Pointer, error) {
+		m, err := mems.find(h)
+		if err != nil {
+			return nil, err
+		}
+		// The memory is outside the Go heap (verbs.AllocMemory): C may keep
+		// this pointer until rdma_free.
+		return unsafe.Pointer(unsafe.SliceData(m.Bytes())), nil
+	})
 }
 
 //export rdma_mem_size
-func rdma_mem_size(h C.uintptr_t) (ret C.size_t) {
-	const fn = "rdma_mem_size"
-	defer recoverTo(fn, &ret, 0)
-	m, err := findMem(h)
-	if err != nil {
-		setError(fn, err)
-		return 0
-	}
-	return C.size_t(len(m.Bytes()))
+func rdma_mem_size(h C.uintptr_t) C.size_t {
+	return do("rdma_mem_size", 0, func() (C.size_t, error) {
+		m, err := mems.find(h)
+		if err != nil {
+			return 0, err
+		}
+		return C.size_t(len(m.Bytes())), nil
+	})
 }
 
 //export rdma_free
-func rdma_free(h C.uintptr_t) (ret C.int) {
-	const fn = "rdma_free"
-	defer recoverTo(fn, &ret, -1)
-	if h == 0 {
-		return 0 // like free(NULL)
-	}
-	mems.Lock()
-	m, ok := mems.m[uint64(h)]
-	delete(mems.m, uint64(h))
-	mems.Unlock()
-	if !ok {
-		return fail(fn, errStaleMem)
-	}
-	if err := m.Free(); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_free(h C.uintptr_t) C.int {
+	return do("rdma_free", -1, func() (C.int, error) {
+		if h == 0 {
+			return 0, nil // like free(NULL)
+		}
+		m, ok := mems.take(h)
+		if !ok {
+			return -1, errStaleMem
+		}
+		return 0, m.Free()
+	})
 }
 
 //export rdma_expose
-func rdma_expose(h C.uintptr_t, idx C.int, mh C.uintptr_t, off, n C.size_t, access C.int, desc unsafe.Pointer) (ret C.int) {
-	const fn = "rdma_expose"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	m, err := findMem(mh)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if desc == nil {
-		return fail(fn, errNilDesc)
-	}
-	o, size, err := span(off, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	d, err := ctx.Expose(int(idx), m, o, size, capi.Access(access))
-	if err != nil {
-		return fail(fn, err)
-	}
-	copy(unsafe.Slice((*byte)(desc), capi.DescSize), d[:])
-	return 0
+func rdma_expose(h C.uintptr_t, idx C.int, mh C.uintptr_t, off, n C.size_t, access C.int, desc unsafe.Pointer) C.int {
+	return control("rdma_expose", h, func(ctx *capi.Context) (int, error) {
+		m, err := mems.find(mh)
+		if err != nil {
+			return 0, err
+		}
+		if desc == nil {
+			return 0, errNilDesc
+		}
+		o, size, err := span(off, n)
+		if err != nil {
+			return 0, err
+		}
+		d, err := ctx.Expose(int(idx), m, o, size, capi.Access(access))
+		if err != nil {
+			return 0, err
+		}
+		copy(unsafe.Slice((*byte)(desc), capi.DescSize), d[:])
+		return 0, nil
+	})
 }
 
 //export rdma_unexpose
-func rdma_unexpose(h C.uintptr_t, desc unsafe.Pointer) (ret C.int) {
-	const fn = "rdma_unexpose"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	d, err := descOf(desc)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if err := ctx.Unexpose(*d); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_unexpose(h C.uintptr_t, desc unsafe.Pointer) C.int {
+	return control("rdma_unexpose", h, func(ctx *capi.Context) (int, error) {
+		d, err := descOf(desc)
+		if err != nil {
+			return 0, err
+		}
+		return 0, ctx.Unexpose(*d)
+	})
 }
 
 // span converts an offset and a length from C.
@@ -185,7 +140,6 @@ func span(off, n C.size_t) (int, int, error) {
 
 // oneSidedArgs are a one-sided call's arguments, converted from C.
 type oneSidedArgs struct {
-	ctx       *capi.Context
 	remote    *capi.Desc
 	remoteOff int
 	local     *capi.Mem
@@ -193,16 +147,13 @@ type oneSidedArgs struct {
 	n         int
 }
 
-func oneSided(h C.uintptr_t, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) (a oneSidedArgs, err error) {
-	if a.ctx, err = lookup(h); err != nil {
-		return a, err
-	}
+func oneSided(desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) (a oneSidedArgs, err error) {
 	if a.remote, err = descOf(desc); err != nil {
 		return a, err
 	}
 	// A zero-length write needs no local memory.
 	if mh != 0 || n != 0 {
-		if a.local, err = findMem(mh); err != nil {
+		if a.local, err = mems.find(mh); err != nil {
 			return a, err
 		}
 	}
@@ -215,91 +166,80 @@ func oneSided(h C.uintptr_t, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintp
 	return a, nil
 }
 
+// oneSidedControl is control for the one-sided exports: their arguments
+// are converted (after the context is looked up) before f runs with them.
+func oneSidedControl(fn string, h C.uintptr_t, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t,
+	f func(ctx *capi.Context, a oneSidedArgs) (int, error)) C.int {
+	return control(fn, h, func(ctx *capi.Context) (int, error) {
+		a, err := oneSided(desc, remoteOff, mh, localOff, n)
+		if err != nil {
+			return 0, err
+		}
+		return f(ctx, a)
+	})
+}
+
 //export rdma_write
-func rdma_write(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) (ret C.int) {
-	const fn = "rdma_write"
-	defer recoverTo(fn, &ret, -1)
-	a, err := oneSided(h, desc, remoteOff, mh, localOff, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	done, err := a.ctx.Write(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
-	return result(fn, done, err)
+func rdma_write(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) C.int {
+	return oneSidedControl("rdma_write", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		return ctx.Write(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
+	})
 }
 
 //export rdma_write_notify
-func rdma_write_notify(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, value C.uint) (ret C.int) {
-	const fn = "rdma_write_notify"
-	defer recoverTo(fn, &ret, -1)
-	a, err := oneSided(h, desc, remoteOff, mh, localOff, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	done, err := a.ctx.WriteNotify(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n, uint32(value))
-	return result(fn, done, err)
+func rdma_write_notify(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, value C.uint) C.int {
+	return oneSidedControl("rdma_write_notify", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		return ctx.WriteNotify(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n, uint32(value))
+	})
 }
 
 //export rdma_read
-func rdma_read(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) (ret C.int) {
-	const fn = "rdma_read"
-	defer recoverTo(fn, &ret, -1)
-	a, err := oneSided(h, desc, remoteOff, mh, localOff, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	done, err := a.ctx.Read(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
-	return result(fn, done, err)
+func rdma_read(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t) C.int {
+	return oneSidedControl("rdma_read", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		return ctx.Read(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
+	})
 }
 
 //export rdma_iwrite
-func rdma_iwrite(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) (ret C.int) {
-	const fn = "rdma_iwrite"
-	defer recoverTo(fn, &ret, -1)
-	return startOneSided(fn, true, h, idx, desc, remoteOff, mh, localOff, n, req)
+func rdma_iwrite(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) C.int {
+	return startOneSided("rdma_iwrite", true, h, idx, desc, remoteOff, mh, localOff, n, req)
 }
 
 //export rdma_iread
-func rdma_iread(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) (ret C.int) {
-	const fn = "rdma_iread"
-	defer recoverTo(fn, &ret, -1)
-	return startOneSided(fn, false, h, idx, desc, remoteOff, mh, localOff, n, req)
+func rdma_iread(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) C.int {
+	return startOneSided("rdma_iread", false, h, idx, desc, remoteOff, mh, localOff, n, req)
 }
 
 // startOneSided is rdma_iwrite's (write) and rdma_iread's body.
 func startOneSided(fn string, write bool, h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, req *C.uintptr_t) C.int {
+	// Before the context, as the original order of checks had it.
 	if req == nil {
-		return fail(fn, errors.New("req is NULL"))
+		return fail(fn, isNull("req"))
 	}
-	a, err := oneSided(h, desc, remoteOff, mh, localOff, n)
-	if err != nil {
-		return fail(fn, err)
-	}
-	start := a.ctx.IRead
-	if write {
-		start = a.ctx.IWrite
-	}
-	r, err := start(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
-	return issued(fn, r, err, req)
+	return oneSidedControl(fn, h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		start := ctx.IRead
+		if write {
+			start = ctx.IWrite
+		}
+		r, err := start(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n)
+		return issued(r, err, req)
+	})
 }
 
 //export rdma_wait_notify
-func rdma_wait_notify(h C.uintptr_t, idx C.int, value *C.uint, timeoutMS C.int) (ret C.int) {
-	const fn = "rdma_wait_notify"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	timeout := time.Duration(-1)
-	if timeoutMS >= 0 {
-		timeout = time.Duration(timeoutMS) * time.Millisecond
-	}
-	v, n, err := ctx.WaitNotify(int(idx), timeout)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if value != nil {
-		*value = C.uint(v)
-	}
-	return C.int(n)
+func rdma_wait_notify(h C.uintptr_t, idx C.int, value *C.uint, timeoutMS C.int) C.int {
+	return control("rdma_wait_notify", h, func(ctx *capi.Context) (int, error) {
+		timeout := time.Duration(-1)
+		if timeoutMS >= 0 {
+			timeout = time.Duration(timeoutMS) * time.Millisecond
+		}
+		v, n, err := ctx.WaitNotify(int(idx), timeout)
+		if err != nil {
+			return 0, err
+		}
+		if value != nil {
+			*value = C.uint(v)
+		}
+		return n, nil
+	})
 }

@@ -5,31 +5,18 @@ package main
 */
 import "C"
 
+import "github.com/rdmanet/rdma/capi"
+
 //export rdma_set_tos
-func rdma_set_tos(h C.uintptr_t, tos C.int) (ret C.int) {
-	const fn = "rdma_set_tos"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	if err := ctx.SetTrafficClass(int(tos)); err != nil {
-		return fail(fn, err)
-	}
-	return 0
+func rdma_set_tos(h C.uintptr_t, tos C.int) C.int {
+	return control("rdma_set_tos", h, func(ctx *capi.Context) (int, error) {
+		return 0, ctx.SetTrafficClass(int(tos))
+	})
 }
 
 //export rdma_get_tos
-func rdma_get_tos(h C.uintptr_t, idx C.int) (ret C.int) {
-	const fn = "rdma_get_tos"
-	defer recoverTo(fn, &ret, -1)
-	ctx, err := lookup(h)
-	if err != nil {
-		return fail(fn, err)
-	}
-	tc, err := ctx.TrafficClass(int(idx))
-	if err != nil {
-		return fail(fn, err)
-	}
-	return C.int(tc)
+func rdma_get_tos(h C.uintptr_t, idx C.int) C.int {
+	return control("rdma_get_tos", h, func(ctx *capi.Context) (int, error) {
+		return ctx.TrafficClass(int(idx))
+	})
 }

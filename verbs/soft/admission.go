@@ -171,6 +171,9 @@ func (a *admission) admit(c *net.TCPConn, host netip.Addr) *hsSlot {
 	h.parked = append(h.parked, e)
 	a.nParked++
 	a.promote()
+	if e.state == slotParked {
+		counters.parked.Add(1)
+	}
 	if a.nParked > a.maxParked {
 		// The host with the most parked connections gives one up, its
 		// newest: the newcomer's host on a tie.
@@ -181,6 +184,7 @@ func (a *admission) admit(c *net.TCPConn, host netip.Addr) *hsSlot {
 			}
 		}
 		last := most.parked[len(most.parked)-1]
+		counters.dropped.Add(1)
 		a.free(last)
 		last.c.Close()
 	}
@@ -207,6 +211,7 @@ func (a *admission) makeRoom(h *hostPlaces) {
 		return
 	}
 	old := a.waiting[i]
+	counters.evicted.Add(1)
 	a.free(old)
 	old.c.Close() // its wait for the request then fails and returns
 }
@@ -267,6 +272,7 @@ func (a *admission) giveWay(e *hsSlot) bool {
 	if !slices.ContainsFunc(a.parked, func(p *hostPlaces) bool { return p != h && p.waiting < a.hostWaiting }) {
 		return false
 	}
+	counters.evicted.Add(1)
 	a.free(e)
 	return true
 }
@@ -307,9 +313,13 @@ func (a *admission) take(e *hsSlot) (ok bool, wait <-chan struct{}) {
 	if e.state != slotWaiting && e.state != slotReady {
 		return false, nil
 	}
+	first := e.state == slotWaiting
 	e.state = slotReady
 	h := a.hosts[e.host]
 	if a.n >= a.max || h.held >= a.perHost {
+		if first {
+			counters.slotWaits.Add(1)
+		}
 		if a.freed == nil {
 			a.freed = make(chan struct{})
 		}

@@ -273,3 +273,53 @@ func TestAdmissionSilentGiveWay(t *testing.T) {
 	assert.False(t, a.giveWay(p), "to its own host's parked connection")
 	assert.Equal(t, []*hsSlot{w1, w2, p, own}, *started)
 }
+
+// The admission's counters (ReadCounters) count what it did: connections
+// parked, ones that waited for a slot (once each, however often woken),
+// silent ones ended for a newcomer, parked ones dropped beyond the bound.
+func TestAdmissionCounters(t *testing.T) {
+	cs, _ := admissionConns(t, 1, 1, 2, 2, 3, 3, 4, 5)
+	a, _ := newTestAdmission(1, 1)
+	a.maxWaiting, a.hostWaiting, a.silentAfter = 2, 2, 50*time.Millisecond
+	before := ReadCounters()
+	holder := a.arrive(cs[0])
+	require.Nil(t, take1(t, a, holder))
+	ready := a.arrive(cs[1])
+	require.NotNil(t, take1(t, a, ready), "no slot free: it waits")
+	require.NotNil(t, take1(t, a, ready), "woken without a slot: waits again")
+	silent := a.arrive(cs[2])
+	s := a.arrive(cs[3])
+	require.Equal(t, uint8(slotParked), s.state)
+	time.Sleep(2 * a.silentAfter)
+	s4 := a.arrive(cs[4])
+	require.Equal(t, uint8(slotFree), silent.state, "the silent one was ended")
+	require.Equal(t, uint8(slotParked), s4.state)
+	a.maxParked = 1
+	s5 := a.arrive(cs[5])
+	require.Equal(t, uint8(slotFree), s5.state, "parked beyond the bound: dropped")
+
+	got := ReadCounters()
+	assert.Equal(t, uint64(3), got.AdmissionParked-before.AdmissionParked, "parked: s, s4, s5")
+	assert.Equal(t, uint64(1), got.AdmissionSlotWaits-before.AdmissionSlotWaits)
+	assert.Equal(t, uint64(1), got.AdmissionEvicted-before.AdmissionEvicted)
+	assert.Equal(t, uint64(1), got.AdmissionDropped-before.AdmissionDropped)
+	a.shut()
+
+	// A silent one that gives its place up to another host's parked
+	// connection is evicted too.
+	a, _ = newTestAdmission(1, 1)
+	a.maxWaiting, a.hostWaiting = 1, 1
+	now := time.Now()
+	a.now = func() time.Time { return now }
+	before = ReadCounters()
+	w := a.arrive(cs[6])
+	p := a.arrive(cs[7])
+	require.Equal(t, []uint8{slotWaiting, slotParked}, []uint8{w.state, p.state}, "nobody silent long enough yet")
+	now = now.Add(a.silentAfter)
+	require.True(t, a.giveWay(w))
+	require.Equal(t, uint8(slotWaiting), p.state)
+	got = ReadCounters()
+	assert.Equal(t, uint64(1), got.AdmissionParked-before.AdmissionParked)
+	assert.Equal(t, uint64(1), got.AdmissionEvicted-before.AdmissionEvicted)
+	a.shut()
+}

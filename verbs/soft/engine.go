@@ -332,8 +332,10 @@ func (q *qp) watchdog() {
 	}
 	if outstanding && q.progress == q.wdLast {
 		q.wdStrikes++
+		counters.ackTimeouts.Add(1)
 		if q.wdStrikes > q.attr.RetryCnt {
 			q.wdArmed = false
+			counters.retryExc.Add(1)
 			q.flush(q.sqHead, verbs.WCRetryExcErr, true)
 			return
 		}
@@ -684,9 +686,11 @@ func (q *qp) onNak(h *header) error {
 	}
 	switch h.imm &^ 0xff {
 	case nakRNR:
+		counters.rnrRecv.Add(1)
 		s := q.slot(p)
 		s.rnr++
 		if q.attr.RNRRetry != 7 && s.rnr > q.attr.RNRRetry {
+			counters.rnrRetryExc.Add(1)
 			q.flush(p, verbs.WCRNRRetryExcErr, true)
 			return nil
 		}
@@ -697,6 +701,7 @@ func (q *qp) onNak(h *header) error {
 				q.readsOut--
 			}
 		}
+		counters.retransmits.Add(uint64(q.sqSent - p))
 		q.sqSent = p
 		q.rnrWait = true
 		q.rnrTimer.Reset(rnrDelay(h.imm & 0xff))
@@ -787,6 +792,7 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 	needRecv := h.typ == frameSend || h.typ == frameSendImm || h.typ == frameWriteImm
 	if needRecv && q.rqHead == q.rqTail {
 		q.rnrDiscard = true
+		counters.rnrSent.Add(1)
 		q.nak(nakRNR | uint32(q.attr.MinRNRTimer&0xff))
 		q.mu.Unlock()
 		return false, q.tr.discard(h.payloadLen())

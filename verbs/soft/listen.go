@@ -179,6 +179,7 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		// Answered "TCP now, shared memory to follow": the exchange
 		// runs when the connection asks for it (shm_switch_linux.go).
 		child.shmX = newShmExchange()
+		counters.shmAccepted.Add(1)
 	case m.transports&transportShm != 0:
 		child.shmDone = make(chan struct{})
 	}
@@ -225,6 +226,11 @@ func (id *cmID) handshake(c *net.TCPConn, hsTimeout time.Duration, slot *hsSlot)
 		// The ring exchange overlaps the consumer's setup (its QP and
 		// memory) instead of coming before the request is reported.
 		shm := shmAnswer(&m, c, shmDeadline)
+		if shm != nil {
+			counters.shmAccepted.Add(1)
+		} else {
+			counters.shmRefused.Add(1)
+		}
 		child.mu.Lock()
 		if child.destroyed || child.state != idConnectRequest {
 			shm.abort() // rejected or destroyed meanwhile

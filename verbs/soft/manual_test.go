@@ -77,18 +77,24 @@ func (m *manualSide) toRTS(t *testing.T) {
 func (m *manualSide) post(t *testing.T, wr verbs.SendWR, want verbs.WCStatus) {
 	t.Helper()
 	require.NoError(t, m.qp.PostSend([]verbs.SendWR{wr}))
+	wc := m.completion(t)
+	require.Equal(t, want, wc.Status, "%v", wc.Status)
+}
+
+// completion waits for one completion on m's CQ.
+func (m *manualSide) completion(t *testing.T) verbs.WC {
+	t.Helper()
 	wc := make([]verbs.WC, 1)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n, err := m.cq.Poll(wc)
 		require.NoError(t, err)
 		if n == 1 {
-			break
+			return wc[0]
 		}
 		require.True(t, time.Now().Before(deadline), "no completion")
 		time.Sleep(time.Millisecond)
 	}
-	require.Equal(t, want, wc[0].Status, "%v", wc[0].Status)
 }
 
 // waiterAndDialer makes two sides and says which one waits for the
