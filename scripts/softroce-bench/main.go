@@ -78,7 +78,7 @@ func main() {
 		secs, err = runChild(ln, *test, *size, *count)
 		if err == nil {
 			// The child printed the figures; the server's CPU time beside.
-			fmt.Printf("server %9.3f s user CPU\n", userCPU())
+			fmt.Printf("server %9.3f s user CPU\n", userCPU()-serveCPU)
 			return
 		}
 	default:
@@ -93,11 +93,16 @@ func main() {
 	}
 	p50, p99 := percentile(rtts, 50), percentile(rtts, 99)
 	fmt.Printf("%-6s %-9s %8d %7d %9.3fs %9.2f MB/s %10.2f us/xfer %9.2f us p50 %9.2f us p99 %9.3f s user CPU\n",
-		*netw, *test, *size, *count, secs, bytes/secs/1e6, secs/float64(*count)*1e6, p50, p99, userCPU())
+		*netw, *test, *size, *count, secs, bytes/secs/1e6, secs/float64(*count)*1e6, p50, p99, clientCPU)
 }
 
 // useBuffers: -buffers.
 var useBuffers bool
+
+// The user CPU time of the measured transfers (the process's start and the
+// connection's setup left out): the client's, and the server's own (in
+// the parent process with -procs 2) from its accept on.
+var clientCPU, serveCPU float64
 
 // message is a message buffer: an rdma.Buffer's memory with -buffers,
 // else the Go heap.
@@ -203,6 +208,7 @@ func serve(ln net.Listener, test string, size, count int) error {
 	}
 	defer c.Close()
 	buf := message(size)
+	serveCPU = userCPU()
 	for i := 0; i < count; i++ {
 		if _, err := io.ReadFull(c, buf); err != nil {
 			return fmt.Errorf("server read %d: %w", i, err)
@@ -240,6 +246,7 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 	if test == "pingpong" {
 		rtts = make([]time.Duration, count)
 	}
+	cpu0 := userCPU()
 	start := time.Now()
 	last := start
 	for i := 0; i < count; i++ {
@@ -259,5 +266,7 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 			return 0, nil, fmt.Errorf("client read ack: %w", err)
 		}
 	}
-	return time.Since(start).Seconds(), rtts, nil
+	secs := time.Since(start).Seconds()
+	clientCPU = userCPU() - cpu0
+	return secs, rtts, nil
 }
