@@ -32,7 +32,7 @@ echo "test-softroce: building test binaries ($RACE)"
 $GO test $RACE -c -o "$OUT/rdmacore.test" ./verbs/rdmacore
 # Other packages' tests made for the VM (they skip without SOFTROCE_DEV):
 # package:test-regexp pairs; add yours here.
-VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore .:MixedFleetRDMACore|BusyPollRDMACore|RemoteRDMACore ./capi:MixedPeersRDMACore|OneSidedRDMACore ./verbs/soft:DmaBuf|Conformance$/DmaBufMR}
+VM_TESTS=${SOFTROCE_VM_TESTS:-./collectives:RDMACore .:MixedFleetRDMACore|BusyPollRDMACore|RemoteRDMACore|StatsRDMACore ./capi:MixedPeersRDMACore|OneSidedRDMACore ./verbs/soft:DmaBuf|Conformance$/DmaBufMR}
 : >"$OUT/packages"
 for entry in $VM_TESTS; do
 	pkg=${entry%%:*}
