@@ -48,6 +48,7 @@ func main() {
 	conns := fs.Int("conns", 1, "echo-server: connections to serve, one after another")
 	bytes := fs.Int64("bytes", 1<<20, "echo-client: bytes to send")
 	rbuf := fs.Int("rbuf", 0, "receive buffer bytes (Config.RingSize; 0: rsocket's default)")
+	fs.BoolVar(&cfg.BusyPoll, "busypoll", false, "poll without ever sleeping (Config.BusyPoll), as rstream does without -T b")
 	fs.Parse(os.Args[2:])
 	log.SetPrefix("rsocket " + mode + ": ")
 	cfg.RingSize = *rbuf
