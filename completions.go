@@ -174,6 +174,15 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 
 // tryPoll applies the completions queued in the CQ, unless a caller holds
 // the poll role (and will).
+// peerKeptCredits is how many message credits a writer keeps back: one
+// for a credit message, one for a heartbeat's ping (onesided.go).
+const peerKeptCredits = 2
+
+// maxPollBatches bounds one tryPoll: what a CQ of the deepest queues
+// holds, so that completions arriving as fast as it applies them cannot
+// keep the watch's tick from its other work.
+const maxPollBatches = 64
+
 func (c *Conn) tryPoll() {
 	c.mu.Lock()
 	if c.polling || c.torn {
@@ -182,7 +191,10 @@ func (c *Conn) tryPoll() {
 	}
 	c.polling = true
 	c.mu.Unlock()
-	c.pollBatch()
+	// Everything that waits, not one batch: a ping to answer may sit
+	// behind a queue's worth of notifications the program has not taken.
+	for i := 0; i < maxPollBatches && c.pollBatch() == len(c.poll.wcs); i++ {
+	}
 	c.mu.Lock()
 	c.polling = false
 	if c.waiters > 0 {
@@ -432,7 +444,14 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	c.received += uint64(reposts)
 	c.repostDue += reposts
 	c.repostHeld += held
-	if c.repostDue >= c.repostBatch && c.err == nil && !c.torn {
+	// What the peer may still consume is what is posted and credited (a
+	// notification's receive is credited once the program takes it). A
+	// writer keeps its last credits for a credit message and a ping; when
+	// the peer is down to those (notifications its program has not taken
+	// hold the rest), what is due goes back now rather than with the next
+	// batch, or its pings, and so the connection, would starve.
+	starved := c.recvPosted-c.rx.Owed-c.notesLen <= peerKeptCredits
+	if c.repostDue > 0 && (c.repostDue >= c.repostBatch || starved) && c.err == nil && !c.torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
 			c.failLocked(err)
 		} else {
@@ -444,7 +463,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			c.repostDue, c.repostHeld = 0, 0
 		}
 	}
-	c.creditLocked(false)
+	c.creditLocked(starved)
 	if c.rndvDoneDue {
 		c.sendRndvDoneLocked() // rndv.go
 	}

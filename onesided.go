@@ -3,6 +3,7 @@ package rdma
 import (
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 
@@ -52,19 +53,34 @@ var (
 // destroyed, as the device may still be moving local's bytes.
 func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
 	credit := op == verbs.OpRDMAWriteWithImm
+	// Until the WR is posted the call may give up: nothing has moved. The
+	// wait is for a send slot or, for a notification, a credit, which the
+	// peer's program returns only when it takes the notification: the
+	// deadline of the direction the bytes go bounds it.
+	dl := &c.wdl
+	if op == verbs.OpRDMARead {
+		dl = &c.rdl
+	}
 	for {
 		c.mu.Lock()
 		if err := c.remoteErrLocked(); err != nil {
 			c.mu.Unlock()
 			return c.opErr(name, err)
 		}
+		if dl.passed() {
+			c.mu.Unlock()
+			return c.opErr(name, os.ErrDeadlineExceeded)
+		}
 		// A data write keeps one credit for the credit message that
-		// unblocks the peer's writer; so does this.
-		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth && (!credit || c.tx.Credits >= 2) {
+		// unblocks the peer's writer; a notification, which holds its
+		// credit until the peer's program takes it, also keeps one for the
+		// heartbeat's ping, so that a peer that takes none for a while is
+		// not found unresponsive.
+		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth && (!credit || c.tx.Credits >= 3) {
 			break
 		}
 		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+		c.await(c.sndReady, dl, false)
 	}
 	r := remoteOps.Get().(*remoteOp)
 	*r = remoteOp{}

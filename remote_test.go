@@ -499,3 +499,90 @@ func TestRemoteNotifyBeyondDepth(t *testing.T) {
 	_, _, err = s.WaitNotify(short)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
+
+// A peer that never takes its notifications cannot hold WriteRemoteNotify
+// past the write deadline: the call that finds no credit returns a
+// timeout having posted nothing, the connection goes on, and once the peer
+// takes what came, every notification that was reported sent arrives, in
+// order, and nothing else.
+func TestRemoteNotifyWriteDeadline(t *testing.T) {
+	c, s := pair(t, nil)
+	target := allocBuffer(t, 4096)
+	d, err := s.Expose(target, 0, 4096, AccessWrite)
+	require.NoError(t, err)
+	local := allocBuffer(t, 4096)
+
+	require.NoError(t, c.SetWriteDeadline(time.Now().Add(300*time.Millisecond)))
+	sent := 0
+	for ; sent < 100000; sent++ {
+		err = c.WriteRemoteNotify(d, 0, local.Bytes()[:8], uint32(sent))
+		if err != nil {
+			break
+		}
+	}
+	require.Error(t, err, "a peer that takes no notification holds the writer only until its deadline")
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout())
+	assert.Positive(t, sent)
+
+	require.NoError(t, c.SetWriteDeadline(time.Time{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := 0; i < sent; i++ {
+		v, n, err := s.WaitNotify(ctx)
+		require.NoError(t, err)
+		require.Equal(t, uint32(i), v)
+		require.Equal(t, 8, n)
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	_, _, err = s.WaitNotify(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the timed-out call posted nothing")
+
+	// The connection goes on: a notification and the byte stream.
+	require.NoError(t, c.WriteRemoteNotify(d, 0, local.Bytes()[:8], 7))
+	v, _, err := s.WaitNotify(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(7), v)
+	go c.Write([]byte("on"))
+	got := make([]byte, 2)
+	_, err = io.ReadFull(s, got)
+	require.NoError(t, err)
+	assert.Equal(t, "on", string(got))
+}
+
+// Notifications hold the peer's receive credits until its WaitNotify takes
+// them, but never the last ones the heartbeat needs: a peer whose program
+// takes none for longer than PeerTimeout, while its connection answers
+// pings, leaves the connection alive, as a TCP peer that does not read for
+// a while does.
+func TestRemoteNotifyFloodKeepsHeartbeat(t *testing.T) {
+	cfg := softConfig()
+	cfg.PeerTimeout = 500 * time.Millisecond
+	c, s := pair(t, cfg)
+	target := allocBuffer(t, 4096)
+	d, err := s.Expose(target, 0, 4096, AccessWrite)
+	require.NoError(t, err)
+	local := allocBuffer(t, 4096)
+
+	sent := make(chan int, 1)
+	go func() {
+		n := 0
+		for c.WriteRemoteNotify(d, 0, local.Bytes()[:8], uint32(n)) == nil {
+			n++
+		}
+		sent <- n
+	}()
+	time.Sleep(4 * cfg.PeerTimeout) // every credit taken, the peer's program asleep
+	assert.Empty(t, c.Stats().Err, "the connection is alive")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, _, err := s.WaitNotify(ctx)
+	require.NoError(t, err, "the notifications are there")
+	assert.Zero(t, v)
+	require.NoError(t, c.Close())
+	<-sent
+}
