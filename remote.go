@@ -178,7 +178,11 @@ func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
 // value (at most NotifyValueMax) and len(p), once the bytes have landed. p
 // may be empty: a notification alone. Each notification takes one of the
 // peer's receive credits until the peer takes it, so a writer that runs
-// ahead of the peer's WaitNotify waits, as a Write waits for a reader.
+// ahead of the peer's WaitNotify waits, as a Write waits for a reader, until
+// the write deadline (SetWriteDeadline), having then posted nothing.
+// (WriteRemote and ReadRemote wait for a send slot the same way, under the
+// write and the read deadline; once posted, an operation runs to its
+// completion, which the transport's retry timeout bounds.)
 func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error {
 	if value > NotifyValueMax {
 		return c.opErr("rdma write", invalid("notification value %d exceeds %d", value, NotifyValueMax))
