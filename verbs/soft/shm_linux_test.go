@@ -698,3 +698,52 @@ func TestShmTransportLargeWriteInRecords(t *testing.T) {
 	require.NoError(t, b.readPayload(got, nil))
 	assert.Equal(t, payload, got)
 }
+
+// A reader whose last wait slept longer than shmIdleGap (an idle
+// connection's) goes to sleep at once in its next wait instead of
+// spinning; one that found its data within the spin keeps spinning.
+func TestShmReaderSkipsSpinAfterIdle(t *testing.T) {
+	prev := SetSharedMemorySpin(time.Second)
+	defer SetSharedMemorySpin(prev)
+	a, b := shmPair(t)
+	var hdr [hdrLen]byte
+	read := func() chan error {
+		done := make(chan error, 1)
+		go func() {
+			var h [hdrLen]byte
+			done <- b.readHeader(&h)
+		}()
+		return done
+	}
+	// asleep reports whether the reader is asleep on its eventfd within d.
+	asleep := func(d time.Duration) bool {
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+			if b.rx.rwait.Load() != 0 {
+				return true
+			}
+		}
+		return false
+	}
+
+	// Data within the spin: caught spinning, never asleep.
+	done := read()
+	time.Sleep(20 * time.Millisecond)
+	assert.False(t, b.rx.rwait.Load() != 0, "spinning, not asleep")
+	require.NoError(t, writeFrame(a, &hdr, nil, nil))
+	require.NoError(t, <-done)
+	assert.False(t, b.rIdle)
+
+	// Data after the spin: the reader slept, longer than shmIdleGap.
+	done = read()
+	require.True(t, asleep(5*time.Second), "asleep once the spin is over")
+	time.Sleep(10 * time.Millisecond)
+	require.NoError(t, writeFrame(a, &hdr, nil, nil))
+	require.NoError(t, <-done)
+	assert.True(t, b.rIdle)
+
+	// The next wait sleeps at once, well within the one-second spin.
+	done = read()
+	assert.True(t, asleep(300*time.Millisecond), "no spin after an idle wait")
+	require.NoError(t, writeFrame(a, &hdr, nil, nil))
+	require.NoError(t, <-done)
+}

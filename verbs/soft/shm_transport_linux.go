@@ -48,6 +48,8 @@ type shmTransport struct {
 	hn      int
 	onIdle  func(boundary bool) bool
 	rBusy   busySpin
+	rSpin   failing // the whole spin (busyspin.go)
+	rIdle   bool    // the last wait slept longer than shmIdleGap
 	intr    atomic.Bool
 	rArm    bool
 
@@ -483,7 +485,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		return nil
 	case 1:
 		*stage = 2
-		if spin := shmSpin.Load(); spin > 0 {
+		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() {
 			start := monotime()
 			end := start + spin
 			busy := t.rBusy.budget(spin)
@@ -492,6 +494,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 					if busy > 0 {
 						t.rBusy.caught(monotime()-start < busy)
 					}
+					t.rSpin.result(true)
 					return nil
 				}
 				if i%64 == 0 {
@@ -500,6 +503,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 						if busy > 0 {
 							t.rBusy.caught(false)
 						}
+						t.rSpin.result(false)
 						return nil
 					}
 					// Past the busy phase, give the CPU to whatever else
@@ -518,10 +522,20 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		t.rx.rwait.Store(0)
 		return nil
 	}
+	slept := monotime()
 	err := t.sleep(sleepReader)
+	t.rIdle = monotime()-slept > int64(shmIdleGap)
 	t.rx.rwait.Store(0)
 	return err
 }
+
+// shmIdleGap: a reader whose last wait slept longer than this is on a
+// connection that was idle (its data comes as keepalive probes, pings,
+// requests after think time) and does not spin in its next wait: the spin
+// would find nothing and cost up to the spin time of CPU (the writer's
+// signal wakes it as it would after a spin). One wait that slept less
+// turns the spin back on.
+const shmIdleGap = time.Millisecond
 
 // ---- write side ----
 
