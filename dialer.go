@@ -43,25 +43,41 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 const resolveTimeout = 5 * time.Second
 
 // DialContext connects to address. ctx bounds the connect; once connected,
-// ctx no longer matters. The result is a *Conn.
+// ctx no longer matters. The result is a *Conn, or an *RsocketConn when
+// Config.Wire asks for the rsocket wire.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	if w, err := wireOf(d.Config); err != nil {
+	w, err := wireOf(d.Config)
+	if err != nil {
 		return nil, opError("dial", d.LocalAddr, nil, err)
-	} else if w == WireRsocket {
-		c, err := d.dialRsocket(ctx, network, address) // rsocket_dial.go
+	}
+	if w == WireRsocket {
+		// rsocket's sizes are its own defaults unless the Config sets them.
+		p := rsocketParams(d.Config)
+		c, err := dialWire(d, ctx, network, address, func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, _ Config) (*RsocketConn, error) {
+			return connectRsocket(ctx, prov, src, dst, p) // rsocket_dial.go
+		})
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := d.dial(ctx, network, address)
+	c, err := dialWire(d, ctx, network, address, connect)
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+// connectFunc is one wire's active side of the connection manager's
+// handshake, from resolving the route to the established connection.
+type connectFunc[C wireConn] func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (C, error)
+
+// dialWire is the dial of either wire: it resolves the address as net.Dial
+// does, picks the provider, bounds the connect by d.Timeout and connects
+// with connect, falling back to soft where connectWithFallback (mixed.go)
+// says; its errors are *net.OpError with net.Dial's timeout error.
+func dialWire[C wireConn](d *Dialer, ctx context.Context, network, address string, connect connectFunc[C]) (C, error) {
+	var none C
 	var laddr, raddr net.Addr
 	if d.LocalAddr != nil {
 		laddr = d.LocalAddr
@@ -69,11 +85,11 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 	if ctx == nil {
 		panic("rdma: nil context")
 	}
-	fail := func(err error) (*Conn, error) {
+	fail := func(err error) (C, error) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			err = mapCtxErr(ctx, err)
 		}
-		return nil, opError("dial", laddr, raddr, err)
+		return none, opError("dial", laddr, raddr, err)
 	}
 	tcpNet, err := tcpNetwork(network)
 	if err != nil {
@@ -102,7 +118,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	c, err := connectWithFallback(ctx, prov, src, rt, cfg) // mixed.go
+	c, err := connectWithFallback(ctx, prov, src, rt, cfg, connect) // mixed.go
 	if err != nil {
 		return fail(err)
 	}

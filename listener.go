@@ -235,86 +235,114 @@ func (l *Listener) loop(sd listenSide) {
 // handshake runs the passive side for one connection request.
 func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	if l.rs != nil {
-		l.handshakeRsocket(prov, ev)
+		l.handshakeRsocket(prov, ev) // rsocket_dial.go
 		return
 	}
 	phase.Mark("listen: handshake running")
-	id := ev.ID
 	peer, err := stream.ParseHello(ev.Param.PrivateData)
 	if err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectBadHello))
-		id.Destroy()
+		refuse(ev.ID, stream.MarshalReject(stream.RejectBadHello))
 		return
 	}
-	ech, err := prov.CreateEventChannel()
-	if err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectNoResources))
-		id.Destroy()
-		return
-	}
-	if err := id.Migrate(ech); err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectNoResources))
-		id.Destroy()
-		ech.Close()
-		return
-	}
-	// A peer of version 3 on moves to a larger ring when it needs one;
-	// an older one gets RingSize at once.
-	c, err := newConn(prov.Name(), ech, id, l.cfg, peer.Version >= stream.VersionGrow)
-	if err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectNoResources))
-		id.Destroy()
-		ech.Close()
-		return
-	}
-	phase.Mark("listen: endpoint created")
-	abort := func() {
-		c.releaseVerbs()
-		id.Destroy()
-		ech.Close()
-	}
-	c.setPeer(peer)
-	h := c.hello()
-	h.Version = min(peer.Version, stream.Version)
-	if len(l.sides) > 1 && prov.Name() == ProviderSoft {
-		h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
-	}
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		abort()
-		return
-	}
-	if tc := l.trafficClass.Load(); tc != 0 {
-		if err := id.SetTOS(int(tc)); err != nil {
-			abort()
-			return
+	ac := l.accept(prov, ev.ID, stream.MarshalReject(stream.RejectNoResources), func(ech verbs.EventChannel) (acceptedConn, *verbs.ConnParam, error) {
+		// A peer of version 3 on moves to a larger ring when it needs one;
+		// an older one gets RingSize at once.
+		c, err := newConn(prov.Name(), ech, ev.ID, l.cfg, peer.Version >= stream.VersionGrow)
+		if err != nil {
+			return nil, nil, err
 		}
-	}
-	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		abort()
+		phase.Mark("listen: endpoint created")
+		c.setPeer(peer)
+		h := c.hello()
+		h.Version = min(peer.Version, stream.Version)
+		if len(l.sides) > 1 && prov.Name() == ProviderSoft {
+			h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
+		}
+		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
+	})
+	if ac == nil {
 		return
 	}
-	if prov.Name() != ProviderSoft {
-		// A NIC's QP may drop what arrives before the peer's QP is
-		// ready to receive (and retransmit it a timeout later): hand the
-		// connection out once the peer has said it is.
-		if !l.awaitEstablished(id, ech) {
-			abort()
-			return
-		}
-	}
-	// On soft, as rsocket's accept does, the connection is handed out as
-	// soon as it is accepted: the QP can send, and the peer's frames can
-	// only follow its RTU on the same transport. Waiting for the RTU cost
-	// two goroutine wake-ups (soft's receiver, then this one) per accept.
-	// A peer that never sends it fails the connection: soft gives up on
-	// the RTU after twice its handshake timeout and flushes the QP.
-	c.start()
+	c := ac.(*Conn)
 	phase.Mark("listen: accepted")
 	select {
 	case l.ready <- c:
 	case <-l.done:
 		c.Close()
 	}
+}
+
+// acceptedConn is a connection of either wire that the passive side set
+// up.
+type acceptedConn interface {
+	releaseVerbs()
+	start()
+}
+
+// refuse rejects a connection request with private data why.
+func refuse(id verbs.CMID, why []byte) {
+	id.Reject(why)
+	id.Destroy()
+}
+
+// accept runs the passive side's steps that both wires share for the
+// request on id: an event channel of the connection's own, the
+// connection's resources and its answer (setup, which also takes in the
+// peer's half of the handshake), the transport timeout and traffic class,
+// the accept and, on a NIC, the wait until the connection is established.
+// A request it cannot set up is rejected with noRes. It returns the
+// started connection, or nil.
+func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setup func(ech verbs.EventChannel) (acceptedConn, *verbs.ConnParam, error)) acceptedConn {
+	ech, err := prov.CreateEventChannel()
+	if err != nil {
+		refuse(id, noRes)
+		return nil
+	}
+	if err := id.Migrate(ech); err != nil {
+		refuse(id, noRes)
+		ech.Close()
+		return nil
+	}
+	c, param, err := setup(ech)
+	if err != nil {
+		refuse(id, noRes)
+		ech.Close()
+		return nil
+	}
+	abort := func() acceptedConn {
+		c.releaseVerbs()
+		id.Destroy()
+		ech.Close()
+		return nil
+	}
+	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
+		return abort()
+	}
+	if tc := l.trafficClass.Load(); tc != 0 {
+		if err := id.SetTOS(int(tc)); err != nil {
+			return abort()
+		}
+	}
+	if err := id.Accept(param); err != nil {
+		return abort()
+	}
+	if prov.Name() != ProviderSoft || l.rs != nil {
+		// A NIC's QP may drop what arrives before the peer's QP is
+		// ready to receive (and retransmit it a timeout later): hand the
+		// connection out once the peer has said it is. (The rsocket
+		// wire waits on every provider, as rsocket.c's accept does.)
+		if !l.awaitEstablished(id, ech) {
+			return abort()
+		}
+	}
+	// On soft, the connection is handed out as soon as it is accepted:
+	// the QP can send, and the peer's frames can only follow its RTU on
+	// the same transport. Waiting for the RTU cost two goroutine wake-ups
+	// (soft's receiver, then this one) per accept. A peer that never
+	// sends it fails the connection: soft gives up on the RTU after twice
+	// its handshake timeout and flushes the QP.
+	c.start()
+	return c
 }
 
 // awaitEstablished waits, within the handshake timeout, for the accepted

@@ -85,77 +85,6 @@ func rsocketParams(c *Config) rsParams {
 	return p
 }
 
-// dialRsocket is DialContext in rsocket mode.
-func (d *Dialer) dialRsocket(ctx context.Context, network, address string) (*RsocketConn, error) {
-	var laddr, raddr net.Addr = d.LocalAddr, nil
-	if ctx == nil {
-		panic("rdma: nil context")
-	}
-	fail := func(err error) (*RsocketConn, error) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			err = mapCtxErr(ctx, err)
-		}
-		return nil, opError("dial", laddr, raddr, err)
-	}
-	tcpNet, err := tcpNetwork(network)
-	if err != nil {
-		return fail(err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	rt, err := resolveTCP(ctx, tcpNet, address)
-	if err != nil {
-		return fail(err)
-	}
-	raddr = fromTCPAddr(rt)
-	src, err := toTCPAddr(d.LocalAddr)
-	if err != nil {
-		return fail(err)
-	}
-	cfg := d.Config.withDefaults()
-	prov, err := chooseProvider(cfg.Provider)
-	if err != nil {
-		return fail(err)
-	}
-	if d.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		defer cancel()
-	}
-	p := rsocketParams(d.Config)
-	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
-		c, err := connectRsocket(ctx, prov, src, rt, p)
-		if err != nil {
-			return fail(err)
-		}
-		return c, nil
-	}
-	// As connectWithFallback: an auto dial on a host with a device falls
-	// back to soft when the peer does not answer over the RDMA CM.
-	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
-	c, err := connectRsocket(actx, prov, src, rt, p)
-	cancel()
-	if err == nil {
-		return c, nil
-	}
-	if ctx.Err() != nil {
-		return fail(ctx.Err())
-	}
-	soft, serr := verbs.Lookup(ProviderSoft)
-	if serr != nil || !fallbackOn(err) || errors.Is(err, rsocket.ErrConnData) {
-		return fail(err)
-	}
-	fb := &FallbackError{Provider: prov.Name(), Err: err, Elapsed: time.Since(start)}
-	c, serr = connectRsocket(ctx, soft, src, rt, p)
-	if serr != nil {
-		return fail(fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err))
-	}
-	c.setFallback(fb) // stats.go
-	return c, nil
-}
-
 // connectRsocket runs rsocket.c's rs_do_connect: resolve, create the
 // endpoint, connect with rs_conn_data as private data, take the peer's from
 // the accept.
@@ -241,51 +170,23 @@ func (rl *rsListen) drain() {
 // request whose private data is not rs_conn_data version 1 is rejected
 // without private data, as rsocket.c does.
 func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
-	id := ev.ID
 	peer, err := rsocket.ParseConnData(ev.Param.PrivateData)
 	if err != nil {
-		id.Reject(nil)
-		id.Destroy()
+		refuse(ev.ID, nil)
 		return
 	}
-	ech, err := prov.CreateEventChannel()
-	if err != nil {
-		id.Reject(nil)
-		id.Destroy()
+	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (acceptedConn, *verbs.ConnParam, error) {
+		c, err := newRsocketConn(prov.Name(), ech, ev.ID, l.rs.p)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.setPeer(peer)
+		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+	})
+	if ac == nil {
 		return
 	}
-	if err := id.Migrate(ech); err != nil {
-		id.Reject(nil)
-		id.Destroy()
-		ech.Close()
-		return
-	}
-	c, err := newRsocketConn(prov.Name(), ech, id, l.rs.p)
-	if err != nil {
-		id.Reject(nil)
-		id.Destroy()
-		ech.Close()
-		return
-	}
-	abort := func() {
-		c.releaseVerbs()
-		id.Destroy()
-		ech.Close()
-	}
-	c.setPeer(peer)
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		abort()
-		return
-	}
-	if err := id.Accept(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		abort()
-		return
-	}
-	if !l.awaitEstablished(id, ech) {
-		abort()
-		return
-	}
-	c.start()
+	c := ac.(*RsocketConn)
 	select {
 	case l.rs.ready <- c:
 	case <-l.done:
