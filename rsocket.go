@@ -27,22 +27,15 @@ type RsocketConn struct {
 	laddr, raddr *Addr
 	p            rsParams
 
-	ech    verbs.EventChannel
-	id     verbs.CMID
-	pd     verbs.PD
-	cch    verbs.CompChannel
-	cq     verbs.CQ
-	qp     verbs.QP
-	mem    *verbs.Memory
-	recvMR verbs.MR // target SGL and rbuf: the peer writes here
-	sendMR verbs.MR // send buffer and control staging
+	// The verbs resources (endpoint.go): ringMR holds the target SGL and
+	// the rbuf, sendMR the send buffer (sbuf) and the control staging;
+	// inline is the largest send sent inline.
+	endpoint
 
-	sgl    []byte // target SGL: the peer grants regions of its rbuf here
-	rbuf   []byte
-	sbuf   []byte
-	ctrl   []byte // one SGE per control slot, for region grants
-	inline int
-	peer   rsocket.ConnData
+	sgl  []byte // target SGL: the peer grants regions of its rbuf here
+	rbuf []byte
+	ctrl []byte // one SGE per control slot, for region grants
+	peer rsocket.ConnData
 
 	pollMu sync.Mutex // serialises polling the CQ and applying the batch
 	rmu    sync.Mutex // serialises Read
@@ -86,8 +79,7 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 	c := &RsocketConn{
 		provider:   provider,
 		p:          p,
-		ech:        ech,
-		id:         id,
+		endpoint:   endpoint{ech: ech, id: id},
 		rcvReady:   make(chan struct{}, 1),
 		sndReady:   make(chan struct{}, 1),
 		closedCh:   make(chan struct{}),
@@ -102,68 +94,35 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 			c.releaseVerbs()
 		}
 	}()
-	ctx := id.Context()
-	if ctx == nil {
-		return nil, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
-	}
-	attr, err := ctx.Query()
+	ctx, attr, err := deviceOf(id)
 	if err != nil {
 		return nil, err
 	}
-	sq, rq := p.sqSize, p.rqSize
-	if attr.MaxQPWR > 0 {
-		sq, rq = min(sq, attr.MaxQPWR), min(rq, attr.MaxQPWR)
-	}
-	if attr.MaxCQE > 0 && sq+rq > attr.MaxCQE {
-		sq, rq = min(sq, attr.MaxCQE/2), min(rq, attr.MaxCQE/2)
-	}
+	sq, rq := fitQueues(attr, p.sqSize, p.rqSize, 0)
 	if sq < rsocket.MinQueue || rq < rsocket.MinQueue {
 		return nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small for rsocket (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
 	inline := min(p.inline, attr.MaxInlineData)
 	sglLen := rsocket.SGLSize * rsocket.SGELen
 	ctrlLen := rsocket.CtrlSlots * rsocket.SGELen
-	if c.mem, err = verbs.AllocMemory(sglLen + p.rbufSize + p.sbufSize + ctrlLen); err != nil {
+	all, err := c.allocate(sglLen + p.rbufSize + p.sbufSize + ctrlLen)
+	if err != nil {
 		return nil, err
 	}
-	all := c.mem.Bytes()
 	recv := all[: sglLen+p.rbufSize : sglLen+p.rbufSize]
 	c.sgl = recv[:sglLen:sglLen]
 	c.rbuf = recv[sglLen:]
 	send := all[len(recv) : len(recv)+p.sbufSize+ctrlLen]
 	c.sbuf = send[:p.sbufSize:p.sbufSize]
 	c.ctrl = send[p.sbufSize:]
-
-	if c.pd, err = ctx.AllocPD(); err != nil {
+	if err = c.register(ctx, recv, send); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = c.pd.RegMR(recv, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	qc := verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: inline}
+	if err = c.createQP(ctx, &qc); err != nil {
 		return nil, err
 	}
-	if c.sendMR, err = c.pd.RegMR(send, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.cch, err = ctx.CreateCompChannel(); err != nil {
-		return nil, err
-	}
-	if c.cq, err = ctx.CreateCQ(sq+rq, c.cch); err != nil {
-		return nil, err
-	}
-	qa := &verbs.QPInitAttr{
-		SendCQ: c.cq,
-		RecvCQ: c.cq,
-		Cap: verbs.QPCap{
-			MaxSendWR:     sq,
-			MaxRecvWR:     rq,
-			MaxSendSGE:    2,
-			MaxRecvSGE:    1,
-			MaxInlineData: inline,
-		},
-	}
-	if c.qp, err = id.CreateQP(c.pd, qa); err != nil {
-		return nil, err
-	}
-	c.inline = min(inline, qa.Cap.MaxInlineData)
+	c.inline = min(inline, qc.MaxInlineData)
 	c.p.sqSize, c.p.rqSize = sq, rq
 	c.rwrs = make([]verbs.RecvWR, rq)
 	for i := range c.rwrs {
@@ -181,8 +140,8 @@ func (c *RsocketConn) connData() []byte {
 	cd := rsocket.ConnData{
 		Version:   rsocket.Version,
 		Credits:   uint16(c.p.rqSize),
-		TargetSGL: rsocket.SGE{Addr: c.recvMR.Addr(), Key: c.recvMR.RKey(), Length: rsocket.SGLSize},
-		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.recvMR.Addr()+uint64(len(c.sgl)), c.recvMR.RKey()),
+		TargetSGL: rsocket.SGE{Addr: c.ringMR.Addr(), Key: c.ringMR.RKey(), Length: rsocket.SGLSize},
+		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey()),
 	}
 	b := make([]byte, rsocket.ConnDataLen)
 	cd.Marshal(b)
@@ -193,7 +152,7 @@ func (c *RsocketConn) connData() []byte {
 func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
 	c.peer = peer
 	c.tx.Init(peer, c.p.sqSize, len(c.sbuf))
-	c.rx.Init(len(c.rbuf), c.recvMR.Addr()+uint64(len(c.sgl)), c.recvMR.RKey(), uint16(c.p.rqSize), peer)
+	c.rx.Init(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey(), uint16(c.p.rqSize), peer)
 }
 
 // start runs the connection once it is established.
@@ -726,31 +685,8 @@ func (c *RsocketConn) releaseVerbs() {
 	c.mu.Unlock()
 	c.pollMu.Lock() // cmLoop may poll until Close has closed the event channel
 	defer c.pollMu.Unlock()
-	if c.qp != nil {
-		c.qp.Destroy()
-	}
-	if c.cq != nil {
-		if c.unacked > 0 {
-			c.cch.AckEvents(c.cq, c.unacked)
-			c.unacked = 0
-		}
-		c.cq.Destroy()
-	}
-	if c.cch != nil {
-		c.cch.Close()
-	}
-	if c.sendMR != nil {
-		c.sendMR.Dereg()
-	}
-	if c.recvMR != nil {
-		c.recvMR.Dereg()
-	}
-	if c.pd != nil {
-		c.pd.Dealloc()
-	}
-	if c.mem != nil {
-		c.mem.Free()
-	}
+	c.release(c.unacked)
+	c.unacked = 0
 }
 
 // LocalAddr returns the local address.
