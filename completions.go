@@ -377,15 +377,25 @@ func (c *Conn) interrupt() {
 	_ = c.cch.SetDeadline(time.Unix(1, 0))
 }
 
-// deadlineMoved makes a sleeping holder take a new deadline into account.
-// (A caller waiting for the holder watches its deadline's channel, which
-// is only ever replaced after it was closed, which woke that caller.)
+// deadlineMoved makes a sleeping holder look again: at a new deadline, or at
+// Close. (A caller waiting for the holder watches its deadline's channel,
+// which is only ever replaced after it was closed, which woke that
+// caller.)
 func (c *Conn) deadlineMoved() {
 	c.mu.Lock()
 	if c.polling {
 		c.interrupt()
 	}
 	c.mu.Unlock()
+}
+
+// afterDeadlineSet is deadlineMoved after a deadline was set without error
+// (err).
+func (c *Conn) afterDeadlineSet(err error) error {
+	if err == nil {
+		c.deadlineMoved()
+	}
+	return err
 }
 
 // handle applies a batch of completions.

@@ -16,11 +16,11 @@ import (
 // concurrent use: Reads are serialised among themselves, Writes too, and a
 // Read and a Write run in parallel.
 type Conn struct {
-	provider     string
-	fallback     error // why an auto dial fell back to soft (mixed.go)
-	peerRDMACM   bool  // the listener said it takes RDMA CM connections too (mixed.go)
-	laddr, raddr *Addr
-	cfg          Config
+	// The net.Conn face (connface.go); its mu guards the fields below
+	// it marks so.
+	connFace
+	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
+	cfg        Config
 
 	endpoint // the verbs resources (endpoint.go), released by Close
 
@@ -33,7 +33,7 @@ type Conn struct {
 	rmu sync.Mutex // serialises Read
 	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
 
-	mu sync.Mutex // guards everything below
+	// Guarded by mu (connFace):
 	// The stream's windows: what the peer may write into our ring, and
 	// what we may write into its.
 	rx         stream.Recv
@@ -80,19 +80,13 @@ type Conn struct {
 	registering int    // registrations in progress outside mu (regMR)
 	finSent     bool
 	err         error // why the connection failed; nil while healthy
-	closed      bool
-	torn        bool // verbs objects destroyed
+	torn        bool  // verbs objects destroyed
 
 	// The poll role (completions.go): one caller at a time polls the CQ
 	// and sleeps on the completion channel; others wait on rcvReady or
 	// sndReady, counted in waiters.
 	polling bool
 	waiters int
-
-	rcvReady chan struct{} // poked when the receive side changed
-	sndReady chan struct{} // poked when send resources were freed
-	closedCh chan struct{} // closed by Close
-	rdl, wdl deadline
 
 	// Heartbeats (heartbeat.go): the messages received so far (each
 	// is a sign of life), a ping waiting for its pong to be queued, and
@@ -106,8 +100,6 @@ type Conn struct {
 	// The watch (keepalive.go): cmLoop's end, or its timer.
 	cmDone chan struct{}
 	timed  *timedWatch
-
-	stats *connStats // stats.go
 }
 
 // hello is this side's half of the handshake.
@@ -145,8 +137,7 @@ func (c *Conn) setPeer(h stream.Hello) {
 
 // start runs the connection once it is established.
 func (c *Conn) start() {
-	c.laddr = fromTCPAddr(c.id.LocalAddr())
-	c.raddr = fromTCPAddr(c.id.RemoteAddr())
+	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
 	c.poll.spin = c.cfg.pollTime(c.provider)
 	c.poll.reach = c.poll.spin
 	// Soft's completions come from its transport, which a waiting caller
@@ -154,7 +145,6 @@ func (c *Conn) start() {
 	// poller, which busy callers holding every P would starve.
 	c.poll.busy = c.cfg.busyPoll() && c.provider != ProviderSoft
 	c.startWatch()
-	c.stats.opened = time.Now()
 	register(c)        // stats.go
 	c.logEstablished() // debuglog.go
 }
@@ -345,17 +335,10 @@ func (c *Conn) CloseWrite() error {
 // HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
 // return net.ErrClosed.
 func (c *Conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return c.opErr("close", net.ErrClosed)
+	if err := c.markClosed(); err != nil {
+		return err
 	}
-	c.closed = true
-	close(c.closedCh)
-	if c.polling {
-		c.interrupt()
-	}
-	c.mu.Unlock()
+	c.deadlineMoved() // a sleeping poll role holder sees the Close
 	// Wait for Reads and Writes in progress to leave the buffers.
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
@@ -366,9 +349,8 @@ func (c *Conn) Close() error {
 	c.releaseVerbs()
 	c.id.Destroy()
 	c.ech.Close() // ends cmLoop, or the timed watch's events
-	c.stopWatch()
-	c.rdl.stop()
-	c.wdl.stop()
+	stopWatch(c.timed, c.cmDone)
+	c.stopDeadlines()
 	unregister(c) // stats.go
 	return nil
 }
@@ -414,12 +396,6 @@ func (c *Conn) drain() {
 	}
 }
 
-// LocalAddr returns the local address.
-func (c *Conn) LocalAddr() net.Addr { return c.laddr }
-
-// RemoteAddr returns the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
-
 // TrafficClass is the traffic class (IP type of service) the connection's
 // packets carry, as its queue pair reports it: the address vector's on
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
@@ -437,57 +413,15 @@ func (c *Conn) TrafficClass() (int, error) {
 	return a.TrafficClass, nil
 }
 
-// Provider names the verbs provider that carries the connection: "soft" or
-// "rdmacore".
-func (c *Conn) Provider() string { return c.provider }
-
 // SetDeadline sets the read and write deadlines.
-func (c *Conn) SetDeadline(t time.Time) error {
-	if err := c.checkOpen("set deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	c.wdl.set(t)
-	c.deadlineMoved()
-	return nil
-}
+func (c *Conn) SetDeadline(t time.Time) error { return c.afterDeadlineSet(c.connFace.SetDeadline(t)) }
 
 // SetReadDeadline sets the deadline for Reads, pending ones included.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	if err := c.checkOpen("set read deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	c.deadlineMoved()
-	return nil
+	return c.afterDeadlineSet(c.connFace.SetReadDeadline(t))
 }
 
 // SetWriteDeadline sets the deadline for Writes, pending ones included.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	if err := c.checkOpen("set write deadline"); err != nil {
-		return err
-	}
-	c.wdl.set(t)
-	c.deadlineMoved()
-	return nil
-}
-
-func (c *Conn) checkOpen(op string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opErr(op, net.ErrClosed)
-	}
-	return nil
-}
-
-func (c *Conn) opErr(op string, err error) error {
-	var src, dst net.Addr
-	if c.laddr != nil {
-		src = c.laddr
-	}
-	if c.raddr != nil {
-		dst = c.raddr
-	}
-	return opError(op, src, dst, err)
+	return c.afterDeadlineSet(c.connFace.SetWriteDeadline(t))
 }

@@ -221,14 +221,56 @@ func (d *cmDial) close() {
 	d.ech.Close()
 }
 
-// connect runs the active side of the connection manager's handshake.
+// connect runs the active side of the connection manager's handshake with
+// this package's wire.
 func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
-	d, err := resolveCM(ctx, prov, src, dst, cfg.TrafficClass)
+	var c *Conn
+	err := connectSteps(ctx, prov, src, dst, cfg.TrafficClass, func(ech verbs.EventChannel, id verbs.CMID) (establishing, *verbs.ConnParam, error) {
+		var err error
+		if c, err = newConn(prov.Name(), ech, id, cfg, true); err != nil {
+			return nil, nil, err
+		}
+		phase.Mark("dial: endpoint created")
+		h := c.hello()
+		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
+	}, func(private []byte) error {
+		peer, err := stream.ParseHello(private)
+		if err == nil && peer.Version > stream.Version {
+			// A listener answers with the lower of the two versions.
+			err = fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
+		}
+		if err == nil {
+			c.setPeer(peer)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// establishing is a connection of either wire between its setup and its
+// start.
+type establishing interface {
+	releaseVerbs()
+	start()
+}
+
+// connectSteps runs the active side's steps that both wires share: the
+// connection manager's ID resolved to dst (with traffic class tos), the
+// connection's resources and its half of the handshake (setup), the
+// transport timeout, the connect, and once established the peer's half
+// (takePeer; a peer whose half is refused is disconnected). The connection
+// is started on success, released on failure.
+func connectSteps(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, tos int,
+	setup func(ech verbs.EventChannel, id verbs.CMID) (establishing, *verbs.ConnParam, error), takePeer func(private []byte) error) error {
+	d, err := resolveCM(ctx, prov, src, dst, tos)
+	if err != nil {
+		return err
+	}
 	phase.Mark("dial: route resolved")
-	var c *Conn
+	var c establishing
 	ok := false
 	defer func() {
 		if !ok {
@@ -238,37 +280,30 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 			d.close()
 		}
 	}()
-	ech, id, wait := d.ech, d.id, d.wait
-	if c, err = newConn(prov.Name(), ech, id, cfg, true); err != nil {
-		return nil, err
+	c, param, err := setup(d.ech, d.id)
+	if err != nil {
+		c = nil
+		return err
 	}
-	phase.Mark("dial: endpoint created")
-	h := c.hello()
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		return nil, err
+	if err := d.id.SetAckTimeout(ackTimeoutExp); err != nil {
+		return err
 	}
-	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		return nil, err
+	if err := d.id.Connect(param); err != nil {
+		return err
 	}
 	phase.Mark("dial: connect requested")
-	ev, err := wait(verbs.EventEstablished)
+	ev, err := d.wait(verbs.EventEstablished)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	phase.Mark("dial: established")
-	peer, err := stream.ParseHello(ev.Param.PrivateData)
-	if err == nil && peer.Version > stream.Version {
-		// A listener answers with the lower of the two versions.
-		err = fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
+	if err := takePeer(ev.Param.PrivateData); err != nil {
+		d.id.Disconnect()
+		return err
 	}
-	if err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	c.setPeer(peer)
 	c.start()
 	ok = true
-	return c, nil
+	return nil
 }
 
 // stepTimeout is the timeout handed to the provider for one resolution

@@ -246,17 +246,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{
-		endpoint: e,
-		provider: provider,
-		cfg:      cfg,
-		rcvReady: make(chan struct{}, 1),
-		sndReady: make(chan struct{}, 1),
-		closedCh: make(chan struct{}),
-		rdl:      makeDeadline(),
-		wdl:      makeDeadline(),
-		stats:    newConnStats(), // stats.go
-	}
+	c := &Conn{endpoint: e, cfg: cfg}
+	c.init(provider)
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbTail = sendStart(len(c.sbuf))
 	c.sbPosted, c.sbHead = c.sbTail, c.sbTail

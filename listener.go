@@ -244,7 +244,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		refuse(ev.ID, stream.MarshalReject(stream.RejectBadHello))
 		return
 	}
-	ac := l.accept(prov, ev.ID, stream.MarshalReject(stream.RejectNoResources), func(ech verbs.EventChannel) (acceptedConn, *verbs.ConnParam, error) {
+	ac := l.accept(prov, ev.ID, stream.MarshalReject(stream.RejectNoResources), func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
 		// A peer of version 3 on moves to a larger ring when it needs one;
 		// an older one gets RingSize at once.
 		c, err := newConn(prov.Name(), ech, ev.ID, l.cfg, peer.Version >= stream.VersionGrow)
@@ -272,13 +272,6 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	}
 }
 
-// acceptedConn is a connection of either wire that the passive side set
-// up.
-type acceptedConn interface {
-	releaseVerbs()
-	start()
-}
-
 // refuse rejects a connection request with private data why.
 func refuse(id verbs.CMID, why []byte) {
 	id.Reject(why)
@@ -292,7 +285,7 @@ func refuse(id verbs.CMID, why []byte) {
 // the accept and, on a NIC, the wait until the connection is established.
 // A request it cannot set up is rejected with noRes. It returns the
 // started connection, or nil.
-func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setup func(ech verbs.EventChannel) (acceptedConn, *verbs.ConnParam, error)) acceptedConn {
+func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setup func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error)) establishing {
 	ech, err := prov.CreateEventChannel()
 	if err != nil {
 		refuse(id, noRes)
@@ -309,7 +302,7 @@ func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setu
 		ech.Close()
 		return nil
 	}
-	abort := func() acceptedConn {
+	abort := func() establishing {
 		c.releaseVerbs()
 		id.Destroy()
 		ech.Close()

@@ -133,16 +133,6 @@ func (e *FallbackError) Error() string {
 
 func (e *FallbackError) Unwrap() error { return e.Err }
 
-// Fallback returns a *FallbackError when the connection was dialed with
-// provider auto on a host with an RDMA device and is carried by soft because
-// the peer did not answer over the RDMA connection manager; else nil.
-func (c *Conn) Fallback() error {
-	if c.fallback == nil {
-		return nil
-	}
-	return c.fallback
-}
-
 // connectWithFallback connects with prov; when prov was chosen by auto and
 // is not soft, a failure that says the peer has no RDMA listener (no answer
 // within cfg.RDMAConnectTimeout, unreachable, nothing listening, no RDMA

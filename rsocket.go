@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -22,10 +21,10 @@ import (
 // Reads are serialised among themselves, Writes too; a Read and a Write run
 // in parallel.
 type RsocketConn struct {
-	provider     string
-	fallback     error
-	laddr, raddr *Addr
-	p            rsParams
+	// The net.Conn face (connface.go); its mu guards the fields below
+	// it marks so, and posting.
+	connFace
+	p rsParams
 
 	// The verbs resources (endpoint.go): ringMR holds the target SGL and
 	// the rbuf, sendMR the send buffer (sbuf) and the control staging;
@@ -41,7 +40,7 @@ type RsocketConn struct {
 	rmu    sync.Mutex // serialises Read
 	wmu    sync.Mutex // serialises Write and CloseWrite
 
-	mu       sync.Mutex // guards everything below, and posting
+	// Guarded by mu (connFace):
 	tx       rsocket.Tx
 	rx       rsocket.Rx
 	rdShut   bool  // the peer sent SHUTDOWN or DISCONNECT, or disconnected
@@ -49,23 +48,18 @@ type RsocketConn struct {
 	wrShut   bool  // this side sent SHUTDOWN
 	discSent bool  // this side sent DISCONNECT
 	err      error // why the connection failed
-	closed   bool
-	torn     bool // verbs objects destroyed
+	torn     bool  // verbs objects destroyed
 	swr      [1]verbs.SendWR
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
 	wcs      [32]verbs.WC
 
-	rcvReady, sndReady chan struct{}
-	closedCh           chan struct{}
-	rdl, wdl           deadline
-
 	stopping   atomic.Bool
 	unacked    int
 	pollerDone chan struct{}
-	cmDone     chan struct{}
-
-	stats *connStats // stats.go: the counters the rsocket wire has
+	// The watch (keepalive.go): cmLoop's end, or its timer.
+	cmDone chan struct{}
+	timed  *timedWatch
 }
 
 const (
@@ -77,18 +71,11 @@ const (
 // the receives, as rsocket.c's rs_create_ep does.
 func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rsParams) (_ *RsocketConn, err error) {
 	c := &RsocketConn{
-		provider:   provider,
 		p:          p,
 		endpoint:   endpoint{ech: ech, id: id},
-		rcvReady:   make(chan struct{}, 1),
-		sndReady:   make(chan struct{}, 1),
-		closedCh:   make(chan struct{}),
-		rdl:        makeDeadline(),
-		wdl:        makeDeadline(),
 		pollerDone: make(chan struct{}),
-		cmDone:     make(chan struct{}),
-		stats:      newConnStats(), // stats.go
 	}
+	c.init(provider)
 	defer func() {
 		if err != nil {
 			c.releaseVerbs()
@@ -157,15 +144,17 @@ func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
 
 // start runs the connection once it is established.
 func (c *RsocketConn) start() {
-	c.laddr = fromTCPAddr(c.id.LocalAddr())
-	c.raddr = fromTCPAddr(c.id.RemoteAddr())
+	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
 	c.mu.Lock()
 	c.creditLocked() // the second half of the rbuf, at once, as rsocket.c does
 	c.mu.Unlock()
 	go c.pollLoop()
-	go c.cmLoop()
-	c.stats.opened = time.Now()
-	register(c) // stats.go
+	var next time.Time
+	if c.p.keepAlive > 0 {
+		next = time.Now().Add(c.p.keepAlive)
+	}
+	c.timed, c.cmDone = startWatch(c.ech, c, next) // keepalive.go
+	register(c)                                    // stats.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
@@ -396,14 +385,9 @@ func (c *RsocketConn) CloseWrite() error {
 // Config.HandshakeTimeout), the peer is told DISCONNECT and reads EOF.
 // Pending Reads and Writes return net.ErrClosed.
 func (c *RsocketConn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return c.opErr("close", net.ErrClosed)
+	if err := c.markClosed(); err != nil {
+		return err
 	}
-	c.closed = true
-	close(c.closedCh)
-	c.mu.Unlock()
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.wmu.Lock()
@@ -414,9 +398,8 @@ func (c *RsocketConn) Close() error {
 	c.releaseVerbs()
 	c.id.Destroy()
 	c.ech.Close() // ends cmLoop
-	<-c.cmDone
-	c.rdl.stop()
-	c.wdl.stop()
+	stopWatch(c.timed, c.cmDone)
+	c.stopDeadlines()
 	unregister(c) // stats.go
 	return nil
 }
@@ -607,46 +590,38 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	return nil
 }
 
-// cmLoop watches connection manager events and sends keepalives (a
-// zero-length RDMA WRITE, as rsocket.c's) on an idle connection.
-func (c *RsocketConn) cmLoop() {
-	defer close(c.cmDone)
-	for {
-		var dl time.Time
-		if c.p.keepAlive > 0 {
-			dl = time.Now().Add(c.p.keepAlive)
-		}
-		ev, err := c.ech.GetEvent(dl)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			c.mu.Lock()
-			if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
-				c.tx.TakeCtrl()
-				c.postLocked(verbs.OpRDMAWrite, rsocket.Msg(rsocket.OpCtrl, rsocket.CtrlKeepalive), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
-			}
-			c.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			return
-		}
-		switch ev.Type {
-		case verbs.EventDisconnected, verbs.EventDeviceRemoval:
-			// rsocket.c takes a disconnect as the end of the stream. What
-			// landed before it is read first.
-			c.pollMu.Lock()
-			if !c.stopping.Load() {
-				if n, _ := c.cq.Poll(c.wcs[:]); n > 0 {
-					c.handle(c.wcs[:n])
-				}
-			}
-			c.pollMu.Unlock()
-			c.mu.Lock()
-			c.rdShut, c.peerGone = true, true
-			c.mu.Unlock()
-			poke(c.rcvReady)
-			poke(c.sndReady)
+// onEvent handles a connection manager event of the established
+// connection (the watch, keepalive.go).
+func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
+	if !actsOn(ev.Type) {
+		return
+	}
+	// rsocket.c takes a disconnect as the end of the stream. What
+	// landed before it is read first.
+	c.pollMu.Lock()
+	if !c.stopping.Load() {
+		if n, _ := c.cq.Poll(c.wcs[:]); n > 0 {
+			c.handle(c.wcs[:n])
 		}
 	}
+	c.pollMu.Unlock()
+	c.mu.Lock()
+	c.rdShut, c.peerGone = true, true
+	c.mu.Unlock()
+	poke(c.rcvReady)
+	poke(c.sndReady)
+}
+
+// tick is a wake-up of the watch: on an idle connection, a keepalive (a
+// zero-length RDMA WRITE, as rsocket.c's).
+func (c *RsocketConn) tick(now time.Time) time.Time {
+	c.mu.Lock()
+	if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
+		c.tx.TakeCtrl()
+		c.postLocked(verbs.OpRDMAWrite, rsocket.Msg(rsocket.OpCtrl, rsocket.CtrlKeepalive), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
+	}
+	c.mu.Unlock()
+	return now.Add(c.p.keepAlive)
 }
 
 // stopPoller ends pollLoop: with the QP in error, a zero-length write
@@ -683,74 +658,8 @@ func (c *RsocketConn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
 	c.mu.Unlock()
-	c.pollMu.Lock() // cmLoop may poll until Close has closed the event channel
+	c.pollMu.Lock() // the watch may poll until Close has stopped it
 	defer c.pollMu.Unlock()
 	c.release(c.unacked)
 	c.unacked = 0
-}
-
-// LocalAddr returns the local address.
-func (c *RsocketConn) LocalAddr() net.Addr { return c.laddr }
-
-// RemoteAddr returns the peer's address.
-func (c *RsocketConn) RemoteAddr() net.Addr { return c.raddr }
-
-// Provider names the verbs provider that carries the connection: "soft" or
-// "rdmacore".
-func (c *RsocketConn) Provider() string { return c.provider }
-
-// Fallback is as Conn.Fallback: why an auto dial is carried by soft, or nil.
-func (c *RsocketConn) Fallback() error {
-	if c.fallback == nil {
-		return nil
-	}
-	return c.fallback
-}
-
-// SetDeadline sets the read and write deadlines.
-func (c *RsocketConn) SetDeadline(t time.Time) error {
-	if err := c.checkOpen("set deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	c.wdl.set(t)
-	return nil
-}
-
-// SetReadDeadline sets the deadline for Reads, pending ones included.
-func (c *RsocketConn) SetReadDeadline(t time.Time) error {
-	if err := c.checkOpen("set read deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	return nil
-}
-
-// SetWriteDeadline sets the deadline for Writes, pending ones included.
-func (c *RsocketConn) SetWriteDeadline(t time.Time) error {
-	if err := c.checkOpen("set write deadline"); err != nil {
-		return err
-	}
-	c.wdl.set(t)
-	return nil
-}
-
-func (c *RsocketConn) checkOpen(op string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opErr(op, net.ErrClosed)
-	}
-	return nil
-}
-
-func (c *RsocketConn) opErr(op string, err error) error {
-	var src, dst net.Addr
-	if c.laddr != nil {
-		src = c.laddr
-	}
-	if c.raddr != nil {
-		dst = c.raddr
-	}
-	return opError(op, src, dst, err)
 }

@@ -89,42 +89,23 @@ func rsocketParams(c *Config) rsParams {
 // endpoint, connect with rs_conn_data as private data, take the peer's from
 // the accept.
 func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
-	d, err := resolveCM(ctx, prov, src, dst, 0)
-	if err != nil {
-		return nil, err
-	}
 	var c *RsocketConn
-	ok := false
-	defer func() {
-		if !ok {
-			if c != nil {
-				c.releaseVerbs()
-			}
-			d.close()
+	err := connectSteps(ctx, prov, src, dst, 0, func(ech verbs.EventChannel, id verbs.CMID) (establishing, *verbs.ConnParam, error) {
+		var err error
+		if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
+			return nil, nil, err
 		}
-	}()
-	ech, id, wait := d.ech, d.id, d.wait
-	if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
-		return nil, err
-	}
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil { // as Conn's
-		return nil, err
-	}
-	if err := id.Connect(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		return nil, err
-	}
-	ev, err := wait(verbs.EventEstablished)
+		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+	}, func(private []byte) error {
+		peer, err := rsocket.ParseConnData(private)
+		if err == nil {
+			c.setPeer(peer)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	peer, err := rsocket.ParseConnData(ev.Param.PrivateData)
-	if err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	c.setPeer(peer)
-	c.start()
-	ok = true
 	return c, nil
 }
 
@@ -175,7 +156,7 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		refuse(ev.ID, nil)
 		return
 	}
-	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (acceptedConn, *verbs.ConnParam, error) {
+	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
 		c, err := newRsocketConn(prov.Name(), ech, ev.ID, l.rs.p)
 		if err != nil {
 			return nil, nil, err
