@@ -547,45 +547,17 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
 		return protoError("rsocket message without immediate data")
 	}
-	msg := wc.Imm
-	data := rsocket.MsgData(msg)
-	switch rsocket.MsgOp(msg) {
-	case rsocket.OpData:
-		if c.rdShut {
-			return protoError("rsocket data after shutdown")
-		}
-		if wc.ByteLen != data {
-			return protoError("rsocket data length does not match the bytes written")
-		}
-		if err := c.rx.OnData(data); err != nil {
-			return protoError(err.Error())
-		}
+	kind, err := rsocket.Receive(&c.rx, &c.tx, c.sgl, wc.Imm, wc.ByteLen, c.rdShut)
+	if err != nil {
+		return protoError(err.Error())
+	}
+	switch kind {
+	case rsocket.KindData:
 		c.stats.msgsRecv++
-	case rsocket.OpSGL:
-		var e *rsocket.SGE
-		switch wc.ByteLen {
-		case 0:
-		case rsocket.SGELen:
-			s := c.tx.NextSlot() * rsocket.SGELen
-			g := rsocket.ParseSGE(c.sgl[s:s+rsocket.SGELen], false) // we announced no FlagNet
-			e = &g
-		default:
-			return protoError("rsocket credit with a malformed region")
-		}
-		if err := c.tx.OnCredit(data, e); err != nil {
-			return protoError(err.Error())
-		}
-	case rsocket.OpIOMapSGL:
-		// Never announced; rsocket.c ignores it too.
-	case rsocket.OpCtrl:
-		switch data {
-		case rsocket.CtrlDisconnect:
-			c.rdShut, c.peerGone = true, true
-		case rsocket.CtrlShutdown:
-			c.rdShut = true
-		}
-	default:
-		return protoError("rsocket message of a reserved kind")
+	case rsocket.KindDisconnect:
+		c.rdShut, c.peerGone = true, true
+	case rsocket.KindShutdown:
+		c.rdShut = true
 	}
 	return nil
 }
