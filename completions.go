@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,9 +29,14 @@ import (
 // which Close, a deadline change and a failure found elsewhere use to make
 // the holder look again.
 
-// pollState is the poll role holder's own state; only the holder (or
-// releaseVerbs, once nobody holds the role) touches it.
+// pollState is the poll role: who holds it and who waits (under the
+// connection's mu), the interrupt sequence (atomic), and the holder's own
+// state, which only the holder (or releaseVerbs, once nobody holds the
+// role) touches: the batch, the events to acknowledge, and how it spins.
 type pollState struct {
+	waiters int           // callers waiting for the holder (under mu)
+	intrSeq atomic.Uint64 // moved by interrupt
+
 	// One poll's batch. 16: every connection carries it (640 bytes; 32
 	// put a Conn in the 2688-byte size class instead of 2048), and a
 	// batch of 16 already takes a poll's fixed cost off each completion.
@@ -39,6 +45,7 @@ type pollState struct {
 	spin    time.Duration // busy-poll budget before sleeping (PollTime)
 	reach   time.Duration // the budget a spin gets: spin, stretched by learn (never less)
 	busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
+	held    bool          // a caller holds the role (under mu)
 	misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
 	spins   uint64        // spins begun (for tests)
@@ -98,6 +105,56 @@ func (p *pollState) waited(began time.Time) {
 	}
 }
 
+// takeLocked takes the role if nobody holds it. Called with mu held.
+func (p *pollState) takeLocked() bool {
+	if p.held {
+		return false
+	}
+	p.held = true
+	return true
+}
+
+// releaseLocked lets the role go, and reports whether callers wait (one of
+// them is to take it over). Called with mu held.
+func (p *pollState) releaseLocked() (othersWait bool) {
+	p.held = false
+	return p.waiters > 0
+}
+
+// spinNext reports whether the holder's next wait spins before it sleeps:
+// while spins catch completions, and every spinProbe-th wait once they
+// stopped doing so.
+func (p *pollState) spinNext() bool {
+	if p.spin <= 0 {
+		return false
+	}
+	if p.misses < spinMisses {
+		return true
+	}
+	if p.skipped++; p.skipped >= spinProbe {
+		p.skipped = 0
+		return true
+	}
+	return false
+}
+
+// spinCaught takes in a spin, begun at began, that caught completions.
+func (p *pollState) spinCaught(began time.Time) {
+	p.caught++
+	p.misses, p.skipped = 0, 0
+	p.waited(began)
+}
+
+// sleptAfterSpin takes in a sleep of d after a spin that caught nothing:
+// a spin a little longer would have caught a short sleep.
+func (p *pollState) sleptAfterSpin(d time.Duration) {
+	if d <= 2*p.reach {
+		p.misses = 0
+	} else if p.misses < spinMisses {
+		p.misses++
+	}
+}
+
 // spinCheck is how many empty polls a spin makes between looks at the
 // clock, the caller's deadline, Close and interrupts. A spin yields the
 // processor every spinYield of spinning, so that other goroutines of a
@@ -133,8 +190,8 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 		return
 	default:
 	}
-	if c.polling {
-		c.waiters++
+	if !c.poll.takeLocked() {
+		c.poll.waiters++
 		c.mu.Unlock()
 		var dlc, closed chan struct{}
 		if dl != nil {
@@ -149,23 +206,22 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 		case <-closed:
 		}
 		c.mu.Lock()
-		c.waiters--
+		c.poll.waiters--
 		c.waitedLocked(dl, began, waitHanded, false)
 		c.mu.Unlock()
 		return
 	}
-	c.polling = true
 	c.mu.Unlock()
 	sleeps, caught := c.poll.sleeps, c.poll.caught
 	c.pollRole(dl, draining)
 	c.mu.Lock()
-	c.polling = false
+	othersWait := c.poll.releaseLocked()
 	c.waitedLocked(dl, began, c.poll.pollKind(sleeps, caught), true)
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:
 	}
-	if c.waiters > 0 {
+	if othersWait {
 		poke(c.rcvReady)
 		poke(c.sndReady)
 	}
@@ -176,16 +232,14 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 // the poll role (and will).
 func (c *Conn) tryPoll() {
 	c.mu.Lock()
-	if c.polling || c.torn {
+	if c.torn || !c.poll.takeLocked() {
 		c.mu.Unlock()
 		return
 	}
-	c.polling = true
 	c.mu.Unlock()
 	c.pollBatch()
 	c.mu.Lock()
-	c.polling = false
-	if c.waiters > 0 {
+	if c.poll.releaseLocked() {
 		poke(c.rcvReady)
 		poke(c.sndReady)
 	}
@@ -204,24 +258,16 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		c.spinFor(dl, draining, 0)
 		return
 	}
-	spun := false
 	var began time.Time
 	if p.spin > 0 {
 		began = time.Now()
-		spun = p.misses < spinMisses
-		if !spun {
-			if p.skipped++; p.skipped >= spinProbe {
-				p.skipped, spun = 0, true
-			}
-		}
 	}
+	spun := p.spinNext()
 	if spun {
 		p.spins++
 		switch c.spinFor(dl, draining, p.reach) {
 		case spinCaught:
-			p.caught++
-			p.misses, p.skipped = 0, 0
-			p.waited(began)
+			p.spinCaught(began)
 			return
 		case spinLookAgain:
 			return
@@ -241,7 +287,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 				return
 			}
 		}
-		seq := c.intrSeq.Load()
+		seq := c.poll.intrSeq.Load()
 		var at time.Time
 		if dl != nil {
 			var dlc chan struct{}
@@ -259,7 +305,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 				return
 			}
 			p.chanAt, p.chanSeq = at, seq
-			if c.intrSeq.Load() != seq {
+			if c.poll.intrSeq.Load() != seq {
 				continue // interrupted meanwhile: look again
 			}
 		}
@@ -270,12 +316,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 		p.sleeps++
 		_, err := c.cch.GetEvent()
 		if spun {
-			// A spin a little longer would have caught a short sleep.
-			if time.Since(slept) <= 2*p.reach {
-				p.misses = 0
-			} else if p.misses < spinMisses {
-				p.misses++
-			}
+			p.sleptAfterSpin(time.Since(slept))
 			spun = false
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -310,7 +351,7 @@ const (
 // without end), looking every spinCheck polls at what must end a wait
 // anyway, as the sleep does: the caller's deadline, Close, an interrupt.
 func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
-	seq := c.intrSeq.Load()
+	seq := c.poll.intrSeq.Load()
 	var dlc chan struct{}
 	var at time.Time
 	if dl != nil {
@@ -325,7 +366,7 @@ func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinRe
 		if i%spinCheck != 0 {
 			continue
 		}
-		if c.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(c.closedCh) {
+		if c.poll.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(c.closedCh) {
 			return spinLookAgain
 		}
 		now := time.Now()
@@ -373,7 +414,7 @@ func (c *Conn) interrupt() {
 	if c.cch == nil || c.torn {
 		return
 	}
-	c.intrSeq.Add(1)
+	c.poll.intrSeq.Add(1)
 	_ = c.cch.SetDeadline(time.Unix(1, 0))
 }
 
@@ -383,7 +424,7 @@ func (c *Conn) interrupt() {
 // caller.)
 func (c *Conn) deadlineMoved() {
 	c.mu.Lock()
-	if c.polling {
+	if c.poll.held {
 		c.interrupt()
 	}
 	c.mu.Unlock()
@@ -549,7 +590,7 @@ func (c *Conn) failLocked(err error) {
 	}
 	poke(c.rcvReady)
 	poke(c.sndReady)
-	if c.polling {
+	if c.poll.held {
 		c.interrupt()
 	}
 }

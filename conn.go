@@ -5,7 +5,6 @@ import (
 	"net"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -82,12 +81,6 @@ type Conn struct {
 	err         error // why the connection failed; nil while healthy
 	torn        bool  // verbs objects destroyed
 
-	// The poll role (completions.go): one caller at a time polls the CQ
-	// and sleeps on the completion channel; others wait on rcvReady or
-	// sndReady, counted in waiters.
-	polling bool
-	waiters int
-
 	// Heartbeats (heartbeat.go): the messages received so far (each
 	// is a sign of life), a ping waiting for its pong to be queued, and
 	// how soon the peer wants its pings answered (0: it sends none).
@@ -95,8 +88,10 @@ type Conn struct {
 	pongDue  bool
 	peerBeat time.Duration
 
-	poll    pollState     // the poll role holder's own state
-	intrSeq atomic.Uint64 // moved by interrupt
+	// The poll role (completions.go): one caller at a time polls the CQ
+	// and sleeps on the completion channel; others wait on rcvReady or
+	// sndReady.
+	poll pollState
 	// The watch (keepalive.go): cmLoop's end, or its timer.
 	cmDone chan struct{}
 	timed  *timedWatch
@@ -318,7 +313,7 @@ func (c *Conn) CloseWrite() error {
 			c.mu.Unlock()
 			return c.opErr("close", err)
 		}
-		if c.tx.Credits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+		if c.canSendData() {
 			c.sendFinLocked()
 			c.mu.Unlock()
 			if err := c.submit(); err != nil {
@@ -369,11 +364,11 @@ func (c *Conn) drain() {
 			c.mu.Unlock()
 			return
 		case !c.finSent:
-			if c.tx.Credits >= 2 && c.sqPosted-c.sqDone < c.sqDepth {
+			if c.canSendData() { // no writer reserves: Close holds wmu
 				c.sendFinLocked()
 				queued = true
 			}
-		case c.sqDone == c.sqPosted:
+		case c.sqIdle():
 			c.mu.Unlock()
 			return
 		case c.unsignaled > 0:

@@ -117,7 +117,7 @@ func (c *Conn) pongLocked() {
 // does. It is signaled, so that the idle connection it travels on keeps no
 // unsignaled tail for the keepalive to probe.
 func (c *Conn) controlLocked(code uint32) bool {
-	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if !c.canSendData() {
 		return false
 	}
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(code), nil, c.tx.Addr, 0, true)

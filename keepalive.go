@@ -193,7 +193,7 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 func (c *Conn) keepalive() {
 	c.tryPoll()
 	c.mu.Lock()
-	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqPosted == c.sqDone || c.unsignaled > 0) {
+	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqIdle() || c.unsignaled > 0) {
 		if c.postProbeLocked() {
 			c.stats.keepalives++
 		}

@@ -60,7 +60,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 		}
 		// A data write keeps one credit for the credit message that
 		// unblocks the peer's writer; so does this.
-		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth && (!credit || c.tx.Credits >= 2) {
+		if c.sqHasRoom() && (!credit || c.canSendData()) {
 			break
 		}
 		c.mu.Unlock()
@@ -81,7 +81,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 			// One poke of sndReady stands for a whole batch of
 			// completions, and several operations may wait on it: pass
 			// it on, so that the next waiter looks at its own.
-			if c.waiters > 0 {
+			if c.poll.waiters > 0 {
 				poke(c.sndReady)
 			}
 			c.mu.Unlock()
