@@ -168,94 +168,127 @@ const (
 	spinYield = 10 * time.Microsecond
 )
 
+// poller is one call into the poll role of a connection of either wire:
+// the parts of the connection it works on, and the wire's own steps.
+type poller struct {
+	f *connFace
+	e *endpoint
+	p *pollState
+	w polledConn
+}
+
+// polledConn is what the poll role asks of a connection's wire.
+type polledConn interface {
+	// pollBatch polls one batch of completions and applies it, and
+	// returns how many it applied, or 1 after a failure (the caller is to
+	// look at the connection again).
+	pollBatch() int
+	fail(err error) // records a failure found by the role
+	// waitStart and waitedLocked count a wait (stats.go).
+	waitStart(dl *deadline) time.Time
+	waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool)
+}
+
+func (c *Conn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
+
+// await makes completions arrive (the poll role) for a caller that cannot
+// go on; see poller.await.
+func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
+	c.poller().await(ready, dl, draining)
+}
+
+// tryPoll applies the completions queued, unless the role is held; see
+// poller.tryPoll.
+func (c *Conn) tryPoll() { c.poller().tryPoll() }
+
 // await makes completions arrive for a caller that cannot go on, and
 // returns for it to look again. ready is the caller's channel, dl its
 // deadline (nil: none); draining says the caller is Close's drain, which
 // runs after closedCh is closed.
-func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
-	began := c.waitStart(dl) // stats.go
-	c.mu.Lock()
-	if c.torn {
-		c.mu.Unlock()
+func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
+	began := r.w.waitStart(dl) // stats.go
+	r.f.mu.Lock()
+	if r.f.torn {
+		r.f.mu.Unlock()
 		return
 	}
 	select {
 	case <-ready:
-		c.waitedLocked(dl, began, waitHanded, false)
+		r.w.waitedLocked(dl, began, waitHanded, false)
 		// What the caller waits for may have come since it looked: another
 		// holder applied completions meanwhile (and poked ready, under mu).
 		// Without this look, the caller could take the role with the CQ
 		// already drained and sleep past what it waits for.
-		c.mu.Unlock()
+		r.f.mu.Unlock()
 		return
 	default:
 	}
-	if !c.poll.takeLocked() {
-		c.poll.waiters++
-		c.mu.Unlock()
+	if !r.p.takeLocked() {
+		r.p.waiters++
+		r.f.mu.Unlock()
 		var dlc, closed chan struct{}
 		if dl != nil {
 			dlc = dl.wait()
 		}
 		if !draining {
-			closed = c.closedCh
+			closed = r.f.closedCh
 		}
 		select {
 		case <-ready:
 		case <-dlc:
 		case <-closed:
 		}
-		c.mu.Lock()
-		c.poll.waiters--
-		c.waitedLocked(dl, began, waitHanded, false)
-		c.mu.Unlock()
+		r.f.mu.Lock()
+		r.p.waiters--
+		r.w.waitedLocked(dl, began, waitHanded, false)
+		r.f.mu.Unlock()
 		return
 	}
-	c.mu.Unlock()
-	sleeps, caught := c.poll.sleeps, c.poll.caught
-	c.pollRole(dl, draining)
-	c.mu.Lock()
-	othersWait := c.poll.releaseLocked()
-	c.waitedLocked(dl, began, c.poll.pollKind(sleeps, caught), true)
+	r.f.mu.Unlock()
+	sleeps, caught := r.p.sleeps, r.p.caught
+	r.pollRole(dl, draining)
+	r.f.mu.Lock()
+	othersWait := r.p.releaseLocked()
+	r.w.waitedLocked(dl, began, r.p.pollKind(sleeps, caught), true)
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:
 	}
 	if othersWait {
-		poke(c.rcvReady)
-		poke(c.sndReady)
+		poke(r.f.rcvReady)
+		poke(r.f.sndReady)
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
 // tryPoll applies the completions queued in the CQ, unless a caller holds
 // the poll role (and will).
-func (c *Conn) tryPoll() {
-	c.mu.Lock()
-	if c.torn || !c.poll.takeLocked() {
-		c.mu.Unlock()
+func (r poller) tryPoll() {
+	r.f.mu.Lock()
+	if r.f.torn || !r.p.takeLocked() {
+		r.f.mu.Unlock()
 		return
 	}
-	c.mu.Unlock()
-	c.pollBatch()
-	c.mu.Lock()
-	if c.poll.releaseLocked() {
-		poke(c.rcvReady)
-		poke(c.sndReady)
+	r.f.mu.Unlock()
+	r.w.pollBatch()
+	r.f.mu.Lock()
+	if r.p.releaseLocked() {
+		poke(r.f.rcvReady)
+		poke(r.f.sndReady)
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
 // pollRole is the holder's work: return once completions were applied,
 // the connection failed, or the caller should look again (its deadline,
 // Close, an interrupt).
-func (c *Conn) pollRole(dl *deadline, draining bool) {
-	if c.pollBatch() > 0 {
+func (r poller) pollRole(dl *deadline, draining bool) {
+	if r.w.pollBatch() > 0 {
 		return
 	}
-	p := &c.poll
+	p := r.p
 	if p.busy {
-		c.spinFor(dl, draining, 0)
+		r.spinFor(dl, draining, 0)
 		return
 	}
 	var began time.Time
@@ -265,7 +298,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 	spun := p.spinNext()
 	if spun {
 		p.spins++
-		switch c.spinFor(dl, draining, p.reach) {
+		switch r.spinFor(dl, draining, p.reach) {
 		case spinCaught:
 			p.spinCaught(began)
 			return
@@ -276,18 +309,18 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 	armed := false
 	for {
 		if !armed {
-			if err := c.cq.ReqNotify(false); err != nil {
-				c.fail(err)
+			if err := r.e.cq.ReqNotify(false); err != nil {
+				r.w.fail(err)
 				return
 			}
 			armed = true
 			// Completions that arrived before arming produce no event.
-			if c.pollBatch() > 0 {
+			if r.w.pollBatch() > 0 {
 				p.waited(began)
 				return
 			}
 		}
-		seq := c.poll.intrSeq.Load()
+		seq := r.p.intrSeq.Load()
 		var at time.Time
 		if dl != nil {
 			var dlc chan struct{}
@@ -296,16 +329,16 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 				return
 			}
 		}
-		if !draining && isClosed(c.closedCh) {
+		if !draining && isClosed(r.f.closedCh) {
 			return
 		}
 		if at != p.chanAt || seq != p.chanSeq {
-			if err := c.cch.SetDeadline(at); err != nil {
-				c.fail(err)
+			if err := r.e.cch.SetDeadline(at); err != nil {
+				r.w.fail(err)
 				return
 			}
 			p.chanAt, p.chanSeq = at, seq
-			if c.poll.intrSeq.Load() != seq {
+			if r.p.intrSeq.Load() != seq {
 				continue // interrupted meanwhile: look again
 			}
 		}
@@ -314,7 +347,7 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 			slept = time.Now()
 		}
 		p.sleeps++
-		_, err := c.cch.GetEvent()
+		_, err := r.e.cch.GetEvent()
 		if spun {
 			p.sleptAfterSpin(time.Since(slept))
 			spun = false
@@ -323,15 +356,15 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 			return // the caller's deadline, or an interrupt
 		}
 		if err != nil {
-			c.fail(err)
+			r.w.fail(err)
 			return
 		}
 		if p.unacked++; p.unacked >= 64 {
-			c.cch.AckEvents(c.cq, p.unacked)
+			r.e.cch.AckEvents(r.e.cq, p.unacked)
 			p.unacked = 0
 		}
 		armed = false
-		if c.pollBatch() > 0 {
+		if r.w.pollBatch() > 0 {
 			p.waited(began)
 			return
 		}
@@ -350,8 +383,8 @@ const (
 // spinFor polls the CQ until completions come, for at most budget (0:
 // without end), looking every spinCheck polls at what must end a wait
 // anyway, as the sleep does: the caller's deadline, Close, an interrupt.
-func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
-	seq := c.poll.intrSeq.Load()
+func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
+	seq := r.p.intrSeq.Load()
 	var dlc chan struct{}
 	var at time.Time
 	if dl != nil {
@@ -360,13 +393,13 @@ func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinRe
 	start := time.Now()
 	yielded := start
 	for i := 1; ; i++ {
-		if c.pollBatch() > 0 {
+		if r.w.pollBatch() > 0 {
 			return spinCaught
 		}
 		if i%spinCheck != 0 {
 			continue
 		}
-		if c.poll.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(c.closedCh) {
+		if r.p.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(r.f.closedCh) {
 			return spinLookAgain
 		}
 		now := time.Now()
@@ -410,34 +443,37 @@ func (c *Conn) fail(err error) {
 // interrupt makes the poll role's holder look again at once: a sleeping
 // holder wakes (the channel's deadline moves into the past), and one about
 // to sleep sees intrSeq move and does not. Called with mu held.
-func (c *Conn) interrupt() {
-	if c.cch == nil || c.torn {
+func (r poller) interrupt() {
+	if r.e.cch == nil || r.f.torn {
 		return
 	}
-	c.poll.intrSeq.Add(1)
-	_ = c.cch.SetDeadline(time.Unix(1, 0))
+	r.p.intrSeq.Add(1)
+	_ = r.e.cch.SetDeadline(time.Unix(1, 0))
 }
 
-// deadlineMoved makes a sleeping holder look again: at a new deadline, or at
+// lookAgain makes a sleeping holder look again: at a new deadline, or at
 // Close. (A caller waiting for the holder watches its deadline's channel,
 // which is only ever replaced after it was closed, which woke that
 // caller.)
-func (c *Conn) deadlineMoved() {
-	c.mu.Lock()
-	if c.poll.held {
-		c.interrupt()
+func (r poller) lookAgain() {
+	r.f.mu.Lock()
+	if r.p.held {
+		r.interrupt()
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
-// afterDeadlineSet is deadlineMoved after a deadline was set without error
+// lookAgainAfter is lookAgain after a deadline was set without error
 // (err).
-func (c *Conn) afterDeadlineSet(err error) error {
+func (r poller) lookAgainAfter(err error) error {
 	if err == nil {
-		c.deadlineMoved()
+		r.lookAgain()
 	}
 	return err
 }
+
+// deadlineMoved makes a sleeping holder take a new deadline into account.
+func (c *Conn) deadlineMoved() { c.poller().lookAgain() }
 
 // handle applies a batch of completions.
 func (c *Conn) handle(wcs []verbs.WC) {
@@ -591,7 +627,7 @@ func (c *Conn) failLocked(err error) {
 	poke(c.rcvReady)
 	poke(c.sndReady)
 	if c.poll.held {
-		c.interrupt()
+		c.poller().interrupt()
 	}
 }
 

@@ -79,7 +79,6 @@ type Conn struct {
 	registering int    // registrations in progress outside mu (regMR)
 	finSent     bool
 	err         error // why the connection failed; nil while healthy
-	torn        bool  // verbs objects destroyed
 
 	// Heartbeats (heartbeat.go): the messages received so far (each
 	// is a sign of life), a ping waiting for its pong to be queued, and
@@ -409,14 +408,16 @@ func (c *Conn) TrafficClass() (int, error) {
 }
 
 // SetDeadline sets the read and write deadlines.
-func (c *Conn) SetDeadline(t time.Time) error { return c.afterDeadlineSet(c.connFace.SetDeadline(t)) }
+func (c *Conn) SetDeadline(t time.Time) error {
+	return c.poller().lookAgainAfter(c.connFace.SetDeadline(t))
+}
 
 // SetReadDeadline sets the deadline for Reads, pending ones included.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	return c.afterDeadlineSet(c.connFace.SetReadDeadline(t))
+	return c.poller().lookAgainAfter(c.connFace.SetReadDeadline(t))
 }
 
 // SetWriteDeadline sets the deadline for Writes, pending ones included.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	return c.afterDeadlineSet(c.connFace.SetWriteDeadline(t))
+	return c.poller().lookAgainAfter(c.connFace.SetWriteDeadline(t))
 }

@@ -19,6 +19,7 @@ type connFace struct {
 
 	mu       sync.Mutex
 	closed   bool
+	torn     bool          // verbs objects destroyed
 	rcvReady chan struct{} // poked when the receive side changed
 	sndReady chan struct{} // poked when send resources were freed
 	closedCh chan struct{} // closed by Close

@@ -48,7 +48,6 @@ type RsocketConn struct {
 	wrShut   bool  // this side sent SHUTDOWN
 	discSent bool  // this side sent DISCONNECT
 	err      error // why the connection failed
-	torn     bool  // verbs objects destroyed
 	swr      [1]verbs.SendWR
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
