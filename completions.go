@@ -105,6 +105,17 @@ func (p *pollState) waited(began time.Time) {
 	}
 }
 
+// configure sets the holder's spin from cfg (PollTime, BusyPoll) for a
+// connection on provider.
+func (p *pollState) configure(cfg *Config, provider string) {
+	p.spin = cfg.pollTime(provider)
+	p.reach = p.spin
+	// Soft's completions come from its transport, which a waiting caller
+	// reads itself or, when none waits, a goroutine parked on the runtime
+	// poller, which busy callers holding every P would starve.
+	p.busy = cfg.busyPoll() && provider != ProviderSoft
+}
+
 // takeLocked takes the role if nobody holds it. Called with mu held.
 func (p *pollState) takeLocked() bool {
 	if p.held {
@@ -179,11 +190,8 @@ type poller struct {
 
 // polledConn is what the poll role asks of a connection's wire.
 type polledConn interface {
-	// pollBatch polls one batch of completions and applies it, and
-	// returns how many it applied, or 1 after a failure (the caller is to
-	// look at the connection again).
-	pollBatch() int
-	fail(err error) // records a failure found by the role
+	handle(wcs []verbs.WC) // applies a batch of completions
+	failLocked(err error)  // records a failure and wakes every waiter
 	// waitStart and waitedLocked count a wait (stats.go).
 	waitStart(dl *deadline) time.Time
 	waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool)
@@ -270,7 +278,7 @@ func (r poller) tryPoll() {
 		return
 	}
 	r.f.mu.Unlock()
-	r.w.pollBatch()
+	r.pollBatch()
 	r.f.mu.Lock()
 	if r.p.releaseLocked() {
 		poke(r.f.rcvReady)
@@ -283,7 +291,7 @@ func (r poller) tryPoll() {
 // the connection failed, or the caller should look again (its deadline,
 // Close, an interrupt).
 func (r poller) pollRole(dl *deadline, draining bool) {
-	if r.w.pollBatch() > 0 {
+	if r.pollBatch() > 0 {
 		return
 	}
 	p := r.p
@@ -310,12 +318,12 @@ func (r poller) pollRole(dl *deadline, draining bool) {
 	for {
 		if !armed {
 			if err := r.e.cq.ReqNotify(false); err != nil {
-				r.w.fail(err)
+				r.fail(err)
 				return
 			}
 			armed = true
 			// Completions that arrived before arming produce no event.
-			if r.w.pollBatch() > 0 {
+			if r.pollBatch() > 0 {
 				p.waited(began)
 				return
 			}
@@ -334,7 +342,7 @@ func (r poller) pollRole(dl *deadline, draining bool) {
 		}
 		if at != p.chanAt || seq != p.chanSeq {
 			if err := r.e.cch.SetDeadline(at); err != nil {
-				r.w.fail(err)
+				r.fail(err)
 				return
 			}
 			p.chanAt, p.chanSeq = at, seq
@@ -356,7 +364,7 @@ func (r poller) pollRole(dl *deadline, draining bool) {
 			return // the caller's deadline, or an interrupt
 		}
 		if err != nil {
-			r.w.fail(err)
+			r.fail(err)
 			return
 		}
 		if p.unacked++; p.unacked >= 64 {
@@ -364,7 +372,7 @@ func (r poller) pollRole(dl *deadline, draining bool) {
 			p.unacked = 0
 		}
 		armed = false
-		if r.w.pollBatch() > 0 {
+		if r.pollBatch() > 0 {
 			p.waited(began)
 			return
 		}
@@ -393,7 +401,7 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 	start := time.Now()
 	yielded := start
 	for i := 1; ; i++ {
-		if r.w.pollBatch() > 0 {
+		if r.pollBatch() > 0 {
 			return spinCaught
 		}
 		if i%spinCheck != 0 {
@@ -416,28 +424,28 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 	}
 }
 
-// pollBatch polls one batch of completions and applies it; a failed poll
-// fails the connection. It returns how many it applied, or 1 after a
-// failure so that the caller looks at the connection again.
-func (c *Conn) pollBatch() int {
-	n, err := c.cq.Poll(c.poll.wcs[:])
+// pollBatch polls one batch of completions and has the wire apply it; a
+// failed poll fails the connection. It returns how many it applied, or 1
+// after a failure so that the caller looks at the connection again.
+func (r poller) pollBatch() int {
+	n, err := r.e.cq.Poll(r.p.wcs[:])
 	if n > 0 {
-		c.handle(c.poll.wcs[:n])
+		r.w.handle(r.p.wcs[:n])
 	}
 	if err != nil {
-		c.fail(err)
+		r.fail(err)
 		return 1
 	}
 	return n
 }
 
 // fail records err as the connection's failure, unless it is closed.
-func (c *Conn) fail(err error) {
-	c.mu.Lock()
-	if !c.closed {
-		c.failLocked(err)
+func (r poller) fail(err error) {
+	r.f.mu.Lock()
+	if !r.f.closed {
+		r.w.failLocked(err)
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
 // interrupt makes the poll role's holder look again at once: a sleeping

@@ -132,12 +132,7 @@ func (c *Conn) setPeer(h stream.Hello) {
 // start runs the connection once it is established.
 func (c *Conn) start() {
 	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
-	c.poll.spin = c.cfg.pollTime(c.provider)
-	c.poll.reach = c.poll.spin
-	// Soft's completions come from its transport, which a waiting caller
-	// reads itself or, when none waits, a goroutine parked on the runtime
-	// poller, which busy callers holding every P would starve.
-	c.poll.busy = c.cfg.busyPoll() && c.provider != ProviderSoft
+	c.poll.configure(&c.cfg, c.provider)
 	c.startWatch()
 	register(c)        // stats.go
 	c.logEstablished() // debuglog.go

@@ -4,8 +4,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/rsocket"
@@ -36,9 +36,8 @@ type RsocketConn struct {
 	ctrl []byte // one SGE per control slot, for region grants
 	peer rsocket.ConnData
 
-	pollMu sync.Mutex // serialises polling the CQ and applying the batch
-	rmu    sync.Mutex // serialises Read
-	wmu    sync.Mutex // serialises Write and CloseWrite
+	rmu sync.Mutex // serialises Read
+	wmu sync.Mutex // serialises Write and CloseWrite
 
 	// Guarded by mu (connFace):
 	tx       rsocket.Tx
@@ -51,28 +50,25 @@ type RsocketConn struct {
 	swr      [1]verbs.SendWR
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
-	wcs      [32]verbs.WC
 
-	stopping   atomic.Bool
-	unacked    int
-	pollerDone chan struct{}
+	// The poll role (completions.go), as rdma.Conn's: Reads, Writes and
+	// Close's drain that cannot go on poll the CQ themselves, spinning
+	// (Config.PollTime, BusyPoll) before they sleep on the completion
+	// channel.
+	poll pollState
 	// The watch (keepalive.go): cmLoop's end, or its timer.
 	cmDone chan struct{}
 	timed  *timedWatch
 }
 
-const (
-	rsRecvWRID  = 1 << 63 // set in the WR id of every receive
-	rsProbeWRID = 1 << 62 // Close's wake-up probe, outside rsocket's accounting
-)
+const rsRecvWRID = 1 << 63 // set in the WR id of every receive
 
 // newRsocketConn sets up the verbs resources on id (device known) and posts
 // the receives, as rsocket.c's rs_create_ep does.
 func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rsParams) (_ *RsocketConn, err error) {
 	c := &RsocketConn{
-		p:          p,
-		endpoint:   endpoint{ech: ech, id: id},
-		pollerDone: make(chan struct{}),
+		p:        p,
+		endpoint: endpoint{ech: ech, id: id},
 	}
 	c.init(provider)
 	defer func() {
@@ -147,7 +143,7 @@ func (c *RsocketConn) start() {
 	c.mu.Lock()
 	c.creditLocked() // the second half of the rbuf, at once, as rsocket.c does
 	c.mu.Unlock()
-	go c.pollLoop()
+	c.poll.configure(&c.p.poll, c.provider)
 	var next time.Time
 	if c.p.keepAlive > 0 {
 		next = time.Now().Add(c.p.keepAlive)
@@ -257,12 +253,7 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 		if len(b) == 0 {
 			return 0, nil
 		}
-		select {
-		case <-c.rcvReady:
-		case <-c.rdl.wait():
-		case <-c.closedCh:
-		}
-		c.stats.rdWait = waitHanded // the poller's goroutine applied what came
+		c.await(c.rcvReady, &c.rdl, false)
 	}
 }
 
@@ -290,11 +281,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 			c.stats.creditWaits++
 			c.mu.Unlock()
 			began := time.Now()
-			select {
-			case <-c.sndReady:
-			case <-c.wdl.wait():
-			case <-c.closedCh:
-			}
+			c.await(c.sndReady, &c.wdl, false)
 			c.waited(began) // stats.go
 			continue
 		}
@@ -373,10 +360,7 @@ func (c *RsocketConn) CloseWrite() error {
 			return nil
 		}
 		c.mu.Unlock()
-		select {
-		case <-c.sndReady:
-		case <-c.closedCh:
-		}
+		c.await(c.sndReady, nil, false)
 	}
 }
 
@@ -387,13 +371,13 @@ func (c *RsocketConn) Close() error {
 	if err := c.markClosed(); err != nil {
 		return err
 	}
+	c.poller().lookAgain() // a sleeping poll role holder sees the Close
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	c.drain()
 	_ = c.id.Disconnect()
-	c.stopPoller()
 	c.releaseVerbs()
 	c.id.Destroy()
 	c.ech.Close() // ends cmLoop
@@ -406,8 +390,9 @@ func (c *RsocketConn) Close() error {
 // drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
 // waits until every posted send has completed.
 func (c *RsocketConn) drain() {
-	timer := time.NewTimer(c.p.handshakeTimeout)
-	defer timer.Stop()
+	dl := makeDeadline()
+	dl.set(time.Now().Add(c.p.handshakeTimeout))
+	defer dl.stop()
 	for {
 		c.mu.Lock()
 		if c.err != nil || c.peerGone || c.torn {
@@ -420,14 +405,10 @@ func (c *RsocketConn) drain() {
 		}
 		done := c.discSent && c.tx.AllDone()
 		c.mu.Unlock()
-		if done {
+		if done || dl.passed() {
 			return
 		}
-		select {
-		case <-c.sndReady:
-		case <-timer.C:
-			return
-		}
+		c.await(c.sndReady, &dl, true)
 	}
 }
 
@@ -437,49 +418,36 @@ func (c *RsocketConn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
 	}
+	c.wakeLocked()
+}
+
+// wakeLocked wakes every waiter, the poll role's holder included, to look
+// at the connection again.
+func (c *RsocketConn) wakeLocked() {
 	poke(c.rcvReady)
 	poke(c.sndReady)
-}
-
-// pollLoop moves completions into the connection's state until Close,
-// waiting on the completion channel (the runtime poller).
-func (c *RsocketConn) pollLoop() {
-	defer close(c.pollerDone)
-	for !c.stopping.Load() {
-		n, err := c.pollBatch()
-		if err == nil && n == 0 {
-			if err = c.cq.ReqNotify(false); err == nil {
-				n, err = c.pollBatch()
-			}
-			if err == nil && n == 0 {
-				if _, err = c.cch.GetEvent(); err == nil {
-					if c.unacked++; c.unacked >= 64 {
-						c.cch.AckEvents(c.cq, c.unacked)
-						c.unacked = 0
-					}
-					continue
-				}
-			}
-		}
-		if err != nil {
-			c.mu.Lock()
-			if !c.closed {
-				c.failLocked(err)
-			}
-			c.mu.Unlock()
-			return
-		}
+	if c.poll.held {
+		c.poller().interrupt()
 	}
 }
 
-func (c *RsocketConn) pollBatch() (int, error) {
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
-	n, err := c.cq.Poll(c.wcs[:])
-	if n > 0 {
-		c.handle(c.wcs[:n])
+func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
+
+// await makes completions arrive for a caller that cannot go on (the poll
+// role, completions.go).
+func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
+	c.poller().await(ready, dl, draining)
+}
+
+// waitStart notes nothing: a Write's wait is timed around it (waited,
+// stats.go).
+func (c *RsocketConn) waitStart(*deadline) time.Time { return time.Time{} }
+
+// waitedLocked counts how a Read's data came after a wait.
+func (c *RsocketConn) waitedLocked(dl *deadline, _ time.Time, how waitKind, _ bool) {
+	if dl == &c.rdl {
+		c.stats.rdWait = max(c.stats.rdWait, how)
 	}
-	return n, err
 }
 
 // handle applies a batch of completions.
@@ -511,9 +479,6 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 			if perr == nil && c.err == nil {
 				perr = c.recvLocked(wc)
 			}
-			continue
-		}
-		if wc.WRID == rsProbeWRID {
 			continue
 		}
 		if err := c.tx.Completed(wc.WRID); err != nil && perr == nil {
@@ -568,24 +533,19 @@ func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
 		return
 	}
 	// rsocket.c takes a disconnect as the end of the stream. What
-	// landed before it is read first.
-	c.pollMu.Lock()
-	if !c.stopping.Load() {
-		if n, _ := c.cq.Poll(c.wcs[:]); n > 0 {
-			c.handle(c.wcs[:n])
-		}
-	}
-	c.pollMu.Unlock()
+	// landed before it is read first (unless a caller holding the poll
+	// role reads it).
+	c.poller().tryPoll()
 	c.mu.Lock()
 	c.rdShut, c.peerGone = true, true
+	c.wakeLocked()
 	c.mu.Unlock()
-	poke(c.rcvReady)
-	poke(c.sndReady)
 }
 
 // tick is a wake-up of the watch: on an idle connection, a keepalive (a
 // zero-length RDMA WRITE, as rsocket.c's).
 func (c *RsocketConn) tick(now time.Time) time.Time {
+	c.poller().tryPoll() // an idle connection's completions wait in the CQ
 	c.mu.Lock()
 	if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
 		c.tx.TakeCtrl()
@@ -595,42 +555,19 @@ func (c *RsocketConn) tick(now time.Time) time.Time {
 	return now.Add(c.p.keepAlive)
 }
 
-// stopPoller ends pollLoop: with the QP in error, a zero-length write
-// completes at once (flushed) and wakes it; should nothing wake it, the
-// completion channel is closed under it.
-func (c *RsocketConn) stopPoller() {
-	c.stopping.Store(true)
-	_ = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
-	t := time.NewTimer(2 * time.Second)
-	defer t.Stop()
-	for closed := false; ; {
-		c.mu.Lock()
-		if !c.torn {
-			c.swr[0] = verbs.SendWR{WRID: rsProbeWRID, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-				RemoteAddr: c.peer.TargetSGL.Addr, RKey: c.peer.TargetSGL.Key}
-			_ = c.qp.PostSend(c.swr[:])
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.pollerDone:
-			return
-		case <-t.C:
-		}
-		if !closed && c.cch.Close() == nil {
-			closed = true
-		}
-		t.Reset(time.Second)
-	}
-}
-
 // releaseVerbs destroys what newRsocketConn created, in the order the
 // verbs require.
 func (c *RsocketConn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
+	// A poll in flight (the watch's) must finish before the CQ goes;
+	// none starts afterwards. Posts are made under mu.
+	for c.poll.held {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
 	c.mu.Unlock()
-	c.pollMu.Lock() // the watch may poll until Close has stopped it
-	defer c.pollMu.Unlock()
-	c.release(c.unacked)
-	c.unacked = 0
+	c.release(c.poll.unacked)
+	c.poll.unacked = 0
 }

@@ -47,6 +47,7 @@ type rsParams struct {
 	inline             int
 	keepAlive          time.Duration
 	handshakeTimeout   time.Duration
+	poll               Config // PollTime and BusyPoll, as rdma.Conn takes them
 }
 
 func rsocketParams(c *Config) rsParams {
@@ -63,6 +64,7 @@ func rsocketParams(c *Config) rsParams {
 		inline:           rsocket.DefaultInline,
 		keepAlive:        d.KeepAlive,
 		handshakeTimeout: d.HandshakeTimeout,
+		poll:             Config{PollTime: d.PollTime, BusyPoll: d.BusyPoll},
 	}
 	if r.RingSize > 0 {
 		p.rbufSize = pow2Clamp(r.RingSize, rsocket.MinBuf, rsocket.MaxBuf)
