@@ -1,10 +1,9 @@
 package rdma
 
 import (
+	"fmt"
 	"io"
 	"net"
-	"os"
-	"sync"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -28,9 +27,6 @@ type Conn struct {
 	sqDepth  uint64 // send WRs data and credits may occupy (one more is kept for markers)
 	sigEvery uint64 // at most this many unsignaled sends in a row
 	chunk    int    // largest single RDMA write
-
-	rmu sync.Mutex // serialises Read
-	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
 
 	// Guarded by mu (connFace):
 	// The stream's windows: what the peer may write into our ring, and
@@ -78,7 +74,6 @@ type Conn struct {
 	submitting  bool   // a goroutine is in submit
 	registering int    // registrations in progress outside mu (regMR)
 	finSent     bool
-	err         error // why the connection failed; nil while healthy
 
 	// Heartbeats (heartbeat.go): the messages received so far (each
 	// is a sign of life), a ping waiting for its pong to be queued, and
@@ -91,9 +86,6 @@ type Conn struct {
 	// and sleeps on the completion channel; others wait on rcvReady or
 	// sndReady.
 	poll pollState
-	// The watch (keepalive.go): cmLoop's end, or its timer.
-	cmDone chan struct{}
-	timed  *timedWatch
 }
 
 // hello is this side's half of the handshake.
@@ -129,6 +121,20 @@ func (c *Conn) setPeer(h stream.Hello) {
 	}
 }
 
+// takeAnswer takes in the listener's hello.
+func (c *Conn) takeAnswer(private []byte) error {
+	peer, err := stream.ParseHello(private)
+	switch {
+	case err != nil:
+		return err
+	case peer.Version > stream.Version:
+		// A listener answers with the lower of the two versions.
+		return fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
+	}
+	c.setPeer(peer)
+	return nil
+}
+
 // start runs the connection once it is established.
 func (c *Conn) start() {
 	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
@@ -145,16 +151,7 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	defer c.stats.read(&nr)
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return 0, c.opErr("read", net.ErrClosed)
-		}
-		if c.rdl.passed() {
-			c.mu.Unlock()
-			return 0, c.opErr("read", os.ErrDeadlineExceeded)
-		}
+	for c.readGoesOn(&err) {
 		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
 			c.mu.Unlock()
@@ -200,6 +197,7 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 		c.mu.Unlock()
 		c.await(c.rcvReady, &c.rdl, false)
 	}
+	return 0, err
 }
 
 // Write writes b to the connection. It returns once all of b is posted to the
@@ -219,19 +217,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 			return c.writeRndv(b, buf) // rndv.go
 		}
 	}
-	sent := 0
-	for {
-		if sent == len(b) && sent > 0 {
-			return sent, nil // all queued: what happens to the conn now is not this Write's
-		}
-		c.mu.Lock()
-		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
-			return sent, c.opErr("write", err)
-		}
-		if sent == len(b) {
-			c.mu.Unlock()
-			return sent, nil
+	for sent := 0; ; {
+		if over, err := c.writeOver(c, sent, len(b)); over {
+			return sent, err
 		}
 		n, at, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
@@ -275,81 +263,41 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // writeErrLocked says why a Write cannot go on, or nil.
 func (c *Conn) writeErrLocked() error {
-	switch {
-	case c.closed:
-		return net.ErrClosed
-	case c.wdl.passed():
-		return os.ErrDeadlineExceeded
-	case c.finSent:
-		return errWriteClosed
-	case c.err != nil:
-		return c.err
+	if err := c.stopErrLocked(&c.wdl); err != nil {
+		return err
 	}
-	return nil
+	if c.finSent {
+		return errWriteClosed
+	}
+	return c.err
 }
 
 // CloseWrite shuts down the sending side, as (*net.TCPConn).CloseWrite does:
 // the peer reads what was written, then io.EOF; reading goes on.
-func (c *Conn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	for {
-		c.mu.Lock()
-		switch {
-		case c.closed:
-			c.mu.Unlock()
-			return c.opErr("close", net.ErrClosed)
-		case c.finSent:
-			c.mu.Unlock()
-			return nil
-		case c.err != nil:
-			err := c.err
-			c.mu.Unlock()
-			return c.opErr("close", err)
-		}
-		if c.canSendData() {
-			c.sendFinLocked()
-			c.mu.Unlock()
-			if err := c.submit(); err != nil {
-				return c.opErr("close", err)
-			}
-			return nil
-		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+func (c *Conn) CloseWrite() error { return closeWrite(c.poller(), c) }
+
+func (c *Conn) writeShutLocked() bool { return c.finSent }
+
+func (c *Conn) shutWriteLocked() (bool, error) {
+	if !c.canSendData() {
+		return false, nil
 	}
+	c.sendFinLocked()
+	return true, nil
 }
+
+func (c *Conn) flush() error { return c.submit() }
+
+func (c *Conn) drainTime() time.Duration { return c.cfg.HandshakeTimeout }
 
 // Close closes the connection. Bytes already written are delivered (within
 // HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
 // return net.ErrClosed.
-func (c *Conn) Close() error {
-	if err := c.markClosed(); err != nil {
-		return err
-	}
-	c.deadlineMoved() // a sleeping poll role holder sees the Close
-	// Wait for Reads and Writes in progress to leave the buffers.
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.drain()
-	_ = c.id.Disconnect()
-	c.releaseVerbs()
-	c.id.Destroy()
-	c.ech.Close() // ends cmLoop, or the timed watch's events
-	stopWatch(c.timed, c.cmDone)
-	c.stopDeadlines()
-	unregister(c) // stats.go
-	return nil
-}
+func (c *Conn) Close() error { return closeConn(c) }
 
 // drain posts the FIN and waits until every posted send has completed, so
 // that the disconnect that follows loses nothing.
-func (c *Conn) drain() {
-	dl := makeDeadline()
-	dl.set(time.Now().Add(c.cfg.HandshakeTimeout))
-	defer dl.stop()
+func (c *Conn) drain(dl *deadline) {
 	for {
 		c.mu.Lock()
 		queued := false
@@ -381,7 +329,7 @@ func (c *Conn) drain() {
 		if dl.passed() {
 			return
 		}
-		c.await(c.sndReady, &dl, true)
+		c.await(c.sndReady, dl, true)
 	}
 }
 

@@ -224,30 +224,15 @@ func (d *cmDial) close() {
 // connect runs the active side of the connection manager's handshake with
 // this package's wire.
 func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
-	var c *Conn
-	err := connectSteps(ctx, prov, src, dst, cfg.TrafficClass, func(ech verbs.EventChannel, id verbs.CMID) (establishing, *verbs.ConnParam, error) {
-		var err error
-		if c, err = newConn(prov.Name(), ech, id, cfg, true); err != nil {
+	return connectSteps(ctx, prov, src, dst, cfg.TrafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*Conn, *verbs.ConnParam, error) {
+		c, err := newConn(prov.Name(), ech, id, cfg, true)
+		if err != nil {
 			return nil, nil, err
 		}
 		phase.Mark("dial: endpoint created")
 		h := c.hello()
 		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
-	}, func(private []byte) error {
-		peer, err := stream.ParseHello(private)
-		if err == nil && peer.Version > stream.Version {
-			// A listener answers with the lower of the two versions.
-			err = fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
-		}
-		if err == nil {
-			c.setPeer(peer)
-		}
-		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // establishing is a connection of either wire between its setup and its
@@ -257,53 +242,56 @@ type establishing interface {
 	start()
 }
 
+// dialing is a connection of either wire on the active side.
+type dialing interface {
+	establishing
+	// takeAnswer takes in the listener's half of the handshake, or
+	// refuses it.
+	takeAnswer(private []byte) error
+}
+
 // connectSteps runs the active side's steps that both wires share: the
 // connection manager's ID resolved to dst (with traffic class tos), the
 // connection's resources and its half of the handshake (setup), the
-// transport timeout, the connect, and once established the peer's half
-// (takePeer; a peer whose half is refused is disconnected). The connection
+// transport timeout, the connect, and once established the listener's
+// half (a listener whose half is refused is disconnected). The connection
 // is started on success, released on failure.
-func connectSteps(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, tos int,
-	setup func(ech verbs.EventChannel, id verbs.CMID) (establishing, *verbs.ConnParam, error), takePeer func(private []byte) error) error {
+func connectSteps[C dialing](ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, tos int,
+	setup func(ech verbs.EventChannel, id verbs.CMID) (C, *verbs.ConnParam, error)) (C, error) {
+	var none C
 	d, err := resolveCM(ctx, prov, src, dst, tos)
 	if err != nil {
-		return err
+		return none, err
 	}
 	phase.Mark("dial: route resolved")
-	var c establishing
-	ok := false
-	defer func() {
-		if !ok {
-			if c != nil {
-				c.releaseVerbs()
-			}
-			d.close()
-		}
-	}()
 	c, param, err := setup(d.ech, d.id)
 	if err != nil {
-		c = nil
-		return err
+		d.close()
+		return none, err
+	}
+	fail := func(err error) (C, error) {
+		c.releaseVerbs()
+		d.close()
+		return none, err
 	}
 	if err := d.id.SetAckTimeout(ackTimeoutExp); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := d.id.Connect(param); err != nil {
-		return err
+		return fail(err)
 	}
 	phase.Mark("dial: connect requested")
 	ev, err := d.wait(verbs.EventEstablished)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	phase.Mark("dial: established")
-	if err := takePeer(ev.Param.PrivateData); err != nil {
+	if err := c.takeAnswer(ev.Param.PrivateData); err != nil {
 		d.id.Disconnect()
-		return err
+		return fail(err)
 	}
 	c.start()
-	ok = true
-	return nil
+	return c, nil
 }
 
 // stepTimeout is the timeout handed to the provider for one resolution

@@ -2,10 +2,7 @@ package rdma
 
 import (
 	"io"
-	"net"
-	"os"
 	"runtime"
-	"sync"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/rsocket"
@@ -36,17 +33,13 @@ type RsocketConn struct {
 	ctrl []byte // one SGE per control slot, for region grants
 	peer rsocket.ConnData
 
-	rmu sync.Mutex // serialises Read
-	wmu sync.Mutex // serialises Write and CloseWrite
-
 	// Guarded by mu (connFace):
 	tx       rsocket.Tx
 	rx       rsocket.Rx
-	rdShut   bool  // the peer sent SHUTDOWN or DISCONNECT, or disconnected
-	peerGone bool  // the peer disconnected: writes fail
-	wrShut   bool  // this side sent SHUTDOWN
-	discSent bool  // this side sent DISCONNECT
-	err      error // why the connection failed
+	rdShut   bool // the peer sent SHUTDOWN or DISCONNECT, or disconnected
+	peerGone bool // the peer disconnected: writes fail
+	wrShut   bool // this side sent SHUTDOWN
+	discSent bool // this side sent DISCONNECT
 	swr      [1]verbs.SendWR
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
@@ -56,9 +49,6 @@ type RsocketConn struct {
 	// (Config.PollTime, BusyPoll) before they sleep on the completion
 	// channel.
 	poll pollState
-	// The watch (keepalive.go): cmLoop's end, or its timer.
-	cmDone chan struct{}
-	timed  *timedWatch
 }
 
 const rsRecvWRID = 1 << 63 // set in the WR id of every receive
@@ -137,6 +127,16 @@ func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
 	c.rx.Init(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey(), uint16(c.p.rqSize), peer)
 }
 
+// takeAnswer takes in the listener's connection data.
+func (c *RsocketConn) takeAnswer(private []byte) error {
+	peer, err := rsocket.ParseConnData(private)
+	if err != nil {
+		return err
+	}
+	c.setPeer(peer)
+	return nil
+}
+
 // start runs the connection once it is established.
 func (c *RsocketConn) start() {
 	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
@@ -213,16 +213,7 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	defer c.stats.read(&nr)
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return 0, c.opErr("read", net.ErrClosed)
-		}
-		if isClosed(c.rdl.wait()) {
-			c.mu.Unlock()
-			return 0, c.opErr("read", os.ErrDeadlineExceeded)
-		}
+	for c.readGoesOn(&err) {
 		off, avail := c.rx.Buffered()
 		if avail > 0 {
 			if len(b) == 0 {
@@ -255,6 +246,7 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 		}
 		c.await(c.rcvReady, &c.rdl, false)
 	}
+	return 0, err
 }
 
 // Write writes b. It returns once all of b is posted (copied into
@@ -262,19 +254,9 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 func (c *RsocketConn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	sent := 0
-	for {
-		if sent == len(b) && sent > 0 {
-			return sent, nil // all posted: what happens to the conn now is not this Write's
-		}
-		c.mu.Lock()
-		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
-			return sent, c.opErr("write", err)
-		}
-		if sent == len(b) {
-			c.mu.Unlock()
-			return sent, nil
+	for sent := 0; ; {
+		if over, err := c.writeOver(c, sent, len(b)); over {
+			return sent, err
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
 		if !ok {
@@ -310,11 +292,10 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 
 // writeErrLocked says why a Write cannot go on, or nil.
 func (c *RsocketConn) writeErrLocked() error {
+	if err := c.stopErrLocked(&c.wdl); err != nil {
+		return err
+	}
 	switch {
-	case c.closed:
-		return net.ErrClosed
-	case isClosed(c.wdl.wait()):
-		return os.ErrDeadlineExceeded
 	case c.wrShut || c.discSent:
 		return errWriteClosed
 	case c.peerGone:
@@ -326,73 +307,43 @@ func (c *RsocketConn) writeErrLocked() error {
 // CloseWrite shuts down the sending side, as rsockets' shutdown(SHUT_WR)
 // and (*net.TCPConn).CloseWrite do: the peer reads what was written, then
 // EOF; reading goes on.
-func (c *RsocketConn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	for {
-		c.mu.Lock()
-		switch {
-		case c.closed:
-			c.mu.Unlock()
-			return c.opErr("close", net.ErrClosed)
-		case c.wrShut || c.discSent || c.peerGone:
-			c.wrShut = true
-			c.mu.Unlock()
-			return nil
-		case c.err != nil:
-			err := c.err
-			c.mu.Unlock()
-			return c.opErr("close", err)
-		}
-		if c.canCtrlLocked() {
-			// As rsocket.c: once both directions are shut, a disconnect.
-			code := uint32(rsocket.CtrlShutdown)
-			if c.rdShut {
-				code = rsocket.CtrlDisconnect
-				c.discSent = true
-			}
-			c.wrShut = true
-			err := c.postCtrlLocked(code)
-			c.mu.Unlock()
-			if err != nil {
-				return c.opErr("close", err)
-			}
-			return nil
-		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+func (c *RsocketConn) CloseWrite() error { return closeWrite(c.poller(), c) }
+
+// writeShutLocked: a peer that is gone takes writes no more either.
+func (c *RsocketConn) writeShutLocked() bool {
+	if c.wrShut || c.discSent || c.peerGone {
+		c.wrShut = true
+		return true
 	}
+	return false
 }
+
+func (c *RsocketConn) shutWriteLocked() (bool, error) {
+	if !c.canCtrlLocked() {
+		return false, nil
+	}
+	// As rsocket.c: once both directions are shut, a disconnect.
+	code := uint32(rsocket.CtrlShutdown)
+	if c.rdShut {
+		code = rsocket.CtrlDisconnect
+		c.discSent = true
+	}
+	c.wrShut = true
+	return true, c.postCtrlLocked(code)
+}
+
+func (c *RsocketConn) flush() error { return nil } // postCtrlLocked posted
+
+func (c *RsocketConn) drainTime() time.Duration { return c.p.handshakeTimeout }
 
 // Close closes the connection: the bytes written are delivered (within
 // Config.HandshakeTimeout), the peer is told DISCONNECT and reads EOF.
 // Pending Reads and Writes return net.ErrClosed.
-func (c *RsocketConn) Close() error {
-	if err := c.markClosed(); err != nil {
-		return err
-	}
-	c.poller().lookAgain() // a sleeping poll role holder sees the Close
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.drain()
-	_ = c.id.Disconnect()
-	c.releaseVerbs()
-	c.id.Destroy()
-	c.ech.Close() // ends cmLoop
-	stopWatch(c.timed, c.cmDone)
-	c.stopDeadlines()
-	unregister(c) // stats.go
-	return nil
-}
+func (c *RsocketConn) Close() error { return closeConn(c) }
 
 // drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
 // waits until every posted send has completed.
-func (c *RsocketConn) drain() {
-	dl := makeDeadline()
-	dl.set(time.Now().Add(c.p.handshakeTimeout))
-	defer dl.stop()
+func (c *RsocketConn) drain(dl *deadline) {
 	for {
 		c.mu.Lock()
 		if c.err != nil || c.peerGone || c.torn {
@@ -408,7 +359,7 @@ func (c *RsocketConn) drain() {
 		if done || dl.passed() {
 			return
 		}
-		c.await(c.sndReady, &dl, true)
+		c.await(c.sndReady, dl, true)
 	}
 }
 

@@ -91,24 +91,13 @@ func rsocketParams(c *Config) rsParams {
 // endpoint, connect with rs_conn_data as private data, take the peer's from
 // the accept.
 func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
-	var c *RsocketConn
-	err := connectSteps(ctx, prov, src, dst, 0, func(ech verbs.EventChannel, id verbs.CMID) (establishing, *verbs.ConnParam, error) {
-		var err error
-		if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
+	return connectSteps(ctx, prov, src, dst, 0, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
+		c, err := newRsocketConn(prov.Name(), ech, id, p)
+		if err != nil {
 			return nil, nil, err
 		}
 		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
-	}, func(private []byte) error {
-		peer, err := rsocket.ParseConnData(private)
-		if err == nil {
-			c.setPeer(peer)
-		}
-		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // rsListen is a Listener's rsocket mode: accepted connections wait here.
