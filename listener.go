@@ -32,10 +32,10 @@ type Listener struct {
 	provider string
 	cfg      Config
 	sides    []listenSide // the provider's own first, then soft's (mixed.go)
-	rs       *rsListen    // rsocket mode (rsocket_dial.go), else nil
+	rs       *rsParams    // rsocket mode (rsocket_dial.go), else nil
 	addr     *Addr
 
-	ready     chan *Conn    // established connections waiting for Accept
+	ready     chan net.Conn // established connections waiting for Accept
 	done      chan struct{} // closed by Close
 	ctx       context.Context
 	cancel    context.CancelFunc // ends handshakes in progress
@@ -113,7 +113,7 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 		sides:    sides,
 		rs:       rs,
 		addr:     fromTCPAddr(sides[0].id.LocalAddr()),
-		ready:    make(chan *Conn, listenBacklog),
+		ready:    make(chan net.Conn, listenBacklog),
 		done:     make(chan struct{}),
 		slots:    make(chan struct{}, maxHandshakes),
 	}
@@ -129,16 +129,15 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 	return l, nil
 }
 
-// Accept waits for and returns the next connection (a *Conn).
+// Accept waits for and returns the next connection: a *Conn, or an
+// *RsocketConn when Config.Wire asks for the rsocket wire.
 func (l *Listener) Accept() (net.Conn, error) {
-	if l.rs != nil {
-		return l.acceptRsocket()
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		return nil, opError("accept", l.addr, nil, net.ErrClosed)
 	}
-	c, err := l.AcceptRDMA()
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // AcceptRDMA waits for and returns the next connection.
@@ -146,11 +145,20 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 	if l.rs != nil {
 		return nil, opError("accept", l.addr, nil, errAcceptRsocket)
 	}
+	c, err := l.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return c.(*Conn), nil
+}
+
+// handOut hands an established connection to Accept, or closes it if the
+// listener closes first.
+func (l *Listener) handOut(c net.Conn) {
 	select {
-	case c := <-l.ready:
-		return c, nil
+	case l.ready <- c:
 	case <-l.done:
-		return nil, opError("accept", l.addr, nil, net.ErrClosed)
+		c.Close()
 	}
 }
 
@@ -167,9 +175,6 @@ func (l *Listener) Close() error {
 			sd.ech.Close() // ends its loop
 		}
 		l.wg.Wait()
-		if l.rs != nil {
-			l.rs.drain()
-		}
 		for {
 			select {
 			case c := <-l.ready:
@@ -260,15 +265,9 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		}
 		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
 	})
-	if ac == nil {
-		return
-	}
-	c := ac.(*Conn)
-	phase.Mark("listen: accepted")
-	select {
-	case l.ready <- c:
-	case <-l.done:
-		c.Close()
+	if ac != nil {
+		phase.Mark("listen: accepted")
+		l.handOut(ac.(*Conn))
 	}
 }
 

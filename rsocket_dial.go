@@ -100,43 +100,18 @@ func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPA
 	})
 }
 
-// rsListen is a Listener's rsocket mode: accepted connections wait here.
-type rsListen struct {
-	p     rsParams
-	ready chan *RsocketConn
-}
-
-// newRsListen returns nil unless c asks for rsocket mode.
-func newRsListen(c *Config) (*rsListen, error) {
+// newRsListen returns a Listener's rsocket sizes, or nil unless c asks
+// for rsocket mode.
+func newRsListen(c *Config) (*rsParams, error) {
 	w, err := wireOf(c)
 	if err != nil || w != WireRsocket {
 		return nil, err
 	}
-	return &rsListen{p: rsocketParams(c), ready: make(chan *RsocketConn, listenBacklog)}, nil
+	p := rsocketParams(c)
+	return &p, nil
 }
 
 var errAcceptRsocket = errors.New("rdma: the listener speaks rsocket (Config.Wire): use Accept, whose conns are *RsocketConn")
-
-func (l *Listener) acceptRsocket() (net.Conn, error) {
-	select {
-	case c := <-l.rs.ready:
-		return c, nil
-	case <-l.done:
-		return nil, opError("accept", l.addr, nil, net.ErrClosed)
-	}
-}
-
-// drain closes the connections no Accept took.
-func (rl *rsListen) drain() {
-	for {
-		select {
-		case c := <-rl.ready:
-			c.Close()
-		default:
-			return
-		}
-	}
-}
 
 // handshakeRsocket is rsocket.c's rs_accept for one connection request: a
 // request whose private data is not rs_conn_data version 1 is rejected
@@ -148,20 +123,14 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		return
 	}
 	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
-		c, err := newRsocketConn(prov.Name(), ech, ev.ID, l.rs.p)
+		c, err := newRsocketConn(prov.Name(), ech, ev.ID, *l.rs)
 		if err != nil {
 			return nil, nil, err
 		}
 		c.setPeer(peer)
 		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
 	})
-	if ac == nil {
-		return
-	}
-	c := ac.(*RsocketConn)
-	select {
-	case l.rs.ready <- c:
-	case <-l.done:
-		c.Close()
+	if ac != nil {
+		l.handOut(ac.(*RsocketConn))
 	}
 }
