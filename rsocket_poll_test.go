@@ -13,42 +13,31 @@ import (
 // poll role and spins for Config.PollTime before it sleeps, and PollTime
 // -1 never spins.
 func TestRsocketPollTime(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		poll  time.Duration
-		spins bool
-	}{{"PollTime", 50 * time.Millisecond, true}, {"no spin", -1, false}} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := rsConfig()
-			cfg.PollTime = tc.poll
-			c, s := rsPair(t, cfg)
-			done := make(chan error, 1)
-			go func() {
-				b := make([]byte, 8)
-				for range 20 {
-					if _, err := io.ReadFull(s, b); err != nil {
-						done <- err
-						return
-					}
-					if _, err := s.Write(b); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
-			b := make([]byte, 8)
-			for range 20 {
-				_, err := c.Write(b)
-				require.NoError(t, err)
-				_, err = io.ReadFull(c, b)
-				require.NoError(t, err)
-			}
-			require.NoError(t, <-done)
-			c.mu.Lock()
-			spins := c.poll.spins
-			c.mu.Unlock()
-			assert.Equal(t, tc.spins, spins > 0, "spins: %d", spins)
-		})
+	assert.NotZero(t, rsPingPongSpins(t, 50*time.Millisecond), "spins with PollTime")
+	assert.Zero(t, rsPingPongSpins(t, -1), "spins with PollTime -1")
+}
+
+// rsPingPongSpins runs 20 round trips of 8 bytes on an rsocket pair whose
+// Config has PollTime poll, and returns the spins the dialer's poll role
+// made.
+func rsPingPongSpins(t *testing.T, poll time.Duration) uint64 {
+	cfg := rsConfig()
+	cfg.PollTime = poll
+	c, s := rsPair(t, cfg)
+	echoed := make(chan error, 1)
+	go func() {
+		_, err := io.CopyN(s, s, 20*8)
+		echoed <- err
+	}()
+	b := make([]byte, 8)
+	for range 20 {
+		_, err := c.Write(b)
+		require.NoError(t, err)
+		_, err = io.ReadFull(c, b)
+		require.NoError(t, err)
 	}
+	require.NoError(t, <-echoed)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.poll.spins
 }
