@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,9 +29,14 @@ import (
 // which Close, a deadline change and a failure found elsewhere use to make
 // the holder look again.
 
-// pollState is the poll role holder's own state; only the holder (or
-// releaseVerbs, once nobody holds the role) touches it.
+// pollState is the poll role: who holds it and who waits (under the
+// connection's mu), the interrupt sequence (atomic), and the holder's own
+// state, which only the holder (or releaseVerbs, once nobody holds the
+// role) touches: the batch, the events to acknowledge, and how it spins.
 type pollState struct {
+	waiters int           // callers waiting for the holder (under mu)
+	intrSeq atomic.Uint64 // moved by interrupt
+
 	// One poll's batch. 16: every connection carries it (640 bytes; 32
 	// put a Conn in the 2688-byte size class instead of 2048), and a
 	// batch of 16 already takes a poll's fixed cost off each completion.
@@ -39,6 +45,7 @@ type pollState struct {
 	spin    time.Duration // busy-poll budget before sleeping (PollTime)
 	reach   time.Duration // the budget a spin gets: spin, stretched by learn (never less)
 	busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
+	held    bool          // a caller holds the role (under mu)
 	misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
 	spins   uint64        // spins begun (for tests)
@@ -98,6 +105,67 @@ func (p *pollState) waited(began time.Time) {
 	}
 }
 
+// configure sets the holder's spin from cfg (PollTime, BusyPoll) for a
+// connection on provider.
+func (p *pollState) configure(cfg *Config, provider string) {
+	p.spin = cfg.pollTime(provider)
+	p.reach = p.spin
+	// Soft's completions come from its transport, which a waiting caller
+	// reads itself or, when none waits, a goroutine parked on the runtime
+	// poller, which busy callers holding every P would starve.
+	p.busy = cfg.busyPoll() && provider != ProviderSoft
+}
+
+// takeLocked takes the role if nobody holds it. Called with mu held.
+func (p *pollState) takeLocked() bool {
+	if p.held {
+		return false
+	}
+	p.held = true
+	return true
+}
+
+// releaseLocked lets the role go, and reports whether callers wait (one of
+// them is to take it over). Called with mu held.
+func (p *pollState) releaseLocked() (othersWait bool) {
+	p.held = false
+	return p.waiters > 0
+}
+
+// spinNext reports whether the holder's next wait spins before it sleeps:
+// while spins catch completions, and every spinProbe-th wait once they
+// stopped doing so.
+func (p *pollState) spinNext() bool {
+	if p.spin <= 0 {
+		return false
+	}
+	if p.misses < spinMisses {
+		return true
+	}
+	if p.skipped++; p.skipped >= spinProbe {
+		p.skipped = 0
+		return true
+	}
+	return false
+}
+
+// spinCaught takes in a spin, begun at began, that caught completions.
+func (p *pollState) spinCaught(began time.Time) {
+	p.caught++
+	p.misses, p.skipped = 0, 0
+	p.waited(began)
+}
+
+// sleptAfterSpin takes in a sleep of d after a spin that caught nothing:
+// a spin a little longer would have caught a short sleep.
+func (p *pollState) sleptAfterSpin(d time.Duration) {
+	if d <= 2*p.reach {
+		p.misses = 0
+	} else if p.misses < spinMisses {
+		p.misses++
+	}
+}
+
 // spinCheck is how many empty polls a spin makes between looks at the
 // clock, the caller's deadline, Close and interrupts. A spin yields the
 // processor every spinYield of spinning, so that other goroutines of a
@@ -111,71 +179,98 @@ const (
 	spinYield = 10 * time.Microsecond
 )
 
+// poller is one call into the poll role of a connection of either wire:
+// the parts of the connection it works on, and the wire's own steps.
+type poller struct {
+	f *connFace
+	e *endpoint
+	p *pollState
+	w polledConn
+}
+
+// polledConn is what the poll role asks of a connection's wire.
+type polledConn interface {
+	handle(wcs []verbs.WC) // applies a batch of completions
+	failLocked(err error)  // records a failure and wakes every waiter
+	// waitStart and waitedLocked count a wait (stats.go).
+	waitStart(dl *deadline) time.Time
+	waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool)
+}
+
+func (c *Conn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
+
+// await makes completions arrive (the poll role) for a caller that cannot
+// go on; see poller.await.
+func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
+	c.poller().await(ready, dl, draining)
+}
+
+// tryPoll applies the completions queued, unless the role is held; see
+// poller.tryPoll.
+func (c *Conn) tryPoll() { c.poller().tryPoll() }
+
 // await makes completions arrive for a caller that cannot go on, and
 // returns for it to look again. ready is the caller's channel, dl its
 // deadline (nil: none); draining says the caller is Close's drain, which
 // runs after closedCh is closed.
-func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
-	began := c.waitStart(dl) // stats.go
-	c.mu.Lock()
-	if c.torn {
-		c.mu.Unlock()
+func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
+	began := r.w.waitStart(dl) // stats.go
+	r.f.mu.Lock()
+	if r.f.torn {
+		r.f.mu.Unlock()
 		return
 	}
 	select {
 	case <-ready:
-		c.waitedLocked(dl, began, waitHanded, false)
+		r.w.waitedLocked(dl, began, waitHanded, false)
 		// What the caller waits for may have come since it looked: another
 		// holder applied completions meanwhile (and poked ready, under mu).
 		// Without this look, the caller could take the role with the CQ
 		// already drained and sleep past what it waits for.
-		c.mu.Unlock()
+		r.f.mu.Unlock()
 		return
 	default:
 	}
-	if c.polling {
-		c.waiters++
-		c.mu.Unlock()
+	if !r.p.takeLocked() {
+		r.p.waiters++
+		r.f.mu.Unlock()
 		var dlc, closed chan struct{}
 		if dl != nil {
 			dlc = dl.wait()
 		}
 		if !draining {
-			closed = c.closedCh
+			closed = r.f.closedCh
 		}
 		select {
 		case <-ready:
 		case <-dlc:
 		case <-closed:
 		}
-		c.mu.Lock()
-		c.waiters--
-		c.waitedLocked(dl, began, waitHanded, false)
-		c.mu.Unlock()
+		r.f.mu.Lock()
+		r.p.waiters--
+		r.w.waitedLocked(dl, began, waitHanded, false)
+		r.f.mu.Unlock()
 		return
 	}
-	c.polling = true
-	c.mu.Unlock()
-	sleeps, caught := c.poll.sleeps, c.poll.caught
-	c.pollRole(dl, draining)
-	c.mu.Lock()
-	c.polling = false
-	c.waitedLocked(dl, began, c.poll.pollKind(sleeps, caught), true)
+	r.f.mu.Unlock()
+	sleeps, caught := r.p.sleeps, r.p.caught
+	r.pollRole(dl, draining)
+	r.f.mu.Lock()
+	othersWait := r.p.releaseLocked()
+	r.w.waitedLocked(dl, began, r.p.pollKind(sleeps, caught), true)
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:
 	}
-	if c.waiters > 0 {
-		poke(c.rcvReady)
-		poke(c.sndReady)
+	if othersWait {
+		poke(r.f.rcvReady)
+		poke(r.f.sndReady)
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
-// tryPoll applies the completions queued in the CQ, unless a caller holds
-// the poll role (and will).
 // peerKeptCredits is how many message credits a writer keeps back: one
-// for a credit message, one for a heartbeat's ping (onesided.go).
+// for a credit message, one for a heartbeat's ping (canSendNotify).
 const peerKeptCredits = 2
 
 // maxPollBatches bounds one tryPoll: what a CQ of the deepest queues
@@ -183,57 +278,49 @@ const peerKeptCredits = 2
 // keep the watch's tick from its other work.
 const maxPollBatches = 64
 
-func (c *Conn) tryPoll() {
-	c.mu.Lock()
-	if c.polling || c.torn {
-		c.mu.Unlock()
+// tryPoll applies the completions queued in the CQ, unless a caller holds
+// the poll role (and will).
+func (r poller) tryPoll() {
+	r.f.mu.Lock()
+	if r.f.torn || !r.p.takeLocked() {
+		r.f.mu.Unlock()
 		return
 	}
-	c.polling = true
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 	// Everything that waits, not one batch: a ping to answer may sit
 	// behind a queue's worth of notifications the program has not taken.
-	for i := 0; i < maxPollBatches && c.pollBatch() == len(c.poll.wcs); i++ {
+	for i := 0; i < maxPollBatches && r.pollBatch() == len(r.p.wcs); i++ {
 	}
-	c.mu.Lock()
-	c.polling = false
-	if c.waiters > 0 {
-		poke(c.rcvReady)
-		poke(c.sndReady)
+	r.f.mu.Lock()
+	if r.p.releaseLocked() {
+		poke(r.f.rcvReady)
+		poke(r.f.sndReady)
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
 // pollRole is the holder's work: return once completions were applied,
 // the connection failed, or the caller should look again (its deadline,
 // Close, an interrupt).
-func (c *Conn) pollRole(dl *deadline, draining bool) {
-	if c.pollBatch() > 0 {
+func (r poller) pollRole(dl *deadline, draining bool) {
+	if r.pollBatch() > 0 {
 		return
 	}
-	p := &c.poll
+	p := r.p
 	if p.busy {
-		c.spinFor(dl, draining, 0)
+		r.spinFor(dl, draining, 0)
 		return
 	}
-	spun := false
 	var began time.Time
 	if p.spin > 0 {
 		began = time.Now()
-		spun = p.misses < spinMisses
-		if !spun {
-			if p.skipped++; p.skipped >= spinProbe {
-				p.skipped, spun = 0, true
-			}
-		}
 	}
+	spun := p.spinNext()
 	if spun {
 		p.spins++
-		switch c.spinFor(dl, draining, p.reach) {
+		switch r.spinFor(dl, draining, p.reach) {
 		case spinCaught:
-			p.caught++
-			p.misses, p.skipped = 0, 0
-			p.waited(began)
+			p.spinCaught(began)
 			return
 		case spinLookAgain:
 			return
@@ -242,18 +329,18 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 	armed := false
 	for {
 		if !armed {
-			if err := c.cq.ReqNotify(false); err != nil {
-				c.fail(err)
+			if err := r.e.cq.ReqNotify(false); err != nil {
+				r.fail(err)
 				return
 			}
 			armed = true
 			// Completions that arrived before arming produce no event.
-			if c.pollBatch() > 0 {
+			if r.pollBatch() > 0 {
 				p.waited(began)
 				return
 			}
 		}
-		seq := c.intrSeq.Load()
+		seq := r.p.intrSeq.Load()
 		var at time.Time
 		if dl != nil {
 			var dlc chan struct{}
@@ -262,16 +349,16 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 				return
 			}
 		}
-		if !draining && isClosed(c.closedCh) {
+		if !draining && isClosed(r.f.closedCh) {
 			return
 		}
 		if at != p.chanAt || seq != p.chanSeq {
-			if err := c.cch.SetDeadline(at); err != nil {
-				c.fail(err)
+			if err := r.e.cch.SetDeadline(at); err != nil {
+				r.fail(err)
 				return
 			}
 			p.chanAt, p.chanSeq = at, seq
-			if c.intrSeq.Load() != seq {
+			if r.p.intrSeq.Load() != seq {
 				continue // interrupted meanwhile: look again
 			}
 		}
@@ -280,29 +367,24 @@ func (c *Conn) pollRole(dl *deadline, draining bool) {
 			slept = time.Now()
 		}
 		p.sleeps++
-		_, err := c.cch.GetEvent()
+		_, err := r.e.cch.GetEvent()
 		if spun {
-			// A spin a little longer would have caught a short sleep.
-			if time.Since(slept) <= 2*p.reach {
-				p.misses = 0
-			} else if p.misses < spinMisses {
-				p.misses++
-			}
+			p.sleptAfterSpin(time.Since(slept))
 			spun = false
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return // the caller's deadline, or an interrupt
 		}
 		if err != nil {
-			c.fail(err)
+			r.fail(err)
 			return
 		}
 		if p.unacked++; p.unacked >= 64 {
-			c.cch.AckEvents(c.cq, p.unacked)
+			r.e.cch.AckEvents(r.e.cq, p.unacked)
 			p.unacked = 0
 		}
 		armed = false
-		if c.pollBatch() > 0 {
+		if r.pollBatch() > 0 {
 			p.waited(began)
 			return
 		}
@@ -321,8 +403,8 @@ const (
 // spinFor polls the CQ until completions come, for at most budget (0:
 // without end), looking every spinCheck polls at what must end a wait
 // anyway, as the sleep does: the caller's deadline, Close, an interrupt.
-func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
-	seq := c.intrSeq.Load()
+func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
+	seq := r.p.intrSeq.Load()
 	var dlc chan struct{}
 	var at time.Time
 	if dl != nil {
@@ -331,13 +413,13 @@ func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinRe
 	start := time.Now()
 	yielded := start
 	for i := 1; ; i++ {
-		if c.pollBatch() > 0 {
+		if r.pollBatch() > 0 {
 			return spinCaught
 		}
 		if i%spinCheck != 0 {
 			continue
 		}
-		if c.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(c.closedCh) {
+		if r.p.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(r.f.closedCh) {
 			return spinLookAgain
 		}
 		now := time.Now()
@@ -354,51 +436,64 @@ func (c *Conn) spinFor(dl *deadline, draining bool, budget time.Duration) spinRe
 	}
 }
 
-// pollBatch polls one batch of completions and applies it; a failed poll
-// fails the connection. It returns how many it applied, or 1 after a
-// failure so that the caller looks at the connection again.
-func (c *Conn) pollBatch() int {
-	n, err := c.cq.Poll(c.poll.wcs[:])
+// pollBatch polls one batch of completions and has the wire apply it; a
+// failed poll fails the connection. It returns how many it applied, or 1
+// after a failure so that the caller looks at the connection again.
+func (r poller) pollBatch() int {
+	n, err := r.e.cq.Poll(r.p.wcs[:])
 	if n > 0 {
-		c.handle(c.poll.wcs[:n])
+		r.w.handle(r.p.wcs[:n])
 	}
 	if err != nil {
-		c.fail(err)
+		r.fail(err)
 		return 1
 	}
 	return n
 }
 
 // fail records err as the connection's failure, unless it is closed.
-func (c *Conn) fail(err error) {
-	c.mu.Lock()
-	if !c.closed {
-		c.failLocked(err)
+func (r poller) fail(err error) {
+	r.f.mu.Lock()
+	if !r.f.closed {
+		r.w.failLocked(err)
 	}
-	c.mu.Unlock()
+	r.f.mu.Unlock()
 }
 
 // interrupt makes the poll role's holder look again at once: a sleeping
 // holder wakes (the channel's deadline moves into the past), and one about
 // to sleep sees intrSeq move and does not. Called with mu held.
-func (c *Conn) interrupt() {
-	if c.cch == nil || c.torn {
+func (r poller) interrupt() {
+	if r.e.cch == nil || r.f.torn {
 		return
 	}
-	c.intrSeq.Add(1)
-	_ = c.cch.SetDeadline(time.Unix(1, 0))
+	r.p.intrSeq.Add(1)
+	_ = r.e.cch.SetDeadline(time.Unix(1, 0))
+}
+
+// lookAgain makes a sleeping holder look again: at a new deadline, or at
+// Close. (A caller waiting for the holder watches its deadline's channel,
+// which is only ever replaced after it was closed, which woke that
+// caller.)
+func (r poller) lookAgain() {
+	r.f.mu.Lock()
+	if r.p.held {
+		r.interrupt()
+	}
+	r.f.mu.Unlock()
+}
+
+// lookAgainAfter is lookAgain after a deadline was set without error
+// (err).
+func (r poller) lookAgainAfter(err error) error {
+	if err == nil {
+		r.lookAgain()
+	}
+	return err
 }
 
 // deadlineMoved makes a sleeping holder take a new deadline into account.
-// (A caller waiting for the holder watches its deadline's channel, which
-// is only ever replaced after it was closed, which woke that caller.)
-func (c *Conn) deadlineMoved() {
-	c.mu.Lock()
-	if c.polling {
-		c.interrupt()
-	}
-	c.mu.Unlock()
-}
+func (c *Conn) deadlineMoved() { c.poller().lookAgain() }
 
 // handle applies a batch of completions.
 func (c *Conn) handle(wcs []verbs.WC) {
@@ -558,8 +653,8 @@ func (c *Conn) failLocked(err error) {
 	}
 	poke(c.rcvReady)
 	poke(c.sndReady)
-	if c.polling {
-		c.interrupt()
+	if c.poll.held {
+		c.poller().interrupt()
 	}
 }
 

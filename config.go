@@ -113,7 +113,7 @@ type Config struct {
 	// the provider's default: 50 us on rdmacore (completions arrive by DMA;
 	// rsockets polls 10 us), none on soft (whose completions come from the
 	// transport that the sleeping caller reads itself); negative: never
-	// poll.
+	// poll. The rsocket wire polls the same way.
 	PollTime time.Duration
 
 	// BusyPoll makes a Read or Write that waits poll the completion queue
@@ -122,11 +122,10 @@ type Config struct {
 	// nonblocking loops (rstream's default) and DPDK-style servers do. Use
 	// it where cores are dedicated to the connection; PollTime is then
 	// ignored. Deadlines, Close and failures end the wait as usual. It
-	// applies on rdmacore, where completions arrive by DMA; soft ignores it
-	// (its completions come from a transport that the waiting caller reads
-	// itself), and so does the rsocket wire. The
-	// RDMA_BUSY_POLL environment variable (BusyPollEnv) set to 1 turns it
-	// on for Configs that leave it off.
+	// applies on rdmacore, where completions arrive by DMA, on both wires;
+	// soft ignores it (its completions come from a transport that the
+	// waiting caller reads itself). The RDMA_BUSY_POLL environment variable
+	// (BusyPollEnv) set to 1 turns it on for Configs that leave it off.
 	BusyPoll bool
 
 	// HandshakeTimeout bounds how long a listener waits for an incoming

@@ -1,11 +1,9 @@
 package rdma
 
 import (
+	"fmt"
 	"io"
 	"net"
-	"os"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -16,11 +14,11 @@ import (
 // concurrent use: Reads are serialised among themselves, Writes too, and a
 // Read and a Write run in parallel.
 type Conn struct {
-	provider     string
-	fallback     error // why an auto dial fell back to soft (mixed.go)
-	peerRDMACM   bool  // the listener said it takes RDMA CM connections too (mixed.go)
-	laddr, raddr *Addr
-	cfg          Config
+	// The net.Conn face (connface.go); its mu guards the fields below
+	// it marks so.
+	connFace
+	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
+	cfg        Config
 
 	endpoint // the verbs resources (endpoint.go), released by Close
 
@@ -30,10 +28,7 @@ type Conn struct {
 	sigEvery uint64 // at most this many unsignaled sends in a row
 	chunk    int    // largest single RDMA write
 
-	rmu sync.Mutex // serialises Read
-	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
-
-	mu sync.Mutex // guards everything below
+	// Guarded by mu (connFace):
 	// The stream's windows: what the peer may write into our ring, and
 	// what we may write into its.
 	rx         stream.Recv
@@ -79,20 +74,6 @@ type Conn struct {
 	submitting  bool   // a goroutine is in submit
 	registering int    // registrations in progress outside mu (regMR)
 	finSent     bool
-	err         error // why the connection failed; nil while healthy
-	closed      bool
-	torn        bool // verbs objects destroyed
-
-	// The poll role (completions.go): one caller at a time polls the CQ
-	// and sleeps on the completion channel; others wait on rcvReady or
-	// sndReady, counted in waiters.
-	polling bool
-	waiters int
-
-	rcvReady chan struct{} // poked when the receive side changed
-	sndReady chan struct{} // poked when send resources were freed
-	closedCh chan struct{} // closed by Close
-	rdl, wdl deadline
 
 	// Heartbeats (heartbeat.go): the messages received so far (each
 	// is a sign of life), a ping waiting for its pong to be queued, and
@@ -101,13 +82,10 @@ type Conn struct {
 	pongDue  bool
 	peerBeat time.Duration
 
-	poll    pollState     // the poll role holder's own state
-	intrSeq atomic.Uint64 // moved by interrupt
-	// The watch (keepalive.go): cmLoop's end, or its timer.
-	cmDone chan struct{}
-	timed  *timedWatch
-
-	stats *connStats // stats.go
+	// The poll role (completions.go): one caller at a time polls the CQ
+	// and sleeps on the completion channel; others wait on rcvReady or
+	// sndReady.
+	poll pollState
 }
 
 // hello is this side's half of the handshake.
@@ -143,18 +121,25 @@ func (c *Conn) setPeer(h stream.Hello) {
 	}
 }
 
+// takeAnswer takes in the listener's hello.
+func (c *Conn) takeAnswer(private []byte) error {
+	peer, err := stream.ParseHello(private)
+	switch {
+	case err != nil:
+		return err
+	case peer.Version > stream.Version:
+		// A listener answers with the lower of the two versions.
+		return fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
+	}
+	c.setPeer(peer)
+	return nil
+}
+
 // start runs the connection once it is established.
 func (c *Conn) start() {
-	c.laddr = fromTCPAddr(c.id.LocalAddr())
-	c.raddr = fromTCPAddr(c.id.RemoteAddr())
-	c.poll.spin = c.cfg.pollTime(c.provider)
-	c.poll.reach = c.poll.spin
-	// Soft's completions come from its transport, which a waiting caller
-	// reads itself or, when none waits, a goroutine parked on the runtime
-	// poller, which busy callers holding every P would starve.
-	c.poll.busy = c.cfg.busyPoll() && c.provider != ProviderSoft
+	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
+	c.poll.configure(&c.cfg, c.provider)
 	c.startWatch()
-	c.stats.opened = time.Now()
 	register(c)        // stats.go
 	c.logEstablished() // debuglog.go
 }
@@ -166,16 +151,7 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	defer c.stats.read(&nr)
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return 0, c.opErr("read", net.ErrClosed)
-		}
-		if c.rdl.passed() {
-			c.mu.Unlock()
-			return 0, c.opErr("read", os.ErrDeadlineExceeded)
-		}
+	for c.readGoesOn(&err) {
 		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
 			c.mu.Unlock()
@@ -221,6 +197,7 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 		c.mu.Unlock()
 		c.await(c.rcvReady, &c.rdl, false)
 	}
+	return 0, err
 }
 
 // Write writes b to the connection. It returns once all of b is posted to the
@@ -240,19 +217,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 			return c.writeRndv(b, buf) // rndv.go
 		}
 	}
-	sent := 0
-	for {
-		if sent == len(b) && sent > 0 {
-			return sent, nil // all queued: what happens to the conn now is not this Write's
-		}
-		c.mu.Lock()
-		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
-			return sent, c.opErr("write", err)
-		}
-		if sent == len(b) {
-			c.mu.Unlock()
-			return sent, nil
+	for sent := 0; ; {
+		if over, err := c.writeOver(c, sent, len(b)); over {
+			return sent, err
 		}
 		n, at, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
@@ -296,89 +263,41 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // writeErrLocked says why a Write cannot go on, or nil.
 func (c *Conn) writeErrLocked() error {
-	switch {
-	case c.closed:
-		return net.ErrClosed
-	case c.wdl.passed():
-		return os.ErrDeadlineExceeded
-	case c.finSent:
-		return errWriteClosed
-	case c.err != nil:
-		return c.err
+	if err := c.stopErrLocked(&c.wdl); err != nil {
+		return err
 	}
-	return nil
+	if c.finSent {
+		return errWriteClosed
+	}
+	return c.err
 }
 
 // CloseWrite shuts down the sending side, as (*net.TCPConn).CloseWrite does:
 // the peer reads what was written, then io.EOF; reading goes on.
-func (c *Conn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	for {
-		c.mu.Lock()
-		switch {
-		case c.closed:
-			c.mu.Unlock()
-			return c.opErr("close", net.ErrClosed)
-		case c.finSent:
-			c.mu.Unlock()
-			return nil
-		case c.err != nil:
-			err := c.err
-			c.mu.Unlock()
-			return c.opErr("close", err)
-		}
-		if c.tx.Credits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
-			c.sendFinLocked()
-			c.mu.Unlock()
-			if err := c.submit(); err != nil {
-				return c.opErr("close", err)
-			}
-			return nil
-		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+func (c *Conn) CloseWrite() error { return closeWrite(c.poller(), c) }
+
+func (c *Conn) writeShutLocked() bool { return c.finSent }
+
+func (c *Conn) shutWriteLocked() (bool, error) {
+	if !c.canSendData() {
+		return false, nil
 	}
+	c.sendFinLocked()
+	return true, nil
 }
+
+func (c *Conn) flush() error { return c.submit() }
+
+func (c *Conn) drainTime() time.Duration { return c.cfg.HandshakeTimeout }
 
 // Close closes the connection. Bytes already written are delivered (within
 // HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
 // return net.ErrClosed.
-func (c *Conn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return c.opErr("close", net.ErrClosed)
-	}
-	c.closed = true
-	close(c.closedCh)
-	if c.polling {
-		c.interrupt()
-	}
-	c.mu.Unlock()
-	// Wait for Reads and Writes in progress to leave the buffers.
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.drain()
-	_ = c.id.Disconnect()
-	c.releaseVerbs()
-	c.id.Destroy()
-	c.ech.Close() // ends cmLoop, or the timed watch's events
-	c.stopWatch()
-	c.rdl.stop()
-	c.wdl.stop()
-	unregister(c) // stats.go
-	return nil
-}
+func (c *Conn) Close() error { return closeConn(c) }
 
 // drain posts the FIN and waits until every posted send has completed, so
 // that the disconnect that follows loses nothing.
-func (c *Conn) drain() {
-	dl := makeDeadline()
-	dl.set(time.Now().Add(c.cfg.HandshakeTimeout))
-	defer dl.stop()
+func (c *Conn) drain(dl *deadline) {
 	for {
 		c.mu.Lock()
 		queued := false
@@ -387,11 +306,11 @@ func (c *Conn) drain() {
 			c.mu.Unlock()
 			return
 		case !c.finSent:
-			if c.tx.Credits >= 2 && c.sqPosted-c.sqDone < c.sqDepth {
+			if c.canSendData() { // no writer reserves: Close holds wmu
 				c.sendFinLocked()
 				queued = true
 			}
-		case c.sqDone == c.sqPosted:
+		case c.sqIdle():
 			c.mu.Unlock()
 			return
 		case c.unsignaled > 0:
@@ -410,15 +329,9 @@ func (c *Conn) drain() {
 		if dl.passed() {
 			return
 		}
-		c.await(c.sndReady, &dl, true)
+		c.await(c.sndReady, dl, true)
 	}
 }
-
-// LocalAddr returns the local address.
-func (c *Conn) LocalAddr() net.Addr { return c.laddr }
-
-// RemoteAddr returns the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
 
 // TrafficClass is the traffic class (IP type of service) the connection's
 // packets carry, as its queue pair reports it: the address vector's on
@@ -437,57 +350,17 @@ func (c *Conn) TrafficClass() (int, error) {
 	return a.TrafficClass, nil
 }
 
-// Provider names the verbs provider that carries the connection: "soft" or
-// "rdmacore".
-func (c *Conn) Provider() string { return c.provider }
-
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
-	if err := c.checkOpen("set deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	c.wdl.set(t)
-	c.deadlineMoved()
-	return nil
+	return c.poller().lookAgainAfter(c.connFace.SetDeadline(t))
 }
 
 // SetReadDeadline sets the deadline for Reads, pending ones included.
 func (c *Conn) SetReadDeadline(t time.Time) error {
-	if err := c.checkOpen("set read deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	c.deadlineMoved()
-	return nil
+	return c.poller().lookAgainAfter(c.connFace.SetReadDeadline(t))
 }
 
 // SetWriteDeadline sets the deadline for Writes, pending ones included.
 func (c *Conn) SetWriteDeadline(t time.Time) error {
-	if err := c.checkOpen("set write deadline"); err != nil {
-		return err
-	}
-	c.wdl.set(t)
-	c.deadlineMoved()
-	return nil
-}
-
-func (c *Conn) checkOpen(op string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opErr(op, net.ErrClosed)
-	}
-	return nil
-}
-
-func (c *Conn) opErr(op string, err error) error {
-	var src, dst net.Addr
-	if c.laddr != nil {
-		src = c.laddr
-	}
-	if c.raddr != nil {
-		dst = c.raddr
-	}
-	return opError(op, src, dst, err)
+	return c.poller().lookAgainAfter(c.connFace.SetWriteDeadline(t))
 }

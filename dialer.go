@@ -43,25 +43,41 @@ func (d *Dialer) Dial(network, address string) (net.Conn, error) {
 const resolveTimeout = 5 * time.Second
 
 // DialContext connects to address. ctx bounds the connect; once connected,
-// ctx no longer matters. The result is a *Conn.
+// ctx no longer matters. The result is a *Conn, or an *RsocketConn when
+// Config.Wire asks for the rsocket wire.
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	if w, err := wireOf(d.Config); err != nil {
+	w, err := wireOf(d.Config)
+	if err != nil {
 		return nil, opError("dial", d.LocalAddr, nil, err)
-	} else if w == WireRsocket {
-		c, err := d.dialRsocket(ctx, network, address) // rsocket_dial.go
+	}
+	if w == WireRsocket {
+		// rsocket's sizes are its own defaults unless the Config sets them.
+		p := rsocketParams(d.Config)
+		c, err := dialWire(d, ctx, network, address, func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, _ Config) (*RsocketConn, error) {
+			return connectRsocket(ctx, prov, src, dst, p) // rsocket_dial.go
+		})
 		if err != nil {
 			return nil, err
 		}
 		return c, nil
 	}
-	c, err := d.dial(ctx, network, address)
+	c, err := dialWire(d, ctx, network, address, connect)
 	if err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, error) {
+// connectFunc is one wire's active side of the connection manager's
+// handshake, from resolving the route to the established connection.
+type connectFunc[C wireConn] func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (C, error)
+
+// dialWire is the dial of either wire: it resolves the address as net.Dial
+// does, picks the provider, bounds the connect by d.Timeout and connects
+// with connect, falling back to soft where connectWithFallback (mixed.go)
+// says; its errors are *net.OpError with net.Dial's timeout error.
+func dialWire[C wireConn](d *Dialer, ctx context.Context, network, address string, connect connectFunc[C]) (C, error) {
+	var none C
 	var laddr, raddr net.Addr
 	if d.LocalAddr != nil {
 		laddr = d.LocalAddr
@@ -69,11 +85,11 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 	if ctx == nil {
 		panic("rdma: nil context")
 	}
-	fail := func(err error) (*Conn, error) {
+	fail := func(err error) (C, error) {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			err = mapCtxErr(ctx, err)
 		}
-		return nil, opError("dial", laddr, raddr, err)
+		return none, opError("dial", laddr, raddr, err)
 	}
 	tcpNet, err := tcpNetwork(network)
 	if err != nil {
@@ -102,7 +118,7 @@ func (d *Dialer) dial(ctx context.Context, network, address string) (*Conn, erro
 		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
 		defer cancel()
 	}
-	c, err := connectWithFallback(ctx, prov, src, rt, cfg) // mixed.go
+	c, err := connectWithFallback(ctx, prov, src, rt, cfg, connect) // mixed.go
 	if err != nil {
 		return fail(err)
 	}
@@ -205,53 +221,76 @@ func (d *cmDial) close() {
 	d.ech.Close()
 }
 
-// connect runs the active side of the connection manager's handshake.
+// connect runs the active side of the connection manager's handshake with
+// this package's wire.
 func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
-	d, err := resolveCM(ctx, prov, src, dst, cfg.TrafficClass)
+	return connectSteps(ctx, prov, src, dst, cfg.TrafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*Conn, *verbs.ConnParam, error) {
+		c, err := newConn(prov.Name(), ech, id, cfg, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		phase.Mark("dial: endpoint created")
+		h := c.hello()
+		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
+	})
+}
+
+// establishing is a connection of either wire between its setup and its
+// start.
+type establishing interface {
+	releaseVerbs()
+	start()
+}
+
+// dialing is a connection of either wire on the active side.
+type dialing interface {
+	establishing
+	// takeAnswer takes in the listener's half of the handshake, or
+	// refuses it.
+	takeAnswer(private []byte) error
+}
+
+// connectSteps runs the active side's steps that both wires share: the
+// connection manager's ID resolved to dst (with traffic class tos), the
+// connection's resources and its half of the handshake (setup), the
+// transport timeout, the connect, and once established the listener's
+// half (a listener whose half is refused is disconnected). The connection
+// is started on success, released on failure.
+func connectSteps[C dialing](ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, tos int,
+	setup func(ech verbs.EventChannel, id verbs.CMID) (C, *verbs.ConnParam, error)) (C, error) {
+	var none C
+	d, err := resolveCM(ctx, prov, src, dst, tos)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	phase.Mark("dial: route resolved")
-	var c *Conn
-	ok := false
-	defer func() {
-		if !ok {
-			if c != nil {
-				c.releaseVerbs()
-			}
-			d.close()
-		}
-	}()
-	ech, id, wait := d.ech, d.id, d.wait
-	if c, err = newConn(prov.Name(), ech, id, cfg, true); err != nil {
-		return nil, err
+	c, param, err := setup(d.ech, d.id)
+	if err != nil {
+		d.close()
+		return none, err
 	}
-	phase.Mark("dial: endpoint created")
-	h := c.hello()
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		return nil, err
+	fail := func(err error) (C, error) {
+		c.releaseVerbs()
+		d.close()
+		return none, err
 	}
-	if err := id.Connect(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		return nil, err
+	if err := d.id.SetAckTimeout(ackTimeoutExp); err != nil {
+		return fail(err)
+	}
+	if err := d.id.Connect(param); err != nil {
+		return fail(err)
 	}
 	phase.Mark("dial: connect requested")
-	ev, err := wait(verbs.EventEstablished)
+	ev, err := d.wait(verbs.EventEstablished)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	phase.Mark("dial: established")
-	peer, err := stream.ParseHello(ev.Param.PrivateData)
-	if err == nil && peer.Version > stream.Version {
-		// A listener answers with the lower of the two versions.
-		err = fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
+	if err := c.takeAnswer(ev.Param.PrivateData); err != nil {
+		d.id.Disconnect()
+		return fail(err)
 	}
-	if err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	c.setPeer(peer)
 	c.start()
-	ok = true
 	return c, nil
 }
 

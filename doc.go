@@ -117,8 +117,8 @@
 // (Close) and keepalives follow rsocket.c, and so do its defaults: 128 KiB
 // receive and send buffers, 384-deep queues, 64 bytes inline (the Config
 // size fields override them). The conn behaves as Conn does (deadlines,
-// net.ErrClosed, io.EOF after the peer's shutdown, close or disconnect);
-// it has its own completion goroutine beside the connection manager's.
+// net.ErrClosed, io.EOF after the peer's shutdown, close or disconnect),
+// and its Reads and Writes poll as Conn's do (Config.PollTime, BusyPoll).
 //
 // Limits: no iomap (riomap/riowrite; the connection announces none) and
 // no iWARP (rsocket sends messages as SENDs there, e.g. on siw); RoCE and

@@ -8,12 +8,81 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// endpoint is one connection's verbs resources: the connection manager's
-// ID and event channel, the protection domain, the registered memory
-// (receive ring, send buffer, inline staging) and its MRs, the completion
-// channel, the CQ and the QP. newEndpoint creates them in dependency order,
-// sized to what the device grants; release destroys them in the order the
-// verbs require.
+// deviceOf is the device id is bound to (route resolved, or a connect
+// request) and what it grants.
+func deviceOf(id verbs.CMID) (verbs.Context, verbs.DeviceAttr, error) {
+	ctx := id.Context()
+	if ctx == nil {
+		return nil, verbs.DeviceAttr{}, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
+	}
+	attr, err := ctx.Query()
+	return ctx, attr, err
+}
+
+// fitQueues bounds a send queue of sq WRs (plus spare ones kept beside
+// them) and a receive queue of rq to what the device grants, the CQ
+// holding both.
+func fitQueues(attr verbs.DeviceAttr, sq, rq, spare int) (int, int) {
+	if attr.MaxQPWR > 0 {
+		sq, rq = min(sq, attr.MaxQPWR-spare), min(rq, attr.MaxQPWR)
+	}
+	if attr.MaxCQE > 0 && sq+spare+rq > attr.MaxCQE {
+		sq, rq = min(sq, attr.MaxCQE/2-spare), min(rq, attr.MaxCQE/2)
+	}
+	return sq, rq
+}
+
+// allocate allocates the memory block of size bytes.
+func (e *endpoint) allocate(size int) ([]byte, error) {
+	var err error
+	if e.mem, err = verbs.AllocMemory(size); err != nil {
+		return nil, err
+	}
+	return e.mem.Bytes(), nil
+}
+
+// register allocates the protection domain and registers ring (the
+// peer writes there) and send, parts of the block.
+func (e *endpoint) register(ctx verbs.Context, ring, send []byte) error {
+	var err error
+	if e.pd, err = ctx.AllocPD(); err != nil {
+		return err
+	}
+	if e.ringMR, err = e.pd.RegMR(ring, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return err
+	}
+	e.sendMR, err = e.pd.RegMR(send, verbs.AccessLocalWrite)
+	return err
+}
+
+// createQP creates the completion channel, a CQ for both queues and the
+// QP with the capacities asked for in qc, which it updates to what the
+// device granted.
+func (e *endpoint) createQP(ctx verbs.Context, qc *verbs.QPCap) error {
+	var err error
+	if e.cch, err = ctx.CreateCompChannel(); err != nil {
+		return err
+	}
+	if e.cq, err = ctx.CreateCQ(qc.MaxSendWR+qc.MaxRecvWR, e.cch); err != nil {
+		return err
+	}
+	qa := &verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: *qc}
+	if e.qp, err = e.id.CreateQP(e.pd, qa); err != nil {
+		return err
+	}
+	*qc = qa.Cap
+	return nil
+}
+
+// endpoint is one connection's verbs resources, of either wire: the
+// connection manager's ID and event channel, the protection domain, one
+// block of registered memory with its two MRs, the completion channel,
+// the CQ and the QP. Both wires create them in the same dependency order
+// (deviceOf, fitQueues, allocate, register, createQP) and release them in
+// the order the verbs require (release); what they put in the memory
+// differs. For rdma.Conn, newEndpoint: the receive ring, the send buffer
+// and the inline staging; for RsocketConn, newRsocketConn: the target SGL
+// and rbuf, the send buffer and the control staging.
 type endpoint struct {
 	ech    verbs.EventChannel
 	id     verbs.CMID
@@ -22,8 +91,8 @@ type endpoint struct {
 	cq     verbs.CQ
 	qp     verbs.QP
 	mem    *verbs.Memory
-	ringMR verbs.MR
-	sendMR verbs.MR
+	ringMR verbs.MR // what the peer writes into (remote write)
+	sendMR verbs.MR // what this side sends from (local access)
 
 	// Our receive ring, written by the peer; its mailbox (the peer's ring
 	// offers, ringgrowth.go) follows it, up to its capacity.
@@ -31,10 +100,11 @@ type endpoint struct {
 	sbuf    []byte // send staging ring (registered, local access)
 	ibuf    []byte // staging for inline sends: one slot of inline bytes per send WR
 	inline  int    // largest write sent inline
-	sendWRs int    // send WRs data and credits may occupy (the QP has one more, for probes)
+	sendWRs int    // send WRs data and credits may occupy (rdma.Conn's QP has one more, for probes)
 	recvWRs int    // receive WRs
-	slots   int    // send WRs that can be outstanding (sq, plus a probe), and a spare
-	rdAtom  int    // RDMA READs in flight, as initiator and as responder (ConnParam)
+	// rdma.Conn's alone:
+	slots  int // send WRs that can be outstanding (sq, plus a probe), and a spare
+	rdAtom int // RDMA READs in flight, as initiator and as responder (ConnParam)
 
 	// The ring and send buffer once they have grown (ringgrowth.go):
 	// nil until the first growth.
@@ -54,21 +124,11 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 			e.release(0)
 		}
 	}()
-	ctx := id.Context()
-	if ctx == nil {
-		return e, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
-	}
-	attr, err := ctx.Query()
+	ctx, attr, err := deviceOf(id)
 	if err != nil {
 		return e, err
 	}
-	sq, rq := cfg.SendDepth, cfg.RecvDepth
-	if attr.MaxQPWR > 0 {
-		sq, rq = min(sq, attr.MaxQPWR-1), min(rq, attr.MaxQPWR)
-	}
-	if attr.MaxCQE > 0 && sq+1+rq > attr.MaxCQE {
-		sq, rq = min(sq, attr.MaxCQE/2-1), min(rq, attr.MaxCQE/2)
-	}
+	sq, rq := fitQueues(attr, cfg.SendDepth, cfg.RecvDepth, 1)
 	if sq < 4 || rq < minDepth {
 		return e, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
@@ -89,44 +149,21 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	ibufSize := max(e.slots*inline, 64)
 	ringAt := ringOffset(ibufSize+ctlStaging, sbufSize)
 	ringEnd := ringAt + ringSize + stream.MailboxLen
-	if e.mem, err = verbs.AllocMemory(ringEnd); err != nil {
+	all, err := e.allocate(ringEnd)
+	if err != nil {
 		return e, err
 	}
-	all := e.mem.Bytes()
 	e.ibuf = all[:ibufSize:ibufSize]
 	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
-
-	if e.pd, err = ctx.AllocPD(); err != nil {
+	if err = e.register(ctx, all[ringAt:ringEnd], all[:ringAt]); err != nil {
 		return e, err
 	}
-	if e.ringMR, err = e.pd.RegMR(all[ringAt:ringEnd], verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	qc := verbs.QPCap{MaxSendWR: sq + 1, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}
+	if err = e.createQP(ctx, &qc); err != nil {
 		return e, err
 	}
-	if e.sendMR, err = e.pd.RegMR(all[:ringAt], verbs.AccessLocalWrite); err != nil {
-		return e, err
-	}
-	if e.cch, err = ctx.CreateCompChannel(); err != nil {
-		return e, err
-	}
-	if e.cq, err = ctx.CreateCQ(sq+1+rq, e.cch); err != nil {
-		return e, err
-	}
-	qa := &verbs.QPInitAttr{
-		SendCQ: e.cq,
-		RecvCQ: e.cq,
-		Cap: verbs.QPCap{
-			MaxSendWR:     sq + 1,
-			MaxRecvWR:     rq,
-			MaxSendSGE:    1,
-			MaxRecvSGE:    1,
-			MaxInlineData: inline,
-		},
-	}
-	if e.qp, err = id.CreateQP(e.pd, qa); err != nil {
-		return e, err
-	}
-	e.inline = min(inline, qa.Cap.MaxInlineData)
+	e.inline = min(inline, qc.MaxInlineData)
 	e.sendWRs, e.recvWRs = sq, rq
 	return e, nil
 }
@@ -209,17 +246,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{
-		endpoint: e,
-		provider: provider,
-		cfg:      cfg,
-		rcvReady: make(chan struct{}, 1),
-		sndReady: make(chan struct{}, 1),
-		closedCh: make(chan struct{}),
-		rdl:      makeDeadline(),
-		wdl:      makeDeadline(),
-		stats:    newConnStats(), // stats.go
-	}
+	c := &Conn{endpoint: e, cfg: cfg}
+	c.init(provider)
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbTail = sendStart(len(c.sbuf))
 	c.sbPosted, c.sbHead = c.sbTail, c.sbTail
@@ -275,7 +303,7 @@ func (c *Conn) releaseVerbs() {
 	c.torn = true
 	// A post in flight, or a poll (the keepalive's), must finish before
 	// the QP and CQ go; a registration, before the protection domain.
-	for c.submitting || c.polling || c.registering > 0 {
+	for c.submitting || c.poll.held || c.registering > 0 {
 		c.mu.Unlock()
 		runtime.Gosched()
 		c.mu.Lock()

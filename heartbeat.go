@@ -22,8 +22,10 @@ import (
 // the hello (the Heartbeat field), unless a Read or Write of the peer
 // holds the poll role, and then that one applies them at once.
 
-// watch is the timing of a connection's watch (keepalive.go: cmLoop or a timer).
+// watch is rdma.Conn's side of its watch (keepalive.go: cmLoop or a
+// timer), with the timing of its ticks.
 type watch struct {
+	c       *Conn
 	period  time.Duration // between wake-ups; 0: none
 	next    time.Time     // the next wake-up; zero: none
 	probeAt time.Time     // when the keepalive probe is due
@@ -35,8 +37,8 @@ type watch struct {
 // newWatch is the timing of a connection established at now: it wakes as
 // often as the shortest of KeepAlive, the heartbeat's interval (if it
 // pings) and the peer's answer time (if the peer pings).
-func (c *Conn) newWatch(now time.Time) watch {
-	var w watch
+func (c *Conn) newWatch(now time.Time) *watch {
+	w := &watch{c: c}
 	periods := []time.Duration{c.peerBeat}
 	if c.cfg.KeepAlive > 0 {
 		periods = append(periods, c.cfg.KeepAlive)
@@ -62,7 +64,8 @@ func (c *Conn) newWatch(now time.Time) watch {
 // gone quiet, applies what completions wait (so that a ping is answered
 // and the messages received are counted), probes if the keepalive is due,
 // and watches the peer.
-func (w *watch) tick(c *Conn, now time.Time) {
+func (w *watch) tick(now time.Time) time.Time {
+	c := w.c
 	c.trimIdle(&w.moved)
 	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
 		c.keepalive()
@@ -75,7 +78,10 @@ func (w *watch) tick(c *Conn, now time.Time) {
 	}
 	c.observeStats(now) // stats.go
 	w.next = now.Add(w.period)
+	return w.next
 }
+
+func (w *watch) onEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 
 // heartbeat is a tick of the peer's watch: ping a silent peer, fail the
 // connection when the peer has been silent for PeerTimeout.
@@ -111,7 +117,7 @@ func (c *Conn) pongLocked() {
 // does. It is signaled, so that the idle connection it travels on keeps no
 // unsignaled tail for the keepalive to probe.
 func (c *Conn) controlLocked(code uint32) bool {
-	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if !c.canSendData() {
 		return false
 	}
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(code), nil, c.tx.Addr, 0, true)

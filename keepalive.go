@@ -10,67 +10,65 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// A connection watches the connection manager's events and, between them,
-// wakes for its timers (watch): the keepalive probe of an idle connection,
-// the heartbeat's ticks, the peer's pings to answer. Where the event
-// channel says when an event is queued (verbs.EventNotifier: soft's), a
-// timer does it (timedWatch); else cmLoop, a goroutine waiting on the
-// channel, does.
+// A connection of either wire watches the connection manager's events
+// and, between them, wakes for its timers: the keepalive probe of an idle
+// connection and, on rdma.Conn, the heartbeat's ticks and the peer's pings
+// to answer (heartbeat.go). Where the event channel says when an event is
+// queued (verbs.EventNotifier: soft's), a timer does it (timedWatch); else
+// cmLoop, a goroutine waiting on the channel, does. What an event and a
+// tick do is the connection's (watcher).
 
-// startWatch starts the connection's watch.
-func (c *Conn) startWatch() {
-	if n, ok := c.ech.(verbs.EventNotifier); ok {
-		c.startTimedWatch(n)
-		return
-	}
-	c.cmDone = make(chan struct{})
-	go c.cmLoop()
+// watcher is a connection's side of its watch.
+type watcher interface {
+	// onEvent handles a connection manager event of the established
+	// connection.
+	onEvent(ev verbs.CMEvent)
+	// tick runs a wake-up due at or before now and returns when the next
+	// is due (zero: none).
+	tick(now time.Time) time.Time
 }
 
-// stopWatch stops the watch; the event channel is closed. Once it
-// returns, no tick runs.
-func (c *Conn) stopWatch() {
-	if t := c.timed; t != nil {
+// startWatch starts the watch of w's connection, whose events come on ech
+// and whose first tick is due at next (zero: none). It returns the timed
+// watch, or the channel that cmLoop closes as it ends.
+func startWatch(ech verbs.EventChannel, w watcher, next time.Time) (*timedWatch, chan struct{}) {
+	if n, ok := ech.(verbs.EventNotifier); ok {
+		return startTimedWatch(ech, n, w, next), nil
+	}
+	done := make(chan struct{})
+	go cmLoop(ech, w, next, done)
+	return nil, done
+}
+
+// stopWatch stops a watch that startWatch started; the event channel is
+// closed. Once it returns, no tick runs.
+func stopWatch(timed *timedWatch, done chan struct{}) {
+	if t := timed; t != nil {
 		t.timer.Stop()
 		t.mu.Lock() // a run in progress ends first
 		t.stopped = true
 		t.mu.Unlock()
 		return
 	}
-	if c.cmDone != nil {
-		<-c.cmDone
+	if done != nil {
+		<-done
 	}
 }
 
 // cmLoop is the watch as a goroutine: it waits on the event channel, which
 // parks on the runtime poller, until an event or the next tick.
-func (c *Conn) cmLoop() {
-	defer close(c.cmDone)
-	w := c.newWatch(time.Now())
+func cmLoop(ech verbs.EventChannel, w watcher, next time.Time, done chan struct{}) {
+	defer close(done)
 	for {
-		ev, err := c.ech.GetEvent(w.next)
+		ev, err := ech.GetEvent(next)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			w.tick(c, time.Now())
+			next = w.tick(time.Now())
 			continue
 		}
 		if err != nil {
 			return
 		}
-		c.onEvent(ev)
-	}
-}
-
-// onEvent handles a connection manager event of the established
-// connection.
-func (c *Conn) onEvent(ev verbs.CMEvent) {
-	if actsOn(ev.Type) {
-		// The QP is in error and its receives flush, which wakes the
-		// poller; a probe makes sure of it even with none outstanding.
-		c.mu.Lock()
-		if !c.closed && !c.torn && !c.postProbeLocked() && !c.rx.FinRcvd {
-			c.failLocked(errReset)
-		}
-		c.unlockSubmit()
+		w.onEvent(ev)
 	}
 }
 
@@ -89,7 +87,9 @@ func actsOn(t verbs.CMEventType) bool {
 // timer to the next tick.
 type timedWatch struct {
 	mu      sync.Mutex // held by a run
-	w       watch
+	ech     verbs.EventChannel
+	w       watcher
+	next    time.Time // the next tick; zero: none
 	timer   *time.Timer
 	events  atomic.Bool // an event it acts on was queued since a run last looked
 	stopped bool
@@ -105,11 +105,10 @@ type timedWatch struct {
 // its next run.
 const eventDelay = time.Millisecond
 
-func (c *Conn) startTimedWatch(n verbs.EventNotifier) {
-	t := &timedWatch{w: c.newWatch(time.Now())}
-	t.timer = time.AfterFunc(time.Hour, c.runWatch)
+func startTimedWatch(ech verbs.EventChannel, n verbs.EventNotifier, w watcher, next time.Time) *timedWatch {
+	t := &timedWatch{ech: ech, w: w, next: next}
+	t.timer = time.AfterFunc(time.Hour, t.run)
 	t.timer.Stop()
-	c.timed = t
 	n.NotifyEvents(func(typ verbs.CMEventType) {
 		if actsOn(typ) {
 			t.events.Store(true)
@@ -118,14 +117,14 @@ func (c *Conn) startTimedWatch(n verbs.EventNotifier) {
 	})
 	// Events queued before the notification was set.
 	t.mu.Lock()
-	c.takeEvents()
+	t.takeEvents()
 	t.schedule()
 	t.mu.Unlock()
+	return t
 }
 
-// runWatch is a run of the timed watch: on the timer's goroutine.
-func (c *Conn) runWatch() {
-	t := c.timed
+// run is a run of the timed watch: on the timer's goroutine.
+func (t *timedWatch) run() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
@@ -133,9 +132,9 @@ func (c *Conn) runWatch() {
 	}
 	t.runs++
 	t.events.Store(false)
-	c.takeEvents()
-	if now := time.Now(); !t.w.next.IsZero() && !now.Before(t.w.next) {
-		t.w.tick(c, now)
+	t.takeEvents()
+	if now := time.Now(); !t.next.IsZero() && !now.Before(t.next) {
+		t.next = t.w.tick(now)
 	}
 	t.schedule()
 }
@@ -144,8 +143,8 @@ func (c *Conn) runWatch() {
 // meanwhile (a notification's Reset may have landed before this one).
 // Called with mu held.
 func (t *timedWatch) schedule() {
-	if !t.w.next.IsZero() {
-		t.timer.Reset(max(time.Until(t.w.next), 0))
+	if !t.next.IsZero() {
+		t.timer.Reset(max(time.Until(t.next), 0))
 	}
 	if t.events.Load() {
 		t.timer.Reset(eventDelay)
@@ -153,13 +152,33 @@ func (t *timedWatch) schedule() {
 }
 
 // takeEvents handles the events queued, without waiting for more.
-func (c *Conn) takeEvents() {
+func (t *timedWatch) takeEvents() {
 	for {
-		ev, err := c.ech.GetEvent(time.Unix(1, 0))
+		ev, err := t.ech.GetEvent(time.Unix(1, 0))
 		if err != nil {
 			return
 		}
-		c.onEvent(ev)
+		t.w.onEvent(ev)
+	}
+}
+
+// startWatch starts the connection's watch.
+func (c *Conn) startWatch() {
+	w := c.newWatch(time.Now())
+	c.timed, c.cmDone = startWatch(c.ech, w, w.next)
+}
+
+// onEvent handles a connection manager event of the established
+// connection.
+func (c *Conn) onEvent(ev verbs.CMEvent) {
+	if actsOn(ev.Type) {
+		// The QP is in error and its receives flush, which wakes the
+		// poller; a probe makes sure of it even with none outstanding.
+		c.mu.Lock()
+		if !c.closed && !c.torn && !c.postProbeLocked() && !c.rx.FinRcvd {
+			c.failLocked(errReset)
+		}
+		c.unlockSubmit()
 	}
 }
 
@@ -174,7 +193,7 @@ func (c *Conn) takeEvents() {
 func (c *Conn) keepalive() {
 	c.tryPoll()
 	c.mu.Lock()
-	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqPosted == c.sqDone || c.unsignaled > 0) {
+	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqIdle() || c.unsignaled > 0) {
 		if c.postProbeLocked() {
 			c.stats.keepalives++
 		}

@@ -32,10 +32,10 @@ type Listener struct {
 	provider string
 	cfg      Config
 	sides    []listenSide // the provider's own first, then soft's (mixed.go)
-	rs       *rsListen    // rsocket mode (rsocket_dial.go), else nil
+	rs       *rsParams    // rsocket mode (rsocket_dial.go), else nil
 	addr     *Addr
 
-	ready     chan *Conn    // established connections waiting for Accept
+	ready     chan net.Conn // established connections waiting for Accept
 	done      chan struct{} // closed by Close
 	ctx       context.Context
 	cancel    context.CancelFunc // ends handshakes in progress
@@ -113,7 +113,7 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 		sides:    sides,
 		rs:       rs,
 		addr:     fromTCPAddr(sides[0].id.LocalAddr()),
-		ready:    make(chan *Conn, listenBacklog),
+		ready:    make(chan net.Conn, listenBacklog),
 		done:     make(chan struct{}),
 		slots:    make(chan struct{}, maxHandshakes),
 	}
@@ -129,16 +129,15 @@ func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*L
 	return l, nil
 }
 
-// Accept waits for and returns the next connection (a *Conn).
+// Accept waits for and returns the next connection: a *Conn, or an
+// *RsocketConn when Config.Wire asks for the rsocket wire.
 func (l *Listener) Accept() (net.Conn, error) {
-	if l.rs != nil {
-		return l.acceptRsocket()
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		return nil, opError("accept", l.addr, nil, net.ErrClosed)
 	}
-	c, err := l.AcceptRDMA()
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // AcceptRDMA waits for and returns the next connection.
@@ -146,11 +145,20 @@ func (l *Listener) AcceptRDMA() (*Conn, error) {
 	if l.rs != nil {
 		return nil, opError("accept", l.addr, nil, errAcceptRsocket)
 	}
+	c, err := l.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return c.(*Conn), nil
+}
+
+// handOut hands an established connection to Accept, or closes it if the
+// listener closes first.
+func (l *Listener) handOut(c net.Conn) {
 	select {
-	case c := <-l.ready:
-		return c, nil
+	case l.ready <- c:
 	case <-l.done:
-		return nil, opError("accept", l.addr, nil, net.ErrClosed)
+		c.Close()
 	}
 }
 
@@ -167,9 +175,6 @@ func (l *Listener) Close() error {
 			sd.ech.Close() // ends its loop
 		}
 		l.wg.Wait()
-		if l.rs != nil {
-			l.rs.drain()
-		}
 		for {
 			select {
 			case c := <-l.ready:
@@ -235,86 +240,101 @@ func (l *Listener) loop(sd listenSide) {
 // handshake runs the passive side for one connection request.
 func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 	if l.rs != nil {
-		l.handshakeRsocket(prov, ev)
+		l.handshakeRsocket(prov, ev) // rsocket_dial.go
 		return
 	}
 	phase.Mark("listen: handshake running")
-	id := ev.ID
 	peer, err := stream.ParseHello(ev.Param.PrivateData)
 	if err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectBadHello))
-		id.Destroy()
+		refuse(ev.ID, stream.MarshalReject(stream.RejectBadHello))
 		return
 	}
+	ac := l.accept(prov, ev.ID, stream.MarshalReject(stream.RejectNoResources), func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
+		// A peer of version 3 on moves to a larger ring when it needs one;
+		// an older one gets RingSize at once.
+		c, err := newConn(prov.Name(), ech, ev.ID, l.cfg, peer.Version >= stream.VersionGrow)
+		if err != nil {
+			return nil, nil, err
+		}
+		phase.Mark("listen: endpoint created")
+		c.setPeer(peer)
+		h := c.hello()
+		h.Version = min(peer.Version, stream.Version)
+		if len(l.sides) > 1 && prov.Name() == ProviderSoft {
+			h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
+		}
+		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
+	})
+	if ac != nil {
+		phase.Mark("listen: accepted")
+		l.handOut(ac.(*Conn))
+	}
+}
+
+// refuse rejects a connection request with private data why.
+func refuse(id verbs.CMID, why []byte) {
+	id.Reject(why)
+	id.Destroy()
+}
+
+// accept runs the passive side's steps that both wires share for the
+// request on id: an event channel of the connection's own, the
+// connection's resources and its answer (setup, which also takes in the
+// peer's half of the handshake), the transport timeout and traffic class,
+// the accept and, on a NIC, the wait until the connection is established.
+// A request it cannot set up is rejected with noRes. It returns the
+// started connection, or nil.
+func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setup func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error)) establishing {
 	ech, err := prov.CreateEventChannel()
 	if err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectNoResources))
-		id.Destroy()
-		return
+		refuse(id, noRes)
+		return nil
 	}
 	if err := id.Migrate(ech); err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectNoResources))
-		id.Destroy()
+		refuse(id, noRes)
 		ech.Close()
-		return
+		return nil
 	}
-	// A peer of version 3 on moves to a larger ring when it needs one;
-	// an older one gets RingSize at once.
-	c, err := newConn(prov.Name(), ech, id, l.cfg, peer.Version >= stream.VersionGrow)
+	c, param, err := setup(ech)
 	if err != nil {
-		id.Reject(stream.MarshalReject(stream.RejectNoResources))
-		id.Destroy()
+		refuse(id, noRes)
 		ech.Close()
-		return
+		return nil
 	}
-	phase.Mark("listen: endpoint created")
-	abort := func() {
+	abort := func() establishing {
 		c.releaseVerbs()
 		id.Destroy()
 		ech.Close()
-	}
-	c.setPeer(peer)
-	h := c.hello()
-	h.Version = min(peer.Version, stream.Version)
-	if len(l.sides) > 1 && prov.Name() == ProviderSoft {
-		h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
+		return nil
 	}
 	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		abort()
-		return
+		return abort()
 	}
 	if tc := l.trafficClass.Load(); tc != 0 {
 		if err := id.SetTOS(int(tc)); err != nil {
-			abort()
-			return
+			return abort()
 		}
 	}
-	if err := id.Accept(&verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		abort()
-		return
+	if err := id.Accept(param); err != nil {
+		return abort()
 	}
-	if prov.Name() != ProviderSoft {
+	if prov.Name() != ProviderSoft || l.rs != nil {
 		// A NIC's QP may drop what arrives before the peer's QP is
 		// ready to receive (and retransmit it a timeout later): hand the
-		// connection out once the peer has said it is.
+		// connection out once the peer has said it is. (The rsocket
+		// wire waits on every provider, as rsocket.c's accept does.)
 		if !l.awaitEstablished(id, ech) {
-			abort()
-			return
+			return abort()
 		}
 	}
-	// On soft, as rsocket's accept does, the connection is handed out as
-	// soon as it is accepted: the QP can send, and the peer's frames can
-	// only follow its RTU on the same transport. Waiting for the RTU cost
-	// two goroutine wake-ups (soft's receiver, then this one) per accept.
-	// A peer that never sends it fails the connection: soft gives up on
-	// the RTU after twice its handshake timeout and flushes the QP.
+	// On soft, the connection is handed out as soon as it is accepted:
+	// the QP can send, and the peer's frames can only follow its RTU on
+	// the same transport. Waiting for the RTU cost two goroutine wake-ups
+	// (soft's receiver, then this one) per accept. A peer that never
+	// sends it fails the connection: soft gives up on the RTU after twice
+	// its handshake timeout and flushes the QP.
 	c.start()
-	phase.Mark("listen: accepted")
-	select {
-	case l.ready <- c:
-	case <-l.done:
-		c.Close()
-	}
+	return c
 }
 
 // awaitEstablished waits, within the handshake timeout, for the accepted

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -132,16 +133,6 @@ func (e *FallbackError) Error() string {
 
 func (e *FallbackError) Unwrap() error { return e.Err }
 
-// Fallback returns a *FallbackError when the connection was dialed with
-// provider auto on a host with an RDMA device and is carried by soft because
-// the peer did not answer over the RDMA connection manager; else nil.
-func (c *Conn) Fallback() error {
-	if c.fallback == nil {
-		return nil
-	}
-	return c.fallback
-}
-
 // connectWithFallback connects with prov; when prov was chosen by auto and
 // is not soft, a failure that says the peer has no RDMA listener (no answer
 // within cfg.RDMAConnectTimeout, unreachable, nothing listening, no RDMA
@@ -149,7 +140,8 @@ func (c *Conn) Fallback() error {
 // that answered only on soft is remembered (mixedmemory.go), and the next
 // dial to it goes to soft at once; one whose soft side says it has an RDMA
 // side too is forgotten.
-func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config) (*Conn, error) {
+func connectWithFallback[C wireConn](ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config, connect connectFunc[C]) (C, error) {
+	var none C
 	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
 		return connect(ctx, prov, src, dst, cfg)
 	}
@@ -161,14 +153,14 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 	if since, ok := softOnlyPeers.recall(key, time.Now()); ok {
 		c, err := connect(ctx, soft, src, dst, cfg)
 		if err == nil {
-			if c.peerRDMACM {
+			if c.peerTakesRDMACM() {
 				softOnlyPeers.forget(key)
 			}
 			c.setFallback(&FallbackError{Provider: prov.Name(), Err: &rememberedError{since}})
 			return c, nil
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return none, ctx.Err()
 		}
 		// The peer changed: look again, RDMA first.
 		softOnlyPeers.forget(key)
@@ -181,10 +173,10 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 		return c, nil
 	}
 	if ctx.Err() != nil {
-		return nil, ctx.Err() // the caller's bound, not ours
+		return none, ctx.Err() // the caller's bound, not ours
 	}
 	if !fallbackOn(err) {
-		return nil, err
+		return none, err
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("no answer over the RDMA connection manager within %v: %w", cfg.RDMAConnectTimeout, err)
@@ -192,9 +184,9 @@ func connectWithFallback(ctx context.Context, prov verbs.Provider, src, dst *net
 	fb := &FallbackError{Provider: prov.Name(), Err: err, Elapsed: time.Since(start)}
 	c, serr := connect(ctx, soft, src, dst, cfg)
 	if serr != nil {
-		return nil, fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err)
+		return none, fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err)
 	}
-	if !c.peerRDMACM {
+	if !c.peerTakesRDMACM() {
 		softOnlyPeers.remember(key, time.Now())
 	}
 	c.setFallback(fb)
@@ -210,7 +202,24 @@ func (e *rememberedError) Error() string {
 }
 
 // fallbackOn reports whether a failed rdmacore connect may be retried on
-// soft: anything but a listener of ours that answered and refused.
+// soft: anything but a listener that answered and refused, or answered
+// with a handshake of the wrong wire.
 func fallbackOn(err error) bool {
-	return !errors.Is(err, errRefusedHello) && !errors.Is(err, errRefusedNoRes) && !errors.Is(err, stream.ErrHello)
+	return !errors.Is(err, errRefusedHello) && !errors.Is(err, errRefusedNoRes) &&
+		!errors.Is(err, stream.ErrHello) && !errors.Is(err, rsocket.ErrConnData)
 }
+
+// wireConn is what the dial's fallback asks of a connection of either
+// wire.
+type wireConn interface {
+	*Conn | *RsocketConn
+	// peerTakesRDMACM reports whether the peer said that it listens on
+	// the RDMA connection manager too (so it is not a soft-only peer).
+	peerTakesRDMACM() bool
+	setFallback(fb error) // stats.go
+}
+
+func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
+
+// peerTakesRDMACM is false: rsocket's connection data has no such flag.
+func (c *RsocketConn) peerTakesRDMACM() bool { return false }

@@ -76,7 +76,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 		// credit until the peer's program takes it, also keeps one for the
 		// heartbeat's ping, so that a peer that takes none for a while is
 		// not found unresponsive.
-		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth && (!credit || c.tx.Credits >= 3) {
+		if c.sqHasRoom() && (!credit || c.canSendNotify()) {
 			break
 		}
 		c.mu.Unlock()
@@ -97,7 +97,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 			// One poke of sndReady stands for a whole batch of
 			// completions, and several operations may wait on it: pass
 			// it on, so that the next waiter looks at its own.
-			if c.waiters > 0 {
+			if c.poll.waiters > 0 {
 				poke(c.sndReady)
 			}
 			c.mu.Unlock()

@@ -80,7 +80,7 @@ func (c *Conn) trimIdle(moved *uint64) {
 	c.tryPoll() // apply the completions that wait, the last probe's say
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.torn || c.submitting || c.sqReserved > 0 || c.sqDone != c.sqPosted || c.tx.Tail+c.rx.Tail != m {
+	if c.torn || c.submitting || c.sqReserved > 0 || !c.sqIdle() || c.tx.Tail+c.rx.Tail != m {
 		return
 	}
 	if len(c.sq) > sendStartSlots {

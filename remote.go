@@ -274,7 +274,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			// A poke of rcvReady may stand for several notifications,
 			// and other callers (a Read, another WaitNotify) may wait
 			// on it: pass it on.
-			if c.waiters > 0 {
+			if c.poll.waiters > 0 {
 				poke(c.rcvReady)
 			}
 			c.unlockSubmit()

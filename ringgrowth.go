@@ -132,7 +132,7 @@ func (c *Conn) offerRingLocked() {
 	// peer learns of that move from that write, so an offer queued before
 	// it would land in a mailbox the peer does not look in yet. The next
 	// data that arrives tries again.
-	if !c.rx.CanOffer(log) || c.tx.Credits < 2 || c.sqReserved > 0 || c.sqPosted-c.sqDone >= c.sqDepth ||
+	if !c.rx.CanOffer(log) || c.sqReserved > 0 || !c.canSendData() ||
 		c.grow != nil && c.grow.failed {
 		return
 	}

@@ -1,12 +1,8 @@
 package rdma
 
 import (
-	"errors"
 	"io"
-	"net"
-	"os"
-	"sync"
-	"sync/atomic"
+	"runtime"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/rsocket"
@@ -22,148 +18,83 @@ import (
 // Reads are serialised among themselves, Writes too; a Read and a Write run
 // in parallel.
 type RsocketConn struct {
-	provider     string
-	fallback     error
-	laddr, raddr *Addr
-	p            rsParams
+	// The net.Conn face (connface.go); its mu guards the fields below
+	// it marks so, and posting.
+	connFace
+	p rsParams
 
-	ech    verbs.EventChannel
-	id     verbs.CMID
-	pd     verbs.PD
-	cch    verbs.CompChannel
-	cq     verbs.CQ
-	qp     verbs.QP
-	mem    *verbs.Memory
-	recvMR verbs.MR // target SGL and rbuf: the peer writes here
-	sendMR verbs.MR // send buffer and control staging
+	// The verbs resources (endpoint.go): ringMR holds the target SGL and
+	// the rbuf, sendMR the send buffer (sbuf) and the control staging;
+	// inline is the largest send sent inline.
+	endpoint
 
-	sgl    []byte // target SGL: the peer grants regions of its rbuf here
-	rbuf   []byte
-	sbuf   []byte
-	ctrl   []byte // one SGE per control slot, for region grants
-	inline int
-	peer   rsocket.ConnData
+	sgl  []byte // target SGL: the peer grants regions of its rbuf here
+	rbuf []byte
+	ctrl []byte // one SGE per control slot, for region grants
+	peer rsocket.ConnData
 
-	pollMu sync.Mutex // serialises polling the CQ and applying the batch
-	rmu    sync.Mutex // serialises Read
-	wmu    sync.Mutex // serialises Write and CloseWrite
-
-	mu       sync.Mutex // guards everything below, and posting
+	// Guarded by mu (connFace):
 	tx       rsocket.Tx
 	rx       rsocket.Rx
-	rdShut   bool  // the peer sent SHUTDOWN or DISCONNECT, or disconnected
-	peerGone bool  // the peer disconnected: writes fail
-	wrShut   bool  // this side sent SHUTDOWN
-	discSent bool  // this side sent DISCONNECT
-	err      error // why the connection failed
-	closed   bool
-	torn     bool // verbs objects destroyed
+	rdShut   bool // the peer sent SHUTDOWN or DISCONNECT, or disconnected
+	peerGone bool // the peer disconnected: writes fail
+	wrShut   bool // this side sent SHUTDOWN
+	discSent bool // this side sent DISCONNECT
 	swr      [1]verbs.SendWR
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
-	wcs      [32]verbs.WC
 
-	rcvReady, sndReady chan struct{}
-	closedCh           chan struct{}
-	rdl, wdl           deadline
-
-	stopping   atomic.Bool
-	unacked    int
-	pollerDone chan struct{}
-	cmDone     chan struct{}
-
-	stats *connStats // stats.go: the counters the rsocket wire has
+	// The poll role (completions.go), as rdma.Conn's: Reads, Writes and
+	// Close's drain that cannot go on poll the CQ themselves, spinning
+	// (Config.PollTime, BusyPoll) before they sleep on the completion
+	// channel.
+	poll pollState
 }
 
-const (
-	rsRecvWRID  = 1 << 63 // set in the WR id of every receive
-	rsProbeWRID = 1 << 62 // Close's wake-up probe, outside rsocket's accounting
-)
+const rsRecvWRID = 1 << 63 // set in the WR id of every receive
 
 // newRsocketConn sets up the verbs resources on id (device known) and posts
 // the receives, as rsocket.c's rs_create_ep does.
 func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rsParams) (_ *RsocketConn, err error) {
 	c := &RsocketConn{
-		provider:   provider,
-		p:          p,
-		ech:        ech,
-		id:         id,
-		rcvReady:   make(chan struct{}, 1),
-		sndReady:   make(chan struct{}, 1),
-		closedCh:   make(chan struct{}),
-		rdl:        makeDeadline(),
-		wdl:        makeDeadline(),
-		pollerDone: make(chan struct{}),
-		cmDone:     make(chan struct{}),
-		stats:      newConnStats(), // stats.go
+		p:        p,
+		endpoint: endpoint{ech: ech, id: id},
 	}
+	c.init(provider)
 	defer func() {
 		if err != nil {
 			c.releaseVerbs()
 		}
 	}()
-	ctx := id.Context()
-	if ctx == nil {
-		return nil, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
-	}
-	attr, err := ctx.Query()
+	ctx, attr, err := deviceOf(id)
 	if err != nil {
 		return nil, err
 	}
-	sq, rq := p.sqSize, p.rqSize
-	if attr.MaxQPWR > 0 {
-		sq, rq = min(sq, attr.MaxQPWR), min(rq, attr.MaxQPWR)
-	}
-	if attr.MaxCQE > 0 && sq+rq > attr.MaxCQE {
-		sq, rq = min(sq, attr.MaxCQE/2), min(rq, attr.MaxCQE/2)
-	}
+	sq, rq := fitQueues(attr, p.sqSize, p.rqSize, 0)
 	if sq < rsocket.MinQueue || rq < rsocket.MinQueue {
 		return nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small for rsocket (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
 	inline := min(p.inline, attr.MaxInlineData)
 	sglLen := rsocket.SGLSize * rsocket.SGELen
 	ctrlLen := rsocket.CtrlSlots * rsocket.SGELen
-	if c.mem, err = verbs.AllocMemory(sglLen + p.rbufSize + p.sbufSize + ctrlLen); err != nil {
+	all, err := c.allocate(sglLen + p.rbufSize + p.sbufSize + ctrlLen)
+	if err != nil {
 		return nil, err
 	}
-	all := c.mem.Bytes()
 	recv := all[: sglLen+p.rbufSize : sglLen+p.rbufSize]
 	c.sgl = recv[:sglLen:sglLen]
 	c.rbuf = recv[sglLen:]
 	send := all[len(recv) : len(recv)+p.sbufSize+ctrlLen]
 	c.sbuf = send[:p.sbufSize:p.sbufSize]
 	c.ctrl = send[p.sbufSize:]
-
-	if c.pd, err = ctx.AllocPD(); err != nil {
+	if err = c.register(ctx, recv, send); err != nil {
 		return nil, err
 	}
-	if c.recvMR, err = c.pd.RegMR(recv, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	qc := verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: inline}
+	if err = c.createQP(ctx, &qc); err != nil {
 		return nil, err
 	}
-	if c.sendMR, err = c.pd.RegMR(send, verbs.AccessLocalWrite); err != nil {
-		return nil, err
-	}
-	if c.cch, err = ctx.CreateCompChannel(); err != nil {
-		return nil, err
-	}
-	if c.cq, err = ctx.CreateCQ(sq+rq, c.cch); err != nil {
-		return nil, err
-	}
-	qa := &verbs.QPInitAttr{
-		SendCQ: c.cq,
-		RecvCQ: c.cq,
-		Cap: verbs.QPCap{
-			MaxSendWR:     sq,
-			MaxRecvWR:     rq,
-			MaxSendSGE:    2,
-			MaxRecvSGE:    1,
-			MaxInlineData: inline,
-		},
-	}
-	if c.qp, err = id.CreateQP(c.pd, qa); err != nil {
-		return nil, err
-	}
-	c.inline = min(inline, qa.Cap.MaxInlineData)
+	c.inline = min(inline, qc.MaxInlineData)
 	c.p.sqSize, c.p.rqSize = sq, rq
 	c.rwrs = make([]verbs.RecvWR, rq)
 	for i := range c.rwrs {
@@ -181,8 +112,8 @@ func (c *RsocketConn) connData() []byte {
 	cd := rsocket.ConnData{
 		Version:   rsocket.Version,
 		Credits:   uint16(c.p.rqSize),
-		TargetSGL: rsocket.SGE{Addr: c.recvMR.Addr(), Key: c.recvMR.RKey(), Length: rsocket.SGLSize},
-		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.recvMR.Addr()+uint64(len(c.sgl)), c.recvMR.RKey()),
+		TargetSGL: rsocket.SGE{Addr: c.ringMR.Addr(), Key: c.ringMR.RKey(), Length: rsocket.SGLSize},
+		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey()),
 	}
 	b := make([]byte, rsocket.ConnDataLen)
 	cd.Marshal(b)
@@ -193,20 +124,32 @@ func (c *RsocketConn) connData() []byte {
 func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
 	c.peer = peer
 	c.tx.Init(peer, c.p.sqSize, len(c.sbuf))
-	c.rx.Init(len(c.rbuf), c.recvMR.Addr()+uint64(len(c.sgl)), c.recvMR.RKey(), uint16(c.p.rqSize), peer)
+	c.rx.Init(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey(), uint16(c.p.rqSize), peer)
+}
+
+// takeAnswer takes in the listener's connection data.
+func (c *RsocketConn) takeAnswer(private []byte) error {
+	peer, err := rsocket.ParseConnData(private)
+	if err != nil {
+		return err
+	}
+	c.setPeer(peer)
+	return nil
 }
 
 // start runs the connection once it is established.
 func (c *RsocketConn) start() {
-	c.laddr = fromTCPAddr(c.id.LocalAddr())
-	c.raddr = fromTCPAddr(c.id.RemoteAddr())
+	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
 	c.mu.Lock()
 	c.creditLocked() // the second half of the rbuf, at once, as rsocket.c does
 	c.mu.Unlock()
-	go c.pollLoop()
-	go c.cmLoop()
-	c.stats.opened = time.Now()
-	register(c) // stats.go
+	c.poll.configure(&c.p.poll, c.provider)
+	var next time.Time
+	if c.p.keepAlive > 0 {
+		next = time.Now().Add(c.p.keepAlive)
+	}
+	c.timed, c.cmDone = startWatch(c.ech, c, next) // keepalive.go
+	register(c)                                    // stats.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
@@ -270,16 +213,7 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	defer c.stats.read(&nr)
-	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			return 0, c.opErr("read", net.ErrClosed)
-		}
-		if isClosed(c.rdl.wait()) {
-			c.mu.Unlock()
-			return 0, c.opErr("read", os.ErrDeadlineExceeded)
-		}
+	for c.readGoesOn(&err) {
 		off, avail := c.rx.Buffered()
 		if avail > 0 {
 			if len(b) == 0 {
@@ -310,13 +244,9 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 		if len(b) == 0 {
 			return 0, nil
 		}
-		select {
-		case <-c.rcvReady:
-		case <-c.rdl.wait():
-		case <-c.closedCh:
-		}
-		c.stats.rdWait = waitHanded // the poller's goroutine applied what came
+		c.await(c.rcvReady, &c.rdl, false)
 	}
+	return 0, err
 }
 
 // Write writes b. It returns once all of b is posted (copied into
@@ -324,30 +254,16 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 func (c *RsocketConn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	sent := 0
-	for {
-		if sent == len(b) && sent > 0 {
-			return sent, nil // all posted: what happens to the conn now is not this Write's
-		}
-		c.mu.Lock()
-		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
-			return sent, c.opErr("write", err)
-		}
-		if sent == len(b) {
-			c.mu.Unlock()
-			return sent, nil
+	for sent := 0; ; {
+		if over, err := c.writeOver(c, sent, len(b)); over {
+			return sent, err
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
 		if !ok {
 			c.stats.creditWaits++
 			c.mu.Unlock()
 			began := time.Now()
-			select {
-			case <-c.sndReady:
-			case <-c.wdl.wait():
-			case <-c.closedCh:
-			}
+			c.await(c.sndReady, &c.wdl, false)
 			c.waited(began) // stats.go
 			continue
 		}
@@ -376,11 +292,10 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 
 // writeErrLocked says why a Write cannot go on, or nil.
 func (c *RsocketConn) writeErrLocked() error {
+	if err := c.stopErrLocked(&c.wdl); err != nil {
+		return err
+	}
 	switch {
-	case c.closed:
-		return net.ErrClosed
-	case isClosed(c.wdl.wait()):
-		return os.ErrDeadlineExceeded
 	case c.wrShut || c.discSent:
 		return errWriteClosed
 	case c.peerGone:
@@ -392,81 +307,43 @@ func (c *RsocketConn) writeErrLocked() error {
 // CloseWrite shuts down the sending side, as rsockets' shutdown(SHUT_WR)
 // and (*net.TCPConn).CloseWrite do: the peer reads what was written, then
 // EOF; reading goes on.
-func (c *RsocketConn) CloseWrite() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	for {
-		c.mu.Lock()
-		switch {
-		case c.closed:
-			c.mu.Unlock()
-			return c.opErr("close", net.ErrClosed)
-		case c.wrShut || c.discSent || c.peerGone:
-			c.wrShut = true
-			c.mu.Unlock()
-			return nil
-		case c.err != nil:
-			err := c.err
-			c.mu.Unlock()
-			return c.opErr("close", err)
-		}
-		if c.canCtrlLocked() {
-			// As rsocket.c: once both directions are shut, a disconnect.
-			code := uint32(rsocket.CtrlShutdown)
-			if c.rdShut {
-				code = rsocket.CtrlDisconnect
-				c.discSent = true
-			}
-			c.wrShut = true
-			err := c.postCtrlLocked(code)
-			c.mu.Unlock()
-			if err != nil {
-				return c.opErr("close", err)
-			}
-			return nil
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.sndReady:
-		case <-c.closedCh:
-		}
+func (c *RsocketConn) CloseWrite() error { return closeWrite(c.poller(), c) }
+
+// writeShutLocked: a peer that is gone takes writes no more either.
+func (c *RsocketConn) writeShutLocked() bool {
+	if c.wrShut || c.discSent || c.peerGone {
+		c.wrShut = true
+		return true
 	}
+	return false
 }
+
+func (c *RsocketConn) shutWriteLocked() (bool, error) {
+	if !c.canCtrlLocked() {
+		return false, nil
+	}
+	// As rsocket.c: once both directions are shut, a disconnect.
+	code := uint32(rsocket.CtrlShutdown)
+	if c.rdShut {
+		code = rsocket.CtrlDisconnect
+		c.discSent = true
+	}
+	c.wrShut = true
+	return true, c.postCtrlLocked(code)
+}
+
+func (c *RsocketConn) flush() error { return nil } // postCtrlLocked posted
+
+func (c *RsocketConn) drainTime() time.Duration { return c.p.handshakeTimeout }
 
 // Close closes the connection: the bytes written are delivered (within
 // Config.HandshakeTimeout), the peer is told DISCONNECT and reads EOF.
 // Pending Reads and Writes return net.ErrClosed.
-func (c *RsocketConn) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return c.opErr("close", net.ErrClosed)
-	}
-	c.closed = true
-	close(c.closedCh)
-	c.mu.Unlock()
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.drain()
-	_ = c.id.Disconnect()
-	c.stopPoller()
-	c.releaseVerbs()
-	c.id.Destroy()
-	c.ech.Close() // ends cmLoop
-	<-c.cmDone
-	c.rdl.stop()
-	c.wdl.stop()
-	unregister(c) // stats.go
-	return nil
-}
+func (c *RsocketConn) Close() error { return closeConn(c) }
 
 // drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
 // waits until every posted send has completed.
-func (c *RsocketConn) drain() {
-	timer := time.NewTimer(c.p.handshakeTimeout)
-	defer timer.Stop()
+func (c *RsocketConn) drain(dl *deadline) {
 	for {
 		c.mu.Lock()
 		if c.err != nil || c.peerGone || c.torn {
@@ -479,14 +356,10 @@ func (c *RsocketConn) drain() {
 		}
 		done := c.discSent && c.tx.AllDone()
 		c.mu.Unlock()
-		if done {
+		if done || dl.passed() {
 			return
 		}
-		select {
-		case <-c.sndReady:
-		case <-timer.C:
-			return
-		}
+		c.await(c.sndReady, dl, true)
 	}
 }
 
@@ -496,49 +369,36 @@ func (c *RsocketConn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
 	}
+	c.wakeLocked()
+}
+
+// wakeLocked wakes every waiter, the poll role's holder included, to look
+// at the connection again.
+func (c *RsocketConn) wakeLocked() {
 	poke(c.rcvReady)
 	poke(c.sndReady)
-}
-
-// pollLoop moves completions into the connection's state until Close,
-// waiting on the completion channel (the runtime poller).
-func (c *RsocketConn) pollLoop() {
-	defer close(c.pollerDone)
-	for !c.stopping.Load() {
-		n, err := c.pollBatch()
-		if err == nil && n == 0 {
-			if err = c.cq.ReqNotify(false); err == nil {
-				n, err = c.pollBatch()
-			}
-			if err == nil && n == 0 {
-				if _, err = c.cch.GetEvent(); err == nil {
-					if c.unacked++; c.unacked >= 64 {
-						c.cch.AckEvents(c.cq, c.unacked)
-						c.unacked = 0
-					}
-					continue
-				}
-			}
-		}
-		if err != nil {
-			c.mu.Lock()
-			if !c.closed {
-				c.failLocked(err)
-			}
-			c.mu.Unlock()
-			return
-		}
+	if c.poll.held {
+		c.poller().interrupt()
 	}
 }
 
-func (c *RsocketConn) pollBatch() (int, error) {
-	c.pollMu.Lock()
-	defer c.pollMu.Unlock()
-	n, err := c.cq.Poll(c.wcs[:])
-	if n > 0 {
-		c.handle(c.wcs[:n])
+func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
+
+// await makes completions arrive for a caller that cannot go on (the poll
+// role, completions.go).
+func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
+	c.poller().await(ready, dl, draining)
+}
+
+// waitStart notes nothing: a Write's wait is timed around it (waited,
+// stats.go).
+func (c *RsocketConn) waitStart(*deadline) time.Time { return time.Time{} }
+
+// waitedLocked counts how a Read's data came after a wait.
+func (c *RsocketConn) waitedLocked(dl *deadline, _ time.Time, how waitKind, _ bool) {
+	if dl == &c.rdl {
+		c.stats.rdWait = max(c.stats.rdWait, how)
 	}
-	return n, err
 }
 
 // handle applies a batch of completions.
@@ -572,9 +432,6 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 			}
 			continue
 		}
-		if wc.WRID == rsProbeWRID {
-			continue
-		}
 		if err := c.tx.Completed(wc.WRID); err != nil && perr == nil {
 			perr = protoError(err.Error())
 		}
@@ -605,117 +462,48 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
 		return protoError("rsocket message without immediate data")
 	}
-	msg := wc.Imm
-	data := rsocket.MsgData(msg)
-	switch rsocket.MsgOp(msg) {
-	case rsocket.OpData:
-		if c.rdShut {
-			return protoError("rsocket data after shutdown")
-		}
-		if wc.ByteLen != data {
-			return protoError("rsocket data length does not match the bytes written")
-		}
-		if err := c.rx.OnData(data); err != nil {
-			return protoError(err.Error())
-		}
+	kind, err := rsocket.Receive(&c.rx, &c.tx, c.sgl, wc.Imm, wc.ByteLen, c.rdShut)
+	if err != nil {
+		return protoError(err.Error())
+	}
+	switch kind {
+	case rsocket.KindData:
 		c.stats.msgsRecv++
-	case rsocket.OpSGL:
-		var e *rsocket.SGE
-		switch wc.ByteLen {
-		case 0:
-		case rsocket.SGELen:
-			s := c.tx.NextSlot() * rsocket.SGELen
-			g := rsocket.ParseSGE(c.sgl[s:s+rsocket.SGELen], false) // we announced no FlagNet
-			e = &g
-		default:
-			return protoError("rsocket credit with a malformed region")
-		}
-		if err := c.tx.OnCredit(data, e); err != nil {
-			return protoError(err.Error())
-		}
-	case rsocket.OpIOMapSGL:
-		// Never announced; rsocket.c ignores it too.
-	case rsocket.OpCtrl:
-		switch data {
-		case rsocket.CtrlDisconnect:
-			c.rdShut, c.peerGone = true, true
-		case rsocket.CtrlShutdown:
-			c.rdShut = true
-		}
-	default:
-		return protoError("rsocket message of a reserved kind")
+	case rsocket.KindDisconnect:
+		c.rdShut, c.peerGone = true, true
+	case rsocket.KindShutdown:
+		c.rdShut = true
 	}
 	return nil
 }
 
-// cmLoop watches connection manager events and sends keepalives (a
-// zero-length RDMA WRITE, as rsocket.c's) on an idle connection.
-func (c *RsocketConn) cmLoop() {
-	defer close(c.cmDone)
-	for {
-		var dl time.Time
-		if c.p.keepAlive > 0 {
-			dl = time.Now().Add(c.p.keepAlive)
-		}
-		ev, err := c.ech.GetEvent(dl)
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			c.mu.Lock()
-			if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
-				c.tx.TakeCtrl()
-				c.postLocked(verbs.OpRDMAWrite, rsocket.Msg(rsocket.OpCtrl, rsocket.CtrlKeepalive), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
-			}
-			c.mu.Unlock()
-			continue
-		}
-		if err != nil {
-			return
-		}
-		switch ev.Type {
-		case verbs.EventDisconnected, verbs.EventDeviceRemoval:
-			// rsocket.c takes a disconnect as the end of the stream. What
-			// landed before it is read first.
-			c.pollMu.Lock()
-			if !c.stopping.Load() {
-				if n, _ := c.cq.Poll(c.wcs[:]); n > 0 {
-					c.handle(c.wcs[:n])
-				}
-			}
-			c.pollMu.Unlock()
-			c.mu.Lock()
-			c.rdShut, c.peerGone = true, true
-			c.mu.Unlock()
-			poke(c.rcvReady)
-			poke(c.sndReady)
-		}
+// onEvent handles a connection manager event of the established
+// connection (the watch, keepalive.go).
+func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
+	if !actsOn(ev.Type) {
+		return
 	}
+	// rsocket.c takes a disconnect as the end of the stream. What
+	// landed before it is read first (unless a caller holding the poll
+	// role reads it).
+	c.poller().tryPoll()
+	c.mu.Lock()
+	c.rdShut, c.peerGone = true, true
+	c.wakeLocked()
+	c.mu.Unlock()
 }
 
-// stopPoller ends pollLoop: with the QP in error, a zero-length write
-// completes at once (flushed) and wakes it; should nothing wake it, the
-// completion channel is closed under it.
-func (c *RsocketConn) stopPoller() {
-	c.stopping.Store(true)
-	_ = c.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState)
-	t := time.NewTimer(2 * time.Second)
-	defer t.Stop()
-	for closed := false; ; {
-		c.mu.Lock()
-		if !c.torn {
-			c.swr[0] = verbs.SendWR{WRID: rsProbeWRID, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-				RemoteAddr: c.peer.TargetSGL.Addr, RKey: c.peer.TargetSGL.Key}
-			_ = c.qp.PostSend(c.swr[:])
-		}
-		c.mu.Unlock()
-		select {
-		case <-c.pollerDone:
-			return
-		case <-t.C:
-		}
-		if !closed && c.cch.Close() == nil {
-			closed = true
-		}
-		t.Reset(time.Second)
+// tick is a wake-up of the watch: on an idle connection, a keepalive (a
+// zero-length RDMA WRITE, as rsocket.c's).
+func (c *RsocketConn) tick(now time.Time) time.Time {
+	c.poller().tryPoll() // an idle connection's completions wait in the CQ
+	c.mu.Lock()
+	if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
+		c.tx.TakeCtrl()
+		c.postLocked(verbs.OpRDMAWrite, rsocket.Msg(rsocket.OpCtrl, rsocket.CtrlKeepalive), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
 	}
+	c.mu.Unlock()
+	return now.Add(c.p.keepAlive)
 }
 
 // releaseVerbs destroys what newRsocketConn created, in the order the
@@ -723,98 +511,14 @@ func (c *RsocketConn) stopPoller() {
 func (c *RsocketConn) releaseVerbs() {
 	c.mu.Lock()
 	c.torn = true
+	// A poll in flight (the watch's) must finish before the CQ goes;
+	// none starts afterwards. Posts are made under mu.
+	for c.poll.held {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
 	c.mu.Unlock()
-	c.pollMu.Lock() // cmLoop may poll until Close has closed the event channel
-	defer c.pollMu.Unlock()
-	if c.qp != nil {
-		c.qp.Destroy()
-	}
-	if c.cq != nil {
-		if c.unacked > 0 {
-			c.cch.AckEvents(c.cq, c.unacked)
-			c.unacked = 0
-		}
-		c.cq.Destroy()
-	}
-	if c.cch != nil {
-		c.cch.Close()
-	}
-	if c.sendMR != nil {
-		c.sendMR.Dereg()
-	}
-	if c.recvMR != nil {
-		c.recvMR.Dereg()
-	}
-	if c.pd != nil {
-		c.pd.Dealloc()
-	}
-	if c.mem != nil {
-		c.mem.Free()
-	}
-}
-
-// LocalAddr returns the local address.
-func (c *RsocketConn) LocalAddr() net.Addr { return c.laddr }
-
-// RemoteAddr returns the peer's address.
-func (c *RsocketConn) RemoteAddr() net.Addr { return c.raddr }
-
-// Provider names the verbs provider that carries the connection: "soft" or
-// "rdmacore".
-func (c *RsocketConn) Provider() string { return c.provider }
-
-// Fallback is as Conn.Fallback: why an auto dial is carried by soft, or nil.
-func (c *RsocketConn) Fallback() error {
-	if c.fallback == nil {
-		return nil
-	}
-	return c.fallback
-}
-
-// SetDeadline sets the read and write deadlines.
-func (c *RsocketConn) SetDeadline(t time.Time) error {
-	if err := c.checkOpen("set deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	c.wdl.set(t)
-	return nil
-}
-
-// SetReadDeadline sets the deadline for Reads, pending ones included.
-func (c *RsocketConn) SetReadDeadline(t time.Time) error {
-	if err := c.checkOpen("set read deadline"); err != nil {
-		return err
-	}
-	c.rdl.set(t)
-	return nil
-}
-
-// SetWriteDeadline sets the deadline for Writes, pending ones included.
-func (c *RsocketConn) SetWriteDeadline(t time.Time) error {
-	if err := c.checkOpen("set write deadline"); err != nil {
-		return err
-	}
-	c.wdl.set(t)
-	return nil
-}
-
-func (c *RsocketConn) checkOpen(op string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opErr(op, net.ErrClosed)
-	}
-	return nil
-}
-
-func (c *RsocketConn) opErr(op string, err error) error {
-	var src, dst net.Addr
-	if c.laddr != nil {
-		src = c.laddr
-	}
-	if c.raddr != nil {
-		dst = c.raddr
-	}
-	return opError(op, src, dst, err)
+	c.release(c.poll.unacked)
+	c.poll.unacked = 0
 }

@@ -47,6 +47,7 @@ type rsParams struct {
 	inline             int
 	keepAlive          time.Duration
 	handshakeTimeout   time.Duration
+	poll               Config // PollTime and BusyPoll, as rdma.Conn takes them
 }
 
 func rsocketParams(c *Config) rsParams {
@@ -63,6 +64,7 @@ func rsocketParams(c *Config) rsParams {
 		inline:           rsocket.DefaultInline,
 		keepAlive:        d.KeepAlive,
 		handshakeTimeout: d.HandshakeTimeout,
+		poll:             Config{PollTime: d.PollTime, BusyPoll: d.BusyPoll},
 	}
 	if r.RingSize > 0 {
 		p.rbufSize = pow2Clamp(r.RingSize, rsocket.MinBuf, rsocket.MaxBuf)
@@ -85,210 +87,50 @@ func rsocketParams(c *Config) rsParams {
 	return p
 }
 
-// dialRsocket is DialContext in rsocket mode.
-func (d *Dialer) dialRsocket(ctx context.Context, network, address string) (*RsocketConn, error) {
-	var laddr, raddr net.Addr = d.LocalAddr, nil
-	if ctx == nil {
-		panic("rdma: nil context")
-	}
-	fail := func(err error) (*RsocketConn, error) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			err = mapCtxErr(ctx, err)
-		}
-		return nil, opError("dial", laddr, raddr, err)
-	}
-	tcpNet, err := tcpNetwork(network)
-	if err != nil {
-		return fail(err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fail(err)
-	}
-	rt, err := resolveTCP(ctx, tcpNet, address)
-	if err != nil {
-		return fail(err)
-	}
-	raddr = fromTCPAddr(rt)
-	src, err := toTCPAddr(d.LocalAddr)
-	if err != nil {
-		return fail(err)
-	}
-	cfg := d.Config.withDefaults()
-	prov, err := chooseProvider(cfg.Provider)
-	if err != nil {
-		return fail(err)
-	}
-	if d.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
-		defer cancel()
-	}
-	p := rsocketParams(d.Config)
-	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
-		c, err := connectRsocket(ctx, prov, src, rt, p)
-		if err != nil {
-			return fail(err)
-		}
-		return c, nil
-	}
-	// As connectWithFallback: an auto dial on a host with a device falls
-	// back to soft when the peer does not answer over the RDMA CM.
-	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
-	c, err := connectRsocket(actx, prov, src, rt, p)
-	cancel()
-	if err == nil {
-		return c, nil
-	}
-	if ctx.Err() != nil {
-		return fail(ctx.Err())
-	}
-	soft, serr := verbs.Lookup(ProviderSoft)
-	if serr != nil || !fallbackOn(err) || errors.Is(err, rsocket.ErrConnData) {
-		return fail(err)
-	}
-	fb := &FallbackError{Provider: prov.Name(), Err: err, Elapsed: time.Since(start)}
-	c, serr = connectRsocket(ctx, soft, src, rt, p)
-	if serr != nil {
-		return fail(fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err))
-	}
-	c.setFallback(fb) // stats.go
-	return c, nil
-}
-
 // connectRsocket runs rsocket.c's rs_do_connect: resolve, create the
 // endpoint, connect with rs_conn_data as private data, take the peer's from
 // the accept.
 func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
-	d, err := resolveCM(ctx, prov, src, dst, 0)
-	if err != nil {
-		return nil, err
-	}
-	var c *RsocketConn
-	ok := false
-	defer func() {
-		if !ok {
-			if c != nil {
-				c.releaseVerbs()
-			}
-			d.close()
+	return connectSteps(ctx, prov, src, dst, 0, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
+		c, err := newRsocketConn(prov.Name(), ech, id, p)
+		if err != nil {
+			return nil, nil, err
 		}
-	}()
-	ech, id, wait := d.ech, d.id, d.wait
-	if c, err = newRsocketConn(prov.Name(), ech, id, p); err != nil {
-		return nil, err
-	}
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil { // as Conn's
-		return nil, err
-	}
-	if err := id.Connect(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		return nil, err
-	}
-	ev, err := wait(verbs.EventEstablished)
-	if err != nil {
-		return nil, err
-	}
-	peer, err := rsocket.ParseConnData(ev.Param.PrivateData)
-	if err != nil {
-		id.Disconnect()
-		return nil, err
-	}
-	c.setPeer(peer)
-	c.start()
-	ok = true
-	return c, nil
+		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+	})
 }
 
-// rsListen is a Listener's rsocket mode: accepted connections wait here.
-type rsListen struct {
-	p     rsParams
-	ready chan *RsocketConn
-}
-
-// newRsListen returns nil unless c asks for rsocket mode.
-func newRsListen(c *Config) (*rsListen, error) {
+// newRsListen returns a Listener's rsocket sizes, or nil unless c asks
+// for rsocket mode.
+func newRsListen(c *Config) (*rsParams, error) {
 	w, err := wireOf(c)
 	if err != nil || w != WireRsocket {
 		return nil, err
 	}
-	return &rsListen{p: rsocketParams(c), ready: make(chan *RsocketConn, listenBacklog)}, nil
+	p := rsocketParams(c)
+	return &p, nil
 }
 
 var errAcceptRsocket = errors.New("rdma: the listener speaks rsocket (Config.Wire): use Accept, whose conns are *RsocketConn")
-
-func (l *Listener) acceptRsocket() (net.Conn, error) {
-	select {
-	case c := <-l.rs.ready:
-		return c, nil
-	case <-l.done:
-		return nil, opError("accept", l.addr, nil, net.ErrClosed)
-	}
-}
-
-// drain closes the connections no Accept took.
-func (rl *rsListen) drain() {
-	for {
-		select {
-		case c := <-rl.ready:
-			c.Close()
-		default:
-			return
-		}
-	}
-}
 
 // handshakeRsocket is rsocket.c's rs_accept for one connection request: a
 // request whose private data is not rs_conn_data version 1 is rejected
 // without private data, as rsocket.c does.
 func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
-	id := ev.ID
 	peer, err := rsocket.ParseConnData(ev.Param.PrivateData)
 	if err != nil {
-		id.Reject(nil)
-		id.Destroy()
+		refuse(ev.ID, nil)
 		return
 	}
-	ech, err := prov.CreateEventChannel()
-	if err != nil {
-		id.Reject(nil)
-		id.Destroy()
-		return
-	}
-	if err := id.Migrate(ech); err != nil {
-		id.Reject(nil)
-		id.Destroy()
-		ech.Close()
-		return
-	}
-	c, err := newRsocketConn(prov.Name(), ech, id, l.rs.p)
-	if err != nil {
-		id.Reject(nil)
-		id.Destroy()
-		ech.Close()
-		return
-	}
-	abort := func() {
-		c.releaseVerbs()
-		id.Destroy()
-		ech.Close()
-	}
-	c.setPeer(peer)
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		abort()
-		return
-	}
-	if err := id.Accept(&verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}); err != nil {
-		abort()
-		return
-	}
-	if !l.awaitEstablished(id, ech) {
-		abort()
-		return
-	}
-	c.start()
-	select {
-	case l.rs.ready <- c:
-	case <-l.done:
-		c.Close()
+	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
+		c, err := newRsocketConn(prov.Name(), ech, ev.ID, *l.rs)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.setPeer(peer)
+		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+	})
+	if ac != nil {
+		l.handOut(ac.(*RsocketConn))
 	}
 }

@@ -8,6 +8,42 @@ import (
 // The send queue. Writers, the reader's credit updates, the FIN and the
 // keepalive's probes queue send WRs under mu into slots indexed by their
 // id; submit hands them to the QP in order, outside mu.
+//
+// Its accounting, in WR ids: sqDone <= sqSubmitted <= sqPosted, and
+// sqReserved WRs a writer holds while it copies outside mu. Data, credits
+// and control messages may occupy sqDepth WRs; the QP has one more, for
+// the probe that must go even when they are all taken. The checks below
+// name what may be queued; every caller holds mu.
+
+// sqUsed is how many send WRs are outstanding or reserved.
+func (c *Conn) sqUsed() uint64 { return c.sqPosted - c.sqDone + c.sqReserved }
+
+// sqHasRoom reports whether a data, credit or control WR may be queued.
+func (c *Conn) sqHasRoom() bool { return c.sqUsed() < c.sqDepth }
+
+// sqIdle reports whether every WR posted has completed.
+func (c *Conn) sqIdle() bool { return c.sqDone == c.sqPosted }
+
+// canSendData reports whether a data write may be queued: a queue slot,
+// and a message credit beyond the one kept for the credit message that
+// unblocks the peer's writer. Control messages (FIN, heartbeats, a
+// rendezvous's) keep that credit too.
+func (c *Conn) canSendData() bool { return c.tx.Credits >= 2 && c.sqHasRoom() }
+
+// canSendNotify reports whether a one-sided notification may be queued:
+// as a data write, and one credit more, kept for the heartbeat's ping. A
+// notification holds its credit until the peer's program takes it
+// (onesided.go), so without that one a peer that takes none for a while
+// could not be pinged and would be found unresponsive.
+func (c *Conn) canSendNotify() bool { return c.tx.Credits > peerKeptCredits && c.sqHasRoom() }
+
+// canSendCredit reports whether a credit message may be queued: a queue
+// slot and the last message credit.
+func (c *Conn) canSendCredit() bool { return c.tx.Credits >= 1 && c.sqHasRoom() }
+
+// canProbe reports whether a probe may be queued: it may take the WR the
+// QP keeps beyond sqDepth.
+func (c *Conn) canProbe() bool { return c.sqUsed() <= c.sqDepth }
 
 // reserveLocked claims room for the next RDMA write of at most want bytes:
 // peer ring space, a message credit and a send queue slot, and send buffer
@@ -20,7 +56,7 @@ import (
 // ends: ring credit comes back in quarter-ring steps, and when the send
 // buffer is more than half full every send is signaled.
 func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
-	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if !c.canSendData() {
 		c.stats.creditWaits++
 		return 0, 0, false
 	}
@@ -88,7 +124,7 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) {
 	seq, slot := c.sqPosted, c.sendSlotLocked()
 	if signal || c.unsignaled+1 >= c.sigEvery ||
-		c.sqPosted+1-c.sqDone+c.sqReserved >= c.sqDepth/2 ||
+		c.sqUsed()+1 >= c.sqDepth/2 ||
 		c.sbTail-c.sbHead >= uint64(len(c.sbuf))/2 {
 		flags |= verbs.SendSignaled
 		c.unsignaled = 0
@@ -168,7 +204,7 @@ func (c *Conn) creditLocked(force bool) {
 		c.creditWant = false
 		return
 	}
-	if c.tx.Credits < 1 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if !c.canSendCredit() {
 		c.creditWant = true // retried when completions free what is missing
 		return
 	}
@@ -191,7 +227,7 @@ func (c *Conn) sendFinLocked() {
 // dead peer (keepalive), drains the send queue (Close) and, on a QP in
 // error, completes with a flush error that wakes the poller.
 func (c *Conn) postProbeLocked() bool {
-	if c.torn || c.sqPosted-c.sqDone+c.sqReserved > c.sqDepth {
+	if c.torn || !c.canProbe() {
 		return false
 	}
 	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.tx.Addr, 0, true)
