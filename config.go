@@ -104,7 +104,7 @@ type Config struct {
 	// PollTime is how long a Read or Write that would block busy-polls the
 	// completion queue on its own goroutine before it sleeps on the
 	// completion channel: a peer that answers within it is seen without a
-	// sleep and a wake-up. The poll stretches to up to 4x PollTime for a
+	// sleep and a wake-up. The poll stretches to up to 8x PollTime for a
 	// peer whose answers have come that soon (a round trip a little longer
 	// than PollTime is then caught too), and is back at PollTime after a
 	// longer wait. A connection whose waits keep outlasting it

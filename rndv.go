@@ -97,7 +97,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 			return c.opErr("write", err)
 		}
 		// As a data write: one credit stays for the credit message.
-		if c.tx.Credits >= 2 && c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+		if c.canSendData() {
 			break
 		}
 		c.mu.Unlock()
@@ -252,7 +252,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 			c.mu.Unlock()
 			return c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if c.sqPosted-c.sqDone+c.sqReserved < c.sqDepth {
+		if c.sqHasRoom() {
 			break
 		}
 		c.mu.Unlock()
@@ -301,7 +301,7 @@ func (c *Conn) sendRndvDoneLocked() {
 	if !c.rndvDoneDue || c.err != nil || c.torn {
 		return
 	}
-	if c.tx.Credits < 2 || c.sqPosted-c.sqDone+c.sqReserved >= c.sqDepth {
+	if !c.canSendData() {
 		return
 	}
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.tx.Addr, 0, false)

@@ -541,9 +541,9 @@ func (c *RsocketConn) waited(began time.Time) {
 }
 
 // Stats returns what the connection has done so far. The rsocket wire has
-// no ring growth, heartbeats or poll role of ours (a goroutine polls): those
-// fields stay zero, and a Read's data is counted as handed over when it
-// waited, at once when it did not. A message is one data write on the wire
+// no ring growth or heartbeats: those fields stay zero. Its Reads poll as
+// Conn's do and are counted the same way (at once, handed over, spun,
+// slept). A message is one data write on the wire
 // (rsocket.c's: at most a granted region's rest, the send buffer's
 // contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
 // that waited for a credit, a region, send buffer room or a queue slot.
@@ -554,13 +554,15 @@ func (c *RsocketConn) Stats() ConnStats {
 		BytesReceived: c.stats.bytesRecv.Load(),
 		Writes:        c.stats.writes.Load(),
 		ReadsAtOnce:   c.stats.atOnce.Load(),
-		ReadsHanded:   c.stats.handed.Load() + c.stats.spun.Load() + c.stats.slept.Load(),
+		ReadsHanded:   c.stats.handed.Load(),
+		ReadsSpun:     c.stats.spun.Load(),
+		ReadsSlept:    c.stats.slept.Load(),
 		Provider:      c.provider,
 		Wire:          WireRsocket,
 		SinceSent:     -1,
 		SinceRecv:     -1,
 	}
-	s.Reads = s.ReadsAtOnce + s.ReadsHanded
+	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	if c.laddr != nil {
 		s.LocalAddr = c.laddr.String()
 	}

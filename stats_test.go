@@ -181,7 +181,7 @@ func TestStatsRsocketExact(t *testing.T) {
 	assert.Equal(t, [4]uint64{0, 4000, 0, 40}, [4]uint64{ss.BytesSent, ss.BytesReceived, ss.MessagesSent, ss.MessagesReceived})
 	assert.Equal(t, uint64(40), cs.Writes)
 	assert.Equal(t, WireRsocket, cs.Wire)
-	assert.Equal(t, ss.Reads, ss.ReadsAtOnce+ss.ReadsHanded)
+	assert.Equal(t, ss.Reads, ss.ReadsAtOnce+ss.ReadsHanded+ss.ReadsSpun+ss.ReadsSlept)
 	assert.Contains(t, []string{"soft-shm", "soft-tcp", ProviderRDMACore}, cs.Path)
 	assert.Len(t, openIn(c, s), 2)
 }
