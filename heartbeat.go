@@ -32,6 +32,7 @@ type watch struct {
 	pinging bool          // the peer is held to PeerTimeout
 	live    stream.Liveness
 	moved   uint64 // stream bytes moved by the previous tick (queuegrowth.go)
+	heard   uint64 // messages received when the keepalive was last due
 }
 
 // newWatch is the timing of a connection established at now: it wakes as
@@ -62,19 +63,26 @@ func (c *Conn) newWatch(now time.Time) *watch {
 
 // tick runs at each wake-up: it trims the queues of a connection that has
 // gone quiet, applies what completions wait (so that a ping is answered
-// and the messages received are counted), probes if the keepalive is due,
-// and watches the peer.
+// and the messages received are counted), watches the peer, and probes if
+// the keepalive is due.
 func (w *watch) tick(now time.Time) time.Time {
 	c := w.c
 	c.trimIdle(&w.moved)
-	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
-		c.keepalive()
-		w.probeAt = now.Add(c.cfg.KeepAlive)
-	} else {
-		c.tryPoll()
-	}
+	c.tryPoll()
 	if w.pinging {
 		c.heartbeat(&w.live, now)
+	}
+	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
+		// A peer heard from since the last probe was due is there: its
+		// messages (a heartbeat's ping or pong, credits, data) say more
+		// than a probe's acknowledgement would; and a ping just sent is
+		// a signaled send the transport watches as it would a probe
+		// (keepalive skips a busy queue). So an idle connection whose
+		// heartbeat runs sends pings only, not probes as well.
+		if !c.heardSince(&w.heard) {
+			c.keepalive()
+		}
+		w.probeAt = now.Add(c.cfg.KeepAlive)
 	}
 	c.observeStats(now) // stats.go
 	w.next = now.Add(w.period)

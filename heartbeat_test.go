@@ -201,3 +201,36 @@ func TestPeerTimeoutDefaults(t *testing.T) {
 	assert.Equal(t, -time.Second, (&Config{PeerTimeout: -time.Second}).withDefaults().PeerTimeout)
 	assert.True(t, errors.Is(unresponsiveError(time.Second), syscall.ETIMEDOUT))
 }
+
+// An idle pair whose heartbeats run sends pings and pongs, not keepalive
+// probes beside them: a message from the peer since the last probe says
+// it is there. With the heartbeat off, the keepalive still probes.
+func TestKeepaliveQuietWhileHeartbeatsFlow(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		peerTimeout time.Duration
+		probes      bool
+	}{{"heartbeats", time.Second, false}, {"no heartbeats", -1, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The defaults' ratio: a probe due as often as a ping (2 s and 10 s).
+			cfg := &Config{Provider: ProviderSoft, PeerTimeout: tc.peerTimeout, KeepAlive: 200 * time.Millisecond}
+			ln := listen(t, cfg)
+			c := dial(t, ln, cfg)
+			defer c.Close()
+			s, err := ln.AcceptRDMA()
+			require.NoError(t, err)
+			defer s.Close()
+			time.Sleep(2 * time.Second)
+			for _, x := range []*Conn{c, s} {
+				st := x.Stats()
+				assert.Empty(t, st.Err)
+				if tc.probes {
+					assert.Greater(t, st.KeepAlives, uint64(5), "an idle conn without heartbeats probes")
+				} else {
+					assert.LessOrEqual(t, st.KeepAlives, uint64(2), "pings flowing, probes skipped (%d pings sent, %d received)", st.PingsSent, st.PingsRecv)
+					assert.Positive(t, st.PingsSent+st.PingsRecv, "the heartbeat ran")
+				}
+			}
+		})
+	}
+}

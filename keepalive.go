@@ -182,16 +182,27 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 	}
 }
 
+// heardSince reports whether a message came from the peer since *seen was
+// taken, and takes it again.
+func (c *Conn) heardSince(seen *uint64) bool {
+	c.mu.Lock()
+	r := c.received
+	c.mu.Unlock()
+	heard := r != *seen
+	*seen = r
+	return heard
+}
+
 // keepalive probes the peer when no signaled send is outstanding (if one
 // is, the transport's retry timeout already watches the peer). Unsignaled
 // sends at the tail do not count: the transport may have delivered them long
 // ago and watch nothing, and only a signaled WR behind them reports them.
 //
 // An idle connection's completions (an earlier probe's, say) wait in the
-// CQ for the next Read or Write; the keepalive applies them first, when no
-// caller holds the poll role, so that its view of the send queue is fresh.
+// CQ for the next Read or Write; the watch's tick applies them first, when
+// no caller holds the poll role, so that the keepalive's view of the send
+// queue is fresh.
 func (c *Conn) keepalive() {
-	c.tryPoll()
 	c.mu.Lock()
 	if !c.closed && !c.torn && c.err == nil && c.sqReserved == 0 && (c.sqIdle() || c.unsignaled > 0) {
 		if c.postProbeLocked() {
