@@ -44,6 +44,22 @@ func waitCQ(cq verbs.CQ, cc verbs.CompChannel, wc []verbs.WC) (int, error) {
 	}
 }
 
+// waitOK is waitCQ for a benchmark: it returns the completions, failing b
+// on an error or on a completion that is not a success.
+func waitOK(b *testing.B, cq verbs.CQ, cc verbs.CompChannel, wc []verbs.WC) []verbs.WC {
+	b.Helper()
+	n, err := waitCQ(cq, cc, wc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, w := range wc[:n] {
+		if w.Status != verbs.WCSuccess {
+			b.Fatalf("completion %+v", w)
+		}
+	}
+	return wc[:n]
+}
+
 // BenchWrite measures RDMA WRITE throughput with size-byte writes, keeping
 // up to 32 in flight; a write counts once its completion says the data is
 // in the peer's memory.
@@ -70,16 +86,7 @@ func BenchWrite(b *testing.B, cfg Config, size int) {
 			}
 			posted++
 		}
-		n, err := waitCQ(c.scq, c.cc, wc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, w := range wc[:n] {
-			if w.Status != verbs.WCSuccess {
-				b.Fatalf("completion %+v", w)
-			}
-		}
-		done += n
+		done += len(waitOK(b, c.scq, c.cc, wc))
 	}
 	b.StopTimer()
 }
@@ -149,14 +156,7 @@ func BenchPingPong(b *testing.B, cfg Config, size int) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			n, err := waitCQ(c.scq, c.cc, wc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, w := range wc[:n] {
-				if w.Status != verbs.WCSuccess {
-					b.Fatalf("completion %+v", w)
-				}
+			for _, w := range waitOK(b, c.scq, c.cc, wc) {
 				if w.Opcode == verbs.WCRecv {
 					got = true
 					if err := c.qp.PostRecv(crecv); err != nil {

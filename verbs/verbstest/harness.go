@@ -259,6 +259,12 @@ func (s *suite) dialer(t testing.TB, dst *net.TCPAddr, tos ...int) *endpoint {
 // pair connects a client and a server endpoint.
 func (s *suite) pair(t testing.TB, o pairOpts) (client, server *endpoint) {
 	lch, lid := s.listener(t)
+	return s.pairOn(t, lch, lid, o)
+}
+
+// pairOn connects a client endpoint to the listening ID lid, whose events
+// come on lch, and returns it with the server endpoint of the connection.
+func (s *suite) pairOn(t testing.TB, lch verbs.EventChannel, lid verbs.CMID, o pairOpts) (client, server *endpoint) {
 	var tos []int
 	if o.tos != 0 {
 		tos = append(tos, o.tos)
@@ -334,6 +340,22 @@ func postRecv(t testing.TB, e *endpoint, wrid uint64, off, n int) {
 func postSend(t testing.TB, e *endpoint, wr verbs.SendWR) {
 	t.Helper()
 	require.NoError(t, e.qp.PostSend([]verbs.SendWR{wr}))
+}
+
+// closeUnblocks checks that close, called while wait is blocked, makes wait
+// return verbs.ErrClosed.
+func (s *suite) closeUnblocks(t testing.TB, wait, close func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, verbs.ErrClosed)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("Close did not unblock the wait")
+	}
 }
 
 func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
