@@ -302,37 +302,40 @@ func (id *cmID) engineDown(error) {
 // SetAckTimeout is rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the QP
 // takes the exponent as its Timeout when it is connected (Connect, Accept).
 func (id *cmID) SetAckTimeout(exp int) error {
-	if exp < 0 || exp > verbs.MaxAckTimeout {
-		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "ACK timeout exponent %d out of range [0, %d]", exp, verbs.MaxAckTimeout)
-	}
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	id.ackTimeout, id.ackTimeoutSet = exp, true
-	return nil
+	return id.setOption("ACK timeout exponent", exp, verbs.MaxAckTimeout, func() error {
+		id.ackTimeout, id.ackTimeoutSet = exp, true
+		return nil
+	})
 }
 
 // SetTOS is rdma_set_option(RDMA_OPTION_ID_TOS): the type of service of
 // the TCP socket under the connection (tos.go). On a connection request it
 // applies at once, to the request's socket.
 func (id *cmID) SetTOS(tos int) error {
-	if tos < 0 || tos > verbs.MaxTOS {
-		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "type of service %d out of range [0, %d]", tos, verbs.MaxTOS)
+	return id.setOption("type of service", tos, verbs.MaxTOS, func() error {
+		id.tos, id.tosSet = tos, true
+		if id.tr != nil {
+			if err := setConnTOS(id.tr.c, tos); err != nil {
+				return verbs.Errorf("rdma_set_option", syscall.EINVAL, "IP type of service: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+// setOption is rdma_set_option's checks: v, the option named what, lies in
+// [0, limit], and the ID is not destroyed. set stores the option, with mu
+// held.
+func (id *cmID) setOption(what string, v, limit int, set func() error) error {
+	if v < 0 || v > limit {
+		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "%s %d out of range [0, %d]", what, v, limit)
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.destroyed {
 		return verbs.ErrClosed
 	}
-	id.tos, id.tosSet = tos, true
-	if id.tr != nil {
-		if err := setConnTOS(id.tr.c, tos); err != nil {
-			return verbs.Errorf("rdma_set_option", syscall.EINVAL, "IP type of service: %v", err)
-		}
-	}
-	return nil
+	return set()
 }
 
 // openingQP is what Connect and Accept (op) check first: the ID is in
