@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -71,26 +72,12 @@ func Run(t *testing.T, cfg Config) {
 		cfg.Timeout = 10 * time.Second
 	}
 	s := &suite{cfg: cfg, p: p}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if why, ok := cfg.Skip[tc.name]; ok {
-				t.Skip(why)
-			}
-			tc.fn(t, s)
-		})
-	}
+	tests.Run(t, s, cfg.Skip)
 }
 
-type testCase struct {
-	name string
-	fn   func(t *testing.T, s *suite)
-}
+var tests testsupport.Subtests[*suite]
 
-var tests []testCase
-
-func register(name string, fn func(t *testing.T, s *suite)) {
-	tests = append(tests, testCase{name, fn})
-}
+func register(name string, fn func(t *testing.T, s *suite)) { tests.Add(name, fn) }
 
 func (s *suite) addr(port int) *net.TCPAddr { return &net.TCPAddr{IP: s.cfg.IP, Port: port} }
 
