@@ -206,11 +206,8 @@ func (id *cmID) BindAddr(addr *net.TCPAddr) error {
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	if id.state != idIdle {
-		return verbs.Errorf(op, syscall.EINVAL, "ID already bound")
+	if err := id.inState(op, idIdle, "ID already bound"); err != nil {
+		return err
 	}
 	if !hostaddr.Local(addr.IP) {
 		return verbs.Errorf(op, syscall.EADDRNOTAVAIL, "%v is not an address of this host", addr.IP)
@@ -338,15 +335,25 @@ func (id *cmID) setOption(what string, v, limit int, set func() error) error {
 	return set()
 }
 
+// inState is what a call (op) that needs the ID in state want checks
+// first, with mu held: the ID is not destroyed, and it is in state want
+// (else EINVAL, saying why not).
+func (id *cmID) inState(op string, want idState, why string) error {
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != want {
+		return verbs.Errorf(op, syscall.EINVAL, "%s", why)
+	}
+	return nil
+}
+
 // openingQP is what Connect and Accept (op) check first: the ID is in
 // state want (else EINVAL, saying why not) and has a QP, which it returns.
 // Called with mu held.
 func (id *cmID) openingQP(op string, want idState, why string) (*qp, error) {
-	if id.destroyed {
-		return nil, verbs.ErrClosed
-	}
-	if id.state != want {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "%s", why)
+	if err := id.inState(op, want, why); err != nil {
+		return nil, err
 	}
 	if id.qp == nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")
