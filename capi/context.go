@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -270,19 +272,11 @@ func (c *Context) release(idx int, conn net.Conn) error {
 // ErrPeerDisconnected until ReconnectPeer or AcceptPeerAt gives it a new
 // connection.
 func (c *Context) DisconnectPeer(idx int) error {
-	c.mu.Lock()
-	closed, n := c.closed, len(c.peers)
-	var p *peer
-	if idx >= 0 && idx < n {
-		p = c.peers[idx]
+	p, err := c.slot("disconnect", idx)
+	if err != nil {
+		return err
 	}
-	c.mu.Unlock()
-	switch {
-	case closed:
-		return fmt.Errorf("capi: disconnect: %w", ErrClosed)
-	case p == nil:
-		return fmt.Errorf("capi: disconnect peer %d: %w (the context has %d peers)", idx, ErrNoSuchPeer, n)
-	case !p.disconnect():
+	if !p.disconnect() {
 		return fmt.Errorf("capi: disconnect peer %d: %w", idx, ErrPeerDisconnected)
 	}
 	return nil
@@ -290,6 +284,21 @@ func (c *Context) DisconnectPeer(idx int) error {
 
 // peer returns the live peer idx, or an error that says why there is none.
 func (c *Context) peer(op string, idx int) (*peer, error) {
+	p, err := c.slot(op, idx)
+	switch {
+	case err != nil:
+		return nil, err
+	case p.state.Load() == peerGone:
+		return nil, p.goneError(op)
+	case p.isClosed():
+		return nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, ErrPeerDisconnected)
+	}
+	return p, nil
+}
+
+// slot returns the peer at index idx whatever its state, or an error if
+// the context is closed or has no peer there.
+func (c *Context) slot(op string, idx int) (*peer, error) {
 	c.mu.Lock()
 	closed, n := c.closed, len(c.peers)
 	var p *peer
@@ -302,10 +311,6 @@ func (c *Context) peer(op string, idx int) (*peer, error) {
 		return nil, fmt.Errorf("capi: %s: %w", op, ErrClosed)
 	case p == nil:
 		return nil, fmt.Errorf("capi: %s peer %d: %w (the context has %d peers)", op, idx, ErrNoSuchPeer, n)
-	case p.state.Load() == peerGone:
-		return nil, p.goneError(op)
-	case p.isClosed():
-		return nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, ErrPeerDisconnected)
 	}
 	return p, nil
 }
@@ -363,10 +368,7 @@ func (c *Context) Close() error {
 	// close, the others are cancelled before they start.
 	c.async.Wait()
 	c.mu.Lock()
-	mems := make([]*Mem, 0, len(c.mems))
-	for m := range c.mems {
-		mems = append(mems, m)
-	}
+	mems := slices.Collect(maps.Keys(c.mems))
 	c.mu.Unlock()
 	for _, m := range mems {
 		m.Free()

@@ -15,16 +15,11 @@ const (
 	Max            // the builtin max: NaN if either operand is NaN
 )
 
+var opNames = [...]string{Sum: "Sum", Prod: "Prod", Min: "Min", Max: "Max"}
+
 func (o Op) String() string {
-	switch o {
-	case Sum:
-		return "Sum"
-	case Prod:
-		return "Prod"
-	case Min:
-		return "Min"
-	case Max:
-		return "Max"
+	if o.valid() {
+		return opNames[o]
 	}
 	return fmt.Sprintf("Op(%d)", int(o))
 }
@@ -97,44 +92,27 @@ func bytesOf[T Number](s []T) []byte {
 // callers choose it the same way on every rank.
 func reduceBytes[T Number](dstB, srcB []byte, op Op, srcFirst bool) {
 	dst, src := view[T](dstB), view[T](srcB)
-	src = src[:len(dst)]
+	a, b := dst, src // dst[i] = a[i] op b[i]
 	if srcFirst {
-		switch op {
-		case Sum:
-			for i := range dst {
-				dst[i] = src[i] + dst[i]
-			}
-		case Prod:
-			for i := range dst {
-				dst[i] = src[i] * dst[i]
-			}
-		case Min:
-			for i := range dst {
-				dst[i] = min(src[i], dst[i])
-			}
-		case Max:
-			for i := range dst {
-				dst[i] = max(src[i], dst[i])
-			}
-		}
-		return
+		a, b = b, a
 	}
+	a, b = a[:len(dst)], b[:len(dst)] // the loops' bounds, known to the compiler
 	switch op {
 	case Sum:
 		for i := range dst {
-			dst[i] += src[i]
+			dst[i] = a[i] + b[i]
 		}
 	case Prod:
 		for i := range dst {
-			dst[i] *= src[i]
+			dst[i] = a[i] * b[i]
 		}
 	case Min:
 		for i := range dst {
-			dst[i] = min(dst[i], src[i])
+			dst[i] = min(a[i], b[i])
 		}
 	case Max:
 		for i := range dst {
-			dst[i] = max(dst[i], src[i])
+			dst[i] = max(a[i], b[i])
 		}
 	}
 }

@@ -111,22 +111,23 @@ grep -q 'then EOF' srv.log || fail "Go side did not read EOF after the C peer di
 # the same to it.
 echo "== peer death: the server is killed while a C client (LD_PRELOAD, poll+recv) reads"
 port=\$((port+1))
+# killsink: a C sink reads from the server \$p on this round's port; after
+# 2 s the server is killed, and eof says what the sink saw.
+killsink() {
+	LD_PRELOAD=\$PRELOAD timeout 20 ./echo sink \$ip \$port >sink.log 2>&1 & c=\$!
+	sleep 2
+	kill -9 \$p
+	wait \$c
+	eof="no EOF within 20 s"; grep -q 'then EOF' sink.log && eof=EOF
+}
 LD_PRELOAD=\$PRELOAD ./echo server \$ip \$port >/dev/null 2>&1 & p=\$!
 sleep 1
-LD_PRELOAD=\$PRELOAD timeout 20 ./echo sink \$ip \$port >sink.log 2>&1 & c=\$!
-sleep 2
-kill -9 \$p
-wait \$c
-ref="no EOF within 20 s"; grep -q 'then EOF' sink.log && ref=EOF
+killsink; ref=\$eof
 echo "C server killed: C client: \$ref"
 port=\$((port+1))
 ./rsocket echo-server -addr \$ip:\$port >srv.log 2>&1 & p=\$!
 waitfor srv.log || fail "Go echo server did not start"
-LD_PRELOAD=\$PRELOAD timeout 20 ./echo sink \$ip \$port >sink.log 2>&1 & c=\$!
-sleep 2
-kill -9 \$p
-wait \$c
-got="no EOF within 20 s"; grep -q 'then EOF' sink.log && got=EOF
+killsink; got=\$eof
 echo "Go server killed: C client: \$got"
 [ "\$got" = "\$ref" ] || fail "a killed Go peer looks different from a killed C peer to a C reader"
 

@@ -56,48 +56,49 @@ while read -r name run; do
 	echo "== $name: tests $run"
 	./pkg-$name.test -test.count=1 -test.timeout=10m -test.run "$run" $TESTFLAGS </dev/null || status=1
 done <packages
+# serve LOG CMD...: start a server, as $server, and set addr to the address
+# it prints as "listening on ADDR" (empty if none within 10 s).
+serve() {
+	out=$1
+	shift
+	"$@" >"$out" 2>&1 &
+	server=$!
+	addr=
+	for _ in $(seq 1 100); do
+		addr=$(sed -n 's/^listening on //p' "$out")
+		[ -n "$addr" ] && break
+		sleep 0.1
+	done
+}
+# failed NAME: report a failed client and server pair with both logs.
+failed() {
+	echo "FAIL $1"
+	sed 's/^/    server: /' "$log/server"
+	sed 's/^/    client: /' "$log/client"
+	status=1
+}
 echo "== examples/verbs-tcp-exchange on rdmacore: QPs set up over a TCP socket, WRITE and READ back"
 log=$(mktemp -d)
-./verbs-tcp-exchange -provider rdmacore -server -addr "$SOFTROCE_IP:0" >"$log/server" 2>&1 &
-server=$!
-addr=
-for _ in $(seq 1 100); do
-	addr=$(sed -n 's/^listening on //p' "$log/server")
-	[ -n "$addr" ] && break
-	sleep 0.1
-done
+serve "$log/server" ./verbs-tcp-exchange -provider rdmacore -server -addr "$SOFTROCE_IP:0"
 if ./verbs-tcp-exchange -provider rdmacore -addr "$addr" >"$log/client" 2>&1 && wait $server &&
 	grep -q 'RDMA WRITTEN and READ back, match' "$log/client" && grep -q 'checked' "$log/server"; then
 	echo "ok   $(grep 'match' "$log/client")"
 else
-	echo "FAIL verbs-tcp-exchange"
-	sed 's/^/    server: /' "$log/server"
-	sed 's/^/    client: /' "$log/client"
-	status=1
+	failed verbs-tcp-exchange
 fi
 # filexfer NAME CLIENTARGS WANT: a file over one-sided RDMA on an rdma.Conn,
 # both sides on rdmacore.
 filexfer() {
 	echo "== examples/filexfer $2 on rdmacore: $1"
 	log=$(mktemp -d)
-	RDMA_PROVIDER=rdmacore ./filexfer -recv -addr "$SOFTROCE_IP:0" >"$log/server" 2>&1 &
-	server=$!
-	addr=
-	for _ in $(seq 1 100); do
-		addr=$(sed -n 's/^listening on //p' "$log/server")
-		[ -n "$addr" ] && break
-		sleep 0.1
-	done
+	serve "$log/server" env RDMA_PROVIDER=rdmacore ./filexfer -recv -addr "$SOFTROCE_IP:0"
 	# shellcheck disable=SC2086 # words
 	if RDMA_PROVIDER=rdmacore ./filexfer $2 -addr "$addr" >"$log/client" 2>&1 && wait $server &&
 		grep -q "$3.* on rdmacore; the receiver's SHA-256 matches" "$log/client" && grep -q 'checked' "$log/server"; then
 		echo "ok   $(cat "$log/client")"
 		echo "     $(grep checked "$log/server")"
 	else
-		echo "FAIL filexfer $2"
-		sed 's/^/    server: /' "$log/server"
-		sed 's/^/    client: /' "$log/client"
-		status=1
+		failed "filexfer $2"
 	fi
 }
 filexfer "the sender writes into the receiver's Buffer, then notifies" "-size 16777217" "pushed with WriteRemoteNotify"

@@ -203,30 +203,20 @@ func (r *report) writeTable(w io.Writer) error {
 			lat = append(lat, res)
 		}
 	}
-	if len(stream) > 0 {
-		fmt.Fprintf(&b, "\nstream bandwidth, client -> server (vs tcp: throughput ratio, higher is better)\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "size\t%-*s\tMiB/s\tGbit/s\tmsg/s\tcpu cli\tcpu srv\tcpu/msg\tvs tcp\t\n", lw, "transport")
-		for _, res := range stream {
+	writeKindTable(&b, "stream bandwidth, client -> server (vs tcp: throughput ratio, higher is better)",
+		"MiB/s\tGbit/s\tmsg/s\tcpu cli\tcpu srv\tcpu/msg\tvs tcp", lw, stream, func(tw io.Writer, res *result) {
 			m := res.Median
-			fmt.Fprintf(tw, "%s\t%-*s\t%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(),
+			fmt.Fprintf(tw, "%.1f\t%.2f\t%.0f\t%s\t%s\t%s\t%s",
 				m.BytesPerSec/(1<<20), m.BytesPerSec*8/1e9, m.MsgsPerSec, cpuText(m.ClientCPU), r.serverCPUText(m),
 				usText(m.ClientCPUPerMsgNs+m.ServerCPUPerMsgNs), ratioText(res.VsTCP))
-		}
-		tw.Flush()
-	}
-	if len(lat) > 0 {
-		fmt.Fprintf(&b, "\nround-trip latency, ping-pong of the message size (vs tcp: p50 ratio, lower is better)\n")
-		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "size\t%-*s\tmsg/s\tmin\tp50\tp99\tp99.9\tmax\tcpu cli\tcpu srv\tcpu/msg\tvs tcp\t\n", lw, "transport")
-		for _, res := range lat {
+		})
+	writeKindTable(&b, "round-trip latency, ping-pong of the message size (vs tcp: p50 ratio, lower is better)",
+		"msg/s\tmin\tp50\tp99\tp99.9\tmax\tcpu cli\tcpu srv\tcpu/msg\tvs tcp", lw, lat, func(tw io.Writer, res *result) {
 			m := res.Median
-			fmt.Fprintf(tw, "%s\t%-*s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", formatSize(res.Size), lw, res.label(), m.MsgsPerSec,
+			fmt.Fprintf(tw, "%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", m.MsgsPerSec,
 				usText(m.MinNs), usText(m.P50Ns), usText(m.P99Ns), usText(m.P999Ns), usText(m.MaxNs),
 				cpuText(m.ClientCPU), r.serverCPUText(m), usText(m.ClientCPUPerMsgNs+m.ServerCPUPerMsgNs), ratioText(res.VsTCP))
-		}
-		tw.Flush()
-	}
+		})
 	r.writeConnTable(&b, lw)
 	fmt.Fprintf(&b, "\ncpu: CPU time over wall time of the client and the server process (100%% = one core);"+
 		" cpu/msg: their CPU time (user+system) per message, summed (latency: per round trip)")
@@ -236,6 +226,25 @@ func (r *report) writeTable(w io.Writer) error {
 	fmt.Fprintf(&b, "\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeKindTable writes the table of one test kind, if it has results:
+// the title, then a row per result with its size and label followed by the
+// columns (cols, tab-separated) that row writes.
+func writeKindTable(b *strings.Builder, title, cols string, lw int, results []result, row func(tw io.Writer, res *result)) {
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s\n", title)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "size\t%-*s\t%s\t\n", lw, "transport", cols)
+	for i := range results {
+		res := &results[i]
+		fmt.Fprintf(tw, "%s\t%-*s\t", formatSize(res.Size), lw, res.label())
+		row(tw, res)
+		fmt.Fprintf(tw, "\t\n")
+	}
+	tw.Flush()
 }
 
 func baselineText(r *report) string {

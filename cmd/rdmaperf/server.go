@@ -153,13 +153,7 @@ func (s *server) serve(c net.Conn) {
 	if h.Duration > 0 {
 		c.SetDeadline(time.Now().Add(h.Duration + testGrace))
 	}
-	var res serverResult
-	switch h.Kind {
-	case kindStream:
-		res, err = serveStream(c, h.Size, h.Buffers)
-	case kindLatency:
-		res, err = serveEcho(c, h.Size, h.Buffers)
-	}
+	res, err := serveTest(c, h)
 	if err == nil {
 		var b [resultLen]byte
 		res.marshal(&b)
@@ -174,70 +168,88 @@ func (s *server) serve(c net.Conn) {
 		res.Elapsed.Round(time.Millisecond), mibps(res.Bytes, res.Elapsed), 100*cpuShare(res.CPU, res.Elapsed))
 }
 
-// serveStream reads until the client's CloseWrite. It reads in chunks of at
-// least 64 KiB whatever the message size, so that for small messages the
-// reader is not what is measured.
-func serveStream(c net.Conn, size int, buffers bool) (serverResult, error) {
-	buf, free, err := message(max(size, 64<<10), buffers)
+// serveTest runs the test h asks for and counts what it received.
+func serveTest(c net.Conn, h header) (serverResult, error) {
+	size := h.Size
+	if h.Kind == kindStream {
+		// A stream is read in chunks of at least 64 KiB whatever the
+		// message size, so that for small messages the reader is not what
+		// is measured.
+		size = max(size, 64<<10)
+	}
+	buf, free, err := message(size, h.Buffers)
 	if err != nil {
 		return serverResult{}, err
 	}
 	defer free()
-	var res serverResult
-	var first time.Time
-	var cpu0 time.Duration
+	var m meter
+	switch h.Kind {
+	case kindStream:
+		err = serveStream(c, buf, &m)
+	case kindLatency:
+		err = serveEcho(c, buf, &m)
+	}
+	return m.stop(), err
+}
+
+// meter counts a test's bytes and times it from the first byte on: wall
+// time and the process's CPU time.
+type meter struct {
+	res   serverResult
+	first time.Time
+	cpu0  time.Duration
+}
+
+// start starts the clocks if no byte has been counted yet.
+func (m *meter) start() {
+	if m.res.Bytes == 0 {
+		m.first, m.cpu0 = time.Now(), processCPU()
+	}
+}
+
+// stop stops the clocks and returns the count.
+func (m *meter) stop() serverResult {
+	if m.res.Bytes > 0 {
+		m.res.Elapsed, m.res.CPU = time.Since(m.first), processCPU()-m.cpu0
+	}
+	return m.res
+}
+
+// serveStream reads until the client's CloseWrite.
+func serveStream(c net.Conn, buf []byte, m *meter) error {
 	for {
 		n, err := c.Read(buf)
 		if n > 0 {
-			if res.Bytes == 0 {
-				first, cpu0 = time.Now(), processCPU()
-			}
-			res.Bytes += int64(n)
+			m.start()
+			m.res.Bytes += int64(n)
 		}
 		if err == io.EOF {
-			break
+			return nil
 		}
 		if err != nil {
-			return res, err
+			return err
 		}
 	}
-	if res.Bytes > 0 {
-		res.Elapsed, res.CPU = time.Since(first), processCPU()-cpu0
-	}
-	return res, nil
 }
 
-// serveEcho sends back every size-byte message until the client's
+// serveEcho sends back every len(buf)-byte message until the client's
 // CloseWrite.
-func serveEcho(c net.Conn, size int, buffers bool) (serverResult, error) {
-	buf, free, err := message(size, buffers)
-	if err != nil {
-		return serverResult{}, err
-	}
-	defer free()
-	var res serverResult
-	var first time.Time
-	var cpu0 time.Duration
+func serveEcho(c net.Conn, buf []byte, m *meter) error {
 	for {
 		if _, err := io.ReadFull(c, buf); err != nil {
 			switch err {
 			case io.EOF:
-				if res.Bytes > 0 {
-					res.Elapsed, res.CPU = time.Since(first), processCPU()-cpu0
-				}
-				return res, nil
+				return nil
 			case io.ErrUnexpectedEOF:
-				return res, fmt.Errorf("the client stopped inside a %d-byte message", size)
+				return fmt.Errorf("the client stopped inside a %d-byte message", len(buf))
 			}
-			return res, err
+			return err
 		}
-		if res.Bytes == 0 {
-			first, cpu0 = time.Now(), processCPU()
-		}
+		m.start()
 		if _, err := c.Write(buf); err != nil {
-			return res, err
+			return err
 		}
-		res.Bytes += int64(size)
+		m.res.Bytes += int64(len(buf))
 	}
 }
 

@@ -81,11 +81,8 @@ func testPeerKilled(t *testing.T, s *suite) {
 	require.NoError(t, err)
 
 	require.NoError(t, peer.Kill())
-	took, err := readUntilError(c)
+	err = s.survivorReadFails(t, c, "")
 	assert.NotEqual(t, io.EOF, err)
-	checkOpError(t, err, "read")
-	assert.Less(t, took, s.cfg.DetectWithin)
-	t.Logf("survivor's Read: %v after %v", err, took)
 
 	c.SetWriteDeadline(time.Now().Add(s.cfg.DetectWithin))
 	var werr error
@@ -107,17 +104,10 @@ func testPeerKilled(t *testing.T, s *suite) {
 // PeerTimeout: its kernel acknowledges for it).
 func testPeerSilent(t *testing.T, s *suite) {
 	ln := s.listen(t, nil)
-	peer, c := s.startPeer(t, "idle", ln)
-	_, err := io.ReadFull(c, make([]byte, 1024))
-	require.NoError(t, err)
-
-	require.NoError(t, peer.Signal(syscall.SIGSTOP))
-	took, err := readUntilError(c)
+	c := s.stoppedPeer(t, ln)
+	err := s.survivorReadFails(t, c, "")
 	assert.NotEqual(t, io.EOF, err)
 	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
-	checkOpError(t, err, "read")
-	assert.Less(t, took, s.cfg.DetectWithin)
-	t.Logf("survivor's Read: %v after %v", err, took)
 
 	testsupport.Serves(t, ln, s.dialer(nil))
 }
@@ -131,20 +121,35 @@ func testPeerStopped(t *testing.T, s *suite) {
 	cfg.PeerTimeout = time.Second
 	cfg.KeepAlive = -1
 	ln := s.listen(t, cfg)
-	peer, c := s.startPeer(t, "idle", ln)
-	_, err := io.ReadFull(c, make([]byte, 1024))
-	require.NoError(t, err)
-
-	require.NoError(t, peer.Signal(syscall.SIGSTOP))
-	took, err := readUntilError(c)
+	c := s.stoppedPeer(t, ln)
+	err := s.survivorReadFails(t, c, " (PeerTimeout 1s, no keepalive)")
 	assert.ErrorContains(t, err, "peer unresponsive for 1s")
 	assert.ErrorIs(t, err, syscall.ETIMEDOUT)
 	assert.NotErrorIs(t, err, os.ErrDeadlineExceeded)
-	checkOpError(t, err, "read")
-	assert.Less(t, took, s.cfg.DetectWithin)
-	t.Logf("survivor's Read (PeerTimeout 1s, no keepalive): %v after %v", err, took)
 
 	testsupport.Serves(t, ln, s.dialer(nil))
+}
+
+// stoppedPeer starts an idle peer process that dials ln, reads what it
+// sends first, and stops the process (SIGSTOP): its sockets and QPs stay
+// up, and nothing of it runs.
+func (s *suite) stoppedPeer(t *testing.T, ln *rdma.Listener) Conn {
+	peer, c := s.startPeer(t, "idle", ln)
+	_, err := io.ReadFull(c, make([]byte, 1024))
+	require.NoError(t, err)
+	require.NoError(t, peer.Signal(syscall.SIGSTOP))
+	return c
+}
+
+// survivorReadFails reads c, whose peer is gone or stopped, until an error;
+// checks that the error is a read *net.OpError that came within
+// DetectWithin; logs it (how names the test's setting) and returns it.
+func (s *suite) survivorReadFails(t *testing.T, c Conn, how string) error {
+	took, err := readUntilError(c)
+	checkOpError(t, err, "read")
+	assert.Less(t, took, s.cfg.DetectWithin)
+	t.Logf("survivor's Read%s: %v after %v", how, err, took)
+	return err
 }
 
 // readUntilError reads c until an error and returns it with the time taken.

@@ -76,25 +76,12 @@ type suite struct {
 	cfg Config
 }
 
-type testCase struct {
-	name string
-	fn   func(t *testing.T, s *suite)
-}
+var tests testsupport.Subtests[*suite]
 
-var tests []testCase
-
-func register(name string, fn func(t *testing.T, s *suite)) {
-	tests = append(tests, testCase{name, fn})
-}
+func register(name string, fn func(t *testing.T, s *suite)) { tests.Add(name, fn) }
 
 // Names lists the suite's subtests in the order Run runs them.
-func Names() []string {
-	names := make([]string, len(tests))
-	for i, tc := range tests {
-		names[i] = tc.name
-	}
-	return names
-}
+func Names() []string { return tests.Names() }
 
 // Run runs the whole suite; each behaviour is a subtest.
 func Run(t *testing.T, cfg Config) {
@@ -121,14 +108,7 @@ func Run(t *testing.T, cfg Config) {
 		cfg.RDMA.RendezvousThreshold = BuffersThreshold
 	}
 	s := &suite{cfg: cfg}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if why, ok := cfg.Skip[tc.name]; ok {
-				t.Skip(why)
-			}
-			tc.fn(t, s)
-		})
-	}
+	tests.Run(t, s, cfg.Skip)
 }
 
 // scale is n, or n/div on a small machine (at least 1).

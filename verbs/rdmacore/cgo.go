@@ -242,47 +242,37 @@ struct rc_cm_event {
 };
 
 // The per-QP scratch for posting: WR and SGE arrays in C memory, filled from
-// the Go work requests, and the bad_wr out-parameter.
-struct rc_send_scratch {
-	struct ibv_send_wr *wr;
+// the Go work requests, and the index of the WR a failed post refused. One
+// type serves both queues: wr holds ibv_send_wr or ibv_recv_wr structs,
+// which only the post calls and the Go side's setSendWR and setRecvWR read.
+struct rc_scratch {
+	void *wr;
 	struct ibv_sge *sge;
-	struct ibv_send_wr *bad;
 	int nwr, nsge;
+	int bad; // the refused WR after a failed post, -1 if the provider did not say
 };
 
-struct rc_recv_scratch {
-	struct ibv_recv_wr *wr;
-	struct ibv_sge *sge;
-	struct ibv_recv_wr *bad;
-	int nwr, nsge;
-};
-
-static struct rc_send_scratch *rc_alloc_send_scratch(int nwr, int nsge) {
-	struct rc_send_scratch *s = calloc(1, sizeof(*s));
+// rc_alloc_scratch allocates nwr WRs of wrsize bytes and nsge SGEs for each
+// (one at least, so that the array is never empty).
+static struct rc_scratch *rc_alloc_scratch(int nwr, size_t wrsize, int nsge) {
+	struct rc_scratch *s = calloc(1, sizeof(*s));
 	if (!s) return NULL;
-	s->wr = calloc(nwr, sizeof(*s->wr));
+	s->wr = calloc(nwr, wrsize);
 	s->sge = calloc((size_t)nwr * (nsge ? nsge : 1), sizeof(*s->sge));
 	if (!s->wr || !s->sge) { free(s->wr); free(s->sge); free(s); return NULL; }
 	s->nwr = nwr; s->nsge = nsge;
 	return s;
 }
 
-static void rc_free_send_scratch(struct rc_send_scratch *s) {
-	if (!s) return;
-	free(s->wr); free(s->sge); free(s);
+static struct rc_scratch *rc_alloc_send_scratch(int nwr, int nsge) {
+	return rc_alloc_scratch(nwr, sizeof(struct ibv_send_wr), nsge);
 }
 
-static struct rc_recv_scratch *rc_alloc_recv_scratch(int nwr, int nsge) {
-	struct rc_recv_scratch *s = calloc(1, sizeof(*s));
-	if (!s) return NULL;
-	s->wr = calloc(nwr, sizeof(*s->wr));
-	s->sge = calloc((size_t)nwr * (nsge ? nsge : 1), sizeof(*s->sge));
-	if (!s->wr || !s->sge) { free(s->wr); free(s->sge); free(s); return NULL; }
-	s->nwr = nwr; s->nsge = nsge;
-	return s;
+static struct rc_scratch *rc_alloc_recv_scratch(int nwr, int nsge) {
+	return rc_alloc_scratch(nwr, sizeof(struct ibv_recv_wr), nsge);
 }
 
-static void rc_free_recv_scratch(struct rc_recv_scratch *s) {
+static void rc_free_scratch(struct rc_scratch *s) {
 	if (!s) return;
 	free(s->wr); free(s->sge); free(s);
 }
@@ -292,27 +282,23 @@ static void rc_free_recv_scratch(struct rc_recv_scratch *s) {
 // pointers on every call (cgoCheckPointer: ~10% of a busy-polling
 // connection's cycles in the Soft-RoCE guest).
 static int rc_post_send(uintptr_t qp, uintptr_t scratch) {
-	struct rc_send_scratch *s = (struct rc_send_scratch *)scratch;
-	s->bad = NULL;
-	return ibv_post_send((struct ibv_qp *)qp, s->wr, &s->bad);
-}
-
-static int rc_post_send_bad(struct rc_send_scratch *s) {
-	return s->bad ? (int)(s->bad - s->wr) : -1;
+	struct rc_scratch *s = (struct rc_scratch *)scratch;
+	struct ibv_send_wr *wr = s->wr, *bad = NULL;
+	int r = ibv_post_send((struct ibv_qp *)qp, wr, &bad);
+	s->bad = bad ? (int)(bad - wr) : -1;
+	return r;
 }
 
 static int rc_post_recv(uintptr_t qp, uintptr_t scratch) {
-	struct rc_recv_scratch *s = (struct rc_recv_scratch *)scratch;
-	s->bad = NULL;
-	return ibv_post_recv((struct ibv_qp *)qp, s->wr, &s->bad);
+	struct rc_scratch *s = (struct rc_scratch *)scratch;
+	struct ibv_recv_wr *wr = s->wr, *bad = NULL;
+	int r = ibv_post_recv((struct ibv_qp *)qp, wr, &bad);
+	s->bad = bad ? (int)(bad - wr) : -1;
+	return r;
 }
 
 static int rc_poll_cq(uintptr_t cq, int n, uintptr_t wc) {
 	return ibv_poll_cq((struct ibv_cq *)cq, n, (struct ibv_wc *)wc);
-}
-
-static int rc_post_recv_bad(struct rc_recv_scratch *s) {
-	return s->bad ? (int)(s->bad - s->wr) : -1;
 }
 
 static uint64_t rc_be64(uint64_t x) { return be64toh(x); }
@@ -428,8 +414,8 @@ type (
 	cmEvOutPtr  unsafe.Pointer // struct rc_cm_event *
 	wcArrayPtr  unsafe.Pointer // struct ibv_wc[n]
 	asyncOutPtr unsafe.Pointer // struct rc_async_event *
-	sendScratch unsafe.Pointer // struct rc_send_scratch *
-	recvScratch unsafe.Pointer // struct rc_recv_scratch *
+	sendScratch unsafe.Pointer // struct rc_scratch * of ibv_send_wr
+	recvScratch unsafe.Pointer // struct rc_scratch * of ibv_recv_wr
 )
 
 // --- loading the libraries ---
@@ -924,7 +910,23 @@ func allocSendScratch(nwr, nsge int) sendScratch {
 	return sendScratch(C.rc_alloc_send_scratch(C.int(nwr), C.int(nsge)))
 }
 
-func freeSendScratch(s sendScratch) { C.rc_free_send_scratch((*C.struct_rc_send_scratch)(s)) }
+func freeSendScratch(s sendScratch) { C.rc_free_scratch((*C.struct_rc_scratch)(s)) }
+
+// fillSGEs copies sg into the SGEs of WR slot i of s and returns what the
+// WR's sg_list takes (nil for none). The caller has checked len(sg)
+// against the scratch's SGE capacity.
+func fillSGEs(cs *C.struct_rc_scratch, i int, sg []verbs.SGE) *C.struct_ibv_sge {
+	if len(sg) == 0 {
+		return nil
+	}
+	sges := unsafe.Slice(cs.sge, int(cs.nwr)*int(max(cs.nsge, 1)))[i*int(cs.nsge):]
+	for j := range sg {
+		sges[j].addr = C.uint64_t(sg[j].Addr)
+		sges[j].length = C.uint32_t(sg[j].Length)
+		sges[j].lkey = C.uint32_t(sg[j].LKey)
+	}
+	return &sges[0]
+}
 
 // setSendWR copies wr into slot i of s; last ends the list there. The
 // caller has checked len(wr.SG) against the scratch's SGE capacity. It
@@ -932,24 +934,15 @@ func freeSendScratch(s sendScratch) { C.rc_free_send_scratch((*C.struct_rc_send_
 // cost more than the post itself where calls are expensive (an emulated
 // guest), and the layout is rdmacore_abi.h's, checked by TestABILayout.
 func setSendWR(s sendScratch, i int, wr *verbs.SendWR, last bool) {
-	cs := (*C.struct_rc_send_scratch)(s)
-	wrs := unsafe.Slice(cs.wr, int(cs.nwr))
-	sges := unsafe.Slice(cs.sge, int(cs.nwr)*int(max(cs.nsge, 1)))[i*int(cs.nsge):]
-	for j := range wr.SG {
-		sges[j].addr = C.uint64_t(wr.SG[j].Addr)
-		sges[j].length = C.uint32_t(wr.SG[j].Length)
-		sges[j].lkey = C.uint32_t(wr.SG[j].LKey)
-	}
+	cs := (*C.struct_rc_scratch)(s)
+	wrs := unsafe.Slice((*C.struct_ibv_send_wr)(cs.wr), int(cs.nwr))
 	w := &wrs[i]
 	w.wr_id = C.uint64_t(wr.WRID)
 	w.next = nil
 	if !last {
 		w.next = &wrs[i+1]
 	}
-	w.sg_list = nil
-	if len(wr.SG) > 0 {
-		w.sg_list = &sges[0]
-	}
+	w.sg_list = fillSGEs(cs, i, wr.SG)
 	w.num_sge = C.int(len(wr.SG))
 	w.opcode = C.int(wr.Opcode)
 	w.send_flags = C.uint(wr.Flags)
@@ -966,9 +959,8 @@ func setSendWR(s sendScratch, i int, wr *verbs.SendWR, last bool) {
 // ibvPostSend posts the list in s; on failure it returns the index of the
 // refused WR (-1 if the provider did not say).
 func ibvPostSend(qp qpPtr, s sendScratch) (int, syscall.Errno) {
-	cs := (*C.struct_rc_send_scratch)(s)
 	if r := C.rc_post_send(C.uintptr_t(uintptr(qp)), C.uintptr_t(uintptr(s))); r != 0 {
-		return int(C.rc_post_send_bad(cs)), syscall.Errno(r)
+		return int((*C.struct_rc_scratch)(s).bad), syscall.Errno(r)
 	}
 	return 0, 0
 }
@@ -977,34 +969,25 @@ func allocRecvScratch(nwr, nsge int) recvScratch {
 	return recvScratch(C.rc_alloc_recv_scratch(C.int(nwr), C.int(nsge)))
 }
 
-func freeRecvScratch(s recvScratch) { C.rc_free_recv_scratch((*C.struct_rc_recv_scratch)(s)) }
+func freeRecvScratch(s recvScratch) { C.rc_free_scratch((*C.struct_rc_scratch)(s)) }
 
 func setRecvWR(s recvScratch, i int, wr *verbs.RecvWR, last bool) {
-	cs := (*C.struct_rc_recv_scratch)(s)
-	wrs := unsafe.Slice(cs.wr, int(cs.nwr))
-	sges := unsafe.Slice(cs.sge, int(cs.nwr)*int(max(cs.nsge, 1)))[i*int(cs.nsge):]
-	for j := range wr.SG {
-		sges[j].addr = C.uint64_t(wr.SG[j].Addr)
-		sges[j].length = C.uint32_t(wr.SG[j].Length)
-		sges[j].lkey = C.uint32_t(wr.SG[j].LKey)
-	}
+	cs := (*C.struct_rc_scratch)(s)
+	wrs := unsafe.Slice((*C.struct_ibv_recv_wr)(cs.wr), int(cs.nwr))
 	w := &wrs[i]
 	w.wr_id = C.uint64_t(wr.WRID)
 	w.num_sge = C.int(len(wr.SG))
-	w.sg_list = nil
-	if len(wr.SG) > 0 {
-		w.sg_list = &sges[0]
-	}
+	w.sg_list = fillSGEs(cs, i, wr.SG)
 	w.next = nil
 	if !last {
 		w.next = &wrs[i+1]
 	}
 }
 
+// ibvPostRecv is ibvPostSend for the receive queue.
 func ibvPostRecv(qp qpPtr, s recvScratch) (int, syscall.Errno) {
-	cs := (*C.struct_rc_recv_scratch)(s)
 	if r := C.rc_post_recv(C.uintptr_t(uintptr(qp)), C.uintptr_t(uintptr(s))); r != 0 {
-		return int(C.rc_post_recv_bad(cs)), syscall.Errno(r)
+		return int((*C.struct_rc_scratch)(s).bad), syscall.Errno(r)
 	}
 	return 0, 0
 }

@@ -3,6 +3,8 @@
 package rdmacore
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -276,10 +278,7 @@ func (q *cq) detach(p *queuePair) {
 func (q *cq) overflowed() {
 	q.overrun.Store(true)
 	q.qpsMu.Lock()
-	qps := make([]*queuePair, 0, len(q.qps))
-	for p := range q.qps {
-		qps = append(qps, p)
-	}
+	qps := slices.Collect(maps.Keys(q.qps))
 	q.qpsMu.Unlock()
 	for _, p := range qps {
 		p.toError()

@@ -123,15 +123,22 @@ func (pd *protDomain) RegDmaBufMR(offset uint64, length int, iova uint64, fd int
 
 // Dealloc is ibv_dealloc_pd; the kernel refuses (EBUSY) while MRs or QPs use it.
 func (pd *protDomain) Dealloc() error {
-	pd.mu.Lock()
-	defer pd.mu.Unlock()
-	if pd.dead {
+	return freeOnce(&pd.mu, &pd.dead, "ibv_dealloc_pd", func() syscall.Errno { return ibvDeallocPD(pd.p) })
+}
+
+// freeOnce calls free, the verb (named op) that frees a PD or an MR, with
+// mu held, unless dead says it has succeeded before; it sets dead when free
+// succeeds.
+func freeOnce(mu *sync.Mutex, dead *bool, op string, free func() syscall.Errno) error {
+	mu.Lock()
+	defer mu.Unlock()
+	if *dead {
 		return verbs.ErrClosed
 	}
-	if errno := ibvDeallocPD(pd.p); errno != 0 {
-		return &verbs.Error{Op: "ibv_dealloc_pd", Errno: errno}
+	if errno := free(); errno != 0 {
+		return &verbs.Error{Op: op, Errno: errno}
 	}
-	pd.dead = true
+	*dead = true
 	return nil
 }
 
@@ -170,14 +177,5 @@ func (m *memRegion) RKey() uint32         { return m.rkey }
 func (m *memRegion) Access() verbs.Access { return m.access }
 
 func (m *memRegion) Dereg() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.dead {
-		return verbs.ErrClosed
-	}
-	if errno := ibvDeregMR(m.p); errno != 0 {
-		return &verbs.Error{Op: "ibv_dereg_mr", Errno: errno}
-	}
-	m.dead = true
-	return nil
+	return freeOnce(&m.mu, &m.dead, "ibv_dereg_mr", func() syscall.Errno { return ibvDeregMR(m.p) })
 }

@@ -206,11 +206,8 @@ func (id *cmID) BindAddr(addr *net.TCPAddr) error {
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	if id.state != idIdle {
-		return verbs.Errorf(op, syscall.EINVAL, "ID already bound")
+	if err := id.inState(op, idIdle, "ID already bound"); err != nil {
+		return err
 	}
 	if !hostaddr.Local(addr.IP) {
 		return verbs.Errorf(op, syscall.EADDRNOTAVAIL, "%v is not an address of this host", addr.IP)
@@ -302,35 +299,51 @@ func (id *cmID) engineDown(error) {
 // SetAckTimeout is rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT): the QP
 // takes the exponent as its Timeout when it is connected (Connect, Accept).
 func (id *cmID) SetAckTimeout(exp int) error {
-	if exp < 0 || exp > verbs.MaxAckTimeout {
-		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "ACK timeout exponent %d out of range [0, %d]", exp, verbs.MaxAckTimeout)
-	}
-	id.mu.Lock()
-	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	id.ackTimeout, id.ackTimeoutSet = exp, true
-	return nil
+	return id.setOption("ACK timeout exponent", exp, verbs.MaxAckTimeout, func() error {
+		id.ackTimeout, id.ackTimeoutSet = exp, true
+		return nil
+	})
 }
 
 // SetTOS is rdma_set_option(RDMA_OPTION_ID_TOS): the type of service of
 // the TCP socket under the connection (tos.go). On a connection request it
 // applies at once, to the request's socket.
 func (id *cmID) SetTOS(tos int) error {
-	if tos < 0 || tos > verbs.MaxTOS {
-		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "type of service %d out of range [0, %d]", tos, verbs.MaxTOS)
+	return id.setOption("type of service", tos, verbs.MaxTOS, func() error {
+		id.tos, id.tosSet = tos, true
+		if id.tr != nil {
+			if err := setConnTOS(id.tr.c, tos); err != nil {
+				return verbs.Errorf("rdma_set_option", syscall.EINVAL, "IP type of service: %v", err)
+			}
+		}
+		return nil
+	})
+}
+
+// setOption is rdma_set_option's checks: v, the option named what, lies in
+// [0, limit], and the ID is not destroyed. set stores the option, with mu
+// held.
+func (id *cmID) setOption(what string, v, limit int, set func() error) error {
+	if v < 0 || v > limit {
+		return verbs.Errorf("rdma_set_option", syscall.EINVAL, "%s %d out of range [0, %d]", what, v, limit)
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if id.destroyed {
 		return verbs.ErrClosed
 	}
-	id.tos, id.tosSet = tos, true
-	if id.tr != nil {
-		if err := setConnTOS(id.tr.c, tos); err != nil {
-			return verbs.Errorf("rdma_set_option", syscall.EINVAL, "IP type of service: %v", err)
-		}
+	return set()
+}
+
+// inState is what a call (op) that needs the ID in state want checks
+// first, with mu held: the ID is not destroyed, and it is in state want
+// (else EINVAL, saying why not).
+func (id *cmID) inState(op string, want idState, why string) error {
+	if id.destroyed {
+		return verbs.ErrClosed
+	}
+	if id.state != want {
+		return verbs.Errorf(op, syscall.EINVAL, "%s", why)
 	}
 	return nil
 }
@@ -339,11 +352,8 @@ func (id *cmID) SetTOS(tos int) error {
 // state want (else EINVAL, saying why not) and has a QP, which it returns.
 // Called with mu held.
 func (id *cmID) openingQP(op string, want idState, why string) (*qp, error) {
-	if id.destroyed {
-		return nil, verbs.ErrClosed
-	}
-	if id.state != want {
-		return nil, verbs.Errorf(op, syscall.EINVAL, "%s", why)
+	if err := id.inState(op, want, why); err != nil {
+		return nil, err
 	}
 	if id.qp == nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "create a QP on the ID first")

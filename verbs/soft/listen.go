@@ -407,11 +407,8 @@ func (id *cmID) Reject(privateData []byte) error {
 	}
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if id.destroyed {
-		return verbs.ErrClosed
-	}
-	if id.state != idConnectRequest {
-		return verbs.Errorf(op, syscall.EINVAL, "no connection request to reject")
+	if err := id.inState(op, idConnectRequest, "no connection request to reject"); err != nil {
+		return err
 	}
 	b, _ := (&hsMsg{typ: msgREJ, priv: privateData}).marshal()
 	c := id.tr.c

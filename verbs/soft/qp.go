@@ -311,24 +311,10 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 		if wr.Opcode == verbs.OpRDMARead {
 			need = verbs.AccessLocalWrite
 		}
-		for i := range wr.SG {
-			g := &wr.SG[i]
-			total += uint64(g.Length)
-			if g.Length == 0 {
-				continue
-			}
-			m := q.pd.lookup(g.LKey)
-			if m == nil || m.access&need != need {
-				s.status = verbs.WCLocProtErr
-				continue
-			}
-			b, ok := m.slice(g.Addr, g.Length)
-			if !ok {
-				s.status = verbs.WCLocProtErr
-				continue
-			}
-			s.sg = append(s.sg, b)
-			s.gates = append(s.gates, &m.fence)
+		var ok bool
+		s.sg, s.gates, total, ok = q.resolveSG(wr.SG, need, s.sg, s.gates)
+		if !ok {
+			s.status = verbs.WCLocProtErr
 		}
 	}
 	if total > maxMsgSize && s.status == verbs.WCSuccess {
@@ -398,28 +384,43 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 	r := q.recvAt(q.rqTail)
 	r.wrid, r.status, r.length, r.n = wr.WRID, verbs.WCSuccess, 0, 1
 	r.sg, r.gates = r.sg[:0], r.gates[:0]
-	for i := range wr.SG {
-		g := &wr.SG[i]
-		r.length += uint64(g.Length)
-		if g.Length == 0 {
-			continue
-		}
-		m := q.pd.lookup(g.LKey)
-		if m == nil || m.access&verbs.AccessLocalWrite == 0 {
-			r.status = verbs.WCLocProtErr
-			continue
-		}
-		b, ok := m.slice(g.Addr, g.Length)
-		if !ok {
-			r.status = verbs.WCLocProtErr
-			continue
-		}
-		r.sg = append(r.sg, b)
-		r.gates = append(r.gates, &m.fence)
+	var ok bool
+	r.sg, r.gates, r.length, ok = q.resolveSG(wr.SG, verbs.AccessLocalWrite, r.sg, r.gates)
+	if !ok {
+		r.status = verbs.WCLocProtErr
 	}
 	q.rqTail++
 	q.rqWRs++
 	return nil
+}
+
+// resolveSG appends the bytes and the region's fence of each nonempty SGE
+// of sg to sgs and gates, and returns them with the SGEs' total length. An
+// SGE whose key is unknown, whose region lacks the access need, or that
+// lies outside its region is left out, and ok is false: the WR completes
+// with a local protection error.
+func (q *qp) resolveSG(sg []verbs.SGE, need verbs.Access, sgs [][]byte, gates []*gate) (_ [][]byte, _ []*gate, total uint64, ok bool) {
+	ok = true
+	for i := range sg {
+		g := &sg[i]
+		total += uint64(g.Length)
+		if g.Length == 0 {
+			continue
+		}
+		m := q.pd.lookup(g.LKey)
+		if m == nil || m.access&need != need {
+			ok = false
+			continue
+		}
+		b, inside := m.slice(g.Addr, g.Length)
+		if !inside {
+			ok = false
+			continue
+		}
+		sgs = append(sgs, b)
+		gates = append(gates, &m.fence)
+	}
+	return sgs, gates, total, ok
 }
 
 // recvAt is the receive slot (run) at index i.
@@ -562,42 +563,20 @@ func (q *qp) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) (*qpLink, error) 
 			return nil, err
 		}
 	}
-	if mask&verbs.QPAttrTimeout != 0 {
-		q.attr.Timeout = attr.Timeout
-	}
-	if mask&verbs.QPAttrRetryCnt != 0 {
-		q.attr.RetryCnt = attr.RetryCnt
-	}
-	if mask&verbs.QPAttrRNRRetry != 0 {
-		q.attr.RNRRetry = attr.RNRRetry
-	}
-	if mask&verbs.QPAttrMinRNRTimer != 0 {
-		q.attr.MinRNRTimer = attr.MinRNRTimer
-	}
-	if mask&verbs.QPAttrMaxRdAtomic != 0 {
-		q.attr.MaxRdAtomic = attr.MaxRdAtomic
-	}
-	if mask&verbs.QPAttrMaxDestRdAtomic != 0 {
-		q.attr.MaxDestRdAtomic = attr.MaxDestRdAtomic
-	}
-	if mask&verbs.QPAttrPathMTU != 0 {
-		q.attr.PathMTU = attr.PathMTU
-	}
+	setIf(mask, verbs.QPAttrTimeout, &q.attr.Timeout, attr.Timeout)
+	setIf(mask, verbs.QPAttrRetryCnt, &q.attr.RetryCnt, attr.RetryCnt)
+	setIf(mask, verbs.QPAttrRNRRetry, &q.attr.RNRRetry, attr.RNRRetry)
+	setIf(mask, verbs.QPAttrMinRNRTimer, &q.attr.MinRNRTimer, attr.MinRNRTimer)
+	setIf(mask, verbs.QPAttrMaxRdAtomic, &q.attr.MaxRdAtomic, attr.MaxRdAtomic)
+	setIf(mask, verbs.QPAttrMaxDestRdAtomic, &q.attr.MaxDestRdAtomic, attr.MaxDestRdAtomic)
+	setIf(mask, verbs.QPAttrPathMTU, &q.attr.PathMTU, attr.PathMTU)
+	setIf(mask, verbs.QPAttrPort, &q.attr.PortNum, attr.PortNum)
+	setIf(mask, verbs.QPAttrPKeyIndex, &q.attr.PKeyIndex, attr.PKeyIndex)
+	setIf(mask, verbs.QPAttrDestQPN, &q.attr.DestQPNum, attr.DestQPNum)
+	setIf(mask, verbs.QPAttrAV, &q.attr.AH, attr.AH)
 	if mask&verbs.QPAttrAccessFlags != 0 {
 		q.attr.AccessFlags = attr.AccessFlags
 		q.qpAccess = attr.AccessFlags & (verbs.AccessRemoteWrite | verbs.AccessRemoteRead)
-	}
-	if mask&verbs.QPAttrPort != 0 {
-		q.attr.PortNum = attr.PortNum
-	}
-	if mask&verbs.QPAttrPKeyIndex != 0 {
-		q.attr.PKeyIndex = attr.PKeyIndex
-	}
-	if mask&verbs.QPAttrDestQPN != 0 {
-		q.attr.DestQPNum = attr.DestQPNum
-	}
-	if mask&verbs.QPAttrAV != 0 {
-		q.attr.AH = attr.AH
 	}
 	if mask&verbs.QPAttrRQPSN != 0 {
 		q.attr.RQPSN = attr.RQPSN
@@ -627,6 +606,13 @@ func (q *qp) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) (*qpLink, error) 
 		q.armWatchdog()
 	}
 	return old, nil
+}
+
+// setIf copies v into *dst when mask selects the attribute bit.
+func setIf[T any](mask, bit verbs.QPAttrMask, dst *T, v T) {
+	if mask&bit != 0 {
+		*dst = v
+	}
 }
 
 // setState applies a validated transition. Called with mu held.

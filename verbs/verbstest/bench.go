@@ -44,6 +44,30 @@ func waitCQ(cq verbs.CQ, cc verbs.CompChannel, wc []verbs.WC) (int, error) {
 	}
 }
 
+// startTimer starts the measured part of a benchmark that moves size bytes
+// an operation, counting its allocations.
+func startTimer(b *testing.B, size int) {
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+}
+
+// waitOK is waitCQ for a benchmark: it returns the completions, failing b
+// on an error or on a completion that is not a success.
+func waitOK(b *testing.B, cq verbs.CQ, cc verbs.CompChannel, wc []verbs.WC) []verbs.WC {
+	b.Helper()
+	n, err := waitCQ(cq, cc, wc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, w := range wc[:n] {
+		if w.Status != verbs.WCSuccess {
+			b.Fatalf("completion %+v", w)
+		}
+	}
+	return wc[:n]
+}
+
 // BenchWrite measures RDMA WRITE throughput with size-byte writes, keeping
 // up to 32 in flight; a write counts once its completion says the data is
 // in the peer's memory.
@@ -58,9 +82,7 @@ func BenchWrite(b *testing.B, cfg Config, size int) {
 	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
 	wc := make([]verbs.WC, 64)
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b, size)
 	posted, done := 0, 0
 	for done < b.N {
 		for posted < b.N && posted-done < depth {
@@ -70,16 +92,7 @@ func BenchWrite(b *testing.B, cfg Config, size int) {
 			}
 			posted++
 		}
-		n, err := waitCQ(c.scq, c.cc, wc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, w := range wc[:n] {
-			if w.Status != verbs.WCSuccess {
-				b.Fatalf("completion %+v", w)
-			}
-		}
-		done += n
+		done += len(waitOK(b, c.scq, c.cc, wc))
 	}
 	b.StopTimer()
 }
@@ -137,9 +150,7 @@ func BenchPingPong(b *testing.B, cfg Config, size int) {
 		}
 	}()
 	wc := make([]verbs.WC, 16)
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b, size)
 	for i := 0; i < b.N; i++ {
 		csend[0].Flags = 0
 		if i%16 == 15 {
@@ -149,14 +160,7 @@ func BenchPingPong(b *testing.B, cfg Config, size int) {
 			b.Fatal(err)
 		}
 		for got := false; !got; {
-			n, err := waitCQ(c.scq, c.cc, wc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, w := range wc[:n] {
-				if w.Status != verbs.WCSuccess {
-					b.Fatalf("completion %+v", w)
-				}
+			for _, w := range waitOK(b, c.scq, c.cc, wc) {
 				if w.Opcode == verbs.WCRecv {
 					got = true
 					if err := c.qp.PostRecv(crecv); err != nil {
@@ -182,9 +186,7 @@ func BenchTCPWrite(b *testing.B, ip net.IP, size int) {
 		done <- err
 	}()
 	buf := make([]byte, size)
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b, size)
 	for i := 0; i < b.N; i++ {
 		if _, err := a.Write(buf); err != nil {
 			b.Fatal(err)
@@ -209,9 +211,7 @@ func BenchTCPPingPong(b *testing.B, ip net.IP, size int) {
 		}
 	}()
 	buf := make([]byte, size)
-	b.SetBytes(int64(size))
-	b.ReportAllocs()
-	b.ResetTimer()
+	startTimer(b, size)
 	for i := 0; i < b.N; i++ {
 		if _, err := a.Write(buf); err != nil {
 			b.Fatal(err)

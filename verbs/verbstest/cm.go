@@ -232,19 +232,10 @@ func testEventChannel(t *testing.T, s *suite) {
 	require.GreaterOrEqual(t, time.Since(start), 25*time.Millisecond)
 	_, err = ch.GetEvent(time.Now().Add(-time.Second))
 	require.True(t, isDeadline(err), "past deadline: %v", err)
-	done := make(chan error, 1)
-	go func() {
+	s.closeUnblocks(t, func() error {
 		_, err := ch.GetEvent(time.Time{})
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	require.NoError(t, ch.Close())
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, verbs.ErrClosed)
-	case <-time.After(s.cfg.Timeout):
-		t.Fatal("Close did not unblock GetEvent")
-	}
+		return err
+	}, ch.Close)
 	_, err = ch.CreateID()
 	require.Error(t, err, "CreateID on a closed channel")
 }

@@ -282,19 +282,10 @@ func testCompChannelClose(t *testing.T, s *suite) {
 	ctx := s.device(t)
 	cc, err := ctx.CreateCompChannel()
 	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
+	s.closeUnblocks(t, func() error {
 		_, err := cc.GetEvent()
-		done <- err
-	}()
-	time.Sleep(20 * time.Millisecond)
-	require.NoError(t, cc.Close())
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, verbs.ErrClosed)
-	case <-time.After(s.cfg.Timeout):
-		t.Fatal("Close did not unblock GetEvent")
-	}
+		return err
+	}, cc.Close)
 }
 
 func testTransportRetryExceeded(t *testing.T, s *suite) {
@@ -384,18 +375,7 @@ func testListenerRobustness(t *testing.T, s *suite) {
 		}
 	}
 	// A real connection still gets through, and no junk produced an event.
-	o := defaultOpts()
-	c := s.dialer(t, lid.LocalAddr())
-	t.Cleanup(func() { c.release(t) })
-	s.resources(t, c, &o)
-	require.NoError(t, c.id.Connect(&o.connect))
-	req := s.expect(t, lch, verbs.EventConnectRequest)
-	sv := &endpoint{ch: lch, id: req.ID}
-	t.Cleanup(func() { sv.release(t) })
-	s.resources(t, sv, &o)
-	require.NoError(t, sv.id.Accept(&o.accept))
-	s.expect(t, c.ch, verbs.EventEstablished)
-	s.expect(t, lch, verbs.EventEstablished)
+	s.pairOn(t, lch, lid, defaultOpts())
 	_, err := lch.GetEvent(time.Now().Add(20 * time.Millisecond))
 	require.True(t, isDeadline(err), "junk must not produce events: %v", err)
 }
@@ -453,31 +433,23 @@ func testSharedCompChannel(t *testing.T, s *suite) {
 	var clients []*endpoint
 	var cc verbs.CompChannel
 	for i := 0; i < 2; i++ {
-		c := s.dialer(t, lid.LocalAddr())
-		t.Cleanup(func() { c.release(t) })
-		s.resources(t, c, &o)
-		require.NoError(t, c.id.Connect(&o.connect))
-		req := s.expect(t, lch, verbs.EventConnectRequest)
-		sv := &endpoint{ch: lch, id: req.ID}
-		t.Cleanup(func() { sv.release(t) })
-		s.resources(t, sv, &o)
-		if cc == nil {
-			cc = sv.cc
-		} else {
-			// Move this server's CQ onto the first one's channel.
-			require.NoError(t, sv.qp.Destroy())
-			require.NoError(t, sv.scq.Destroy())
-			var err error
-			sv.scq, err = sv.id.Context().CreateCQ(o.cqe, cc)
-			require.NoError(t, err)
-			sv.rcq = sv.scq
-			sv.qp, err = sv.id.CreateQP(sv.pd, &verbs.QPInitAttr{SendCQ: sv.scq, RecvCQ: sv.scq, Cap: o.cap})
-			require.NoError(t, err)
+		o.beforeConn = func(_, sv *endpoint) {
+			if cc == nil {
+				cc = sv.cc
+			} else {
+				// Move this server's CQ onto the first one's channel.
+				require.NoError(t, sv.qp.Destroy())
+				require.NoError(t, sv.scq.Destroy())
+				var err error
+				sv.scq, err = sv.id.Context().CreateCQ(o.cqe, cc)
+				require.NoError(t, err)
+				sv.rcq = sv.scq
+				sv.qp, err = sv.id.CreateQP(sv.pd, &verbs.QPInitAttr{SendCQ: sv.scq, RecvCQ: sv.scq, Cap: o.cap})
+				require.NoError(t, err)
+			}
+			postRecv(t, sv, uint64(i), 0, 64)
 		}
-		postRecv(t, sv, uint64(i), 0, 64)
-		require.NoError(t, sv.id.Accept(&o.accept))
-		s.expect(t, c.ch, verbs.EventEstablished)
-		s.expect(t, lch, verbs.EventEstablished)
+		c, sv := s.pairOn(t, lch, lid, o)
 		servers = append(servers, sv)
 		clients = append(clients, c)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -71,26 +72,12 @@ func Run(t *testing.T, cfg Config) {
 		cfg.Timeout = 10 * time.Second
 	}
 	s := &suite{cfg: cfg, p: p}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if why, ok := cfg.Skip[tc.name]; ok {
-				t.Skip(why)
-			}
-			tc.fn(t, s)
-		})
-	}
+	tests.Run(t, s, cfg.Skip)
 }
 
-type testCase struct {
-	name string
-	fn   func(t *testing.T, s *suite)
-}
+var tests testsupport.Subtests[*suite]
 
-var tests []testCase
-
-func register(name string, fn func(t *testing.T, s *suite)) {
-	tests = append(tests, testCase{name, fn})
-}
+func register(name string, fn func(t *testing.T, s *suite)) { tests.Add(name, fn) }
 
 func (s *suite) addr(port int) *net.TCPAddr { return &net.TCPAddr{IP: s.cfg.IP, Port: port} }
 
@@ -259,6 +246,12 @@ func (s *suite) dialer(t testing.TB, dst *net.TCPAddr, tos ...int) *endpoint {
 // pair connects a client and a server endpoint.
 func (s *suite) pair(t testing.TB, o pairOpts) (client, server *endpoint) {
 	lch, lid := s.listener(t)
+	return s.pairOn(t, lch, lid, o)
+}
+
+// pairOn connects a client endpoint to the listening ID lid, whose events
+// come on lch, and returns it with the server endpoint of the connection.
+func (s *suite) pairOn(t testing.TB, lch verbs.EventChannel, lid verbs.CMID, o pairOpts) (client, server *endpoint) {
 	var tos []int
 	if o.tos != 0 {
 		tos = append(tos, o.tos)
@@ -334,6 +327,22 @@ func postRecv(t testing.TB, e *endpoint, wrid uint64, off, n int) {
 func postSend(t testing.TB, e *endpoint, wr verbs.SendWR) {
 	t.Helper()
 	require.NoError(t, e.qp.PostSend([]verbs.SendWR{wr}))
+}
+
+// closeUnblocks checks that close, called while wait is blocked, makes wait
+// return verbs.ErrClosed.
+func (s *suite) closeUnblocks(t testing.TB, wait, close func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, verbs.ErrClosed)
+	case <-time.After(s.cfg.Timeout):
+		t.Fatal("Close did not unblock the wait")
+	}
 }
 
 func isDeadline(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
