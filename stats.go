@@ -271,48 +271,62 @@ func since(now, t time.Time) time.Duration {
 	return now.Sub(t)
 }
 
+// counts is what either wire counts with atomics, and what names it.
+func (f *connFace) counts(wire string) ConnStats {
+	st := f.stats
+	s := ConnStats{
+		BytesSent:     st.bytesSent.Load(),
+		BytesReceived: st.bytesRecv.Load(),
+		Writes:        st.writes.Load(),
+		ReadsAtOnce:   st.atOnce.Load(),
+		ReadsHanded:   st.handed.Load(),
+		ReadsSpun:     st.spun.Load(),
+		ReadsSlept:    st.slept.Load(),
+		Provider:      f.provider,
+		Wire:          wire,
+
+		RemoteWrites:       st.remoteWrites.Load(),
+		RemoteReads:        st.remoteReads.Load(),
+		RemoteBytesWritten: st.remoteWritten.Load(),
+		RemoteBytesRead:    st.remoteRead.Load(),
+		NotifiesSent:       st.notesSent.Load(),
+		NotifiesReceived:   st.notesRecv.Load(),
+		Exposures:          st.exposures.Load(),
+	}
+	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
+	if f.laddr != nil {
+		s.LocalAddr = f.laddr.String()
+	}
+	if f.raddr != nil {
+		s.RemoteAddr = f.raddr.String()
+	}
+	return s
+}
+
+// countsLocked adds what either wire counts under mu, and its state: err
+// is its failure, if any. Called with mu held.
+func (f *connFace) countsLocked(s *ConnStats, now time.Time, err error) {
+	st := f.stats
+	st.seeLocked(now)
+	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
+	s.Opened, s.Closed = st.opened, f.closed
+	if err != nil {
+		s.Err = err.Error()
+	}
+	if f.fallback != nil {
+		s.Fallback = f.fallback.Error()
+	}
+}
+
 // Stats returns what the connection has done so far and its sizes now. It
 // takes the connection's lock briefly; the data path keeps running.
 func (c *Conn) Stats() ConnStats {
 	now := time.Now()
-	s := ConnStats{
-		BytesSent:     c.stats.bytesSent.Load(),
-		BytesReceived: c.stats.bytesRecv.Load(),
-		Writes:        c.stats.writes.Load(),
-		ReadsAtOnce:   c.stats.atOnce.Load(),
-		ReadsHanded:   c.stats.handed.Load(),
-		ReadsSpun:     c.stats.spun.Load(),
-		ReadsSlept:    c.stats.slept.Load(),
-		Provider:      c.provider,
-		Wire:          "stream",
-		LastSeenStep:  c.watchStep(),
-
-		RemoteWrites:       c.stats.remoteWrites.Load(),
-		RemoteReads:        c.stats.remoteReads.Load(),
-		RemoteBytesWritten: c.stats.remoteWritten.Load(),
-		RemoteBytesRead:    c.stats.remoteRead.Load(),
-		NotifiesSent:       c.stats.notesSent.Load(),
-		NotifiesReceived:   c.stats.notesRecv.Load(),
-		Exposures:          c.stats.exposures.Load(),
-	}
-	if c.laddr != nil {
-		s.LocalAddr = c.laddr.String()
-	}
-	if c.raddr != nil {
-		s.RemoteAddr = c.raddr.String()
-	}
-	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
+	s := c.counts("stream")
+	s.LastSeenStep = c.watchStep()
 	c.mu.Lock()
 	st := c.stats
-	st.seeLocked(now)
-	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
-	s.Opened, s.Closed = st.opened, c.closed
-	if err := c.failureLocked(); err != nil {
-		s.Err = err.Error()
-	}
-	if c.fallback != nil {
-		s.Fallback = c.fallback.Error()
-	}
+	c.countsLocked(&s, now, c.failureLocked())
 	s.RingSize, s.PeerRingSize, s.SendBufferSize = len(c.ring), int(c.tx.Size), len(c.sbuf)
 	s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
 	s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
@@ -549,47 +563,15 @@ func (c *RsocketConn) waited(began time.Time) {
 // that waited for a credit, a region, send buffer room or a queue slot.
 func (c *RsocketConn) Stats() ConnStats {
 	now := time.Now()
-	s := ConnStats{
-		BytesSent:     c.stats.bytesSent.Load(),
-		BytesReceived: c.stats.bytesRecv.Load(),
-		Writes:        c.stats.writes.Load(),
-		ReadsAtOnce:   c.stats.atOnce.Load(),
-		ReadsHanded:   c.stats.handed.Load(),
-		ReadsSpun:     c.stats.spun.Load(),
-		ReadsSlept:    c.stats.slept.Load(),
-		Provider:      c.provider,
-		Wire:          WireRsocket,
-		SinceSent:     -1,
-		SinceRecv:     -1,
-	}
-	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
-	if c.laddr != nil {
-		s.LocalAddr = c.laddr.String()
-	}
-	if c.raddr != nil {
-		s.RemoteAddr = c.raddr.String()
-	}
+	s := c.counts(WireRsocket)
 	c.mu.Lock()
 	st := c.stats
-	st.seeLocked(now)
-	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
-	s.Opened, s.Closed = st.opened, c.closed
-	if c.err != nil {
-		s.Err = c.err.Error()
-	}
-	if c.fallback != nil {
-		s.Fallback = c.fallback.Error()
-	}
+	c.countsLocked(&s, now, c.err)
 	s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
 	_, buffered := c.rx.Buffered()
 	s.Buffered = int(buffered)
 	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
-	if !st.seenSentAt.IsZero() {
-		s.SinceSent = now.Sub(st.seenSentAt)
-	}
-	if !st.seenRecvAt.IsZero() {
-		s.SinceRecv = now.Sub(st.seenRecvAt)
-	}
+	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
 	var qp verbs.QP
 	if !c.torn {
 		qp = c.qp
