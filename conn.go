@@ -150,12 +150,13 @@ func (c *Conn) start() {
 func (c *Conn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	defer c.stats.read(&nr)
 	for c.readGoesOn(&err) {
 		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
+			n := zc.readBounce(b)
+			c.stats.readLocked(n) // stats.go
 			c.mu.Unlock()
-			return zc.readBounce(b), nil
+			return n, nil
 		}
 		if avail := c.rx.Buffered(); avail > 0 {
 			if len(b) == 0 {
@@ -172,6 +173,7 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 			copy(b[first:n], ring)
 			c.mu.Lock()
 			c.rx.Consume(n)
+			c.stats.readLocked(n)
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
 			c.unlockSubmit()
@@ -179,7 +181,9 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 		}
 		if addr, key, left := c.rx.RndvNext(); left > 0 && len(b) > 0 {
 			c.mu.Unlock()
-			return c.readRndv(b, addr, key, left)
+			n, err := c.readRndv(b, addr, key, left)
+			c.read(n)
+			return n, err
 		}
 		if c.rx.FinRcvd {
 			c.mu.Unlock()
@@ -235,6 +239,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
 			copy(buf, p)
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
+			c.stats.wroteLocked(n, sent == 0) // stats.go
 			c.mu.Unlock()
 		} else {
 			off := (c.sbTail - c.sbBase) & c.sbufMask
@@ -253,11 +258,11 @@ func (c *Conn) Write(b []byte) (int, error) {
 				return sent, c.opErr("write", err)
 			}
 			c.enqueueDataLocked(buf, at, 0)
+			c.stats.wroteLocked(n, sent == 0)
 			c.mu.Unlock()
 		}
 		c.submit()
 		sent += n
-		c.stats.wrote(n, sent == n) // stats.go
 	}
 }
 

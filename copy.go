@@ -87,6 +87,7 @@ func (c *Conn) sendSpace() ([]byte, error) {
 // postRead writes p, which ReadFrom read into the send buffer at its write
 // position, as Write writes what it copied there.
 func (c *Conn) postRead(p []byte) error {
+	first := true // each piece ReadFrom read counts as a Write (stats.go)
 	for len(p) > 0 {
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
@@ -106,12 +107,16 @@ func (c *Conn) postRead(p []byte) error {
 			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
 			copy(buf, p[:n])
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
+			c.stats.wroteLocked(n, first)
+			first = false
 			p = p[:copy(p, p[n:])]
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
 			c.sbTail += uint64(n)
 			c.enqueueDataLocked(p[:n], at, 0)
+			c.stats.wroteLocked(n, first)
+			first = false
 			p = p[n:]
 		}
 		c.unlockSubmit()
@@ -140,6 +145,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Unlock()
 			n, err := w.Write(zc.bounce.buf[zc.bounceHead:zc.bounceTail])
 			zc.bounceHead += n
+			c.read(n) // stats.go: each hand-over counts as a Read
 			total += int64(n)
 			if err != nil {
 				return total, err
@@ -153,6 +159,9 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			n, err := w.Write(ring[off : off+min(span, uint64(len(ring))-off)])
 			c.mu.Lock()
 			c.rx.Consume(n)
+			if n > 0 {
+				c.stats.readLocked(n)
+			}
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
 			c.unlockSubmit()

@@ -72,7 +72,9 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 		if err := c.rndvOne(b[sent:sent+n], buf); err != nil {
 			return sent, err
 		}
-		c.stats.wrote(n, sent == 0) // stats.go
+		c.mu.Lock()
+		c.stats.wroteLocked(n, sent == 0) // stats.go
+		c.mu.Unlock()
 		sent += n
 	}
 	return sent, nil

@@ -212,7 +212,6 @@ func (c *RsocketConn) creditLocked() {
 func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	defer c.stats.read(&nr)
 	for c.readGoesOn(&err) {
 		off, avail := c.rx.Buffered()
 		if avail > 0 {
@@ -228,6 +227,7 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 			copy(b[first:n], c.rbuf)
 			c.mu.Lock()
 			c.rx.Consume(uint64(n))
+			c.stats.readLocked(n) // stats.go
 			c.creditLocked()
 			c.mu.Unlock()
 			return n, nil
@@ -284,7 +284,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
 			c.stats.msgsSent++
-			c.stats.wrote(int(d.N), sent == int(d.N))
+			c.stats.wroteLocked(int(d.N), sent == int(d.N))
 		}
 		c.mu.Unlock()
 	}

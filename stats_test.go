@@ -279,3 +279,28 @@ func TestStatsConcurrent(t *testing.T) {
 	assert.Equal(t, uint64(500), cs.MessagesSent)
 	assert.Equal(t, uint64(500), cs.MessagesReceived)
 }
+
+// io.Copy through ReadFrom and WriteTo is counted as Write and Read are:
+// every byte each way.
+func TestStatsCopy(t *testing.T) {
+	c, s := pair(t, nil)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 300<<10/16)
+	done := make(chan error, 1)
+	var got bytes.Buffer
+	go func() {
+		_, err := s.WriteTo(&got)
+		done <- err
+	}()
+	n, err := c.ReadFrom(bytes.NewReader(data))
+	require.NoError(t, err)
+	require.Equal(t, int64(len(data)), n)
+	require.NoError(t, c.CloseWrite())
+	require.NoError(t, <-done)
+	require.Equal(t, data, got.Bytes())
+	cs, ss := c.Stats(), s.Stats()
+	assert.Equal(t, uint64(len(data)), cs.BytesSent)
+	assert.Equal(t, uint64(len(data)), ss.BytesReceived)
+	assert.Positive(t, cs.Writes)
+	assert.Equal(t, ss.Reads, ss.ReadsAtOnce+ss.ReadsHanded+ss.ReadsSpun+ss.ReadsSlept)
+	assert.Positive(t, ss.Reads)
+}
