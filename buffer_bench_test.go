@@ -84,3 +84,55 @@ func BenchmarkRegistration(b *testing.B) {
 		mem.Free()
 	}
 }
+
+// BenchmarkAllocBuffer: what a Buffer costs to make, fill once and free
+// (the mapping, the first touch of each page, the unmapping), against
+// filling one that is reused, directly or through a BufferPool: whether a
+// program that sends a message a Buffer should keep a few and reuse them
+// (it should: bufferpool.go).
+func BenchmarkAllocBuffer(b *testing.B) {
+	for _, size := range []int{64 << 10, 1 << 20, 4 << 20} {
+		b.Run(fmt.Sprintf("alloc-fill-free/%dK", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				buf, err := AllocBuffer(size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				clear(buf.Bytes())
+				if err := buf.Free(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("pool-get-fill-put/%dK", size>>10), func(b *testing.B) {
+			p, err := NewBufferPool(size, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer p.Close()
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				buf, err := p.Get()
+				if err != nil {
+					b.Fatal(err)
+				}
+				clear(buf.Bytes())
+				if err := p.Put(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("reuse-fill/%dK", size>>10), func(b *testing.B) {
+			buf, err := AllocBuffer(size)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer buf.Free()
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				clear(buf.Bytes())
+			}
+		})
+	}
+}
