@@ -3,7 +3,6 @@ package rdma
 import (
 	"fmt"
 	"io"
-	"net"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/stream"
@@ -342,18 +341,7 @@ func (c *Conn) drain(dl *deadline) {
 // packets carry, as its queue pair reports it: the address vector's on
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
 // Config.TrafficClass.
-func (c *Conn) TrafficClass() (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || c.torn {
-		return 0, c.opErr("traffic class", net.ErrClosed)
-	}
-	a, err := c.qp.Query()
-	if err != nil {
-		return 0, c.opErr("traffic class", err)
-	}
-	return a.TrafficClass, nil
-}
+func (c *Conn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) }
 
 // SetDeadline sets the read and write deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {

@@ -264,3 +264,18 @@ func (f *connFace) readGoesOn(err *error) bool {
 	}
 	return true
 }
+
+// trafficClass is what either wire's TrafficClass reports: the traffic
+// class e's queue pair says its packets carry.
+func (f *connFace) trafficClass(e *endpoint) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.torn {
+		return 0, f.opErr("traffic class", net.ErrClosed)
+	}
+	a, err := e.qp.Query()
+	if err != nil {
+		return 0, f.opErr("traffic class", err)
+	}
+	return a.TrafficClass, nil
+}

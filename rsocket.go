@@ -206,6 +206,11 @@ func (c *RsocketConn) creditLocked() {
 	}
 }
 
+// TrafficClass is the traffic class (IP type of service) the connection's
+// packets carry, as its queue pair reports it (see Conn.TrafficClass and
+// Config.TrafficClass, which both ends of the rsocket wire take too).
+func (c *RsocketConn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) }
+
 // Read reads data the peer wrote. It returns as soon as any data is there;
 // io.EOF once the peer has shut down its sending side (or closed, or
 // disconnected) and everything before that was read.

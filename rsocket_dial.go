@@ -48,6 +48,7 @@ type rsParams struct {
 	keepAlive          time.Duration
 	handshakeTimeout   time.Duration
 	poll               Config // PollTime and BusyPoll, as rdma.Conn takes them
+	trafficClass       int    // Config.TrafficClass, for the dial (a listener has its own)
 }
 
 func rsocketParams(c *Config) rsParams {
@@ -65,6 +66,7 @@ func rsocketParams(c *Config) rsParams {
 		keepAlive:        d.KeepAlive,
 		handshakeTimeout: d.HandshakeTimeout,
 		poll:             Config{PollTime: d.PollTime, BusyPoll: d.BusyPoll},
+		trafficClass:     d.TrafficClass,
 	}
 	if r.RingSize > 0 {
 		p.rbufSize = pow2Clamp(r.RingSize, rsocket.MinBuf, rsocket.MaxBuf)
@@ -91,7 +93,7 @@ func rsocketParams(c *Config) rsParams {
 // endpoint, connect with rs_conn_data as private data, take the peer's from
 // the accept.
 func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
-	return connectSteps(ctx, prov, src, dst, 0, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
+	return connectSteps(ctx, prov, src, dst, p.trafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
 		c, err := newRsocketConn(prov.Name(), ech, id, p)
 		if err != nil {
 			return nil, nil, err

@@ -51,3 +51,19 @@ func accept(t *testing.T, ln *Listener) *Conn {
 	require.NoError(t, err)
 	return c.(*Conn)
 }
+
+// The rsocket wire takes Config.TrafficClass on both ends as rdma.Conn
+// does: the dial (which passed 0 before) and the listener.
+func TestTrafficClassRsocket(t *testing.T) {
+	cfg := rsConfig()
+	cfg.TrafficClass = 0x88
+	c, s := rsPair(t, cfg)
+	for _, conn := range []*RsocketConn{c, s} {
+		tc, err := conn.TrafficClass()
+		require.NoError(t, err)
+		assert.Equal(t, 0x88, tc)
+	}
+	require.NoError(t, c.Close())
+	_, err := c.TrafficClass()
+	require.Error(t, err)
+}
