@@ -303,8 +303,9 @@ func (f *connFace) counts(wire string) ConnStats {
 }
 
 // countsLocked adds what either wire counts under mu, and its state: err
-// is its failure, if any. Called with mu held.
-func (f *connFace) countsLocked(s *ConnStats, now time.Time, err error) {
+// is its failure, if any. It returns e's queue pair while it is up, for
+// Path, which the caller asks after letting go of mu. Called with mu held.
+func (f *connFace) countsLocked(s *ConnStats, now time.Time, err error, e *endpoint) verbs.QP {
 	st := f.stats
 	st.seeLocked(now)
 	s.BytesSent, s.BytesReceived, s.Writes = st.bytesSent, st.bytesRecv, st.writes
@@ -318,6 +319,11 @@ func (f *connFace) countsLocked(s *ConnStats, now time.Time, err error) {
 	if f.fallback != nil {
 		s.Fallback = f.fallback.Error()
 	}
+	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	if f.torn {
+		return nil
+	}
+	return e.qp
 }
 
 // Stats returns what the connection has done so far and its sizes now. It
@@ -328,7 +334,7 @@ func (c *Conn) Stats() ConnStats {
 	s.LastSeenStep = c.watchStep()
 	c.mu.Lock()
 	st := c.stats
-	c.countsLocked(&s, now, c.failureLocked())
+	qp := c.countsLocked(&s, now, c.failureLocked(), &c.endpoint)
 	s.RingSize, s.PeerRingSize, s.SendBufferSize = len(c.ring), int(c.tx.Size), len(c.sbuf)
 	s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
 	s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
@@ -340,13 +346,8 @@ func (c *Conn) Stats() ConnStats {
 	s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
 	s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
 	s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
-	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
 	if c.zc != nil {
 		s.Exposed = len(c.zc.exposed)
-	}
-	var qp verbs.QP
-	if !c.torn {
-		qp = c.qp
 	}
 	c.mu.Unlock()
 	s.Path = pathOf(c.provider, qp)
@@ -568,16 +569,11 @@ func (c *RsocketConn) Stats() ConnStats {
 	s := c.counts(WireRsocket)
 	c.mu.Lock()
 	st := c.stats
-	c.countsLocked(&s, now, c.err)
+	qp := c.countsLocked(&s, now, c.err, &c.endpoint)
 	s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
 	_, buffered := c.rx.Buffered()
 	s.Buffered = int(buffered)
 	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
-	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
-	var qp verbs.QP
-	if !c.torn {
-		qp = c.qp
-	}
 	c.mu.Unlock()
 	s.Path = pathOf(c.provider, qp)
 	return s
