@@ -42,11 +42,12 @@ func (b *busySpin) caught(inBusy bool) { b.f.result(inBusy) }
 // one such; the whole spin is another (shmTransport.wait): past the busy
 // phase the spin yields the CPU between looks for up to the reader's spin
 // time, which catches a writer that answers within tens of microseconds,
-// but a reader whose data keeps coming later than that (an idle
-// connection's keepalive probes and pings, a request after think time)
-// spins for nothing and sleeps anyway: 1,000 idle connections on shared
-// memory, both ends in one process, used 8% of a CPU spinning after their
-// probes and pings (TestIdleConnsCostNoCPU).
+// but a reader whose data keeps coming later than that (a request after
+// think time) spins for nothing and sleeps anyway. (Gaps of over a
+// millisecond, an idle connection's probes and pings, are shmIdleGap's:
+// that rule, not this one, took 1,000 idle connections from 8% of a CPU
+// to 6%; this one covers the gaps between the spin and a millisecond, and
+// was not measured apart.)
 type failing struct {
 	misses uint8 // waits in a row whose phase failed
 	skip   uint8 // waits left without the phase
