@@ -1,6 +1,7 @@
 package soft_test
 
 import (
+	"fmt"
 	"net"
 	"runtime"
 	"testing"
@@ -39,4 +40,15 @@ func BenchmarkWrite64K(b *testing.B) {
 func BenchmarkPingPong64(b *testing.B) {
 	softPaths(b, func(b *testing.B) { verbstest.BenchPingPong(b, benchCfg, 64) })
 	b.Run("tcp", func(b *testing.B) { verbstest.BenchTCPPingPong(b, benchCfg.IP, 64) })
+}
+
+// BenchmarkRead1M: 1 MiB RDMA READs one at a time (a rendezvous' pattern)
+// and 8 in flight, beside TCP loopback.
+func BenchmarkRead1M(b *testing.B) {
+	for _, depth := range []int{1, 8} {
+		b.Run(fmt.Sprintf("depth%d", depth), func(b *testing.B) {
+			softPaths(b, func(b *testing.B) { verbstest.BenchRead(b, benchCfg, 1<<20, depth) })
+		})
+	}
+	b.Run("tcp", func(b *testing.B) { verbstest.BenchTCPWrite(b, benchCfg.IP, 1<<20) })
 }

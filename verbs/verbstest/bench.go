@@ -222,3 +222,31 @@ func BenchTCPPingPong(b *testing.B, ip net.IP, size int) {
 	}
 	b.StopTimer()
 }
+
+// BenchRead measures RDMA READ throughput with size-byte reads of the
+// peer's memory, depth in flight: with depth 1, the pattern of a
+// rendezvous, which READs a Write's bytes and waits for them.
+func BenchRead(b *testing.B, cfg Config, size, depth int) {
+	s := benchSuite(b, cfg)
+	o := defaultOpts()
+	o.sharedCQ = true
+	o.memSize = 4 * size
+	o.cap.MaxSendWR = 64
+	c, sv := s.pair(b, o)
+	wr := []verbs.SendWR{{Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
+	wc := make([]verbs.WC, 64)
+	startTimer(b, size)
+	posted, done := 0, 0
+	for done < b.N {
+		for posted < b.N && posted-done < depth {
+			wr[0].WRID = uint64(posted)
+			if err := c.qp.PostSend(wr); err != nil {
+				b.Fatal(err)
+			}
+			posted++
+		}
+		done += len(waitOK(b, c.scq, c.cc, wc))
+	}
+	b.StopTimer()
+}
