@@ -471,6 +471,16 @@ func (r poller) interrupt() {
 	_ = r.e.cch.SetDeadline(time.Unix(1, 0))
 }
 
+// wakeLocked wakes every waiter, the poll role's holder included, to look
+// at the connection again. Called with mu held.
+func (r poller) wakeLocked() {
+	poke(r.f.rcvReady)
+	poke(r.f.sndReady)
+	if r.p.held {
+		r.interrupt()
+	}
+}
+
 // lookAgain makes a sleeping holder look again: at a new deadline, or at
 // Close. (A caller waiting for the holder watches its deadline's channel,
 // which is only ever replaced after it was closed, which woke that
@@ -651,11 +661,7 @@ func (c *Conn) failLocked(err error) {
 		c.err = err
 		c.logFailure(err) // debuglog.go
 	}
-	poke(c.rcvReady)
-	poke(c.sndReady)
-	if c.poll.held {
-		c.poller().interrupt()
-	}
+	c.poller().wakeLocked()
 }
 
 func poke(ch chan struct{}) {

@@ -374,17 +374,7 @@ func (c *RsocketConn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
 	}
-	c.wakeLocked()
-}
-
-// wakeLocked wakes every waiter, the poll role's holder included, to look
-// at the connection again.
-func (c *RsocketConn) wakeLocked() {
-	poke(c.rcvReady)
-	poke(c.sndReady)
-	if c.poll.held {
-		c.poller().interrupt()
-	}
+	c.poller().wakeLocked()
 }
 
 func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
@@ -494,7 +484,7 @@ func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
 	c.poller().tryPoll()
 	c.mu.Lock()
 	c.rdShut, c.peerGone = true, true
-	c.wakeLocked()
+	c.poller().wakeLocked()
 	c.mu.Unlock()
 }
 

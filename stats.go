@@ -143,11 +143,11 @@ func newConnStats() *connStats { return new(connStats) }
 
 // setFallback records why an auto dial fell back to soft (under mu, as
 // Stats may read it from the registry already).
-func (c *Conn) setFallback(fb error) {
-	c.mu.Lock()
-	c.fallback = fb
-	c.mu.Unlock()
-	logFallback(c.raddr, fb) // debuglog.go
+func (f *connFace) setFallback(fb error) {
+	f.mu.Lock()
+	f.fallback = fb
+	f.mu.Unlock()
+	logFallback(f.raddr, fb) // debuglog.go
 }
 
 // remoteDone counts a one-sided operation of opcode on n bytes, if *err
@@ -292,12 +292,8 @@ func (f *connFace) counts(wire string) ConnStats {
 		NotifiesSent:       st.notesSent.Load(),
 		NotifiesReceived:   st.notesRecv.Load(),
 		Exposures:          st.exposures.Load(),
-	}
-	if f.laddr != nil {
-		s.LocalAddr = f.laddr.String()
-	}
-	if f.raddr != nil {
-		s.RemoteAddr = f.raddr.String()
+		LocalAddr:          addrString(f.laddr), // debuglog.go
+		RemoteAddr:         addrString(f.raddr),
 	}
 	return s
 }
@@ -540,14 +536,6 @@ func ReadProcessStats() ProcessStats {
 		t.add(c.Stats())
 	}
 	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
-}
-
-// setFallback records why an auto dial fell back to soft.
-func (c *RsocketConn) setFallback(fb error) {
-	c.mu.Lock()
-	c.fallback = fb
-	c.mu.Unlock()
-	logFallback(c.raddr, fb)
 }
 
 // waited counts a Write's wait for credits that began at began.
