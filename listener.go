@@ -74,15 +74,7 @@ func Listen(network, address string) (net.Listener, error) {
 // Listen announces on the local address; see the package function Listen.
 // The result is a *Listener.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
-	l, err := lc.listen(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*Listener, error) {
-	fail := func(la net.Addr, err error) (*Listener, error) {
+	fail := func(la net.Addr, err error) (net.Listener, error) {
 		return nil, opError("listen", la, nil, err)
 	}
 	tcpNet, err := tcpNetwork(network)
@@ -171,8 +163,7 @@ func (l *Listener) Close() error {
 		close(l.done)
 		l.cancel()
 		for _, sd := range l.sides {
-			sd.id.Destroy()
-			sd.ech.Close() // ends its loop
+			sd.close() // ends its loop
 		}
 		l.wg.Wait()
 		for {

@@ -89,11 +89,10 @@ func listenOne(prov verbs.Provider, ta *net.TCPAddr) (listenSide, error) {
 		return listenSide{}, err
 	}
 	sd := listenSide{prov, ech, id}
-	if err := id.BindAddr(ta); err != nil {
-		sd.close()
-		return listenSide{}, err
+	if err = id.BindAddr(ta); err == nil {
+		err = id.Listen(listenBacklog)
 	}
-	if err := id.Listen(listenBacklog); err != nil {
+	if err != nil {
 		sd.close()
 		return listenSide{}, err
 	}
