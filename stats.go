@@ -278,12 +278,18 @@ func since(now, t time.Time) time.Duration {
 	return now.Sub(t)
 }
 
-// counts is what either wire counts with atomics, and what names it.
-func (f *connFace) counts(wire string) ConnStats {
+// snapshot is Stats for either wire: what both count and their state,
+// then what the wire adds under mu (locked, which returns the wire's
+// failure, if any), then the path its queue pair runs on now, asked
+// after letting go of mu.
+func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, st *connStats) error) ConnStats {
+	now := time.Now()
 	st := f.stats
 	s := ConnStats{
-		Provider: f.provider,
-		Wire:     wire,
+		Provider:   f.provider,
+		Wire:       wire,
+		LocalAddr:  addrString(f.laddr), // debuglog.go
+		RemoteAddr: addrString(f.raddr),
 
 		RemoteWrites:       st.remoteWrites.Load(),
 		RemoteReads:        st.remoteReads.Load(),
@@ -292,61 +298,52 @@ func (f *connFace) counts(wire string) ConnStats {
 		NotifiesSent:       st.notesSent.Load(),
 		NotifiesReceived:   st.notesRecv.Load(),
 		Exposures:          st.exposures.Load(),
-		LocalAddr:          addrString(f.laddr), // debuglog.go
-		RemoteAddr:         addrString(f.raddr),
 	}
-	return s
-}
-
-// countsLocked adds what either wire counts under mu, and its state: err
-// is its failure, if any. It returns e's queue pair while it is up, for
-// Path, which the caller asks after letting go of mu. Called with mu held.
-func (f *connFace) countsLocked(s *ConnStats, now time.Time, err error, e *endpoint) verbs.QP {
-	st := f.stats
+	f.mu.Lock()
 	st.seeLocked(now)
 	s.BytesSent, s.BytesReceived, s.Writes = st.bytesSent, st.bytesRecv, st.writes
 	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.atOnce, st.handed, st.spun, st.slept
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
+	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
 	s.Opened, s.Closed = st.opened, f.closed
-	if err != nil {
+	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	s.SendBufferSize = len(e.sbuf)
+	if err := locked(&s, st); err != nil {
 		s.Err = err.Error()
 	}
 	if f.fallback != nil {
 		s.Fallback = f.fallback.Error()
 	}
-	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	qp := e.qp
 	if f.torn {
-		return nil
+		qp = nil
 	}
-	return e.qp
+	f.mu.Unlock()
+	s.Path = pathOf(f.provider, qp)
+	return s
 }
 
 // Stats returns what the connection has done so far and its sizes now. It
 // takes the connection's lock briefly; the data path keeps running.
 func (c *Conn) Stats() ConnStats {
-	now := time.Now()
-	s := c.counts("stream")
+	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connStats) error {
+		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
+		s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
+		s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
+		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
+		s.SendBuffered = int(c.sbTail - c.sbHead)
+		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
+		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.ringWaits, st.sendBufWaits, st.readWaits
+		s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
+		s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
+		s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
+		if c.zc != nil {
+			s.Exposed = len(c.zc.exposed)
+		}
+		return c.failureLocked()
+	})
 	s.LastSeenStep = c.watchStep()
-	c.mu.Lock()
-	st := c.stats
-	qp := c.countsLocked(&s, now, c.failureLocked(), &c.endpoint)
-	s.RingSize, s.PeerRingSize, s.SendBufferSize = len(c.ring), int(c.tx.Size), len(c.sbuf)
-	s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
-	s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
-	s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-	s.SendBuffered = int(c.sbTail - c.sbHead)
-	s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
-	s.CreditWaits, s.RingWaits, s.SendBufferWaits = st.creditWaits, st.ringWaits, st.sendBufWaits
-	s.WriteWaitTime, s.ReadWaits = st.writeWait, st.readWaits
-	s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
-	s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
-	s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
-	if c.zc != nil {
-		s.Exposed = len(c.zc.exposed)
-	}
-	c.mu.Unlock()
-	s.Path = pathOf(c.provider, qp)
 	return s
 }
 
@@ -553,16 +550,10 @@ func (c *RsocketConn) waited(began time.Time) {
 // contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
 // that waited for a credit, a region, send buffer room or a queue slot.
 func (c *RsocketConn) Stats() ConnStats {
-	now := time.Now()
-	s := c.counts(WireRsocket)
-	c.mu.Lock()
-	st := c.stats
-	qp := c.countsLocked(&s, now, c.err, &c.endpoint)
-	s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
-	_, buffered := c.rx.Buffered()
-	s.Buffered = int(buffered)
-	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
-	c.mu.Unlock()
-	s.Path = pathOf(c.provider, qp)
-	return s
+	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connStats) error {
+		s.RingSize = len(c.rbuf)
+		_, buffered := c.rx.Buffered()
+		s.Buffered = int(buffered)
+		return c.err
+	})
 }
