@@ -310,7 +310,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				// wakes a waiter and the poll role's holder alike.
 				stop := context.AfterFunc(ctx, func() {
 					dl.set(time.Unix(1, 0))
-					c.deadlineMoved()
+					c.poller().lookAgain()
 				})
 				defer stop()
 			}

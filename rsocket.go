@@ -267,9 +267,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		if !ok {
 			c.stats.creditWaits++
 			c.mu.Unlock()
-			began := time.Now()
 			c.await(c.sndReady, &c.wdl, false)
-			c.waited(began) // stats.go
 			continue
 		}
 		c.mu.Unlock()
@@ -383,17 +381,6 @@ func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, 
 // role, completions.go).
 func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
 	c.poller().await(ready, dl, draining)
-}
-
-// waitStart notes nothing: a Write's wait is timed around it (waited,
-// stats.go).
-func (c *RsocketConn) waitStart(*deadline) time.Time { return time.Time{} }
-
-// waitedLocked counts how a Read's data came after a wait.
-func (c *RsocketConn) waitedLocked(dl *deadline, _ time.Time, how waitKind, _ bool) {
-	if dl == &c.rdl {
-		c.stats.rdWait = max(c.stats.rdWait, how)
-	}
 }
 
 // handle applies a batch of completions.

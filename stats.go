@@ -218,26 +218,22 @@ func (f *connFace) read(n int) {
 // waitStart is what await notes as a wait begins: the clock, for a
 // Write's (whose total wait is counted; a Read's wait is the peer's
 // business and is not timed).
-func (c *Conn) waitStart(dl *deadline) time.Time {
-	if dl == &c.wdl {
+func (f *connFace) waitStart(dl *deadline) time.Time {
+	if dl == &f.wdl {
 		return time.Now()
 	}
 	return time.Time{}
 }
 
 // waitedLocked counts a wait that began at began and ended how, with mu
-// held; pollSeen says the caller held the poll role, whose counts are
-// then copied for Stats (only the holder touches them).
-func (c *Conn) waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool) {
+// held.
+func (f *connFace) waitedLocked(dl *deadline, began time.Time, how waitKind) {
 	switch dl {
-	case &c.wdl:
-		c.stats.writeWait += time.Since(began)
-	case &c.rdl:
-		c.stats.readWaits++
-		c.stats.rdWait = max(c.stats.rdWait, how)
-	}
-	if pollSeen {
-		c.stats.spins, c.stats.caught, c.stats.sleeps = c.poll.spins, c.poll.caught, c.poll.sleeps
+	case &f.wdl:
+		f.stats.writeWait += time.Since(began)
+	case &f.rdl:
+		f.stats.readWaits++
+		f.stats.rdWait = max(f.stats.rdWait, how)
 	}
 }
 
@@ -533,13 +529,6 @@ func ReadProcessStats() ProcessStats {
 		t.add(c.Stats())
 	}
 	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
-}
-
-// waited counts a Write's wait for credits that began at began.
-func (c *RsocketConn) waited(began time.Time) {
-	c.mu.Lock()
-	c.stats.writeWait += time.Since(began)
-	c.mu.Unlock()
 }
 
 // Stats returns what the connection has done so far. The rsocket wire has
