@@ -1,7 +1,9 @@
 package rdma
 
 import (
-	"sort"
+	"cmp"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -417,19 +419,13 @@ func unregister(c statser) {
 // RsocketConn), in the order they were established.
 func OpenConnStats() []ConnStats {
 	registry.mu.Lock()
-	type entry struct {
-		c  statser
-		id uint64
-	}
-	es := make([]entry, 0, len(registry.open))
-	for c, id := range registry.open {
-		es = append(es, entry{c, id})
-	}
+	open := slices.SortedFunc(maps.Keys(registry.open), func(a, b statser) int {
+		return cmp.Compare(registry.open[a], registry.open[b])
+	})
 	registry.mu.Unlock()
-	sort.Slice(es, func(i, j int) bool { return es[i].id < es[j].id })
-	out := make([]ConnStats, len(es))
-	for i, e := range es {
-		out[i] = e.c.Stats()
+	out := make([]ConnStats, len(open))
+	for i, c := range open {
+		out[i] = c.Stats()
 	}
 	return out
 }
@@ -520,10 +516,7 @@ func ReadProcessStats() ProcessStats {
 	registry.mu.Lock()
 	t := registry.closed
 	t.Opened = registry.next
-	open := make([]statser, 0, len(registry.open))
-	for c := range registry.open {
-		open = append(open, c)
-	}
+	open := slices.Collect(maps.Keys(registry.open))
 	registry.mu.Unlock()
 	for _, c := range open {
 		t.add(c.Stats())
