@@ -230,6 +230,7 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 // establishing is a connection of either wire between its setup and its
 // start.
 type establishing interface {
+	net.Conn
 	releaseVerbs()
 	start()
 }

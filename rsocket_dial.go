@@ -114,7 +114,7 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		refuse(ev.ID, nil)
 		return
 	}
-	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
+	l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
 		c, err := newRsocketConn(prov.Name(), ech, ev.ID, *l.rs)
 		if err != nil {
 			return nil, nil, err
@@ -122,7 +122,4 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		c.setPeer(peer)
 		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
 	})
-	if ac != nil {
-		l.handOut(ac.(*RsocketConn))
-	}
 }
