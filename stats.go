@@ -124,7 +124,7 @@ type connStats struct {
 	// trip on shared memory 4-5%).
 	bytesSent, bytesRecv                 uint64
 	writes                               uint64
-	atOnce, handed, spun, slept          uint64
+	reads                                [4]uint64 // Reads by how they waited (waitKind)
 	msgsSent, msgsRecv                   uint64
 	creditWaits, ringWaits, sendBufWaits uint64
 	writeWait                            time.Duration
@@ -195,16 +195,7 @@ func (s *connStats) wroteLocked(n int, first bool) {
 // Called with mu held, by the reader (rmu).
 func (s *connStats) readLocked(n int) {
 	s.bytesRecv += uint64(n)
-	switch s.rdWait { // one of these per Read: Reads is their sum
-	case waitNone:
-		s.atOnce++
-	case waitHanded:
-		s.handed++
-	case waitSpun:
-		s.spun++
-	default:
-		s.slept++
-	}
+	s.reads[s.rdWait&3]++ // one per Read: Reads is their sum
 	s.rdWait = waitNone
 }
 
@@ -300,7 +291,7 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	f.mu.Lock()
 	st.seeLocked(now)
 	s.BytesSent, s.BytesReceived, s.Writes = st.bytesSent, st.bytesRecv, st.writes
-	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.atOnce, st.handed, st.spun, st.slept
+	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.reads[waitNone], st.reads[waitHanded], st.reads[waitSpun], st.reads[waitSlept]
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
 	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
