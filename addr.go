@@ -57,6 +57,14 @@ func (a *Addr) tcpAddr() *net.TCPAddr {
 	return &net.TCPAddr{IP: a.IP, Port: a.Port, Zone: a.Zone}
 }
 
+// netAddr is a as a net.Addr: nil, not a nil *Addr, when a is nil.
+func (a *Addr) netAddr() net.Addr {
+	if a == nil {
+		return nil
+	}
+	return a
+}
+
 func fromTCPAddr(t *net.TCPAddr) *Addr {
 	if t == nil {
 		return nil

@@ -192,9 +192,6 @@ type poller struct {
 type polledConn interface {
 	handle(wcs []verbs.WC) // applies a batch of completions
 	failLocked(err error)  // records a failure and wakes every waiter
-	// waitStart and waitedLocked count a wait (stats.go).
-	waitStart(dl *deadline) time.Time
-	waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool)
 }
 
 func (c *Conn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
@@ -214,7 +211,7 @@ func (c *Conn) tryPoll() { c.poller().tryPoll() }
 // deadline (nil: none); draining says the caller is Close's drain, which
 // runs after closedCh is closed.
 func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
-	began := r.w.waitStart(dl) // stats.go
+	began := r.f.waitStart(dl) // stats.go
 	r.f.mu.Lock()
 	if r.f.torn {
 		r.f.mu.Unlock()
@@ -222,7 +219,7 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 	}
 	select {
 	case <-ready:
-		r.w.waitedLocked(dl, began, waitHanded, false)
+		r.f.waitedLocked(dl, began, waitHanded)
 		// What the caller waits for may have come since it looked: another
 		// holder applied completions meanwhile (and poked ready, under mu).
 		// Without this look, the caller could take the role with the CQ
@@ -248,7 +245,7 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 		}
 		r.f.mu.Lock()
 		r.p.waiters--
-		r.w.waitedLocked(dl, began, waitHanded, false)
+		r.f.waitedLocked(dl, began, waitHanded)
 		r.f.mu.Unlock()
 		return
 	}
@@ -257,7 +254,10 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 	r.pollRole(dl, draining)
 	r.f.mu.Lock()
 	othersWait := r.p.releaseLocked()
-	r.w.waitedLocked(dl, began, r.p.pollKind(sleeps, caught), true)
+	r.f.waitedLocked(dl, began, r.p.pollKind(sleeps, caught))
+	// The role's counts, which only its holder touches, for Stats.
+	st := r.f.stats
+	st.spins, st.caught, st.sleeps = r.p.spins, r.p.caught, r.p.sleeps
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:
@@ -471,6 +471,16 @@ func (r poller) interrupt() {
 	_ = r.e.cch.SetDeadline(time.Unix(1, 0))
 }
 
+// wakeLocked wakes every waiter, the poll role's holder included, to look
+// at the connection again. Called with mu held.
+func (r poller) wakeLocked() {
+	poke(r.f.rcvReady)
+	poke(r.f.sndReady)
+	if r.p.held {
+		r.interrupt()
+	}
+}
+
 // lookAgain makes a sleeping holder look again: at a new deadline, or at
 // Close. (A caller waiting for the holder watches its deadline's channel,
 // which is only ever replaced after it was closed, which woke that
@@ -491,9 +501,6 @@ func (r poller) lookAgainAfter(err error) error {
 	}
 	return err
 }
-
-// deadlineMoved makes a sleeping holder take a new deadline into account.
-func (c *Conn) deadlineMoved() { c.poller().lookAgain() }
 
 // handle applies a batch of completions.
 func (c *Conn) handle(wcs []verbs.WC) {
@@ -651,11 +658,7 @@ func (c *Conn) failLocked(err error) {
 		c.err = err
 		c.logFailure(err) // debuglog.go
 	}
-	poke(c.rcvReady)
-	poke(c.sndReady)
-	if c.poll.held {
-		c.poller().interrupt()
-	}
+	c.poller().wakeLocked()
 }
 
 func poke(ch chan struct{}) {

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"cmp"
 	"math/bits"
 	"os"
 	"time"
@@ -193,22 +194,10 @@ func (c *Config) withDefaults() Config {
 	if c != nil {
 		r = *c
 	}
-	if r.RingSize <= 0 {
-		r.RingSize = defaultRingSize
-	}
-	r.RingSize = pow2Clamp(r.RingSize, minRingSize, maxRingSize)
-	if r.SendBufferSize <= 0 {
-		r.SendBufferSize = r.RingSize
-	}
-	r.SendBufferSize = pow2Clamp(r.SendBufferSize, minRingSize, maxRingSize)
-	if r.SendDepth <= 0 {
-		r.SendDepth = defaultSendDepth
-	}
-	r.SendDepth = clamp(r.SendDepth, minDepth, maxSendDepth)
-	if r.RecvDepth <= 0 {
-		r.RecvDepth = defaultRecvDepth
-	}
-	r.RecvDepth = clamp(r.RecvDepth, minDepth, maxRecvDepth)
+	r.RingSize = pow2Clamp(positive(r.RingSize, defaultRingSize), minRingSize, maxRingSize)
+	r.SendBufferSize = pow2Clamp(positive(r.SendBufferSize, r.RingSize), minRingSize, maxRingSize)
+	r.SendDepth = clamp(positive(r.SendDepth, defaultSendDepth), minDepth, maxSendDepth)
+	r.RecvDepth = clamp(positive(r.RecvDepth, defaultRecvDepth), minDepth, maxRecvDepth)
 	switch {
 	case r.InlineThreshold == 0:
 		r.InlineThreshold = defaultInline
@@ -217,22 +206,16 @@ func (c *Config) withDefaults() Config {
 	case r.InlineThreshold > 1024:
 		r.InlineThreshold = 1024
 	}
-	if r.KeepAlive == 0 {
-		r.KeepAlive = defaultKeepAlive
-	}
+	r.KeepAlive = cmp.Or(r.KeepAlive, defaultKeepAlive) // negative: off
 	switch {
 	case r.PeerTimeout == 0:
 		r.PeerTimeout = defaultPeerTimeout
 	case r.PeerTimeout > 0:
 		r.PeerTimeout = max(r.PeerTimeout, stream.MinTimeout)
 	}
-	if r.HandshakeTimeout <= 0 {
-		r.HandshakeTimeout = defaultHandshakeTimout
-	}
+	r.HandshakeTimeout = positive(r.HandshakeTimeout, defaultHandshakeTimout)
 	r.TrafficClass = clamp(r.TrafficClass, 0, 255)
-	if r.RDMAConnectTimeout == 0 {
-		r.RDMAConnectTimeout = defaultRDMAConnectTimeout
-	}
+	r.RDMAConnectTimeout = cmp.Or(r.RDMAConnectTimeout, defaultRDMAConnectTimeout) // negative: no fallback
 	return r
 }
 
@@ -258,6 +241,14 @@ func (c *Config) pollTime(provider string) time.Duration {
 		return defaultRDMACorePollTime
 	}
 	return 0
+}
+
+// positive is v if it is positive, else def.
+func positive[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 func clamp(v, lo, hi int) int {

@@ -138,9 +138,10 @@ func (c *Conn) takeAnswer(private []byte) error {
 func (c *Conn) start() {
 	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
 	c.poll.configure(&c.cfg, c.provider)
-	c.startWatch()
-	register(c)        // stats.go
-	c.logEstablished() // debuglog.go
+	w := c.newWatch(time.Now())                      // heartbeat.go
+	c.timed, c.cmDone = startWatch(c.ech, w, w.next) // keepalive.go
+	register(c)                                      // stats.go
+	c.logEstablished()                               // debuglog.go
 }
 
 // Read reads data the peer wrote. It returns as soon as any data is there;

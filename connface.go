@@ -134,12 +134,7 @@ func (f *connFace) Provider() string { return f.provider }
 // Fallback returns a *FallbackError when the connection was dialed with
 // provider auto on a host with an RDMA device and is carried by soft because
 // the peer did not answer over the RDMA connection manager; else nil.
-func (f *connFace) Fallback() error {
-	if f.fallback == nil {
-		return nil
-	}
-	return f.fallback
-}
+func (f *connFace) Fallback() error { return f.fallback }
 
 // SetDeadline sets the read and write deadlines.
 func (f *connFace) SetDeadline(t time.Time) error {
@@ -177,14 +172,7 @@ func (f *connFace) checkOpen(op string) error {
 }
 
 func (f *connFace) opErr(op string, err error) error {
-	var src, dst net.Addr
-	if f.laddr != nil {
-		src = f.laddr
-	}
-	if f.raddr != nil {
-		dst = f.raddr
-	}
-	return opError(op, src, dst, err)
+	return opError(op, f.laddr.netAddr(), f.raddr.netAddr(), err)
 }
 
 // writeShutter is a wire's side of CloseWrite (closeWrite); its methods

@@ -27,22 +27,19 @@ func (d *deadline) set(t time.Time) {
 	d.timer = nil
 	d.at = t
 	closed := isClosed(d.cancel)
-	if t.IsZero() {
-		if closed {
-			d.cancel = make(chan struct{})
+	dur := time.Until(t)
+	if !t.IsZero() && dur <= 0 { // passed already
+		if !closed {
+			close(d.cancel)
 		}
 		return
 	}
-	if dur := time.Until(t); dur > 0 {
-		if closed {
-			d.cancel = make(chan struct{})
-		}
+	if closed {
+		d.cancel = make(chan struct{})
+	}
+	if !t.IsZero() {
 		cancel := d.cancel
 		d.timer = time.AfterFunc(dur, func() { close(cancel) })
-		return
-	}
-	if !closed {
-		close(d.cancel)
 	}
 }
 

@@ -3,6 +3,7 @@ package rdma
 import (
 	"context"
 	"log/slog"
+	"math/bits"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -85,12 +86,7 @@ func SetDebugLogger(l *slog.Logger) { debugLogger.Store(l) }
 // debugOn reports whether records of sub at level are logged: the test
 // in front of every record, so that nothing is built when they are not.
 func debugOn(sub int, level slog.Level) bool {
-	i := 0
-	for sub > 1 {
-		sub >>= 1
-		i++
-	}
-	return level >= slog.Level(debugMin[i].Load())
+	return level >= slog.Level(debugMin[bits.TrailingZeros(uint(sub))].Load())
 }
 
 // debugLog logs one record; callers test debugOn first.

@@ -52,16 +52,14 @@ func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.
 	}
 	if w == WireRsocket {
 		// rsocket's sizes are its own defaults unless the Config sets them.
-		p := rsocketParams(d.Config)
-		c, err := dialWire(d, ctx, network, address, func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, _ Config) (*RsocketConn, error) {
-			return connectRsocket(ctx, prov, src, dst, p) // rsocket_dial.go
-		})
-		if err != nil {
-			return nil, err
-		}
-		return c, nil
+		return asConn(dialWire(d, ctx, network, address, connectRsocket(rsocketParams(d.Config)))) // rsocket_dial.go
 	}
-	c, err := dialWire(d, ctx, network, address, connect)
+	return asConn(dialWire(d, ctx, network, address, connect))
+}
+
+// asConn is a dialed connection as a net.Conn: nil, not a nil *Conn, when
+// the dial failed.
+func asConn[C net.Conn](c C, err error) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -78,18 +76,12 @@ type connectFunc[C wireConn] func(ctx context.Context, prov verbs.Provider, src,
 // says; its errors are *net.OpError with net.Dial's timeout error.
 func dialWire[C wireConn](d *Dialer, ctx context.Context, network, address string, connect connectFunc[C]) (C, error) {
 	var none C
-	var laddr, raddr net.Addr
-	if d.LocalAddr != nil {
-		laddr = d.LocalAddr
-	}
+	var raddr net.Addr
 	if ctx == nil {
 		panic("rdma: nil context")
 	}
 	fail := func(err error) (C, error) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			err = mapCtxErr(ctx, err)
-		}
-		return none, opError("dial", laddr, raddr, err)
+		return none, opError("dial", d.LocalAddr, raddr, ctxError(err))
 	}
 	tcpNet, err := tcpNetwork(network)
 	if err != nil {
@@ -238,6 +230,7 @@ func connect(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cf
 // establishing is a connection of either wire between its setup and its
 // start.
 type establishing interface {
+	net.Conn
 	releaseVerbs()
 	start()
 }
@@ -353,8 +346,9 @@ func eventError(ev verbs.CMEvent) error {
 	return fmt.Errorf("rdma: unexpected connection manager event %v", ev.Type)
 }
 
-// mapCtxErr returns what net.Dial returns for a context that ended.
-func mapCtxErr(ctx context.Context, err error) error {
+// ctxError is err, but what net.Dial returns for a context whose deadline
+// passed.
+func ctxError(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return os.ErrDeadlineExceeded // net.Dial's timeout error satisfies this too
 	}

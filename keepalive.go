@@ -162,12 +162,6 @@ func (t *timedWatch) takeEvents() {
 	}
 }
 
-// startWatch starts the connection's watch.
-func (c *Conn) startWatch() {
-	w := c.newWatch(time.Now())
-	c.timed, c.cmDone = startWatch(c.ech, w, w.next)
-}
-
 // onEvent handles a connection manager event of the established
 // connection.
 func (c *Conn) onEvent(ev verbs.CMEvent) {

@@ -74,15 +74,7 @@ func Listen(network, address string) (net.Listener, error) {
 // Listen announces on the local address; see the package function Listen.
 // The result is a *Listener.
 func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (net.Listener, error) {
-	l, err := lc.listen(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return l, nil
-}
-
-func (lc *ListenConfig) listen(ctx context.Context, network, address string) (*Listener, error) {
-	fail := func(la net.Addr, err error) (*Listener, error) {
+	fail := func(la net.Addr, err error) (net.Listener, error) {
 		return nil, opError("listen", la, nil, err)
 	}
 	tcpNet, err := tcpNetwork(network)
@@ -171,8 +163,7 @@ func (l *Listener) Close() error {
 		close(l.done)
 		l.cancel()
 		for _, sd := range l.sides {
-			sd.id.Destroy()
-			sd.ech.Close() // ends its loop
+			sd.close() // ends its loop
 		}
 		l.wg.Wait()
 		for {
@@ -249,7 +240,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		refuse(ev.ID, stream.MarshalReject(stream.RejectBadHello))
 		return
 	}
-	ac := l.accept(prov, ev.ID, stream.MarshalReject(stream.RejectNoResources), func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
+	l.accept(prov, ev.ID, stream.MarshalReject(stream.RejectNoResources), func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
 		// A peer of version 3 on moves to a larger ring when it needs one;
 		// an older one gets RingSize at once.
 		c, err := newConn(prov.Name(), ech, ev.ID, l.cfg, peer.Version >= stream.VersionGrow)
@@ -265,10 +256,6 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		}
 		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
 	})
-	if ac != nil {
-		phase.Mark("listen: accepted")
-		l.handOut(ac.(*Conn))
-	}
 }
 
 // refuse rejects a connection request with private data why.
@@ -281,51 +268,41 @@ func refuse(id verbs.CMID, why []byte) {
 // request on id: an event channel of the connection's own, the
 // connection's resources and its answer (setup, which also takes in the
 // peer's half of the handshake), the transport timeout and traffic class,
-// the accept and, on a NIC, the wait until the connection is established.
-// A request it cannot set up is rejected with noRes. It returns the
-// started connection, or nil.
-func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setup func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error)) establishing {
+// the accept and, on a NIC, the wait until the connection is established;
+// then it hands the started connection to Accept. A request it cannot set
+// up is rejected with noRes.
+func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setup func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error)) {
 	ech, err := prov.CreateEventChannel()
 	if err != nil {
 		refuse(id, noRes)
-		return nil
+		return
 	}
-	if err := id.Migrate(ech); err != nil {
-		refuse(id, noRes)
-		ech.Close()
-		return nil
+	var c establishing
+	var param *verbs.ConnParam
+	if err = id.Migrate(ech); err == nil {
+		c, param, err = setup(ech)
 	}
-	c, param, err := setup(ech)
 	if err != nil {
 		refuse(id, noRes)
 		ech.Close()
-		return nil
+		return
 	}
-	abort := func() establishing {
+	err = id.SetAckTimeout(ackTimeoutExp)
+	if tc := l.trafficClass.Load(); tc != 0 && err == nil {
+		err = id.SetTOS(int(tc))
+	}
+	if err == nil {
+		err = id.Accept(param)
+	}
+	// A NIC's QP may drop what arrives before the peer's QP is ready to
+	// receive (and retransmit it a timeout later): hand the connection
+	// out once the peer has said it is. (The rsocket wire waits on every
+	// provider, as rsocket.c's accept does.)
+	if err != nil || (prov.Name() != ProviderSoft || l.rs != nil) && !l.awaitEstablished(id, ech) {
 		c.releaseVerbs()
 		id.Destroy()
 		ech.Close()
-		return nil
-	}
-	if err := id.SetAckTimeout(ackTimeoutExp); err != nil {
-		return abort()
-	}
-	if tc := l.trafficClass.Load(); tc != 0 {
-		if err := id.SetTOS(int(tc)); err != nil {
-			return abort()
-		}
-	}
-	if err := id.Accept(param); err != nil {
-		return abort()
-	}
-	if prov.Name() != ProviderSoft || l.rs != nil {
-		// A NIC's QP may drop what arrives before the peer's QP is
-		// ready to receive (and retransmit it a timeout later): hand the
-		// connection out once the peer has said it is. (The rsocket
-		// wire waits on every provider, as rsocket.c's accept does.)
-		if !l.awaitEstablished(id, ech) {
-			return abort()
-		}
+		return
 	}
 	// On soft, the connection is handed out as soon as it is accepted:
 	// the QP can send, and the peer's frames can only follow its RTU on
@@ -334,7 +311,8 @@ func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setu
 	// sends it fails the connection: soft gives up on the RTU after twice
 	// its handshake timeout and flushes the QP.
 	c.start()
-	return c
+	phase.Mark("listen: accepted")
+	l.handOut(c)
 }
 
 // awaitEstablished waits, within the handshake timeout, for the accepted

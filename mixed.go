@@ -89,11 +89,10 @@ func listenOne(prov verbs.Provider, ta *net.TCPAddr) (listenSide, error) {
 		return listenSide{}, err
 	}
 	sd := listenSide{prov, ech, id}
-	if err := id.BindAddr(ta); err != nil {
-		sd.close()
-		return listenSide{}, err
+	if err = id.BindAddr(ta); err == nil {
+		err = id.Listen(listenBacklog)
 	}
-	if err := id.Listen(listenBacklog); err != nil {
+	if err != nil {
 		sd.close()
 		return listenSide{}, err
 	}
@@ -150,11 +149,11 @@ func connectWithFallback[C wireConn](ctx context.Context, prov verbs.Provider, s
 		return connect(ctx, prov, src, dst, cfg)
 	}
 	key := dst.String()
-	if since, ok := softOnlyPeers.recall(key, time.Now()); ok {
+	if since, ok := softOnlyPeers.Recall(key, time.Now()); ok {
 		c, err := connect(ctx, soft, src, dst, cfg)
 		if err == nil {
 			if c.peerTakesRDMACM() {
-				softOnlyPeers.forget(key)
+				softOnlyPeers.Forget(key)
 			}
 			c.setFallback(&FallbackError{Provider: prov.Name(), Err: &rememberedError{since}})
 			return c, nil
@@ -163,7 +162,7 @@ func connectWithFallback[C wireConn](ctx context.Context, prov verbs.Provider, s
 			return none, ctx.Err()
 		}
 		// The peer changed: look again, RDMA first.
-		softOnlyPeers.forget(key)
+		softOnlyPeers.Forget(key)
 	}
 	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
@@ -187,7 +186,7 @@ func connectWithFallback[C wireConn](ctx context.Context, prov verbs.Provider, s
 		return none, fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err)
 	}
 	if !c.peerTakesRDMACM() {
-		softOnlyPeers.remember(key, time.Now())
+		softOnlyPeers.Remember(key, time.Now())
 	}
 	c.setFallback(fb)
 	return c, nil

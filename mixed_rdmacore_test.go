@@ -102,7 +102,7 @@ func TestMixedSilentPeerRDMACore(t *testing.T) {
 	t.Logf("soft-only server in %s: %s", ns, srv.expect(t, "LISTENING", time.Minute))
 
 	for _, bound := range []time.Duration{1500 * time.Millisecond, 500 * time.Millisecond} {
-		softOnlyPeers.clear()
+		softOnlyPeers.Clear()
 		start := time.Now()
 		c, err := dialCfg(t, &Config{RDMAConnectTimeout: bound}, addr, time.Minute)
 		require.NoError(t, err)
@@ -134,5 +134,5 @@ func TestMixedSilentPeerRDMACore(t *testing.T) {
 		roundTrip(t, c, 1000)
 		c.Close()
 	}
-	softOnlyPeers.clear()
+	softOnlyPeers.Clear()
 }

@@ -1,8 +1,9 @@
 package rdma
 
 import (
-	"sync"
 	"time"
+
+	"github.com/rdmanet/rdma/internal/ttlset"
 )
 
 // Mixed fleets remember, per process, the peers that answered an auto dial
@@ -20,69 +21,4 @@ const (
 )
 
 // softOnlyPeers is the process's memory, keyed by the peer's ip:port.
-var softOnlyPeers = newPeerMemory(softOnlyMax, softOnlyTTL)
-
-// peerMemory is a bounded, expiring set of peer addresses.
-type peerMemory struct {
-	mu      sync.Mutex
-	max     int
-	ttl     time.Duration
-	entries map[string]time.Time // when each was remembered
-}
-
-func newPeerMemory(max int, ttl time.Duration) *peerMemory {
-	return &peerMemory{max: max, ttl: ttl, entries: make(map[string]time.Time)}
-}
-
-// remember adds key at now, making room if the memory is full: expired
-// entries go, then the oldest.
-func (m *peerMemory) remember(key string, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.entries[key]; !ok && len(m.entries) >= m.max {
-		var oldest string
-		var oldestAt time.Time
-		for k, at := range m.entries {
-			if now.Sub(at) >= m.ttl {
-				delete(m.entries, k)
-			} else if oldest == "" || at.Before(oldestAt) {
-				oldest, oldestAt = k, at
-			}
-		}
-		if len(m.entries) >= m.max {
-			delete(m.entries, oldest)
-		}
-	}
-	m.entries[key] = now
-}
-
-// recall reports whether key is remembered at now, and since when; an
-// expired entry is dropped.
-func (m *peerMemory) recall(key string, now time.Time) (time.Time, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	at, ok := m.entries[key]
-	if ok && now.Sub(at) >= m.ttl {
-		delete(m.entries, key)
-		return time.Time{}, false
-	}
-	return at, ok
-}
-
-func (m *peerMemory) forget(key string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.entries, key)
-}
-
-func (m *peerMemory) len() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.entries)
-}
-
-func (m *peerMemory) clear() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	clear(m.entries)
-}
+var softOnlyPeers = ttlset.New(softOnlyMax, softOnlyTTL)

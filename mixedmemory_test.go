@@ -10,56 +10,27 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// The process's memory of soft-only peers is bounded whatever is dialed
+// (internal/ttlset's tests cover its rules).
 func TestPeerMemory(t *testing.T) {
-	m := newPeerMemory(3, time.Minute)
-	t0 := time.Unix(1000, 0)
-	m.remember("a", t0)
-	m.remember("b", t0.Add(time.Second))
-	m.remember("c", t0.Add(2*time.Second))
-	at, ok := m.recall("a", t0.Add(59*time.Second))
-	assert.True(t, ok)
-	assert.Equal(t, t0, at)
-
-	// Full: the oldest goes.
-	m.remember("d", t0.Add(3*time.Second))
-	assert.Equal(t, 3, m.len())
-	_, ok = m.recall("a", t0.Add(4*time.Second))
-	assert.False(t, ok, "the oldest entry was evicted")
-	for _, k := range []string{"b", "c", "d"} {
-		_, ok = m.recall(k, t0.Add(4*time.Second))
-		assert.True(t, ok, k)
-	}
-	// Remembering again refreshes, without evicting anything.
-	m.remember("b", t0.Add(30*time.Second))
-	assert.Equal(t, 3, m.len())
-
-	// Expired entries are not recalled, and are dropped.
-	_, ok = m.recall("c", t0.Add(62*time.Second))
-	assert.False(t, ok, "expired")
-	assert.Equal(t, 2, m.len())
-	// When full, expired entries make room before any live one goes.
-	m.remember("e", t0.Add(62*time.Second))
-	m.remember("f", t0.Add(64*time.Second)) // d (t0+3s) has expired
-	_, ok = m.recall("b", t0.Add(64*time.Second))
-	assert.True(t, ok, "a live entry stays while expired ones can go")
-	assert.Equal(t, 3, m.len())
-
-	m.forget("b")
-	_, ok = m.recall("b", t0.Add(64*time.Second))
-	assert.False(t, ok)
-
-	// The process's memory is bounded whatever is dialed.
-	big := newPeerMemory(softOnlyMax, softOnlyTTL)
+	useMemory(t)
+	t0 := time.Now()
 	for i := 0; i < 3*softOnlyMax; i++ {
-		big.remember("10.0.0.1:"+strconv.Itoa(i), t0.Add(time.Duration(i)*time.Millisecond))
+		softOnlyPeers.Remember("10.0.0.1:"+strconv.Itoa(i), t0.Add(time.Duration(i)*time.Millisecond))
 	}
-	assert.Equal(t, softOnlyMax, big.len())
+	assert.Equal(t, softOnlyMax, softOnlyPeers.Len())
+	_, ok := softOnlyPeers.Recall("10.0.0.1:"+strconv.Itoa(3*softOnlyMax-1), t0.Add(time.Second))
+	assert.True(t, ok, "the newest is remembered")
+	_, ok = softOnlyPeers.Recall("10.0.0.1:0", t0.Add(time.Second))
+	assert.False(t, ok, "the oldest went")
+	_, ok = softOnlyPeers.Recall("10.0.0.1:"+strconv.Itoa(3*softOnlyMax-1), t0.Add(softOnlyTTL+4*time.Second))
+	assert.False(t, ok, "expired after softOnlyTTL")
 }
 
 // useMemory empties the process's memory of soft-only peers for a test.
 func useMemory(t *testing.T) {
-	softOnlyPeers.clear()
-	t.Cleanup(softOnlyPeers.clear)
+	softOnlyPeers.Clear()
+	t.Cleanup(softOnlyPeers.Clear)
 }
 
 // A peer without a device (its RDMA side swallows the connect) costs the
@@ -87,7 +58,7 @@ func TestAutoDialRemembersSoftOnlyPeer(t *testing.T) {
 	}
 	fb := dialFallback()
 	assert.GreaterOrEqual(t, fb.Elapsed, cfg.RDMAConnectTimeout)
-	_, ok := softOnlyPeers.recall(addr, time.Now())
+	_, ok := softOnlyPeers.Recall(addr, time.Now())
 	require.True(t, ok, "the soft-only peer is remembered")
 
 	fb = dialFallback()
@@ -97,7 +68,7 @@ func TestAutoDialRemembersSoftOnlyPeer(t *testing.T) {
 	t.Logf("second dial: %v", fb)
 
 	// Once the memory expired, the RDMA side is tried again.
-	softOnlyPeers.remember(addr, time.Now().Add(-softOnlyTTL))
+	softOnlyPeers.Remember(addr, time.Now().Add(-softOnlyTTL))
 	fb = dialFallback()
 	assert.GreaterOrEqual(t, fb.Elapsed, cfg.RDMAConnectTimeout)
 }
@@ -121,16 +92,16 @@ func TestAutoDialForgetsPeerWithRDMASide(t *testing.T) {
 	assert.Equal(t, ProviderSoft, c.Provider())
 	assert.Equal(t, ProviderSoft, <-provs)
 	assert.True(t, c.peerRDMACM, "the soft side of a mixed listener says so")
-	_, ok := softOnlyPeers.recall(addr, time.Now())
+	_, ok := softOnlyPeers.Recall(addr, time.Now())
 	assert.False(t, ok, "a mixed listener is not remembered as soft-only")
 
 	sp.setSilent(port, false)
-	softOnlyPeers.remember(addr, time.Now()) // as if it had answered only on soft
+	softOnlyPeers.Remember(addr, time.Now()) // as if it had answered only on soft
 	c, err = dialCfg(t, cfg, addr, 30*time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, ProviderSoft, c.Provider(), "a remembered peer is dialed on soft")
 	assert.Equal(t, ProviderSoft, <-provs)
-	_, ok = softOnlyPeers.recall(addr, time.Now())
+	_, ok = softOnlyPeers.Recall(addr, time.Now())
 	assert.False(t, ok, "forgotten once its soft side said it has an RDMA side")
 
 	c, err = dialCfg(t, cfg, addr, 30*time.Second)

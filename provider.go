@@ -35,21 +35,21 @@ func chooseProvider(name string) (verbs.Provider, error) {
 		logProviderChoice(name, ProviderSoft, "no RDMA device with an active port (or rdmacore not built in)")
 		return verbs.Lookup(ProviderSoft)
 	case ProviderRDMACore:
+		// Each failure says what is missing, then how to do without it.
+		unusable := func(err error, what string) error {
+			return fmt.Errorf("rdma: %s=%s, but %w%s; "+
+				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
+				source, name, err, what, source)
+		}
 		p, err := verbs.Lookup(ProviderRDMACore)
 		if err != nil {
-			return nil, fmt.Errorf("rdma: %s=%s, but %w: this program was built without the rdmacore provider (it needs cgo on linux); "+
-				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
-				source, name, verbs.ErrNoDevice, source)
+			return nil, unusable(verbs.ErrNoDevice, ": this program was built without the rdmacore provider (it needs cgo on linux)")
 		}
 		if err := rdmacore.Available(); err != nil {
-			return nil, fmt.Errorf("rdma: %s=%s, but %w; "+
-				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
-				source, name, err, source)
+			return nil, unusable(err, "")
 		}
 		if !hasActiveDevice(p) {
-			return nil, fmt.Errorf("rdma: %s=%s, but %w (none with an active port); "+
-				"use the software provider instead: set %s=soft (Config.Provider = \"soft\"), or leave it empty to choose automatically",
-				source, name, verbs.ErrNoDevice, source)
+			return nil, unusable(verbs.ErrNoDevice, " (none with an active port)")
 		}
 		logProviderChoice(name, p.Name(), source+" asked for it")
 		return p, nil

@@ -280,12 +280,9 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			c.unlockSubmit()
 			return n.value, int(n.n), nil
 		}
-		var err error
+		err := c.remoteErrLocked() // onesided.go
 		switch {
-		case c.closed || c.torn:
-			err = net.ErrClosed
-		case c.err != nil:
-			err = c.err
+		case err != nil:
 		case c.rx.FinRcvd:
 			err = errNoMoreNotes
 		case ctx.Err() != nil:
@@ -313,7 +310,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				// wakes a waiter and the poll role's holder alike.
 				stop := context.AfterFunc(ctx, func() {
 					dl.set(time.Unix(1, 0))
-					c.deadlineMoved()
+					c.poller().lookAgain()
 				})
 				defer stop()
 			}

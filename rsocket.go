@@ -267,9 +267,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		if !ok {
 			c.stats.creditWaits++
 			c.mu.Unlock()
-			began := time.Now()
 			c.await(c.sndReady, &c.wdl, false)
-			c.waited(began) // stats.go
 			continue
 		}
 		c.mu.Unlock()
@@ -374,17 +372,7 @@ func (c *RsocketConn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
 	}
-	c.wakeLocked()
-}
-
-// wakeLocked wakes every waiter, the poll role's holder included, to look
-// at the connection again.
-func (c *RsocketConn) wakeLocked() {
-	poke(c.rcvReady)
-	poke(c.sndReady)
-	if c.poll.held {
-		c.poller().interrupt()
-	}
+	c.poller().wakeLocked()
 }
 
 func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
@@ -393,17 +381,6 @@ func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, 
 // role, completions.go).
 func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
 	c.poller().await(ready, dl, draining)
-}
-
-// waitStart notes nothing: a Write's wait is timed around it (waited,
-// stats.go).
-func (c *RsocketConn) waitStart(*deadline) time.Time { return time.Time{} }
-
-// waitedLocked counts how a Read's data came after a wait.
-func (c *RsocketConn) waitedLocked(dl *deadline, _ time.Time, how waitKind, _ bool) {
-	if dl == &c.rdl {
-		c.stats.rdWait = max(c.stats.rdWait, how)
-	}
 }
 
 // handle applies a batch of completions.
@@ -494,7 +471,7 @@ func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
 	c.poller().tryPoll()
 	c.mu.Lock()
 	c.rdShut, c.peerGone = true, true
-	c.wakeLocked()
+	c.poller().wakeLocked()
 	c.mu.Unlock()
 }
 

@@ -58,27 +58,15 @@ func rsocketParams(c *Config) rsParams {
 	}
 	d := r.withDefaults() // keep-alive and timeouts as in the default mode
 	p := rsParams{
-		rbufSize:         rsocket.DefaultRecvBuf,
-		sbufSize:         rsocket.DefaultSendBuf,
-		sqSize:           rsocket.DefaultQueue,
-		rqSize:           rsocket.DefaultQueue,
+		rbufSize:         pow2Clamp(positive(r.RingSize, rsocket.DefaultRecvBuf), rsocket.MinBuf, rsocket.MaxBuf),
+		sbufSize:         pow2Clamp(positive(r.SendBufferSize, rsocket.DefaultSendBuf), rsocket.MinBuf, rsocket.MaxBuf),
+		sqSize:           clamp(positive(r.SendDepth, rsocket.DefaultQueue), rsocket.MinQueue, rsocket.MaxQueue),
+		rqSize:           clamp(positive(r.RecvDepth, rsocket.DefaultQueue), rsocket.MinQueue, rsocket.MaxQueue),
 		inline:           rsocket.DefaultInline,
 		keepAlive:        d.KeepAlive,
 		handshakeTimeout: d.HandshakeTimeout,
 		poll:             Config{PollTime: d.PollTime, BusyPoll: d.BusyPoll},
 		trafficClass:     d.TrafficClass,
-	}
-	if r.RingSize > 0 {
-		p.rbufSize = pow2Clamp(r.RingSize, rsocket.MinBuf, rsocket.MaxBuf)
-	}
-	if r.SendBufferSize > 0 {
-		p.sbufSize = pow2Clamp(r.SendBufferSize, rsocket.MinBuf, rsocket.MaxBuf)
-	}
-	if r.SendDepth > 0 {
-		p.sqSize = clamp(r.SendDepth, rsocket.MinQueue, rsocket.MaxQueue)
-	}
-	if r.RecvDepth > 0 {
-		p.rqSize = clamp(r.RecvDepth, rsocket.MinQueue, rsocket.MaxQueue)
 	}
 	switch {
 	case r.InlineThreshold < 0:
@@ -89,17 +77,19 @@ func rsocketParams(c *Config) rsParams {
 	return p
 }
 
-// connectRsocket runs rsocket.c's rs_do_connect: resolve, create the
-// endpoint, connect with rs_conn_data as private data, take the peer's from
-// the accept.
-func connectRsocket(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, p rsParams) (*RsocketConn, error) {
-	return connectSteps(ctx, prov, src, dst, p.trafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
-		c, err := newRsocketConn(prov.Name(), ech, id, p)
-		if err != nil {
-			return nil, nil, err
-		}
-		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
-	})
+// connectRsocket is the dial of a connection of sizes p as rsocket.c's
+// rs_do_connect runs it: resolve, create the endpoint, connect with
+// rs_conn_data as private data, take the peer's from the accept.
+func connectRsocket(p rsParams) connectFunc[*RsocketConn] {
+	return func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, _ Config) (*RsocketConn, error) {
+		return connectSteps(ctx, prov, src, dst, p.trafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
+			c, err := newRsocketConn(prov.Name(), ech, id, p)
+			if err != nil {
+				return nil, nil, err
+			}
+			return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+		})
+	}
 }
 
 // newRsListen returns a Listener's rsocket sizes, or nil unless c asks
@@ -124,7 +114,7 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		refuse(ev.ID, nil)
 		return
 	}
-	ac := l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
+	l.accept(prov, ev.ID, nil, func(ech verbs.EventChannel) (establishing, *verbs.ConnParam, error) {
 		c, err := newRsocketConn(prov.Name(), ech, ev.ID, *l.rs)
 		if err != nil {
 			return nil, nil, err
@@ -132,7 +122,4 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		c.setPeer(peer)
 		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
 	})
-	if ac != nil {
-		l.handOut(ac.(*RsocketConn))
-	}
 }

@@ -1,7 +1,9 @@
 package rdma
 
 import (
-	"sort"
+	"cmp"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,7 +124,7 @@ type connStats struct {
 	// trip on shared memory 4-5%).
 	bytesSent, bytesRecv                 uint64
 	writes                               uint64
-	atOnce, handed, spun, slept          uint64
+	reads                                [4]uint64 // Reads by how they waited (waitKind)
 	msgsSent, msgsRecv                   uint64
 	creditWaits, ringWaits, sendBufWaits uint64
 	writeWait                            time.Duration
@@ -143,11 +145,11 @@ func newConnStats() *connStats { return new(connStats) }
 
 // setFallback records why an auto dial fell back to soft (under mu, as
 // Stats may read it from the registry already).
-func (c *Conn) setFallback(fb error) {
-	c.mu.Lock()
-	c.fallback = fb
-	c.mu.Unlock()
-	logFallback(c.raddr, fb) // debuglog.go
+func (f *connFace) setFallback(fb error) {
+	f.mu.Lock()
+	f.fallback = fb
+	f.mu.Unlock()
+	logFallback(f.raddr, fb) // debuglog.go
 }
 
 // remoteDone counts a one-sided operation of opcode on n bytes, if *err
@@ -193,16 +195,7 @@ func (s *connStats) wroteLocked(n int, first bool) {
 // Called with mu held, by the reader (rmu).
 func (s *connStats) readLocked(n int) {
 	s.bytesRecv += uint64(n)
-	switch s.rdWait { // one of these per Read: Reads is their sum
-	case waitNone:
-		s.atOnce++
-	case waitHanded:
-		s.handed++
-	case waitSpun:
-		s.spun++
-	default:
-		s.slept++
-	}
+	s.reads[s.rdWait&3]++ // one per Read: Reads is their sum
 	s.rdWait = waitNone
 }
 
@@ -218,26 +211,22 @@ func (f *connFace) read(n int) {
 // waitStart is what await notes as a wait begins: the clock, for a
 // Write's (whose total wait is counted; a Read's wait is the peer's
 // business and is not timed).
-func (c *Conn) waitStart(dl *deadline) time.Time {
-	if dl == &c.wdl {
+func (f *connFace) waitStart(dl *deadline) time.Time {
+	if dl == &f.wdl {
 		return time.Now()
 	}
 	return time.Time{}
 }
 
 // waitedLocked counts a wait that began at began and ended how, with mu
-// held; pollSeen says the caller held the poll role, whose counts are
-// then copied for Stats (only the holder touches them).
-func (c *Conn) waitedLocked(dl *deadline, began time.Time, how waitKind, pollSeen bool) {
+// held.
+func (f *connFace) waitedLocked(dl *deadline, began time.Time, how waitKind) {
 	switch dl {
-	case &c.wdl:
-		c.stats.writeWait += time.Since(began)
-	case &c.rdl:
-		c.stats.readWaits++
-		c.stats.rdWait = max(c.stats.rdWait, how)
-	}
-	if pollSeen {
-		c.stats.spins, c.stats.caught, c.stats.sleeps = c.poll.spins, c.poll.caught, c.poll.sleeps
+	case &f.wdl:
+		f.stats.writeWait += time.Since(began)
+	case &f.rdl:
+		f.stats.readWaits++
+		f.stats.rdWait = max(f.stats.rdWait, how)
 	}
 }
 
@@ -278,12 +267,18 @@ func since(now, t time.Time) time.Duration {
 	return now.Sub(t)
 }
 
-// counts is what either wire counts with atomics, and what names it.
-func (f *connFace) counts(wire string) ConnStats {
+// snapshot is Stats for either wire: what both count and their state,
+// then what the wire adds under mu (locked, which returns the wire's
+// failure, if any), then the path its queue pair runs on now, asked
+// after letting go of mu.
+func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, st *connStats) error) ConnStats {
+	now := time.Now()
 	st := f.stats
 	s := ConnStats{
-		Provider: f.provider,
-		Wire:     wire,
+		Provider:   f.provider,
+		Wire:       wire,
+		LocalAddr:  addrString(f.laddr), // debuglog.go
+		RemoteAddr: addrString(f.raddr),
 
 		RemoteWrites:       st.remoteWrites.Load(),
 		RemoteReads:        st.remoteReads.Load(),
@@ -293,64 +288,51 @@ func (f *connFace) counts(wire string) ConnStats {
 		NotifiesReceived:   st.notesRecv.Load(),
 		Exposures:          st.exposures.Load(),
 	}
-	if f.laddr != nil {
-		s.LocalAddr = f.laddr.String()
-	}
-	if f.raddr != nil {
-		s.RemoteAddr = f.raddr.String()
-	}
-	return s
-}
-
-// countsLocked adds what either wire counts under mu, and its state: err
-// is its failure, if any. It returns e's queue pair while it is up, for
-// Path, which the caller asks after letting go of mu. Called with mu held.
-func (f *connFace) countsLocked(s *ConnStats, now time.Time, err error, e *endpoint) verbs.QP {
-	st := f.stats
+	f.mu.Lock()
 	st.seeLocked(now)
 	s.BytesSent, s.BytesReceived, s.Writes = st.bytesSent, st.bytesRecv, st.writes
-	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.atOnce, st.handed, st.spun, st.slept
+	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.reads[waitNone], st.reads[waitHanded], st.reads[waitSpun], st.reads[waitSlept]
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
+	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
 	s.Opened, s.Closed = st.opened, f.closed
-	if err != nil {
+	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	s.SendBufferSize = len(e.sbuf)
+	if err := locked(&s, st); err != nil {
 		s.Err = err.Error()
 	}
 	if f.fallback != nil {
 		s.Fallback = f.fallback.Error()
 	}
-	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	qp := e.qp
 	if f.torn {
-		return nil
+		qp = nil
 	}
-	return e.qp
+	f.mu.Unlock()
+	s.Path = pathOf(f.provider, qp)
+	return s
 }
 
 // Stats returns what the connection has done so far and its sizes now. It
 // takes the connection's lock briefly; the data path keeps running.
 func (c *Conn) Stats() ConnStats {
-	now := time.Now()
-	s := c.counts("stream")
+	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connStats) error {
+		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
+		s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
+		s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
+		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
+		s.SendBuffered = int(c.sbTail - c.sbHead)
+		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
+		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.ringWaits, st.sendBufWaits, st.readWaits
+		s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
+		s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
+		s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
+		if c.zc != nil {
+			s.Exposed = len(c.zc.exposed)
+		}
+		return c.failureLocked()
+	})
 	s.LastSeenStep = c.watchStep()
-	c.mu.Lock()
-	st := c.stats
-	qp := c.countsLocked(&s, now, c.failureLocked(), &c.endpoint)
-	s.RingSize, s.PeerRingSize, s.SendBufferSize = len(c.ring), int(c.tx.Size), len(c.sbuf)
-	s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
-	s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
-	s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-	s.SendBuffered = int(c.sbTail - c.sbHead)
-	s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
-	s.CreditWaits, s.RingWaits, s.SendBufferWaits = st.creditWaits, st.ringWaits, st.sendBufWaits
-	s.WriteWaitTime, s.ReadWaits = st.writeWait, st.readWaits
-	s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
-	s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
-	s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
-	if c.zc != nil {
-		s.Exposed = len(c.zc.exposed)
-	}
-	c.mu.Unlock()
-	s.Path = pathOf(c.provider, qp)
 	return s
 }
 
@@ -428,19 +410,13 @@ func unregister(c statser) {
 // RsocketConn), in the order they were established.
 func OpenConnStats() []ConnStats {
 	registry.mu.Lock()
-	type entry struct {
-		c  statser
-		id uint64
-	}
-	es := make([]entry, 0, len(registry.open))
-	for c, id := range registry.open {
-		es = append(es, entry{c, id})
-	}
+	open := slices.SortedFunc(maps.Keys(registry.open), func(a, b statser) int {
+		return cmp.Compare(registry.open[a], registry.open[b])
+	})
 	registry.mu.Unlock()
-	sort.Slice(es, func(i, j int) bool { return es[i].id < es[j].id })
-	out := make([]ConnStats, len(es))
-	for i, e := range es {
-		out[i] = e.c.Stats()
+	out := make([]ConnStats, len(open))
+	for i, c := range open {
+		out[i] = c.Stats()
 	}
 	return out
 }
@@ -531,30 +507,12 @@ func ReadProcessStats() ProcessStats {
 	registry.mu.Lock()
 	t := registry.closed
 	t.Opened = registry.next
-	open := make([]statser, 0, len(registry.open))
-	for c := range registry.open {
-		open = append(open, c)
-	}
+	open := slices.Collect(maps.Keys(registry.open))
 	registry.mu.Unlock()
 	for _, c := range open {
 		t.add(c.Stats())
 	}
 	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
-}
-
-// setFallback records why an auto dial fell back to soft.
-func (c *RsocketConn) setFallback(fb error) {
-	c.mu.Lock()
-	c.fallback = fb
-	c.mu.Unlock()
-	logFallback(c.raddr, fb)
-}
-
-// waited counts a Write's wait for credits that began at began.
-func (c *RsocketConn) waited(began time.Time) {
-	c.mu.Lock()
-	c.stats.writeWait += time.Since(began)
-	c.mu.Unlock()
 }
 
 // Stats returns what the connection has done so far. The rsocket wire has
@@ -565,16 +523,10 @@ func (c *RsocketConn) waited(began time.Time) {
 // contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
 // that waited for a credit, a region, send buffer room or a queue slot.
 func (c *RsocketConn) Stats() ConnStats {
-	now := time.Now()
-	s := c.counts(WireRsocket)
-	c.mu.Lock()
-	st := c.stats
-	qp := c.countsLocked(&s, now, c.err, &c.endpoint)
-	s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
-	_, buffered := c.rx.Buffered()
-	s.Buffered = int(buffered)
-	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
-	c.mu.Unlock()
-	s.Path = pathOf(c.provider, qp)
-	return s
+	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connStats) error {
+		s.RingSize = len(c.rbuf)
+		_, buffered := c.rx.Buffered()
+		s.Buffered = int(buffered)
+		return c.err
+	})
 }

@@ -1,7 +1,7 @@
 // Package hostaddr answers whether an IP address is this host's, for the
 // soft provider (which addresses it may bind, and whether a peer may share
-// memory with it) and for rdma.Conn's reason why a connection is not on
-// shared memory.
+// memory with it), and which uid owns a TCP socket of this host: both for
+// rdma.Conn's reason why a connection is not on shared memory.
 package hostaddr
 
 import "net"
