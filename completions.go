@@ -493,15 +493,6 @@ func (r poller) lookAgain() {
 	r.f.mu.Unlock()
 }
 
-// lookAgainAfter is lookAgain after a deadline was set without error
-// (err).
-func (r poller) lookAgainAfter(err error) error {
-	if err == nil {
-		r.lookAgain()
-	}
-	return err
-}
-
 // handle applies a batch of completions.
 func (c *Conn) handle(wcs []verbs.WC) {
 	var rcvChanged, sndChanged bool

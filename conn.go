@@ -343,18 +343,3 @@ func (c *Conn) drain(dl *deadline) {
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
 // Config.TrafficClass.
 func (c *Conn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) }
-
-// SetDeadline sets the read and write deadlines.
-func (c *Conn) SetDeadline(t time.Time) error {
-	return c.poller().lookAgainAfter(c.connFace.SetDeadline(t))
-}
-
-// SetReadDeadline sets the deadline for Reads, pending ones included.
-func (c *Conn) SetReadDeadline(t time.Time) error {
-	return c.poller().lookAgainAfter(c.connFace.SetReadDeadline(t))
-}
-
-// SetWriteDeadline sets the deadline for Writes, pending ones included.
-func (c *Conn) SetWriteDeadline(t time.Time) error {
-	return c.poller().lookAgainAfter(c.connFace.SetWriteDeadline(t))
-}

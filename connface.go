@@ -36,11 +36,17 @@ type connFace struct {
 	timed  *timedWatch
 
 	stats *connStats // stats.go
+
+	// lookAgain is the wire's poller's: a deadline set while the poll
+	// role's holder sleeps on the completion channel wakes it to look.
+	lookAgain func()
 }
 
-// init readies the face of a connection carried by provider.
-func (f *connFace) init(provider string) {
+// init readies the face of a connection carried by provider and polled by
+// r.
+func (f *connFace) init(provider string, r poller) {
 	f.provider = provider
+	f.lookAgain = r.lookAgain
 	f.rcvReady = make(chan struct{}, 1)
 	f.sndReady = make(chan struct{}, 1)
 	f.closedCh = make(chan struct{})
@@ -159,6 +165,7 @@ func (f *connFace) setDeadlines(op string, t time.Time, a, b *deadline) error {
 	if b != nil {
 		b.set(t)
 	}
+	f.lookAgain()
 	return nil
 }
 

@@ -247,7 +247,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 		return nil, err
 	}
 	c := &Conn{endpoint: e, cfg: cfg}
-	c.init(provider)
+	c.init(provider, c.poller())
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbTail = sendStart(len(c.sbuf))
 	c.sbPosted, c.sbHead = c.sbTail, c.sbTail

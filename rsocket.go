@@ -60,7 +60,7 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 		p:        p,
 		endpoint: endpoint{ech: ech, id: id},
 	}
-	c.init(provider)
+	c.init(provider, c.poller())
 	defer func() {
 		if err != nil {
 			c.releaseVerbs()

@@ -311,3 +311,49 @@ func TestRsocketZeroAllocs(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// A deadline set while a Read or Write is blocked applies to it: moved
+// from none to soon, the blocked call returns a timeout then, as on Conn.
+// The call sleeps on the completion channel: unless setting the deadline
+// wakes it, it saw the new one only at the watch's next tick, seconds on.
+func TestRsocketDeadlineMovedWhileBlocked(t *testing.T) {
+	for _, side := range []string{"read", "write"} {
+		t.Run(side, func(t *testing.T) {
+			c, _ := rsPair(t, nil)
+			done := make(chan error, 1)
+			go func() {
+				if side == "read" {
+					_, err := c.Read(make([]byte, 64))
+					done <- err
+					return
+				}
+				// The peer reads nothing: Writes block once its ring is full.
+				p := make([]byte, 64<<10)
+				for {
+					if _, err := c.Write(p); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
+			time.Sleep(200 * time.Millisecond) // asleep by now
+			select {
+			case err := <-done:
+				t.Fatalf("%s returned before the deadline was set: %v", side, err)
+			default:
+			}
+			dl := time.Now().Add(50 * time.Millisecond)
+			if side == "read" {
+				require.NoError(t, c.SetReadDeadline(dl))
+			} else {
+				require.NoError(t, c.SetWriteDeadline(dl))
+			}
+			select {
+			case err := <-done:
+				require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			case <-time.After(time.Until(dl) + time.Second):
+				t.Fatalf("%s still blocked 1 s after its deadline", side)
+			}
+		})
+	}
+}
