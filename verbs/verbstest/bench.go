@@ -72,14 +72,26 @@ func waitOK(b *testing.B, cq verbs.CQ, cc verbs.CompChannel, wc []verbs.WC) []ve
 // up to 32 in flight; a write counts once its completion says the data is
 // in the peer's memory.
 func BenchWrite(b *testing.B, cfg Config, size int) {
+	benchOneSided(b, cfg, verbs.OpRDMAWrite, size, 32)
+}
+
+// BenchRead measures RDMA READ throughput with size-byte reads of the
+// peer's memory, depth in flight: with depth 1, the pattern of a
+// rendezvous, which READs a Write's bytes and waits for them.
+func BenchRead(b *testing.B, cfg Config, size, depth int) {
+	benchOneSided(b, cfg, verbs.OpRDMARead, size, depth)
+}
+
+// benchOneSided runs b.N one-sided operations op of size bytes between a
+// pair, depth (at most 64) in flight.
+func benchOneSided(b *testing.B, cfg Config, op verbs.Opcode, size, depth int) {
 	s := benchSuite(b, cfg)
 	o := defaultOpts()
 	o.sharedCQ = true
 	o.memSize = 4 * size
 	o.cap.MaxSendWR = 64
 	c, sv := s.pair(b, o)
-	const depth = 32
-	wr := []verbs.SendWR{{Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
+	wr := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled,
 		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
 	wc := make([]verbs.WC, 64)
 	startTimer(b, size)
@@ -219,34 +231,6 @@ func BenchTCPPingPong(b *testing.B, ip net.IP, size int) {
 		if _, err := io.ReadFull(a, buf); err != nil {
 			b.Fatal(err)
 		}
-	}
-	b.StopTimer()
-}
-
-// BenchRead measures RDMA READ throughput with size-byte reads of the
-// peer's memory, depth in flight: with depth 1, the pattern of a
-// rendezvous, which READs a Write's bytes and waits for them.
-func BenchRead(b *testing.B, cfg Config, size, depth int) {
-	s := benchSuite(b, cfg)
-	o := defaultOpts()
-	o.sharedCQ = true
-	o.memSize = 4 * size
-	o.cap.MaxSendWR = 64
-	c, sv := s.pair(b, o)
-	wr := []verbs.SendWR{{Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
-	wc := make([]verbs.WC, 64)
-	startTimer(b, size)
-	posted, done := 0, 0
-	for done < b.N {
-		for posted < b.N && posted-done < depth {
-			wr[0].WRID = uint64(posted)
-			if err := c.qp.PostSend(wr); err != nil {
-				b.Fatal(err)
-			}
-			posted++
-		}
-		done += len(waitOK(b, c.scq, c.cc, wc))
 	}
 	b.StopTimer()
 }
