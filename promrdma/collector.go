@@ -58,6 +58,7 @@ var (
 	softRetryExc = desc("soft_retry_exceeded_total", "Soft provider: QPs whose sends failed after their retries, by kind: transport (RETRY_EXC_ERR) or rnr (RNR_RETRY_EXC_ERR).", "kind")
 	softAdmit    = desc("soft_admission_total", "Soft provider listeners' handshake admission: connections parked for want of a waiting place (event=parked), connections that waited for a handshake slot (event=slot_wait), silent waiting connections closed for another host's (event=evicted), parked connections closed beyond the bound (event=dropped).", "event")
 	softShm      = desc("soft_shm_offers_total", "Soft provider: shared-memory offers in connection requests, as listeners answered them: on shared memory (answer=accepted) or on TCP (answer=refused).", "answer")
+	softShmDials = desc("soft_shm_dials_total", "Soft provider: this process's dials that offered shared memory, as the listener answered: on shared memory (answer=accepted) or on TCP (answer=refused).", "answer")
 
 	devCount = desc("device_port_counter_total", "An RDMA device port's counter from sysfs (ports/N/counters: the InfiniBand port counters, data in 4-byte words as the kernel reports them).", "device", "port", "counter")
 	devHW    = desc("device_port_hw_counter_total", "An RDMA device port's driver counter from sysfs (ports/N/hw_counters: rnr_nak_retry_err, local_ack_timeout_err, out_of_sequence, ...).", "device", "port", "counter")
@@ -67,7 +68,7 @@ var (
 func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{open, opened, closed, failed, fallbacks, bytes, messages, writes, reads,
 		growths, waits, waitSecs, keepalive, pings, pongs, remoteOps, remoteB, notifies, exposures,
-		softRNR, softRetrans, softTimeouts, softRetryExc, softAdmit, softShm, devCount, devHW} {
+		softRNR, softRetrans, softTimeouts, softRetryExc, softAdmit, softShm, softShmDials, devCount, devHW} {
 		ch <- d
 	}
 }
@@ -125,6 +126,8 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(softAdmit, s.AdmissionDropped, "dropped")
 	counter(softShm, s.ShmOffersAccepted, "accepted")
 	counter(softShm, s.ShmOffersRefused, "refused")
+	counter(softShmDials, s.ShmDialsAccepted, "accepted")
+	counter(softShmDials, s.ShmDialsRefused, "refused")
 	for _, d := range ps.Devices {
 		port := strconv.Itoa(d.Port)
 		for k, v := range d.Counters {

@@ -101,18 +101,22 @@ rdma_remote_operations_total{op="write"} 2
 		"rdma_exposures_total", "rdma_remote_bytes_total", "rdma_remote_operations_total"))
 	// The soft engine's counters are there, one series per label value.
 	n, err := testutil.GatherAndCount(reg, "rdma_soft_rnr_naks_total", "rdma_soft_retransmits_total", "rdma_soft_ack_timeouts_total",
-		"rdma_soft_retry_exceeded_total", "rdma_soft_admission_total", "rdma_soft_shm_offers_total")
+		"rdma_soft_retry_exceeded_total", "rdma_soft_admission_total", "rdma_soft_shm_offers_total", "rdma_soft_shm_dials_total")
 	require.NoError(t, err)
-	assert.Equal(t, 2+1+1+2+4+2, n)
+	assert.Equal(t, 2+1+1+2+4+2+2, n)
 	// The one connection's request offered shared memory (both ends on
-	// this host), and the listener took it.
+	// this host), and the listener took it: counted on both sides.
 	want = `
 # HELP rdma_soft_shm_offers_total Soft provider: shared-memory offers in connection requests, as listeners answered them: on shared memory (answer=accepted) or on TCP (answer=refused).
 # TYPE rdma_soft_shm_offers_total counter
 rdma_soft_shm_offers_total{answer="accepted"} 1
 rdma_soft_shm_offers_total{answer="refused"} 0
+# HELP rdma_soft_shm_dials_total Soft provider: this process's dials that offered shared memory, as the listener answered: on shared memory (answer=accepted) or on TCP (answer=refused).
+# TYPE rdma_soft_shm_dials_total counter
+rdma_soft_shm_dials_total{answer="accepted"} 1
+rdma_soft_shm_dials_total{answer="refused"} 0
 `
-	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "rdma_soft_shm_offers_total"))
+	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "rdma_soft_shm_offers_total", "rdma_soft_shm_dials_total"))
 
 	// Closed connections stay in the totals.
 	c.Close()

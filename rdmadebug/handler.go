@@ -80,9 +80,10 @@ func WriteText(w io.Writer, snap Snapshot) {
 		t.RemoteWrites, t.RemoteBytesWritten, t.RemoteReads, t.RemoteBytesRead, t.NotifiesSent, t.NotifiesReceived, t.Exposures)
 	s := snap.Process.Soft
 	fmt.Fprintf(w, "soft: rnr_naks_sent:%d rnr_naks_received:%d retransmits:%d ack_timeouts:%d retry_exceeded:%d rnr_retry_exceeded:%d "+
-		"admission_parked:%d admission_slot_waits:%d admission_evicted:%d admission_dropped:%d shm_offers_accepted:%d shm_offers_refused:%d\n",
+		"admission_parked:%d admission_slot_waits:%d admission_evicted:%d admission_dropped:%d shm_offers_accepted:%d shm_offers_refused:%d shm_dials_accepted:%d shm_dials_refused:%d\n",
 		s.RNRNaksSent, s.RNRNaksReceived, s.Retransmits, s.AckTimeouts, s.RetryExceeded, s.RNRRetryExceeded,
-		s.AdmissionParked, s.AdmissionSlotWaits, s.AdmissionEvicted, s.AdmissionDropped, s.ShmOffersAccepted, s.ShmOffersRefused)
+		s.AdmissionParked, s.AdmissionSlotWaits, s.AdmissionEvicted, s.AdmissionDropped, s.ShmOffersAccepted, s.ShmOffersRefused,
+		s.ShmDialsAccepted, s.ShmDialsRefused)
 	for _, c := range snap.Conns {
 		state := "ESTAB"
 		if c.Err != "" {

@@ -371,6 +371,13 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 		fail(errBadHandshake)
 		return
 	}
+	if offer != nil {
+		if m.transports == transportTCP {
+			counters.shmDialRefused.Add(1)
+		} else {
+			counters.shmDialAccepted.Add(1)
+		}
+	}
 	rtu, _ := (&hsMsg{typ: msgRTU}).marshal()
 	// On a plain TCP connection the RTU goes with the first frames, so
 	// that the listener's receiver wakes once for both; shared memory

@@ -46,6 +46,12 @@ type Counters struct {
 	// a larger ring than this side maps, or its socket did not answer).
 	ShmOffersAccepted uint64
 	ShmOffersRefused  uint64
+	// Connection requests of this process's dials that offered shared
+	// memory, as the listener answered them: on the rings or to follow
+	// (accepted), or on TCP (refused: the listener's side could not take
+	// the offer, or does not map rings).
+	ShmDialsAccepted uint64
+	ShmDialsRefused  uint64
 }
 
 // counters are the process's Counters as they are counted.
@@ -54,6 +60,7 @@ var counters struct {
 	ackTimeouts, retryExc, rnrRetryExc  atomic.Uint64
 	parked, slotWaits, evicted, dropped atomic.Uint64
 	shmAccepted, shmRefused             atomic.Uint64
+	shmDialAccepted, shmDialRefused     atomic.Uint64
 }
 
 // ReadCounters returns the soft engine's counters now.
@@ -72,5 +79,7 @@ func ReadCounters() Counters {
 		AdmissionDropped:   c.dropped.Load(),
 		ShmOffersAccepted:  c.shmAccepted.Load(),
 		ShmOffersRefused:   c.shmRefused.Load(),
+		ShmDialsAccepted:   c.shmDialAccepted.Load(),
+		ShmDialsRefused:    c.shmDialRefused.Load(),
 	}
 }
