@@ -37,10 +37,12 @@ for r in \$(seq 1 $ROUNDS); do
 	done
 	./rdma.test -test.run '^\$' -test.bench RemoteRDMACore -test.benchtime ${COUNT}x |
 		awk '/^BenchmarkRemoteRDMACore/ {split(\$1, a, "/"); sub(/-[0-9]+\$/, "", a[4]); for (i = 1; i <= NF; i++) if (\$(i+1) == "MB/s") printf "rdma_%s %s %s\n", a[2], a[4], \$i}'
-	# a stream of 1 MiB Writes, copying and from Buffers: MB/s, then the
-	# user CPU of both processes per message in ms
-	for m in copy buffers; do
+	# a stream of 1 MiB Writes, copying and from Buffers, and from Buffers
+	# with Config.BusyPoll (perftest polls its CQ without sleeping): MB/s,
+	# then the user CPU of both processes per message in ms
+	for m in copy buffers buffersbusy; do
 		f=""; [ \$m = buffers ] && f=-buffers
+		[ \$m = buffersbusy ] && f="-buffers -busypoll"
 		./softroce-bench -test stream -size 1048576 -count $STREAM_COUNT -procs 2 \$f |
 			awk -v m=\$m '\$2=="stream" {mb=\$6; cpu=\$(NF-3)} \$1=="server" {cpu+=\$2} END {printf "stream_%s g0 %s\nstreamcpu_%s g0 %.3f\n", m, mb, m, cpu*1000/$STREAM_COUNT}'
 	done
@@ -74,4 +76,7 @@ awk '
 				med["stream_copy g0"] / 1.048576, med["stream_copy g0"] / 1.048576 / ib, med["streamcpu_copy g0"],
 				med["stream_buffers g0"] / 1.048576, med["stream_buffers g0"] / 1.048576 / ib, med["streamcpu_buffers g0"],
 				(med["streamcpu_copy g0"] > 0 ? med["streamcpu_buffers g0"] / med["streamcpu_copy g0"] : 0)
+		if (("stream_buffersbusy g0") in med && ib > 0)
+			printf "1 MiB stream from and into Buffers with BusyPoll (as perftest polls): %.1f MiB/s (%.2fx ib_read_bw), %.1f ms user CPU a message\n",
+				med["stream_buffersbusy g0"] / 1.048576, med["stream_buffersbusy g0"] / 1.048576 / ib, med["streamcpu_buffersbusy g0"]
 	}' "$OUT/results"
