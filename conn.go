@@ -57,11 +57,11 @@ type Conn struct {
 	notesLen   int
 	creditWant bool // a credit update is due but could not be queued
 
-	// Zero-copy (buffer.go, rndv.go): the rendezvous threshold agreed (0:
-	// none), a done message owed to the peer, and the state of
+	// Zero-copy (buffer.go, rndv.go): a done message owed to the peer,
+	// the rendezvous threshold agreed (0: none), and the state of
 	// connections that used Buffers or rendezvous (nil until then).
+	rndvDoneDue bool // next to creditWant: two bools share a word
 	rndvMin     int
-	rndvDoneDue bool
 	zc          *zeroCopy
 
 	// The send queue as posted: WRs are built under mu into slots indexed by
@@ -70,8 +70,8 @@ type Conn struct {
 	sq          []verbs.SendWR
 	sqSGE       []verbs.SGE
 	sqSubmitted uint64 // WRs handed to the QP
-	submitting  bool   // a goroutine is in submit
 	registering int    // registrations in progress outside mu (regMR)
+	submitting  bool   // a goroutine is in submit
 	finSent     bool
 
 	// Heartbeats (heartbeat.go): the messages received so far (each

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,10 @@ type deadline struct {
 	timer  *time.Timer
 	at     time.Time     // the deadline; zero: none
 	cancel chan struct{} // closed when the deadline has passed
+	// armed is whether at is set, written under mu: passed, which every
+	// Read and Write asks, answers a connection without deadlines from it
+	// alone, without mu.
+	armed atomic.Bool
 }
 
 func makeDeadline() deadline { return deadline{cancel: make(chan struct{})} }
@@ -26,6 +31,7 @@ func (d *deadline) set(t time.Time) {
 	}
 	d.timer = nil
 	d.at = t
+	d.armed.Store(!t.IsZero())
 	closed := isClosed(d.cancel)
 	dur := time.Until(t)
 	if !t.IsZero() && dur <= 0 { // passed already
@@ -61,6 +67,9 @@ func (d *deadline) state() (chan struct{}, time.Time) {
 // passed reports whether the deadline has passed, by the clock as well as
 // by its timer (which may not have run yet).
 func (d *deadline) passed() bool {
+	if !d.armed.Load() {
+		return false // no deadline, so cancel is open (set remade it)
+	}
 	ch, at := d.state()
 	return isClosed(ch) || !at.IsZero() && !time.Now().Before(at)
 }
