@@ -181,16 +181,35 @@ func connectWithFallback[C wireConn](ctx context.Context, prov verbs.Provider, s
 		err = fmt.Errorf("no answer over the RDMA connection manager within %v: %w", cfg.RDMAConnectTimeout, err)
 	}
 	fb := &FallbackError{Provider: prov.Name(), Err: err, Elapsed: time.Since(start)}
+	if testHookAfterRDMAAttempt != nil {
+		testHookAfterRDMAAttempt()
+	}
 	c, serr := connect(ctx, soft, src, dst, cfg)
 	if serr != nil {
 		return none, fmt.Errorf("%w (soft, after the %s attempt failed: %v)", serr, prov.Name(), err)
 	}
 	if !c.peerTakesRDMACM() {
 		softOnlyPeers.Remember(key, time.Now())
+	} else if errors.Is(err, syscall.ECONNREFUSED) {
+		// The listener takes RDMA CM connections, yet nothing listened
+		// there when we asked: it started in between (its sides start
+		// together). Ask again over RDMA, which now answers, rather than
+		// stay on soft for the connection's life.
+		actx, cancel := context.WithTimeout(ctx, cfg.RDMAConnectTimeout)
+		rc, rerr := connect(actx, prov, src, dst, cfg)
+		cancel()
+		if rerr == nil {
+			_ = c.Close()
+			return rc, nil
+		}
 	}
 	c.setFallback(fb)
 	return c, nil
 }
+
+// testHookAfterRDMAAttempt, when set by a test, runs between a failed
+// RDMA attempt and the soft one.
+var testHookAfterRDMAAttempt func()
 
 // rememberedError is a FallbackError's cause when the peer was dialed on
 // soft at once: it answered an earlier auto dial only on soft.
@@ -216,6 +235,7 @@ type wireConn interface {
 	// the RDMA connection manager too (so it is not a soft-only peer).
 	peerTakesRDMACM() bool
 	setFallback(fb error) // stats.go
+	Close() error
 }
 
 func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }

@@ -110,6 +110,36 @@ func TestMixedListenerAcceptsBothProviders(t *testing.T) {
 	roundTrip(t, sc, 10)
 }
 
+// A dial that reaches a mixed listener as it starts: the RDMA CM refuses
+// (nothing listens yet), the soft side answers a moment later and the peer
+// says it takes RDMA CM connections. The dial asks over RDMA again and
+// keeps that connection, instead of staying on soft for good (seen in the
+// Soft-RoCE VM as collectives' TestMixedWireRDMACore ending on soft when a
+// rank dialed the root as it started listening).
+func TestMixedListenerStartsDuringDial(t *testing.T) {
+	useSpaceProvider(t)
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := tl.Addr().(*net.TCPAddr).Port
+	tl.Close()
+	var provs <-chan string
+	testHookAfterRDMAAttempt = func() {
+		ln := listenAuto(t, nil, port)
+		require.Len(t, ln.sides, 2)
+		provs = echoServer(t, ln, 2)
+	}
+	t.Cleanup(func() { testHookAfterRDMAAttempt = nil })
+
+	ac, err := dialCfg(t, nil, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
+	require.NoError(t, err)
+	require.NotNil(t, provs, "the RDMA attempt did not fail first")
+	require.Equal(t, spaceName, ac.Provider())
+	assert.NoError(t, ac.Fallback())
+	assert.Equal(t, ProviderSoft, <-provs, "the soft connection that told us")
+	assert.Equal(t, spaceName, <-provs)
+	roundTrip(t, ac, 100_000)
+}
+
 func TestMixedListenerRDMAOnly(t *testing.T) {
 	useSpaceProvider(t)
 	ln := listenAuto(t, &Config{RDMAOnly: true}, 0)
