@@ -46,6 +46,7 @@ type pollState struct {
 	reach   time.Duration // the budget a spin gets: spin, stretched by learn (never less)
 	busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
 	held    bool          // a caller holds the role (under mu)
+	claimed bool          // settle waits to take the role: nobody else takes it (under mu)
 	misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
 	spins   uint64        // spins begun (for tests)
@@ -118,7 +119,7 @@ func (p *pollState) configure(cfg *Config, provider string) {
 
 // takeLocked takes the role if nobody holds it. Called with mu held.
 func (p *pollState) takeLocked() bool {
-	if p.held {
+	if p.held || p.claimed {
 		return false
 	}
 	p.held = true
@@ -287,15 +288,52 @@ func (r poller) tryPoll() {
 		return
 	}
 	r.f.mu.Unlock()
-	// Everything that waits, not one batch: a ping to answer may sit
-	// behind a queue's worth of notifications the program has not taken.
-	for i := 0; i < maxPollBatches && r.pollBatch() == len(r.p.wcs); i++ {
-	}
+	r.pollAll()
 	r.f.mu.Lock()
 	if r.p.releaseLocked() {
 		poke(r.f.rcvReady)
 		poke(r.f.sndReady)
 	}
+	r.f.mu.Unlock()
+}
+
+// pollAll applies everything that waits in the CQ, not one batch (a ping
+// to answer may sit behind a queue's worth of notifications the program
+// has not taken), up to maxPollBatches. The caller holds the role.
+func (r poller) pollAll() {
+	for i := 0; i < maxPollBatches && r.pollBatch() == len(r.p.wcs); i++ {
+	}
+}
+
+// settle applies every completion the CQ holds and then, still holding
+// the poll role, runs f under mu; then it wakes every waiter. So what came
+// before an event on another channel (a disconnect's, from the CM) is
+// applied before what f makes of it (the end of the stream): otherwise a
+// holder asleep on the completion channel, woken by the event's wake-up
+// before it polled, would leave the last data in the CQ while its caller
+// already saw the end. A holder is interrupted and settle takes the role
+// when it lets go; meanwhile nobody else takes it.
+func (r poller) settle(f func()) {
+	r.f.mu.Lock()
+	if r.p.held && !r.f.torn {
+		r.p.claimed = true
+		r.interrupt()
+		for r.p.held && !r.f.torn {
+			r.f.mu.Unlock()
+			runtime.Gosched()
+			r.f.mu.Lock()
+		}
+		r.p.claimed = false
+	}
+	if !r.f.torn {
+		r.p.held = true
+		r.f.mu.Unlock()
+		r.pollAll()
+		r.f.mu.Lock()
+		r.p.releaseLocked()
+	}
+	f()
+	r.wakeLocked()
 	r.f.mu.Unlock()
 }
 

@@ -466,13 +466,10 @@ func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
 		return
 	}
 	// rsocket.c takes a disconnect as the end of the stream. What
-	// landed before it is read first (unless a caller holding the poll
-	// role reads it).
-	c.poller().tryPoll()
-	c.mu.Lock()
-	c.rdShut, c.peerGone = true, true
-	c.poller().wakeLocked()
-	c.mu.Unlock()
+	// landed before it is applied first, so that Read returns it before
+	// io.EOF (settle takes the poll role from a holder that has not
+	// polled it yet).
+	c.poller().settle(func() { c.rdShut, c.peerGone = true, true })
 }
 
 // tick is a wake-up of the watch: on an idle connection, a keepalive (a

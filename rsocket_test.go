@@ -357,3 +357,34 @@ func TestRsocketDeadlineMovedWhileBlocked(t *testing.T) {
 		})
 	}
 }
+
+// A disconnect that the watch sees while a Read holds the poll role asleep,
+// its data still in the CQ, must not end the stream before that data: the
+// data comes first, then io.EOF. The test holds the role itself, standing
+// in for a reader that the disconnect's wake-up reaches before it polled.
+func TestRsocketDisconnectAfterDataWhileRoleHeld(t *testing.T) {
+	c, s := rsPair(t, nil)
+	s.mu.Lock()
+	require.True(t, s.poll.takeLocked())
+	s.mu.Unlock()
+	msg := make([]byte, 3000)
+	rand.New(rand.NewSource(1)).Read(msg)
+	_, err := c.Write(msg)
+	require.NoError(t, err)
+	require.NoError(t, c.Close()) // returns once the data completed
+	// Wait until the disconnect reached s's watch: it ends the stream
+	// (peerGone), or waits to take the role from the holder (claimed).
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.peerGone || s.poll.claimed
+	}, 10*time.Second, time.Millisecond)
+	s.mu.Lock()
+	s.poll.releaseLocked()
+	s.mu.Unlock()
+	require.NoError(t, s.SetReadDeadline(time.Now().Add(10*time.Second)))
+	got, err := io.ReadAll(s)
+	require.NoError(t, err)
+	assert.Equal(t, len(msg), len(got), "bytes read before EOF")
+	assert.True(t, bytes.Equal(msg, got), "data read differs")
+}
