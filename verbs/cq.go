@@ -55,6 +55,8 @@ const (
 	WCSend            WCOpcode = 0
 	WCRDMAWrite       WCOpcode = 1
 	WCRDMARead        WCOpcode = 2
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -67,6 +69,10 @@ func (o WCOpcode) String() string {
 		return "RDMA_WRITE"
 	case WCRDMARead:
 		return "RDMA_READ"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
 	case WCRecv:
 		return "RECV"
 	case WCRecvRDMAWithImm:

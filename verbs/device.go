@@ -20,6 +20,7 @@ type DeviceAttr struct {
 	MaxCQ           int
 	MaxCQE          int // max entries per CQ
 	MaxMR           int
+	MaxMW           int // type 2 memory windows; 0: the device has none (PD.AllocMW fails)
 	MaxPD           int
 	MaxInlineData   int // largest inline send, bytes (a QP capability on hardware)
 	MaxQPRdAtom     int // outstanding RDMA READs as target (responder resources)
@@ -145,6 +146,9 @@ type PD interface {
 	// in RESET. Its owner exchanges QP numbers, PSNs and addresses with the
 	// peer (over a socket of its own, say) and moves it to RTS with Modify.
 	CreateQP(attr *QPInitAttr) (QP, error)
+	// AllocMW is ibv_alloc_mw of a type 2 memory window (see MW);
+	// EOPNOTSUPP where DeviceAttr.MaxMW is 0.
+	AllocMW() (MW, error)
 	// Dealloc is ibv_dealloc_pd; it fails with EBUSY while MRs or QPs use it.
 	Dealloc() error
 }

@@ -157,6 +157,8 @@ const (
 	OpSend             Opcode = 2
 	OpSendWithImm      Opcode = 3
 	OpRDMARead         Opcode = 4
+	OpLocalInv         Opcode = 7 // IBV_WR_LOCAL_INV: invalidates the window rkey InvalidateRKey
+	OpBindMW           Opcode = 8 // IBV_WR_BIND_MW: binds a type 2 window (Bind)
 )
 
 func (o Opcode) String() string {
@@ -171,6 +173,10 @@ func (o Opcode) String() string {
 		return "SEND_WITH_IMM"
 	case OpRDMARead:
 		return "RDMA_READ"
+	case OpLocalInv:
+		return "LOCAL_INV"
+	case OpBindMW:
+		return "BIND_MW"
 	}
 	return "UNKNOWN"
 }
@@ -195,6 +201,13 @@ type SendWR struct {
 	Imm        uint32 // immediate data, host byte order (the *_WITH_IMM opcodes)
 	RemoteAddr uint64 // RDMA_WRITE*, RDMA_READ
 	RKey       uint32 // RDMA_WRITE*, RDMA_READ
+
+	// Bind is what OpBindMW binds (the caller keeps it, as SG); SG is
+	// then empty.
+	Bind *MWBind
+	// InvalidateRKey is the rkey OpLocalInv invalidates: a window's
+	// that was bound on this QP.
+	InvalidateRKey uint32
 }
 
 // RecvWR is struct ibv_recv_wr.

@@ -179,3 +179,8 @@ func (m *memRegion) Access() verbs.Access { return m.access }
 func (m *memRegion) Dereg() error {
 	return freeOnce(&m.mu, &m.dead, "ibv_dereg_mr", func() syscall.Errno { return ibvDeregMR(m.p) })
 }
+
+// AllocMW: not wired yet.
+func (pd *protDomain) AllocMW() (verbs.MW, error) {
+	return nil, verbs.Errorf("ibv_alloc_mw", syscall.EOPNOTSUPP, "not wired")
+}
