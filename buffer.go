@@ -145,7 +145,15 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	// Registration pins memory on a NIC and can take a while: not under
 	// mu. Concurrent first uses (a Read, a Write, one-sided operations)
 	// share the registration made first.
-	return c.regMR(b, b.buf, verbs.AccessLocalWrite, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
+	// Where the device has memory windows, a rendezvous Write binds one
+	// to the bytes it exposes, in this registration (rndvwindow.go).
+	access := verbs.AccessLocalWrite
+	c.mu.Lock()
+	if c.windowsLocked(c.zeroCopyLocked()) {
+		access |= verbs.AccessMWBind
+	}
+	c.mu.Unlock()
+	return c.regMR(b, b.buf, access, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
 		if old := zc.bufMRs[b]; old != nil {
 			return old
 		}
@@ -197,6 +205,13 @@ type zeroCopy struct {
 	// number their Desc carries, and the last number given (mu).
 	exposed      map[uint32]exposure
 	lastExposure uint32
+	// The rendezvous' memory window (rndvwindow.go): whether the device
+	// has windows (0 not asked yet, 1 yes, -1 no; mu), the window (mu),
+	// its last rkey and the bind's argument (the writer's, under wmu).
+	windows int8
+	mw      verbs.MW
+	mwKey   uint32
+	mwBind  verbs.MWBind
 }
 
 // zeroCopyLocked is the connection's zeroCopy, made on the first use.
@@ -225,6 +240,9 @@ func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 	c.mu.Unlock()
 	if zc == nil {
 		return nil
+	}
+	if zc.mw != nil {
+		zc.mw.Dealloc() // before the registrations it may be bound in
 	}
 	for _, e := range zc.exposed {
 		e.mr.Dereg()

@@ -12,17 +12,20 @@ import (
 
 // Rendezvous (protocol version 4; internal/stream/rndv.go has the wire
 // rules). A Write of at least the connection's rendezvous threshold from a
-// Buffer does not copy: the writer registers exactly those bytes on the
-// connection's own protection domain for remote READ, sends their
+// Buffer does not copy: the writer exposes exactly those bytes for remote
+// READ (a memory window bound on the connection's queue pair where the
+// device has windows, rndvwindow.go; else a registration of its own on
+// the connection's protection domain), sends their
 // descriptor in the stream's order (into the peer's mailbox, immediate
 // CtlRndv), and waits. The reader, once it has read every ring byte before
 // the descriptor, RDMA READs the range piece by piece: straight into its
 // Read's slice when that lies in a Buffer (registered on its side for
 // local access), else into a registered bounce buffer it copies out of.
 // Having read all of it, the reader sends CtlRndvDone; the writer
-// deregisters the range, which revokes the peer's access, and its Write
-// returns. A Write that must give up first (its deadline, Close, the
-// connection failing) deregisters the range before it returns; the peer
+// invalidates the window or deregisters the range, which revokes the
+// peer's access, and its Write returns. A Write that must give up first
+// (its deadline, Close, the connection failing) revokes the range before
+// it returns (deallocating the window); the peer
 // may be mid-READ, so the stream cannot go on and the connection fails
 // (errRndvAbandoned), on both sides.
 
@@ -87,26 +90,40 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	if err != nil {
 		return c.opErr("write", err)
 	}
-	mr, err := c.pd.RegMR(p, verbs.AccessRemoteRead)
-	if err != nil {
-		return c.opErr("write", err)
+	// Exposed through the connection's memory window, or else by a
+	// registration of p's own (rndvwindow.go).
+	mw, bufMR := c.rndvWindow(buf)
+	var mr verbs.MR
+	if mw == nil {
+		if mr, err = c.pd.RegMR(p, verbs.AccessRemoteRead); err != nil {
+			return c.opErr("write", err)
+		}
 	}
 	for {
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()
-			mr.Dereg()
+			if mr != nil {
+				mr.Dereg()
+			}
 			return c.opErr("write", err)
 		}
-		// As a data write: one credit stays for the credit message.
-		if c.canSendData() {
+		// As a data write: one credit stays for the credit message. A
+		// bind takes a send slot more.
+		if c.canSendData() && (mw == nil || c.sqUsed()+1 < c.sqDepth) {
 			break
 		}
 		c.mu.Unlock()
 		c.await(c.sndReady, &c.wdl, false)
 	}
+	var key uint32
+	if mw != nil {
+		key = c.bindWindowLocked(mw, bufMR, p)
+	} else {
+		key = mr.RKey()
+	}
 	msg := c.ctlStagingBytes()[:stream.RndvMsgLen]
-	stream.RndvMsg{Addr: mr.Addr(), Len: uint32(len(p)), Key: mr.RKey()}.Marshal(msg)
+	stream.RndvMsg{Addr: verbs.AddrOf(p), Len: uint32(len(p)), Key: key}.Marshal(msg)
 	// Into the mailbox of the ring the peer reads now (a ring it offered
 	// and we have not moved to yet is not read until our next data write,
 	// which comes after this rendezvous).
@@ -118,7 +135,11 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		c.mu.Lock()
 		if !c.tx.Rndv.Out {
 			c.mu.Unlock()
-			mr.Dereg()
+			if mr != nil {
+				mr.Dereg()
+			} else {
+				c.invalidateWindow(key)
+			}
 			return nil
 		}
 		if err := c.writeErrLocked(); err != nil {
@@ -129,7 +150,11 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 			c.mu.Unlock()
 			// Revoked before the Write returns; a READ the peer has under
 			// way fails with a remote access error.
-			mr.Dereg()
+			if mr != nil {
+				mr.Dereg()
+			} else {
+				c.dropWindow()
+			}
 			if abandon {
 				_ = c.id.Disconnect()
 			}

@@ -97,6 +97,14 @@ static struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t n, int ac
 	return rc_ep.ibv_reg_mr(pd, addr, n, access);
 }
 static int ibv_dereg_mr(struct ibv_mr *mr) { return rc_ep.ibv_dereg_mr(mr); }
+// ibv_alloc_mw and ibv_dealloc_mw are inline in verbs.h, through the ops
+// table, as here.
+static struct ibv_mw *rc_alloc_mw(struct ibv_pd *pd) {
+	if (!pd->context->ops.alloc_mw) { errno = EOPNOTSUPP; return NULL; }
+	return pd->context->ops.alloc_mw(pd, IBV_MW_TYPE_2);
+}
+static int rc_dealloc_mw(struct ibv_mw *mw) { return mw->context->ops.dealloc_mw(mw); }
+enum { rc_bind_mw_off = offsetof(struct ibv_send_wr, bind_mw), rc_bind_info_off = offsetof(struct ibv_send_wr, bind_mw.bind_info) - offsetof(struct ibv_send_wr, bind_mw) };
 static struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t off, size_t n, uint64_t iova, int fd, int access) {
 	return rc_ep.ibv_reg_dmabuf_mr(pd, off, n, iova, fd, access);
 }
@@ -404,6 +412,7 @@ type (
 	devListPtr  unsafe.Pointer // struct ibv_context ** from rdma_get_devices
 	pdPtr       unsafe.Pointer // struct ibv_pd *
 	mrPtr       unsafe.Pointer // struct ibv_mr *
+	mwPtr       unsafe.Pointer // struct ibv_mw *
 	compChPtr   unsafe.Pointer // struct ibv_comp_channel *
 	cqPtr       unsafe.Pointer // struct ibv_cq *
 	qpPtr       unsafe.Pointer // struct ibv_qp *
@@ -582,6 +591,7 @@ func ibvQueryDevice(ctx ctxPtr) (verbs.DeviceAttr, syscall.Errno) {
 		MaxCQ:           int(a.max_cq),
 		MaxCQE:          int(a.max_cqe),
 		MaxMR:           int(a.max_mr),
+		MaxMW:           int(a.max_mw),
 		MaxPD:           int(a.max_pd),
 		MaxQPRdAtom:     int(a.max_qp_rd_atom),
 		MaxQPInitRdAtom: int(a.max_qp_init_rd_atom),
@@ -651,6 +661,26 @@ func ibvRegMR(pd pdPtr, addr unsafe.Pointer, n int, access verbs.Access) (mrPtr,
 
 func ibvDeregMR(mr mrPtr) syscall.Errno {
 	return syscall.Errno(C.ibv_dereg_mr((*C.struct_ibv_mr)(mr)))
+}
+
+// ibvAllocMW allocates a type 2 memory window; it returns its first rkey.
+func ibvAllocMW(pd pdPtr) (mwPtr, uint32, syscall.Errno) {
+	w, err := C.rc_alloc_mw((*C.struct_ibv_pd)(pd))
+	if w == nil {
+		return nil, 0, errnoOf(err)
+	}
+	return mwPtr(w), uint32(w.rkey), 0
+}
+
+// setMWRKey records in the window's struct the rkey a bind posted gave
+// it: providers name a window by that field in the next bind (rxe looks
+// the window up by it), and only ibv_bind_mw, for type 1, keeps it.
+func setMWRKey(w mwPtr, rkey uint32) {
+	(*C.struct_ibv_mw)(w).rkey = C.uint32_t(rkey)
+}
+
+func ibvDeallocMW(w mwPtr) syscall.Errno {
+	return syscall.Errno(C.rc_dealloc_mw((*C.struct_ibv_mw)(w)))
 }
 
 // --- completion channels and CQs ---
@@ -954,7 +984,39 @@ func setSendWR(s sendScratch, i int, wr *verbs.SendWR, last bool) {
 	})(unsafe.Pointer(&w.wr))
 	rdma.remoteAddr = wr.RemoteAddr
 	rdma.rkey = wr.RKey
+	switch wr.Opcode {
+	case verbs.OpLocalInv:
+		// invalidate_rkey shares imm_data's place, in host order.
+		*(*uint32)(unsafe.Pointer(&w.imm_data)) = wr.InvalidateRKey
+	case verbs.OpBindMW:
+		// checkSend made sure that the window and region are this
+		// package's.
+		b := wr.Bind
+		bm := (*bindMW)(unsafe.Pointer(&w.anon0))
+		bm.mw = b.MW.(*memWindow).p
+		bm.rkey = C.uint32_t(b.RKey)
+		bm.bind_info.mr = (*C.struct_ibv_mr)(b.MR.(*memRegion).p)
+		bm.bind_info.addr = C.uint64_t(b.Addr)
+		bm.bind_info.length = C.uint64_t(b.Length)
+		bm.bind_info.mw_access_flags = C.uint(b.Access)
+	}
 }
+
+// bindMW is ibv_send_wr's bind_mw, the first member of its last union.
+type bindMW struct {
+	mw        mwPtr
+	rkey      C.uint32_t
+	bind_info C.struct_ibv_mw_bind_info
+}
+
+// Where the Go side puts bind_mw and its bind_info must be where C has them
+// (the build fails otherwise).
+var (
+	_ [unsafe.Offsetof(C.struct_ibv_send_wr{}.anon0) - C.rc_bind_mw_off]struct{}
+	_ [C.rc_bind_mw_off - unsafe.Offsetof(C.struct_ibv_send_wr{}.anon0)]struct{}
+	_ [unsafe.Offsetof(bindMW{}.bind_info) - C.rc_bind_info_off]struct{}
+	_ [C.rc_bind_info_off - unsafe.Offsetof(bindMW{}.bind_info)]struct{}
+)
 
 // ibvPostSend posts the list in s; on failure it returns the index of the
 // refused WR (-1 if the provider did not say).

@@ -4,6 +4,7 @@ package rdmacore
 
 import (
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -180,7 +181,34 @@ func (m *memRegion) Dereg() error {
 	return freeOnce(&m.mu, &m.dead, "ibv_dereg_mr", func() syscall.Errno { return ibvDeregMR(m.p) })
 }
 
-// AllocMW: not wired yet.
+// AllocMW is ibv_alloc_mw of a type 2 window.
 func (pd *protDomain) AllocMW() (verbs.MW, error) {
-	return nil, verbs.Errorf("ibv_alloc_mw", syscall.EOPNOTSUPP, "not wired")
+	pd.mu.Lock()
+	defer pd.mu.Unlock()
+	if pd.dead {
+		return nil, verbs.ErrClosed
+	}
+	p, rkey, errno := ibvAllocMW(pd.p)
+	if errno != 0 {
+		return nil, &verbs.Error{Op: "ibv_alloc_mw", Errno: errno}
+	}
+	w := &memWindow{p: p}
+	w.rkey.Store(rkey)
+	return w, nil
+}
+
+// memWindow is a verbs.MW.
+type memWindow struct {
+	p    mwPtr
+	rkey atomic.Uint32 // set by PostSend as it posts a bind
+	mu   sync.Mutex
+	dead bool
+}
+
+var _ verbs.MW = (*memWindow)(nil)
+
+func (w *memWindow) RKey() uint32 { return w.rkey.Load() }
+
+func (w *memWindow) Dealloc() error {
+	return freeOnce(&w.mu, &w.dead, "ibv_dealloc_mw", func() syscall.Errno { return ibvDeallocMW(w.p) })
 }

@@ -29,6 +29,17 @@ type queuePair struct {
 	recv     recvScratch
 	recvSlot int
 	dead     bool // set with both sendMu and recvMu held
+	// The binds of the chunk being posted, by index in it (sendMu): taken
+	// before the post, since once posted a WR may complete and its
+	// caller reuse it before PostSend looks again.
+	binds []bindPosted
+}
+
+// bindPosted is a bind in a chunk: the window and the rkey it gets.
+type bindPosted struct {
+	i    int
+	w    *memWindow
+	rkey uint32
 }
 
 var _ verbs.QP = (*queuePair)(nil)
@@ -53,14 +64,30 @@ func (q *queuePair) PostSend(wrs []verbs.SendWR) error {
 			}
 			n++
 		}
+		q.binds = q.binds[:0]
 		for i := 0; i < n; i++ {
-			setSendWR(q.send, i, &wrs[base+i], i == n-1)
+			wr := &wrs[base+i]
+			setSendWR(q.send, i, wr, i == n-1)
+			if wr.Opcode == verbs.OpBindMW {
+				q.binds = append(q.binds, bindPosted{i, wr.Bind.MW.(*memWindow), wr.Bind.RKey})
+			}
 		}
 		if n > 0 {
-			if bad, errno := ibvPostSend(q.p, q.send); errno != 0 {
-				if bad < 0 || bad >= n {
-					bad = 0
+			bad, errno := ibvPostSend(q.p, q.send)
+			if errno != 0 && (bad < 0 || bad >= n) {
+				bad = 0
+			}
+			if errno == 0 {
+				bad = n
+			}
+			// The windows of the binds posted carry their new rkeys.
+			for _, b := range q.binds {
+				if b.i < bad {
+					b.w.rkey.Store(b.rkey)
+					setMWRKey(b.w.p, b.rkey)
 				}
+			}
+			if errno != 0 {
 				return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_send", Errno: errno}}
 			}
 		}
@@ -75,7 +102,15 @@ func (q *queuePair) PostSend(wrs []verbs.SendWR) error {
 // checkSend refuses what does not fit the QP's granted limits before it
 // reaches C (the scratch arrays are sized by them).
 func (q *queuePair) checkSend(wr *verbs.SendWR) error {
-	if wr.Opcode > verbs.OpRDMARead {
+	switch wr.Opcode {
+	case verbs.OpRDMAWrite, verbs.OpRDMAWriteWithImm, verbs.OpSend, verbs.OpSendWithImm, verbs.OpRDMARead:
+	case verbs.OpLocalInv:
+		if len(wr.SG) != 0 {
+			return verbs.Errorf("ibv_post_send", syscall.EINVAL, "LOCAL_INV takes no SGEs")
+		}
+	case verbs.OpBindMW:
+		return checkBind(wr)
+	default:
 		return verbs.Errorf("ibv_post_send", syscall.EINVAL, "unsupported opcode %d", wr.Opcode)
 	}
 	if len(wr.SG) > q.cap.MaxSendSGE {
@@ -198,5 +233,21 @@ func (q *queuePair) Destroy() error {
 	freeRecvScratch(q.recv)
 	q.sendCQ.detach(q)
 	q.recvCQ.detach(q)
+	return nil
+}
+
+// checkBind refuses a bind whose window or region is not this package's
+// (the C structs are filled from them), or that carries SGEs.
+func checkBind(wr *verbs.SendWR) error {
+	b := wr.Bind
+	if b == nil || len(wr.SG) != 0 {
+		return verbs.Errorf("ibv_post_send", syscall.EINVAL, "BIND_MW needs Bind and no SGEs")
+	}
+	if _, ok := b.MW.(*memWindow); !ok {
+		return verbs.Errorf("ibv_post_send", syscall.EINVAL, "BIND_MW of a window not from this provider")
+	}
+	if m, ok := b.MR.(*memRegion); !ok || m.p == nil {
+		return verbs.Errorf("ibv_post_send", syscall.EINVAL, "BIND_MW to a region not from this provider")
+	}
 	return nil
 }

@@ -24,8 +24,7 @@
  * declared whole, so that the caller's buffer is as large as theirs.
  *
  * Fields keep rdma-core's names; runs of entries the package never uses
- * (most of the ops table, the middle of ibv_device_attr, ibv_send_wr's
- * memory-window and TSO union) are reserved arrays of the same size.
+ * (most of the ops table, the middle of ibv_device_attr) are reserved arrays of the same size.
  * layout_test.go compiles this header beside rdma-core's own, where those
  * are installed, and compares every size, offset and constant.
  */
@@ -44,6 +43,7 @@ enum {
 	IBV_QPT_RC = 2,            /* enum ibv_qp_type */
 	IBV_QPS_INIT = 1,          /* enum ibv_qp_state */
 	IBV_EVENT_CQ_ERR = 0,      /* enum ibv_event_type */
+	IBV_MW_TYPE_2 = 2,         /* enum ibv_mw_type */
 };
 
 /* enum ibv_qp_attr_mask */
@@ -95,12 +95,18 @@ struct ibv_cq;
 struct ibv_qp;
 struct ibv_send_wr;
 struct ibv_recv_wr;
+struct ibv_mw;
+struct ibv_pd;
 
 /* The ops table embedded in every ibv_context: 32 function pointers, of
  * which the inline data-path verbs use four. The others are libibverbs'
  * compatibility entries and are never called through here. */
 struct ibv_context_ops {
-	void *_reserved0[11];
+	void *_reserved0[7];
+	struct ibv_mw *(*alloc_mw)(struct ibv_pd *pd, int type); /* enum ibv_mw_type */
+	void *_reserved8;        /* bind_mw: type 1 windows only */
+	int (*dealloc_mw)(struct ibv_mw *mw);
+	void *_reserved10;
 	int (*poll_cq)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
 	int (*req_notify_cq)(struct ibv_cq *cq, int solicited_only);
 	void *_reserved13[12];
@@ -141,7 +147,9 @@ struct ibv_device_attr {
 	int max_ee_rd_atom;
 	int max_res_rd_atom;
 	int max_qp_init_rd_atom;
-	int _reserved[16];       /* max_ee_init_rd_atom .. max_srq_sge */
+	int _reserved[4];        /* max_ee_init_rd_atom .. max_rdd */
+	int max_mw;
+	int _reserved2[11];      /* max_raw_ipv6_qp .. max_srq_sge */
 	uint16_t max_pkeys;
 	uint8_t local_ca_ack_delay;
 	uint8_t phys_port_cnt;
@@ -303,6 +311,21 @@ struct ibv_sge {
 	uint32_t lkey;
 };
 
+struct ibv_mw_bind_info {
+	struct ibv_mr *mr;
+	uint64_t addr;
+	uint64_t length;
+	unsigned int mw_access_flags;
+};
+
+struct ibv_mw {
+	struct ibv_context *context;
+	struct ibv_pd *pd;
+	uint32_t rkey;
+	uint32_t handle;
+	int type;                /* enum ibv_mw_type */
+};
+
 struct ibv_send_wr {
 	uint64_t wr_id;
 	struct ibv_send_wr *next;
@@ -333,9 +356,18 @@ struct ibv_send_wr {
 			uint32_t remote_srqn;
 		} xrc;
 	} qp_type;
-	/* union of bind_mw (a memory window bind) and tso (a header
-	 * pointer and two 16-bit sizes): six 8-byte words. */
-	uint64_t _bind_mw_tso[6];
+	union {
+		struct {
+			struct ibv_mw *mw;
+			uint32_t rkey;
+			struct ibv_mw_bind_info bind_info;
+		} bind_mw;
+		struct {
+			void *hdr;
+			uint16_t hdr_sz;
+			uint16_t mss;
+		} tso;
+	};
 };
 
 struct ibv_recv_wr {

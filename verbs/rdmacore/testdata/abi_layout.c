@@ -25,6 +25,8 @@ int main(void)
 	OFF(struct ibv_device, ibdev_path);
 
 	SIZE(struct ibv_context_ops);
+	OFF(struct ibv_context_ops, alloc_mw);
+	OFF(struct ibv_context_ops, dealloc_mw);
 	OFF(struct ibv_context_ops, poll_cq);
 	OFF(struct ibv_context_ops, req_notify_cq);
 	OFF(struct ibv_context_ops, post_send);
@@ -51,6 +53,7 @@ int main(void)
 	OFF(struct ibv_device_attr, max_pd);
 	OFF(struct ibv_device_attr, max_qp_rd_atom);
 	OFF(struct ibv_device_attr, max_qp_init_rd_atom);
+	OFF(struct ibv_device_attr, max_mw);
 	OFF(struct ibv_device_attr, max_pkeys);
 	OFF(struct ibv_device_attr, phys_port_cnt);
 
@@ -142,6 +145,19 @@ int main(void)
 	OFF(struct ibv_send_wr, wr.rdma.rkey);
 	OFF(struct ibv_send_wr, wr.atomic.rkey);
 	OFF(struct ibv_send_wr, qp_type.xrc.remote_srqn);
+	OFF(struct ibv_send_wr, bind_mw.mw);
+	OFF(struct ibv_send_wr, bind_mw.rkey);
+	OFF(struct ibv_send_wr, bind_mw.bind_info.mr);
+	OFF(struct ibv_send_wr, bind_mw.bind_info.addr);
+	OFF(struct ibv_send_wr, bind_mw.bind_info.length);
+	OFF(struct ibv_send_wr, bind_mw.bind_info.mw_access_flags);
+	OFF(struct ibv_send_wr, tso.mss);
+	SIZE(struct ibv_mw_bind_info);
+	SIZE(struct ibv_mw);
+	OFF(struct ibv_mw, pd);
+	OFF(struct ibv_mw, rkey);
+	OFF(struct ibv_mw, handle);
+	OFF(struct ibv_mw, type);
 
 	SIZE(struct ibv_recv_wr);
 	OFF(struct ibv_recv_wr, next);
@@ -195,6 +211,7 @@ int main(void)
 	VALUE(IBV_QPT_RC);
 	VALUE(IBV_QPS_INIT);
 	VALUE(IBV_EVENT_CQ_ERR);
+	VALUE(IBV_MW_TYPE_2);
 	VALUE(IBV_QP_STATE);
 	VALUE(IBV_QP_ACCESS_FLAGS);
 	VALUE(IBV_QP_PKEY_INDEX);
