@@ -42,7 +42,8 @@ func NextRKey(rkey uint32) uint32 {
 // and AccessRemoteWrite; the latter needs an MR with AccessLocalWrite),
 // under rkey RKey (NextRKey of MW.RKey()). The bind must be posted on a
 // QP of MR's protection domain; only that QP's peer may use the rkey.
-// Length 0 unbinds.
+// The window must be unbound, and Length not 0: a type 2 window is
+// unbound by OpLocalInv (IBA o10-37.2.30 and o10-37.2.40, as rxe checks).
 type MWBind struct {
 	MW     MW
 	MR     MR

@@ -814,8 +814,9 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 			return false, q.tr.discard(h.payloadLen())
 		}
 		if h.len > 0 {
+			// A window's rkey (mw.go) serves the QP it was bound on.
 			m := q.pd.lookup(h.rkey)
-			ok := m != nil && m.access&need != 0
+			ok := m != nil && m.access&need != 0 && (m.bound == nil || m.bound == q)
 			if ok {
 				dst, ok = m.slice(h.raddr, h.len)
 				fence = &m.fence

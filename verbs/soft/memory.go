@@ -8,20 +8,26 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// pd is a protection domain. Its MRs live in a copy-on-write table indexed
-// by key so that the data path looks keys up with one atomic load and no lock.
+// pd is a protection domain. Its MRs and bound memory windows live in a
+// table indexed by key (key>>8 is the slot), so that the data path looks a
+// key up with two atomic loads and no lock. The slice is replaced only when
+// it grows; a slot changes in place.
 type pd struct {
 	ctx  *device
 	mu   sync.Mutex // serialises table changes
-	mrs  atomic.Pointer[[]*mr]
+	mrs  atomic.Pointer[[]atomic.Pointer[mr]]
 	gen  []uint8 // per table slot, so a stale key does not match a reused slot
 	free []int   // free table slots
 	nMR  int
+	nMW  int
 	nQP  atomic.Int64
 	dead bool
 }
 
-// mr is a registered memory region. lkey == rkey, as on rxe and mlx5.
+// mr is a registered memory region (lkey == rkey, as on rxe and mlx5), or
+// the binding of a memory window (mw.go): a sub-slice of its region with
+// remote access only, its own rkey and its own fence, usable by the peer
+// of one QP alone.
 type mr struct {
 	pd     *pd
 	buf    []byte
@@ -31,9 +37,18 @@ type mr struct {
 	dead   atomic.Bool
 	fence  gate   // every copy the engine makes to or from buf passes it (fence.go)
 	unmap  func() // a dma-buf MR's mapping goes once the fence is closed (dmabuf_linux.go)
+
+	// A region: how many windows are bound to it (pd.mu); Dereg fails
+	// while there are any.
+	nMW int
+	// A window's binding: the QP it was bound on, whose peer alone may
+	// use its rkey, and the window. Both nil for a region; a local key
+	// (SGE) never names a binding.
+	bound *qp
+	win   *mw
 }
 
-const validAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+const validAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessMWBind
 
 func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	const op = "ibv_reg_mr"
@@ -74,34 +89,52 @@ func (p *pd) register(op string, buf []byte, addr uint64, access verbs.Access) (
 	if p.nMR >= maxMR {
 		return nil, verbs.Errorf(op, syscall.ENOMEM, "too many MRs")
 	}
-	old := p.table()
+	idx := p.slot()
+	m := &mr{pd: p, buf: buf, addr: addr, access: access,
+		key: uint32(idx)<<8 | uint32(p.gen[idx])}
+	p.setSlot(idx, m)
+	p.nMR++
+	return m, nil
+}
+
+// slot takes a free table slot, its generation moved on. Called with mu
+// held.
+func (p *pd) slot() int {
 	var idx int
 	if n := len(p.free); n > 0 {
 		idx = p.free[n-1]
 		p.free = p.free[:n-1]
 	} else {
-		idx = len(old)
+		idx = len(p.gen)
 		p.gen = append(p.gen, 0)
 	}
 	p.gen[idx]++
-	m := &mr{pd: p, buf: buf, addr: addr, access: access,
-		key: uint32(idx)<<8 | uint32(p.gen[idx])}
-	tbl := make([]*mr, max(len(old), idx+1))
-	copy(tbl, old)
-	tbl[idx] = m
-	p.mrs.Store(&tbl)
-	p.nMR++
-	return m, nil
+	return idx
 }
 
-func (p *pd) table() []*mr {
+// setSlot makes slot idx hold m (nil: nothing). The table grows (a new
+// slice, the old one left to the lookups that hold it) when idx is past
+// its end. Called with mu held.
+func (p *pd) setSlot(idx int, m *mr) {
+	var old []atomic.Pointer[mr]
 	if t := p.mrs.Load(); t != nil {
-		return *t
+		old = *t
 	}
-	return nil
+	if idx < len(old) {
+		old[idx].Store(m)
+		return
+	}
+	tbl := make([]atomic.Pointer[mr], max(idx+1, 2*len(old)))
+	for i := range old {
+		tbl[i].Store(old[i].Load())
+	}
+	tbl[idx].Store(m)
+	p.mrs.Store(&tbl)
 }
 
-// lookup finds a live MR by key; nil if none.
+// lookup finds a live MR or window binding by key; nil if none. Remote
+// requests use it (and check a binding's QP); local keys go through
+// lookupLocal.
 func (p *pd) lookup(key uint32) *mr {
 	t := p.mrs.Load()
 	if t == nil {
@@ -111,8 +144,18 @@ func (p *pd) lookup(key uint32) *mr {
 	if idx >= len(*t) {
 		return nil
 	}
-	m := (*t)[idx]
+	m := (*t)[idx].Load()
 	if m == nil || m.key != key {
+		return nil
+	}
+	return m
+}
+
+// lookupLocal finds a live MR by lkey; a window's rkey names nothing
+// locally.
+func (p *pd) lookupLocal(key uint32) *mr {
+	m := p.lookup(key)
+	if m == nil || m.bound != nil {
 		return nil
 	}
 	return m
@@ -136,8 +179,8 @@ func (p *pd) Dealloc() error {
 	if p.dead {
 		return verbs.ErrClosed
 	}
-	if p.nMR > 0 || p.nQP.Load() > 0 {
-		return verbs.Errorf("ibv_dealloc_pd", syscall.EBUSY, "%d MRs and %d QPs still use the PD", p.nMR, p.nQP.Load())
+	if p.nMR > 0 || p.nMW > 0 || p.nQP.Load() > 0 {
+		return verbs.Errorf("ibv_dealloc_pd", syscall.EBUSY, "%d MRs, %d MWs and %d QPs still use the PD", p.nMR, p.nMW, p.nQP.Load())
 	}
 	p.dead = true
 	p.ctx.objs.Add(-1)
@@ -154,20 +197,24 @@ func (m *mr) Access() verbs.Access { return m.access }
 // Dereg removes the region's key from the table, so that no request
 // finds it any more, and then closes its fence: it returns once no copy is
 // in it, and none starts after. An access a peer is still feeding is cut
-// off, not waited for (fence.go).
+// off, not waited for (fence.go). While memory windows are bound to the
+// region it fails with EINVAL and changes nothing, as rxe's does (IBA
+// 10.6.7.2.6).
 func (m *mr) Dereg() error {
 	p := m.pd
 	p.mu.Lock()
-	if m.dead.Swap(true) {
+	if m.dead.Load() {
 		p.mu.Unlock()
 		return verbs.ErrClosed
 	}
-	old := p.table()
+	if m.nMW > 0 {
+		n := m.nMW
+		p.mu.Unlock()
+		return verbs.Errorf("ibv_dereg_mr", syscall.EINVAL, "%d memory windows are bound to the MR", n)
+	}
+	m.dead.Store(true)
 	idx := int(m.key >> 8)
-	tbl := make([]*mr, len(old))
-	copy(tbl, old)
-	tbl[idx] = nil
-	p.mrs.Store(&tbl)
+	p.setSlot(idx, nil)
 	p.free = append(p.free, idx)
 	p.nMR--
 	p.mu.Unlock()

@@ -1,12 +1,160 @@
 package soft
 
 import (
+	"sync/atomic"
 	"syscall"
 
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// AllocMW: memory windows are not built yet on soft.
+// Type 2 memory windows, as rxe keeps them (drivers/infiniband/sw/rxe/rxe_mw.c).
+//
+// A window owns one slot of its PD's key table for its life, and its rkey
+// is slot<<8 | a low byte: the one alloc gave it, then the one each bind
+// names (the consumer's, verbs.NextRKey). While unbound the slot holds
+// nothing. A bind puts a binding there: an mr whose buf is the bound range
+// of the region, with the bind's rkey and remote access, its own fence,
+// and the QP it was bound on. A remote READ or WRITE then finds it by the
+// same lookup as a region's rkey (engine.go's onRequest), and takes it
+// only on that QP; local keys never name a binding (pd.lookupLocal).
+//
+// Unbinding (an invalidation, Dealloc) empties the slot and closes the
+// binding's fence, which returns once no copy through the window is in
+// progress, and none can start (fence.go): that is done before the
+// invalidation's completion is queued, and before Dealloc returns. A new
+// bind makes a new binding, with a fence of its own: a READ response
+// queued under an older binding still holds the old, closed one.
+//
+// Bind and invalidate execute when they are posted (qp.go's postLocal),
+// which is never later than a NIC executes them in send queue order: a WR
+// posted after a bind finds the window bound. They complete in order
+// behind the WRs posted before them.
+
+// mw is a type 2 memory window.
+type mw struct {
+	pd   *pd
+	idx  int           // its table slot, held until Dealloc
+	rkey atomic.Uint32 // the latest bind's, or alloc's
+
+	// Under pd.mu.
+	cur    *mr // the binding, nil while unbound
+	parent *mr // the region cur lies in
+	dead   bool
+}
+
+// maxMW is the number of windows a PD may hold, as many as MRs.
+const maxMW = maxMR
+
+// AllocMW is ibv_alloc_mw(IBV_MW_TYPE_2): a window, unbound, with a slot
+// of the PD's key table and a first rkey in it.
 func (p *pd) AllocMW() (verbs.MW, error) {
-	return nil, verbs.Errorf("ibv_alloc_mw", syscall.EOPNOTSUPP, "soft has no memory windows")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dead {
+		return nil, verbs.ErrClosed
+	}
+	if p.nMW >= maxMW {
+		return nil, verbs.Errorf("ibv_alloc_mw", syscall.ENOMEM, "too many MWs")
+	}
+	idx := p.slot()
+	w := &mw{pd: p, idx: idx}
+	w.rkey.Store(uint32(idx)<<8 | uint32(p.gen[idx]))
+	p.nMW++
+	return w, nil
+}
+
+func (w *mw) RKey() uint32 { return w.rkey.Load() }
+
+// Dealloc revokes the window if it is bound (its fence closed: nothing
+// more moves through it once Dealloc returns) and frees its slot.
+func (w *mw) Dealloc() error {
+	p := w.pd
+	p.mu.Lock()
+	if w.dead {
+		p.mu.Unlock()
+		return verbs.ErrClosed
+	}
+	w.dead = true
+	b := w.unbind()
+	// The slot's next key differs from the window's last one.
+	p.gen[w.idx] = uint8(w.rkey.Load())
+	p.free = append(p.free, w.idx)
+	p.nMW--
+	p.mu.Unlock()
+	if b != nil {
+		b.fence.close()
+	}
+	return nil
+}
+
+// unbind empties the window's slot and returns the binding it held (nil
+// if none), whose fence the caller closes once pd.mu is released. Called
+// with pd.mu held.
+func (w *mw) unbind() *mr {
+	b := w.cur
+	if b == nil {
+		return nil
+	}
+	w.pd.setSlot(w.idx, nil)
+	w.parent.nMW--
+	w.cur, w.parent = nil, nil
+	b.dead.Store(true)
+	return b
+}
+
+// mwAccess is the access a window may grant.
+const mwAccess = verbs.AccessRemoteRead | verbs.AccessRemoteWrite
+
+// bind executes a bind WR posted on q: WCSuccess, or WCMWBindErr for a
+// bind a NIC refuses (rxe_check_bind_mw's rules). Called with q.mu held.
+func (q *qp) bind(w *mw, parent *mr, b *verbs.MWBind) verbs.WCStatus {
+	p := q.pd
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case w.dead || w.pd != p: // C10-72: the window's PD is the QP's
+		return verbs.WCMWBindErr
+	case w.cur != nil: // o10-37.2.30: a type 2 window binds only while free
+		return verbs.WCMWBindErr
+	case b.Length == 0: // o10-37.2.40: not a way to unbind a type 2 window
+		return verbs.WCMWBindErr
+	case b.RKey>>8 != uint32(w.idx): // the consumer owns the low byte only
+		return verbs.WCMWBindErr
+	case parent.dead.Load() || parent.pd != p || parent.bound != nil:
+		return verbs.WCMWBindErr
+	case parent.access&verbs.AccessMWBind == 0: // C10-73
+		return verbs.WCMWBindErr
+	case b.Access&^mwAccess != 0:
+		return verbs.WCMWBindErr
+	case b.Access&verbs.AccessRemoteWrite != 0 && parent.access&verbs.AccessLocalWrite == 0: // C10-74
+		return verbs.WCMWBindErr
+	}
+	// C10-75: the range lies inside the region.
+	if b.Addr < parent.addr || b.Addr-parent.addr > uint64(len(parent.buf)) ||
+		b.Length > uint64(len(parent.buf))-(b.Addr-parent.addr) {
+		return verbs.WCMWBindErr
+	}
+	off := b.Addr - parent.addr
+	m := &mr{pd: p, buf: parent.buf[off : off+b.Length : off+b.Length], addr: b.Addr,
+		key: b.RKey, access: b.Access, bound: q, win: w}
+	p.setSlot(w.idx, m)
+	w.cur, w.parent = m, parent
+	parent.nMW++
+	w.rkey.Store(b.RKey)
+	return verbs.WCSuccess
+}
+
+// invalidate executes a local invalidation posted on q: the window bound
+// on q under rkey is unbound, and the binding returned for the caller to
+// close its fence. WCLocQPOpErr (rxe's status) when rkey names no window
+// bound on q. Called with q.mu held.
+func (q *qp) invalidate(rkey uint32) (*mr, verbs.WCStatus) {
+	p := q.pd
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := p.lookup(rkey)
+	if m == nil || m.win == nil || m.bound != q {
+		return nil, verbs.WCLocQPOpErr
+	}
+	return m.win.unbind(), verbs.WCSuccess
 }

@@ -85,6 +85,7 @@ func (c *device) Query() (verbs.DeviceAttr, error) {
 		MaxCQ:           maxCQ,
 		MaxCQE:          maxCQE,
 		MaxMR:           maxMR,
+		MaxMW:           maxMW,
 		MaxPD:           maxPD,
 		MaxInlineData:   maxInline,
 		MaxQPRdAtom:     maxRdAtom,

@@ -41,6 +41,16 @@ type recvSlot struct {
 	n      uint32
 }
 
+// localOp is a bind or an invalidation that executed when it was posted
+// and completes behind the send WRs posted before it: once every WR before
+// PSN after has completed (mw.go).
+type localOp struct {
+	wrid     uint64
+	op       verbs.Opcode
+	after    uint32
+	signaled bool
+}
+
 type readResp struct {
 	psn  uint32
 	data []byte
@@ -72,6 +82,14 @@ type qp struct {
 	readsOut int  // RDMA READs transmitted and not answered
 	rnrWait  bool // waiting out an RNR NAK before retransmitting
 	progress uint64
+	// Binds and invalidations waiting for their completion, local[localHead:],
+	// in the order posted; they count against the send queue's depth.
+	local     []localOp
+	localHead int
+	// doomed: a WR with a local error is queued; the QP goes to ERR when
+	// the transmitter reaches it, so later binds and invalidations are
+	// not executed but flushed.
+	doomed bool
 
 	// Receive queue: runs of alike WRs (recvSlot), rq[i % len(rq)],
 	// len(rq) a power of two that grows as runs pile up; rqWRs counts
@@ -238,6 +256,8 @@ var (
 	errPostState     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP is not in RTS"}
 	errPostSGE       = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_send_sge"}
 	errPostOpcode    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "unsupported opcode"}
+	errPostBind      = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "BIND_MW needs Bind with a soft MW and MR, and no SGEs"}
+	errPostLocalInv  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "LOCAL_INV takes no SGEs"}
 	errPostInline    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline data above the QP's max_inline_data"}
 	errPostInlineNil = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline SGE with a nil address"}
 	errPostReadInl   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "RDMA_READ cannot be inline"}
@@ -258,10 +278,25 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 	if len(wr.SG) > q.cap.MaxSendSGE {
 		return errPostSGE
 	}
-	if wr.Opcode > verbs.OpRDMARead {
+	local := wr.Opcode == verbs.OpBindMW || wr.Opcode == verbs.OpLocalInv
+	if wr.Opcode > verbs.OpRDMARead && !local {
 		return errPostOpcode
 	}
-	inline := wr.Flags&verbs.SendInline != 0
+	var w *mw
+	var parent *mr
+	if wr.Opcode == verbs.OpBindMW {
+		var ok1, ok2 bool
+		if wr.Bind != nil {
+			w, ok1 = wr.Bind.MW.(*mw)
+			parent, ok2 = wr.Bind.MR.(*mr)
+		}
+		if !ok1 || !ok2 || len(wr.SG) > 0 {
+			return errPostBind
+		}
+	} else if local && len(wr.SG) > 0 {
+		return errPostLocalInv
+	}
+	inline := !local && wr.Flags&verbs.SendInline != 0
 	if inline {
 		if wr.Opcode == verbs.OpRDMARead {
 			return errPostReadInl
@@ -277,13 +312,17 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 			return errPostInline
 		}
 	}
-	if q.sqTail-q.sqHead == uint32(q.cap.MaxSendWR) {
+	if int(q.sqTail-q.sqHead)+len(q.local)-q.localHead >= q.cap.MaxSendWR {
 		return errPostFull
 	}
 	if q.state == verbs.QPSErr {
 		// Posting to a QP in ERR is allowed and flushes at once, as on hardware.
 		wc := verbs.WC{WRID: wr.WRID, Status: verbs.WCWRFlushErr, QPNum: q.num}
 		q.scq.push(&wc, false)
+		return nil
+	}
+	if local {
+		q.postLocal(wr, w, parent)
 		return nil
 	}
 	if q.sqTail-q.sqHead == uint32(len(q.sq)) {
@@ -320,9 +359,71 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 	if total > maxMsgSize && s.status == verbs.WCSuccess {
 		s.status = verbs.WCLocLenErr
 	}
+	if s.status != verbs.WCSuccess {
+		q.doomed = true
+	}
 	s.length = uint32(total)
 	q.sqTail++
 	return nil
+}
+
+// postLocal executes a bind (w to parent) or an invalidation as it is
+// posted (mw.go), and queues its completion behind the WRs before it. One
+// that fails takes a send queue slot with its error status instead, which
+// the transmitter reports in order as it reaches it, moving the QP to ERR
+// as a local error does. Called with mu held.
+func (q *qp) postLocal(wr *verbs.SendWR, w *mw, parent *mr) {
+	status := verbs.WCWRFlushErr // behind a WR that fails: not executed
+	if !q.doomed {
+		var b *mr
+		if wr.Opcode == verbs.OpBindMW {
+			status = q.bind(w, parent, wr.Bind)
+		} else {
+			b, status = q.invalidate(wr.InvalidateRKey)
+		}
+		if b != nil {
+			// The fence: before the completion can be polled, no copy
+			// through the window is in progress and none will start.
+			b.fence.close()
+		}
+	}
+	signaled := q.sigAll || wr.Flags&verbs.SendSignaled != 0
+	if status != verbs.WCSuccess {
+		q.doomed = true
+		if q.sqTail-q.sqHead == uint32(len(q.sq)) {
+			q.growSQ()
+		}
+		s := q.slot(q.sqTail)
+		s.wrid, s.op, s.imm, s.raddr, s.rkey = wr.WRID, wr.Opcode, 0, 0, 0
+		s.signaled, s.solicited = signaled, false
+		s.status, s.rnr, s.length = status, 0, 0
+		s.sg, s.gates = s.sg[:0], s.gates[:0]
+		q.sqTail++
+		return
+	}
+	if q.localHead == len(q.local) {
+		q.local, q.localHead = q.local[:0], 0
+	}
+	q.local = append(q.local, localOp{wrid: wr.WRID, op: wr.Opcode, after: q.sqTail, signaled: signaled})
+	q.completeLocal(verbs.WCSuccess)
+}
+
+// completeLocal completes the binds and invalidations queued behind
+// nothing but completed WRs (their PSN reached), with status. Called with
+// mu held.
+func (q *qp) completeLocal(status verbs.WCStatus) {
+	for q.localHead < len(q.local) && !seqLT(q.sqHead, q.local[q.localHead].after) {
+		l := &q.local[q.localHead]
+		q.localHead++
+		if !l.signaled && status == verbs.WCSuccess {
+			continue
+		}
+		wc := verbs.WC{WRID: l.wrid, Status: status, Opcode: wcOpcode(l.op), QPNum: q.num}
+		if !q.scq.push(&wc, false) && status == verbs.WCSuccess {
+			q.flush(0, 0, false)
+			return
+		}
+	}
 }
 
 // localBytes returns the bytes an inline SGE names. Inline data ignores the
@@ -332,7 +433,7 @@ func (q *qp) localBytes(g *verbs.SGE) []byte {
 	if g.Length == 0 {
 		return nil
 	}
-	if m := q.pd.lookup(g.LKey); m != nil {
+	if m := q.pd.lookupLocal(g.LKey); m != nil {
 		if b, ok := m.slice(g.Addr, g.Length); ok {
 			return b
 		}
@@ -407,7 +508,7 @@ func (q *qp) resolveSG(sg []verbs.SGE, need verbs.Access, sgs [][]byte, gates []
 		if g.Length == 0 {
 			continue
 		}
-		m := q.pd.lookup(g.LKey)
+		m := q.pd.lookupLocal(g.LKey)
 		if m == nil || m.access&need != need {
 			ok = false
 			continue
@@ -444,6 +545,10 @@ func wcOpcode(op verbs.Opcode) verbs.WCOpcode {
 		return verbs.WCRDMAWrite
 	case verbs.OpRDMARead:
 		return verbs.WCRDMARead
+	case verbs.OpBindMW:
+		return verbs.WCBindMW
+	case verbs.OpLocalInv:
+		return verbs.WCLocalInv
 	}
 	return verbs.WCSend
 }
@@ -452,6 +557,11 @@ func wcOpcode(op verbs.Opcode) verbs.WCOpcode {
 // acknowledged them). Called with mu held.
 func (q *qp) completeTo(a uint32) {
 	for q.sqHead != a {
+		if q.localHead < len(q.local) {
+			if q.completeLocal(verbs.WCSuccess); q.state == verbs.QPSErr {
+				return
+			}
+		}
 		s := q.slot(q.sqHead)
 		if s.op == verbs.OpRDMARead {
 			q.readsOut--
@@ -465,19 +575,24 @@ func (q *qp) completeTo(a uint32) {
 			}
 		}
 	}
+	if q.localHead < len(q.local) {
+		q.completeLocal(verbs.WCSuccess)
+	}
 }
 
 // flush moves the QP to ERR and completes every outstanding WR with
 // WR_FLUSH_ERR, except the send WR at errPSN (when hasErr), which gets
 // errStatus. Called with mu held.
 func (q *qp) flush(errPSN uint32, errStatus verbs.WCStatus, hasErr bool) {
-	if q.state == verbs.QPSErr && !hasErr && q.sqHead == q.sqTail && q.rqHead == q.rqTail {
+	if q.state == verbs.QPSErr && !hasErr && q.sqHead == q.sqTail && q.rqHead == q.rqTail && q.localHead == len(q.local) {
 		return
 	}
 	q.state = verbs.QPSErr
 	q.rnrWait = false
 	q.readsOut = 0
+	q.doomed = false
 	for q.sqHead != q.sqTail {
+		q.completeLocal(verbs.WCWRFlushErr)
 		s := q.slot(q.sqHead)
 		wc := verbs.WC{WRID: s.wrid, Status: verbs.WCWRFlushErr, QPNum: q.num, Opcode: wcOpcode(s.op)}
 		if hasErr && q.sqHead == errPSN {
@@ -487,6 +602,8 @@ func (q *qp) flush(errPSN uint32, errStatus verbs.WCStatus, hasErr bool) {
 		q.sqHead++
 		q.scq.push(&wc, false)
 	}
+	q.completeLocal(verbs.WCWRFlushErr)
+	q.local, q.localHead = q.local[:0], 0
 	q.sqSent = q.sqTail
 	for q.rqHead != q.rqTail {
 		wc := verbs.WC{WRID: q.recvAt(q.rqHead).wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: q.num}
@@ -628,6 +745,8 @@ func (q *qp) setState(s verbs.QPState) {
 			q.sqHead++
 		}
 		q.sqSent = q.sqTail
+		q.local, q.localHead = q.local[:0], 0
+		q.doomed = false
 		q.rqHead, q.rqWRs = q.rqTail, 0
 		q.readsOut = 0
 		q.rnrWait = false

@@ -131,6 +131,9 @@ type endpoint struct {
 	buf  []byte
 	mu   sync.Mutex
 	done bool
+	// lentPD: pd is another endpoint's (pairOpts.serverPD), which
+	// deallocates it.
+	lentPD bool
 }
 
 // pairOpts shapes a connection.
@@ -146,6 +149,7 @@ type pairOpts struct {
 	sharedCQ   bool
 	signalAll  bool
 	beforeConn func(client, server *endpoint) // e.g. pre-post receives
+	serverPD   verbs.PD                       // the server's resources go in this PD; nil: a new one
 }
 
 func defaultOpts() pairOpts {
@@ -164,8 +168,12 @@ func (s *suite) resources(t testing.TB, e *endpoint, o *pairOpts) {
 	ctx := e.id.Context()
 	require.NotNil(t, ctx, "ID has no device")
 	var err error
-	e.pd, err = ctx.AllocPD()
-	require.NoError(t, err)
+	if e.pd == nil {
+		e.pd, err = ctx.AllocPD()
+		require.NoError(t, err)
+	} else {
+		e.lentPD = true
+	}
 	e.cc, err = ctx.CreateCompChannel()
 	require.NoError(t, err)
 	e.scq, err = ctx.CreateCQ(o.cqe, e.cc)
@@ -209,7 +217,7 @@ func (e *endpoint) release(t testing.TB) {
 	if e.cc != nil {
 		require.NoError(t, e.cc.Close())
 	}
-	if e.pd != nil {
+	if e.pd != nil && !e.lentPD {
 		require.NoError(t, e.pd.Dealloc())
 	}
 }
@@ -265,7 +273,7 @@ func (s *suite) pairOn(t testing.TB, lch verbs.EventChannel, lid verbs.CMID, o p
 	require.NoError(t, client.id.Connect(&o.connect))
 	req := s.expect(t, lch, verbs.EventConnectRequest)
 	require.Equal(t, lid, req.Listen)
-	server = &endpoint{ch: lch, id: req.ID}
+	server = &endpoint{ch: lch, id: req.ID, pd: o.serverPD}
 	t.Cleanup(func() { server.release(t) })
 	s.resources(t, server, &o)
 	if o.beforeConn != nil {
