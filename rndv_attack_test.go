@@ -238,13 +238,25 @@ func TestRndvRawPeer(t *testing.T) {
 // deadline, returns a timeout and revokes the range: the stalled peer's
 // next READ moves nothing, and the conn is failed.
 func TestRndvStalledReader(t *testing.T) {
+	t.Run("window", func(t *testing.T) { testRndvStalledReader(t, true) })
+	t.Run("registration", func(t *testing.T) { testRndvStalledReader(t, false) })
+}
+
+// testRndvStalledReader: the range is exposed through the connection's
+// memory window, or (windows off) by a registration of its own, which the
+// test tracks.
+func testRndvStalledReader(t *testing.T, windows bool) {
 	cfg := lowRndv(t)
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
 	s.rndvMin = s.rndvThreshold(stream.Version)
 	pd := &trackingPD{PD: s.pd, live: map[verbs.MR]verbs.Access{}}
-	s.pd = pd
+	if !windows {
+		testNoWindows = true
+		t.Cleanup(func() { testNoWindows = false })
+		s.pd = pd
+	}
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i)
@@ -288,7 +300,14 @@ func TestRndvStalledReader(t *testing.T) {
 
 	err = <-errc
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
-	assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
+	if windows {
+		s.mu.Lock()
+		assert.Nil(t, s.zc.mw, "the window is deallocated when Write returns")
+		assert.Equal(t, int8(1), s.zc.windows, "the transfer used a window")
+		s.mu.Unlock()
+	} else {
+		assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
+	}
 	// Revoked, and the conn failed and disconnected: the READ is refused
 	// (remote access error) or flushed (the QP already went to error), and
 	// moves nothing.
