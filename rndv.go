@@ -92,7 +92,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	}
 	// Exposed through the connection's memory window, or else by a
 	// registration of p's own (rndvwindow.go).
-	mw, bufMR := c.rndvWindow(buf)
+	mw, bufMR := c.rndvWindow(p, buf)
 	var mr verbs.MR
 	if mw == nil {
 		if mr, err = c.pd.RegMR(p, verbs.AccessRemoteRead); err != nil {

@@ -18,6 +18,14 @@ import (
 // gives up mid-transfer deallocates the window instead, which revokes it
 // at once, whatever the queue pair's state.
 
+// rxeVendorID is the vendor ID Soft-RoCE (rxe) reports. Its responder
+// checks an access through a window against the range of the window's
+// region, not the window's (Linux 6.1 and since, verbstest's MWBounds):
+// there a window on part of a Buffer would expose all of it. So on rxe a
+// Write uses the window only when it spans its whole Buffer, and
+// registers a range of its own otherwise.
+const rxeVendorID = 0xffffff
+
 // testNoWindows makes rendezvous Writes register what they expose, as on
 // a device without windows (tests of both paths on one provider).
 var testNoWindows bool
@@ -28,21 +36,31 @@ func (c *Conn) windowsLocked(zc *zeroCopy) bool {
 	if zc.windows == 0 {
 		zc.windows = -1
 		if _, attr, err := deviceOf(c.id); err == nil && attr.MaxMW > 0 && !testNoWindows {
-			zc.windows = 1
+			zc.windows = windowsChecked
+			if attr.VendorID == rxeVendorID {
+				zc.windows = windowsWholeOnly
+			}
 		}
 	}
 	return zc.windows > 0
 }
 
-// rndvWindow returns the window a rendezvous Write from buf binds, and
-// buf's registration to bind it in; nil, nil when the Write registers
+// zeroCopy.windows beyond 0 (not asked) and -1 (none).
+const (
+	windowsChecked   = 1 // the device checks a window's own range
+	windowsWholeOnly = 2 // it checks the region's: bind windows only to whole Buffers
+)
+
+// rndvWindow returns the window a rendezvous Write of p from buf binds,
+// and buf's registration to bind it in; nil, nil when the Write registers
 // what it exposes instead. Writer-owned (wmu).
-func (c *Conn) rndvWindow(buf *Buffer) (verbs.MW, verbs.MR) {
+func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	c.mu.Lock()
 	zc := c.zeroCopyLocked()
 	ok, mw := c.windowsLocked(zc), zc.mw
+	whole := zc.windows == windowsWholeOnly
 	c.mu.Unlock()
-	if !ok {
+	if !ok || whole && len(p) != len(buf.buf) {
 		return nil, nil
 	}
 	mr, err := c.bufferMR(buf)
