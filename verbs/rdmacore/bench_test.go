@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/verbstest"
 )
 
 // pingPair is two connected ends over the Soft-RoCE address, each with one
@@ -179,4 +180,23 @@ func BenchmarkPingPongEventsTwoGoroutines(b *testing.B) {
 	must(<-served)
 	b.StopTimer()
 	disconnect(b, cli, srv)
+}
+
+// BenchmarkExpose1M: exposing 1 MiB to the peer for one transfer and
+// revoking it, the rendezvous' two ways: a window's bind and invalidation,
+// or a registration and its deregistration.
+func BenchmarkExpose1M(b *testing.B) {
+	_, ip := testsupport.SoftRoCE(b)
+	cfg := verbstest.Config{Provider: ProviderName, IP: ip}
+	b.Run("window", func(b *testing.B) { verbstest.BenchExpose(b, cfg, 1<<20, true) })
+	b.Run("registration", func(b *testing.B) { verbstest.BenchExpose(b, cfg, 1<<20, false) })
+}
+
+// BenchmarkRead1M: 1 MiB RDMA READs one at a time (a rendezvous' pattern),
+// of a region's bytes and through a window bound to them.
+func BenchmarkRead1M(b *testing.B) {
+	_, ip := testsupport.SoftRoCE(b)
+	cfg := verbstest.Config{Provider: ProviderName, IP: ip}
+	b.Run("region", func(b *testing.B) { verbstest.BenchRead(b, cfg, 1<<20, 1) })
+	b.Run("window", func(b *testing.B) { verbstest.BenchReadWindow(b, cfg, 1<<20, 1) })
 }

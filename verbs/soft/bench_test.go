@@ -52,3 +52,10 @@ func BenchmarkRead1M(b *testing.B) {
 	}
 	b.Run("tcp", func(b *testing.B) { verbstest.BenchTCPWrite(b, benchCfg.IP, 1<<20) })
 }
+
+// BenchmarkExpose1M: exposing 1 MiB to the peer for one transfer and
+// revoking it, by a window or by a registration (the rendezvous' two ways).
+func BenchmarkExpose1M(b *testing.B) {
+	b.Run("window", func(b *testing.B) { verbstest.BenchExpose(b, benchCfg, 1<<20, true) })
+	b.Run("registration", func(b *testing.B) { verbstest.BenchExpose(b, benchCfg, 1<<20, false) })
+}

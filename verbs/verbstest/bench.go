@@ -82,17 +82,47 @@ func BenchRead(b *testing.B, cfg Config, size, depth int) {
 	benchOneSided(b, cfg, verbs.OpRDMARead, size, depth)
 }
 
+// BenchReadWindow is BenchRead through a memory window bound to the
+// peer's bytes (the rendezvous' way on a device with windows).
+func BenchReadWindow(b *testing.B, cfg Config, size, depth int) {
+	benchOneSidedVia(b, cfg, verbs.OpRDMARead, size, depth, true)
+}
+
 // benchOneSided runs b.N one-sided operations op of size bytes between a
 // pair, depth (at most 64) in flight.
 func benchOneSided(b *testing.B, cfg Config, op verbs.Opcode, size, depth int) {
+	benchOneSidedVia(b, cfg, op, size, depth, false)
+}
+
+// benchOneSidedVia is benchOneSided, through a window bound to the
+// peer's bytes when window says so.
+func benchOneSidedVia(b *testing.B, cfg Config, op verbs.Opcode, size, depth int, window bool) {
 	s := benchSuite(b, cfg)
 	o := defaultOpts()
+	if window {
+		o = mwOpts()
+	}
 	o.sharedCQ = true
 	o.memSize = 4 * size
 	o.cap.MaxSendWR = 64
 	c, sv := s.pair(b, o)
+	rkey := sv.mr.RKey()
+	if window {
+		w, err := sv.pd.AllocMW()
+		if err != nil {
+			b.Skipf("no memory windows: %v", err)
+		}
+		defer w.Dealloc()
+		rkey = verbs.NextRKey(w.RKey())
+		bind := []verbs.SendWR{{Opcode: verbs.OpBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBind{MW: w, MR: sv.mr,
+			Addr: verbs.AddrOf(sv.buf), Length: uint64(size), Access: verbs.AccessRemoteRead | verbs.AccessRemoteWrite, RKey: rkey}}}
+		if err := sv.qp.PostSend(bind); err != nil {
+			b.Fatal(err)
+		}
+		waitOK(b, sv.scq, sv.cc, make([]verbs.WC, 1))
+	}
 	wr := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: sv.mr.RKey()}}
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:size])}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: rkey}}
 	wc := make([]verbs.WC, 64)
 	startTimer(b, size)
 	posted, done := 0, 0
@@ -231,6 +261,55 @@ func BenchTCPPingPong(b *testing.B, ip net.IP, size int) {
 		if _, err := io.ReadFull(a, buf); err != nil {
 			b.Fatal(err)
 		}
+	}
+	b.StopTimer()
+}
+
+// BenchExpose measures what exposing size bytes to the peer for one
+// transfer and revoking it costs: with windows, a bind and a local
+// invalidation posted together, the invalidation's completion awaited
+// (what rdma.Conn's rendezvous does); without, a registration of the
+// bytes for remote READ and its deregistration. A window's case skips on
+// a device without windows.
+func BenchExpose(b *testing.B, cfg Config, size int, windows bool) {
+	s := benchSuite(b, cfg)
+	o := mwOpts()
+	o.sharedCQ = true
+	o.memSize = size
+	_, sv := s.pair(b, o)
+	wc := make([]verbs.WC, 4)
+	if !windows {
+		b.ReportAllocs()
+		b.ResetTimer()
+		for range b.N {
+			mr, err := sv.pd.RegMR(sv.buf, verbs.AccessRemoteRead)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := mr.Dereg(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		return
+	}
+	w, err := sv.pd.AllocMW()
+	if err != nil {
+		b.Skipf("no memory windows: %v", err)
+	}
+	defer w.Dealloc()
+	bind := verbs.MWBind{MW: w, MR: sv.mr, Addr: verbs.AddrOf(sv.buf), Length: uint64(size), Access: verbs.AccessRemoteRead}
+	wr := []verbs.SendWR{{Opcode: verbs.OpBindMW, Bind: &bind}, {Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled}}
+	key := w.RKey()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		key = verbs.NextRKey(key)
+		bind.RKey, wr[1].InvalidateRKey = key, key
+		if err := sv.qp.PostSend(wr); err != nil {
+			b.Fatal(err)
+		}
+		waitOK(b, sv.scq, sv.cc, wc)
 	}
 	b.StopTimer()
 }
