@@ -278,23 +278,7 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	dst, err := r.pd.RegMR(dstMem.Bytes(), verbs.AccessLocalWrite)
 	require.NoError(t, err)
 	defer dst.Dereg()
-	const readWRID = 77
-	read := func() verbs.WCStatus {
-		require.NoError(t, r.qp.PostSend([]verbs.SendWR{{WRID: readWRID, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-			SG: []verbs.SGE{verbs.SGEOf(dst, dstMem.Bytes()[:4096])}, RemoteAddr: m.Addr, RKey: m.Key}}))
-		wcs := make([]verbs.WC, 4)
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-			n, err := r.cq.Poll(wcs)
-			require.NoError(t, err)
-			for _, wc := range wcs[:n] {
-				if wc.WRID == readWRID {
-					return wc.Status
-				}
-			}
-		}
-		t.Fatal("no READ completion")
-		return 0
-	}
+	read := func() verbs.WCStatus { return r.readInto(t, dst, dstMem.Bytes()[:4096], m.Addr, m.Key) }
 	require.Equal(t, verbs.WCSuccess, read(), "the range is readable during the transfer")
 	assert.Equal(t, src.Bytes()[:4096], dstMem.Bytes()[:4096])
 
@@ -366,4 +350,78 @@ func (p *trackingPD) remote() int {
 		}
 	}
 	return n
+}
+
+// readInto RDMA READs len(into) bytes at addr under key into into (in
+// dst) and returns the READ's completion status.
+func (r *rawPeer) readInto(t *testing.T, dst verbs.MR, into []byte, addr uint64, key uint32) verbs.WCStatus {
+	t.Helper()
+	const readWRID = 77
+	require.NoError(t, r.qp.PostSend([]verbs.SendWR{{WRID: readWRID, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{verbs.SGEOf(dst, into)}, RemoteAddr: addr, RKey: key}}))
+	wcs := make([]verbs.WC, 4)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		n, err := r.cq.Poll(wcs)
+		require.NoError(t, err)
+		for _, wc := range wcs[:n] {
+			if wc.WRID == readWRID {
+				return wc.Status
+			}
+		}
+	}
+	t.Fatal("no READ completion")
+	return 0
+}
+
+// A rendezvous Write through the connection's memory window: the peer
+// READs the range, says done, and the Write returns; from then on the
+// rkey the descriptor carried reaches nothing (the window was
+// invalidated before the Write returned). The next Write binds the window
+// again under another rkey.
+func TestRndvWindowRevoked(t *testing.T) {
+	cfg := lowRndv(t)
+	ln := listen(t, softConfig())
+	r, s := acceptRaw(t, ln, marshalHello)
+	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
+	s.rndvMin = s.rndvThreshold(stream.Version)
+	src := allocBuffer(t, 64<<10)
+	for i := range src.Bytes() {
+		src.Bytes()[i] = byte(i * 7)
+	}
+	dstMem, err := verbs.AllocMemory(64 << 10)
+	require.NoError(t, err)
+	defer dstMem.Free()
+	dst, err := r.pd.RegMR(dstMem.Bytes(), verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	defer dst.Dereg()
+
+	var keys []uint32
+	var m stream.RndvMsg
+	for i := range 2 {
+		errc := make(chan error, 1)
+		go func() {
+			s.SetWriteDeadline(time.Now().Add(10 * time.Second))
+			_, err := s.Write(src.Bytes())
+			errc <- err
+		}()
+		require.True(t, r.awaitImm(t, immCtl(stream.CtlRndv), 5*time.Second), "descriptor %d", i)
+		m, err = stream.ParseRndvMsg(r.mem.Bytes()[1<<rawRingLog+stream.RndvMsgAt:])
+		require.NoError(t, err)
+		require.Equal(t, verbs.AddrOf(src.Bytes()), m.Addr)
+		keys = append(keys, m.Key)
+		clear(dstMem.Bytes())
+		require.Equal(t, verbs.WCSuccess, r.readInto(t, dst, dstMem.Bytes(), m.Addr, m.Key))
+		require.Equal(t, src.Bytes(), dstMem.Bytes())
+		r.write(t, 0, nil, immCtl(stream.CtlRndvDone))
+		require.NoError(t, <-errc)
+	}
+	s.mu.Lock()
+	require.Equal(t, int8(windowsChecked), s.zc.windows, "the Writes used the window")
+	require.NotNil(t, s.zc.mw)
+	s.mu.Unlock()
+	assert.NotEqual(t, keys[0], keys[1], "each bind gives the window a new rkey")
+	// The Write returned: its rkey reaches nothing any more.
+	clear(dstMem.Bytes())
+	assert.Equal(t, verbs.WCRemAccessErr, r.readInto(t, dst, dstMem.Bytes()[:4096], m.Addr, m.Key))
+	assert.Equal(t, make([]byte, 4096), dstMem.Bytes()[:4096])
 }
