@@ -200,3 +200,13 @@ func BenchmarkRead1M(b *testing.B) {
 	b.Run("region", func(b *testing.B) { verbstest.BenchRead(b, cfg, 1<<20, 1) })
 	b.Run("window", func(b *testing.B) { verbstest.BenchReadWindow(b, cfg, 1<<20, 1) })
 }
+
+// BenchmarkReadSplit: 1 MiB moved by READs of 1 MiB, 256 KiB or 64 KiB,
+// with the 1 MiB in flight: whether a rendezvous should split its READ.
+func BenchmarkReadSplit(b *testing.B) {
+	_, ip := testsupport.SoftRoCE(b)
+	cfg := verbstest.Config{Provider: ProviderName, IP: ip}
+	for _, size := range []int{1 << 20, 256 << 10, 64 << 10} {
+		b.Run(fmt.Sprintf("%dK", size>>10), func(b *testing.B) { verbstest.BenchRead(b, cfg, size, (1<<20)/size) })
+	}
+}
