@@ -134,6 +134,10 @@ type cmID struct {
 	mu     sync.Mutex
 	ch     *eventChannel
 	state  idState
+	// upPending: connected, its ESTABLISHED not yet reported; downPending:
+	// the engine stopped meanwhile, and DISCONNECTED follows ESTABLISHED
+	// (established).
+	upPending, downPending bool
 	local  *net.TCPAddr
 	remote *net.TCPAddr
 	// srcGiven is set when the caller chose the source address (BindAddr,
@@ -188,6 +192,28 @@ func (id *cmID) event(typ verbs.CMEventType, status int, param verbs.ConnParam) 
 	ch := id.ch
 	id.mu.Unlock()
 	ch.push(verbs.CMEvent{Type: typ, ID: id, Status: status, Param: param})
+}
+
+// connectedLocked marks the ID connected, its ESTABLISHED event to be
+// reported by established: a connection's engine starts before that, and
+// a disconnect it sees meanwhile must not be reported first (a CM reports
+// DISCONNECTED only after ESTABLISHED). Called with id.mu held.
+func (id *cmID) connectedLocked() {
+	id.state = idConnected
+	id.upPending = true
+}
+
+// established reports ESTABLISHED, and then the disconnect the engine saw
+// since connectedLocked, if it did.
+func (id *cmID) established(param verbs.ConnParam) {
+	id.mu.Lock()
+	defer id.mu.Unlock()
+	id.upPending = false
+	id.ch.push(verbs.CMEvent{Type: verbs.EventEstablished, ID: id, Param: param})
+	if id.downPending {
+		id.downPending = false
+		id.ch.push(verbs.CMEvent{Type: verbs.EventDisconnected, ID: id})
+	}
 }
 
 func copyAddr(a *net.TCPAddr) *net.TCPAddr {
@@ -287,6 +313,11 @@ func (id *cmID) engineDown(error) {
 	id.mu.Lock()
 	st := id.state
 	id.state = idDone
+	if id.upPending && (st == idConnected || st == idDisconnecting) {
+		id.downPending = true // reported after ESTABLISHED
+		id.mu.Unlock()
+		return
+	}
 	id.mu.Unlock()
 	switch st {
 	case idConnected, idDisconnecting:

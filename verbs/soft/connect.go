@@ -404,7 +404,7 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 		c.Close()
 		return
 	}
-	id.state = idConnected
+	id.connectedLocked()
 	id.local = copyAddr(c.LocalAddr().(*net.TCPAddr))
 	id.mu.Unlock()
 	q.mu.Lock()
@@ -431,7 +431,10 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 	q.mu.Unlock()
 	q.startReceiver(nil)
 	phase.Mark("soft connect: established")
-	id.event(verbs.EventEstablished, 0, verbs.ConnParam{
+	if testHookEstablished != nil {
+		testHookEstablished()
+	}
+	id.established(verbs.ConnParam{
 		PrivateData:        padPrivateData(m.priv, verbs.MaxPrivateDataAccept),
 		ResponderResources: int(m.respRes),
 		InitiatorDepth:     int(m.initDepth),
@@ -439,6 +442,10 @@ func (id *cmID) finishConnect(a *connectArgs, c *net.TCPConn, tr *tcpTransport, 
 		RNRRetryCount:      int(m.rnrRetry),
 	})
 }
+
+// testHookEstablished, when set, runs as a connecting ID is about to
+// report ESTABLISHED, its engine already running.
+var testHookEstablished func()
 
 func (id *cmID) ResolveAddr(src, dst *net.TCPAddr, timeout time.Duration) error {
 	const op = "rdma_resolve_addr"

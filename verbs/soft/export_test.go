@@ -9,6 +9,10 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
+// SetEstablishedHook sets a function run as a connecting ID is about to
+// report ESTABLISHED, its engine running; nil removes it.
+func SetEstablishedHook(f func()) { testHookEstablished = f }
+
 // Silence makes a connected QP stop answering its peer (a hung host).
 func Silence(q verbs.QP) { q.(*qp).silent.Store(true) }
 

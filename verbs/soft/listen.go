@@ -343,11 +343,11 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 		id.mu.Lock()
 		ok := id.state == idAccepting
 		if ok {
-			id.state = idConnected
+			id.connectedLocked()
 		}
 		id.mu.Unlock()
 		if ok {
-			id.event(verbs.EventEstablished, 0, verbs.ConnParam{})
+			id.established(verbs.ConnParam{})
 		}
 		return nil
 	})

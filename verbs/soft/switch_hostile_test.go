@@ -62,8 +62,23 @@ func TestSwitchMarkerFirst(t *testing.T) {
 	if os.Geteuid() == 0 {
 		uid = nobody
 	}
-	for name, after := range map[string]int{"before the invitation": 64 << 10, "after the invitation": 0} {
+	for name, c := range map[string]struct {
+		after int
+		delay time.Duration // of the ESTABLISHED event, the engine running
+	}{
+		"before the invitation":                   {64 << 10, 0},
+		"after the invitation":                    {0, 0},
+		"before the invitation, ESTABLISHED late": {64 << 10, 200 * time.Millisecond},
+	} {
+		after := c.after
 		t.Run(name, func(t *testing.T) {
+			// A connection whose engine stopped before its ESTABLISHED
+			// went out reports ESTABLISHED first, then DISCONNECTED, as a
+			// CM does; the dial below wants ESTABLISHED.
+			if c.delay > 0 {
+				soft.SetEstablishedHook(func() { time.Sleep(c.delay) })
+				defer soft.SetEstablishedHook(nil)
+			}
 			defer soft.SetSharedMemorySwitch(soft.SetSharedMemorySwitch(after))
 			defer soft.SetSharedMemory(soft.SetSharedMemory(true))
 			_, in, out := startChild(t, "marker", "127.0.6.1:0", uid)
