@@ -90,6 +90,26 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 		c.tx.Credits--
 	}
 	c.unlockSubmit()
+	st, err := c.awaitOp(r, func() {
+		// The WR may still move local's bytes until the queue pair is
+		// gone: so hold stays in use.
+		if hold != nil && !c.torn && hold.acquire() == nil {
+			zc := c.zeroCopyLocked()
+			zc.held = append(zc.held, hold)
+		}
+	})
+	if err != nil {
+		return c.opErr(name, err)
+	}
+	return c.remoteStatus(name, st)
+}
+
+// awaitOp waits for the completion of the signaled WR r stands for (in
+// sqOps) and returns its status. If the queue pair fails or is closing
+// first (perhaps no completion will come), it returns that error after
+// running failedLocked (nil: nothing) under mu; r then stays out of the
+// pool, as a late completion may still fill it in.
+func (c *Conn) awaitOp(r *remoteOp, failedLocked func()) (verbs.WCStatus, error) {
 	for {
 		c.mu.Lock()
 		if r.done {
@@ -102,19 +122,14 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 			}
 			c.mu.Unlock()
 			remoteOps.Put(r)
-			return c.remoteStatus(name, st)
+			return st, nil
 		}
 		if err := c.remoteErrLocked(); err != nil {
-			// The queue pair failed or is closing: perhaps no completion
-			// for this WR. r stays out of the pool, as a late completion
-			// may still fill it in, and so does hold: until the queue
-			// pair is gone, the WR may still move local's bytes.
-			if hold != nil && !c.torn && hold.acquire() == nil {
-				zc := c.zeroCopyLocked()
-				zc.held = append(zc.held, hold)
+			if failedLocked != nil {
+				failedLocked()
 			}
 			c.mu.Unlock()
-			return c.opErr(name, err)
+			return 0, err
 		}
 		c.mu.Unlock()
 		c.await(c.sndReady, nil, false)

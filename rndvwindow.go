@@ -135,28 +135,8 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 	c.sq[last].InvalidateRKey = rkey
 	c.sqOps[last] = r
 	c.unlockSubmit()
-	for {
-		c.mu.Lock()
-		if r.done {
-			st := r.status
-			if c.poll.waiters > 0 {
-				poke(c.sndReady) // pass the batch's poke on (onesided.go)
-			}
-			c.mu.Unlock()
-			remoteOps.Put(r)
-			if st != verbs.WCSuccess {
-				c.dropWindow()
-			}
-			return
-		}
-		if c.remoteErrLocked() != nil {
-			// No completion may come: r stays out of the pool.
-			c.mu.Unlock()
-			c.dropWindow()
-			return
-		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+	if st, err := c.awaitOp(r, nil); err != nil || st != verbs.WCSuccess {
+		c.dropWindow()
 	}
 }
 

@@ -131,15 +131,15 @@ const (
 // address; a connection's ID owns the TCP connection (through its QP's
 // engine once connected).
 type cmID struct {
-	mu     sync.Mutex
-	ch     *eventChannel
-	state  idState
+	mu    sync.Mutex
+	ch    *eventChannel
+	state idState
 	// upPending: connected, its ESTABLISHED not yet reported; downPending:
 	// the engine stopped meanwhile, and DISCONNECTED follows ESTABLISHED
 	// (established).
 	upPending, downPending bool
-	local  *net.TCPAddr
-	remote *net.TCPAddr
+	local                  *net.TCPAddr
+	remote                 *net.TCPAddr
 	// srcGiven is set when the caller chose the source address (BindAddr,
 	// ResolveAddr's src): only then is the TCP connection bound to it.
 	srcGiven  bool
