@@ -16,7 +16,9 @@ import (
 // across two. The runs "shm-buffers" and "tcp-buffers" run the suite's
 // conns from and into rdma.Buffers with the rendezvous threshold at 4 KiB,
 // (conntest.Config.Buffers), so that its transfers take the zero-copy
-// paths. verbs/rdmacore runs the
+// paths, exposing a Write's bytes through a memory window; the run
+// "tcp-buffers-registered" by a registration of their own, as on a device
+// without windows. verbs/rdmacore runs the
 // same suite in the Soft-RoCE VM.
 func TestConnSuite(t *testing.T) {
 	for _, path := range []struct {
@@ -29,17 +31,21 @@ func TestConnSuite(t *testing.T) {
 		small   bool
 		skip    map[string]string
 		buffers bool
+		// registered: a rendezvous registers what it exposes, as on a
+		// device without memory windows (soft has them).
+		registered bool
 	}{
-		{"shm", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil, false},
-		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil, false},
-		{"shm-buffers", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, rndvSkips, true},
-		{"tcp-buffers", false, "RDMA_SOFT_SHM=0", "", false, rndvSkips, true},
+		{"shm", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil, false, false},
+		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil, false, false},
+		{"shm-buffers", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, rndvSkips, true, false},
+		{"tcp-buffers", false, "RDMA_SOFT_SHM=0", "", false, rndvSkips, true, false},
+		{"tcp-buffers-registered", false, "RDMA_SOFT_SHM=0 RDMA_MEMORY_WINDOWS=0", "", false, rndvSkips, true, true},
 		{"rsocket", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", rdma.WireRsocket, true, map[string]string{
 			"PeerKilled": "the rsocket wire ends the stream at a disconnect, as rsocket.c does and its C peers expect: " +
 				"a killed peer reads as io.EOF there, where this subtest wants an error (Writes do fail)",
 			"PeerStopped": "RsocketConn has no heartbeat (rsocket's wire defines none; its keepalive is answered " +
 				"by the transport): Config.PeerTimeout does not apply to it",
-		}, false},
+		}, false, false},
 	} {
 		t.Run(path.name, func(t *testing.T) {
 			cfg := rdma.Config{Provider: rdma.ProviderSoft, Wire: path.wire}
@@ -49,6 +55,7 @@ func TestConnSuite(t *testing.T) {
 			// that every subtest runs on the path it names.
 			prevSwitch := soft.SetSharedMemorySwitch(0)
 			defer soft.SetSharedMemorySwitch(prevSwitch)
+			defer rdma.SetNoWindows(rdma.SetNoWindows(path.registered))
 			carrier := "tcp"
 			if path.shm {
 				carrier = "shm"
@@ -69,6 +76,6 @@ func TestConnSuite(t *testing.T) {
 
 // rndvSkips are the subtests the rendezvous runs leave out.
 var rndvSkips = map[string]string{
-	"ZeroAllocs": "a rendezvous registers the Write's bytes per transfer (soft's RegMR allocates its MR); " +
+	"ZeroAllocs": "a rendezvous exposes the Write's bytes per transfer (soft's bind allocates the window's binding, its RegMR the MR); " +
 		"the copying path's zero allocations are asserted in the runs shm and tcp",
 }

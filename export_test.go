@@ -18,3 +18,11 @@ func SoftCarrier(c net.Conn) string {
 	}
 	return ""
 }
+
+// SetNoWindows makes rendezvous Writes register what they expose (true),
+// as on a device without memory windows; it returns the previous setting.
+func SetNoWindows(on bool) bool {
+	prev := testNoWindows
+	testNoWindows = on
+	return prev
+}
