@@ -40,10 +40,13 @@ for r in \$(seq 1 $ROUNDS); do
 	# a stream of 1 MiB Writes, copying and from Buffers, and from Buffers
 	# with Config.BusyPoll (perftest polls its CQ without sleeping): MB/s,
 	# then the user CPU of both processes per message in ms
-	for m in copy buffers buffersbusy; do
-		f=""; [ \$m = buffers ] && f=-buffers
+	# bufferswin: Buffers exposed through memory windows (rdma.Conn
+	# registers on rxe unless RDMA_MEMORY_WINDOWS=1)
+	for m in copy buffers bufferswin buffersbusy; do
+		f=""; w=; [ \$m = buffers ] && f=-buffers
+		[ \$m = bufferswin ] && f=-buffers && w=1
 		[ \$m = buffersbusy ] && f="-buffers -busypoll"
-		./softroce-bench -test stream -size 1048576 -count $STREAM_COUNT -procs 2 \$f |
+		RDMA_MEMORY_WINDOWS=\$w ./softroce-bench -test stream -size 1048576 -count $STREAM_COUNT -procs 2 \$f |
 			awk -v m=\$m '\$2=="stream" {mb=\$6; cpu=\$(NF-3)} \$1=="server" {cpu+=\$2} END {printf "stream_%s g0 %s\nstreamcpu_%s g0 %.3f\n", m, mb, m, cpu*1000/$STREAM_COUNT}'
 	done
 done
@@ -76,6 +79,9 @@ awk '
 				med["stream_copy g0"] / 1.048576, med["stream_copy g0"] / 1.048576 / ib, med["streamcpu_copy g0"],
 				med["stream_buffers g0"] / 1.048576, med["stream_buffers g0"] / 1.048576 / ib, med["streamcpu_buffers g0"],
 				(med["streamcpu_copy g0"] > 0 ? med["streamcpu_buffers g0"] / med["streamcpu_copy g0"] : 0)
+		if (("stream_bufferswin g0") in med && ib > 0)
+			printf "1 MiB stream from and into Buffers, through memory windows (RDMA_MEMORY_WINDOWS=1): %.1f MiB/s (%.2fx ib_read_bw), %.1f ms user CPU a message\n",
+				med["stream_bufferswin g0"] / 1.048576, med["stream_bufferswin g0"] / 1.048576 / ib, med["streamcpu_bufferswin g0"]
 		if (("stream_buffersbusy g0") in med && ib > 0)
 			printf "1 MiB stream from and into Buffers with BusyPoll (as perftest polls): %.1f MiB/s (%.2fx ib_read_bw), %.1f ms user CPU a message\n",
 				med["stream_buffersbusy g0"] / 1.048576, med["stream_buffersbusy g0"] / 1.048576 / ib, med["streamcpu_buffersbusy g0"]

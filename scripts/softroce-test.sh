@@ -52,6 +52,8 @@ cat >"$OUT/run.sh" <<'GUEST'
 status=0
 echo "== verbs/rdmacore on $SOFTROCE_DEV ($SOFTROCE_IP): provider tests, the verbs conformance suite and rdma.Conn's suite"
 ./rdmacore.test -test.count=1 -test.timeout=10m $TESTFLAGS || status=1
+echo "== rdma.Conn's suite from and into Buffers, rendezvous through memory windows (RDMA_MEMORY_WINDOWS=1)"
+RDMA_MEMORY_WINDOWS=1 ./rdmacore.test -test.count=1 -test.timeout=10m -test.run 'TestConnSuiteBuffers' $TESTFLAGS || status=1
 while read -r name run; do
 	echo "== $name: tests $run"
 	./pkg-$name.test -test.count=1 -test.timeout=10m -test.run "$run" $TESTFLAGS </dev/null || status=1

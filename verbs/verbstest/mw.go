@@ -204,9 +204,9 @@ func testMWBounds(t *testing.T, s *suite) {
 		// Soft-RoCE checks an access through a window against the
 		// window's region (check_rkey in rxe_resp.c: mr_check_range on
 		// mw->mr), so a READ past the window's end inside the region
-		// succeeds. rdma.Conn binds windows on rxe only to whole Buffers
-		// for this; a kernel that checks the window fails here, and that
-		// rule can go.
+		// succeeds. For this rdma.Conn uses no windows on rxe unless
+		// asked, and then binds them only to whole Buffers; a kernel that
+		// checks the window fails here, and that rule can go.
 		s.readVia(t, c, c.buf[:64], verbs.AddrOf(win)+4096-32, rkey, verbs.WCSuccess)
 		t.Log("rxe: an access past the window's end, inside its region, succeeds")
 		return
