@@ -649,6 +649,7 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		if err := c.rx.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
 			return breachError(err)
 		}
+		c.stats.rndvRecv++
 	case stream.KindNotify:
 		if !c.noteRoomLocked() {
 			return breachError(errNotifyOverflow)

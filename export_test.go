@@ -21,7 +21,10 @@ func SoftCarrier(c net.Conn) string {
 
 // SetNoWindows makes rendezvous Writes register what they expose (true),
 // as on a device without memory windows; it returns the previous setting.
-func SetNoWindows(on bool) bool {
+func SetNoWindows(on bool) bool { return setNoWindows(on) }
+
+// setNoWindows sets testNoWindows and returns what it was.
+func setNoWindows(on bool) bool {
 	prev := testNoWindows
 	testNoWindows = on
 	return prev

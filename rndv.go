@@ -130,6 +130,10 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), ctl, msg,
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
+	c.stats.rndvSent++
+	if mw != nil {
+		c.stats.rndvWindowed++
+	}
 	c.unlockSubmit()
 	for {
 		c.mu.Lock()

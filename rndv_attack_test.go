@@ -253,8 +253,8 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	s.rndvMin = s.rndvThreshold(stream.Version)
 	pd := &trackingPD{PD: s.pd, live: map[verbs.MR]verbs.Access{}}
 	if !windows {
-		testNoWindows = true
-		t.Cleanup(func() { testNoWindows = false })
+		prev := setNoWindows(true)
+		t.Cleanup(func() { setNoWindows(prev) })
 		s.pd = pd
 	}
 	src := allocBuffer(t, 64<<10)

@@ -203,3 +203,47 @@ func TestRndvAfterGrowth(t *testing.T) {
 		require.True(t, bytes.Equal(mid.Bytes(), got.Bytes()[pre:]), "after %d bytes", pre)
 	}
 }
+
+// Stats counts the rendezvous: the writer the transfers it announced and
+// those it exposed through its memory window, the reader those it read.
+func TestRndvStats(t *testing.T) {
+	for _, windows := range []bool{true, false} {
+		name := "window"
+		if !windows {
+			name = "registration"
+		}
+		t.Run(name, func(t *testing.T) {
+			defer setNoWindows(setNoWindows(!windows))
+			c, s := pair(t, lowRndv(t))
+			src := allocBuffer(t, 64<<10)
+			crand.Read(src.Bytes())
+			got := make([]byte, len(src.Bytes()))
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.ReadFull(s, got)
+				done <- err
+			}()
+			for range 3 {
+				_, err := c.Write(src.Bytes())
+				require.NoError(t, err)
+				require.NoError(t, <-done)
+				go func() {
+					_, err := io.ReadFull(s, got)
+					done <- err
+				}()
+			}
+			_, err := c.Write(make([]byte, len(got))) // from the heap: copied
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+			cs, ss := c.Stats(), s.Stats()
+			assert.Equal(t, uint64(3), cs.RendezvousSent)
+			assert.Equal(t, uint64(3), ss.RendezvousReceived)
+			assert.Zero(t, cs.RendezvousReceived)
+			want := uint64(0)
+			if windows {
+				want = 3
+			}
+			assert.Equal(t, want, cs.RendezvousWindowed)
+		})
+	}
+}

@@ -99,6 +99,14 @@ type ConnStats struct {
 	NotifiesReceived   uint64 // notifications WaitNotify returned
 	Exposures          uint64 // Expose calls
 	Exposed            int    // ranges exposed to the peer now
+
+	// Rendezvous (large Writes from Buffers, read by the peer's RDMA READ
+	// where they lie): the transfers this side announced, how many of them
+	// it exposed through a memory window (the rest by a registration of
+	// their own), and the peer's transfers this side read.
+	RendezvousSent     uint64
+	RendezvousWindowed uint64
+	RendezvousReceived uint64
 }
 
 // connStats is the counting a connection does on its data path. Read
@@ -133,6 +141,7 @@ type connStats struct {
 	ringGrowths, sendGrowths, trims      uint64
 	keepalives, pingsSent, pongsRecv     uint64
 	pingsRecv, pongsSent                 uint64
+	rndvSent, rndvWindowed, rndvRecv     uint64
 	seenSent, seenRecv                   uint64
 	seenSentAt, seenRecvAt               time.Time
 	opened                               time.Time
@@ -327,6 +336,7 @@ func (c *Conn) Stats() ConnStats {
 		s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
 		s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
 		s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
+		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.rndvSent, st.rndvWindowed, st.rndvRecv
 		if c.zc != nil {
 			s.Exposed = len(c.zc.exposed)
 		}
@@ -453,6 +463,9 @@ type ConnTotals struct {
 	NotifiesSent       uint64
 	NotifiesReceived   uint64
 	Exposures          uint64
+	RendezvousSent     uint64
+	RendezvousWindowed uint64
+	RendezvousReceived uint64
 }
 
 func (t *ConnTotals) add(s ConnStats) {
@@ -482,6 +495,9 @@ func (t *ConnTotals) add(s ConnStats) {
 	t.NotifiesSent += s.NotifiesSent
 	t.NotifiesReceived += s.NotifiesReceived
 	t.Exposures += s.Exposures
+	t.RendezvousSent += s.RendezvousSent
+	t.RendezvousWindowed += s.RendezvousWindowed
+	t.RendezvousReceived += s.RendezvousReceived
 	if s.Err != "" {
 		t.Failed++
 	}

@@ -51,6 +51,7 @@ var (
 	remoteB   = desc("remote_bytes_total", "Bytes one-sided operations wrote into the peer's exposed ranges (op=write) or read from them (op=read).", "op")
 	notifies  = desc("notifications_total", "WriteRemoteNotify notifications: sent (direction=sent) or returned by WaitNotify (direction=received).", "direction")
 	exposures = desc("exposures_total", "Ranges of Buffers exposed to a peer (Expose calls that succeeded).")
+	rndv      = desc("rendezvous_total", "Rendezvous transfers (large Writes from Buffers, read by the peer's RDMA READ where they lie): sent through a memory window (kind=sent_window) or a registration of their own (kind=sent_registration), or read from the peer (kind=received).", "kind")
 
 	softRNR      = desc("soft_rnr_naks_total", "Soft provider: RNR NAKs (a SEND or WRITE WITH IMMEDIATE that found no receive posted), sent by responders (direction=sent) or received by requesters (direction=received).", "direction")
 	softRetrans  = desc("soft_retransmits_total", "Soft provider: requests sent again after an RNR NAK.")
@@ -67,7 +68,7 @@ var (
 // Describe sends every metric's description.
 func (*Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{open, opened, closed, failed, fallbacks, bytes, messages, writes, reads,
-		growths, waits, waitSecs, keepalive, pings, pongs, remoteOps, remoteB, notifies, exposures,
+		growths, waits, waitSecs, keepalive, pings, pongs, remoteOps, remoteB, notifies, exposures, rndv,
 		softRNR, softRetrans, softTimeouts, softRetryExc, softAdmit, softShm, softShmDials, devCount, devHW} {
 		ch <- d
 	}
@@ -113,6 +114,9 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(notifies, t.NotifiesSent, "sent")
 	counter(notifies, t.NotifiesReceived, "received")
 	counter(exposures, t.Exposures)
+	counter(rndv, t.RendezvousWindowed, "sent_window")
+	counter(rndv, t.RendezvousSent-t.RendezvousWindowed, "sent_registration")
+	counter(rndv, t.RendezvousReceived, "received")
 	s := ps.Soft
 	counter(softRNR, s.RNRNaksSent, "sent")
 	counter(softRNR, s.RNRNaksReceived, "received")

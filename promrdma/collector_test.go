@@ -104,6 +104,9 @@ rdma_remote_operations_total{op="write"} 2
 		"rdma_soft_retry_exceeded_total", "rdma_soft_admission_total", "rdma_soft_shm_offers_total", "rdma_soft_shm_dials_total")
 	require.NoError(t, err)
 	assert.Equal(t, 2+1+1+2+4+2+2, n)
+	n, err = testutil.GatherAndCount(reg, "rdma_rendezvous_total")
+	require.NoError(t, err)
+	assert.Equal(t, 3, n, "sent_window, sent_registration, received")
 	// The one connection's request offered shared memory (both ends on
 	// this host), and the listener took it: counted on both sides.
 	want = `

@@ -78,6 +78,7 @@ func WriteText(w io.Writer, snap Snapshot) {
 		snap.Process.Open, t.Opened, t.Closed, t.Failed, t.Fallbacks, t.BytesSent, t.MessagesSent, t.BytesReceived, t.MessagesReceived)
 	fmt.Fprintf(w, "rdma: one-sided: remote_writes:%d remote_bytes_written:%d remote_reads:%d remote_bytes_read:%d notifies_sent:%d notifies_received:%d exposures:%d\n",
 		t.RemoteWrites, t.RemoteBytesWritten, t.RemoteReads, t.RemoteBytesRead, t.NotifiesSent, t.NotifiesReceived, t.Exposures)
+	fmt.Fprintf(w, "rdma: rendezvous: sent:%d windowed:%d received:%d\n", t.RendezvousSent, t.RendezvousWindowed, t.RendezvousReceived)
 	s := snap.Process.Soft
 	fmt.Fprintf(w, "soft: rnr_naks_sent:%d rnr_naks_received:%d retransmits:%d ack_timeouts:%d retry_exceeded:%d rnr_retry_exceeded:%d "+
 		"admission_parked:%d admission_slot_waits:%d admission_evicted:%d admission_dropped:%d shm_offers_accepted:%d shm_offers_refused:%d shm_dials_accepted:%d shm_dials_refused:%d\n",
@@ -104,6 +105,10 @@ func WriteText(w io.Writer, snap Snapshot) {
 		if c.RemoteWrites|c.RemoteReads|c.NotifiesReceived|c.Exposures != 0 {
 			fmt.Fprintf(w, "\tremote_writes:%d remote_bytes_written:%d remote_reads:%d remote_bytes_read:%d notifies_sent:%d notifies_received:%d exposures:%d exposed:%d\n",
 				c.RemoteWrites, c.RemoteBytesWritten, c.RemoteReads, c.RemoteBytesRead, c.NotifiesSent, c.NotifiesReceived, c.Exposures, c.Exposed)
+		}
+		if c.RendezvousSent|c.RendezvousReceived != 0 {
+			fmt.Fprintf(w, "\trendezvous_sent:%d rendezvous_windowed:%d rendezvous_received:%d\n",
+				c.RendezvousSent, c.RendezvousWindowed, c.RendezvousReceived)
 		}
 		if c.Fallback != "" {
 			fmt.Fprintf(w, "\tfallback: %s\n", c.Fallback)
