@@ -107,6 +107,7 @@ type connFigures struct {
 	SpinsPerMsg       float64 `json:"spins_per_msg"`         // busy-polls begun
 	SpinsCaughtShare  float64 `json:"spins_caught_share"`    // of those, the share that caught a completion
 	WireMsgsPerMsg    float64 `json:"wire_msgs_per_msg"`     // data writes on the wire, both ways
+	RndvPerMsg        float64 `json:"rndv_per_msg"`          // rendezvous transfers, both ways (zero-copy Writes)
 	// Reads that returned data, by how the data came: the shares of
 	// at_once, handed (another caller polled it in), spun and slept.
 	ReadsAtOnce float64 `json:"reads_at_once"`
@@ -135,6 +136,7 @@ func connStats(cs []net.Conn, msgs int64) *connFigures {
 		s.Spins += x.Spins
 		s.SpinsCaught += x.SpinsCaught
 		s.MessagesSent += x.MessagesSent + x.MessagesReceived
+		s.RendezvousSent += x.RendezvousSent + x.RendezvousReceived
 		s.ReadsAtOnce += x.ReadsAtOnce
 		s.ReadsHanded += x.ReadsHanded
 		s.ReadsSpun += x.ReadsSpun
@@ -160,6 +162,7 @@ func connStats(cs []net.Conn, msgs int64) *connFigures {
 		SpinsPerMsg:       per(s.Spins),
 		SpinsCaughtShare:  share(s.SpinsCaught, s.Spins),
 		WireMsgsPerMsg:    per(s.MessagesSent),
+		RndvPerMsg:        per(s.RendezvousSent),
 		ReadsAtOnce:       share(s.ReadsAtOnce, s.Reads),
 		ReadsHanded:       share(s.ReadsHanded, s.Reads),
 		ReadsSpun:         share(s.ReadsSpun, s.Reads),

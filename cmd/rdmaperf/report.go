@@ -165,6 +165,7 @@ func medianConn(ms []measure, medF func(f func(m *measure) float64) float64) *co
 		SpinsPerMsg:       f(func(c *connFigures) float64 { return c.SpinsPerMsg }),
 		SpinsCaughtShare:  f(func(c *connFigures) float64 { return c.SpinsCaughtShare }),
 		WireMsgsPerMsg:    f(func(c *connFigures) float64 { return c.WireMsgsPerMsg }),
+		RndvPerMsg:        f(func(c *connFigures) float64 { return c.RndvPerMsg }),
 		ReadsAtOnce:       f(func(c *connFigures) float64 { return c.ReadsAtOnce }),
 		ReadsHanded:       f(func(c *connFigures) float64 { return c.ReadsHanded }),
 		ReadsSpun:         f(func(c *connFigures) float64 { return c.ReadsSpun }),
@@ -301,16 +302,16 @@ func (r *report) writeConnTable(b *strings.Builder, lw int) {
 	if !any {
 		return
 	}
-	fmt.Fprintf(b, "\nrdma conn stats, client side, per message of the test (latency: per round trip); reads: share at once/handed/spun/slept\n")
+	fmt.Fprintf(b, "\nrdma conn stats, client side, per message of the test (latency: per round trip); rndv: rendezvous transfers (zero-copy Writes); reads: share at once/handed/spun/slept\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "test\tsize\t%-*s\tpath\twire msgs\twrite waits\twait\tspins\tcaught\tsleeps\treads\tgrowths\t\n", lw, "transport")
+	fmt.Fprintf(tw, "test\tsize\t%-*s\tpath\twire msgs\trndv\twrite waits\twait\tspins\tcaught\tsleeps\treads\tgrowths\t\n", lw, "transport")
 	for _, res := range r.Results {
 		c := res.Median.Conn
 		if c == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%-*s\t%s\t%.2f\t%.3f\t%s\t%.2f\t%.0f%%\t%.2f\t%.0f/%.0f/%.0f/%.0f%%\t%d\t\n",
-			res.Test, formatSize(res.Size), lw, res.label(), c.Path, c.WireMsgsPerMsg, c.WriteWaitsPerMsg, usText(int64(c.WriteWaitNsPerMsg)),
+		fmt.Fprintf(tw, "%s\t%s\t%-*s\t%s\t%.2f\t%.2f\t%.3f\t%s\t%.2f\t%.0f%%\t%.2f\t%.0f/%.0f/%.0f/%.0f%%\t%d\t\n",
+			res.Test, formatSize(res.Size), lw, res.label(), c.Path, c.WireMsgsPerMsg, c.RndvPerMsg, c.WriteWaitsPerMsg, usText(int64(c.WriteWaitNsPerMsg)),
 			c.SpinsPerMsg, 100*c.SpinsCaughtShare, c.SleepsPerMsg,
 			100*c.ReadsAtOnce, 100*c.ReadsHanded, 100*c.ReadsSpun, 100*c.ReadsSlept, c.RingGrowths)
 	}

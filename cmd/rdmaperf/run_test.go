@@ -114,6 +114,7 @@ func TestLoopbackJSON(t *testing.T) {
 				require.NotNil(t, m.Conn)
 				assert.Contains(t, []string{"soft-shm", "soft-tcp"}, m.Conn.Path)
 				assert.InDelta(t, map[string]float64{"stream": 1, "latency": 2}[res.Test], m.Conn.WireMsgsPerMsg, 0.1, res.Test)
+				assert.Zero(t, m.Conn.RndvPerMsg, "copying Writes: no rendezvous")
 			}
 			for _, m := range res.Rounds {
 				c := m.Conn
@@ -427,4 +428,20 @@ func TestServerMode(t *testing.T) {
 	assert.Contains(t, out.String(), "(provider soft), TCP baseline on 127.0.0.1:")
 	cancel()
 	require.NoError(t, <-errc)
+}
+
+// With -buffers a stream of messages past the rendezvous threshold takes
+// the zero-copy path: one rendezvous a message, no data writes but the
+// test's own control messages.
+func TestLoopbackBuffersRendezvous(t *testing.T) {
+	out, _, err := runArgs(t, "-loopback", "-json", "-buffers", "-test", "stream", "-n", "20", "-warmup", "0",
+		"-rounds", "1", "-sizes", "256K", "-baseline", "none")
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	require.Len(t, rep.Results, 1)
+	c := rep.Results[0].Median.Conn
+	require.NotNil(t, c)
+	assert.InDelta(t, 1, c.RndvPerMsg, 0.05, "one rendezvous a message")
+	assert.Less(t, c.WireMsgsPerMsg, 0.5, "no data writes but the test's control messages")
 }
