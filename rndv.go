@@ -90,38 +90,26 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	if err != nil {
 		return c.opErr("write", err)
 	}
-	// Exposed through the connection's memory window, or else by a
-	// registration of p's own (rndvwindow.go).
-	mw, bufMR := c.rndvWindow(p, buf)
-	var mr verbs.MR
-	if mw == nil {
-		if mr, err = c.pd.RegMR(p, verbs.AccessRemoteRead); err != nil {
-			return c.opErr("write", err)
-		}
+	x, err := c.exposeRndv(p, buf) // rndvwindow.go
+	if err != nil {
+		return c.opErr("write", err)
 	}
 	for {
 		c.mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
 			c.mu.Unlock()
-			if mr != nil {
-				mr.Dereg()
-			}
+			c.revokeRndv(x, true)
 			return c.opErr("write", err)
 		}
 		// As a data write: one credit stays for the credit message. A
 		// bind takes a send slot more.
-		if c.canSendData() && (mw == nil || c.sqUsed()+1 < c.sqDepth) {
+		if c.canSendData() && (x.mw == nil || c.sqUsed()+1 < c.sqDepth) {
 			break
 		}
 		c.mu.Unlock()
 		c.await(c.sndReady, &c.wdl, false)
 	}
-	var key uint32
-	if mw != nil {
-		key = c.bindWindowLocked(mw, bufMR, p)
-	} else {
-		key = mr.RKey()
-	}
+	key := c.announceLocked(&x, p)
 	msg := c.ctlStagingBytes()[:stream.RndvMsgLen]
 	stream.RndvMsg{Addr: verbs.AddrOf(p), Len: uint32(len(p)), Key: key}.Marshal(msg)
 	// Into the mailbox of the ring the peer reads now (a ring it offered
@@ -131,7 +119,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
 	c.stats.rndvSent++
-	if mw != nil {
+	if x.mw != nil {
 		c.stats.rndvWindowed++
 	}
 	c.unlockSubmit()
@@ -139,11 +127,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		c.mu.Lock()
 		if !c.tx.Rndv.Out {
 			c.mu.Unlock()
-			if mr != nil {
-				mr.Dereg()
-			} else {
-				c.invalidateWindow(key)
-			}
+			c.revokeRndv(x, false)
 			return nil
 		}
 		if err := c.writeErrLocked(); err != nil {
@@ -154,11 +138,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 			c.mu.Unlock()
 			// Revoked before the Write returns; a READ the peer has under
 			// way fails with a remote access error.
-			if mr != nil {
-				mr.Dereg()
-			} else {
-				c.dropWindow()
-			}
+			c.revokeRndv(x, true)
 			if abandon {
 				_ = c.id.Disconnect()
 			}

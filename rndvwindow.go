@@ -105,17 +105,59 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	return mw, mr
 }
 
-// bindWindowLocked queues the bind of the window to p, in mr, for remote
-// READ, and returns the rkey it gets. Called with mu held and a send slot
-// free.
-func (c *Conn) bindWindowLocked(mw verbs.MW, mr verbs.MR, p []byte) uint32 {
+// rndvExposure is how a rendezvous Write exposes its bytes: through the
+// connection's window (mw), bound in the Buffer's registration (bufMR),
+// or by a registration of their own (mr); key is the rkey announced.
+type rndvExposure struct {
+	mw          verbs.MW
+	bufMR, mr   verbs.MR
+	key         uint32
+	windowBound bool
+}
+
+// exposeRndv prepares the exposure of p (in buf): the window where the
+// connection uses one, else a registration of p for remote READ.
+func (c *Conn) exposeRndv(p []byte, buf *Buffer) (rndvExposure, error) {
+	if mw, bufMR := c.rndvWindow(p, buf); mw != nil {
+		return rndvExposure{mw: mw, bufMR: bufMR}, nil
+	}
+	mr, err := c.pd.RegMR(p, verbs.AccessRemoteRead)
+	return rndvExposure{mr: mr}, err
+}
+
+// announceLocked makes the exposure reachable and returns the rkey the
+// descriptor carries: it queues the bind of the window to p, for remote
+// READ, under a new rkey, or takes the registration's. Called with mu held
+// and a send slot free for the bind.
+func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
+	if x.mw == nil {
+		x.key = x.mr.RKey()
+		return x.key
+	}
 	zc := c.zc
 	zc.mwKey = verbs.NextRKey(zc.mwKey)
-	zc.mwBind = verbs.MWBind{MW: mw, MR: mr, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
+	zc.mwBind = verbs.MWBind{MW: x.mw, MR: x.bufMR, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
 		Access: verbs.AccessRemoteRead, RKey: zc.mwKey}
 	c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)
 	c.sq[(c.sqPosted-1)%uint64(len(c.sq))].Bind = &zc.mwBind
-	return zc.mwKey
+	x.key, x.windowBound = zc.mwKey, true
+	return x.key
+}
+
+// revokeRndv ends the exposure before the Write returns: the registration
+// is deregistered; the window, once bound, is invalidated after the peer's
+// done message, or deallocated when the Write gives up (the peer may be
+// mid-READ, and the queue pair may be failing).
+func (c *Conn) revokeRndv(x rndvExposure, gaveUp bool) {
+	switch {
+	case x.mr != nil:
+		x.mr.Dereg()
+	case !x.windowBound:
+	case gaveUp:
+		c.dropWindow()
+	default:
+		c.invalidateWindow(x.key)
+	}
 }
 
 // invalidateWindow revokes the window's rkey and returns once the
