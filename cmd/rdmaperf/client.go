@@ -34,8 +34,8 @@ func rdmaTransport(o *options, addr string) transport {
 	}}
 }
 
-func tcpTransport(addr string) transport {
-	d := &net.Dialer{Timeout: dialTimeout}
+func tcpTransport(addr, cc string) transport {
+	d := &net.Dialer{Timeout: dialTimeout, Control: congestionControl(cc)}
 	return transport{name: "tcp", addr: addr, dial: func(ctx context.Context, a string) (net.Conn, error) {
 		return d.DialContext(ctx, "tcp", a)
 	}}

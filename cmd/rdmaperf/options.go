@@ -22,7 +22,8 @@ type options struct {
 	addr     string // -s, -loopback: where to listen for rdma
 	tcpAddr  string // the TCP baseline's address ("" : derived from addr)
 	provider string
-	baseline bool // run each test over TCP too
+	baseline bool   // run each test over TCP too
+	tcpCC    string // -tcp-cc: the TCP baseline's congestion control ("": the system's)
 
 	tests      []uint8 // kindStream, kindLatency
 	sizes      []int   // nil: 64 KiB for stream, 64 B for latency
@@ -92,6 +93,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.tcpAddr, "tcp-addr", "", "TCP baseline `address`: the server listens there, the client dials it (default: the rdma host, port+1)")
 	fs.StringVar(&o.provider, "provider", "", "verbs `provider`: soft, rdmacore or auto (default: $RDMA_PROVIDER, else auto)")
 	fs.StringVar(&baseline, "baseline", "", "`tcp` to run every test over TCP too (default with -loopback), none to skip it")
+	fs.StringVar(&o.tcpCC, "tcp-cc", "", "TCP baseline's congestion control `algorithm` (e.g. reno, as soft uses between two ends on one host; default the system's)")
 	fs.StringVar(&tests, "test", "stream,latency", "comma-separated `tests`: stream (bandwidth, client->server), latency (ping-pong round trip)")
 	fs.StringVar(&sizes, "sizes", "", "comma-separated message `sizes`, 1 to 64M, e.g. 1,64,4K,64K,1M,4M,64M (default: 64K for stream, 64 for latency)")
 	fs.BoolVar(&o.buffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")

@@ -35,7 +35,7 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 	transports := []transport{rdmaTransport(o, rdmaAddr)}
 	if o.baseline {
 		rep.TCPAddress = tcpAddr
-		transports = append(transports, tcpTransport(tcpAddr))
+		transports = append(transports, tcpTransport(tcpAddr, o.tcpCC))
 	}
 
 	type key struct {
@@ -123,6 +123,9 @@ func forkServer(ctx context.Context, o *options) (rdmaAddr, tcpAddr string, stop
 	args := []string{"-s", "-child", "-q", "-addr", o.addr, "-tcp-addr", o.tcpAddr}
 	if o.provider != "" {
 		args = append(args, "-provider", o.provider)
+	}
+	if o.tcpCC != "" {
+		args = append(args, "-tcp-cc", o.tcpCC)
 	}
 	if o.ringSize > 0 {
 		args = append(args, "-ring", fmt.Sprint(o.ringSize))

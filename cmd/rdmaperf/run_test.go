@@ -300,7 +300,7 @@ func (b *syncBuffer) String() string {
 func TestServerBadHeader(t *testing.T) {
 	s, log := testServer(t)
 	o := &options{provider: "soft"}
-	for _, tr := range []transport{rdmaTransport(o, s.rdmaAddr()), tcpTransport(s.tcpAddr())} {
+	for _, tr := range []transport{rdmaTransport(o, s.rdmaAddr()), tcpTransport(s.tcpAddr(), "")} {
 		t.Run(tr.name, func(t *testing.T) {
 			ctx := context.Background()
 			// Not rdmaperf at all: an error reply naming the problem.
@@ -362,7 +362,7 @@ func TestClientAgainstOtherServer(t *testing.T) {
 		io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
 		c.Close()
 	}()
-	_, _, err = runTest(context.Background(), tcpTransport(ln.Addr().String()),
+	_, _, err = runTest(context.Background(), tcpTransport(ln.Addr().String(), ""),
 		testSpec{kind: kindLatency, size: 64, parallel: 1, iterations: 1})
 	<-done
 	require.Error(t, err)
@@ -384,7 +384,7 @@ func TestClientNoServer(t *testing.T) {
 func TestLatencyLoopAllocatesNothing(t *testing.T) {
 	s, _ := testServer(t)
 	o := &options{provider: "soft"}
-	for _, tr := range []transport{rdmaTransport(o, s.rdmaAddr()), tcpTransport(s.tcpAddr())} {
+	for _, tr := range []transport{rdmaTransport(o, s.rdmaAddr()), tcpTransport(s.tcpAddr(), "")} {
 		t.Run(tr.name, func(t *testing.T) {
 			c, err := tr.dial(context.Background(), tr.addr)
 			require.NoError(t, err)

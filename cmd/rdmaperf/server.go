@@ -44,7 +44,7 @@ func listen(ctx context.Context, o *options, tcpAddr string, log io.Writer) (*se
 	}
 	s := &server{rdmaLn: rl, log: log, conns: map[net.Conn]struct{}{}}
 	if tcpAddr != "" {
-		var tl net.ListenConfig
+		tl := net.ListenConfig{Control: congestionControl(o.tcpCC)} // accepted sockets inherit it
 		s.tcpLn, err = tl.Listen(ctx, "tcp", tcpAddr)
 		if err != nil {
 			rl.Close()

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package soft
+
+import (
+	"errors"
+	"net"
+)
+
+var errNoCC = errors.New("soft: no per-socket congestion control on this platform")
+
+// Elsewhere than on Linux a socket keeps the system's congestion control.
+func setCongestionControl(*net.TCPConn, string) error { return errNoCC }
