@@ -60,7 +60,8 @@ type Conn struct {
 	// Zero-copy (buffer.go, rndv.go): a done message owed to the peer,
 	// the rendezvous threshold agreed (0: none), and the state of
 	// connections that used Buffers or rendezvous (nil until then).
-	rndvDoneDue bool // next to creditWant: two bools share a word
+	rndvDoneDue bool // next to creditWant: these bools share a word
+	rndvSoft    bool // the threshold is soft's default, which follows its carrier (rndvAt)
 	rndvMin     int
 	zc          *zeroCopy
 
@@ -111,7 +112,7 @@ func (c *Conn) setPeer(h stream.Hello) {
 	c.rx.Agree(agreed)
 	c.tx = stream.NewSend(h, agreed)
 	stream.AgreeRndv(&c.rx, &c.tx, agreed)
-	c.rndvMin = c.rndvThreshold(agreed)
+	c.setRndvThreshold(agreed) // rndv.go
 	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if agreed >= stream.VersionHeartbeat {
@@ -217,7 +218,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.rndvMin > 0 && len(b) >= c.rndvMin {
-		if buf := bufferOf(b); buf != nil {
+		if buf := bufferOf(b); buf != nil && len(b) >= c.rndvAt() {
 			return c.writeRndv(b, buf) // rndv.go
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/internal/zerocopy"
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // lowRndv lowers the rendezvous floor to 4 KiB for the test, and returns
@@ -246,4 +247,39 @@ func TestRndvStats(t *testing.T) {
 			assert.Equal(t, want, cs.RendezvousWindowed)
 		})
 	}
+}
+
+// With the default Config a soft connection takes the rendezvous from the
+// size its path makes it pay: 512 KiB on shared memory, 1 MiB on TCP;
+// below that a Write from a Buffer copies.
+func TestRndvSoftThresholdFollowsCarrier(t *testing.T) {
+	softTransports(t, func(t *testing.T, env []string) {
+		defer soft.SetSharedMemorySwitch(soft.SetSharedMemorySwitch(0))
+		c, s := pair(t, softConfig())
+		want := "soft-tcp"
+		if env[0] == "RDMA_SOFT_SHM=1" {
+			want = "soft-shm"
+		}
+		require.Eventually(t, func() bool { return c.Stats().Path == want }, 5*time.Second, time.Millisecond)
+		src := allocBuffer(t, 1<<20)
+		crand.Read(src.Bytes())
+		got := make([]byte, 1<<20)
+		sent := uint64(0)
+		for _, n := range []int{256 << 10, 512 << 10, 1 << 20} {
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.ReadFull(s, got[:n])
+				done <- err
+			}()
+			_, err := c.Write(src.Bytes()[:n])
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+			require.Equal(t, src.Bytes()[:n], got[:n])
+			rndv := n >= softTCPRndvThreshold || want == "soft-shm" && n >= softShmRndvThreshold
+			if rndv {
+				sent++
+			}
+			assert.Equal(t, sent, c.Stats().RendezvousSent, "%s, %d KiB", want, n>>10)
+		}
+	})
 }

@@ -430,12 +430,12 @@ func TestServerMode(t *testing.T) {
 	require.NoError(t, <-errc)
 }
 
-// With -buffers a stream of messages past the rendezvous threshold takes
-// the zero-copy path: one rendezvous a message, no data writes but the
-// test's own control messages.
+// With -buffers a stream of messages past the rendezvous threshold (soft's
+// default on either of its paths) takes the zero-copy path: one rendezvous
+// a message, no data writes but the test's own control messages.
 func TestLoopbackBuffersRendezvous(t *testing.T) {
 	out, _, err := runArgs(t, "-loopback", "-json", "-buffers", "-test", "stream", "-n", "20", "-warmup", "0",
-		"-rounds", "1", "-sizes", "256K", "-baseline", "none")
+		"-rounds", "1", "-sizes", "1M", "-baseline", "none")
 	require.NoError(t, err)
 	var rep report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
