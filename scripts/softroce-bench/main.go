@@ -49,6 +49,8 @@ func main() {
 	procs := flag.Int("procs", 1, "1: server and client are goroutines of one process; 2: the client is a child process")
 	dialAddr := flag.String("dial", "", "internal: be the client child of -procs 2, dialing this address")
 	flag.BoolVar(&useBuffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")
+	flag.DurationVar(&markOver, "mark-over", 0, "pingpong: write a line to the kernel's trace marker (-mark-file) after each round trip slower than this (scripts/softroce-trace.sh)")
+	flag.StringVar(&markFile, "mark-file", "/sys/kernel/tracing/trace_marker", "the trace marker -mark-over writes to")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -97,6 +99,12 @@ func main() {
 }
 
 // useBuffers: -buffers.
+// markOver and markFile: -mark-over, -mark-file.
+var (
+	markOver time.Duration
+	markFile string
+)
+
 var useBuffers bool
 
 // The user CPU time of the measured transfers (the process's start and the
@@ -246,6 +254,13 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 	if test == "pingpong" {
 		rtts = make([]time.Duration, count)
 	}
+	var marker *os.File
+	if markOver > 0 && test == "pingpong" {
+		if marker, err = os.OpenFile(markFile, os.O_WRONLY, 0); err != nil {
+			return 0, nil, err
+		}
+		defer marker.Close()
+	}
 	cpu0 := userCPU()
 	start := time.Now()
 	last := start
@@ -259,6 +274,11 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 			}
 			now := time.Now()
 			rtts[i], last = now.Sub(last), now
+			if marker != nil && rtts[i] > markOver {
+				// After the round trip, so as not to slow it: the marker's
+				// time is its end, the window reaches back rtts[i].
+				fmt.Fprintf(marker, "slow round trip %d %d us\n", i, rtts[i].Microseconds())
+			}
 		}
 	}
 	if test == "stream" {
