@@ -112,7 +112,7 @@ func (c *Conn) setPeer(h stream.Hello) {
 	c.rx.Agree(agreed)
 	c.tx = stream.NewSend(h, agreed)
 	stream.AgreeRndv(&c.rx, &c.tx, agreed)
-	c.setRndvThreshold(agreed) // rndv.go
+	c.setRndvThreshold(agreed)
 	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if agreed >= stream.VersionHeartbeat {
