@@ -120,7 +120,7 @@ func (q *qp) txFailed(err error) {
 // handOff passes the transmit role, with what a non-blocking write left
 // over (and its regions' fences), to a sender goroutine. Called with mu
 // held by the role's holder.
-func (q *qp) handOff(rest [][]byte, gates []*gate) {
+func (q *qp) handOff(rest [][]byte, gates []gateRef) {
 	if !q.running {
 		q.txFailed(nil) // stopped: the transport is closed
 		return
@@ -140,7 +140,7 @@ func (q *qp) afterWrite() {
 // sender writes what a non-blocking attempt left over (v), and everything
 // that queues behind it, blocking on the transport as needed; it gives up
 // the transmit role and ends once nothing is left to write.
-func (q *qp) sender(v [][]byte, g []*gate) {
+func (q *qp) sender(v [][]byte, g []gateRef) {
 	defer q.wg.Done()
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -178,7 +178,7 @@ func (q *qp) ackable() uint32 {
 // responses, a NAK, requests (each carrying the current ACK), a DISC, and
 // a standalone ACK if one is wanted and nothing else carried it. Called
 // with mu held by the transmit role's holder.
-func (q *qp) buildBatch() ([][]byte, []*gate, int) {
+func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	if q.txDead || q.discSent {
 		return nil, nil, 0
 	}
@@ -187,7 +187,7 @@ func (q *qp) buildBatch() ([][]byte, []*gate, int) {
 	frame := func(h *header) {
 		h.encode(&q.hdrs[nh])
 		v = append(v, q.hdrs[nh][:])
-		vg = append(vg, nil)
+		vg = append(vg, gateRef{})
 		nh++
 		bytes += hdrLen
 	}
@@ -199,7 +199,7 @@ func (q *qp) buildBatch() ([][]byte, []*gate, int) {
 			vg = append(vg, r.gate)
 			bytes += len(r.data)
 		}
-		r.data, r.gate = nil, nil
+		r.data, r.gate = nil, gateRef{}
 		q.respHead++
 		q.lastAckSent = r.psn + 1
 	}
@@ -264,10 +264,10 @@ func (q *qp) buildBatch() ([][]byte, []*gate, int) {
 		q.ackWanted = false
 	}
 	if q.preamble != nil && (nh > 0 || q.preambleDue) {
-		v, vg = append(v, nil), append(vg, nil)
+		v, vg = append(v, nil), append(vg, gateRef{})
 		copy(v[1:], v)
 		copy(vg[1:], vg)
-		v[0], vg[0] = q.preamble, nil
+		v[0], vg[0] = q.preamble, gateRef{}
 		bytes += len(q.preamble)
 		q.preamble = nil
 		q.preambleTimer.Stop()
@@ -565,7 +565,7 @@ func (q *qp) rxEnd(err error) {
 // every connection holds its scratch.
 type scratch struct {
 	sg    [][]byte
-	gates []*gate // sg[i]'s region's fence
+	gates []gateRef // sg[i]'s region's fence
 	n     int
 }
 
@@ -797,8 +797,8 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		q.mu.Unlock()
 		return false, q.tr.discard(h.payloadLen())
 	}
-	var dst []byte  // WRITE / READ target
-	var fence *gate // its region's
+	var dst []byte    // WRITE / READ target
+	var fence gateRef // its region's or window's, as admitted now
 	if h.typ == frameWrite || h.typ == frameWriteImm || h.typ == frameReadReq {
 		need := verbs.AccessRemoteWrite
 		if h.typ == frameReadReq {
@@ -815,12 +815,8 @@ func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
 		}
 		if h.len > 0 {
 			// A window's rkey (mw.go) serves the QP it was bound on.
-			m := q.pd.lookup(h.rkey)
-			ok := m != nil && m.access&need != 0 && (m.bound == nil || m.bound == q)
-			if ok {
-				dst, ok = m.slice(h.raddr, h.len)
-				fence = &m.fence
-			}
+			var ok bool
+			dst, fence, ok = q.pd.remote(q, h.rkey, h.raddr, h.len, need)
 			if !ok {
 				// Class C error: NAK the requester, and the responder's
 				// QP goes to ERR too.

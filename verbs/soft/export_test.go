@@ -122,7 +122,7 @@ func (p *RawPeer) Drain(deadline time.Time, secret byte) (secretBytes int, naks 
 		}
 		for n := h.payloadLen(); n > 0; {
 			k := min(n, len(buf))
-			if err = p.tr.readPayload(buf[:k], nil); err != nil {
+			if err = p.tr.readPayload(buf[:k], gateRef{}); err != nil {
 				return secretBytes, naks, err
 			}
 			secretBytes += bytes.Count(buf[:k], []byte{secret})

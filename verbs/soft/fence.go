@@ -29,43 +29,97 @@ import (
 //     and the requester's WR completes with an error.
 //
 // A gate is per MR, so a Dereg waits for no copy of another region.
+//
+// A memory window's binding reuses one gate across binds (mw.go): each
+// unbind closes it, each bind opens it again under the next generation. A
+// copy is admitted under one generation and holds a gateRef, the gate and
+// that generation; it enters only while the gate is open at that same
+// generation. So a READ response queued under an earlier bind stays shut
+// out once that bind was invalidated, even after the window is bound
+// again, as if each bind had a gate of its own. A region's gate is never
+// opened again: its references all hold generation 0.
 type gate struct {
-	state atomic.Uint64 // gateClosed | copies in progress
+	// gateClosed | generation<<gateGenShift | copies in progress. A
+	// failed enter counts itself in for a moment too: the count is not
+	// only the copies in progress.
+	state atomic.Uint64
 }
 
-const gateClosed = 1 << 63
+const (
+	gateClosed   = 1 << 63
+	gateGenShift = 32
+	gateCount    = 1<<gateGenShift - 1 // the copies in progress
+	// gateGenMax is the last generation: a gate there is not opened
+	// again (a window takes a new one, mw.go), so a generation never
+	// wraps round to one a stale reference holds.
+	gateGenMax = 1<<(63-gateGenShift) - 1
+)
 
 // errFenced reports a copy stopped by a closed gate: the region was
 // deregistered while the access was in flight.
 var errFenced = errors.New("soft: memory region deregistered during the access")
 
+// gateRef is a gate as one admission saw it: copies under it enter only
+// while the gate is open at that generation. The zero gateRef (memory
+// that is not a registered region's: headers, inline data) is always
+// open.
+type gateRef struct {
+	g    *gate
+	open uint64 // the state's bits above the count while open then: generation<<gateGenShift
+}
+
+// ref is a reference to g at generation 0, a region's.
+func (g *gate) ref() gateRef { return gateRef{g: g} }
+
 // enter begins a copy to or from the gated memory; false once the gate is
-// closed, and then nothing may be copied. A nil gate (memory that is not a
-// registered region's: headers, inline data) is always open.
-func (g *gate) enter() bool {
-	if g == nil {
+// closed or opened again since r was taken, and then nothing may be
+// copied. One atomic add and a compare, as a plain closed bit would cost.
+func (r gateRef) enter() bool {
+	if r.g == nil {
 		return true
 	}
-	if g.state.Add(1)&gateClosed != 0 {
-		g.state.Add(^uint64(0))
+	if r.g.state.Add(1)&^gateCount != r.open {
+		r.g.state.Add(^uint64(0))
 		return false
 	}
 	return true
 }
 
 // exit ends a copy begun by a successful enter.
-func (g *gate) exit() {
-	if g != nil {
-		g.state.Add(^uint64(0))
+func (r gateRef) exit() {
+	if r.g != nil {
+		r.g.state.Add(^uint64(0))
 	}
 }
 
-// close shuts the gate and returns once no copy is inside it. Each copy is
-// a bounded move of bytes that are already there, so this waits
-// microseconds, and never on a peer.
+// admit enters g whatever its generation, as long as it is open, and
+// returns the reference that copies under this admission use; false when
+// g is closed. Inside, g cannot be closed and opened again (close waits
+// for the count), so what the opener set up before opening stays as it
+// is until the caller exits r.
+func (g *gate) admit() (gateRef, bool) {
+	s := g.state.Add(1)
+	if s&gateClosed != 0 {
+		g.state.Add(^uint64(0))
+		return gateRef{}, false
+	}
+	return gateRef{g: g, open: s &^ gateCount}, true
+}
+
+// close shuts the gate and returns once no copy is inside it.
 func (g *gate) close() {
-	g.state.Or(gateClosed)
-	for i := 0; g.state.Load() != gateClosed; i++ {
+	g.shut()
+	g.drain()
+}
+
+// shut closes the gate to new copies, without waiting for those inside.
+func (g *gate) shut() { g.state.Or(gateClosed) }
+
+// drain returns once no copy is inside g (closed). Each copy is a bounded
+// move of bytes that are already there, so this waits microseconds, and
+// never on a peer.
+func (g *gate) drain() {
+	for i := 0; g.state.Load()&gateCount != 0; i++ {
 		if i < 64 {
 			runtime.Gosched()
 		} else {
@@ -74,21 +128,34 @@ func (g *gate) close() {
 	}
 }
 
-// enterAll enters every gate of gs (nil ones are open), or none: false if
-// one is closed.
-func enterAll(gs []*gate) bool {
-	for i, g := range gs {
-		if !g.enter() {
-			exitAll(gs[:i])
+// reopenable reports whether g (closed) may be opened again: false at
+// the last generation.
+func (g *gate) reopenable() bool {
+	return (g.state.Load()&^(gateClosed|gateCount))>>gateGenShift < gateGenMax
+}
+
+// reopen opens g (closed, drained, reopenable) under the next generation,
+// so that no reference taken before matches it. An add, not a store: a
+// failed enter may be counted in at this moment.
+func (g *gate) reopen() {
+	g.state.Add(1<<gateGenShift + gateClosed) // the closed bit added to itself carries out: clear
+}
+
+// enterAll enters every gate of rs (zero ones are open), or none: false
+// if one is closed or opened again since.
+func enterAll(rs []gateRef) bool {
+	for i, r := range rs {
+		if !r.enter() {
+			exitAll(rs[:i])
 			return false
 		}
 	}
 	return true
 }
 
-// exitAll exits every gate of gs, entered by enterAll.
-func exitAll(gs []*gate) {
-	for _, g := range gs {
-		g.exit()
+// exitAll exits every gate of rs, entered by enterAll.
+func exitAll(rs []gateRef) {
+	for _, r := range rs {
+		r.exit()
 	}
 }

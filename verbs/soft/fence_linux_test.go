@@ -159,7 +159,7 @@ func (e *fenceEnds) frames(t *testing.T, want uint8) (header, error) {
 		require.NoError(t, h.decode(&hb))
 		for n := h.payloadLen(); n > 0; {
 			k := min(n, len(buf))
-			if err := e.peer.readPayload(buf[:k], nil); err != nil {
+			if err := e.peer.readPayload(buf[:k], gateRef{}); err != nil {
 				return h, err
 			}
 			if bytes.IndexByte(buf[:k], fenceSecret) >= 0 {

@@ -88,7 +88,7 @@ func (m *memTransport) readHeader(h *[hdrLen]byte) error {
 	_, err := io.ReadFull(m.r, h[:])
 	return err
 }
-func (m *memTransport) readPayload(dst []byte, _ *gate) error {
+func (m *memTransport) readPayload(dst []byte, _ gateRef) error {
 	_, err := io.ReadFull(m.r, dst)
 	return err
 }
@@ -98,7 +98,7 @@ func (m *memTransport) discard(n int) error {
 }
 func (m *memTransport) setIdle(func(bool) bool) {}
 func (m *memTransport) interrupt()              {}
-func (m *memTransport) writev(bufs [][]byte, _ []*gate, wait bool) (int, error) {
+func (m *memTransport) writev(bufs [][]byte, _ []gateRef, wait bool) (int, error) {
 	n := 0
 	for _, b := range bufs {
 		n += len(b)

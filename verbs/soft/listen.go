@@ -92,7 +92,7 @@ func (id *cmID) acceptLoop(ln *net.TCPListener) {
 // readHandshake reads one handshake message from tr.
 func readHandshake(tr *tcpTransport) (hsMsg, error) {
 	var hb [hsHdrLen]byte
-	if err := tr.readPayload(hb[:], nil); err != nil {
+	if err := tr.readPayload(hb[:], gateRef{}); err != nil {
 		return hsMsg{}, err
 	}
 	_, n, err := parseHandshakeHeader(hb[:])
@@ -101,7 +101,7 @@ func readHandshake(tr *tcpTransport) (hsMsg, error) {
 	}
 	b := make([]byte, hsHdrLen+n)
 	copy(b, hb[:])
-	if err := tr.readPayload(b[hsHdrLen:], nil); err != nil {
+	if err := tr.readPayload(b[hsHdrLen:], gateRef{}); err != nil {
 		return hsMsg{}, err
 	}
 	return parseHandshake(b)

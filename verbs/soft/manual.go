@@ -254,7 +254,7 @@ func (ep *endpoint) handshake(c *net.TCPConn, hsTimeout time.Duration) {
 	stop := context.AfterFunc(ep.life, func() { interruptHandshake(c, tr) })
 	defer stop()
 	var b [qpHelloLen]byte
-	if err := tr.readPayload(b[:], nil); err != nil {
+	if err := tr.readPayload(b[:], gateRef{}); err != nil {
 		_ = tr.close()
 		return
 	}
@@ -443,7 +443,7 @@ func (q *qp) dialOnce(l *qpLink, local, remote *net.TCPAddr, deadline time.Time)
 	q.mu.Unlock()
 	var b [qpHelloLen]byte
 	if _, err = c.Write(hello.marshal()); err == nil {
-		err = tr.readPayload(b[:], nil)
+		err = tr.readPayload(b[:], gateRef{})
 	}
 	var m qpHelloMsg
 	if err == nil {

@@ -27,7 +27,9 @@ type pd struct {
 // mr is a registered memory region (lkey == rkey, as on rxe and mlx5), or
 // the binding of a memory window (mw.go): a sub-slice of its region with
 // remote access only, its own rkey and its own fence, usable by the peer
-// of one QP alone.
+// of one QP alone. A region's fields do not change once it is in the
+// table; a binding's change at each bind of its window, while its fence
+// is closed and no copy is inside it (pd.remote reads them inside it).
 type mr struct {
 	pd     *pd
 	buf    []byte
@@ -42,8 +44,8 @@ type mr struct {
 	// while there are any.
 	nMW int
 	// A window's binding: the QP it was bound on, whose peer alone may
-	// use its rkey, and the window. Both nil for a region; a local key
-	// (SGE) never names a binding.
+	// use its rkey, and the window (set once, when the binding is made).
+	// Both nil for a region; a local key (SGE) never names a binding.
 	bound *qp
 	win   *mw
 }
@@ -132,10 +134,9 @@ func (p *pd) setSlot(idx int, m *mr) {
 	p.mrs.Store(&tbl)
 }
 
-// lookup finds a live MR or window binding by key; nil if none. Remote
-// requests use it (and check a binding's QP); local keys go through
-// lookupLocal.
-func (p *pd) lookup(key uint32) *mr {
+// slotOf is what key's table slot holds (nil: nothing), its key not yet
+// compared with key.
+func (p *pd) slotOf(key uint32) *mr {
 	t := p.mrs.Load()
 	if t == nil {
 		return nil
@@ -144,7 +145,15 @@ func (p *pd) lookup(key uint32) *mr {
 	if idx >= len(*t) {
 		return nil
 	}
-	m := (*t)[idx].Load()
+	return (*t)[idx].Load()
+}
+
+// lookup finds a live MR or window binding by key; nil if none. A
+// binding's key changes at each bind, so this is for callers holding mu
+// (an invalidation): remote requests go through remote, local keys
+// through lookupLocal.
+func (p *pd) lookup(key uint32) *mr {
+	m := p.slotOf(key)
 	if m == nil || m.key != key {
 		return nil
 	}
@@ -154,11 +163,44 @@ func (p *pd) lookup(key uint32) *mr {
 // lookupLocal finds a live MR by lkey; a window's rkey names nothing
 // locally.
 func (p *pd) lookupLocal(key uint32) *mr {
-	m := p.lookup(key)
-	if m == nil || m.bound != nil {
+	m := p.slotOf(key)
+	if m == nil || m.win != nil || m.key != key {
 		return nil
 	}
 	return m
+}
+
+// remote resolves a remote request that q's peer sent: the n bytes at
+// addr under key, which must allow need, and the reference to their
+// region's or window's fence that every copy to or from them passes.
+// false when key names nothing that peer may reach there. No lock: a
+// window's binding is read inside its fence, where no bind can change it,
+// and the reference holds the generation it was read under, so that a
+// copy admitted now is refused once the window is invalidated, even if it
+// is bound again meanwhile (fence.go).
+func (p *pd) remote(q *qp, key uint32, addr uint64, n uint32, need verbs.Access) ([]byte, gateRef, bool) {
+	m := p.slotOf(key)
+	if m == nil {
+		return nil, gateRef{}, false
+	}
+	if m.win == nil {
+		if m.key != key || m.access&need == 0 {
+			return nil, gateRef{}, false
+		}
+		b, ok := m.slice(addr, n)
+		return b, m.fence.ref(), ok
+	}
+	r, ok := m.fence.admit()
+	if !ok {
+		return nil, gateRef{}, false // unbound
+	}
+	var b []byte
+	ok = m.key == key && m.access&need != 0 && m.bound == q
+	if ok {
+		b, ok = m.slice(addr, n)
+	}
+	r.exit()
+	return b, r, ok
 }
 
 // slice returns the part of the MR at [addr, addr+n), or nil when out of bounds.

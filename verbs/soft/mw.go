@@ -12,18 +12,28 @@ import (
 // A window owns one slot of its PD's key table for its life, and its rkey
 // is slot<<8 | a low byte: the one alloc gave it, then the one each bind
 // names (the consumer's, verbs.NextRKey). While unbound the slot holds
-// nothing. A bind puts a binding there: an mr whose buf is the bound range
-// of the region, with the bind's rkey and remote access, its own fence,
-// and the QP it was bound on. A remote READ or WRITE then finds it by the
-// same lookup as a region's rkey (engine.go's onRequest), and takes it
+// nothing. A bind puts the window's binding there: an mr whose buf is the
+// bound range of the region, with the bind's rkey and remote access, its
+// own fence, and the QP it was bound on. A remote READ or WRITE then finds
+// it by the same table lookup as a region's rkey (pd.remote), and takes it
 // only on that QP; local keys never name a binding (pd.lookupLocal).
 //
 // Unbinding (an invalidation, Dealloc) empties the slot and closes the
 // binding's fence, which returns once no copy through the window is in
 // progress, and none can start (fence.go): that is done before the
-// invalidation's completion is queued, and before Dealloc returns. A new
-// bind makes a new binding, with a fence of its own: a READ response
-// queued under an older binding still holds the old, closed one.
+// invalidation's completion is queued, and before Dealloc returns.
+//
+// The window keeps one binding, made at alloc, and a bind fills it in
+// again, so that a bind and an invalidation allocate nothing. What keeps
+// an access admitted under an earlier bind out is the fence's generation:
+// a bind opens the binding's fence under a new one, and a copy enters only
+// under the generation its request was admitted under (pd.remote). A READ
+// response queued before an invalidation thus moves nothing after it,
+// even once the window is bound again, to another range or region. A bind
+// changes the binding's fields only while its fence is closed and empty
+// (remote reads them inside it); once the fence's generations run out the
+// window takes a new binding, and the old one stays closed for whoever
+// still holds it.
 //
 // Bind and invalidate execute when they are posted (qp.go's postLocal),
 // which is never later than a NIC executes them in send queue order: a WR
@@ -37,8 +47,9 @@ type mw struct {
 	rkey atomic.Uint32 // the latest bind's, or alloc's
 
 	// Under pd.mu.
-	cur    *mr // the binding, nil while unbound
-	parent *mr // the region cur lies in
+	b      *mr  // the binding, reused by each bind; its fence closed while unbound
+	bound  bool // b is in the table
+	parent *mr  // the region b lies in, while bound
 	dead   bool
 }
 
@@ -58,6 +69,7 @@ func (p *pd) AllocMW() (verbs.MW, error) {
 	}
 	idx := p.slot()
 	w := &mw{pd: p, idx: idx}
+	w.b = newBinding(w)
 	w.rkey.Store(uint32(idx)<<8 | uint32(p.gen[idx]))
 	p.nMW++
 	return w, nil
@@ -87,19 +99,27 @@ func (w *mw) Dealloc() error {
 	return nil
 }
 
-// unbind empties the window's slot and returns the binding it held (nil
-// if none), whose fence the caller closes once pd.mu is released. Called
+// newBinding is an unbound binding of w, its fence closed.
+func newBinding(w *mw) *mr {
+	b := &mr{pd: w.pd, win: w}
+	b.fence.state.Store(gateClosed)
+	return b
+}
+
+// unbind empties the window's slot, shuts the binding's fence and returns
+// the binding (nil if the window was not bound), whose fence the caller
+// closes (waits out the copies inside) once pd.mu is released. It is shut
+// here, under pd.mu, so that a bind that follows finds it shut. Called
 // with pd.mu held.
 func (w *mw) unbind() *mr {
-	b := w.cur
-	if b == nil {
+	if !w.bound {
 		return nil
 	}
 	w.pd.setSlot(w.idx, nil)
+	w.b.fence.shut()
 	w.parent.nMW--
-	w.cur, w.parent = nil, nil
-	b.dead.Store(true)
-	return b
+	w.bound, w.parent = false, nil
+	return w.b
 }
 
 // mwAccess is the access a window may grant.
@@ -114,13 +134,13 @@ func (q *qp) bind(w *mw, parent *mr, b *verbs.MWBind) verbs.WCStatus {
 	switch {
 	case w.dead || w.pd != p: // C10-72: the window's PD is the QP's
 		return verbs.WCMWBindErr
-	case w.cur != nil: // o10-37.2.30: a type 2 window binds only while free
+	case w.bound: // o10-37.2.30: a type 2 window binds only while free
 		return verbs.WCMWBindErr
 	case b.Length == 0: // o10-37.2.40: not a way to unbind a type 2 window
 		return verbs.WCMWBindErr
 	case b.RKey>>8 != uint32(w.idx): // the consumer owns the low byte only
 		return verbs.WCMWBindErr
-	case parent.dead.Load() || parent.pd != p || parent.bound != nil:
+	case parent.dead.Load() || parent.pd != p || parent.win != nil:
 		return verbs.WCMWBindErr
 	case parent.access&verbs.AccessMWBind == 0: // C10-73
 		return verbs.WCMWBindErr
@@ -135,10 +155,21 @@ func (q *qp) bind(w *mw, parent *mr, b *verbs.MWBind) verbs.WCStatus {
 		return verbs.WCMWBindErr
 	}
 	off := b.Addr - parent.addr
-	m := &mr{pd: p, buf: parent.buf[off : off+b.Length : off+b.Length], addr: b.Addr,
-		key: b.RKey, access: b.Access, bound: q, win: w}
+	m := w.b
+	if !m.fence.reopenable() {
+		m = newBinding(w)
+		w.b = m
+	}
+	// The invalidation that closed the fence may still be waiting out a
+	// copy (postLocal closes it once pd.mu is released, and the window
+	// may be bound again on another QP meanwhile): the fields change only
+	// once nothing is inside.
+	m.fence.drain()
+	m.buf = parent.buf[off : off+b.Length : off+b.Length]
+	m.addr, m.key, m.access, m.bound = b.Addr, b.RKey, b.Access, q
+	m.fence.reopen()
 	p.setSlot(w.idx, m)
-	w.cur, w.parent = m, parent
+	w.bound, w.parent = true, parent
 	parent.nMW++
 	w.rkey.Store(b.RKey)
 	return verbs.WCSuccess

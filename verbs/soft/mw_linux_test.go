@@ -22,6 +22,12 @@ import (
 // bindFenceWindow binds a window over the whole of e's memory on e's QP,
 // through a second region that allows binds, and returns its rkey.
 func bindFenceWindow(t *testing.T, e *fenceEnds, access verbs.Access) uint32 {
+	rkey, _ := bindFenceWindowW(t, e, access)
+	return rkey
+}
+
+// bindFenceWindowW is bindFenceWindow, and the bind it posted.
+func bindFenceWindowW(t *testing.T, e *fenceEnds, access verbs.Access) (uint32, *verbs.MWBind) {
 	t.Helper()
 	p := e.q.pd
 	m, err := p.RegMR(e.mem.Bytes(), verbs.AccessLocalWrite|verbs.AccessMWBind)
@@ -38,7 +44,7 @@ func bindFenceWindow(t *testing.T, e *fenceEnds, access verbs.Access) uint32 {
 	wc := e.completion(t)
 	require.Equal(t, verbs.WCSuccess, wc.Status)
 	require.Equal(t, verbs.WCBindMW, wc.Opcode)
-	return b.RKey
+	return b.RKey, b
 }
 
 // invalidate invalidates rkey on e's QP, which must complete though the
@@ -96,6 +102,39 @@ func TestMWFenceReadInFlight(t *testing.T) {
 			return e.q.respHead == e.q.respTail && e.q.txBusy
 		}, 10*time.Second, time.Millisecond)
 		e.invalidate(t, rkey)
+		_, err := e.frames(t, 0)
+		require.Error(t, err, "the response cannot have been finished")
+	})
+}
+
+// A READ response that the peer does not take, queued under one bind of
+// the window: once that bind is invalidated nothing more of it goes out,
+// though the window is bound again over the same memory (which then holds
+// the secret) before the transmitter can notice the invalidation: the
+// invalidation and the new bind are posted together, and execute as they
+// are posted. The window reuses its binding from bind to bind; the
+// response was admitted under the earlier one.
+func TestMWFenceReadInFlightRebound(t *testing.T) {
+	fencePaths(t, func(t *testing.T, path string) {
+		e := newFenceEnds(t, path)
+		rkey, b := bindFenceWindowW(t, e, verbs.AccessRemoteRead)
+		e.send(t, header{typ: frameReadReq, len: fenceLen, rkey: rkey, raddr: e.mr.Addr()}, nil)
+		require.Eventually(t, func() bool {
+			e.q.mu.Lock()
+			defer e.q.mu.Unlock()
+			return e.q.respHead == e.q.respTail && e.q.txBusy
+		}, 10*time.Second, time.Millisecond)
+		b2 := *b
+		b2.RKey = verbs.NextRKey(rkey)
+		require.NoError(t, e.q.PostSend([]verbs.SendWR{
+			{WRID: 2, Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: rkey},
+			{WRID: 3, Opcode: verbs.OpBindMW, Flags: verbs.SendSignaled, Bind: &b2}}))
+		fill(e.mem.Bytes(), fenceSecret)
+		for _, want := range []verbs.WCOpcode{verbs.WCLocalInv, verbs.WCBindMW} {
+			wc := e.completion(t)
+			require.Equal(t, verbs.WCSuccess, wc.Status)
+			require.Equal(t, want, wc.Opcode)
+		}
 		_, err := e.frames(t, 0)
 		require.Error(t, err, "the response cannot have been finished")
 	})

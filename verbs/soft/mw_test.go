@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -180,4 +181,103 @@ func TestMWPostErrors(t *testing.T) {
 		err := q.PostSend([]verbs.SendWR{wr})
 		assert.ErrorIs(t, err, syscall.EINVAL, "%+v", wr)
 	}
+}
+
+// post posts wrs on q, which must take them.
+func post(t *testing.T, q *qp, wrs ...verbs.SendWR) {
+	t.Helper()
+	require.NoError(t, q.PostSend(wrs))
+}
+
+// enters reports whether r enters its gate (and leaves it again).
+func enters(r gateRef) bool {
+	if !r.enter() {
+		return false
+	}
+	r.exit()
+	return true
+}
+
+// An access admitted under one bind of a window is refused once that bind
+// is invalidated, and stays refused after the window is bound again, to
+// another range, with its binding (and so its fence) reused: the fence's
+// generation tells the binds apart.
+func TestMWGenerationRefusesStaleRef(t *testing.T) {
+	q, c, m, w := mwQP(t)
+	p := q.pd
+	b1 := bindOf(w, m, 0, 1024, verbs.AccessRemoteRead)
+	post(t, q, verbs.SendWR{Opcode: verbs.OpBindMW, Bind: b1})
+	dst, ref, ok := p.remote(q, b1.RKey, b1.Addr, 512, verbs.AccessRemoteRead)
+	require.True(t, ok)
+	assert.Equal(t, m.buf[:512], dst)
+	require.True(t, enters(ref), "admitted under the bind it was taken under")
+	binding := w.b
+
+	post(t, q, verbs.SendWR{Opcode: verbs.OpLocalInv, InvalidateRKey: b1.RKey})
+	assert.False(t, enters(ref), "the bind is invalidated")
+
+	b2 := bindOf(w, m, 2048, 1024, verbs.AccessRemoteRead)
+	post(t, q, verbs.SendWR{Opcode: verbs.OpBindMW, Bind: b2})
+	assert.Same(t, binding, w.b, "the bind reused the window's binding")
+	assert.False(t, enters(ref), "a reference from an earlier bind does not enter the window bound again")
+	_, _, ok = p.remote(q, b1.RKey, b1.Addr, 512, verbs.AccessRemoteRead)
+	assert.False(t, ok, "the earlier rkey names nothing")
+
+	dst, ref2, ok := p.remote(q, b2.RKey, b2.Addr, 512, verbs.AccessRemoteRead)
+	require.True(t, ok)
+	assert.Equal(t, m.buf[2048:2560], dst)
+	require.True(t, enters(ref2), "the new bind's admissions enter")
+	_, _, ok = p.remote(q, b2.RKey, m.addr, 512, verbs.AccessRemoteRead)
+	assert.False(t, ok, "outside the new range")
+	_, _, ok = p.remote(q, b2.RKey, b2.Addr, 512, verbs.AccessRemoteWrite)
+	assert.False(t, ok, "beyond the new bind's access")
+
+	require.NoError(t, w.Dealloc())
+	assert.False(t, enters(ref2), "Dealloc closed the fence")
+	assert.Zero(t, w.b.fence.state.Load()&gateCount, "nothing left inside")
+	pollAll(t, c)
+}
+
+// Once a binding's fence has used up its generations the window takes a
+// new binding, so that no generation comes round again; the old one stays
+// closed for whoever still holds it.
+func TestMWGenerationsRunOut(t *testing.T) {
+	q, _, m, w := mwQP(t)
+	p := q.pd
+	old := w.b
+	old.fence.state.Store(gateClosed | gateGenMax<<gateGenShift)
+	b1 := bindOf(w, m, 0, 1024, verbs.AccessRemoteRead)
+	post(t, q, verbs.SendWR{Opcode: verbs.OpBindMW, Bind: b1})
+	require.NotSame(t, old, w.b, "a new binding")
+	assert.Equal(t, uint64(gateClosed|gateGenMax<<gateGenShift), old.fence.state.Load(), "the old binding stays closed")
+	_, ref, ok := p.remote(q, b1.RKey, b1.Addr, 512, verbs.AccessRemoteRead)
+	require.True(t, ok)
+	require.True(t, enters(ref))
+}
+
+// A bind and an invalidation of a window allocate nothing once the queue
+// pair has carried a few.
+func TestMWBindInvalidateAllocs(t *testing.T) {
+	q, c, m, w := mwQP(t)
+	bind := []verbs.SendWR{{Opcode: verbs.OpBindMW, Flags: verbs.SendSignaled, Bind: bindOf(w, m, 0, 2048, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)}}
+	inv := []verbs.SendWR{{Opcode: verbs.OpLocalInv, Flags: verbs.SendSignaled}}
+	wc := make([]verbs.WC, 4)
+	cycle := func() {
+		b := bind[0].Bind
+		b.RKey = verbs.NextRKey(w.RKey())
+		if err := q.PostSend(bind); err != nil {
+			panic(err)
+		}
+		inv[0].InvalidateRKey = b.RKey
+		if err := q.PostSend(inv); err != nil {
+			panic(err)
+		}
+		if n, err := c.Poll(wc); err != nil || n != 2 || wc[0].Status != verbs.WCSuccess || wc[1].Status != verbs.WCSuccess {
+			panic(fmt.Sprintf("completions %d %v %+v", n, err, wc[:n]))
+		}
+	}
+	for i := 0; i < 16; i++ {
+		cycle()
+	}
+	assert.Zero(t, testing.AllocsPerRun(200, cycle), "a bind and an invalidation allocate nothing")
 }

@@ -23,7 +23,7 @@ type sendSlot struct {
 	rkey      uint32
 	length    uint32
 	sg        [][]byte
-	gates     []*gate // sg[i]'s region's fence (nil for inline data)
+	gates     []gateRef // sg[i]'s region's fence (zero for inline data)
 	inl       []byte
 	status    verbs.WCStatus // a local error found at post time, reported in order
 	rnr       int            // RNR NAKs received for this WR
@@ -35,7 +35,7 @@ type sendSlot struct {
 type recvSlot struct {
 	wrid   uint64
 	sg     [][]byte
-	gates  []*gate // sg[i]'s region's fence
+	gates  []gateRef // sg[i]'s region's fence
 	length uint64
 	status verbs.WCStatus
 	n      uint32
@@ -54,7 +54,7 @@ type localOp struct {
 type readResp struct {
 	psn  uint32
 	data []byte
-	gate *gate // data's region's fence
+	gate gateRef // data's region's fence, as the READ was admitted under
 }
 
 // qp is an RC queue pair: its queues, its state, and (once connected) the
@@ -117,7 +117,7 @@ type qp struct {
 	txBusy     bool
 	txDead     bool
 	iovBuf     [][]byte       // a batch's iovecs
-	iovGates   []*gate        // iovBuf[i]'s region's fence, nil for headers and inline data
+	iovGates   []gateRef      // iovBuf[i]'s region's or window's fence, zero for headers and inline data
 	hdrs       [][hdrLen]byte // a batch's frame headers: a few, up to maxBatchFrames as batches fill
 	discWanted bool
 	discSent   bool
@@ -206,7 +206,7 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 	q.rq = q.newRecvSlots(rqStartSlots)
 	q.setBatchFrames(min(batchStartFrames, maxBatchFrames))
 	q.rx.sc.sg = make([][]byte, max(c.MaxSendSGE, c.MaxRecvSGE))
-	q.rx.sc.gates = make([]*gate, len(q.rx.sc.sg))
+	q.rx.sc.gates = make([]gateRef, len(q.rx.sc.sg))
 	q.rnrTimer = time.AfterFunc(time.Hour, q.rnrExpired)
 	q.rnrTimer.Stop()
 	q.wdTimer = time.AfterFunc(time.Hour, q.watchdog)
@@ -343,7 +343,7 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 		total = uint64(len(s.inl))
 		if total > 0 {
 			s.sg = append(s.sg, s.inl)
-			s.gates = append(s.gates, nil)
+			s.gates = append(s.gates, gateRef{})
 		}
 	} else {
 		need := verbs.Access(0)
@@ -500,7 +500,7 @@ func (q *qp) postRecv(wr *verbs.RecvWR) error {
 // SGE whose key is unknown, whose region lacks the access need, or that
 // lies outside its region is left out, and ok is false: the WR completes
 // with a local protection error.
-func (q *qp) resolveSG(sg []verbs.SGE, need verbs.Access, sgs [][]byte, gates []*gate) (_ [][]byte, _ []*gate, total uint64, ok bool) {
+func (q *qp) resolveSG(sg []verbs.SGE, need verbs.Access, sgs [][]byte, gates []gateRef) (_ [][]byte, _ []gateRef, total uint64, ok bool) {
 	ok = true
 	for i := range sg {
 		g := &sg[i]
@@ -519,7 +519,7 @@ func (q *qp) resolveSG(sg []verbs.SGE, need verbs.Access, sgs [][]byte, gates []
 			continue
 		}
 		sgs = append(sgs, b)
-		gates = append(gates, &m.fence)
+		gates = append(gates, m.fence.ref())
 	}
 	return sgs, gates, total, ok
 }

@@ -34,7 +34,7 @@ func (q *qp) newSendSlots(n int) []sendSlot {
 	sq := make([]sendSlot, n)
 	k := q.cap.MaxSendSGE
 	sgs := make([][]byte, n*k)
-	gates := make([]*gate, n*k)
+	gates := make([]gateRef, n*k)
 	var inl []byte
 	if q.cap.MaxInlineData > 0 {
 		inl = make([]byte, n*q.cap.MaxInlineData)
@@ -69,7 +69,7 @@ func (q *qp) newRecvSlots(n int) []recvSlot {
 	rq := make([]recvSlot, n)
 	k := q.cap.MaxRecvSGE
 	sgs := make([][]byte, n*k)
-	gates := make([]*gate, n*k)
+	gates := make([]gateRef, n*k)
 	for i := range rq {
 		rq[i].sg = sgs[i*k : i*k : (i+1)*k]
 		rq[i].gates = gates[i*k : i*k : (i+1)*k]
@@ -111,7 +111,7 @@ func (q *qp) growResp() {
 func (q *qp) setBatchFrames(n int) {
 	q.hdrs = make([][hdrLen]byte, n)
 	q.iovBuf = make([][]byte, 0, n*(1+q.cap.MaxSendSGE)+8)
-	q.iovGates = make([]*gate, 0, cap(q.iovBuf))
+	q.iovGates = make([]gateRef, 0, cap(q.iovBuf))
 }
 
 // grown reports whether a queue trimIdle shrinks is past its starting

@@ -129,8 +129,8 @@ func TestShmTransportStream(t *testing.T) {
 		dst := got[:len(r.src)]
 		// Read in two pieces, as the engine does with scatter lists.
 		k := len(dst) / 3
-		require.NoError(t, b.readPayload(dst[:k], nil))
-		require.NoError(t, b.readPayload(dst[k:], nil))
+		require.NoError(t, b.readPayload(dst[:k], gateRef{}))
+		require.NoError(t, b.readPayload(dst[k:], gateRef{}))
 		require.True(t, bytes.Equal(r.src, dst), "frame %d payload differs", i)
 	}
 	require.NoError(t, <-errc)
@@ -162,7 +162,7 @@ func TestShmTransportAllocs(t *testing.T) {
 			if err := b.readHeader(&h); err != nil {
 				t.Fatal(err)
 			}
-			if err := b.readPayload(p, nil); err != nil {
+			if err := b.readPayload(p, gateRef{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -257,7 +257,7 @@ func TestShmTransportFullRing(t *testing.T) {
 		errc <- err
 	}()
 	got := make([]byte, len(payload))
-	require.NoError(t, b.readPayload(got, nil))
+	require.NoError(t, b.readPayload(got, gateRef{}))
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got)
 }
@@ -305,7 +305,7 @@ func TestShmTransportReaderAndWriterAsleep(t *testing.T) {
 			// The peer drains a's ring: the writer, not the reader, ends.
 			got := make([]byte, len(payload))
 			drained := make(chan error, 1)
-			go func() { drained <- b.readPayload(got, nil) }()
+			go func() { drained <- b.readPayload(got, gateRef{}) }()
 			select {
 			case err := <-writec:
 				require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestShmTransportReaderAndWriterAsleep(t *testing.T) {
 			case <-time.After(50 * time.Millisecond):
 			}
 			require.NoError(t, a.setReadDeadline(time.Time{}))
-			require.NoError(t, b.readPayload(got, nil))
+			require.NoError(t, b.readPayload(got, gateRef{}))
 			require.NoError(t, <-writec)
 			assert.Equal(t, payload, got)
 		})
@@ -383,7 +383,7 @@ func FuzzShmRing(f *testing.F) {
 			if err := b.readHeader(&h); err != nil {
 				return
 			}
-			if err := b.readPayload(dst[:int(h[0])*256], nil); err != nil {
+			if err := b.readPayload(dst[:int(h[0])*256], gateRef{}); err != nil {
 				return
 			}
 		}
@@ -411,7 +411,7 @@ func TestShmTransportPartialWriteLeavesVector(t *testing.T) {
 		errc <- err
 	}()
 	got := make([]byte, len(hdr)+len(payload))
-	require.NoError(t, b.readPayload(got, nil))
+	require.NoError(t, b.readPayload(got, gateRef{}))
 	require.NoError(t, <-errc)
 	assert.Equal(t, payload, got[hdrLen:])
 }
@@ -695,7 +695,7 @@ func TestShmTransportLargeWriteInRecords(t *testing.T) {
 	assert.GreaterOrEqual(t, records, len(payload)/shmRecordMax)
 
 	got := make([]byte, len(payload))
-	require.NoError(t, b.readPayload(got, nil))
+	require.NoError(t, b.readPayload(got, gateRef{}))
 	assert.Equal(t, payload, got)
 }
 

@@ -268,7 +268,7 @@ func (s *switchTransport) endStream() error {
 	return s.tcp.closeWrite()
 }
 
-func (s *switchTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, error) {
+func (s *switchTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, error) {
 	if w := s.wr.Load(); w != nil {
 		return w.writev(bufs, gates, wait)
 	}
@@ -289,7 +289,7 @@ func (s *switchTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, 
 }
 
 // writevTCP is writev before the switch; called with wmu held.
-func (s *switchTransport) writevTCP(bufs [][]byte, gates []*gate, wait bool) (int, error) {
+func (s *switchTransport) writevTCP(bufs [][]byte, gates []gateRef, wait bool) (int, error) {
 	if ok, err := s.sendDue(wait); err != nil || !ok {
 		return 0, err // not waiting, and the socket is full
 	}
@@ -406,7 +406,7 @@ func (s *switchTransport) switchRead() error {
 	return nil
 }
 
-func (s *switchTransport) readPayload(dst []byte, g *gate) error {
+func (s *switchTransport) readPayload(dst []byte, g gateRef) error {
 	if s.rd != nil {
 		return s.rd.readPayload(dst, g)
 	}

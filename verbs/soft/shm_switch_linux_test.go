@@ -141,7 +141,7 @@ func readFrames(tr transport, n int) error {
 			return fmt.Errorf("frame %d: PSN %d, %d bytes", i, d.psn, d.len)
 		}
 		p := buf[:d.len]
-		if err := tr.readPayload(p, nil); err != nil {
+		if err := tr.readPayload(p, gateRef{}); err != nil {
 			return fmt.Errorf("frame %d payload: %w", i, err)
 		}
 		fillFrame(want[:d.len], i)
@@ -397,7 +397,7 @@ func TestSwitchTransportWaitsForFrameEnd(t *testing.T) {
 				got <- fmt.Errorf("frame %d: %+v %v", i, d, err)
 				return
 			}
-			if err := b.readPayload(p, nil); err != nil {
+			if err := b.readPayload(p, gateRef{}); err != nil {
 				got <- err
 				return
 			}

@@ -337,11 +337,11 @@ func (t *shmTransport) readHeader(h *[hdrLen]byte) error {
 	return nil
 }
 
-// readPayload fills dst, in the region fenced by g (nil: none). The fence
+// readPayload fills dst, in the region fenced by g (zero: none). The fence
 // is held only while a record's bytes, already in the ring, are copied;
 // once it is closed the rest of dst is skipped and the read returns
 // errFenced.
-func (t *shmTransport) readPayload(dst []byte, g *gate) error {
+func (t *shmTransport) readPayload(dst []byte, g gateRef) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -637,7 +637,7 @@ func (t *shmTransport) recMax() uint64 { return min(t.size/4, shmRecordMax) }
 // buffer the fence of the region it lies in, held only while a piece of it
 // is copied. Once one of those is closed nothing more is read from its
 // buffer, and writev returns errFenced.
-func (t *shmTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, error) {
+func (t *shmTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, error) {
 	if !t.enter() {
 		return 0, net.ErrClosed
 	}
@@ -656,7 +656,7 @@ func (t *shmTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, err
 			i, off = i+1, 0
 			continue
 		}
-		var g *gate
+		var g gateRef
 		if gates != nil {
 			g = gates[i]
 		}

@@ -45,8 +45,8 @@ type tcpTransport struct {
 	readFn   func(fd uintptr) bool
 	onIdle   func(boundary bool) bool
 	idled    bool
-	boundary bool  // the current read is between frames
-	rgate    *gate // the fence of the region a payload read fills (fence.go)
+	boundary bool    // the current read is between frames
+	rgate    gateRef // the fence of the region a payload read fills (fence.go)
 
 	// The socket's read deadline is both the engine's deadline and, set
 	// in the past, interrupt's way to wake a parked read. dlMu orders the
@@ -66,7 +66,7 @@ type tcpTransport struct {
 	wn      int
 	wwait   bool
 	werr    error
-	wgates  []*gate // beside wbufs: their regions' fences, or nil
+	wgates  []gateRef // beside wbufs: their regions' fences, or nil
 	writeFn func(fd uintptr) bool
 	wsmall  [512]byte
 	wone    [1][]byte
@@ -299,10 +299,10 @@ func (t *tcpTransport) readHeader(h *[hdrLen]byte) error {
 	return nil
 }
 
-// readPayload fills dst, in the region fenced by g (nil: none). Once g is
+// readPayload fills dst, in the region fenced by g (zero: none). Once g is
 // closed nothing more lands in dst: the rest of it is skipped on the
 // stream and the read returns errFenced.
-func (t *tcpTransport) readPayload(dst []byte, g *gate) error {
+func (t *tcpTransport) readPayload(dst []byte, g gateRef) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -316,7 +316,7 @@ func (t *tcpTransport) readPayload(dst []byte, g *gate) error {
 		dst = dst[n:]
 	}
 	t.rgate = g
-	defer func() { t.rgate = nil }()
+	defer func() { t.rgate = gateRef{} }()
 	for len(dst) > 0 {
 		t.r, t.w = 0, 0
 		// Read ahead into the buffer for the next header, but for large
@@ -334,7 +334,7 @@ func (t *tcpTransport) readPayload(dst []byte, g *gate) error {
 			dst = nil
 		}
 		if err == errFenced {
-			t.rgate = nil
+			t.rgate = gateRef{}
 			return t.skipFenced(len(dst))
 		}
 		if err != nil && len(dst) > 0 {
@@ -446,7 +446,7 @@ func (t *tcpTransport) doWrite(fd uintptr) bool {
 // writev writes bufs; gates, if not nil, holds beside each buffer the
 // fence of the region it lies in. Once one of those is closed nothing more
 // is read from its buffer, and writev returns errFenced.
-func (t *tcpTransport) writev(bufs [][]byte, gates []*gate, wait bool) (int, error) {
+func (t *tcpTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, error) {
 	// Small frames go out as one contiguous write: the kernel's per-iovec
 	// cost outweighs a copy of a few hundred bytes.
 	if len(bufs) > 1 {

@@ -31,11 +31,11 @@ type transport interface {
 	// after interrupt or the idle hook (bytes read so far stay buffered).
 	readHeader(h *[hdrLen]byte) error
 	// readPayload fills dst with the next len(dst) bytes. dst lies in the
-	// region fenced by g (nil: not a registered region's memory); g is
+	// region fenced by g (zero: not a registered region's memory); g is
 	// held only while bytes already there are copied, and once it is
-	// closed the rest of dst is skipped on the stream and readPayload
-	// returns errFenced (fence.go).
-	readPayload(dst []byte, g *gate) error
+	// closed (or opened again since g was taken) the rest of dst is
+	// skipped on the stream and readPayload returns errFenced (fence.go).
+	readPayload(dst []byte, g gateRef) error
 	// discard skips the next n bytes.
 	discard(n int) error
 	// setIdle installs a hook that the read methods call when they are
@@ -55,7 +55,7 @@ type transport interface {
 	// bytes are copied out of it; once one is closed nothing more of its
 	// buffer is read and writev returns errFenced, the stream left inside
 	// a frame (the engine then closes the transport).
-	writev(bufs [][]byte, gates []*gate, wait bool) (int, error)
+	writev(bufs [][]byte, gates []gateRef, wait bool) (int, error)
 	// closeWrite ends the outgoing stream after what was written (the
 	// peer's reads then end with io.EOF).
 	closeWrite() error
