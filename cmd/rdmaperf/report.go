@@ -20,6 +20,7 @@ type report struct {
 	Server     string   `json:"server"` // "remote", "in-process" or "separate process"
 	Address    string   `json:"address"`
 	TCPAddress string   `json:"tcp_address,omitempty"`
+	TCPCC      string   `json:"tcp_congestion,omitempty"` // the baseline client's congestion control
 	Parallel   int      `json:"parallel"`
 	DurationNs int64    `json:"duration_ns,omitempty"`
 	Iterations int64    `json:"iterations,omitempty"`
@@ -57,7 +58,7 @@ func newReport(o *options) *report {
 		GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 	}
 	if o.baseline {
-		r.TCPAddress = o.tcpAddr
+		r.TCPAddress, r.TCPCC = o.tcpAddr, baselineCC(o.tcpCC)
 	}
 	if o.iterations > 0 {
 		r.Iterations = o.iterations
@@ -251,6 +252,9 @@ func writeKindTable(b *strings.Builder, title, cols string, lw int, results []re
 func baselineText(r *report) string {
 	if r.TCPAddress == "" {
 		return "no TCP baseline"
+	}
+	if r.TCPCC != "" {
+		return "TCP baseline " + r.TCPAddress + " (" + r.TCPCC + ")"
 	}
 	return "TCP baseline " + r.TCPAddress
 }

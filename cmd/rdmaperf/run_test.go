@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -444,4 +445,25 @@ func TestLoopbackBuffersRendezvous(t *testing.T) {
 	require.NotNil(t, c)
 	assert.InDelta(t, 1, c.RndvPerMsg, 0.05, "one rendezvous a message")
 	assert.Less(t, c.WireMsgsPerMsg, 0.5, "no data writes but the test's control messages")
+}
+
+// -tcp-cc gives the TCP baseline that congestion control, and the report
+// says which one the baseline ran with; one the kernel does not have fails
+// the run with the flag's name in the error.
+func TestLoopbackTCPCongestionControl(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("per-socket congestion control is Linux's")
+	}
+	out, _, err := runArgs(t, "-loopback", "-json", "-test", "latency", "-n", "20", "-warmup", "0",
+		"-rounds", "1", "-sizes", "64", "-tcp-cc", "reno")
+	require.NoError(t, err)
+	var rep report
+	require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+	assert.Equal(t, "reno", rep.TCPCC)
+	require.Len(t, rep.Results, 2, "rdma and the TCP baseline")
+
+	_, _, err = runArgs(t, "-loopback", "-test", "latency", "-n", "20", "-warmup", "0",
+		"-rounds", "1", "-sizes", "64", "-q", "-tcp-cc", "no-such-algorithm")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "-tcp-cc no-such-algorithm")
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -26,4 +28,19 @@ func congestionControl(name string) func(network, address string, c syscall.RawC
 		}
 		return nil
 	}
+}
+
+// baselineCC is the congestion control the TCP baseline's client sends
+// with: -tcp-cc, else the system's default. Reported beside the baseline,
+// since on a host whose default paces loopback senders (BBR) it moves
+// TCP's figures by up to 2x, and soft's same-host connections use Reno.
+func baselineCC(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
