@@ -16,14 +16,17 @@ import (
 // bursts with pauses between them (a rendezvous: a request, a megabyte,
 // a done message) keeps measuring a low rate. On a 2-CPU Linux 6.18 host
 // with BBR as its default, a 1 MiB exchange of that shape between two
-// goroutines took 320 us with BBR (the first byte reached the reader 280
-// us after the write began) and 140-170 us with Reno or CUBIC (90-115
-// us); a plain 1 MiB stream ran at 3100-3700 MiB/s with BBR and 4500-7100
-// with Reno or CUBIC. So a soft connection whose two ends are on one host
-// uses Reno, which every Linux kernel has and lets unprivileged processes
-// choose unless an administrator took it away (then the system's choice
-// stands). Between hosts the system's choice always stands: there it
-// governs a network others share.
+// goroutines on plain sockets took 320 us with BBR (the first byte reached
+// the reader 280 us after the write began) and 140-170 us with Reno or
+// CUBIC. With rdmaperf (-loopback -fork -provider soft -test stream,
+// RDMA_SOFT_SHM=0) the TCP baseline moved 1 MiB messages at 3978 MiB/s
+// with BBR and 6442 with -tcp-cc reno, and soft's TCP path, once it used
+// Reno, 3888 instead of 1473 copying and 3563 instead of 2048 from
+// Buffers (docs/design.md). So a soft connection whose two ends are on
+// one host uses Reno, which every Linux kernel has and lets unprivileged
+// processes choose unless an administrator took it away (then the
+// system's choice stands). Between hosts the system's choice always
+// stands: there it governs a network others share.
 
 // SameHostTCPCCEnv names the congestion control algorithm soft's TCP
 // connections between two ends on one host use ("reno" if unset), or
