@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -59,18 +60,61 @@ func setSameHostCC(v string) string {
 }
 
 // sameHost reports whether a TCP connection from local to remote stays on
-// this host: the remote address is a loopback one, or the kernel picked it
-// as our own address too (a connection to one of our interfaces' addresses
-// leaves from that address). A cheap test, without listing the interfaces,
-// since it runs on every connection's setup.
+// this host's loopback device: the kernel gave the socket the same address
+// at both ends (a connection to one of our own addresses leaves from it),
+// or both addresses lie on a loopback interface that is up. Not every
+// 127.x address is one: the repository's tests put such addresses on the
+// veths of network namespaces that stand for other hosts, and there the
+// system's choice stands as between hosts.
 func sameHost(local, remote net.Addr) bool {
+	return sameHostOn(loopbackNets(), local, remote)
+}
+
+func sameHostOn(lo []*net.IPNet, local, remote net.Addr) bool {
 	la, ok1 := local.(*net.TCPAddr)
 	ra, ok2 := remote.(*net.TCPAddr)
 	if !ok1 || !ok2 || ra.IP == nil {
 		return false
 	}
-	return ra.IP.IsLoopback() || ra.IP.Equal(la.IP)
+	if ra.IP.Equal(la.IP) {
+		return true
+	}
+	on := func(ip net.IP) bool {
+		for _, n := range lo {
+			if n.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	return on(la.IP) && on(ra.IP)
 }
+
+// loopbackNets are the networks of the host's loopback interfaces that
+// are up (127.0.0.0/8 and ::1 on lo), read once: a connection's setup
+// then costs no interface listing.
+var loopbackNets = sync.OnceValue(func() []*net.IPNet {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var nets []*net.IPNet
+	for _, i := range ifs {
+		if i.Flags&net.FlagLoopback == 0 || i.Flags&net.FlagUp == 0 {
+			continue
+		}
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok {
+				nets = append(nets, n)
+			}
+		}
+	}
+	return nets
+})
 
 // tuneSameHost gives a same-host connection its congestion control
 // (above). It is best effort: a kernel or a policy that refuses it leaves
