@@ -96,11 +96,7 @@ func TestMWFenceReadInFlight(t *testing.T) {
 		e := newFenceEnds(t, path)
 		rkey := bindFenceWindow(t, e, verbs.AccessRemoteRead)
 		e.send(t, header{typ: frameReadReq, len: fenceLen, rkey: rkey, raddr: e.mr.Addr()}, nil)
-		require.Eventually(t, func() bool {
-			e.q.mu.Lock()
-			defer e.q.mu.Unlock()
-			return e.q.respHead == e.q.respTail && e.q.txBusy
-		}, 10*time.Second, time.Millisecond)
+		awaitResponseStuck(t, e)
 		e.invalidate(t, rkey)
 		_, err := e.frames(t, 0)
 		require.Error(t, err, "the response cannot have been finished")
@@ -119,11 +115,7 @@ func TestMWFenceReadInFlightRebound(t *testing.T) {
 		e := newFenceEnds(t, path)
 		rkey, b := bindFenceWindowW(t, e, verbs.AccessRemoteRead)
 		e.send(t, header{typ: frameReadReq, len: fenceLen, rkey: rkey, raddr: e.mr.Addr()}, nil)
-		require.Eventually(t, func() bool {
-			e.q.mu.Lock()
-			defer e.q.mu.Unlock()
-			return e.q.respHead == e.q.respTail && e.q.txBusy
-		}, 10*time.Second, time.Millisecond)
+		awaitResponseStuck(t, e)
 		b2 := *b
 		b2.RKey = verbs.NextRKey(rkey)
 		require.NoError(t, e.q.PostSend([]verbs.SendWR{
@@ -138,4 +130,15 @@ func TestMWFenceReadInFlightRebound(t *testing.T) {
 		_, err := e.frames(t, 0)
 		require.Error(t, err, "the response cannot have been finished")
 	})
+}
+
+// awaitResponseStuck waits until the READ response has left the responder's
+// queue and its transmitter is blocked on it (the peer takes nothing).
+func awaitResponseStuck(t *testing.T, e *fenceEnds) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		e.q.mu.Lock()
+		defer e.q.mu.Unlock()
+		return e.q.respHead == e.q.respTail && e.q.txBusy
+	}, 10*time.Second, time.Millisecond)
 }
