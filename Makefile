@@ -167,8 +167,10 @@ bench-capi: capi
 # The Go benchmarks of verbs, the root package (rdma.Conn) and collectives,
 # with -benchmem, then rdmaperf's loopback comparison (rdma vs TCP through the
 # same code, server in a separate process, median of PERF_ROUNDS rounds),
-# then the same with rdma.Buffers (zero copy) up to 64 MiB beside memcpy,
-# then rdmaconns: CONNS_N connections held in one process, per endpoint
+# then the same with rdma.Buffers (zero copy) up to 64 MiB beside memcpy
+# (the TCP baseline runs with the host's congestion control, which the report
+# names; PERF_FLAGS='... -tcp-cc reno' runs it as soft's same-host connections
+# do), then rdmaconns: CONNS_N connections held in one process, per endpoint
 # resident memory, registered memory, descriptors and setup time, on soft's
 # shared-memory and TCP paths beside Go's TCP (10,000: make bench CONNS_N=10000).
 # Everything goes to $(BENCH_OUT)/results.txt, rdmaperf's report also to
