@@ -86,7 +86,9 @@ func (q *qp) kick() {
 			return
 		}
 		tr := q.tr
+		piped := q.batchPiped
 		q.mu.Unlock()
+		setPipelined(tr, piped)
 		n, err := tr.writev(v, g, false)
 		q.mu.Lock()
 		if err != nil {
@@ -152,7 +154,9 @@ func (q *qp) sender(v [][]byte, g []gateRef) {
 			}
 		}
 		tr := q.tr
+		piped := q.batchPiped // of the batch v came from, or was just built
 		q.mu.Unlock()
+		setPipelined(tr, piped)
 		_, err := tr.writev(v, g, true)
 		q.mu.Lock()
 		v, g = nil, nil
@@ -161,6 +165,22 @@ func (q *qp) sender(v [][]byte, g []gateRef) {
 			return
 		}
 		q.afterWrite()
+	}
+}
+
+// pipelineMin is the READ response from which a batch is a pipeliner's
+// business: its requester copies it out as it lands.
+const pipelineMin = 64 << 10
+
+// pipeliner is a transport that writes a READ response differently (shm:
+// in smaller records, shmRecordMax).
+type pipeliner interface{ pipeline(on bool) }
+
+// setPipelined tells tr whether the batch it is about to write carries a
+// large READ response.
+func setPipelined(tr transport, on bool) {
+	if p, ok := tr.(pipeliner); ok {
+		p.pipeline(on)
 	}
 }
 
@@ -184,6 +204,7 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	}
 	v, vg := q.iovBuf[:0], q.iovGates[:0]
 	nh, bytes := 0, 0
+	q.batchPiped = false
 	frame := func(h *header) {
 		h.encode(&q.hdrs[nh])
 		v = append(v, q.hdrs[nh][:])
@@ -194,6 +215,7 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	for q.respHead != q.respTail && nh < len(q.hdrs) && bytes < batchBytes {
 		r := &q.resp[q.respHead%uint32(len(q.resp))]
 		frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
+		q.batchPiped = q.batchPiped || len(r.data) >= pipelineMin
 		if len(r.data) > 0 {
 			v = append(v, r.data)
 			vg = append(vg, r.gate)

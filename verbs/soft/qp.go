@@ -116,6 +116,7 @@ type qp struct {
 	tr         transport
 	txBusy     bool
 	txDead     bool
+	batchPiped bool           // the last batch built carries a large READ response (pipeliner)
 	iovBuf     [][]byte       // a batch's iovecs
 	iovGates   []gateRef      // iovBuf[i]'s region's or window's fence, zero for headers and inline data
 	hdrs       [][hdrLen]byte // a batch's frame headers: a few, up to maxBatchFrames as batches fill

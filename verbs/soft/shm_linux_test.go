@@ -747,3 +747,37 @@ func TestShmReaderSkipsSpinAfterIdle(t *testing.T) {
 	require.NoError(t, writeFrame(a, &hdr, nil, nil))
 	require.NoError(t, <-done)
 }
+
+// A batch that carries a READ response is written in smaller records (its
+// requester copies each out as it lands); other writes keep the larger
+// ones.
+func TestShmTransportPipelinedRecords(t *testing.T) {
+	for _, piped := range []bool{true, false} {
+		a, b := shmPair(t)
+		payload := make([]byte, 1<<20)
+		for i := range payload {
+			payload[i] = byte(i * 7)
+		}
+		a.pipeline(piped)
+		n, err := a.writev([][]byte{payload}, nil, false)
+		require.NoError(t, err)
+		require.Equal(t, len(payload), n)
+
+		largest, at := uint64(0), b.rhead
+		for at != b.rx.tail.Load() {
+			w := binary.LittleEndian.Uint64(b.rx.data[at&b.rx.mask:])
+			size := w >> 32
+			largest = max(largest, size)
+			at += recHdr + (size+7)&^7
+		}
+		if piped {
+			assert.LessOrEqual(t, largest, uint64(shmPipedRecordMax))
+		} else {
+			assert.Greater(t, largest, uint64(shmPipedRecordMax))
+			assert.LessOrEqual(t, largest, uint64(shmRecordMax))
+		}
+		got := make([]byte, len(payload))
+		require.NoError(t, b.readPayload(got, gateRef{}))
+		assert.Equal(t, payload, got)
+	}
+}

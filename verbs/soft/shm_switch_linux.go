@@ -480,3 +480,10 @@ func (s *switchTransport) carrier() string {
 // ackEvery is the shared-memory path's: the connection is on its way
 // there.
 func (s *switchTransport) ackEvery(def int) int { return (*shmTransport).ackEvery(nil, def) }
+
+// pipeline passes the hint on to shared memory once writes go there.
+func (s *switchTransport) pipeline(on bool) {
+	if w := s.wr.Load(); w != nil {
+		w.pipeline(on)
+	}
+}
