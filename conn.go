@@ -60,8 +60,7 @@ type Conn struct {
 	// Zero-copy (buffer.go, rndv.go): a done message owed to the peer,
 	// the rendezvous threshold agreed (0: none), and the state of
 	// connections that used Buffers or rendezvous (nil until then).
-	rndvDoneDue bool // next to creditWant: these bools share a word
-	rndvSoft    bool // the threshold is soft's default, which follows its carrier (rndvAt)
+	rndvDoneDue bool // next to creditWant: two bools share a word
 	rndvMin     int
 	zc          *zeroCopy
 
@@ -112,7 +111,7 @@ func (c *Conn) setPeer(h stream.Hello) {
 	c.rx.Agree(agreed)
 	c.tx = stream.NewSend(h, agreed)
 	stream.AgreeRndv(&c.rx, &c.tx, agreed)
-	c.setRndvThreshold(agreed)
+	c.rndvMin = c.rndvThreshold(agreed)
 	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if agreed >= stream.VersionHeartbeat {

@@ -51,9 +51,10 @@ const (
 // rndvAt is the size from which a Write from a Buffer takes the
 // rendezvous: the connection's threshold, or on soft with the default
 // Config the one for the path that carries it now (a connection may move
-// from TCP to shared memory after its first bytes). Writer-owned (wmu).
+// from TCP to shared memory after its first bytes). Called once rndvMin
+// allows a rendezvous; writer-owned (wmu).
 func (c *Conn) rndvAt() int {
-	if !c.rndvSoft {
+	if c.cfg.RendezvousThreshold != 0 || c.provider != ProviderSoft {
 		return c.rndvMin
 	}
 	if soft.Carrier(c.qp) == "shm" {
@@ -77,13 +78,6 @@ const rndvDirectMin = 16 << 10
 const rndvBounceSize = 1 << 20
 
 var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", syscall.ECONNABORTED}
-
-// setRndvThreshold sets the connection's threshold for the version
-// agreed, and whether it follows soft's carrier (rndvAt).
-func (c *Conn) setRndvThreshold(agreed uint8) {
-	c.rndvMin = c.rndvThreshold(agreed)
-	c.rndvSoft = c.rndvMin > 0 && c.cfg.RendezvousThreshold == 0 && c.provider == ProviderSoft
-}
 
 // rndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).

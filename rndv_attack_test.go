@@ -250,7 +250,7 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
-	s.setRndvThreshold(stream.Version)
+	s.rndvMin = s.rndvThreshold(stream.Version)
 	pd := &trackingPD{PD: s.pd, live: map[verbs.MR]verbs.Access{}}
 	if !windows {
 		prev := setNoWindows(true)
@@ -383,7 +383,7 @@ func TestRndvWindowRevoked(t *testing.T) {
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
-	s.setRndvThreshold(stream.Version)
+	s.rndvMin = s.rndvThreshold(stream.Version)
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i * 7)

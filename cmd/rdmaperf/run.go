@@ -34,7 +34,7 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 	rep.Address = rdmaAddr
 	transports := []transport{rdmaTransport(o, rdmaAddr)}
 	if o.baseline {
-		rep.TCPAddress, rep.TCPCC = tcpAddr, baselineCC(o.tcpCC)
+		rep.TCPAddress = tcpAddr
 		transports = append(transports, tcpTransport(tcpAddr, o.tcpCC))
 	}
 

@@ -153,7 +153,7 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 		return nil, err
 	}
 	// Nagle is off already: net.Dial and Accept turn it off.
-	tuneSameHost(c) // tcpcc.go
+	tuneSameHost(c, rc) // tcpcc.go
 	t := &tcpTransport{c: c, rc: rc, wiov: make([]unix.Iovec, iovStart)}
 	t.buf = t.small[:]
 	t.readFn = t.doRead

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // Congestion control of same-host connections. Two processes of one host
@@ -119,10 +120,10 @@ var loopbackNets = sync.OnceValue(func() []*net.IPNet {
 // tuneSameHost gives a same-host connection its congestion control
 // (above). It is best effort: a kernel or a policy that refuses it leaves
 // the system's, which works, only slower.
-func tuneSameHost(c *net.TCPConn) {
+func tuneSameHost(c *net.TCPConn, rc syscall.RawConn) {
 	cc := sameHostCC.Load()
 	if cc == nil || *cc == "" || !sameHost(c.LocalAddr(), c.RemoteAddr()) {
 		return
 	}
-	_ = setCongestionControl(c, *cc)
+	_ = setCongestionControl(rc, *cc)
 }

@@ -1,17 +1,13 @@
 package soft
 
 import (
-	"net"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// setCongestionControl sets TCP_CONGESTION on c's socket.
-func setCongestionControl(c *net.TCPConn, name string) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
+// setCongestionControl sets TCP_CONGESTION on rc's socket.
+func setCongestionControl(rc syscall.RawConn, name string) error {
 	var serr error
 	if err := rc.Control(func(fd uintptr) {
 		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)

@@ -4,10 +4,10 @@ package soft
 
 import (
 	"errors"
-	"net"
+	"syscall"
 )
 
 var errNoCC = errors.New("soft: no per-socket congestion control on this platform")
 
 // Elsewhere than on Linux a socket keeps the system's congestion control.
-func setCongestionControl(*net.TCPConn, string) error { return errNoCC }
+func setCongestionControl(syscall.RawConn, string) error { return errNoCC }
