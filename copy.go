@@ -182,13 +182,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			if err := c.readRemote(bounce.mr, dst, addr, key); err != nil {
 				return total, err
 			}
-			c.mu.Lock()
-			if c.rx.RndvRead(uint64(len(dst))) {
-				c.rndvDoneDue = true
-				c.sendRndvDoneLocked()
-			}
-			c.zc.bounceHead, c.zc.bounceTail = 0, len(dst)
-			c.unlockSubmit()
+			c.zc.bounceHead, c.zc.bounceTail = 0, len(dst) // reader-owned (rmu)
 			continue
 		}
 		if c.rx.FinRcvd {

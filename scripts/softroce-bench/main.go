@@ -45,7 +45,7 @@ func main() {
 	count := flag.Int("count", 1000, "messages (pingpong: round trips)")
 	pollTime := flag.Duration("polltime", 0, "rdma.Config.PollTime: busy-poll this long before sleeping")
 	busyPoll := flag.Bool("busypoll", false, "rdma.Config.BusyPoll: poll without ever sleeping, as rstream does by default")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured run to this file (with -procs 2, the client's to this file with .client appended)")
 	procs := flag.Int("procs", 1, "1: server and client are goroutines of one process; 2: the client is a child process")
 	dialAddr := flag.String("dial", "", "internal: be the client child of -procs 2, dialing this address")
 	flag.BoolVar(&useBuffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")
@@ -53,7 +53,11 @@ func main() {
 	flag.StringVar(&markFile, "mark-file", "/sys/kernel/tracing/trace_marker", "the trace marker -mark-over writes to")
 	flag.Parse()
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		name := *cpuProfile
+		if *dialAddr != "" {
+			name += ".client" // the -procs 2 child gets the same flags
+		}
+		f, err := os.Create(name)
 		if err != nil {
 			fail(err)
 		}

@@ -244,6 +244,9 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 			if s.op == verbs.OpRDMARead && q.readsOut >= max(q.attr.MaxRdAtomic, 1) {
 				break
 			}
+			if s.fenced && q.readsOut > 0 {
+				break // onReadResp kicks the sender when the READs are in
+			}
 			h := header{psn: q.sqSent, ack: ack, flags: flagAck, len: s.length, imm: s.imm}
 			if s.solicited {
 				h.flags |= flagSolicited

@@ -18,6 +18,7 @@ type sendSlot struct {
 	op        verbs.Opcode
 	signaled  bool
 	solicited bool
+	fenced    bool // SendFence: goes once the READs before it have completed
 	imm       uint32
 	raddr     uint64
 	rkey      uint32
@@ -333,6 +334,7 @@ func (q *qp) postSend(wr *verbs.SendWR) error {
 	s.wrid, s.op, s.imm, s.raddr, s.rkey = wr.WRID, wr.Opcode, wr.Imm, wr.RemoteAddr, wr.RKey
 	s.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
 	s.solicited = wr.Flags&verbs.SendSolicited != 0
+	s.fenced = wr.Flags&verbs.SendFence != 0
 	s.status, s.rnr = verbs.WCSuccess, 0
 	s.sg, s.gates = s.sg[:0], s.gates[:0]
 	var total uint64
@@ -396,7 +398,7 @@ func (q *qp) postLocal(wr *verbs.SendWR, w *mw, parent *mr) {
 		}
 		s := q.slot(q.sqTail)
 		s.wrid, s.op, s.imm, s.raddr, s.rkey = wr.WRID, wr.Opcode, 0, 0, 0
-		s.signaled, s.solicited = signaled, false
+		s.signaled, s.solicited, s.fenced = signaled, false, false
 		s.status, s.rnr, s.length = status, 0, 0
 		s.sg, s.gates = s.sg[:0], s.gates[:0]
 		q.sqTail++

@@ -26,6 +26,7 @@ func init() {
 	register("SGEList", testSGEList)
 	register("CompletionOrder", testCompletionOrder)
 	register("LargeTransfers", testLargeTransfers)
+	register("SendFence", testSendFence)
 }
 
 func testSendRecv(t *testing.T, s *suite) {
@@ -234,4 +235,38 @@ func testLargeTransfers(t *testing.T, s *suite) {
 	postSend(t, c, verbs.SendWR{WRID: 10, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, back)}, RemoteAddr: verbs.AddrOf(dst), RKey: sv.mr.RKey()})
 	s.pollOne(t, c.scq, verbs.WCSuccess)
 	require.True(t, bytes.Equal(src, back))
+}
+
+// testSendFence: a WR flagged SendFence starts only once the READs posted
+// before it have completed, so its arrival tells the responder that the
+// READ has taken its bytes and the memory may change (a rendezvous's done
+// message relies on it). The responder rewrites the READ's source as soon
+// as the fenced WRITE arrives; the READ must still carry the old bytes.
+func testSendFence(t *testing.T, s *suite) {
+	o := defaultOpts()
+	o.memSize = 8 << 20
+	c, sv := s.pair(t, o)
+	const size = 4 << 20
+	src := sv.buf[:size]
+	fill(src, 21)
+	want := bytes.Clone(src)
+	dst := c.buf[:size]
+	for round := 0; round < 4; round++ {
+		clear(dst)
+		postRecv(t, sv, uint64(round), size, 16)
+		require.NoError(t, c.qp.PostSend([]verbs.SendWR{
+			{WRID: 1, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
+				SG: []verbs.SGE{verbs.SGEOf(c.mr, dst)}, RemoteAddr: verbs.AddrOf(src), RKey: sv.mr.RKey()},
+			{WRID: 2, Opcode: verbs.OpRDMAWriteWithImm, Imm: 9, Flags: verbs.SendSignaled | verbs.SendFence,
+				RemoteAddr: verbs.AddrOf(sv.buf[size:]), RKey: sv.mr.RKey()},
+		}))
+		wc := s.pollOne(t, sv.rcq, verbs.WCSuccess)
+		require.Equal(t, uint32(9), wc.Imm)
+		fill(src, byte(100+round)) // what a writer does once told the READ is done
+		wcs := s.poll(t, c.scq, 2)
+		require.Equal(t, verbs.WCSuccess, wcs[0].Status)
+		require.Equal(t, uint64(1), wcs[0].WRID)
+		require.True(t, bytes.Equal(want, dst), "round %d: the READ carried bytes written after the fenced WR arrived", round)
+		copy(src, want)
+	}
 }
