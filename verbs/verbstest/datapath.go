@@ -208,10 +208,15 @@ func testCompletionOrder(t *testing.T, s *suite) {
 	}
 }
 
-func testLargeTransfers(t *testing.T, s *suite) {
+// largePair is a connected pair with 8 MiB of registered memory each.
+func (s *suite) largePair(t *testing.T) (client, server *endpoint) {
 	o := defaultOpts()
 	o.memSize = 8 << 20
-	c, sv := s.pair(t, o)
+	return s.pair(t, o)
+}
+
+func testLargeTransfers(t *testing.T, s *suite) {
+	c, sv := s.largePair(t)
 	const size = 1 << 20
 	src := c.buf[:size]
 	fill(src, 77)
@@ -243,9 +248,7 @@ func testLargeTransfers(t *testing.T, s *suite) {
 // message relies on it). The responder rewrites the READ's source as soon
 // as the fenced WRITE arrives; the READ must still carry the old bytes.
 func testSendFence(t *testing.T, s *suite) {
-	o := defaultOpts()
-	o.memSize = 8 << 20
-	c, sv := s.pair(t, o)
+	c, sv := s.largePair(t)
 	const size = 4 << 20
 	src := sv.buf[:size]
 	fill(src, 21)
