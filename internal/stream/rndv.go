@@ -13,9 +13,10 @@ import "encoding/binary"
 // ring had reached when it arrived (Tail), and no data follows it until
 // the reader is done with it. The reader, reaching it in order, RDMA READs
 // the range piece by piece, in whatever sizes its Reads ask for, and when
-// it has read all of it sends CtlRndvDone (no bytes, one message credit);
-// the writer then deregisters the range (revoking the peer's access) and
-// its Write returns. One rendezvous is outstanding per direction at a
+// it has read all of it sends CtlRndvDone (no bytes, one message credit;
+// queued with the last READ and fenced, so that the QP sends it once that
+// READ has completed); the writer then deregisters the range (revoking
+// the peer's access) and its Write returns. One rendezvous is outstanding per direction at a
 // time: the writer's Write waits for the done message before it writes
 // anything else.
 //
