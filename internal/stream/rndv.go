@@ -16,9 +16,9 @@ import "encoding/binary"
 // it has read all of it sends CtlRndvDone (no bytes, one message credit;
 // queued with the last READ and fenced, so that the QP sends it once that
 // READ has completed); the writer then deregisters the range (revoking
-// the peer's access) and its Write returns. One rendezvous is outstanding per direction at a
-// time: the writer's Write waits for the done message before it writes
-// anything else.
+// the peer's access) and its Write returns. One rendezvous is outstanding
+// per direction at a time: the writer's Write waits for the done message
+// before it writes anything else.
 //
 // What the recipient checks: the descriptor's form (RndvMsg.check: a
 // length within MaxRndvLen, a range that does not wrap the address
