@@ -49,12 +49,12 @@
 //
 // AllocBuffer gives memory outside the Go heap that every Conn can register.
 // A Write of at least Config.RendezvousThreshold bytes (128 KiB; on soft 512
-// KiB over shared memory and 1 MiB over TCP) from a Buffer is not copied: the writer exposes exactly those bytes to its peer
-// for remote READ, announces them in the stream's order, and the peer RDMA
-// READs them, straight into its Read's slice when that lies in a Buffer
-// too; the Write returns once the peer has read them all, and their
-// exposure is revoked before it does (protocol version 4; an older peer
-// gets copies). io.Copy to and from a Conn skips its intermediate buffer
+// KiB over shared memory and 1 MiB over TCP) from a Buffer is not copied:
+// the writer exposes exactly those bytes to its peer for remote READ,
+// announces them in the stream's order, and the peer RDMA READs them,
+// straight into its Read's slice when that lies in a Buffer too; the Write
+// returns once the peer has read them all, and their exposure is revoked
+// before it does (protocol version 4; an older peer gets copies). io.Copy to and from a Conn skips its intermediate buffer
 // (Conn.ReadFrom reads into the send buffer, Conn.WriteTo writes out of
 // the receive ring). docs/design.md, "When a Write copies", says what
 // copies where, with measurements.

@@ -103,13 +103,13 @@ func main() {
 }
 
 // useBuffers: -buffers.
+var useBuffers bool
+
 // markOver and markFile: -mark-over, -mark-file.
 var (
 	markOver time.Duration
 	markFile string
 )
-
-var useBuffers bool
 
 // The user CPU time of the measured transfers (the process's start and the
 // connection's setup left out): the client's, and the server's own (in
