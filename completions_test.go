@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // A Read sleeping on the completion channel (the poll role's holder) is
@@ -97,6 +99,14 @@ func TestReadAndWriteShareThePollRole(t *testing.T) {
 	require.NoError(t, <-done)
 }
 
+// ask writes a byte from c, so that c's next wait waits for an answer
+// (where soft's channel spins, only such waits do: spinningChannel).
+func ask(t *testing.T, c *Conn) {
+	t.Helper()
+	_, err := c.Write([]byte("?"))
+	require.NoError(t, err)
+}
+
 // The busy-poll stops once waits keep outlasting it, so that an idle
 // connection's Reads cost no CPU, and starts again when a wait is short.
 func TestSpinTurnsOffWhenIdle(t *testing.T) {
@@ -105,6 +115,7 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 	c, s := pair(t, cfg)
 	buf := make([]byte, 1)
 	for i := 0; i < spinMisses+1; i++ {
+		ask(t, c)
 		go func() {
 			time.Sleep(5 * time.Millisecond) // far beyond twice PollTime
 			s.Write([]byte("x"))
@@ -117,12 +128,13 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 	c.mu.Unlock()
 	assert.Equal(t, spinMisses, misses, "long waits in a row")
 
-	// No PollTime, no polling at all on soft; negative: none anywhere.
+	// Negative: no polling anywhere; zero: each provider's default.
 	cfg2 := *cfg
 	cfg2.PollTime = -1
 	assert.Zero(t, cfg2.pollTime(ProviderRDMACore))
-	cfg2.PollTime = 0
 	assert.Zero(t, cfg2.pollTime(ProviderSoft))
+	cfg2.PollTime = 0
+	assert.Equal(t, defaultSoftPollTime, cfg2.pollTime(ProviderSoft))
 	assert.Equal(t, defaultRDMACorePollTime, cfg2.pollTime(ProviderRDMACore))
 }
 
@@ -139,6 +151,7 @@ func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
 	c.mu.Unlock()
 	buf := make([]byte, 1)
 	for i := 0; i < spinProbe; i++ {
+		ask(t, c)
 		go func() {
 			time.Sleep(2 * time.Millisecond)
 			s.Write([]byte("x"))
@@ -187,6 +200,7 @@ func TestSpinCatchesAPeerSlowerThanPollTime(t *testing.T) {
 	c, s := pair(t, cfg)
 	buf := make([]byte, 1)
 	round := func() {
+		ask(t, c)
 		go func() {
 			time.Sleep(6 * time.Millisecond) // past PollTime, well within the stretch
 			s.Write([]byte("x"))
@@ -266,4 +280,84 @@ func TestNoLostWakeupBetweenHolders(t *testing.T) {
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err)
 	}
+}
+
+// On soft's TCP path the channel spins (spinningChannel), and only in waits
+// for an answer: a conversation's waits are caught by the spin, while a
+// reader that only reads and a writer waiting for room never spin.
+func TestSoftTCPSpinsOnlyForAnswers(t *testing.T) {
+	prev := soft.SetSharedMemory(false)
+	defer soft.SetSharedMemory(prev)
+	cfg := softConfig()
+	cfg.PollTime = time.Second // every answer comes within it
+	cfg.KeepAlive, cfg.PeerTimeout = -1, -1
+	c, s := pair(t, cfg)
+	counts := func() (spins, caught, sleeps uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.poll.spins, c.poll.caught, c.poll.sleeps
+	}
+
+	// A conversation: every wait of c's is for s's answer.
+	go func() {
+		buf := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				return
+			}
+			if _, err := s.Write(buf); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 1)
+	spins, caught, sleeps := counts()
+	for range 50 {
+		ask(t, c)
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+	}
+	spins2, caught2, sleeps2 := counts()
+	assert.Greater(t, spins2, spins, "a wait for an answer spins")
+	assert.Greater(t, caught2, caught, "and the spin catches the answers")
+	// (A wait that an interrupt ends, a ring's growth say, counts as a
+	// sleep too.)
+	assert.Less(t, sleeps2-sleeps, uint64(10), "the waits did not sleep")
+
+	// A reader that has said nothing since it last heard: no spin.
+	for range 5 {
+		go func() {
+			time.Sleep(5 * time.Millisecond)
+			_, _ = s.Write([]byte("x"))
+		}()
+		_, err := io.ReadFull(c, buf)
+		require.NoError(t, err)
+	}
+	spins3, _, _ := counts()
+	assert.Equal(t, spins2, spins3, "a stream's reader does not spin")
+}
+
+// A Write waiting for room (the peer reads late) does not spin on soft's
+// TCP path, though the connection has just sent data.
+func TestSoftTCPWriteWaitingForRoomDoesNotSpin(t *testing.T) {
+	prev := soft.SetSharedMemory(false)
+	defer soft.SetSharedMemory(prev)
+	cfg := softConfig()
+	cfg.PollTime = time.Second
+	cfg.KeepAlive, cfg.PeerTimeout = -1, -1
+	c, s := pair(t, cfg)
+	c.mu.Lock()
+	spins := c.poll.spins
+	ring := len(c.sbuf)
+	c.mu.Unlock()
+	go func() {
+		time.Sleep(20 * time.Millisecond) // c fills the ring and waits
+		_, _ = io.Copy(io.Discard, s)
+	}()
+	_, err := c.Write(make([]byte, 4*ring))
+	require.NoError(t, err)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.Equal(t, spins, c.poll.spins)
+	assert.NotZero(t, c.stats.creditWaits+c.stats.ringWaits+c.stats.sendBufWaits, "the Write waited for room")
 }

@@ -112,9 +112,13 @@ type Config struct {
 	// stops polling (an idle connection costs no CPU) and tries again every
 	// 16th wait, polling on while the peer answers within it. Zero means
 	// the provider's default: 50 us on rdmacore (completions arrive by DMA;
-	// rsockets polls 10 us), none on soft (whose completions come from the
-	// transport that the sleeping caller reads itself); negative: never
-	// poll. The rsocket wire polls the same way.
+	// rsockets polls 10 us), 20 us on soft. Soft's completions come from
+	// the transport that the waiting caller reads itself: on its TCP path
+	// the caller polls the socket, and only in a wait for an answer (the
+	// connection has sent data since it last received any, and the caller
+	// is not a Write waiting for room), where a stream's reader would only
+	// read in smaller pieces; its shared-memory reader spins by its own
+	// rule. Negative: never poll. The rsocket wire polls the same way.
 	PollTime time.Duration
 
 	// BusyPoll makes a Read or Write that waits poll the completion queue
@@ -225,6 +229,10 @@ func (c *Config) withDefaults() Config {
 
 const defaultRDMACorePollTime = 50 * time.Microsecond
 
+// defaultSoftPollTime is soft's: how long a waiter polls the TCP
+// connection before it parks (its shared memory spins by its own rule).
+const defaultSoftPollTime = 20 * time.Microsecond
+
 // BusyPollEnv is the environment variable that, set to 1, turns
 // Config.BusyPoll on (for programs that cannot set it: librdma.so's).
 const BusyPollEnv = "RDMA_BUSY_POLL"
@@ -244,7 +252,7 @@ func (c *Config) pollTime(provider string) time.Duration {
 	case provider == "rdmacore":
 		return defaultRDMACorePollTime
 	}
-	return 0
+	return defaultSoftPollTime
 }
 
 // positive is v if it is positive, else def.

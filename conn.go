@@ -228,7 +228,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		n, at, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
 			c.mu.Unlock()
-			c.await(c.sndReady, &c.wdl, false)
+			c.awaitRoom()
 			continue
 		}
 		p := b[sent : sent+n]

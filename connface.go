@@ -37,10 +37,27 @@ type connFace struct {
 
 	stats *connStats // stats.go
 
+	// The conversation, which decides whether a wait spins where the
+	// completion channel does the spinning (soft's; completions.go):
+	// talked counts the messages sent that the peer answers or acts on
+	// (data, a rendezvous' descriptor and done), and heard is what talked
+	// was when the peer's last such message arrived. Under mu.
+	talked, heard uint32
+
 	// lookAgain is the wire's poller's: a deadline set while the poll
 	// role's holder sleeps on the completion channel wakes it to look.
 	lookAgain func()
 }
+
+// talkedLocked notes a message sent that the peer answers or acts on.
+func (f *connFace) talkedLocked() { f.talked++ }
+
+// heardLocked notes a message from the peer of that kind.
+func (f *connFace) heardLocked() { f.heard = f.talked }
+
+// answerDueLocked reports whether the connection has sent such a message
+// since it last heard one: a wait now is likely a wait for the answer.
+func (f *connFace) answerDueLocked() bool { return f.talked != f.heard }
 
 // init readies the face of a connection carried by provider and polled by
 // r.

@@ -80,7 +80,7 @@ func (c *Conn) sendSpace() ([]byte, error) {
 			return buf, nil
 		}
 		c.mu.Unlock()
-		c.await(c.sndReady, &c.wdl, false)
+		c.awaitRoom()
 	}
 }
 
@@ -97,7 +97,7 @@ func (c *Conn) postRead(p []byte) error {
 		n, at, inline := c.reserveLocked(len(p))
 		if n == 0 {
 			c.mu.Unlock()
-			c.await(c.sndReady, &c.wdl, false)
+			c.awaitRoom()
 			continue
 		}
 		if inline {

@@ -147,6 +147,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), ctl, msg,
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
+	c.talkedLocked()
 	c.stats.rndvSent++
 	if x.mw != nil {
 		c.stats.rndvWindowed++
@@ -358,4 +359,5 @@ func (c *Conn) sendRndvDoneLocked() {
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.tx.Addr, verbs.SendFence, false)
 	c.tx.Credits--
 	c.rndvDoneDue = false
+	c.talkedLocked()
 }

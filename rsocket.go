@@ -267,7 +267,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		if !ok {
 			c.stats.creditWaits++
 			c.mu.Unlock()
-			c.await(c.sndReady, &c.wdl, false)
+			c.poller().forRoom().await(c.sndReady, &c.wdl, false)
 			continue
 		}
 		c.mu.Unlock()
@@ -287,6 +287,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
 			c.stats.msgsSent++
+			c.talkedLocked()
 			c.stats.wroteLocked(int(d.N), sent == int(d.N))
 		}
 		c.mu.Unlock()
@@ -375,7 +376,9 @@ func (c *RsocketConn) failLocked(err error) {
 	c.poller().wakeLocked()
 }
 
-func (c *RsocketConn) poller() poller { return poller{&c.connFace, &c.endpoint, &c.poll, c} }
+func (c *RsocketConn) poller() poller {
+	return poller{f: &c.connFace, e: &c.endpoint, p: &c.poll, w: c}
+}
 
 // await makes completions arrive for a caller that cannot go on (the poll
 // role, completions.go).
@@ -451,6 +454,7 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	switch kind {
 	case rsocket.KindData:
 		c.stats.msgsRecv++
+		c.heardLocked()
 	case rsocket.KindDisconnect:
 		c.rdShut, c.peerGone = true, true
 	case rsocket.KindShutdown:

@@ -108,6 +108,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 		c.sbPosted += n
 	}
 	c.stats.msgsSent++
+	c.talkedLocked()
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
 }
 

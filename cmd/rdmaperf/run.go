@@ -136,7 +136,7 @@ func forkServer(ctx context.Context, o *options) (rdmaAddr, tcpAddr string, stop
 	if o.rndv != 0 {
 		args = append(args, "-rndv", fmt.Sprint(o.rndv))
 	}
-	if o.pollTime > 0 {
+	if o.pollTime != 0 {
 		args = append(args, "-poll", o.pollTime.String())
 	}
 	cmd := exec.Command(exe, args...)

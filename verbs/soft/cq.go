@@ -328,15 +328,32 @@ func (c *compChannel) soleQP() *qp {
 }
 
 func (c *compChannel) GetEvent() (verbs.CQ, error) {
+	cq, _, err := c.GetEventSpin(0)
+	return cq, err
+}
+
+// GetEventSpin is GetEvent for a waiter that would rather poll than sleep
+// for a short while. When it reads the transport itself (the channel's CQs
+// are fed by one QP whose receive role is free), a read that finds no
+// input polls the TCP connection for up to spin before it parks on the
+// runtime's poller: input that comes within spin is seen without the
+// kernel's wake-up of a sleeping thread and the scheduler's of a parked
+// goroutine, which on a loopback connection cost more than the message.
+// Shared memory's reader spins by its own rule and ignores spin. It
+// returns how long the wait slept (parked or waited on the channel);
+// zero: polling caught all it waited for. rdma.Config.PollTime sets spin
+// for a connection, and the connection's poll role learns from parked
+// when to stop polling (completions.go in package rdma).
+func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, parked time.Duration, err error) {
 	for {
 		c.mu.Lock()
 		if c.dead {
 			c.mu.Unlock()
-			return nil, verbs.ErrClosed
+			return nil, parked, verbs.ErrClosed
 		}
 		if c.expired.Load() {
 			c.mu.Unlock()
-			return nil, os.ErrDeadlineExceeded
+			return nil, parked, os.ErrDeadlineExceeded
 		}
 		if c.head < len(c.events) {
 			q := c.events[c.head]
@@ -350,14 +367,14 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 				c.kick() // others are queued: pass the wake-up on
 			}
 			c.mu.Unlock()
-			return q, nil
+			return q, parked, nil
 		}
 		p := c.soleQP()
 		if p != nil && c.driving == nil {
 			if p.rxOwner.CompareAndSwap(rxFree, rxApp) {
 				c.driving = p
 				c.mu.Unlock()
-				p.drive(c)
+				parked += p.drive(c, spin)
 				c.mu.Lock()
 				c.driving = nil
 				c.mu.Unlock()
@@ -368,9 +385,16 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 			}
 		}
 		c.mu.Unlock()
+		var slept int64
+		if spin > 0 {
+			slept = monotime()
+		}
 		select {
 		case <-c.wake:
 		case <-c.closed:
+		}
+		if spin > 0 {
+			parked += time.Duration(monotime() - slept)
 		}
 	}
 }

@@ -456,15 +456,19 @@ func (q *qp) receiver(pre func() error) {
 }
 
 // drive is GetEvent's side: with the role taken, read frames until c has
-// an event (or is closed), then let go of the role.
-func (q *qp) drive(c *compChannel) {
+// an event (or is closed), then let go of the role. A read that would
+// block polls the transport for up to spin first; drive returns how long
+// its reads parked.
+func (q *qp) drive(c *compChannel, spin time.Duration) (parked time.Duration) {
 	q.rx.drv = c
+	q.tr.setSpin(spin)
 	_ = q.rxLoop(c)
+	parked = q.tr.setSpin(0)
 	q.rx.drv = nil
 	q.rxFreeAt.Store(monotime())
 	q.rxOwner.Store(rxFree)
 	if q.rxEnded.Load() {
-		return
+		return parked
 	}
 	if q.rxWant.Load() {
 		// Another channel's waiter asked meanwhile.
@@ -474,6 +478,7 @@ func (q *qp) drive(c *compChannel) {
 		}
 	}
 	q.armHandback(rxHandback)
+	return parked
 }
 
 // armHandback makes sure the background receiver looks again within d.

@@ -431,6 +431,15 @@ func (s *switchTransport) setIdle(f func(bool) bool) {
 	}
 }
 
+// setSpin goes to the transport that reads now (the ring's reader spins
+// by its own rule). Only the role holder reads s.rd, and calls this.
+func (s *switchTransport) setSpin(d time.Duration) time.Duration {
+	if s.rd != nil {
+		return s.rd.setSpin(d)
+	}
+	return s.tcp.setSpin(d)
+}
+
 func (s *switchTransport) interrupt() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

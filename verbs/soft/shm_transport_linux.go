@@ -48,8 +48,9 @@ type shmTransport struct {
 	hn      int
 	onIdle  func(boundary bool) bool
 	rBusy   busySpin
-	rSpin   failing // the whole spin (busyspin.go)
-	rIdle   bool    // the last wait slept longer than shmIdleGap
+	rSpin   failing       // the whole spin (busyspin.go)
+	rIdle   bool          // the last wait slept longer than shmIdleGap
+	rSlept  time.Duration // slept since the last setSpin
 	intr    atomic.Bool
 	rArm    bool
 
@@ -176,6 +177,13 @@ func (t *shmTransport) close() error {
 }
 
 func (t *shmTransport) setIdle(f func(bool) bool) { t.onIdle = f }
+
+// setSpin reports the reader's sleeps; its spin is its own (wait).
+func (t *shmTransport) setSpin(time.Duration) time.Duration {
+	d := t.rSlept
+	t.rSlept = 0
+	return d
+}
 
 func (t *shmTransport) interrupt() {
 	t.intr.Store(true)
@@ -525,7 +533,9 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	}
 	slept := monotime()
 	err := t.sleep(sleepReader)
-	t.rIdle = monotime()-slept > int64(shmIdleGap)
+	d := monotime() - slept
+	t.rIdle = d > int64(shmIdleGap)
+	t.rSlept += time.Duration(d)
 	t.rx.rwait.Store(0)
 	return err
 }

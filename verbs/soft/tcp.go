@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -39,14 +40,23 @@ type tcpTransport struct {
 	r, w     int
 	riov     [2]unix.Iovec
 	rcnt     int
-	rwait    bool
 	rn       int
 	rerr     error
 	readFn   func(fd uintptr) bool
 	onIdle   func(boundary bool) bool
+	rwait    bool
 	idled    bool
 	boundary bool    // the current read is between frames
 	rgate    gateRef // the fence of the region a payload read fills (fence.go)
+
+	// Polling before a park (setSpin): spin is the budget, spinEnd the
+	// current wait's end of polling (monotime, 0: not polling yet),
+	// parkedAt when the reader last parked, parked the time parked since
+	// setSpin.
+	spin     time.Duration
+	spinEnd  int64
+	parkedAt int64
+	parked   time.Duration
 
 	// The socket's read deadline is both the engine's deadline and, set
 	// in the past, interrupt's way to wake a parked read. dlMu orders the
@@ -162,6 +172,7 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 }
 
 func (t *tcpTransport) doRead(fd uintptr) bool {
+	t.unparked()
 	for {
 		// The system call copies into the region only while it runs, and
 		// it never waits: the fence is held for that long only.
@@ -198,6 +209,12 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 						return true
 					}
 				}
+				if t.spin > 0 {
+					if t.polling() {
+						continue
+					}
+					t.parkedAt = monotime()
+				}
 				t.lend()
 				return false
 			}
@@ -208,6 +225,44 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 			return true
 		}
 	}
+}
+
+// polling reports whether a read that found no input polls again rather
+// than parks: within the wait's budget, and no interrupt pending (the park
+// then returns at once). It yields the processor at each poll (a read
+// costs more than a yield), so that the program's other goroutines run
+// where it has few Ps.
+func (t *tcpTransport) polling() bool {
+	now := monotime()
+	if t.spinEnd == 0 {
+		t.spinEnd = now + int64(t.spin)
+	}
+	if now >= t.spinEnd || t.interruptPending() {
+		return false
+	}
+	runtime.Gosched()
+	return true
+}
+
+// interruptPending reports whether an interrupt waits for the reader.
+func (t *tcpTransport) interruptPending() bool {
+	t.dlMu.Lock()
+	defer t.dlMu.Unlock()
+	return t.intr
+}
+
+// unparked counts the time parked since a polling read parked, if it did.
+func (t *tcpTransport) unparked() {
+	if t.parkedAt != 0 {
+		t.parked += time.Duration(monotime() - t.parkedAt)
+		t.parkedAt = 0
+	}
+}
+
+func (t *tcpTransport) setSpin(d time.Duration) time.Duration {
+	p := t.parked
+	t.spin, t.parked = d, 0
+	return p
 }
 
 // readv reads into a, then b, at least one byte unless wait is false.
@@ -221,8 +276,9 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 		}
 	}
 	for {
-		t.rwait, t.rn, t.rerr, t.idled = wait, 0, nil, false
+		t.rwait, t.rn, t.rerr, t.idled, t.spinEnd = wait, 0, nil, false, 0
 		err := t.rc.Read(t.readFn)
+		t.unparked()
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 			// Either the engine's deadline passed, or interrupt moved it.
 			if !t.deadlinePassed() {
