@@ -101,7 +101,7 @@ func (p *pollState) learn(w time.Duration) {
 // waited learns from a wait that began at began, on a connection that
 // spins at all.
 func (p *pollState) waited(began time.Time) {
-	if p.spin > 0 {
+	if p.spin > 0 && !began.IsZero() {
 		p.learn(time.Since(began))
 	}
 }
@@ -162,14 +162,19 @@ func (p *pollState) caughtOne() {
 }
 
 // channelSpun takes in a wait whose channel did the spinning (soft's):
-// parked is how long it slept after polling, zero if it never had to.
-func (p *pollState) channelSpun(parked time.Duration) {
+// polled is the longest polling that what came ended, parked how long
+// the wait slept after polling, zero if it never had to.
+func (p *pollState) channelSpun(polled, parked time.Duration) {
 	if parked == 0 {
 		p.caughtOne()
+		if polled > 0 {
+			p.learn(polled)
+		}
 		return
 	}
 	p.sleeps++
 	p.sleptAfterSpin(parked)
+	p.learn(p.reach + parked)
 }
 
 // sleptAfterSpin takes in a sleep of d after a spin that caught nothing:
@@ -380,11 +385,12 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 		r.spinFor(dl, draining, 0)
 		return
 	}
+	// A spinning channel times its own waits (only those it polls in).
 	var began time.Time
-	if p.spin > 0 {
+	sc, chanSpins := r.e.cch.(spinningChannel)
+	if p.spin > 0 && !chanSpins {
 		began = time.Now()
 	}
-	sc, chanSpins := r.e.cch.(spinningChannel)
 	spun := (spinOK || !chanSpins) && p.spinNext()
 	if spun {
 		p.spins++
@@ -436,9 +442,9 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 		}
 		var err error
 		if spun && chanSpins {
-			var parked time.Duration
-			_, parked, err = sc.GetEventSpin(p.reach)
-			p.channelSpun(parked)
+			var polled, parked time.Duration
+			_, polled, parked, err = sc.GetEventSpin(p.reach)
+			p.channelSpun(polled, parked)
 			spun = false
 		} else {
 			var slept time.Time
@@ -485,7 +491,7 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 // copying stream 0.86x at 1.2x the CPU a message; with this rule the
 // stream is as before and the others keep their gain (docs/design.md).
 type spinningChannel interface {
-	GetEventSpin(spin time.Duration) (verbs.CQ, time.Duration, error)
+	GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error)
 }
 
 // spinResult is how a spin ended.

@@ -328,7 +328,7 @@ func (c *compChannel) soleQP() *qp {
 }
 
 func (c *compChannel) GetEvent() (verbs.CQ, error) {
-	cq, _, err := c.GetEventSpin(0)
+	cq, _, _, err := c.GetEventSpin(0)
 	return cq, err
 }
 
@@ -340,20 +340,22 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 // kernel's wake-up of a sleeping thread and the scheduler's of a parked
 // goroutine, which on a loopback connection cost more than the message.
 // Shared memory's reader spins by its own rule and ignores spin. It
-// returns how long the wait slept (parked or waited on the channel);
-// zero: polling caught all it waited for. rdma.Config.PollTime sets spin
-// for a connection, and the connection's poll role learns from parked
-// when to stop polling (completions.go in package rdma).
-func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, parked time.Duration, err error) {
+// returns the longest polling that input ended (polled) and how long the
+// wait slept (parked, or waited on the channel); parked zero: polling
+// caught all it waited for. rdma.Config.PollTime sets spin for a
+// connection, and the connection's poll role learns from these how long
+// to poll and when to stop (completions.go in package rdma), which spares
+// it reading the clock around every wait.
+func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error) {
 	for {
 		c.mu.Lock()
 		if c.dead {
 			c.mu.Unlock()
-			return nil, parked, verbs.ErrClosed
+			return nil, polled, parked, verbs.ErrClosed
 		}
 		if c.expired.Load() {
 			c.mu.Unlock()
-			return nil, parked, os.ErrDeadlineExceeded
+			return nil, polled, parked, os.ErrDeadlineExceeded
 		}
 		if c.head < len(c.events) {
 			q := c.events[c.head]
@@ -367,14 +369,15 @@ func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, parked time
 				c.kick() // others are queued: pass the wake-up on
 			}
 			c.mu.Unlock()
-			return q, parked, nil
+			return q, polled, parked, nil
 		}
 		p := c.soleQP()
 		if p != nil && c.driving == nil {
 			if p.rxOwner.CompareAndSwap(rxFree, rxApp) {
 				c.driving = p
 				c.mu.Unlock()
-				parked += p.drive(c, spin)
+				pd, pk := p.drive(c, spin)
+				polled, parked = max(polled, pd), parked+pk
 				c.mu.Lock()
 				c.driving = nil
 				c.mu.Unlock()

@@ -457,18 +457,18 @@ func (q *qp) receiver(pre func() error) {
 
 // drive is GetEvent's side: with the role taken, read frames until c has
 // an event (or is closed), then let go of the role. A read that would
-// block polls the transport for up to spin first; drive returns how long
-// its reads parked.
-func (q *qp) drive(c *compChannel, spin time.Duration) (parked time.Duration) {
+// block polls the transport for up to spin first; drive returns what the
+// transport's setSpin reports.
+func (q *qp) drive(c *compChannel, spin time.Duration) (polled, parked time.Duration) {
 	q.rx.drv = c
 	q.tr.setSpin(spin)
 	_ = q.rxLoop(c)
-	parked = q.tr.setSpin(0)
+	polled, parked = q.tr.setSpin(0)
 	q.rx.drv = nil
 	q.rxFreeAt.Store(monotime())
 	q.rxOwner.Store(rxFree)
 	if q.rxEnded.Load() {
-		return parked
+		return polled, parked
 	}
 	if q.rxWant.Load() {
 		// Another channel's waiter asked meanwhile.
@@ -478,7 +478,7 @@ func (q *qp) drive(c *compChannel, spin time.Duration) (parked time.Duration) {
 		}
 	}
 	q.armHandback(rxHandback)
-	return parked
+	return polled, parked
 }
 
 // armHandback makes sure the background receiver looks again within d.

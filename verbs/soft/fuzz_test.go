@@ -96,9 +96,9 @@ func (m *memTransport) discard(n int) error {
 	_, err := io.CopyN(io.Discard, m.r, int64(n))
 	return err
 }
-func (m *memTransport) setIdle(func(bool) bool)             {}
-func (m *memTransport) interrupt()                          {}
-func (m *memTransport) setSpin(time.Duration) time.Duration { return 0 }
+func (m *memTransport) setIdle(func(bool) bool)                              {}
+func (m *memTransport) interrupt()                                           {}
+func (m *memTransport) setSpin(time.Duration) (polled, parked time.Duration) { return 0, 0 }
 func (m *memTransport) writev(bufs [][]byte, _ []gateRef, wait bool) (int, error) {
 	n := 0
 	for _, b := range bufs {

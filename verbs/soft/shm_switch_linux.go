@@ -433,7 +433,7 @@ func (s *switchTransport) setIdle(f func(bool) bool) {
 
 // setSpin goes to the transport that reads now (the ring's reader spins
 // by its own rule). Only the role holder reads s.rd, and calls this.
-func (s *switchTransport) setSpin(d time.Duration) time.Duration {
+func (s *switchTransport) setSpin(d time.Duration) (polled, parked time.Duration) {
 	if s.rd != nil {
 		return s.rd.setSpin(d)
 	}

@@ -179,10 +179,10 @@ func (t *shmTransport) close() error {
 func (t *shmTransport) setIdle(f func(bool) bool) { t.onIdle = f }
 
 // setSpin reports the reader's sleeps; its spin is its own (wait).
-func (t *shmTransport) setSpin(time.Duration) time.Duration {
+func (t *shmTransport) setSpin(time.Duration) (polled, parked time.Duration) {
 	d := t.rSlept
 	t.rSlept = 0
-	return d
+	return 0, d
 }
 
 func (t *shmTransport) interrupt() {

@@ -50,12 +50,14 @@ type tcpTransport struct {
 	rgate    gateRef // the fence of the region a payload read fills (fence.go)
 
 	// Polling before a park (setSpin): spin is the budget, spinEnd the
-	// current wait's end of polling (monotime, 0: not polling yet),
-	// parkedAt when the reader last parked, parked the time parked since
-	// setSpin.
+	// current wait's end of polling (monotime; 0: not polling yet, -1:
+	// parked),
+	// parkedAt when the reader last parked; since setSpin, polled is the
+	// longest polling that input ended, parked the time parked.
 	spin     time.Duration
 	spinEnd  int64
 	parkedAt int64
+	polled   time.Duration
 	parked   time.Duration
 
 	// The socket's read deadline is both the engine's deadline and, set
@@ -66,6 +68,7 @@ type tcpTransport struct {
 	// the interrupt.
 	dlMu     sync.Mutex
 	intr     bool  // interrupt requested, not yet seen by the reader
+	wwait    bool  // the write side's (packed here beside intr)
 	deadline int64 // the read deadline the engine set (unix ns, 0 none)
 
 	// Write side, used by one goroutine at a time.
@@ -74,7 +77,6 @@ type tcpTransport struct {
 	widx    int
 	woff    int
 	wn      int
-	wwait   bool
 	werr    error
 	wgates  []gateRef // beside wbufs: their regions' fences, or nil
 	writeFn func(fd uintptr) bool
@@ -191,6 +193,9 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 		t.rgate.exit()
 		switch e {
 		case 0:
+			if t.spinEnd != 0 {
+				t.caught()
+			}
 			t.rn = int(n)
 			if n == 0 {
 				t.rerr = io.EOF
@@ -213,7 +218,7 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 					if t.polling() {
 						continue
 					}
-					t.parkedAt = monotime()
+					t.parkedAt, t.spinEnd = monotime(), -1
 				}
 				t.lend()
 				return false
@@ -259,10 +264,19 @@ func (t *tcpTransport) unparked() {
 	}
 }
 
-func (t *tcpTransport) setSpin(d time.Duration) time.Duration {
-	p := t.parked
-	t.spin, t.parked = d, 0
-	return p
+// caught notes input that came while the wait polled (spinEnd > 0), or
+// after it parked (-1).
+func (t *tcpTransport) caught() {
+	if t.spinEnd > 0 {
+		t.polled = max(t.polled, time.Duration(monotime()-(t.spinEnd-int64(t.spin))))
+	}
+	t.spinEnd = 0
+}
+
+func (t *tcpTransport) setSpin(d time.Duration) (polled, parked time.Duration) {
+	polled, parked = t.polled, t.parked
+	t.spin, t.polled, t.parked = d, 0, 0
+	return polled, parked
 }
 
 // readv reads into a, then b, at least one byte unless wait is false.

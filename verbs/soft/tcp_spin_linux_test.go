@@ -11,8 +11,8 @@ import (
 )
 
 // A read that would block polls the socket for its spin before it parks
-// (setSpin), and reports how long it parked; an interrupt ends the polling
-// at once, as it ends a park.
+// (setSpin), and reports how long it polled before input came, or how
+// long it parked; an interrupt ends the polling at once, as it ends a park.
 func TestTCPReadPollsBeforeItParks(t *testing.T) {
 	a, b := tcpPair(t)
 	reader, err := newTCPTransport(a)
@@ -34,19 +34,25 @@ func TestTCPReadPollsBeforeItParks(t *testing.T) {
 	sendAfter(2 * time.Millisecond)
 	require.NoError(t, reader.readHeader(&h))
 	<-sent
-	assert.Zero(t, reader.setSpin(100*time.Microsecond), "caught by the polling")
+	polled, parked := reader.setSpin(100 * time.Microsecond)
+	assert.Zero(t, parked, "caught by the polling")
+	assert.GreaterOrEqual(t, polled, time.Millisecond, "after polling about 2 ms")
 
 	// Input past it: the read parks, and says for how long.
 	sendAfter(50 * time.Millisecond)
 	require.NoError(t, reader.readHeader(&h))
 	<-sent
-	assert.Greater(t, reader.setSpin(0), 10*time.Millisecond, "parked until the input came")
+	polled, parked = reader.setSpin(0)
+	assert.Greater(t, parked, 10*time.Millisecond, "parked until the input came")
+	assert.Zero(t, polled, "not caught by the polling")
 
 	// Without a spin nothing is counted (and nothing polls).
 	sendAfter(5 * time.Millisecond)
 	require.NoError(t, reader.readHeader(&h))
 	<-sent
-	assert.Zero(t, reader.setSpin(10*time.Second))
+	polled, parked = reader.setSpin(10 * time.Second)
+	assert.Zero(t, polled)
+	assert.Zero(t, parked)
 
 	// An interrupt ends a long spin.
 	go func() {

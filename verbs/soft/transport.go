@@ -45,13 +45,14 @@ type transport interface {
 	// there, the hook returning true abandons the read with errInterrupted.
 	setIdle(f func(boundary bool) bool)
 	// setSpin sets how long a read that would block polls for input
-	// before it parks (0: it parks at once), and returns how long reads
-	// parked since the last setSpin. A parked reader's wake-up goes
-	// through the kernel and the runtime's poller; a polling one sees the
-	// input as it lands (qp.drive). Called by the receive role's holder.
-	// Only the TCP transport polls as told: the shared-memory reader spins
-	// by its own rule (shmTransport.wait), and reports its sleeps.
-	setSpin(d time.Duration) (parked time.Duration)
+	// before it parks (0: it parks at once), and returns, since the last
+	// setSpin, the longest polling that input ended (polled) and how long
+	// reads parked. A parked reader's wake-up goes through the kernel and
+	// the runtime's poller; a polling one sees the input as it lands
+	// (qp.drive). Called by the receive role's holder. Only the TCP
+	// transport polls as told: the shared-memory reader spins by its own
+	// rule (shmTransport.wait), and reports its sleeps.
+	setSpin(d time.Duration) (polled, parked time.Duration)
 	// interrupt makes a read blocked between frames return errInterrupted
 	// (a read inside a frame carries on). Any goroutine may call it.
 	interrupt()
