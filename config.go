@@ -169,10 +169,9 @@ type Config struct {
 	// peer RDMA READs them from the Buffer, straight into its Read's slice
 	// when that lies in a Buffer too (docs/design.md, "When a Write
 	// copies"). The Write returns once the peer has read them all. Default
-	// 128 KiB, and on the soft provider 512 KiB over shared memory and 1
-	// MiB over TCP (its transport copies the bytes either way, so below
-	// those sizes a copy costs less than the rendezvous' round trips); set,
-	// it applies on every path. Values below 64 KiB are raised to it;
+	// 128 KiB, and on the soft provider 512 KiB (its transport copies the
+	// bytes either way, so below that a copy costs less than the
+	// rendezvous' round trips). Values below 64 KiB are raised to it;
 	// negative: never (every Write copies). Only toward a peer of protocol
 	// version 4 or later.
 	RendezvousThreshold int

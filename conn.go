@@ -217,7 +217,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.rndvMin > 0 && len(b) >= c.rndvMin {
-		if buf := bufferOf(b); buf != nil && len(b) >= c.rndvAt() {
+		if buf := bufferOf(b); buf != nil {
 			return c.writeRndv(b, buf) // rndv.go
 		}
 	}

@@ -49,7 +49,7 @@
 //
 // AllocBuffer gives memory outside the Go heap that every Conn can register.
 // A Write of at least Config.RendezvousThreshold bytes (128 KiB; on soft 512
-// KiB over shared memory and 1 MiB over TCP) from a Buffer is not copied:
+// KiB) from a Buffer is not copied:
 // the writer exposes exactly those bytes to its peer for remote READ,
 // announces them in the stream's order, and the peer RDMA READs them,
 // straight into its Read's slice when that lies in a Buffer too; the Write

@@ -8,7 +8,6 @@ import (
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
-	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // Rendezvous (protocol version 4; internal/stream/rndv.go has the wire
@@ -35,33 +34,15 @@ import (
 // docs/design.md, "When a Write copies", for the measurements.
 const defaultRndvThreshold = 128 << 10
 
-// On soft the default depends on what carries the connection (rndvAt).
-// Its transports copy the bytes on either path, so the rendezvous saves
-// only the copies into the send buffer and out of the ring, and pays a
-// round trip and two messages more a Write; below these sizes that cost
-// more than the copies (rdmaperf -buffers against -rndv -1, one sitting,
-// medians: shared memory 256 KiB 0.91x the copying path's throughput at
-// the same CPU a message, 512 KiB 1.16x at 0.8x; TCP 512 KiB 0.68x, 1 MiB
-// 0.97x at 0.72x the CPU, 2 MiB 1.17x at 0.61x).
-const (
-	softShmRndvThreshold = 512 << 10
-	softTCPRndvThreshold = 1 << 20
-)
-
-// rndvAt is the size from which a Write from a Buffer takes the
-// rendezvous: the connection's threshold, or on soft with the default
-// Config the one for the path that carries it now (a connection may move
-// from TCP to shared memory after its first bytes). Called once rndvMin
-// allows a rendezvous; writer-owned (wmu).
-func (c *Conn) rndvAt() int {
-	if c.cfg.RendezvousThreshold != 0 || c.provider != ProviderSoft {
-		return c.rndvMin
-	}
-	if soft.Carrier(c.qp) == "shm" {
-		return softShmRndvThreshold
-	}
-	return softTCPRndvThreshold
-}
+// softRndvThreshold is soft's default. Its transports copy the bytes on
+// either path, so the rendezvous saves only the copies into the send
+// buffer and out of the ring, and pays a round trip and two messages more
+// a Write; below 512 KiB that costs more than the copies, on both paths
+// (rdmaperf -buffers against -rndv -1, one sitting, 3 rounds each:
+// shared memory 256 KiB 0.91x the copying path's throughput at the same
+// CPU a message, 512 KiB 1.16x at 0.8x; TCP, its waits polling the socket,
+// 256 KiB 0.96x at 1.07x, 512 KiB 1.3x at 0.77x).
+const softRndvThreshold = 512 << 10
 
 // rndvPiece bounds one RDMA READ of a rendezvous: a Read waits for its
 // READ to complete whatever its deadline says (the bytes land in its
@@ -85,6 +66,9 @@ func (c *Conn) rndvThreshold(agreed uint8) int {
 	t := c.cfg.RendezvousThreshold
 	if agreed < stream.VersionRndv || t < 0 {
 		return 0
+	}
+	if t == 0 && c.provider == ProviderSoft {
+		return softRndvThreshold
 	}
 	if t == 0 {
 		return defaultRndvThreshold

@@ -92,7 +92,7 @@ func TestRndvRawPeer(t *testing.T) {
 
 	t.Run("honest", func(t *testing.T) {
 		r, s := acceptRaw(t, ln, marshalHello)
-		assert.Equal(t, defaultRndvThreshold, s.rndvMin, "version 4 agreed")
+		assert.Equal(t, softRndvThreshold, s.rndvMin, "version 4 agreed: soft's threshold")
 		mr := r.expose(t, payload, verbs.AccessRemoteRead)
 		r.write(t, 0, []byte("head"), immData(4))
 		r.sendRndv(t, stream.RndvMsg{Addr: mr.Addr(), Len: uint32(len(payload)), Key: mr.RKey()})

@@ -249,10 +249,9 @@ func TestRndvStats(t *testing.T) {
 	}
 }
 
-// With the default Config a soft connection takes the rendezvous from the
-// size its path makes it pay: 512 KiB on shared memory, 1 MiB on TCP;
-// below that a Write from a Buffer copies.
-func TestRndvSoftThresholdFollowsCarrier(t *testing.T) {
+// With the default Config a soft connection takes the rendezvous from 512
+// KiB on either path; below that a Write from a Buffer copies.
+func TestRndvSoftThreshold(t *testing.T) {
 	softTransports(t, func(t *testing.T, env []string) {
 		defer soft.SetSharedMemorySwitch(soft.SetSharedMemorySwitch(0))
 		c, s := pair(t, softConfig())
@@ -275,8 +274,7 @@ func TestRndvSoftThresholdFollowsCarrier(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, <-done)
 			require.Equal(t, src.Bytes()[:n], got[:n])
-			rndv := n >= softTCPRndvThreshold || want == "soft-shm" && n >= softShmRndvThreshold
-			if rndv {
+			if n >= softRndvThreshold {
 				sent++
 			}
 			assert.Equal(t, sent, c.Stats().RendezvousSent, "%s, %d KiB", want, n>>10)
