@@ -49,11 +49,11 @@ type tcpTransport struct {
 	boundary bool    // the current read is between frames
 	rgate    gateRef // the fence of the region a payload read fills (fence.go)
 
-	// Polling before a park (setSpin): spin is the budget, spinEnd the
+	// Polling before a park (setSpin): spin is the budget; spinEnd the
 	// current wait's end of polling (monotime; 0: not polling yet, -1:
-	// parked),
-	// parkedAt when the reader last parked; since setSpin, polled is the
-	// longest polling that input ended, parked the time parked.
+	// parked); parkedAt when the reader last parked; and since setSpin,
+	// polled is the longest polling that input ended, parked the time
+	// parked.
 	spin     time.Duration
 	spinEnd  int64
 	parkedAt int64
