@@ -109,7 +109,7 @@ func (p *pollState) waited(began time.Time) {
 // configure sets the holder's spin from cfg (PollTime, BusyPoll) for a
 // connection on provider.
 func (p *pollState) configure(cfg *Config, provider string) {
-	p.spin = cfg.pollTime(provider)
+	p.spin = cfg.pollTime()
 	p.reach = p.spin
 	// Soft's completions come from its transport, which a waiting caller
 	// reads itself or, when none waits, a goroutine parked on the runtime

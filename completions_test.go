@@ -131,11 +131,9 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 	// Negative: no polling anywhere; zero: each provider's default.
 	cfg2 := *cfg
 	cfg2.PollTime = -1
-	assert.Zero(t, cfg2.pollTime(ProviderRDMACore))
-	assert.Zero(t, cfg2.pollTime(ProviderSoft))
+	assert.Zero(t, cfg2.pollTime())
 	cfg2.PollTime = 0
-	assert.Equal(t, defaultSoftPollTime, cfg2.pollTime(ProviderSoft))
-	assert.Equal(t, defaultRDMACorePollTime, cfg2.pollTime(ProviderRDMACore))
+	assert.Equal(t, defaultPollTime, cfg2.pollTime())
 }
 
 // With spinning off, every spinProbe-th wait spins anyway, and a spin that
