@@ -208,16 +208,16 @@ type poller struct {
 	p *pollState
 	w polledConn
 
-	room bool // the caller is a writer waiting for room (forRoom)
+	room bool // the caller is a writer waiting for room (awaitRoom)
 }
 
-// forRoom is r for a writer that waits for room (send buffer, credits,
-// send slots) while its data is in flight: the wait lasts as long as the
-// peer takes to consume, the stream's own pace, so where the channel
-// spins (soft) it does not (see spinningChannel).
-func (r poller) forRoom() poller {
+// awaitRoom is await for a Write that waits for room (send buffer,
+// credits, send slots) while its data is in flight: the wait lasts as long
+// as the peer takes to consume, the stream's own pace, so where the
+// channel spins (soft) it does not (see spinningChannel).
+func (r poller) awaitRoom() {
 	r.room = true
-	return r
+	r.await(r.f.sndReady, &r.f.wdl, false)
 }
 
 // polledConn is what the poll role asks of a connection's wire.
@@ -234,8 +234,8 @@ func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
 	c.poller().await(ready, dl, draining)
 }
 
-// awaitRoom is await for a Write waiting for room (poller.forRoom).
-func (c *Conn) awaitRoom() { c.poller().forRoom().await(c.sndReady, &c.wdl, false) }
+// awaitRoom is await for a Write waiting for room; see poller.awaitRoom.
+func (c *Conn) awaitRoom() { c.poller().awaitRoom() }
 
 // tryPoll applies the completions queued, unless the role is held; see
 // poller.tryPoll.

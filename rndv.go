@@ -67,13 +67,13 @@ func (c *Conn) rndvThreshold(agreed uint8) int {
 	if agreed < stream.VersionRndv || t < 0 {
 		return 0
 	}
-	if t == 0 && c.provider == ProviderSoft {
+	switch {
+	case t > 0:
+		return max(t, zerocopy.RendezvousFloor())
+	case c.provider == ProviderSoft:
 		return softRndvThreshold
 	}
-	if t == 0 {
-		return defaultRndvThreshold
-	}
-	return max(t, zerocopy.RendezvousFloor())
+	return defaultRndvThreshold
 }
 
 // writeRndv writes b, which lies in buf, by rendezvous.

@@ -267,7 +267,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		if !ok {
 			c.stats.creditWaits++
 			c.mu.Unlock()
-			c.poller().forRoom().await(c.sndReady, &c.wdl, false)
+			c.poller().awaitRoom()
 			continue
 		}
 		c.mu.Unlock()
