@@ -23,7 +23,9 @@
 #   scripts/softroce-rsocket.sh         (part of make test-softroce)
 #
 # Environment: GO, SOFTROCE_RUN, RTT_ITERS (default 100), STREAM_COUNT
-# (default 100); BUILD_ONLY=1 builds the guest directory and stops.
+# (default 100), ROUNDS (default 1: the timing runs that many times,
+# interleaved, and prints medians); BUILD_ONLY=1 builds the guest directory
+# and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +46,7 @@ cat >"$OUT/run.sh" <<GUEST
 ip=\$SOFTROCE_IP
 PRELOAD=\$(ls /usr/lib/*/rsocket/librspreload.so 2>/dev/null | head -1)
 RTT_ITERS=${RTT_ITERS:-100}
+ROUNDS=${ROUNDS:-1}
 STREAM_COUNT=${STREAM_COUNT:-100}
 export RDMA_PROVIDER=rdmacore
 status=0
@@ -153,6 +156,7 @@ rstream_srv() { w=-Tb; [ "\$3" = busy ] && w=; timeout 120 rstream -b \$ip -p \$
 go_srv() { w=; [ "\$3" = busy ] && w=-busypoll; timeout 120 ./rsocket rstream-server -addr \$ip:\$1 \$w \$2 >/dev/null 2>&1; }
 rstream_cli() { w=-Tb; [ "\$3" = busy ] && w=; timeout 120 rstream -s \$ip -p \$1 \$w -T v \$2 | awk '\$1=="custom" {print \$8}'; }
 go_cli() { w=; [ "\$3" = busy ] && w=-busypoll; timeout 120 ./rsocket rstream-client -addr \$ip:\$1 \$w \$2 | awk '{print \$6}'; }
+for r in \$(seq 1 \$ROUNDS); do
 for test in "rtt64:b:-S 64 -C 1 -I \$RTT_ITERS" "stream64k:b:-S 65536 -C \$STREAM_COUNT" "rtt64busy:busy:-S 64 -C 1 -I \$RTT_ITERS"; do
 	name=\${test%%:*}; rest=\${test#*:}; mode=\${rest%%:*}; args=\${rest#*:}
 	for pair in "rstream-rstream rstream_srv rstream_cli" "rstream-client/go-server go_srv rstream_cli" \
@@ -162,11 +166,33 @@ for test in "rtt64:b:-S 64 -C 1 -I \$RTT_ITERS" "stream64k:b:-S 65536 -C \$STREA
 		sleep 1
 		us=\$(\$3 \$port "\$args" \$mode)
 		wait \$p || fail "timing \$name \$1"
-		echo "timing \$name \$1 \$us" | tee -a timing.log
+		echo "timing \$name \$1 \$us \$r" | tee -a timing.log
 	done
 done
-awk '\$1=="timing" {v[\$2" "\$3]=\$4; if (\$3=="rstream-rstream") base[\$2]=\$4}
-	END {for (k in v) {split(k, a, " "); if (base[a[1]] > 0) printf "ratio %s %s %.2f (vs rstream-rstream %s us)\n", a[1], a[2], v[k]/base[a[1]], base[a[1]]}}' timing.log | sort
+done
+# per test and pairing: the median of the rounds, against rstream to
+# rstream's median, and the median of each round's ratio (the two ran
+# seconds apart, so a slow round of the emulated guest slows both)
+awk 'function med(a, n,    i, j, t) {
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+		return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	\$1=="timing" && \$4 > 0 {k = \$2" "\$3; v[k, \$5] = \$4; keys[k] = 1; if (\$5 > rounds) rounds = \$5}
+	END {
+		for (k in keys) {
+			split(k, a, " "); b = a[1]" rstream-rstream"
+			n = 0; m = 0
+			for (r = 1; r <= rounds; r++) {
+				if ((k, r) in v) x[++n] = v[k, r]
+				if ((k, r) in v && (b, r) in v) q[++m] = v[k, r] / v[b, r]
+			}
+			nb = 0
+			for (r = 1; r <= rounds; r++) if ((b, r) in v) y[++nb] = v[b, r]
+			if (n == 0 || nb == 0) continue
+			mk = med(x, n); mb = med(y, nb)
+			printf "ratio %s %s %.2f (median of %d rounds, %s us, against rstream-rstream %s us; by rounds %.2f)\n", a[1], a[2], mk / mb, n, mk, mb, m ? med(q, m) : 0
+		}
+	}' timing.log | sort
 exit \$status
 GUEST
 chmod +x "$OUT/run.sh"
