@@ -38,7 +38,9 @@ ROUNDS=${ROUNDS:-3}
 # POLL_SWEEP adds 64-byte ping-pongs at other PollTimes (e.g. "10us 50us
 # 200us"), to choose the default by. BASE_REV (a git revision) adds the
 # ping-pongs of rdma.Conn as built from that revision ("base-1p": one
-# process, its defaults), for a before-and-after in the same guest run.
+# process, its defaults; "base-2p": two processes, its defaults;
+# "base-busy": two processes, BusyPoll), for a before-and-after in the same
+# guest run.
 POLL_SWEEP=${POLL_SWEEP:-}
 BASE_REV=${BASE_REV:-}
 OUT=build/softroce-bench
@@ -103,6 +105,8 @@ for s in $SIZES; do
 				awk '{printf "base-1p %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
 			./softroce-bench-base -test pingpong -size \$s -count \$(count \$s) -net rdma -busypoll -procs 2 |
 				awk '{printf "base-busy %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
+			./softroce-bench-base -test pingpong -size \$s -count \$(count \$s) -net rdma -procs 2 |
+				awk '{printf "base-2p %s %d %.3f %.2f\n", \$2, \$3, \$6, \$8}'
 		fi
 	done
 	# ib_send_bw: a stream of COUNT sends of s bytes
@@ -177,7 +181,7 @@ awk '
 				printf "pingpong %6d B round trip (us): rdma busy %.1f vs rstream %.1f = %.2fx (median of the rounds\047 ratios %.2fx); rdma default %.1f vs rstream -T b %.1f = %.2fx (%.2fx); TCP %.1f (rdma default/TCP %.2fx); one process: rdma %.1f, TCP %.1f%s\n",
 					s, rb, rs, rb / rs, medratio("rdma-busy pingpong " s, "rstream pingpong " s),
 					rd, rsb, rd / rsb, medratio("rdma pingpong " s, "rstream-blocking pingpong " s), t, rd / t, r1, t1,
-					cnt["base-1p pingpong " s] ? sprintf("; base revision: busy %.1f (%.2fx rstream, %.2fx by rounds), one process %.1f", median("base-busy pingpong " s), median("base-busy pingpong " s) / rs, medratio("base-busy pingpong " s, "rstream pingpong " s), median("base-1p pingpong " s)) : ""
+					cnt["base-1p pingpong " s] ? sprintf("; base revision: busy %.1f (%.2fx rstream, %.2fx by rounds), default %.1f (%.2fx rstream -T b, %.2fx by rounds), one process %.1f", median("base-busy pingpong " s), median("base-busy pingpong " s) / rs, medratio("base-busy pingpong " s, "rstream pingpong " s), median("base-2p pingpong " s), median("base-2p pingpong " s) / rsb, medratio("base-2p pingpong " s, "rstream-blocking pingpong " s), median("base-1p pingpong " s)) : ""
 			k = "rdma stream " s
 			if (("ib_send_bw stream " s) in mb && mb["ib_send_bw stream " s] > 0)
 				printf "stream   %6d B: rdma.Conn/ib_send_bw throughput %.2fx   rdma.Conn/TCP %.2fx\n", s,

@@ -49,6 +49,7 @@ func main() {
 	procs := flag.Int("procs", 1, "1: server and client are goroutines of one process; 2: the client is a child process")
 	dialAddr := flag.String("dial", "", "internal: be the client child of -procs 2, dialing this address")
 	flag.BoolVar(&useBuffers, "buffers", false, "send and receive from rdma.Buffers (registered memory: the zero-copy paths), on both ends")
+	flag.BoolVar(&showStats, "stats", false, "print how the client's Reads waited (rdma.Conn's Stats: at once, handed over, spun, slept)")
 	flag.DurationVar(&markOver, "mark-over", 0, "pingpong: write a line to the kernel's trace marker (-mark-file) after each round trip slower than this (scripts/softroce-trace.sh)")
 	flag.StringVar(&markFile, "mark-file", "/sys/kernel/tracing/trace_marker", "the trace marker -mark-over writes to")
 	flag.Parse()
@@ -115,6 +116,9 @@ var (
 // connection's setup left out): the client's, and the server's own (in
 // the parent process with -procs 2) from its accept on.
 var clientCPU, serveCPU float64
+
+// showStats: -stats.
+var showStats bool
 
 // message is a message buffer: an rdma.Buffer's memory with -buffers,
 // else the Go heap.
@@ -292,5 +296,13 @@ func client(dial func(string) (net.Conn, error), addr, test string, size, count 
 	}
 	secs := time.Since(start).Seconds()
 	clientCPU = userCPU() - cpu0
+	if showStats {
+		if rc, ok := c.(*rdma.Conn); ok {
+			st := rc.Stats()
+			fmt.Fprintf(os.Stderr, "client waits: reads at once %d, handed %d, spun %d, slept %d; spins %d (caught %d), sleeps %d; writes waited for credit %d, ring %d, send buffer %d (%v); ring %d, peer's %d, send buffer %d\n",
+				st.ReadsAtOnce, st.ReadsHanded, st.ReadsSpun, st.ReadsSlept, st.Spins, st.SpinsCaught, st.Sleeps,
+				st.CreditWaits, st.RingWaits, st.SendBufferWaits, st.WriteWaitTime, st.RingSize, st.PeerRingSize, st.SendBufferSize)
+		}
+	}
 	return secs, rtts, nil
 }

@@ -40,7 +40,11 @@ func newCompChannel(ctx ctxPtr) (*compChannel, error) {
 	if errno != 0 {
 		return nil, &verbs.Error{Op: "ibv_create_comp_channel", Errno: errno}
 	}
-	w, err := newFDWaiter(fd, "ibv_comp_channel")
+	newWaiter := newOnDemandFDWaiter
+	if directSlots == 0 {
+		newWaiter = newFDWaiter // every wait is on the poller: stay there
+	}
+	w, err := newWaiter(fd, "ibv_comp_channel")
 	if err != nil {
 		ibvDestroyCompChannel(p)
 		return nil, err
@@ -93,6 +97,8 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 // free, then on the runtime poller.
 func (c *compChannel) wait() error {
 	if takeDirectSlot() {
+		// Off the poller while this thread waits itself (fdWaiter).
+		c.w.leavePoller()
 		done, err := c.dw.wait(c.try)
 		giveDirectSlot()
 		if done {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -133,4 +134,65 @@ func TestDirectWaitDeadlineBeforeEvent(t *testing.T) {
 	done, err = d.wait(try)
 	assert.True(t, done)
 	assert.NoError(t, err, "the event stayed queued")
+}
+
+// A completion channel waited on directly is off the runtime poller (so an
+// event wakes only the waiting thread); a wait that finds no direct slot
+// puts it on, and the next direct wait takes it off again. The event still
+// wakes the direct wait.
+func TestCompChannelOffThePollerWhileWaitingDirectly(t *testing.T) {
+	_, ip := testsupport.SoftRoCE(t)
+	srv, cli, _, _, _ := connect(t, ip)
+	cc, ok := cli.cc.(*compChannel)
+	require.True(t, ok)
+	idle := func() {
+		t.Helper()
+		require.NoError(t, cc.SetDeadline(time.Now().Add(20*time.Millisecond)))
+		_, err := cc.GetEvent()
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+		require.NoError(t, cc.SetDeadline(time.Time{}))
+	}
+	require.False(t, cc.w.onPoller(), "a new channel is on the poller")
+
+	held := 0
+	for takeDirectSlot() {
+		held++
+	}
+	idle() // no slot: on the poller
+	for ; held > 0; held-- {
+		giveDirectSlot()
+	}
+	require.True(t, cc.w.onPoller(), "a wait without a direct slot did not go on the poller")
+	reg := cc.w.registeredFD()
+	require.True(t, epollTargets(t)[reg])
+
+	idle() // a direct wait
+	assert.False(t, cc.w.onPoller(), "a direct wait left the channel on the poller")
+	assert.False(t, epollTargets(t)[reg])
+
+	// An event wakes the direct wait.
+	require.NoError(t, cli.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{verbs.SGEOf(cli.mr, cli.mem.Bytes()[:64])}}}))
+	require.NoError(t, cli.cq.ReqNotify(false))
+	got := make(chan error, 1)
+	go func() {
+		q, err := cc.GetEvent()
+		if err == nil && q != cli.cq {
+			err = errors.New("the event named another CQ")
+		}
+		if err == nil {
+			cc.AckEvents(q, 1)
+		}
+		got <- err
+	}()
+	require.NoError(t, srv.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+		SG: []verbs.SGE{verbs.SGEOf(srv.mr, srv.mem.Bytes()[8192:8256])}}}))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no completion event")
+	}
+	assert.False(t, cc.w.onPoller())
+	assert.Equal(t, verbs.WCSuccess, cli.wait(t).Status)
+	assert.Equal(t, verbs.WCSuccess, srv.wait(t).Status)
 }
