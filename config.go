@@ -107,10 +107,10 @@ type Config struct {
 	// completion channel: a peer that answers within it is seen without a
 	// sleep and a wake-up. The poll stretches to up to 8x PollTime for a
 	// peer whose answers have come that soon (a round trip a little longer
-	// than PollTime is then caught too), and is back at PollTime after a
-	// longer wait. A connection whose waits keep outlasting it
-	// stops polling (an idle connection costs no CPU) and tries again every
-	// 16th wait, polling on while the peer answers within it. Zero means
+	// than PollTime is then caught too). A connection whose waits keep
+	// outlasting it stops polling (an idle connection costs no CPU) and
+	// tries again every 16th wait, polling on while the peer answers within
+	// it. Zero means
 	// 50 us (rsockets polls 10 us; on rdmacore completions arrive by DMA).
 	// Soft's completions come from the transport that the waiting caller
 	// reads itself: on its TCP path the caller polls the socket, and only

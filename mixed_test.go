@@ -135,8 +135,11 @@ func TestMixedListenerStartsDuringDial(t *testing.T) {
 	require.NotNil(t, provs, "the RDMA attempt did not fail first")
 	require.Equal(t, spaceName, ac.Provider())
 	assert.NoError(t, ac.Fallback())
-	assert.Equal(t, ProviderSoft, <-provs, "the soft connection that told us")
-	assert.Equal(t, spaceName, <-provs)
+	// The listener accepted both: the soft connection that told us, and
+	// the RDMA one, in either order: each side of the listener hands its
+	// connections to Accept on its own, so the soft one, though set up
+	// first, came second in 4 of 100 runs.
+	assert.ElementsMatch(t, []string{ProviderSoft, spaceName}, []string{<-provs, <-provs})
 	roundTrip(t, ac, 100_000)
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The poll role is held by one caller at a time; letting it go says
@@ -55,8 +56,8 @@ func TestPollRoleShortSleep(t *testing.T) {
 }
 
 // The spin's budget follows the peer up to spinStretch times PollTime at
-// once, comes down gradually, and goes back to PollTime after a wait
-// longer than that.
+// once, comes down gradually, and stays where it is after a wait longer
+// than that (a miss, which spinMisses in a row turn spinning off).
 func TestPollRoleLearn(t *testing.T) {
 	spin := 10 * time.Microsecond
 	p := pollState{spin: spin, reach: spin}
@@ -67,5 +68,27 @@ func TestPollRoleLearn(t *testing.T) {
 	p.learn(70 * time.Microsecond)
 	assert.Equal(t, spinStretch*spin, p.reach, "no more than spinStretch times PollTime")
 	p.learn(spinStretch*spin + 1)
-	assert.Equal(t, spin, p.reach, "a slow or idle peer: back to PollTime")
+	assert.Equal(t, spinStretch*spin, p.reach, "a slow answer leaves the budget")
+}
+
+// Once spins keep missing, spinning turns off, and the probe spins with
+// the budget the peer's answers needed before: a peer that answers as it
+// did (both ends spinning again) is caught, where a probe of PollTime
+// alone would miss it for good.
+func TestPollRoleProbeKeepsTheBudget(t *testing.T) {
+	spin := 10 * time.Microsecond
+	p := pollState{spin: spin, reach: spin}
+	p.learn(50 * time.Microsecond) // the peer answered in 50 us
+	learned := p.reach
+	require.Greater(t, learned, 50*time.Microsecond)
+	for range spinMisses { // then the peer slept: long waits
+		require.True(t, p.spinNext())
+		p.sleptAfterSpin(time.Second)
+		p.learn(time.Second)
+	}
+	for i := 1; i < spinProbe; i++ {
+		require.False(t, p.spinNext())
+	}
+	require.True(t, p.spinNext(), "the probe")
+	assert.Equal(t, learned, p.reach, "the probe spins with the budget that caught the peer")
 }
