@@ -105,6 +105,19 @@ func BenchmarkPingPongBusyPoll(b *testing.B)       { pingPong(b, false, busyWait
 func BenchmarkPingPongEvents(b *testing.B)         { pingPong(b, false, eventWait(b)) }
 func BenchmarkPingPongWriteImmEvents(b *testing.B) { pingPong(b, true, eventWait(b)) }
 
+// pollRecv polls e's CQ for one completion: got says it was a receive
+// (with or without a WRITE's immediate); send completions, signaled, come
+// on the way and count only in n.
+func pollRecv(e *end, wc []verbs.WC) (got bool, n int, err error) {
+	if n, err = e.cq.Poll(wc[:1]); err != nil || n == 0 {
+		return false, n, err
+	}
+	if wc[0].Status != verbs.WCSuccess {
+		return false, n, fmt.Errorf("completion %v", wc[0].Status)
+	}
+	return wc[0].Opcode&verbs.WCRecv != 0, n, nil
+}
+
 // BenchmarkPingPongEventsTwoGoroutines is PingPongEvents with each end on a
 // goroutine of its own, as two connections' Reads are: the difference from
 // PingPongEvents is what Go's scheduler adds when a completion must wake
@@ -117,40 +130,30 @@ func BenchmarkPingPongEventsTwoGoroutines(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	// recv waits on e's completion channel until its receive completes
-	// (send completions, signaled, come on the way).
+	// recv waits on e's completion channel until its receive completes.
 	recv := func(e *end, wc []verbs.WC) error {
 		for {
-			n, err := e.cq.Poll(wc)
-			if err != nil {
+			got, n, err := pollRecv(e, wc)
+			if got || err != nil {
 				return err
 			}
 			if n == 1 {
-				if wc[0].Status != verbs.WCSuccess {
-					return fmt.Errorf("completion %v", wc[0].Status)
-				}
-				if wc[0].Opcode == verbs.WCRecv {
-					return nil
-				}
 				continue
 			}
 			if err := e.cq.ReqNotify(false); err != nil {
 				return err
 			}
-			if n, err = e.cq.Poll(wc); err != nil || n == 1 {
-				if err != nil {
-					return err
-				}
-				if wc[0].Opcode == verbs.WCRecv {
-					return nil
-				}
+			if got, n, err = pollRecv(e, wc); got || err != nil {
+				return err
+			}
+			if n == 1 {
 				continue
 			}
-			got, err := e.cc.GetEvent()
+			ev, err := e.cc.GetEvent()
 			if err != nil {
 				return err
 			}
-			e.cc.AckEvents(got, 1)
+			e.cc.AckEvents(ev, 1)
 		}
 	}
 	served := make(chan error, 1)
@@ -202,25 +205,15 @@ func BenchmarkPingPongBusyPollTwoGoroutines(b *testing.B) {
 func pingPongBusyTwoGoroutines(b *testing.B, writeImm bool, yieldEvery time.Duration) {
 	p := newPingPair(b, writeImm)
 	srv, cli := p.srv, p.cli
-	// recv busy-polls e's CQ until its receive completes (send completions,
-	// signaled, come on the way).
+	// recv busy-polls e's CQ until its receive completes.
 	recv := func(e *end, wc []verbs.WC) error {
 		last := time.Now()
 		for {
-			n, err := e.cq.Poll(wc)
-			if err != nil {
+			got, n, err := pollRecv(e, wc)
+			if got || err != nil {
 				return err
 			}
-			if n == 1 {
-				if wc[0].Status != verbs.WCSuccess {
-					return fmt.Errorf("completion %v", wc[0].Status)
-				}
-				if wc[0].Opcode&verbs.WCRecv != 0 { // a receive, with or without WRITE
-					return nil
-				}
-				continue
-			}
-			if yieldEvery > 0 {
+			if n == 0 && yieldEvery > 0 {
 				if now := time.Now(); now.Sub(last) >= yieldEvery {
 					runtime.Gosched()
 					last = now
