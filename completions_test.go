@@ -299,14 +299,7 @@ func TestSoftTCPSpinsOnlyForAnswers(t *testing.T) {
 
 	// A conversation: every wait of c's is for s's answer.
 	go func() {
-		buf := make([]byte, 1)
-		for {
-			if _, err := io.ReadFull(s, buf); err != nil {
-				return
-			}
-			if _, err := s.Write(buf); err != nil {
-				return
-			}
+		for echoOne(s) == nil {
 		}
 	}()
 	buf := make([]byte, 1)
