@@ -624,16 +624,14 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			}
 			continue
 		}
-		seq := wc.WRID
-		if seq < c.sqDone || seq >= c.sqPosted {
+		end, op, ok := c.sq.complete(wc.WRID)
+		if !ok {
 			c.failLocked(errStraySend)
 			continue
 		}
-		c.sqDone = seq + 1
-		c.sbHead = c.sqEnds[seq%uint64(len(c.sqEnds))]
-		if op := c.sqOps[seq%uint64(len(c.sqOps))]; op != nil {
+		c.sbHead = end
+		if op != nil {
 			op.status, op.done = wc.Status, true
-			c.sqOps[seq%uint64(len(c.sqOps))] = nil
 		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {

@@ -23,8 +23,6 @@ type Conn struct {
 
 	sbufMask uint64
 	sbBase   uint64 // the send buffer position at the current buffer's start (ringgrowth.go)
-	sqDepth  uint64 // send WRs data and credits may occupy (one more is kept for markers)
-	sigEvery uint64 // at most this many unsignaled sends in a row
 	chunk    int    // largest single RDMA write
 
 	// Guarded by mu (connFace):
@@ -39,15 +37,10 @@ type Conn struct {
 	// repostHeld carried notifications.
 	repostDue, repostHeld, repostBatch int
 	// send side
-	sbTail     uint64      // send buffer bytes reserved
-	sbPosted   uint64      // send buffer bytes posted
-	sbHead     uint64      // send buffer bytes whose WRs completed
-	sqPosted   uint64      // send WRs posted (the next WR's id)
-	sqDone     uint64      // send WRs completed
-	sqReserved uint64      // send WRs reserved by the writer, not yet posted
-	unsignaled uint64      // unsignaled sends since the last signaled one
-	sqEnds     []uint64    // per queue slot: send buffer bytes posted up to that WR
-	sqOps      []*remoteOp // per queue slot: the one-sided operation waiting for that WR, if any
+	sbTail   uint64    // send buffer bytes reserved
+	sbPosted uint64    // send buffer bytes posted
+	sbHead   uint64    // send buffer bytes whose WRs completed
+	sq       sendQueue // the send queue (sendqueue.go)
 
 	// Notifications from the peer (onesided.go), a ring of up to recvWRs,
 	// made on the first (queuegrowth.go): each holds back the credit of
@@ -64,14 +57,7 @@ type Conn struct {
 	rndvMin     int
 	zc          *zeroCopy
 
-	// The send queue as posted: WRs are built under mu into slots indexed by
-	// their id, then handed to the QP in order by submit. The slots (sq,
-	// sqSGE, sqEnds, sqOps) grow with the WRs outstanding (queuegrowth.go).
-	sq          []verbs.SendWR
-	sqSGE       []verbs.SGE
-	sqSubmitted uint64 // WRs handed to the QP
-	registering int    // registrations in progress outside mu (regMR)
-	submitting  bool   // a goroutine is in submit
+	registering int // registrations in progress outside mu (regMR)
 	finSent     bool
 
 	// Heartbeats (heartbeat.go): the messages received so far (each
@@ -235,7 +221,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if inline {
 			// Each queue slot has its own inline staging, so the bytes
 			// stay put until whoever posts the queue gets to them.
-			slot := int(c.sqPosted % uint64(c.slots)) // not len(c.sq): that grows
+			slot := int(c.sq.posted % uint64(c.slots)) // not the queue's slots: those grow
 			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
 			copy(buf, p)
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
@@ -244,13 +230,13 @@ func (c *Conn) Write(b []byte) (int, error) {
 		} else {
 			off := (c.sbTail - c.sbBase) & c.sbufMask
 			c.sbTail += uint64(n)
-			c.sqReserved++
+			c.sq.reserved++
 			c.mu.Unlock()
 			// The reserved bytes are the writer's alone until queued.
 			buf := c.sbuf[off : off+uint64(n)]
 			copy(buf, p)
 			c.mu.Lock()
-			c.sqReserved--
+			c.sq.reserved--
 			// Reserved ring space must be filled, or the stream would
 			// desynchronise: only a failed connection stops it now.
 			if err := c.err; err != nil {
@@ -315,10 +301,10 @@ func (c *Conn) drain(dl *deadline) {
 				c.sendFinLocked()
 				queued = true
 			}
-		case c.sqIdle():
+		case c.sq.idle():
 			c.mu.Unlock()
 			return
-		case c.unsignaled > 0:
+		case c.sq.unsignaled > 0:
 			// The last send is unsignaled: nothing would report it.
 			if !c.postProbeLocked() {
 				c.mu.Unlock()

@@ -103,7 +103,7 @@ func (c *Conn) postRead(p []byte) error {
 		if inline {
 			// A sliver that goes inline takes no send buffer room: the
 			// rest moves down to the write position.
-			slot := int(c.sqPosted % uint64(c.slots))
+			slot := int(c.sq.posted % uint64(c.slots))
 			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
 			copy(buf, p[:n])
 			c.enqueueDataLocked(buf, at, verbs.SendInline)

@@ -251,9 +251,7 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbTail = sendStart(len(c.sbuf))
 	c.sbPosted, c.sbHead = c.sbTail, c.sbTail
-	c.sqDepth = uint64(e.sendWRs)
-	c.sigEvery = max(c.sqDepth/4, 1)
-	c.resizeSendQueueLocked(min(sendStartSlots, e.slots)) // queuegrowth.go
+	c.sq = newSendQueue(e.sendWRs, e.slots)
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
 		return nil, err
@@ -303,7 +301,7 @@ func (c *Conn) releaseVerbs() {
 	c.torn = true
 	// A post in flight, or a poll (the keepalive's), must finish before
 	// the QP and CQ go; a registration, before the protection domain.
-	for c.submitting || c.poll.held || c.registering > 0 {
+	for c.sq.submitting || c.poll.held || c.registering > 0 {
 		c.mu.Unlock()
 		runtime.Gosched()
 		c.mu.Lock()

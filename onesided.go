@@ -76,7 +76,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 		// credit until the peer's program takes it, also keeps one for the
 		// heartbeat's ping, so that a peer that takes none for a while is
 		// not found unresponsive.
-		if c.sqHasRoom() && (!credit || c.canSendNotify()) {
+		if c.sq.hasRoom() && (!credit || c.canSendNotify()) {
 			break
 		}
 		c.mu.Unlock()
@@ -84,8 +84,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 	}
 	r := remoteOps.Get().(*remoteOp)
 	*r = remoteOp{}
-	c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)
-	c.sqOps[(c.sqPosted-1)%uint64(len(c.sqOps))] = r
+	c.sq.ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
 	if credit {
 		c.tx.Credits--
 	}
@@ -105,7 +104,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 }
 
 // awaitOp waits for the completion of the signaled WR r stands for (in
-// sqOps) and returns its status. If the queue pair fails or is closing
+// the send queue's ops) and returns its status. If the queue pair fails or is closing
 // first (perhaps no completion will come), it returns that error after
 // running failedLocked (nil: nothing) under mu; r then stays out of the
 // pool, as a late completion may still fill it in.

@@ -1,7 +1,5 @@
 package rdma
 
-import "github.com/rdmanet/rdma/verbs"
-
 // A Conn's per-WR arrays follow its traffic: a server holds thousands of
 // idle connections, so the send queue's slots (the WRs, their SGEs, the
 // send buffer offsets and one-sided operations they complete) start at
@@ -15,35 +13,6 @@ const (
 	sendStartSlots  = 8
 	notesStartSlots = 4
 )
-
-// resizeSendQueueLocked gives the send queue n slots, moving the WRs from
-// the oldest not completed (sqDone) to the newest queued to their slots in
-// the new arrays. A submit posting from the old arrays outside mu reads
-// entries that are never written again.
-func (c *Conn) resizeSendQueueLocked(n int) {
-	sq := make([]verbs.SendWR, n)
-	sge := make([]verbs.SGE, n)
-	ends := make([]uint64, n)
-	ops := make([]*remoteOp, n)
-	for seq := c.sqDone; seq != c.sqPosted; seq++ {
-		o, s := seq%uint64(len(c.sq)), seq%uint64(n)
-		sq[s], ends[s], ops[s] = c.sq[o], c.sqEnds[o], c.sqOps[o]
-		if len(sq[s].SG) > 0 {
-			sge[s] = c.sqSGE[o]
-			sq[s].SG = sge[s : s+1]
-		}
-	}
-	c.sq, c.sqSGE, c.sqEnds, c.sqOps = sq, sge, ends, ops
-}
-
-// sendSlotLocked returns the send queue slot of the next WR, growing the
-// queue if the slot still holds one not completed.
-func (c *Conn) sendSlotLocked() uint64 {
-	if c.sqPosted-c.sqDone >= uint64(len(c.sq)) && len(c.sq) < c.slots {
-		c.resizeSendQueueLocked(min(2*len(c.sq), c.slots))
-	}
-	return c.sqPosted % uint64(len(c.sq))
-}
 
 // noteRoomLocked makes room in the notification ring for one more,
 // reporting false when RecvDepth are held (the peer broke the credits).
@@ -72,7 +41,7 @@ func (c *Conn) trimIdle(moved *uint64) {
 	m := c.tx.Tail + c.rx.Tail
 	idle := m == *moved
 	*moved = m
-	grown := len(c.sq) > sendStartSlots || len(c.notes) > 0 && c.notesLen == 0
+	grown := len(c.sq.wrs) > sendStartSlots || len(c.notes) > 0 && c.notesLen == 0
 	c.mu.Unlock()
 	if !idle || !grown {
 		return
@@ -80,11 +49,10 @@ func (c *Conn) trimIdle(moved *uint64) {
 	c.tryPoll() // apply the completions that wait, the last probe's say
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.torn || c.submitting || c.sqReserved > 0 || !c.sqIdle() || c.tx.Tail+c.rx.Tail != m {
+	if c.torn || c.tx.Tail+c.rx.Tail != m {
 		return
 	}
-	if len(c.sq) > sendStartSlots {
-		c.resizeSendQueueLocked(sendStartSlots)
+	if c.sq.trim() {
 		c.stats.trims++
 	}
 	if c.notesLen == 0 {

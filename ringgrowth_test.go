@@ -165,13 +165,13 @@ func TestOfferWaitsForReservedWrite(t *testing.T) {
 	defer c.mu.Unlock()
 	c.rx.Tail = growAfterRings * c.rx.Size // as if the peer had streamed
 	c.rx.Head, c.rx.Credited = c.rx.Tail, c.rx.Tail
-	posted := c.sqPosted
-	c.sqReserved++ // a Write between its reservation and its queueing
+	posted := c.sq.posted
+	c.sq.reserved++ // a Write between its reservation and its queueing
 	c.offerRingLocked()
 	assert.Zero(t, c.rx.Next, "no offer while a write is reserved")
-	assert.Equal(t, posted, c.sqPosted)
-	c.sqReserved--
+	assert.Equal(t, posted, c.sq.posted)
+	c.sq.reserved--
 	c.offerRingLocked()
 	assert.Equal(t, uint64(defaultRingSize), c.rx.Next, "offered once the write is queued")
-	assert.Equal(t, posted+1, c.sqPosted)
+	assert.Equal(t, posted+1, c.sq.posted)
 }

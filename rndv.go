@@ -116,7 +116,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		}
 		// As a data write: one credit stays for the credit message. A
 		// bind takes a send slot more.
-		if c.canSendData() && (x.mw == nil || c.sqUsed()+1 < c.sqDepth) {
+		if c.canSendData() && (x.mw == nil || c.sq.used()+1 < c.sq.depth) {
 			break
 		}
 		c.mu.Unlock()
@@ -273,7 +273,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 			c.mu.Unlock()
 			return c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if c.sqHasRoom() {
+		if c.sq.hasRoom() {
 			break
 		}
 		c.mu.Unlock()
@@ -287,8 +287,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	// on rxe a single 1 MiB READ (ReadRemote) runs at 0.92x ib_read_bw.
 	r := remoteOps.Get().(*remoteOp)
 	*r = remoteOp{}
-	c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)
-	c.sqOps[(c.sqPosted-1)%uint64(len(c.sqOps))] = r
+	c.sq.ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
 	// The bytes count as read now (if the READ fails, so does the
 	// connection): the done message may then go in this post, and the
 	// peer's next descriptor, which may follow the done before this READ's

@@ -138,8 +138,7 @@ func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
 	zc.mwKey = verbs.NextRKey(zc.mwKey)
 	zc.mwBind = verbs.MWBind{MW: x.mw, MR: x.bufMR, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
 		Access: verbs.AccessRemoteRead, RKey: zc.mwKey}
-	c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)
-	c.sq[(c.sqPosted-1)%uint64(len(c.sq))].Bind = &zc.mwBind
+	c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = &zc.mwBind
 	x.key, x.windowBound = zc.mwKey, true
 	return x.key
 }
@@ -172,7 +171,7 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 			c.dropWindow()
 			return
 		}
-		if c.sqHasRoom() {
+		if c.sq.hasRoom() {
 			break
 		}
 		c.mu.Unlock()
@@ -180,10 +179,9 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 	}
 	r := remoteOps.Get().(*remoteOp)
 	*r = remoteOp{}
-	c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
-	last := (c.sqPosted - 1) % uint64(len(c.sq))
-	c.sq[last].InvalidateRKey = rkey
-	c.sqOps[last] = r
+	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
+	c.sq.wrs[s].InvalidateRKey = rkey
+	c.sq.ops[s] = r
 	c.unlockSubmit()
 	if st, err := c.awaitOp(r, nil); err != nil || st != verbs.WCSuccess {
 		c.dropWindow()

@@ -161,12 +161,12 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	}
 	require.NotNil(t, s.timed, "a soft connection's watch is the timer")
 	s.mu.Lock()
-	posted := s.sqPosted
+	posted := s.sq.posted
 	s.mu.Unlock()
 	require.NoError(t, r.id.Disconnect())
 	assert.Eventually(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.sqPosted > posted
+		return s.sq.posted > posted
 	}, 5*time.Second, 5*time.Millisecond, "no probe after the peer's disconnect")
 }

@@ -327,8 +327,8 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 func (c *Conn) Stats() ConnStats {
 	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connStats) error {
 		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
-		s.SendDepth, s.RecvDepth = int(c.sqDepth), c.recvWRs
-		s.SendsPending, s.RecvsPosted = int(c.sqPosted-c.sqDone), c.recvPosted
+		s.SendDepth, s.RecvDepth = int(c.sq.depth), c.recvWRs
+		s.SendsPending, s.RecvsPosted = int(c.sq.posted-c.sq.done), c.recvPosted
 		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
 		s.SendBuffered = int(c.sbTail - c.sbHead)
 		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
