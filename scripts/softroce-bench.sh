@@ -99,6 +99,11 @@ for s in $SIZES; do
 			./rdmacore.test -test.run '^\$' -test.bench 'PingPongBusyPollTwoGoroutines' -test.benchtime ${LATENCY_COUNT}x |
 				awk '/^BenchmarkPingPongBusyPollTwoGoroutines\/yield10us/ {printf "verbs-busy-2g pingpong 64 0 %.2f %.2f\n", \$3/1000, \$5/1000}
 					/^BenchmarkPingPongBusyPollTwoGoroutines\/noyield/ {printf "verbs-busy-2g-noyield pingpong 64 0 %.2f %.2f\n", \$3/1000, \$5/1000}'
+			# and in two processes, as rstream and rdma-busy run (the
+			# answering process's own lines go to stderr)
+			./rdmacore.test -test.run '^\$' -test.bench 'PingPongBusyPollTwoProcesses' -test.benchtime ${LATENCY_COUNT}x 2>/dev/null |
+				awk '/^BenchmarkPingPongBusyPollTwoProcesses\/yield10us/ {printf "verbs-busy-2p pingpong 64 0 %.2f %.2f\n", \$3/1000, \$5/1000}
+					/^BenchmarkPingPongBusyPollTwoProcesses\/noyield/ {printf "verbs-busy-2p-noyield pingpong 64 0 %.2f %.2f\n", \$3/1000, \$5/1000}'
 		fi
 		if [ -x ./softroce-bench-base ]; then
 			./softroce-bench-base -test pingpong -size \$s -count \$(count \$s) -net rdma |
@@ -200,6 +205,13 @@ awk '
 				median("verbs-busy-2g pingpong 64") / median("rstream pingpong 64"), median("verbs-busy-2g-noyield pingpong 64") / median("rstream pingpong 64"),
 				medratio("verbs-busy-2g pingpong 64", "rstream pingpong 64"), medratio("verbs-busy-2g-noyield pingpong 64", "rstream pingpong 64"),
 				median("rdma-busy pingpong 64") / median("verbs-busy-2g pingpong 64")
+		if (("verbs-busy-2p pingpong 64") in mb && cnt["rstream pingpong 64"])
+			printf "64 B round trip (us), Go with nothing else in two processes (raw verbs busy-polling, as rstream and rdma busy run): yielding every 10 us %.1f (median %.1f), never %.1f (median %.1f); %.2fx and %.2fx rstream (by rounds %.2fx, %.2fx); rdma busy/this floor %.2fx (by rounds %.2fx)\n",
+				median("verbs-busy-2p pingpong 64"), p50median("verbs-busy-2p pingpong 64"),
+				median("verbs-busy-2p-noyield pingpong 64"), p50median("verbs-busy-2p-noyield pingpong 64"),
+				median("verbs-busy-2p pingpong 64") / median("rstream pingpong 64"), median("verbs-busy-2p-noyield pingpong 64") / median("rstream pingpong 64"),
+				medratio("verbs-busy-2p pingpong 64", "rstream pingpong 64"), medratio("verbs-busy-2p-noyield pingpong 64", "rstream pingpong 64"),
+				median("rdma-busy pingpong 64") / median("verbs-busy-2p pingpong 64"), medratio("rdma-busy pingpong 64", "verbs-busy-2p pingpong 64")
 		if (("verbs pingpong 64") in mb)
 			printf "64 B round trip (us): ib_send_lat %.1f (busy), raw verbs events %.1f (one goroutine) %.1f (a goroutine per end); rdma busy/ib_send_lat %.2fx, rdma default/raw verbs %.2fx, rdma one process/raw verbs a goroutine per end %.2fx (<1: rdma.Conn faster)\n",
 				median("ib_send_lat pingpong 64"), median("verbs pingpong 64"), median("verbs-2g pingpong 64"),

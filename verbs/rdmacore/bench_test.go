@@ -118,6 +118,24 @@ func pollRecv(e *end, wc []verbs.WC) (got bool, n int, err error) {
 	return wc[0].Opcode&verbs.WCRecv != 0, n, nil
 }
 
+// spinForRecv busy-polls e's CQ until a receive completes, yielding the P
+// every yieldEvery of empty polls (0: never).
+func spinForRecv(e *end, wc []verbs.WC, yieldEvery time.Duration) error {
+	last := time.Now()
+	for {
+		got, n, err := pollRecv(e, wc)
+		if got || err != nil {
+			return err
+		}
+		if n == 0 && yieldEvery > 0 {
+			if now := time.Now(); now.Sub(last) >= yieldEvery {
+				runtime.Gosched()
+				last = now
+			}
+		}
+	}
+}
+
 // BenchmarkPingPongEventsTwoGoroutines is PingPongEvents with each end on a
 // goroutine of its own, as two connections' Reads are: the difference from
 // PingPongEvents is what Go's scheduler adds when a completion must wake
@@ -205,22 +223,7 @@ func BenchmarkPingPongBusyPollTwoGoroutines(b *testing.B) {
 func pingPongBusyTwoGoroutines(b *testing.B, writeImm bool, yieldEvery time.Duration) {
 	p := newPingPair(b, writeImm)
 	srv, cli := p.srv, p.cli
-	// recv busy-polls e's CQ until its receive completes.
-	recv := func(e *end, wc []verbs.WC) error {
-		last := time.Now()
-		for {
-			got, n, err := pollRecv(e, wc)
-			if got || err != nil {
-				return err
-			}
-			if n == 0 && yieldEvery > 0 {
-				if now := time.Now(); now.Sub(last) >= yieldEvery {
-					runtime.Gosched()
-					last = now
-				}
-			}
-		}
-	}
+	recv := func(e *end, wc []verbs.WC) error { return spinForRecv(e, wc, yieldEvery) }
 	rtts := make([]time.Duration, b.N)
 	served := make(chan error, 1)
 	b.ResetTimer()
