@@ -43,13 +43,7 @@ func pingPongTwoProcesses(b *testing.B, yieldEvery time.Duration) {
 		answerPingPong(b, peer, yieldEvery)
 		return
 	}
-	p, err := verbs.Lookup(ProviderName)
-	require.NoError(b, err)
-	ch, err := p.CreateEventChannel()
-	require.NoError(b, err)
-	defer ch.Close()
-	listen, err := ch.CreateID()
-	require.NoError(b, err)
+	ch, listen := newChannelID(b)
 	defer listen.Destroy()
 	require.NoError(b, listen.BindAddr(&net.TCPAddr{IP: ip}))
 	require.NoError(b, listen.Listen(1))
@@ -74,9 +68,7 @@ func pingPongTwoProcesses(b *testing.B, yieldEvery time.Duration) {
 	e := &end{ch: ch}
 	defer e.release()
 	e.setup(b, req.ID)
-	recv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[:4096])}}}
-	send := []verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[8192:8256])}}}
+	recv, send := pingWRs(e)
 	require.NoError(b, e.qp.PostRecv(recv))
 	require.NoError(b, req.ID.Accept(&verbs.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RNRRetryCount: 7}))
 	nextEvent(b, ch, verbs.EventEstablished)
@@ -112,13 +104,7 @@ func answerPingPong(b *testing.B, peer string, yieldEvery time.Duration) {
 	require.NoError(b, err)
 	portNum, err := strconv.Atoi(port)
 	require.NoError(b, err)
-	p, err := verbs.Lookup(ProviderName)
-	require.NoError(b, err)
-	ch, err := p.CreateEventChannel()
-	require.NoError(b, err)
-	defer ch.Close()
-	id, err := ch.CreateID()
-	require.NoError(b, err)
+	ch, id := newChannelID(b)
 	e := &end{ch: ch}
 	defer e.release()
 	require.NoError(b, id.ResolveAddr(nil, &net.TCPAddr{IP: net.ParseIP(host), Port: portNum}, 2*time.Second))
@@ -126,9 +112,7 @@ func answerPingPong(b *testing.B, peer string, yieldEvery time.Duration) {
 	require.NoError(b, id.ResolveRoute(2*time.Second))
 	nextEvent(b, ch, verbs.EventRouteResolved)
 	e.setup(b, id)
-	recv := []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[:4096])}}}
-	send := []verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
-		SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[8192:8256])}}}
+	recv, send := pingWRs(e)
 	require.NoError(b, e.qp.PostRecv(recv))
 	require.NoError(b, id.Connect(&verbs.ConnParam{ResponderResources: 1, InitiatorDepth: 1, RetryCount: 7, RNRRetryCount: 7}))
 	nextEvent(b, ch, verbs.EventEstablished)
@@ -142,4 +126,25 @@ func answerPingPong(b *testing.B, peer string, yieldEvery time.Duration) {
 	// has it.
 	nextEvent(b, ch, verbs.EventDisconnected)
 	require.NoError(b, id.Disconnect())
+}
+
+// newChannelID is an event channel of the provider's, closed when b ends,
+// and an ID on it.
+func newChannelID(b *testing.B) (verbs.EventChannel, verbs.CMID) {
+	p, err := verbs.Lookup(ProviderName)
+	require.NoError(b, err)
+	ch, err := p.CreateEventChannel()
+	require.NoError(b, err)
+	b.Cleanup(func() { ch.Close() })
+	id, err := ch.CreateID()
+	require.NoError(b, err)
+	return ch, id
+}
+
+// pingWRs are the receive and the 64-byte inline SEND an end of the
+// ping-pong posts each round trip.
+func pingWRs(e *end) ([]verbs.RecvWR, []verbs.SendWR) {
+	return []verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[:4096])}}},
+		[]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
+			SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[8192:8256])}}}
 }
