@@ -161,6 +161,14 @@ awk '
 		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
 		return n == 0 ? 0 : (n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2)
 	}
+	# floor prints the busy-polling floor of Go, k (k and k-noyield, 64 B), against
+	# rstream and rdma busy; how says how its ends run
+	function floor(how, k,    y, n, r) {
+		y = k " pingpong 64"; n = k "-noyield pingpong 64"; r = "rstream pingpong 64"
+		printf "64 B round trip (us), Go with nothing else (raw verbs busy-polling, %s): yielding every 10 us %.1f (median %.1f), never %.1f (median %.1f); %.2fx and %.2fx rstream (by rounds %.2fx, %.2fx); rdma busy/this floor %.2fx (by rounds %.2fx)\n",
+			how, median(y), p50median(y), median(n), p50median(n), median(y) / median(r), median(n) / median(r),
+			medratio(y, r), medratio(n, r), median("rdma-busy pingpong 64") / median(y), medratio("rdma-busy pingpong 64", y)
+	}
 	function p50median(key,    n, i, j, t, a) {
 		n = cnt[key]
 		for (i = 1; i <= n; i++) a[i] = p50[key, i]
@@ -199,19 +207,9 @@ awk '
 			printf "64 B round trip (us): raw verbs busy-polling %.1f, rdma busy/raw verbs busy-polling %.2fx\n",
 				median("verbs-busy pingpong 64"), median("rdma-busy pingpong 64") / median("verbs-busy pingpong 64")
 		if (("verbs-busy-2g pingpong 64") in mb && cnt["rstream pingpong 64"])
-			printf "64 B round trip (us), Go with nothing else (raw verbs, a goroutine per end busy-polling, one process): yielding every 10 us %.1f (median %.1f), never %.1f (median %.1f); %.2fx and %.2fx rstream (by rounds %.2fx, %.2fx); rdma busy/this floor %.2fx\n",
-				median("verbs-busy-2g pingpong 64"), p50median("verbs-busy-2g pingpong 64"),
-				median("verbs-busy-2g-noyield pingpong 64"), p50median("verbs-busy-2g-noyield pingpong 64"),
-				median("verbs-busy-2g pingpong 64") / median("rstream pingpong 64"), median("verbs-busy-2g-noyield pingpong 64") / median("rstream pingpong 64"),
-				medratio("verbs-busy-2g pingpong 64", "rstream pingpong 64"), medratio("verbs-busy-2g-noyield pingpong 64", "rstream pingpong 64"),
-				median("rdma-busy pingpong 64") / median("verbs-busy-2g pingpong 64")
+			floor("one process, a goroutine per end", "verbs-busy-2g")
 		if (("verbs-busy-2p pingpong 64") in mb && cnt["rstream pingpong 64"])
-			printf "64 B round trip (us), Go with nothing else in two processes (raw verbs busy-polling, as rstream and rdma busy run): yielding every 10 us %.1f (median %.1f), never %.1f (median %.1f); %.2fx and %.2fx rstream (by rounds %.2fx, %.2fx); rdma busy/this floor %.2fx (by rounds %.2fx)\n",
-				median("verbs-busy-2p pingpong 64"), p50median("verbs-busy-2p pingpong 64"),
-				median("verbs-busy-2p-noyield pingpong 64"), p50median("verbs-busy-2p-noyield pingpong 64"),
-				median("verbs-busy-2p pingpong 64") / median("rstream pingpong 64"), median("verbs-busy-2p-noyield pingpong 64") / median("rstream pingpong 64"),
-				medratio("verbs-busy-2p pingpong 64", "rstream pingpong 64"), medratio("verbs-busy-2p-noyield pingpong 64", "rstream pingpong 64"),
-				median("rdma-busy pingpong 64") / median("verbs-busy-2p pingpong 64"), medratio("rdma-busy pingpong 64", "verbs-busy-2p pingpong 64")
+			floor("two processes, as rstream and rdma busy run", "verbs-busy-2p")
 		if (("verbs pingpong 64") in mb)
 			printf "64 B round trip (us): ib_send_lat %.1f (busy), raw verbs events %.1f (one goroutine) %.1f (a goroutine per end); rdma busy/ib_send_lat %.2fx, rdma default/raw verbs %.2fx, rdma one process/raw verbs a goroutine per end %.2fx (<1: rdma.Conn faster)\n",
 				median("ib_send_lat pingpong 64"), median("verbs pingpong 64"), median("verbs-2g pingpong 64"),

@@ -16,20 +16,27 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// directPair is a direct waiter on an eventfd standing in for a completion
-// channel, and the try that takes its events.
-func directPair(t *testing.T) (*directWaiter, int, func(uintptr) bool) {
+// eventfdChannel is a non-blocking eventfd standing in for a completion
+// channel, closed when t ends, and the try that takes its events.
+func eventfdChannel(t *testing.T) (int, func(uintptr) bool) {
 	t.Helper()
 	ev, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	require.NoError(t, err)
 	t.Cleanup(func() { unix.Close(ev) })
-	d, err := newDirectWaiter(ev)
-	require.NoError(t, err)
-	try := func(fd uintptr) bool {
+	return ev, func(fd uintptr) bool {
 		var b [8]byte
 		_, err := unix.Read(int(fd), b[:])
 		return err != unix.EAGAIN
 	}
+}
+
+// directPair is a direct waiter on an eventfdChannel, the eventfd and the
+// try that takes its events.
+func directPair(t *testing.T) (*directWaiter, int, func(uintptr) bool) {
+	t.Helper()
+	ev, try := eventfdChannel(t)
+	d, err := newDirectWaiter(ev)
+	require.NoError(t, err)
 	return d, ev, try
 }
 

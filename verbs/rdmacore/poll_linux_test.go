@@ -61,16 +61,9 @@ func (w *fdWaiter) registeredFD() int {
 // their own threads, the kernel must not also wake the runtime's epoll_wait
 // for each event.
 func TestOnDemandWaiterLeavesThePoller(t *testing.T) {
-	ev, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	require.NoError(t, err)
-	defer unix.Close(ev)
+	ev, try := eventfdChannel(t)
 	w, err := newOnDemandFDWaiter(ev, "eventfd")
 	require.NoError(t, err)
-	try := func(fd uintptr) bool {
-		var b [8]byte
-		_, err := unix.Read(int(fd), b[:])
-		return err != unix.EAGAIN
-	}
 	require.False(t, w.onPoller(), "on the poller before any wait there")
 	require.False(t, epollTargets(t)[w.fd], "the direct wait's descriptor is in an epoll set")
 
@@ -109,9 +102,7 @@ func TestOnDemandWaiterLeavesThePoller(t *testing.T) {
 // A waiter for the life of its descriptor (a CM event channel's) is on the
 // poller from the start, and close takes it off.
 func TestFDWaiterOnThePollerForLife(t *testing.T) {
-	ev, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	require.NoError(t, err)
-	defer unix.Close(ev)
+	ev, _ := eventfdChannel(t)
 	w, err := newFDWaiter(ev, "eventfd")
 	require.NoError(t, err)
 	reg := w.registeredFD()
