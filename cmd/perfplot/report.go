@@ -1,52 +1,19 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"io"
+
+	"github.com/rdmanet/rdma/internal/perfreport"
 )
 
-// report is the part of rdmaperf's JSON report (rdmaperf -json-file) that
-// the plots use. It is declared here rather than imported: this module reads
-// the file, and keeps its plotting dependencies out of the rdma module.
-type report struct {
-	Tool      string   `json:"tool"`
-	Mode      string   `json:"mode"`
-	Server    string   `json:"server"`
-	Parallel  int      `json:"parallel"`
-	Rounds    int      `json:"rounds"`
-	GoVersion string   `json:"go_version"`
-	CPUs      int      `json:"cpus"`
-	Results   []result `json:"results"`
-}
-
-type result struct {
-	Test      string  `json:"test"` // "stream" or "latency"
-	Size      int     `json:"size"`
-	Transport string  `json:"transport"` // "rdma" or "tcp"
-	Provider  string  `json:"provider"`
-	Median    measure `json:"median"`
-}
-
-type measure struct {
-	BytesPerSec float64 `json:"bytes_per_sec"`
-	P50Ns       int64   `json:"p50_ns"`
-}
+// The report's schema is rdmaperf's, declared once in internal/perfreport.
+type (
+	report = perfreport.Report
+	result = perfreport.Result
+)
 
 // readReport decodes and checks a report.
-func readReport(r io.Reader) (*report, error) {
-	var rep report
-	if err := json.NewDecoder(r).Decode(&rep); err != nil {
-		return nil, err
-	}
-	if rep.Tool != "rdmaperf" {
-		return nil, fmt.Errorf("not an rdmaperf report (tool %q)", rep.Tool)
-	}
-	if len(rep.Results) == 0 {
-		return nil, fmt.Errorf("the report has no results")
-	}
-	return &rep, nil
-}
+func readReport(r io.Reader) (*report, error) { return perfreport.Read(r) }
 
 // series is one line of a plot: a transport's figure at each size.
 type series struct {

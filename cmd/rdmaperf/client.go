@@ -64,59 +64,6 @@ type worker struct {
 	err        error
 }
 
-// measure is one run's (or the median of several runs') figures.
-type measure struct {
-	Bytes       int64   `json:"bytes"`
-	Messages    int64   `json:"messages"`
-	Seconds     float64 `json:"seconds"`
-	BytesPerSec float64 `json:"bytes_per_sec"`
-	MsgsPerSec  float64 `json:"msgs_per_sec"`
-	// Round-trip latency, in nanoseconds (latency tests only).
-	MinNs  int64 `json:"min_ns,omitempty"`
-	MeanNs int64 `json:"mean_ns,omitempty"`
-	P50Ns  int64 `json:"p50_ns,omitempty"`
-	P99Ns  int64 `json:"p99_ns,omitempty"`
-	P999Ns int64 `json:"p999_ns,omitempty"`
-	MaxNs  int64 `json:"max_ns,omitempty"`
-	// CPU time over wall time, warm-up included (1 = one core all the
-	// time), of the client process and of the server process. With an
-	// in-process server both are the same process's.
-	ClientCPU float64 `json:"client_cpu"`
-	ServerCPU float64 `json:"server_cpu"`
-	// CPU time (user plus system) per message, in nanoseconds, of the
-	// client process and of the server process, warm-up included on both
-	// sides (a latency test's message is one round trip). With an
-	// in-process server, the client's figure counts both ends and the
-	// server's is 0.
-	ClientCPUPerMsgNs int64 `json:"client_cpu_per_msg_ns"`
-	ServerCPUPerMsgNs int64 `json:"server_cpu_per_msg_ns"`
-	// Conn is what the client's rdma conns counted (rdma.ConnStats), per
-	// message as above, warm-up included; absent for TCP.
-	Conn *connFigures `json:"conn,omitempty"`
-}
-
-// connFigures are the client conns' statistics over one test, per message
-// of the test (a latency test's message is a round trip). A message of
-// the test is not a message of rdma.ConnStats, which counts data writes on
-// the wire.
-type connFigures struct {
-	Path              string  `json:"path"`                  // rdma.ConnStats.Path: rdmacore, soft-shm, soft-tcp
-	WriteWaitsPerMsg  float64 `json:"write_waits_per_msg"`   // Writes' waits for credits, peer ring or send buffer
-	WriteWaitNsPerMsg float64 `json:"write_wait_ns_per_msg"` // and the time they waited
-	SleepsPerMsg      float64 `json:"sleeps_per_msg"`        // sleeps on the completion channel
-	SpinsPerMsg       float64 `json:"spins_per_msg"`         // busy-polls begun
-	SpinsCaughtShare  float64 `json:"spins_caught_share"`    // of those, the share that caught a completion
-	WireMsgsPerMsg    float64 `json:"wire_msgs_per_msg"`     // data writes on the wire, both ways
-	RndvPerMsg        float64 `json:"rndv_per_msg"`          // rendezvous transfers, both ways (zero-copy Writes)
-	// Reads that returned data, by how the data came: the shares of
-	// at_once, handed (another caller polled it in), spun and slept.
-	ReadsAtOnce float64 `json:"reads_at_once"`
-	ReadsHanded float64 `json:"reads_handed"`
-	ReadsSpun   float64 `json:"reads_spun"`
-	ReadsSlept  float64 `json:"reads_slept"`
-	RingGrowths uint64  `json:"ring_growths"` // receive rings and send buffers that grew
-}
-
 // connStats sums the statistics of the rdma conns among cs over msgs
 // messages of a test; nil if none is an rdma conn.
 func connStats(cs []net.Conn, msgs int64) *connFigures {

@@ -48,9 +48,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if o.json {
-		return rep.writeJSON(stdout)
+		return rep.WriteJSON(stdout)
 	}
-	return rep.writeTable(stdout)
+	return writeTable(rep, stdout)
 }
 
 func writeJSONFile(rep *report, path string) error {
@@ -58,7 +58,7 @@ func writeJSONFile(rep *report, path string) error {
 	if err != nil {
 		return err
 	}
-	if err := rep.writeJSON(f); err != nil {
+	if err := rep.WriteJSON(f); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: %w", path, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/rdmanet/rdma/internal/perfreport"
 )
 
 // The control protocol. Every test connection starts with a fixed-size
@@ -66,9 +68,9 @@ type header struct {
 func kindName(k uint8) string {
 	switch k {
 	case kindStream:
-		return "stream"
+		return perfreport.TestStream
 	case kindLatency:
-		return "latency"
+		return perfreport.TestLatency
 	}
 	return fmt.Sprintf("kind(%d)", k)
 }

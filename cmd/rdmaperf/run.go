@@ -69,7 +69,7 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 						i = len(rep.Results)
 						index[k] = i
 						rep.Results = append(rep.Results, result{Test: kindName(kind), Size: size,
-							Transport: tr.name, Provider: provider, Parallel: o.parallel, kind: kind})
+							Transport: tr.name, Provider: provider, Parallel: o.parallel})
 					}
 					rep.Results[i].Rounds = append(rep.Results[i].Rounds, m)
 					prog.done(label, kind, m)
@@ -78,9 +78,9 @@ func runClient(ctx context.Context, o *options, stderr io.Writer) (*report, erro
 		}
 	}
 	if o.memcpy {
-		rep.addMemcpy(o)
+		addMemcpy(rep, o)
 	}
-	rep.finish()
+	rep.Finish()
 	return rep, nil
 }
 
@@ -277,9 +277,9 @@ func (p *progress) stop() {
 // addMemcpy measures single-core memory copy bandwidth at each stream size
 // (Go's copy between two buffers of that size, about 200 ms a round), the
 // reference line of a run: what one core moves when all it does is copy.
-func (r *report) addMemcpy(o *options) {
+func addMemcpy(r *report, o *options) {
 	for _, size := range o.sizesFor(kindStream) {
-		res := result{Test: "stream", Size: size, Transport: "memcpy", Parallel: 1, kind: kindStream}
+		res := result{Test: "stream", Size: size, Transport: "memcpy", Parallel: 1}
 		src, dst := make([]byte, size), make([]byte, size)
 		for i := range src {
 			src[i] = byte(i)
