@@ -46,11 +46,11 @@ BASE_REV=${BASE_REV:-}
 OUT=build/softroce-bench
 rm -rf "$OUT"
 mkdir -p "$OUT"
-$GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
+$GO build -o "$OUT/softroce-bench" ./cmd/softroce-bench
 if [ -n "$BASE_REV" ]; then
 	base=$(mktemp -d)
 	git worktree add -q --detach "$base" "$BASE_REV"
-	(cd "$base" && $GO build -o "$OLDPWD/$OUT/softroce-bench-base" ./scripts/softroce-bench)
+	(cd "$base" && $GO build -o "$OLDPWD/$OUT/softroce-bench-base" ./cmd/softroce-bench)
 	git worktree remove --force "$base"
 fi
 $GO test -c -o "$OUT/rdmacore.test" ./verbs/rdmacore

@@ -22,7 +22,7 @@ OUT=build/softroce-onesided
 rm -rf "$OUT"
 mkdir -p "$OUT"
 $GO test -c -o "$OUT/rdma.test" .
-$GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
+$GO build -o "$OUT/softroce-bench" ./cmd/softroce-bench
 
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # softroce-trace.sh: trace rdma.Conn's 64 B ping-pong with the guest kernel's
 # ftrace, to see what the slow round trips were. In one Soft-RoCE guest run
-# the two-process ping-pong of scripts/softroce-bench runs while ftrace
+# the two-process ping-pong of cmd/softroce-bench runs while ftrace
 # records scheduler switches and wake-ups, soft IRQs, timer expiries and the
 # futex, nanosleep and epoll_pwait calls; the client marks each round trip
 # slower than MARK_OVER in the trace. The trace is left in
@@ -20,7 +20,7 @@ FLAGS=${FLAGS:--busypoll}
 OUT=build/softroce-trace
 rm -rf "$OUT"
 mkdir -p "$OUT"
-$GO build -o "$OUT/softroce-bench" ./scripts/softroce-bench
+$GO build -o "$OUT/softroce-bench" ./cmd/softroce-bench
 
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh
