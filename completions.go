@@ -312,10 +312,6 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 	r.f.mu.Unlock()
 }
 
-// peerKeptCredits is how many message credits a writer keeps back: one
-// for a credit message, one for a heartbeat's ping (canSendNotify).
-const peerKeptCredits = 2
-
 // maxPollBatches bounds one tryPoll: what a CQ of the deepest queues
 // holds, so that completions arriving as fast as it applies them cannot
 // keep the watch's tick from its other work.
@@ -645,14 +641,11 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	c.received += uint64(reposts)
 	c.repostDue += reposts
 	c.repostHeld += held
-	// What the peer may still consume is what is posted and credited (a
-	// notification's receive is credited once the program takes it). A
-	// writer keeps its last credits for a credit message and a ping; when
-	// the peer is down to those (notifications its program has not taken
-	// hold the rest), what is due goes back now rather than with the next
-	// batch, or its pings, and so the connection, would starve.
-	starved := c.recvPosted-c.rx.Owed-c.notesLen <= peerKeptCredits
-	if c.repostDue > 0 && (c.repostDue >= c.repostBatch || starved) && c.err == nil && !c.torn {
+	// The credit rule (internal/stream/credits.go) says when receives go
+	// back and credit with them: a notification's receive is credited
+	// once the program takes it (notesLen hold theirs).
+	starved := c.rx.Starved(c.recvPosted, c.notesLen)
+	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.err == nil && !c.torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
 			c.failLocked(err)
 		} else {

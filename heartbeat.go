@@ -129,7 +129,7 @@ func (c *Conn) controlLocked(code uint32) bool {
 		return false
 	}
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(code), nil, c.tx.Addr, 0, true)
-	c.tx.Credits--
+	c.tx.Spend()
 	return true
 }
 

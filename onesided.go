@@ -86,7 +86,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 	*r = remoteOp{}
 	c.sq.ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
 	if credit {
-		c.tx.Credits--
+		c.tx.Spend()
 	}
 	c.unlockSubmit()
 	st, err := c.awaitOp(r, func() {

@@ -147,7 +147,7 @@ func (c *Conn) offerRingLocked() {
 	msg := b.buf[len(b.buf):cap(b.buf)][:stream.RingMsgLen]
 	stream.RingMsg{Addr: b.mr.Addr(), Key: b.mr.RKey(), Log: log}.Marshal(msg)
 	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRing), b.mr, msg, c.tx.Addr+c.tx.Size, c.tx.RKey, 0, false)
-	c.tx.Credits--
+	c.tx.Spend()
 	c.rx.Offer(log)
 	g.next = b
 }

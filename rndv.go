@@ -340,7 +340,7 @@ func (c *Conn) sendRndvDoneLocked() {
 		return
 	}
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.tx.Addr, verbs.SendFence, false)
-	c.tx.Credits--
+	c.tx.Spend()
 	c.rndvDoneDue = false
 	c.talkedLocked()
 }

@@ -154,25 +154,18 @@ func (q *sendQueue) unsubmitted() []verbs.SendWR {
 	return q.wrs[h:t]
 }
 
-// The connection's checks of what may be queued, which weigh the peer's
-// message credits with the queue's room.
+// The connection's checks of what may be queued: the credit rule's
+// answer (internal/stream/credits.go) and a queue slot.
 
-// canSendData reports whether a data write may be queued: a queue slot,
-// and a message credit beyond the one kept for the credit message that
-// unblocks the peer's writer. Control messages (FIN, heartbeats, a
-// rendezvous's) keep that credit too.
-func (c *Conn) canSendData() bool { return c.tx.Credits >= 2 && c.sq.hasRoom() }
+// canSendData reports whether a data write or a control message (FIN,
+// heartbeat, a rendezvous's, a ring offer) may be queued.
+func (c *Conn) canSendData() bool { return c.tx.MayData() && c.sq.hasRoom() }
 
-// canSendNotify reports whether a one-sided notification may be queued:
-// as a data write, and one credit more, kept for the heartbeat's ping. A
-// notification holds its credit until the peer's program takes it
-// (onesided.go), so without that one a peer that takes none for a while
-// could not be pinged and would be found unresponsive.
-func (c *Conn) canSendNotify() bool { return c.tx.Credits > peerKeptCredits && c.sq.hasRoom() }
+// canSendNotify reports whether a one-sided notification may be queued.
+func (c *Conn) canSendNotify() bool { return c.tx.MayNotify() && c.sq.hasRoom() }
 
-// canSendCredit reports whether a credit message may be queued: a queue
-// slot and the last message credit.
-func (c *Conn) canSendCredit() bool { return c.tx.Credits >= 1 && c.sq.hasRoom() }
+// canSendCredit reports whether a credit message may be queued.
+func (c *Conn) canSendCredit() bool { return c.tx.MayCredit() && c.sq.hasRoom() }
 
 // reserveLocked claims room for the next RDMA write of at most want bytes:
 // peer ring space, a message credit and a send queue slot, and send buffer
@@ -320,7 +313,7 @@ func (c *Conn) creditLocked(force bool) {
 	}
 	c.creditWant = false
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCredit(recvs, units), nil, c.tx.Addr, 0, false)
-	c.tx.Credits--
+	c.tx.Spend()
 	c.rx.Credit(recvs, units)
 }
 
@@ -329,7 +322,7 @@ func (c *Conn) creditLocked(force bool) {
 func (c *Conn) sendFinLocked() {
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlFin), nil, c.tx.Addr, 0, true)
 	c.finSent = true
-	c.tx.Credits--
+	c.tx.Spend()
 }
 
 // postProbeLocked queues a signaled zero-length RDMA write: no receive is

@@ -81,22 +81,6 @@ func (r *Recv) Buffered() uint64 { return r.Tail - r.Head }
 // Consume marks n bytes read.
 func (r *Recv) Consume(n int) { r.Head += uint64(n) }
 
-// CreditDue says what a credit message would return now: ring bytes in
-// units, and receive WRs; due when a quarter of either window is owed, or
-// when force and anything is.
-func (r *Recv) CreditDue(force bool) (recvs int, units uint64, due bool) {
-	units = min((r.Head-r.Credited)>>r.Shift, CreditBytesMax)
-	recvs = min(r.Owed, CreditRecvMax)
-	due = units<<r.Shift >= r.Size/4 || recvs >= r.Depth/4 || (force && (units > 0 || recvs > 0))
-	return recvs, units, due
-}
-
-// Credit records that a credit message returning recvs and units left.
-func (r *Recv) Credit(recvs int, units uint64) {
-	r.Credited += units << r.Shift
-	r.Owed -= recvs
-}
-
 // data takes in a data write that landed at Tail: in the current ring, or
 // (its generation bit flipped) the first in the ring offered.
 func (r *Recv) data(payload uint64, byteLen uint32) (Kind, error) {
@@ -196,17 +180,6 @@ func (s *Send) Reserve(n uint64) (at uint64, moved bool) {
 
 // ImmData is the immediate of a data write of n bytes, reserved last.
 func (s *Send) ImmData(n int) uint32 { return uint32(n) | s.Gen }
-
-// credit takes in a credit message.
-func (s *Send) credit(recvs int, units uint64, byteLen uint32) error {
-	bytes := units << s.Shift
-	if byteLen != 0 || s.Credits+recvs > s.Depth || bytes > s.Tail-s.Acked {
-		return ErrCreditTooMuch
-	}
-	s.Credits += recvs
-	s.Acked += bytes
-	return nil
-}
 
 // Kind is what a peer's message was.
 type Kind uint8
