@@ -133,10 +133,15 @@ func (c *Conn) start() {
 // Read reads data the peer wrote. It returns as soon as any data is there;
 // io.EOF once the peer has closed its sending side and everything before
 // that was read.
-func (c *Conn) Read(b []byte) (nr int, err error) {
+func (c *Conn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	for c.readGoesOn(&err) {
+	for {
+		c.mu.Lock()
+		if err := c.readStopLocked(); err != nil {
+			c.mu.Unlock()
+			return 0, err
+		}
 		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
 			n := zc.readBounce(b)
@@ -187,7 +192,6 @@ func (c *Conn) Read(b []byte) (nr int, err error) {
 		c.mu.Unlock()
 		c.await(c.rcvReady, &c.rdl, false)
 	}
-	return 0, err
 }
 
 // Write writes b to the connection. It returns once all of b is posted to the
@@ -208,7 +212,12 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 	}
 	for sent := 0; ; {
-		if over, err := c.writeOver(c, sent, len(b)); over {
+		if sent == len(b) && sent > 0 {
+			return sent, nil
+		}
+		c.mu.Lock()
+		if over, err := c.writeOverLocked(c, sent, len(b)); over {
+			c.mu.Unlock()
 			return sent, err
 		}
 		n, at, inline := c.reserveLocked(len(b) - sent)

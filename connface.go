@@ -243,38 +243,26 @@ func closeWrite(r poller, w writeShutter) error {
 	}
 }
 
-// writeOver is a Write's look before each step, for either wire: whether
-// it is over, and its error. A Write that posted all of b (n bytes) is
-// over, whatever happened to the connection since; else the wire's
-// writeErrLocked says why it cannot go on. When the Write is not over,
-// writeOver returns with mu held.
-func (f *connFace) writeOver(w interface{ writeErrLocked() error }, sent, n int) (bool, error) {
-	if sent == n && sent > 0 {
-		return true, nil
-	}
-	f.mu.Lock()
+// writeOverLocked is a Write's look before each step, for either wire,
+// with mu held (it stays held): whether the Write is over, and its error.
+// The wire's writeErrLocked says why it cannot go on; else it is over once
+// it posted all of b (n bytes). A Write that posted all of a non-empty b
+// is over whatever happened to the connection since, and does not look.
+func (f *connFace) writeOverLocked(w interface{ writeErrLocked() error }, sent, n int) (bool, error) {
 	if err := w.writeErrLocked(); err != nil {
-		f.mu.Unlock()
 		return true, f.opErr("write", err)
 	}
-	if sent == n {
-		f.mu.Unlock()
-		return true, nil
-	}
-	return false, nil
+	return sent == n, nil
 }
 
-// readGoesOn is a Read's look before each step, for either wire: false,
-// with *err set, once Close or the deadline ends it; else true, with mu
-// held.
-func (f *connFace) readGoesOn(err *error) bool {
-	f.mu.Lock()
+// readStopLocked is a Read's look before each step, for either wire, with
+// mu held (it stays held): the error that ends the Read once Close or the
+// deadline has, else nil.
+func (f *connFace) readStopLocked() error {
 	if e := f.stopErrLocked(&f.rdl); e != nil {
-		f.mu.Unlock()
-		*err = f.opErr("read", e)
-		return false
+		return f.opErr("read", e)
 	}
-	return true
+	return nil
 }
 
 // trafficClass is what either wire's TrafficClass reports: the traffic

@@ -214,10 +214,15 @@ func (c *RsocketConn) TrafficClass() (int, error) { return c.trafficClass(&c.end
 // Read reads data the peer wrote. It returns as soon as any data is there;
 // io.EOF once the peer has shut down its sending side (or closed, or
 // disconnected) and everything before that was read.
-func (c *RsocketConn) Read(b []byte) (nr int, err error) {
+func (c *RsocketConn) Read(b []byte) (int, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
-	for c.readGoesOn(&err) {
+	for {
+		c.mu.Lock()
+		if err := c.readStopLocked(); err != nil {
+			c.mu.Unlock()
+			return 0, err
+		}
 		off, avail := c.rx.Buffered()
 		if avail > 0 {
 			if len(b) == 0 {
@@ -251,7 +256,6 @@ func (c *RsocketConn) Read(b []byte) (nr int, err error) {
 		}
 		c.await(c.rcvReady, &c.rdl, false)
 	}
-	return 0, err
 }
 
 // Write writes b. It returns once all of b is posted (copied into
@@ -260,7 +264,12 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	for sent := 0; ; {
-		if over, err := c.writeOver(c, sent, len(b)); over {
+		if sent == len(b) && sent > 0 {
+			return sent, nil
+		}
+		c.mu.Lock()
+		if over, err := c.writeOverLocked(c, sent, len(b)); over {
+			c.mu.Unlock()
 			return sent, err
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
