@@ -625,7 +625,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			c.failLocked(errStraySend)
 			continue
 		}
-		c.sbHead = end
+		c.sb.retire(end)
 		if op != nil {
 			op.status, op.done = wc.Status, true
 		}

@@ -21,9 +21,7 @@ type Conn struct {
 
 	endpoint // the verbs resources (endpoint.go), released by Close
 
-	sbufMask uint64
-	sbBase   uint64 // the send buffer position at the current buffer's start (ringgrowth.go)
-	chunk    int    // largest single RDMA write
+	chunk int // largest single RDMA write
 
 	// Guarded by mu (connFace):
 	// The stream's windows: what the peer may write into our ring, and
@@ -37,10 +35,8 @@ type Conn struct {
 	// repostHeld carried notifications.
 	repostDue, repostHeld, repostBatch int
 	// send side
-	sbTail   uint64    // send buffer bytes reserved
-	sbPosted uint64    // send buffer bytes posted
-	sbHead   uint64    // send buffer bytes whose WRs completed
-	sq       sendQueue // the send queue (sendqueue.go)
+	sb sendBuffer // the send staging (sendbuf.go)
+	sq sendQueue  // the send queue (sendqueue.go)
 
 	// Notifications from the peer (onesided.go), a ring of up to recvWRs,
 	// made on the first (queuegrowth.go): each holds back the credit of
@@ -230,19 +226,16 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if inline {
 			// Each queue slot has its own inline staging, so the bytes
 			// stay put until whoever posts the queue gets to them.
-			slot := int(c.sq.posted % uint64(c.slots)) // not the queue's slots: those grow
-			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
+			buf := c.inlineSlotLocked(n)
 			copy(buf, p)
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
 			c.stats.wroteLocked(n, sent == 0) // stats.go
 			c.mu.Unlock()
 		} else {
-			off := (c.sbTail - c.sbBase) & c.sbufMask
-			c.sbTail += uint64(n)
+			buf := c.sb.reserve(uint64(n))
 			c.sq.reserved++
 			c.mu.Unlock()
 			// The reserved bytes are the writer's alone until queued.
-			buf := c.sbuf[off : off+uint64(n)]
 			copy(buf, p)
 			c.mu.Lock()
 			c.sq.reserved--

@@ -62,20 +62,17 @@ func (c *Conn) sendSpace() ([]byte, error) {
 			return nil, c.opErr("write", err)
 		}
 		want := uint64(c.chunk)
-		free, contig := c.sendRoomLocked()
+		free, contig := c.sb.room()
 		if free < want && c.growSendLocked() { // ringgrowth.go
-			free, contig = c.sendRoomLocked()
+			free, contig = c.sb.room()
 		}
 		if contig < want && free >= contig+want {
-			// Skip the buffer's tail, as reserveLocked does; nothing is
-			// reserved and unposted, so the pad counts as posted.
-			c.sbTail += contig
-			c.sbPosted += contig
-			free, contig = c.sendRoomLocked()
+			// Skip the buffer's tail, as reserveLocked does.
+			c.sb.pad(contig)
+			free, contig = c.sb.room()
 		}
 		if contig >= want && free >= want {
-			off := (c.sbTail - c.sbBase) & c.sbufMask
-			buf := c.sbuf[off : off+want]
+			buf := c.sb.next(want)
 			c.mu.Unlock()
 			return buf, nil
 		}
@@ -103,8 +100,7 @@ func (c *Conn) postRead(p []byte) error {
 		if inline {
 			// A sliver that goes inline takes no send buffer room: the
 			// rest moves down to the write position.
-			slot := int(c.sq.posted % uint64(c.slots))
-			buf := c.ibuf[slot*c.inline : slot*c.inline+n]
+			buf := c.inlineSlotLocked(n)
 			copy(buf, p[:n])
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
 			c.stats.wroteLocked(n, first)
@@ -113,7 +109,7 @@ func (c *Conn) postRead(p []byte) error {
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
-			c.sbTail += uint64(n)
+			c.sb.reserve(uint64(n))
 			c.enqueueDataLocked(p[:n], at, 0)
 			c.stats.wroteLocked(n, first)
 			first = false

@@ -97,7 +97,6 @@ type endpoint struct {
 	// Our receive ring, written by the peer; its mailbox (the peer's ring
 	// offers, ringgrowth.go) follows it, up to its capacity.
 	ring    []byte
-	sbuf    []byte // send staging ring (registered, local access)
 	ibuf    []byte // staging for inline sends: one slot of inline bytes per send WR
 	inline  int    // largest write sent inline
 	sendWRs int    // send WRs data and credits may occupy (rdma.Conn's QP has one more, for probes)
@@ -117,7 +116,7 @@ type endpoint struct {
 // speaks a protocol whose rings move; ringgrowth.go); they grow to
 // Config's sizes under load. On failure it releases what it created (not
 // ech and id, which stay the caller's).
-func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (e endpoint, err error) {
+func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (e endpoint, sbuf []byte, err error) {
 	e.ech, e.id = ech, id
 	defer func() {
 		if err != nil {
@@ -126,11 +125,11 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	}()
 	ctx, attr, err := deviceOf(id)
 	if err != nil {
-		return e, err
+		return e, nil, err
 	}
 	sq, rq := fitQueues(attr, cfg.SendDepth, cfg.RecvDepth, 1)
 	if sq < 4 || rq < minDepth {
-		return e, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
+		return e, nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
 	inline := min(cfg.InlineThreshold, attr.MaxInlineData)
 	e.rdAtom = min(maxRdAtom, attr.MaxQPRdAtom, attr.MaxQPInitRdAtom)
@@ -151,21 +150,21 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	ringEnd := ringAt + ringSize + stream.MailboxLen
 	all, err := e.allocate(ringEnd)
 	if err != nil {
-		return e, err
+		return e, nil, err
 	}
 	e.ibuf = all[:ibufSize:ibufSize]
-	e.sbuf = all[ringAt-sbufSize : ringAt : ringAt]
+	sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
 	if err = e.register(ctx, all[ringAt:ringEnd], all[:ringAt]); err != nil {
-		return e, err
+		return e, nil, err
 	}
 	qc := verbs.QPCap{MaxSendWR: sq + 1, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}
 	if err = e.createQP(ctx, &qc); err != nil {
-		return e, err
+		return e, nil, err
 	}
 	e.inline = min(inline, qc.MaxInlineData)
 	e.sendWRs, e.recvWRs = sq, rq
-	return e, nil
+	return e, sbuf, nil
 }
 
 // ctlStaging is the staging of control messages that carry bytes, after
@@ -192,13 +191,6 @@ func ringOffset(ibufSize, sbufSize int) int {
 	page := os.Getpagesize()
 	half := page / 2
 	return (ibufSize+sbufSize-half+page-1)/page*page + half
-}
-
-// sendStart is where a connection's send buffer positions start: the
-// buffer's last half page, which shares its page with the ring's start
-// (ringOffset), or its second half if it is smaller than a page.
-func sendStart(sbufSize int) uint64 {
-	return uint64(sbufSize - min(os.Getpagesize()/2, sbufSize/2))
 }
 
 // release destroys the verbs objects newEndpoint created, in the order the
@@ -242,15 +234,13 @@ func (e *endpoint) release(unacked int) {
 // newConn sets up a connection on id: its verbs resources, and its
 // receives posted.
 func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (*Conn, error) {
-	e, err := newEndpoint(provider, ech, id, cfg, grow)
+	e, sbuf, err := newEndpoint(provider, ech, id, cfg, grow)
 	if err != nil {
 		return nil, err
 	}
 	c := &Conn{endpoint: e, cfg: cfg}
 	c.init(provider, c.poller())
-	c.sbufMask = uint64(len(c.sbuf) - 1)
-	c.sbTail = sendStart(len(c.sbuf))
-	c.sbPosted, c.sbHead = c.sbTail, c.sbTail
+	c.sb = newSendBuffer(sbuf)
 	c.sq = newSendQueue(e.sendWRs, e.slots)
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()

@@ -202,7 +202,7 @@ func (g *growth) leftPrev(rx *stream.Recv) {
 // stay where they are, and new ones start at the new buffer's start. It
 // says whether it did.
 func (c *Conn) growSendLocked() bool {
-	if len(c.sbuf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.mr != nil) {
+	if len(c.sb.buf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.mr != nil) {
 		return false
 	}
 	g := c.growthLocked()
@@ -211,13 +211,12 @@ func (c *Conn) growSendLocked() bool {
 		g.failed = true
 		return false
 	}
-	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sbuf}, c.sq.posted
-	g.sendMem, c.sendMR, c.sbuf = b.mem, b.mr, b.buf
-	c.sbufMask = uint64(len(c.sbuf) - 1)
-	c.sbBase = c.sbTail
+	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sb.buf}, c.sq.posted
+	g.sendMem, c.sendMR = b.mem, b.mr
+	c.sb.moveTo(b.buf)
 	c.setChunkLocked()
 	c.stats.sendGrowths++
-	c.logGrowth("send buffer", len(g.prevSend.buf), len(c.sbuf))
+	c.logGrowth("send buffer", len(g.prevSend.buf), len(c.sb.buf))
 	return true
 }
 
@@ -241,5 +240,5 @@ func (g *growth) retireSend(sqDone uint64) {
 // setChunkLocked bounds a single RDMA write by a quarter of the peer's
 // ring and of the send buffer (and maxChunk), as they are now.
 func (c *Conn) setChunkLocked() {
-	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sbuf)/4)
+	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sb.buf)/4)
 }

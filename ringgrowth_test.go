@@ -18,7 +18,7 @@ func ringSizes(c *Conn) (ring, sbuf int, held bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	held = c.grow != nil && (c.grow.prev.mr != nil || c.grow.prevSend.mr != nil || c.grow.next.mr != nil)
-	return len(c.ring), len(c.sbuf), held
+	return len(c.ring), len(c.sb.buf), held
 }
 
 // A connection starts small, stays small while it exchanges a few

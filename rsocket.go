@@ -30,6 +30,7 @@ type RsocketConn struct {
 
 	sgl  []byte // target SGL: the peer grants regions of its rbuf here
 	rbuf []byte
+	sbuf []byte // the send buffer
 	ctrl []byte // one SGE per control slot, for region grants
 	peer rsocket.ConnData
 

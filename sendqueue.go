@@ -190,9 +190,9 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	}
 	n64 = min(n64, toEnd) // one write does not wrap the ring
 	if int(n64) > c.inline {
-		free, contig := c.sendRoomLocked()
+		free, contig := c.sb.room()
 		if free < n64 && c.growSendLocked() { // ringgrowth.go
-			free, contig = c.sendRoomLocked()
+			free, contig = c.sb.room()
 		}
 		pad := uint64(0)
 		if contig < n64 {
@@ -202,10 +202,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 			c.stats.sendBufWaits++
 			return 0, 0, false
 		}
-		// Nothing is reserved and unposted here (the writer posts before it
-		// reserves again), so the pad counts as posted at once.
-		c.sbTail += pad
-		c.sbPosted += pad
+		c.sb.pad(pad)
 	}
 	n = int(n64)
 	at, moved := c.tx.Reserve(n64)
@@ -215,11 +212,13 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	return n, at, n <= c.inline
 }
 
-// sendRoomLocked is how many send buffer bytes are free, and how many of
-// those follow in a row before the buffer's end.
-func (c *Conn) sendRoomLocked() (free, contig uint64) {
-	size := uint64(len(c.sbuf))
-	return size - (c.sbTail - max(c.sbHead, c.sbBase)), size - (c.sbTail-c.sbBase)&c.sbufMask
+// inlineSlotLocked is the inline staging of the next send WR, n bytes of
+// it: each queue slot has its own (the send queue's first slots: those
+// grow, the staging does not), so the bytes stay put until whoever posts
+// the queue gets to them.
+func (c *Conn) inlineSlotLocked(n int) []byte {
+	slot := int(c.sq.posted % uint64(c.slots))
+	return c.ibuf[slot*c.inline : slot*c.inline+n]
 }
 
 // enqueueDataLocked queues the data write of buf (in the send buffer or an
@@ -227,7 +226,7 @@ func (c *Conn) sendRoomLocked() (free, contig uint64) {
 func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 	n := uint64(len(buf))
 	if flags&verbs.SendInline == 0 {
-		c.sbPosted += n
+		c.sb.post(n)
 	}
 	c.stats.msgsSent++
 	c.talkedLocked()
@@ -247,15 +246,13 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 // slot, where a caller puts what the WR carries beyond these (a bind, the
 // operation waiting for its completion).
 func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) uint64 {
-	// Past half the send buffer every send is signaled, so that the
-	// writer's room comes back before it runs out.
-	signal = signal || c.sbTail-c.sbHead >= uint64(len(c.sbuf))/2
+	signal = signal || c.sb.halfFull()
 	wr := verbs.SendWR{Opcode: op, Flags: flags, Imm: imm, RemoteAddr: addr, RKey: rkey}
 	if len(buf) == 0 {
-		return c.sq.push(wr, nil, c.sbPosted, signal)
+		return c.sq.push(wr, nil, c.sb.posted, signal)
 	}
 	sge := verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: mr.LKey()}
-	return c.sq.push(wr, &sge, c.sbPosted, signal)
+	return c.sq.push(wr, &sge, c.sb.posted, signal)
 }
 
 // submit posts the queued send WRs, in order. One goroutine at a time holds

@@ -54,10 +54,11 @@ func TestFirstWritesShareAPage(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for _, conn := range []net.Conn{c, s} {
-			e := &conn.(*Conn).endpoint
+			cn := conn.(*Conn)
+			e := &cn.endpoint
 			assert.Equal(t, 1, residentPages(t, e.mem.Bytes()), "resident pages of a memory block")
 			page := uint64(os.Getpagesize())
-			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(e.sbuf)+sendStart(len(e.sbuf)))/page,
+			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.buf)+sendStart(len(cn.sb.buf)))/page,
 				"the ring's start and the first send position are one page")
 		}
 		// A write larger than what is left before the send buffer's end

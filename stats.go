@@ -306,7 +306,6 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
 	s.Opened, s.Closed = st.opened, f.closed
 	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
-	s.SendBufferSize = len(e.sbuf)
 	if err := locked(&s, st); err != nil {
 		s.Err = err.Error()
 	}
@@ -330,7 +329,7 @@ func (c *Conn) Stats() ConnStats {
 		s.SendDepth, s.RecvDepth = int(c.sq.depth), c.recvWRs
 		s.SendsPending, s.RecvsPosted = int(c.sq.posted-c.sq.done), c.recvPosted
 		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-		s.SendBuffered = int(c.sbTail - c.sbHead)
+		s.SendBufferSize, s.SendBuffered = len(c.sb.buf), int(c.sb.inFlight())
 		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
 		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.ringWaits, st.sendBufWaits, st.readWaits
 		s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
@@ -540,7 +539,7 @@ func ReadProcessStats() ProcessStats {
 // that waited for a credit, a region, send buffer room or a queue slot.
 func (c *RsocketConn) Stats() ConnStats {
 	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connStats) error {
-		s.RingSize = len(c.rbuf)
+		s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
 		_, buffered := c.rx.Buffered()
 		s.Buffered = int(buffered)
 		return c.err
