@@ -63,7 +63,7 @@ type Conn struct {
 	pongDue  bool
 	peerBeat time.Duration
 
-	// The poll role (completions.go): one caller at a time polls the CQ
+	// The poll role (pollrole.go, poller.go): one caller at a time polls the CQ
 	// and sleeps on the completion channel; others wait on rcvReady or
 	// sndReady.
 	poll pollState

@@ -38,7 +38,7 @@ type connFace struct {
 	stats *connStats // stats.go
 
 	// The conversation, which decides whether a wait spins where the
-	// completion channel does the spinning (soft's; completions.go):
+	// completion channel does the spinning (soft's; poller.go):
 	// talked counts the messages sent that the peer answers or acts on
 	// (data, a rendezvous' descriptor and done), and heard is what talked
 	// was when the peer's last such message arrived. Under mu.

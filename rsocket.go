@@ -45,7 +45,7 @@ type RsocketConn struct {
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
 
-	// The poll role (completions.go), as rdma.Conn's: Reads, Writes and
+	// The poll role (pollrole.go, poller.go), as rdma.Conn's: Reads, Writes and
 	// Close's drain that cannot go on poll the CQ themselves, spinning
 	// (Config.PollTime, BusyPoll) before they sleep on the completion
 	// channel.
@@ -391,7 +391,7 @@ func (c *RsocketConn) poller() poller {
 }
 
 // await makes completions arrive for a caller that cannot go on (the poll
-// role, completions.go).
+// role, poller.go).
 func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
 	c.poller().await(ready, dl, draining)
 }

@@ -344,7 +344,7 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 // wait slept (parked, or waited on the channel); parked zero: polling
 // caught all it waited for. rdma.Config.PollTime sets spin for a
 // connection, and the connection's poll role learns from these how long
-// to poll and when to stop (completions.go in package rdma), which spares
+// to poll and when to stop (pollrole.go and poller.go in package rdma), which spares
 // it reading the clock around every wait.
 func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error) {
 	for {

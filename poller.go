@@ -1,0 +1,419 @@
+package rdma
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/rdmanet/rdma/verbs"
+)
+
+// The poll role's work, for either wire (pollState, in pollrole.go, is its
+// state): await and tryPoll, the holder's loop of polling, spinning and
+// sleeping (pollRole, spinFor), and the wake-ups of the callers that wait.
+
+// spinCheck is how many empty polls a spin makes between looks at the
+// clock, the caller's deadline, Close and interrupts. A spin yields the
+// processor every spinYield of spinning, so that other goroutines of a
+// program with few Ps keep running. By time rather than by a count of
+// polls, so that it means the same where a poll is slow: in a Soft-RoCE
+// guest, yielding every 10 us made 4 KiB ping-pongs 1.6x faster than every
+// 1 ms (a yield wakes an idle P's thread, and the kernel's work for the
+// transfer gets the CPU sooner); natively it is about every 200 polls.
+const (
+	spinCheck = 16
+	spinYield = 10 * time.Microsecond
+)
+
+// poller is one call into the poll role of a connection of either wire:
+// the parts of the connection it works on, and the wire's own steps.
+type poller struct {
+	f *connFace
+	e *endpoint
+	p *pollState
+	w polledConn
+
+	room bool // the caller is a writer waiting for room (awaitRoom)
+}
+
+// awaitRoom is await for a Write that waits for room (send buffer,
+// credits, send slots) while its data is in flight: the wait lasts as long
+// as the peer takes to consume, the stream's own pace, so where the
+// channel spins (soft) it does not (see spinningChannel).
+func (r poller) awaitRoom() {
+	r.room = true
+	r.await(r.f.sndReady, &r.f.wdl, false)
+}
+
+// polledConn is what the poll role asks of a connection's wire.
+type polledConn interface {
+	handle(wcs []verbs.WC) // applies a batch of completions
+	failLocked(err error)  // records a failure and wakes every waiter
+}
+
+func (c *Conn) poller() poller { return poller{f: &c.connFace, e: &c.endpoint, p: &c.poll, w: c} }
+
+// await makes completions arrive (the poll role) for a caller that cannot
+// go on; see poller.await.
+func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
+	c.poller().await(ready, dl, draining)
+}
+
+// awaitRoom is await for a Write waiting for room; see poller.awaitRoom.
+func (c *Conn) awaitRoom() { c.poller().awaitRoom() }
+
+// tryPoll applies the completions queued, unless the role is held; see
+// poller.tryPoll.
+func (c *Conn) tryPoll() { c.poller().tryPoll() }
+
+// await makes completions arrive for a caller that cannot go on, and
+// returns for it to look again. ready is the caller's channel, dl its
+// deadline (nil: none); draining says the caller is Close's drain, which
+// runs after closedCh is closed.
+func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
+	began := r.f.waitStart(dl) // stats.go
+	r.f.mu.Lock()
+	if r.f.torn {
+		r.f.mu.Unlock()
+		return
+	}
+	select {
+	case <-ready:
+		r.f.waitedLocked(dl, began, waitHanded)
+		// What the caller waits for may have come since it looked: another
+		// holder applied completions meanwhile (and poked ready, under mu).
+		// Without this look, the caller could take the role with the CQ
+		// already drained and sleep past what it waits for.
+		r.f.mu.Unlock()
+		return
+	default:
+	}
+	if !r.p.takeLocked() {
+		r.p.waiters++
+		r.f.mu.Unlock()
+		var dlc, closed chan struct{}
+		if dl != nil {
+			dlc = dl.wait()
+		}
+		if !draining {
+			closed = r.f.closedCh
+		}
+		select {
+		case <-ready:
+		case <-dlc:
+		case <-closed:
+		}
+		r.f.mu.Lock()
+		r.p.waiters--
+		r.f.waitedLocked(dl, began, waitHanded)
+		r.f.mu.Unlock()
+		return
+	}
+	spinOK := !r.room && r.f.answerDueLocked()
+	r.f.mu.Unlock()
+	sleeps, caught := r.p.sleeps, r.p.caught
+	r.pollRole(dl, draining, spinOK)
+	r.f.mu.Lock()
+	othersWait := r.p.releaseLocked()
+	r.f.waitedLocked(dl, began, r.p.pollKind(sleeps, caught))
+	// The role's counts, which only its holder touches, for Stats.
+	st := r.f.stats
+	st.spins, st.caught, st.sleeps = r.p.spins, r.p.caught, r.p.sleeps
+	select {
+	case <-ready: // our own poke, from what we applied: the caller looks anyway
+	default:
+	}
+	if othersWait {
+		poke(r.f.rcvReady)
+		poke(r.f.sndReady)
+	}
+	r.f.mu.Unlock()
+}
+
+// maxPollBatches bounds one tryPoll: what a CQ of the deepest queues
+// holds, so that completions arriving as fast as it applies them cannot
+// keep the watch's tick from its other work.
+const maxPollBatches = 64
+
+// tryPoll applies the completions queued in the CQ, unless a caller holds
+// the poll role (and will).
+func (r poller) tryPoll() {
+	r.f.mu.Lock()
+	if r.f.torn || !r.p.takeLocked() {
+		r.f.mu.Unlock()
+		return
+	}
+	r.f.mu.Unlock()
+	r.pollAll()
+	r.f.mu.Lock()
+	if r.p.releaseLocked() {
+		poke(r.f.rcvReady)
+		poke(r.f.sndReady)
+	}
+	r.f.mu.Unlock()
+}
+
+// pollAll applies everything that waits in the CQ, not one batch (a ping
+// to answer may sit behind a queue's worth of notifications the program
+// has not taken), up to maxPollBatches. The caller holds the role.
+func (r poller) pollAll() {
+	for i := 0; i < maxPollBatches && r.pollBatch() == len(r.p.wcs); i++ {
+	}
+}
+
+// settle applies every completion the CQ holds and then, still holding
+// the poll role, runs f under mu; then it wakes every waiter. So what came
+// before an event on another channel (a disconnect's, from the CM) is
+// applied before what f makes of it (the end of the stream): otherwise a
+// holder asleep on the completion channel, woken by the event's wake-up
+// before it polled, would leave the last data in the CQ while its caller
+// already saw the end. A holder is interrupted and settle takes the role
+// when it lets go; meanwhile nobody else takes it.
+func (r poller) settle(f func()) {
+	r.f.mu.Lock()
+	if r.p.held && !r.f.torn {
+		r.p.claimed = true
+		r.interrupt()
+		for r.p.held && !r.f.torn {
+			r.f.mu.Unlock()
+			runtime.Gosched()
+			r.f.mu.Lock()
+		}
+		r.p.claimed = false
+	}
+	if !r.f.torn {
+		r.p.held = true
+		r.f.mu.Unlock()
+		r.pollAll()
+		r.f.mu.Lock()
+		r.p.releaseLocked()
+	}
+	f()
+	r.wakeLocked()
+	r.f.mu.Unlock()
+}
+
+// pollRole is the holder's work: return once completions were applied,
+// the connection failed, or the caller should look again (its deadline,
+// Close, an interrupt). spinOK says whether the wait may spin where the
+// channel does the spinning (spinningChannel).
+func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
+	if r.pollBatch() > 0 {
+		return
+	}
+	p := r.p
+	if p.busy {
+		r.spinFor(dl, draining, 0)
+		return
+	}
+	// A spinning channel times its own waits (only those it polls in).
+	var began time.Time
+	sc, chanSpins := r.e.cch.(spinningChannel)
+	if p.spin > 0 && !chanSpins {
+		began = time.Now()
+	}
+	spun := (spinOK || !chanSpins) && p.spinNext()
+	if spun {
+		p.spins++
+	}
+	if spun && !chanSpins {
+		switch r.spinFor(dl, draining, p.reach) {
+		case spinCaught:
+			p.spinCaught(began)
+			return
+		case spinLookAgain:
+			return
+		}
+	}
+	armed := false
+	for {
+		if !armed {
+			if err := r.e.cq.ReqNotify(false); err != nil {
+				r.fail(err)
+				return
+			}
+			armed = true
+			// Completions that arrived before arming produce no event.
+			if r.pollBatch() > 0 {
+				p.waited(began)
+				return
+			}
+		}
+		seq := r.p.intrSeq.Load()
+		var at time.Time
+		if dl != nil {
+			var dlc chan struct{}
+			dlc, at = dl.state()
+			if isClosed(dlc) || !at.IsZero() && !time.Now().Before(at) {
+				return
+			}
+		}
+		if !draining && isClosed(r.f.closedCh) {
+			return
+		}
+		if at != p.chanAt || seq != p.chanSeq {
+			if err := r.e.cch.SetDeadline(at); err != nil {
+				r.fail(err)
+				return
+			}
+			p.chanAt, p.chanSeq = at, seq
+			if r.p.intrSeq.Load() != seq {
+				continue // interrupted meanwhile: look again
+			}
+		}
+		var err error
+		if spun && chanSpins {
+			var polled, parked time.Duration
+			_, polled, parked, err = sc.GetEventSpin(p.reach)
+			p.channelSpun(polled, parked)
+			spun = false
+		} else {
+			var slept time.Time
+			if spun {
+				slept = time.Now()
+			}
+			p.sleeps++
+			_, err = r.e.cch.GetEvent()
+			if spun {
+				p.sleptAfterSpin(time.Since(slept))
+				spun = false
+			}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return // the caller's deadline, or an interrupt
+		}
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		if p.unacked++; p.unacked >= 64 {
+			r.e.cch.AckEvents(r.e.cq, p.unacked)
+			p.unacked = 0
+		}
+		armed = false
+		if r.pollBatch() > 0 {
+			p.waited(began)
+			return
+		}
+	}
+}
+
+// spinningChannel is a completion channel whose waiter reads the transport
+// itself (soft's): the spin is the channel's, polling the transport, for
+// a CQ polled meanwhile would stay empty. There a wait spins only when it
+// likely waits for an answer: the connection has sent data (or a
+// rendezvous' descriptor or done) since it last received any, and the
+// caller is not a writer waiting for room. Polling a socket costs a
+// system call a look, and a reader that polls reads a stream as it
+// trickles in, in more and smaller reads (each with its credit update)
+// than one woken once a batch has landed: rdmaperf on soft's TCP path, 2
+// CPUs, spinning in every wait against no spin: 64 B round trips 3.5x
+// quicker, 1 MiB from and into Buffers 1.9x the throughput, but a 64 KiB
+// copying stream 0.86x at 1.2x the CPU a message; with this rule the
+// stream is as before and the others keep their gain (docs/design.md).
+type spinningChannel interface {
+	GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error)
+}
+
+// spinResult is how a spin ended.
+type spinResult int
+
+const (
+	spinTimedOut  spinResult = iota // the budget ran out: sleep
+	spinCaught                      // completions applied
+	spinLookAgain                   // the caller's deadline, Close or an interrupt
+)
+
+// spinFor polls the CQ until completions come, for at most budget (0:
+// without end), looking every spinCheck polls at what must end a wait
+// anyway, as the sleep does: the caller's deadline, Close, an interrupt.
+func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
+	seq := r.p.intrSeq.Load()
+	var dlc chan struct{}
+	var at time.Time
+	if dl != nil {
+		dlc, at = dl.state()
+	}
+	start := time.Now()
+	yielded := start
+	for i := 1; ; i++ {
+		if r.pollBatch() > 0 {
+			return spinCaught
+		}
+		if i%spinCheck != 0 {
+			continue
+		}
+		if r.p.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(r.f.closedCh) {
+			return spinLookAgain
+		}
+		now := time.Now()
+		if !at.IsZero() && !now.Before(at) {
+			return spinLookAgain
+		}
+		if budget > 0 && now.Sub(start) >= budget {
+			return spinTimedOut
+		}
+		if now.Sub(yielded) >= spinYield {
+			runtime.Gosched()
+			yielded = now
+		}
+	}
+}
+
+// pollBatch polls one batch of completions and has the wire apply it; a
+// failed poll fails the connection. It returns how many it applied, or 1
+// after a failure so that the caller looks at the connection again.
+func (r poller) pollBatch() int {
+	n, err := r.e.cq.Poll(r.p.wcs[:])
+	if n > 0 {
+		r.w.handle(r.p.wcs[:n])
+	}
+	if err != nil {
+		r.fail(err)
+		return 1
+	}
+	return n
+}
+
+// fail records err as the connection's failure, unless it is closed.
+func (r poller) fail(err error) {
+	r.f.mu.Lock()
+	if !r.f.closed {
+		r.w.failLocked(err)
+	}
+	r.f.mu.Unlock()
+}
+
+// interrupt makes the poll role's holder look again at once: a sleeping
+// holder wakes (the channel's deadline moves into the past), and one about
+// to sleep sees intrSeq move and does not. Called with mu held.
+func (r poller) interrupt() {
+	if r.e.cch == nil || r.f.torn {
+		return
+	}
+	r.p.intrSeq.Add(1)
+	_ = r.e.cch.SetDeadline(time.Unix(1, 0))
+}
+
+// wakeLocked wakes every waiter, the poll role's holder included, to look
+// at the connection again. Called with mu held.
+func (r poller) wakeLocked() {
+	poke(r.f.rcvReady)
+	poke(r.f.sndReady)
+	if r.p.held {
+		r.interrupt()
+	}
+}
+
+// lookAgain makes a sleeping holder look again: at a new deadline, or at
+// Close. (A caller waiting for the holder watches its deadline's channel,
+// which is only ever replaced after it was closed, which woke that
+// caller.)
+func (r poller) lookAgain() {
+	r.f.mu.Lock()
+	if r.p.held {
+		r.interrupt()
+	}
+	r.f.mu.Unlock()
+}
