@@ -69,6 +69,27 @@ type Conn struct {
 	poll pollState
 }
 
+// newConn sets up a connection on id: its verbs resources, and its
+// receives posted.
+func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (*Conn, error) {
+	e, sbuf, err := newEndpoint(provider, ech, id, cfg, grow)
+	if err != nil {
+		return nil, err
+	}
+	c := &Conn{endpoint: e, cfg: cfg}
+	c.init(provider, c.poller())
+	c.sb = newSendBuffer(sbuf)
+	c.sq = newSendQueue(e.sendWRs, e.slots)
+	if err = c.postRecvs(e.recvWRs); err != nil {
+		c.releaseVerbs()
+		return nil, err
+	}
+	c.recvPosted = e.recvWRs
+	c.repostBatch = max(e.recvWRs/16, 1)
+	c.rx = stream.NewRecv(stream.RingLog(len(c.ring)), stream.RingLog(cfg.RingSize), e.recvWRs)
+	return c, nil
+}
+
 // hello is this side's half of the handshake.
 func (c *Conn) hello() stream.Hello {
 	h := stream.Hello{

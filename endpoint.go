@@ -231,27 +231,6 @@ func (e *endpoint) release(unacked int) {
 	}
 }
 
-// newConn sets up a connection on id: its verbs resources, and its
-// receives posted.
-func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (*Conn, error) {
-	e, sbuf, err := newEndpoint(provider, ech, id, cfg, grow)
-	if err != nil {
-		return nil, err
-	}
-	c := &Conn{endpoint: e, cfg: cfg}
-	c.init(provider, c.poller())
-	c.sb = newSendBuffer(sbuf)
-	c.sq = newSendQueue(e.sendWRs, e.slots)
-	if err = c.postRecvs(e.recvWRs); err != nil {
-		c.releaseVerbs()
-		return nil, err
-	}
-	c.recvPosted = e.recvWRs
-	c.repostBatch = max(e.recvWRs/16, 1)
-	c.rx = stream.NewRecv(stream.RingLog(len(c.ring)), stream.RingLog(cfg.RingSize), e.recvWRs)
-	return c, nil
-}
-
 // recvBatch is the most receive WRs posted in one call: every one is the
 // same (no SGE, the data lands in the ring), so a few serve any number,
 // and every connection posts the same few (recvWRs: a provider only reads
