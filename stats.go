@@ -471,8 +471,9 @@ func (t *ConnTotals) add(s ConnStats) {
 // provider's engine counters (the soft device's counterpart of a NIC's
 // hw_counters; all zero in a process that has not used soft).
 type ProcessStats struct {
-	Open    int        // connections open now
-	Totals  ConnTotals // over every connection, closed and open
+	Open       int            // connections open now
+	OpenByPath map[string]int // of those, how many on each Path ("rdmacore", "soft-shm", "soft-tcp")
+	Totals     ConnTotals     // over every connection, closed and open
 	Devices []DeviceCounters
 	Soft    soft.Counters
 }
@@ -481,10 +482,13 @@ type ProcessStats struct {
 // has had and the devices' counters (read from sysfs at each call).
 func ReadProcessStats() ProcessStats {
 	t, open := registry.totalsAndOpen() // registry.go
+	byPath := make(map[string]int)
 	for _, c := range open {
-		t.add(c.Stats())
+		s := c.Stats()
+		t.add(s)
+		byPath[s.Path]++
 	}
-	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
+	return ProcessStats{Open: len(open), OpenByPath: byPath, Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
 }
 
 // Stats returns what the connection has done so far. The rsocket wire has
