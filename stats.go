@@ -474,8 +474,8 @@ type ProcessStats struct {
 	Open       int            // connections open now
 	OpenByPath map[string]int // of those, how many on each Path ("rdmacore", "soft-shm", "soft-tcp")
 	Totals     ConnTotals     // over every connection, closed and open
-	Devices []DeviceCounters
-	Soft    soft.Counters
+	Devices    []DeviceCounters
+	Soft       soft.Counters
 }
 
 // ReadProcessStats returns the totals over every connection the process
