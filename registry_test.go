@@ -10,7 +10,10 @@ import (
 // fakeConn is a registry entry without a connection behind it.
 type fakeConn struct{ n int }
 
-func (f *fakeConn) Stats() ConnStats { return ConnStats{BytesSent: uint64(f.n), Provider: "fake"} }
+func (f *fakeConn) Stats() ConnStats {
+	local, remote := fakeAddrs(f.n)
+	return ConnStats{BytesSent: uint64(f.n), Provider: "fake", Path: "fake", Wire: "stream", LocalAddr: local, RemoteAddr: remote, SinceSent: -1, SinceRecv: -1}
+}
 
 // The registry pages through 10,000 connections by id, a page costing its
 // own entries only, finds one by id, and keeps ids stable and unique while
