@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ops-test.sh: what `make test-ops` runs, checking the library as a new user
 # and an operator meet it:
+#   0. the README's first screen says how to get the library (go get, the Go
+#      release) and has the set-up commands and the modules;
 #   1. the module, promrdma and cmd/perfplot build and vet with the oldest Go
 #      release go.mod declares (GOTOOLCHAIN=go<that release>, fetched through
 #      the module proxy when it is not installed);
@@ -32,6 +34,12 @@ fi
 for m in promrdma cmd/perfplot; do
 	got=$(sed -n 's/^go \([0-9.]*\)$/\1/p' $m/go.mod)
 	[ "$got" = "$min" ] || { echo "ops-test: $m/go.mod says go $got, go.mod go $min" >&2; exit 1; }
+done
+# The README's first screen: how to get it, the two set-up commands, the
+# modules.
+screen=$(head -n 60 README.md)
+for want in "go get github.com/rdmanet/rdma" "make demo" "make test" "Modules" "Go $(echo "$min" | cut -d. -f1,2)"; do
+	grep -qF -- "$want" <<<"$screen" || { echo "ops-test: the README's first 60 lines lack \"$want\"" >&2; exit 1; }
 done
 export GOTOOLCHAIN=go$min
 echo "ops-test: building with the oldest Go declared: $($GO version)"
