@@ -41,14 +41,14 @@ screen=$(head -n 60 README.md)
 for want in "go get github.com/rdmanet/rdma" "make demo" "make test" "Modules" "Go $(echo "$min" | cut -d. -f1,2)"; do
 	grep -qF -- "$want" <<<"$screen" || { echo "ops-test: the README's first 60 lines lack \"$want\"" >&2; exit 1; }
 done
-export GOTOOLCHAIN=go$min
-echo "ops-test: building with the oldest Go declared: $($GO version)"
-$GO build ./... && $GO vet ./...
-$GO -C promrdma build ./... && $GO -C promrdma vet ./...
-$GO -C cmd/perfplot build ./... && $GO -C cmd/perfplot vet ./...
-
 tmp=$(mktemp -d)
 trap 'chmod -R u+w "$tmp" 2>/dev/null; rm -rf "$tmp"' EXIT
+export GOTOOLCHAIN=go$min
+echo "ops-test: building with the oldest Go declared: $($GO version)"
+# Commands are built into the temporary directory, never into the tree.
+$GO build -o "$tmp/bin/" ./... && $GO vet ./...
+$GO -C promrdma build -o "$tmp/bin/" ./... && $GO -C promrdma vet ./...
+$GO -C cmd/perfplot build -o "$tmp/bin/" ./... && $GO -C cmd/perfplot vet ./...
 # A copy of the tree as it is (committed or not), without build output.
 mkdir "$tmp/rdma"
 git ls-files -co --exclude-standard -z | grep -zv '^build/' | tar -C "$REPO" --null -T - -cf - | tar -C "$tmp/rdma" -xf -
