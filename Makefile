@@ -9,7 +9,7 @@ BUILD     := build
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all deps test lint test-go test-examples test-fuzz demo bench capi vet clean
+.PHONY: all deps test lint test-go test-examples test-fuzz test-ops demo bench capi vet clean
 
 all: test
 
@@ -18,7 +18,8 @@ all: test
 # (libibverbs1, librdmacm1, ibverbs-providers) and compare the provider's
 # ABI declarations with rdma-core's headers (libibverbs-dev, librdmacm-dev).
 # procps (sysctl) and iproute2 serve the network-namespace tests; QEMU, kmod
-# and xz the Soft-RoCE VM (scripts/softroce). Then the Go modules, and
+# and xz the Soft-RoCE VM (scripts/softroce); prometheus (promtool and the
+# server) make test-ops's checks of promrdma. Then the Go modules, and
 # staticcheck at a pinned version through the Go module proxy.
 deps:
 	@if command -v apt-get >/dev/null 2>&1; then \
@@ -26,7 +27,7 @@ deps:
 		$$SUDO apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
 			libibverbs1 librdmacm1 ibverbs-providers librdmacm-dev libibverbs-dev \
-			pkg-config gcc iproute2 util-linux procps qemu-system-x86 kmod xz-utils >/dev/null; \
+			pkg-config gcc iproute2 util-linux procps qemu-system-x86 kmod xz-utils prometheus >/dev/null; \
 	else echo "make deps: no apt-get; install rdma-core's libraries and headers, procps and qemu-system-x86 by hand"; fi
 	$(GO) mod download
 	$(GO) -C cmd/perfplot mod download
@@ -34,8 +35,9 @@ deps:
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Everything CI checks: lint, the Go tests with the race detector, the C test,
-# every example, the C demo, then a short run of every fuzz target.
-test: lint test-go test-c test-examples demo test-fuzz
+# every example, the C demo, the operator's checks, then a short run of every
+# fuzz target.
+test: lint test-go test-c test-examples demo test-ops test-fuzz
 
 # gofmt, go vet, a tidy go.mod and go.sum, and staticcheck, on the module and
 # on cmd/perfplot and promrdma (modules of their own: see their docs).
@@ -86,6 +88,15 @@ test-fuzz:
 			else echo "$$out" | tail -n 2; fi; \
 		done; \
 	done
+
+# As a new user and an operator meet it (scripts/ops-test.sh): a build and
+# vet with the oldest Go release go.mod declares; a fresh module outside the
+# repository that gets the library with go get (a replace directive to a
+# copy of this tree) on that release, builds the README's program and runs
+# the Example functions; promtool check metrics and a real Prometheus scrape
+# of promrdma, on 127.0.0.1.
+test-ops:
+	GO=$(GO) scripts/ops-test.sh
 
 vet:
 	$(GO) vet ./...

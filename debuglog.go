@@ -2,20 +2,27 @@ package rdma
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"math/bits"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
+
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // Debug logs, in the manner of NCCL_DEBUG: RDMA_DEBUG sets the level
-// (WARN, INFO or TRACE; unset or anything else: off) and
+// (WARN or 1, INFO or 2, TRACE or 3; DEBUG is TRACE; unset, 0 or OFF:
+// off; any other value is warned about once, on stderr, and leaves the
+// logs off) and
 // RDMA_DEBUG_SUBSYS the subsystems logged, a comma-separated list of
 // dial (provider choice, device, fallback), shm (which soft path and why),
 // ring (ring and send buffer growth), conn (a connection's failure), or
-// ALL (the default); a leading ^ logs all but the ones listed. For
-// example:
+// ALL (the default); a leading ^ logs all but the ones listed (a name
+// it does not know is warned about once and ignored). For example:
 //
 //	RDMA_DEBUG=INFO RDMA_DEBUG_SUBSYS=dial,shm ./prog
 //
@@ -46,25 +53,36 @@ var (
 
 const levelOff = slog.Level(1 << 20)
 
-func init() { setDebug(os.Getenv("RDMA_DEBUG"), os.Getenv("RDMA_DEBUG_SUBSYS")) }
+func init() {
+	setDebug(os.Getenv("RDMA_DEBUG"), os.Getenv("RDMA_DEBUG_SUBSYS"))
+	soft.SetCarrierHook(logCarrier)
+}
 
 // setDebug applies RDMA_DEBUG and RDMA_DEBUG_SUBSYS's values.
 func setDebug(level, subsys string) {
 	min := levelOff
-	switch strings.ToUpper(strings.TrimSpace(level)) {
-	case "WARN":
+	switch v := strings.ToUpper(strings.TrimSpace(level)); v {
+	case "WARN", "1":
 		min = slog.LevelWarn
-	case "INFO":
+	case "INFO", "2":
 		min = slog.LevelInfo
-	case "TRACE", "DEBUG":
+	case "TRACE", "DEBUG", "3":
 		min = LevelTrace
+	case "", "0", "OFF":
+	default:
+		warnSettingOnce(fmt.Sprintf("rdma: RDMA_DEBUG=%q is not a level (WARN or 1, INFO or 2, TRACE or 3); debug logs stay off", level))
 	}
 	mask := subAll
 	if s := strings.TrimSpace(subsys); s != "" {
 		neg := strings.HasPrefix(s, "^")
 		m := 0
 		for _, name := range strings.Split(strings.TrimPrefix(s, "^"), ",") {
-			m |= subsysNames[strings.ToLower(strings.TrimSpace(name))]
+			name = strings.ToLower(strings.TrimSpace(name))
+			bit, ok := subsysNames[name]
+			if !ok && name != "" {
+				warnSettingOnce(fmt.Sprintf("rdma: RDMA_DEBUG_SUBSYS: %q is not a subsystem (dial, shm, ring, conn, all); ignored", name))
+			}
+			m |= bit
 		}
 		if mask = m; neg {
 			mask = subAll &^ m
@@ -78,6 +96,21 @@ func setDebug(level, subsys string) {
 		debugMin[i].Store(int32(l))
 	}
 }
+
+// settingWarnings holds the warnings about RDMA_DEBUG's values given so
+// far: each is given once in the process.
+var settingWarnings sync.Map
+
+// warnSettingOnce writes msg to stderr, once in the process; a program's
+// setting is read before it could name a logger.
+func warnSettingOnce(msg string) {
+	if _, given := settingWarnings.LoadOrStore(msg, true); !given {
+		fmt.Fprintln(settingOut, msg)
+	}
+}
+
+// settingOut is where warnSettingOnce writes (a variable for tests).
+var settingOut io.Writer = os.Stderr
 
 // SetDebugLogger sends the RDMA_DEBUG records to l (nil: stderr, as
 // text). The level and subsystems stay RDMA_DEBUG's.
@@ -117,6 +150,7 @@ func (c *Conn) logEstablished() {
 		dev = ctx.Name()
 	}
 	path := pathOf(c.provider, c.qp)
+	qp := c.qp
 	if debugOn(subDial, slog.LevelInfo) {
 		debugLog("dial", slog.LevelInfo, "connection established", "provider", c.provider,
 			"device", dev, "path", path, "local", addrString(c.laddr), "peer", addrString(c.raddr))
@@ -125,8 +159,26 @@ func (c *Conn) logEstablished() {
 		if path == "soft-shm" {
 			debugLog("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.raddr))
 		} else {
-			debugLog("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr))
+			debugLog("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr, qp))
 		}
+	}
+}
+
+// logCarrier logs a soft connection's move to shared memory after its
+// handshake, or the failure that keeps it on TCP.
+func logCarrier(ev soft.CarrierEvent) {
+	local, peer := "", ""
+	if ev.Local != nil {
+		local = ev.Local.String()
+	}
+	if ev.Remote != nil {
+		peer = ev.Remote.String()
+	}
+	switch {
+	case ev.Err != nil && debugOn(subShm, slog.LevelWarn):
+		debugLog("shm", slog.LevelWarn, "staying on TCP: the move to shared memory failed", "local", local, "peer", peer, "err", ev.Err.Error())
+	case ev.Err == nil && debugOn(subShm, slog.LevelInfo):
+		debugLog("shm", slog.LevelInfo, "moved to shared memory", "local", local, "peer", peer, "path", "soft-"+ev.Carrier)
 	}
 }
 

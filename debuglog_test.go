@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -156,4 +157,83 @@ func init() {
 		}
 		return 0
 	})
+}
+
+// RDMA_DEBUG takes the numbers users type first (1 WARN, 2 INFO, 3
+// TRACE); a value it does not know, in either variable, is warned about
+// on stderr, once however often it is read, and leaves the logs off.
+func TestDebugNumericLevelsAndUnknownValues(t *testing.T) {
+	var warned syncBuffer
+	prev := settingOut
+	settingOut = &warned
+	t.Cleanup(func() {
+		settingOut = prev
+		setDebug("", "")
+	})
+	for _, c := range []struct {
+		level string
+		at    slog.Level
+	}{{"1", slog.LevelWarn}, {"2", slog.LevelInfo}, {"3", LevelTrace}, {" 2 ", slog.LevelInfo}} {
+		setDebug(c.level, "")
+		assert.True(t, debugOn(subConn, c.at), "RDMA_DEBUG=%q logs level %v", c.level, c.at)
+		assert.False(t, debugOn(subConn, c.at-1), "RDMA_DEBUG=%q does not log below %v", c.level, c.at)
+	}
+	for _, off := range []string{"", "0", "off"} {
+		setDebug(off, "")
+		assert.False(t, debugOn(subConn, slog.LevelError), "RDMA_DEBUG=%q is off", off)
+	}
+	assert.Empty(t, warned.String(), "known values are not warned about")
+
+	for range 3 {
+		setDebug("verbose", "dial,rings")
+	}
+	assert.False(t, debugOn(subConn, slog.LevelError), "an unknown level leaves the logs off")
+	out := warned.String()
+	assert.Equal(t, 1, strings.Count(out, `RDMA_DEBUG="verbose" is not a level`), out)
+	assert.Equal(t, 1, strings.Count(out, `RDMA_DEBUG_SUBSYS: "rings" is not a subsystem`), out)
+	assert.Equal(t, 2, strings.Count(out, "\n"), out)
+}
+
+// With shared memory off on this side the log says so, not a catch-all.
+func TestDebugShmOffOnThisSide(t *testing.T) {
+	out := captureDebug(t, "INFO", "shm")
+	prev := soft.SetSharedMemory(false)
+	defer soft.SetSharedMemory(prev)
+	c, s := pair(t, nil)
+	c.Close()
+	s.Close()
+	log := out.String()
+	assert.Contains(t, log, "shared memory not used")
+	assert.Contains(t, log, "this side has shared memory off (RDMA_SOFT_SHM=0")
+	assert.NotContains(t, log, "the peer did not take shared memory")
+}
+
+// A connection that starts on TCP says its move is still to come, and
+// its move to shared memory is logged when it completes.
+func TestDebugLogsMoveToShm(t *testing.T) {
+	out := captureDebug(t, "INFO", "shm")
+	prev := soft.SetSharedMemory(true)
+	defer soft.SetSharedMemory(prev)
+	c, s := pair(t, nil)
+	defer c.Close()
+	defer s.Close()
+	if c.Stats().Path == "soft-shm" {
+		t.Fatalf("the connection began on shared memory; this test needs one that moves there")
+	}
+	assert.Contains(t, out.String(), "moves to shared memory once it talks")
+	// Talk until both ends are on shared memory.
+	out64, in64 := make([]byte, 64<<10), make([]byte, 64<<10)
+	deadline := time.Now().Add(20 * time.Second)
+	for c.Stats().Path != "soft-shm" || s.Stats().Path != "soft-shm" {
+		require.True(t, time.Now().Before(deadline), "the connection moved to shared memory")
+		wrote := make(chan error, 1)
+		go func() { _, err := c.Write(out64); wrote <- err }()
+		_, err := io.ReadFull(s, in64)
+		require.NoError(t, err)
+		require.NoError(t, <-wrote)
+	}
+	require.Eventually(t, func() bool { return strings.Count(out.String(), "moved to shared memory") == 2 }, 5*time.Second, time.Millisecond,
+		"each end logs its move once: %s", out)
+	assert.Contains(t, out.String(), "local="+c.LocalAddr().String())
+	assert.Contains(t, out.String(), "path=soft-shm")
 }

@@ -1,6 +1,8 @@
 module github.com/rdmanet/rdma
 
-go 1.26.8
+go 1.26.0
+
+toolchain go1.26.8
 
 require (
 	github.com/hashicorp/yamux v0.1.2

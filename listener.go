@@ -118,6 +118,7 @@ func (lc *ListenConfig) Listen(ctx context.Context, network, address string) (ne
 		l.wg.Add(1)
 		go l.loop(sd)
 	}
+	registerListener(l) // registry.go
 	return l, nil
 }
 
@@ -160,6 +161,7 @@ func (l *Listener) Close() error {
 	err := error(net.ErrClosed)
 	l.closeOnce.Do(func() {
 		err = nil
+		unregisterListener(l) // registry.go
 		close(l.done)
 		l.cancel()
 		for _, sd := range l.sides {
@@ -312,6 +314,7 @@ func (l *Listener) accept(prov verbs.Provider, id verbs.CMID, noRes []byte, setu
 	// its handshake timeout and flushes the QP.
 	c.start()
 	phase.Mark("listen: accepted")
+	l.accepted(c) // registry.go
 	l.handOut(c)
 }
 

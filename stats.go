@@ -1,10 +1,6 @@
 package rdma
 
 import (
-	"cmp"
-	"maps"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +38,19 @@ type ConnStats struct {
 	RemoteAddr string
 	Opened     time.Time // when the connection was established
 	Closed     bool
+
+	// In the process's registry (registry.go), as the listings set them
+	// (OpenConnStats, ConnStatsPage, ConnStatsByID; Stats leaves them 0):
+	// the connection's number, unique in the process and kept while it is
+	// open, and the number of the Listener that accepted it (0: dialed).
+	ID         uint64
+	ListenerID uint64
+
+	// The transport's own view, where it has one (soft on TCP: the
+	// kernel's TCP_INFO, as ss -i shows it; 0 elsewhere): its smoothed
+	// round-trip time and the segments it sent again.
+	RTT         time.Duration
+	Retransmits uint64
 
 	// Sizes and depths now.
 	RingSize       int // our receive ring, bytes
@@ -318,6 +327,7 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	}
 	f.mu.Unlock()
 	s.Path = pathOf(f.provider, qp)
+	s.RTT, s.Retransmits = transportInfo(f.provider, qp) // registry.go
 	return s
 }
 
@@ -378,56 +388,6 @@ func pathOf(provider string, qp verbs.QP) string {
 		return "soft-" + c
 	}
 	return ProviderSoft
-}
-
-// The registry of open connections, and the totals of those closed.
-
-type statser interface{ Stats() ConnStats }
-
-var registry struct {
-	mu     sync.Mutex
-	open   map[statser]uint64 // the connection's number, in order of opening
-	next   uint64
-	closed ConnTotals // summed over the connections closed so far
-}
-
-// register enters an established connection into the registry.
-func register(c statser) {
-	registry.mu.Lock()
-	if registry.open == nil {
-		registry.open = make(map[statser]uint64)
-	}
-	registry.next++
-	registry.open[c] = registry.next
-	registry.mu.Unlock()
-}
-
-// unregister takes a closed connection out of the registry, adding what
-// it did to the totals.
-func unregister(c statser) {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	if _, ok := registry.open[c]; !ok {
-		return
-	}
-	delete(registry.open, c)
-	registry.closed.add(c.Stats())
-	registry.closed.Closed++
-}
-
-// OpenConnStats returns the statistics of every open connection (Conn and
-// RsocketConn), in the order they were established.
-func OpenConnStats() []ConnStats {
-	registry.mu.Lock()
-	open := slices.SortedFunc(maps.Keys(registry.open), func(a, b statser) int {
-		return cmp.Compare(registry.open[a], registry.open[b])
-	})
-	registry.mu.Unlock()
-	out := make([]ConnStats, len(open))
-	for i, c := range open {
-		out[i] = c.Stats()
-	}
-	return out
 }
 
 // ConnTotals sums the counters of connections: ProcessStats holds them
@@ -510,24 +470,24 @@ func (t *ConnTotals) add(s ConnStats) {
 // provider's engine counters (the soft device's counterpart of a NIC's
 // hw_counters; all zero in a process that has not used soft).
 type ProcessStats struct {
-	Open    int        // connections open now
-	Totals  ConnTotals // over every connection, closed and open
-	Devices []DeviceCounters
-	Soft    soft.Counters
+	Open       int            // connections open now
+	OpenByPath map[string]int // of those, how many on each Path ("rdmacore", "soft-shm", "soft-tcp")
+	Totals     ConnTotals     // over every connection, closed and open
+	Devices    []DeviceCounters
+	Soft       soft.Counters
 }
 
 // ReadProcessStats returns the totals over every connection the process
 // has had and the devices' counters (read from sysfs at each call).
 func ReadProcessStats() ProcessStats {
-	registry.mu.Lock()
-	t := registry.closed
-	t.Opened = registry.next
-	open := slices.Collect(maps.Keys(registry.open))
-	registry.mu.Unlock()
+	t, open := registry.totalsAndOpen() // registry.go
+	byPath := make(map[string]int)
 	for _, c := range open {
-		t.add(c.Stats())
+		s := c.Stats()
+		t.add(s)
+		byPath[s.Path]++
 	}
-	return ProcessStats{Open: len(open), Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
+	return ProcessStats{Open: len(open), OpenByPath: byPath, Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
 }
 
 // Stats returns what the connection has done so far. The rsocket wire has

@@ -14,6 +14,7 @@ package promrdma
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rdmanet/rdma"
@@ -32,7 +33,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	open      = desc("connections_open", "Connections (rdma.Conn and rdma.RsocketConn) open now.")
+	open      = desc("connections_open", "Connections (rdma.Conn and rdma.RsocketConn) open now, by provider (rdmacore, soft) and by path, what carries their bytes now (rdmacore; soft-shm: shared memory; soft-tcp: TCP, where a same-host soft connection starts before it moves to shared memory). sum() is all of them.", "provider", "path")
 	opened    = desc("connections_opened_total", "Connections established since the process started.")
 	closed    = desc("connections_closed_total", "Connections closed since the process started.")
 	failed    = desc("connections_failed_total", "Connections that failed (a transport error, a peer that vanished or broke the protocol).")
@@ -58,12 +59,20 @@ var (
 	softTimeouts = desc("soft_ack_timeouts_total", "Soft provider: transport timer expiries with sends outstanding and no progress.")
 	softRetryExc = desc("soft_retry_exceeded_total", "Soft provider: QPs whose sends failed after their retries, by kind: transport (RETRY_EXC_ERR) or rnr (RNR_RETRY_EXC_ERR).", "kind")
 	softAdmit    = desc("soft_admission_total", "Soft provider listeners' handshake admission: connections parked for want of a waiting place (event=parked), connections that waited for a handshake slot (event=slot_wait), silent waiting connections closed for another host's (event=evicted), parked connections closed beyond the bound (event=dropped).", "event")
-	softShm      = desc("soft_shm_offers_total", "Soft provider: shared-memory offers in connection requests, as listeners answered them: on shared memory (answer=accepted) or on TCP (answer=refused).", "answer")
-	softShmDials = desc("soft_shm_dials_total", "Soft provider: this process's dials that offered shared memory, as the listener answered: on shared memory (answer=accepted) or on TCP (answer=refused).", "answer")
+	softShm      = desc("soft_shm_offers_total", "Soft provider: handshakes this process's listeners answered whose request offered shared memory, by answer: accepted (the connection may use it: it starts on TCP and moves once it talks) or refused (it stays on TCP). Counts handshakes, not connections on shared memory: rdma_connections_open{path=\"soft-shm\"} counts those.", "answer")
+	softShmDials = desc("soft_shm_dials_total", "Soft provider: handshakes of this process's dials that offered shared memory, by the listener's answer: accepted (the connection may use it: it starts on TCP and moves once it talks) or refused (it stays on TCP). Counts handshakes, not connections on shared memory: rdma_connections_open{path=\"soft-shm\"} counts those.", "answer")
 
 	devCount = desc("device_port_counter_total", "An RDMA device port's counter from sysfs (ports/N/counters: the InfiniBand port counters, data in 4-byte words as the kernel reports them).", "device", "port", "counter")
 	devHW    = desc("device_port_hw_counter_total", "An RDMA device port's driver counter from sysfs (ports/N/hw_counters: rnr_nak_retry_err, local_ack_timeout_err, out_of_sequence, ...).", "device", "port", "counter")
 )
+
+// providerOf is the provider a path belongs to.
+func providerOf(path string) string {
+	if strings.HasPrefix(path, rdma.ProviderSoft) {
+		return rdma.ProviderSoft
+	}
+	return path
+}
 
 // Describe sends every metric's description.
 func (*Collector) Describe(ch chan<- *prometheus.Desc) {
@@ -84,7 +93,19 @@ func (*Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	gauge(open, float64(ps.Open))
+	// Every path has its series, 0 when none is open on it, so that a
+	// dashboard's sum() or rate() never lacks one.
+	for _, p := range [][2]string{{rdma.ProviderRDMACore, "rdmacore"}, {rdma.ProviderSoft, "soft-shm"}, {rdma.ProviderSoft, "soft-tcp"}} {
+		gauge(open, float64(ps.OpenByPath[p[1]]), p[0], p[1])
+	}
+	for path, n := range ps.OpenByPath {
+		switch path {
+		case "rdmacore", "soft-shm", "soft-tcp":
+		case "": // connections closing: nothing carries them any more
+		default: // a path added since
+			gauge(open, float64(n), providerOf(path), path)
+		}
+	}
 	counter(opened, t.Opened)
 	counter(closed, t.Closed)
 	counter(failed, t.Failed)

@@ -75,15 +75,19 @@ rdma_bytes_total{direction="sent"} 6000
 # TYPE rdma_messages_total counter
 rdma_messages_total{direction="received"} 4
 rdma_messages_total{direction="sent"} 4
-# HELP rdma_connections_open Connections (rdma.Conn and rdma.RsocketConn) open now.
-# TYPE rdma_connections_open gauge
-rdma_connections_open 2
 # HELP rdma_writes_total Write calls that accepted at least a byte.
 # TYPE rdma_writes_total counter
 rdma_writes_total 4
 `
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"rdma_bytes_total", "rdma_messages_total", "rdma_connections_open", "rdma_writes_total"))
+		"rdma_bytes_total", "rdma_messages_total", "rdma_writes_total"))
+	// Both ends are open, each on one of soft's paths (a same-host
+	// connection starts on TCP and moves to shared memory once it talks);
+	// every path has its series.
+	open := openByPath(t, reg)
+	assert.Equal(t, 2.0, open["soft/soft-tcp"]+open["soft/soft-shm"], "%v", open)
+	assert.Equal(t, 0.0, open["rdmacore/rdmacore"], "%v", open)
+	assert.Len(t, open, 3, "%v", open)
 	want = `
 # HELP rdma_exposures_total Ranges of Buffers exposed to a peer (Expose calls that succeeded).
 # TYPE rdma_exposures_total counter
@@ -110,11 +114,11 @@ rdma_remote_operations_total{op="write"} 2
 	// The one connection's request offered shared memory (both ends on
 	// this host), and the listener took it: counted on both sides.
 	want = `
-# HELP rdma_soft_shm_offers_total Soft provider: shared-memory offers in connection requests, as listeners answered them: on shared memory (answer=accepted) or on TCP (answer=refused).
+# HELP rdma_soft_shm_offers_total Soft provider: handshakes this process's listeners answered whose request offered shared memory, by answer: accepted (the connection may use it: it starts on TCP and moves once it talks) or refused (it stays on TCP). Counts handshakes, not connections on shared memory: rdma_connections_open{path="soft-shm"} counts those.
 # TYPE rdma_soft_shm_offers_total counter
 rdma_soft_shm_offers_total{answer="accepted"} 1
 rdma_soft_shm_offers_total{answer="refused"} 0
-# HELP rdma_soft_shm_dials_total Soft provider: this process's dials that offered shared memory, as the listener answered: on shared memory (answer=accepted) or on TCP (answer=refused).
+# HELP rdma_soft_shm_dials_total Soft provider: handshakes of this process's dials that offered shared memory, by the listener's answer: accepted (the connection may use it: it starts on TCP and moves once it talks) or refused (it stays on TCP). Counts handshakes, not connections on shared memory: rdma_connections_open{path="soft-shm"} counts those.
 # TYPE rdma_soft_shm_dials_total counter
 rdma_soft_shm_dials_total{answer="accepted"} 1
 rdma_soft_shm_dials_total{answer="refused"} 0
@@ -132,10 +136,30 @@ rdma_bytes_total{direction="sent"} 6000
 # HELP rdma_connections_closed_total Connections closed since the process started.
 # TYPE rdma_connections_closed_total counter
 rdma_connections_closed_total 2
-# HELP rdma_connections_open Connections (rdma.Conn and rdma.RsocketConn) open now.
-# TYPE rdma_connections_open gauge
-rdma_connections_open 0
 `
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"rdma_bytes_total", "rdma_connections_closed_total", "rdma_connections_open"))
+		"rdma_bytes_total", "rdma_connections_closed_total"))
+	assert.Equal(t, map[string]float64{"rdmacore/rdmacore": 0, "soft/soft-shm": 0, "soft/soft-tcp": 0}, openByPath(t, reg))
+}
+
+// openByPath is rdma_connections_open's series, by "provider/path".
+func openByPath(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "rdma_connections_open" {
+			continue
+		}
+		require.Equal(t, "GAUGE", mf.GetType().String())
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			out[labels["provider"]+"/"+labels["path"]] = m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

@@ -1,6 +1,6 @@
 module github.com/rdmanet/rdma/promrdma
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/rdmanet/rdma v0.0.0

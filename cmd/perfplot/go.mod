@@ -1,6 +1,6 @@
 module github.com/rdmanet/rdma/cmd/perfplot
 
-go 1.26.8
+go 1.26.0
 
 require gonum.org/v1/plot v0.17.0
 

@@ -79,6 +79,7 @@ type switchTransport struct {
 	onIdle func(boundary bool) bool
 	rd     *shmTransport // set by the reader (under mu) at the marker
 	rdOn   atomic.Bool   // rd is set (for Carrier)
+	noted  atomic.Bool   // the move to shared memory was reported (observe_linux.go)
 
 	// The sending side. wmu is held by the writer for a call on TCP and by
 	// whoever sends a control header; a writer that may not block only
@@ -177,6 +178,9 @@ func (s *switchTransport) activate(r shmResult) {
 	}
 	close(s.ready)
 	s.mu.Unlock()
+	if err != nil {
+		s.noteCarrier(err)
+	}
 	if st != nil {
 		s.trySend()
 	}
@@ -217,6 +221,7 @@ func (s *switchTransport) sendCtl(wait bool) (done bool, err error) {
 		s.invited = true
 	} else {
 		s.wr.Store(s.ok.Load())
+		s.noteCarrier(nil)
 	}
 	return true, nil
 }
@@ -403,6 +408,7 @@ func (s *switchTransport) switchRead() error {
 	s.tcp.dropBuffer()
 	s.rd = st
 	s.rdOn.Store(true)
+	s.noteCarrier(nil)
 	return nil
 }
 
