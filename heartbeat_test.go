@@ -196,7 +196,7 @@ func TestHeartbeatIdlePairStaysUp(t *testing.T) {
 }
 
 func TestPeerTimeoutDefaults(t *testing.T) {
-	assert.Equal(t, 10*time.Second, (&Config{}).withDefaults().PeerTimeout)
+	assert.Zero(t, (&Config{}).withDefaults().PeerTimeout, "default: no heartbeat of its own, as TCP")
 	assert.Equal(t, 100*time.Millisecond, (&Config{PeerTimeout: time.Millisecond}).withDefaults().PeerTimeout)
 	assert.Equal(t, -time.Second, (&Config{PeerTimeout: -time.Second}).withDefaults().PeerTimeout)
 	assert.True(t, errors.Is(unresponsiveError(time.Second), syscall.ETIMEDOUT))
