@@ -203,12 +203,12 @@ func testPeerPaused(t *testing.T, s *suite) {
 // conn survives, neither side declares the other unresponsive, and the
 // conns carry data afterwards.
 func testPeerPausedUnderTimeout(t *testing.T, s *suite) {
-	const peerTimeout = 3 * time.Second
+	const peerTimeout = 4 * time.Second
 	cfg := s.config()
 	cfg.KeepAlive, cfg.PeerTimeout = pauseKeepAlive, peerTimeout
 	ln := s.listen(t, cfg)
 	p := s.startPausePeer(t, ln, peerTimeout, pauseKeepAlive)
-	sent := p.pause(t, peerTimeout*5/6)
+	sent := p.pause(t, peerTimeout*7/8)
 	p.survives(t, sent)
 }
 
