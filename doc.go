@@ -41,8 +41,9 @@
 // everything sent before it and then io.EOF. An idle connection posts a
 // zero-length RDMA write every Config.KeepAlive, so that a peer that died
 // silently is detected through the transport's retry timeout; one whose
-// process is stopped or wedged, which its kernel keeps acknowledging, is
-// found by a heartbeat its connection answers (Config.PeerTimeout). A peer
+// process is stopped or wedged, which its kernel keeps acknowledging, keeps
+// its connection, as over TCP, unless Config.PeerTimeout is set: then a
+// heartbeat its connection answers finds it. A peer
 // that breaks any of these rules gets its connection failed with a protocol error.
 //
 // # Zero copy
