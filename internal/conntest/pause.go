@@ -40,6 +40,11 @@ const pauseKeepAlive = 200 * time.Millisecond
 // pauseConns is how many conns the paused peer holds.
 const pauseConns = 3
 
+// pauseWrite is what this side writes toward the stopped peer: within the
+// peer's ring (1 MiB by default), more than a stopped receiver's TCP
+// window.
+const pauseWrite = 512 << 10
+
 func init() {
 	testsupport.RegisterPeer(pausePeerName, runPausePeer)
 	register("PeerPaused", testPeerPaused)
@@ -134,21 +139,22 @@ func (s *suite) startPausePeer(t *testing.T, ln *rdma.Listener, peerTimeout, kee
 }
 
 // pause stops the peer process for d, while this side writes on the first
-// conn (so that its sends wait unanswered) and lets the others idle (so
-// that their keepalive probes do), then lets it run again.
-func (p *pausedPeer) pause(t *testing.T, d time.Duration) []byte {
+// conn (so that its sends wait unanswered, and on soft's TCP path the
+// stopped peer's receive window closes) and lets the others idle (so that
+// their keepalive probes wait), then lets it run again.
+func (p *pausedPeer) pause(t *testing.T, d time.Duration) (sent []byte, wrote chan error) {
 	require.NoError(t, p.proc.Signal(syscall.SIGSTOP))
 	start := time.Now()
-	sent := bytes.Repeat([]byte("paused "), 2<<10)
-	c := p.conns[0]
-	require.NoError(t, c.SetWriteDeadline(time.Now().Add(d)))
-	_, err := c.Write(sent)
-	require.NoError(t, err, "a Write the peer's ring has room for, while the peer is stopped")
-	require.NoError(t, c.SetWriteDeadline(time.Time{}))
+	sent = bytes.Repeat([]byte("paused!!"), pauseWrite/8)
+	wrote = make(chan error, 1)
+	go func() {
+		_, err := p.conns[0].Write(sent) // may wait for the peer: backpressure
+		wrote <- err
+	}()
 	time.Sleep(d - time.Since(start))
 	require.NoError(t, p.proc.Signal(syscall.SIGCONT))
 	t.Logf("peer process stopped for %v", time.Since(start))
-	return sent
+	return sent, wrote
 }
 
 // echoes checks that c carries a message to the peer and its echo back,
@@ -168,13 +174,14 @@ func echoes(t *testing.T, c Conn, what string) {
 
 // survives checks that every conn of p outlived the pause: what was
 // written during it comes back, then each echoes again.
-func (p *pausedPeer) survives(t *testing.T, sent []byte) {
+func (p *pausedPeer) survives(t *testing.T, sent []byte, wrote chan error) {
 	c := p.conns[0]
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
 	got := make([]byte, len(sent))
 	_, err := io.ReadFull(c, got)
 	require.NoError(t, err, "the echo of what was written during the pause")
 	require.True(t, bytes.Equal(sent, got), "the echo of what was written during the pause differs")
+	require.NoError(t, <-wrote, "the Write begun during the pause")
 	require.NoError(t, c.SetReadDeadline(time.Time{}))
 	for i, c := range p.conns {
 		echoes(t, c, fmt.Sprintf("after the pause, conn %d", i))
@@ -194,8 +201,8 @@ func testPeerPaused(t *testing.T, s *suite) {
 	cfg.KeepAlive = pauseKeepAlive
 	ln := s.listen(t, cfg)
 	p := s.startPausePeer(t, ln, 0, pauseKeepAlive)
-	sent := p.pause(t, 2*retryWindow)
-	p.survives(t, sent)
+	sent, wrote := p.pause(t, 2*retryWindow)
+	p.survives(t, sent, wrote)
 }
 
 // A peer process stopped for just under PeerTimeout (longer than the
@@ -208,8 +215,8 @@ func testPeerPausedUnderTimeout(t *testing.T, s *suite) {
 	cfg.KeepAlive, cfg.PeerTimeout = pauseKeepAlive, peerTimeout
 	ln := s.listen(t, cfg)
 	p := s.startPausePeer(t, ln, peerTimeout, pauseKeepAlive)
-	sent := p.pause(t, peerTimeout*7/8)
-	p.survives(t, sent)
+	sent, wrote := p.pause(t, peerTimeout*7/8)
+	p.survives(t, sent, wrote)
 }
 
 // pausedPastTimeout stops the paused peer past PeerTimeout (1 s on both
