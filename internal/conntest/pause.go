@@ -143,7 +143,7 @@ func (s *suite) startPausePeer(t *testing.T, ln *rdma.Listener, peerTimeout, kee
 // stopped peer's receive window closes) and lets the others idle (so that
 // their keepalive probes wait), then lets it run again.
 func (p *pausedPeer) pause(t *testing.T, d time.Duration) (sent []byte, wrote chan error) {
-	require.NoError(t, p.proc.Signal(syscall.SIGSTOP))
+	testsupport.Stop(t, p.proc)
 	start := time.Now()
 	sent = bytes.Repeat([]byte("paused!!"), pauseWrite/8)
 	wrote = make(chan error, 1)
@@ -229,7 +229,7 @@ func (s *suite) pausedPastTimeout(t *testing.T) error {
 	cfg.PeerTimeout, cfg.KeepAlive = peerTimeout, -1
 	ln := s.listen(t, cfg)
 	p := s.startPausePeer(t, ln, peerTimeout, pauseKeepAlive)
-	require.NoError(t, p.proc.Signal(syscall.SIGSTOP))
+	testsupport.Stop(t, p.proc)
 	err := s.survivorReadFails(t, p.conns[0], " (PeerTimeout 1s, no keepalive)")
 	for _, c := range p.conns[1:] {
 		_, err := readUntilError(c)
