@@ -215,7 +215,7 @@ func testPeerPausedUnderTimeout(t *testing.T, s *suite) {
 	cfg.KeepAlive, cfg.PeerTimeout = pauseKeepAlive, peerTimeout
 	ln := s.listen(t, cfg)
 	p := s.startPausePeer(t, ln, peerTimeout, pauseKeepAlive)
-	sent, wrote := p.pause(t, peerTimeout*7/8)
+	sent, wrote := p.pause(t, peerTimeout*4/5)
 	p.survives(t, sent, wrote)
 }
 
