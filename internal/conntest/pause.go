@@ -193,22 +193,26 @@ func (p *pausedPeer) survives(t *testing.T, sent []byte, wrote chan error) {
 	}
 }
 
-// A peer process stopped for twice the transport's retry window, with the
-// defaults' PeerTimeout (none, as TCP): every conn survives and carries
-// data afterwards, the bytes written toward it during the pause included.
+// A peer process stopped for twice the transport's retry window, this side
+// with the defaults' PeerTimeout (none, as TCP): every conn survives and
+// carries data afterwards, the bytes written toward it during the pause
+// included. The peer holds this side to a PeerTimeout of 1 s, which its
+// own pause outlasts, while this side, which pings nothing, sends nothing
+// on two of the conns: the peer's timers fire late, and it must not charge
+// its own pause to this side, which answered all along.
 func testPeerPaused(t *testing.T, s *suite) {
 	cfg := s.config()
 	cfg.KeepAlive = pauseKeepAlive
 	ln := s.listen(t, cfg)
-	p := s.startPausePeer(t, ln, 0, pauseKeepAlive)
+	p := s.startPausePeer(t, ln, time.Second, pauseKeepAlive)
 	sent, wrote := p.pause(t, 2*retryWindow)
 	p.survives(t, sent, wrote)
 }
 
-// A peer process stopped for just under PeerTimeout (longer than the
-// transport's retry window), both sides holding each other to it: every
-// conn survives, neither side declares the other unresponsive, and the
-// conns carry data afterwards.
+// A peer process stopped for just under PeerTimeout (4/5 of it, longer
+// than the transport's retry window), both sides holding each other to
+// it: every conn survives, neither side declares the other unresponsive,
+// and the conns carry data afterwards.
 func testPeerPausedUnderTimeout(t *testing.T, s *suite) {
 	const peerTimeout = 4 * time.Second
 	cfg := s.config()
