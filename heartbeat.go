@@ -70,7 +70,7 @@ func (c *Conn) newWatch(now time.Time) *watch {
 // (stopped, starved): the peer's messages may wait unread, and whatever
 // the peer's silence looks like is this side's own. The heartbeat's watch
 // starts again from it (stream.Liveness), and the keepalive's probe waits
-// a period more: neither charges the pause to the peer.
+// a KeepAlive more: neither charges the pause to the peer.
 func (w *watch) tick(now time.Time) time.Time {
 	c := w.c
 	late := !w.next.IsZero() && now.Sub(w.next) > w.period

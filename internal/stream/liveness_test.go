@@ -88,6 +88,16 @@ func TestLivenessLateTick(t *testing.T) {
 	l = NewLiveness(time.Second, t0)
 	assert.Equal(t, PingDue, l.Tick(t0.Add(2*iv), 0))
 	assert.Equal(t, Alive, l.Tick(t0.Add(4*iv+1), 0))
+	// With the shortest Timeout, lateness is at least lateFloor: a timer
+	// a few Intervals late on a loaded host does not put the verdict off.
+	l = NewLiveness(MinTimeout, t0)
+	iv = l.Interval()
+	require.Less(t, 2*iv, lateFloor)
+	at = t0
+	for ; at.Sub(t0) < MinTimeout; at = at.Add(lateFloor) {
+		l.Tick(at, 0)
+	}
+	assert.Equal(t, Unresponsive, l.Tick(at, 0))
 }
 
 // Timeouts below MinTimeout are raised to it; the heartbeat announced stays
@@ -180,7 +190,7 @@ func FuzzLiveness(f *testing.F) {
 			if count != l.count {
 				t.Fatalf("tick at count %d left the watch at %d", count, l.count)
 			}
-			if late := now.Sub(prev) > 2*iv; events[1]&3 != 0 || late {
+			if late := now.Sub(prev) > max(2*iv, lateFloor); events[1]&3 != 0 || late {
 				heard, pinged = now, false
 				if v != Alive {
 					t.Fatalf("a tick that saw new messages or came late (%v): verdict %d", late, v)

@@ -344,7 +344,7 @@ func (q *qp) armWatchdog() {
 // transport answers (transport.answering: the peer's kernel acknowledges
 // the TCP stream, or the same-host peer's process is alive) costs no
 // retry: the connection then ends only when the transport does, or by the
-// heartbeat above (rdma.Config.PeerTimeout), as on a NIC. A timer that
+// consumer's heartbeat (rdma.Config.PeerTimeout), as on a NIC. A timer that
 // fires a whole timeout later than asked says that this process was not
 // running (stopped itself, or starved): it is not the peer's silence, so
 // that tick only re-arms, and the receiver has a timeout to catch up with
