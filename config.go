@@ -79,27 +79,52 @@ type Config struct {
 	// timeout. Default 2 s; negative disables the probe.
 	KeepAlive time.Duration
 	// PeerTimeout bounds how long the peer's connection may go without
-	// a sign of life before the connection fails: a peer whose process is
-	// stopped (SIGSTOP, a debugger) or wedged goes on acknowledging the
-	// transport (its kernel or NIC does), so KeepAlive does not see it.
-	// When the peer has sent nothing for a fifth of PeerTimeout, the
-	// connection sends it a ping, which the peer's connection answers
-	// (whether or not its program reads); any message counts as an answer,
-	// so a connection with traffic sends none. A peer silent for
-	// PeerTimeout is declared unresponsive at the next of the watch's
+	// a sign of life before the connection fails. A peer whose process is
+	// paused (SIGSTOP, a debugger's breakpoint, a frozen container, a VM
+	// or swap stall) or wedged goes on acknowledging the transport (its
+	// kernel or NIC does, and on soft the peer's kernel or, on shared
+	// memory, its live process stands for the NIC), so neither the
+	// transport nor KeepAlive ends its connection: without a PeerTimeout
+	// it waits for the peer to run again, however long, as a TCP
+	// connection does. A peer that dies is found by the transport
+	// whatever PeerTimeout is (its kernel closes its connections; a host
+	// that vanished stops acknowledging, and KeepAlive's probe then fails
+	// after the transport's retries).
+	//
+	// With PeerTimeout set, when the peer has sent nothing for a fifth of
+	// it, the connection sends it a ping, which the peer's connection
+	// answers (whether or not its program reads); any message counts as
+	// an answer, so a connection with traffic sends none. A peer silent
+	// for PeerTimeout is declared unresponsive at the next of the watch's
 	// ticks, a fifth of PeerTimeout apart (so by about PeerTimeout*6/5
-	// after its last message: 12.1-12.3 s after a SIGSTOP with the default
-	// in the Soft-RoCE VM), never before PeerTimeout. Reads and Writes then fail with a *net.OpError
-	// whose Err says "peer unresponsive for <PeerTimeout>" and matches
-	// syscall.ETIMEDOUT with errors.Is; its Timeout() is false, as for
-	// every failure of the connection (a deadline's error is the one that
-	// is a timeout): a loop that retries timeouts must not spin on a dead
-	// connection. A peer of an older version, which announced no
-	// heartbeats in the handshake, is not pinged and not held to it (only
-	// KeepAlive watches it). Default 10 s, at least 100 ms; negative: the
-	// connection sends no pings and never fails for silence (it still
-	// answers the peer's). With Wire "rsocket" it does not apply: rsocket's
-	// protocol has no heartbeat, and an RsocketConn has only its keepalive.
+	// after its last message: 12.1-12.3 s after a SIGSTOP with 10 s in
+	// the Soft-RoCE VM), never before PeerTimeout. Reads and Writes then
+	// fail with a *net.OpError whose Err says "peer unresponsive for
+	// <PeerTimeout>" and matches syscall.ETIMEDOUT with errors.Is; its
+	// Timeout() is false, as for every failure of the connection (a
+	// deadline's error is the one that is a timeout): a loop that retries
+	// timeouts must not spin on a dead connection. The peer is sent a
+	// disconnect: a paused peer that runs again finds its connection
+	// reset ("connection reset by peer", syscall.ECONNRESET), this side's
+	// verdict. A pause shorter than PeerTimeout costs nothing, and a side
+	// that was itself paused does not count its own pause against its
+	// peer (its timers came late: it looks again). A peer of an older
+	// version, which announced no heartbeats in the handshake, is not
+	// pinged and not held to it (only KeepAlive watches it). At least
+	// 100 ms.
+	//
+	// Default 0: no heartbeat of its own, TCP's behaviour (a negative
+	// value means the same, as it did when 10 s was the default). Neither
+	// net/http nor gRPC ends a connection whose peer is merely paused
+	// unless told to: net/http's connections are TCP's, whose keepalive
+	// the peer's kernel answers, and gRPC's keepalive pings, which the
+	// peer's process must answer, are off on the client and come after 2
+	// hours of idleness on the server. Programs bound a wait with
+	// deadlines (SetDeadline), and set PeerTimeout where a hung peer must
+	// cost no more than that. Every connection answers its peer's pings,
+	// whatever its own PeerTimeout. With Wire "rsocket" it does not apply:
+	// rsocket's protocol has no heartbeat, and an RsocketConn has only its
+	// keepalive.
 	PeerTimeout time.Duration
 
 	// PollTime is how long a Read or Write that would block busy-polls the
@@ -188,7 +213,6 @@ const (
 	minDepth               = stream.MinRecvDepth
 	defaultInline          = 256
 	defaultKeepAlive       = 2 * time.Second
-	defaultPeerTimeout     = 10 * time.Second
 	defaultHandshakeTimout = 10 * time.Second
 
 	defaultRDMAConnectTimeout = 1500 * time.Millisecond
@@ -214,10 +238,7 @@ func (c *Config) withDefaults() Config {
 		r.InlineThreshold = 1024
 	}
 	r.KeepAlive = cmp.Or(r.KeepAlive, defaultKeepAlive) // negative: off
-	switch {
-	case r.PeerTimeout == 0:
-		r.PeerTimeout = defaultPeerTimeout
-	case r.PeerTimeout > 0:
+	if r.PeerTimeout > 0 {
 		r.PeerTimeout = max(r.PeerTimeout, stream.MinTimeout)
 	}
 	r.HandshakeTimeout = positive(r.HandshakeTimeout, defaultHandshakeTimout)

@@ -37,14 +37,16 @@ func TestConnSuite(t *testing.T) {
 	}{
 		{"shm", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil, false, false},
 		{"tcp", false, "RDMA_SOFT_SHM=0", "", false, nil, false, false},
-		{"shm-buffers", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, nil, true, false},
-		{"tcp-buffers", false, "RDMA_SOFT_SHM=0", "", false, nil, true, false},
+		{"shm-buffers", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", "", false, pauseSkips, true, false},
+		{"tcp-buffers", false, "RDMA_SOFT_SHM=0", "", false, pauseSkips, true, false},
 		{"tcp-buffers-registered", false, "RDMA_SOFT_SHM=0 RDMA_MEMORY_WINDOWS=0", "", false, registeredSkips, true, true},
 		{"rsocket", true, "RDMA_SOFT_SHM=1 RDMA_SOFT_SHM_SWITCH=0", rdma.WireRsocket, true, map[string]string{
 			"PeerKilled": "the rsocket wire ends the stream at a disconnect, as rsocket.c does and its C peers expect: " +
 				"a killed peer reads as io.EOF there, where this subtest wants an error (Writes do fail)",
 			"PeerStopped": "RsocketConn has no heartbeat (rsocket's wire defines none; its keepalive is answered " +
 				"by the transport): Config.PeerTimeout does not apply to it",
+			"PeerPausedUnderTimeout": "as PeerStopped: Config.PeerTimeout does not apply to RsocketConn " +
+				"(PeerPaused checks that its conns outlive a pause)",
 		}, false, false},
 	} {
 		t.Run(path.name, func(t *testing.T) {
@@ -74,9 +76,19 @@ func TestConnSuite(t *testing.T) {
 	}
 }
 
+// pauseSkips are the subtests the runs from and into Buffers leave out: a
+// paused peer's conns survive or fail by the transport and the heartbeat,
+// whatever a Write copies; the runs shm and tcp check them on each path.
+var pauseSkips = map[string]string{
+	"PeerPaused":             "runs shm and tcp check it",
+	"PeerPausedUnderTimeout": "runs shm and tcp check it",
+}
+
 // registeredSkips are the subtests the run whose rendezvous register
 // leaves out.
 var registeredSkips = map[string]string{
+	"PeerPaused":             pauseSkips["PeerPaused"],
+	"PeerPausedUnderTimeout": pauseSkips["PeerPausedUnderTimeout"],
 	"ZeroAllocs": "each rendezvous registers the Write's bytes (soft's RegMR allocates the MR); " +
 		"the windowed runs shm-buffers and tcp-buffers assert the rendezvous' zero allocations, " +
 		"the runs shm and tcp the copying path's",

@@ -65,12 +65,23 @@ func (c *Conn) newWatch(now time.Time) *watch {
 // gone quiet, applies what completions wait (so that a ping is answered
 // and the messages received are counted), watches the peer, and probes if
 // the keepalive is due.
+//
+// A tick that comes a whole period late says that this process did not run
+// (stopped, starved): the peer's messages may wait unread, and whatever
+// the peer's silence looks like is this side's own. The heartbeat's watch
+// starts again from it (stream.Liveness), and the keepalive's probe waits
+// a KeepAlive more: neither charges the pause to the peer.
 func (w *watch) tick(now time.Time) time.Time {
 	c := w.c
+	late := !w.next.IsZero() && now.Sub(w.next) > w.period
 	c.trimIdle(&w.moved)
 	c.tryPoll()
 	if w.pinging {
 		c.heartbeat(&w.live, now)
+	}
+	if late && !w.probeAt.IsZero() {
+		w.probeAt = now.Add(c.cfg.KeepAlive)
+		c.heardSince(&w.heard)
 	}
 	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
 		// A peer heard from since the last probe was due is there: its
@@ -93,12 +104,19 @@ func (w *watch) onEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 
 // heartbeat is a tick of the peer's watch: ping a silent peer, fail the
 // connection when the peer has been silent for PeerTimeout.
+//
+// A peer declared unresponsive gets a disconnect, as a TCP connection
+// whose user timeout passed is aborted: when its process runs again it
+// finds its connection reset by this side (the verdict), and does not
+// wait out a PeerTimeout of its own to blame this side, which answered
+// all along.
 func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	c.mu.Lock()
 	if c.closed || c.torn || c.err != nil {
 		c.mu.Unlock()
 		return
 	}
+	gaveUp := false
 	switch l.Tick(now, c.received) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
@@ -107,8 +125,12 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 		}
 	case stream.Unresponsive:
 		c.failLocked(unresponsiveError(l.Timeout))
+		gaveUp = true
 	}
 	c.unlockSubmit()
+	if gaveUp {
+		_ = c.id.Disconnect()
+	}
 }
 
 // pongLocked queues the pong that a ping asked for, unless the send queue

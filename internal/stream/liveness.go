@@ -40,18 +40,32 @@ const (
 	Unresponsive                // silent for Timeout: the connection fails
 )
 
+// A tick that comes more than two Intervals (and lateFloor) after the
+// previous one says that this side did not run meanwhile (its process was stopped or
+// starved): the silence it sees is its own, and the peer's messages may
+// still wait unread. Such a tick charges nothing to the peer: the watch
+// starts again from it, as from a fresh connection, so that a peer that
+// answers is heard before the next verdict, and a paused side that its
+// peer gave up on learns that from the peer rather than blaming it.
+
+// lateFloor is the least lateness taken for this side's own pause: with the
+// shortest Timeouts, an Interval is as short as a timer's delay on a loaded
+// host, which must not keep putting a silent peer's verdict off.
+const lateFloor = 250 * time.Millisecond
+
 // Liveness is one side's watch over its peer.
 type Liveness struct {
 	Timeout time.Duration
 	heard   time.Time // the tick that first saw the latest message count
 	count   uint64    // messages received, as of heard
 	pinged  bool      // a ping went out since heard
+	last    time.Time // the previous tick
 }
 
 // NewLiveness watches a peer for timeout (clamped to at least MinTimeout)
 // from now, when the connection was established.
 func NewLiveness(timeout time.Duration, now time.Time) Liveness {
-	return Liveness{Timeout: max(timeout, MinTimeout), heard: now}
+	return Liveness{Timeout: max(timeout, MinTimeout), heard: now, last: now}
 }
 
 // Interval is how often Tick must run.
@@ -64,9 +78,13 @@ func (l *Liveness) Heartbeat() uint16 {
 }
 
 // Tick looks at the peer at now, given the count of messages received
-// from it so far.
+// from it so far. Ticks are to come every Interval: one more than two
+// Intervals (and lateFloor) after the previous is late, and sees the peer
+// Alive.
 func (l *Liveness) Tick(now time.Time, received uint64) Verdict {
-	if received != l.count {
+	late := now.Sub(l.last) > max(2*l.Interval(), lateFloor)
+	l.last = now
+	if received != l.count || late {
 		l.count, l.heard, l.pinged = received, now, false
 		return Alive
 	}

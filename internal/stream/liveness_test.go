@@ -57,10 +57,47 @@ func TestLivenessAnswered(t *testing.T) {
 	assert.Equal(t, Alive, l.Tick(t0.Add(3*iv+iv/4), 1))
 	assert.Equal(t, PingDue, l.Tick(t0.Add(4*iv), 1), "silent again: ping again")
 	l.Pinged()
+	for at := 5 * iv; at < 3*iv+l.Timeout; at += iv {
+		assert.Equal(t, Alive, l.Tick(t0.Add(at), 1))
+	}
 	assert.Equal(t, Alive, l.Tick(t0.Add(3*iv+l.Timeout-time.Nanosecond), 1))
 	assert.Equal(t, Unresponsive, l.Tick(t0.Add(3*iv+l.Timeout), 1))
 	// A message at the last moment saves it.
 	assert.Equal(t, Alive, l.Tick(t0.Add(3*iv+l.Timeout), 2))
+}
+
+// A tick that comes late (this side did not run: stopped, starved) charges
+// its own pause to nobody: the peer is Alive at it and gets a whole Timeout
+// from it; ticks on time then find a peer that stays silent as before.
+func TestLivenessLateTick(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := NewLiveness(time.Second, t0)
+	iv := l.Interval()
+	assert.Equal(t, Alive, l.Tick(t0.Add(iv/4), 0))
+	resumed := t0.Add(10 * time.Second) // stopped for ten Timeouts
+	assert.Equal(t, Alive, l.Tick(resumed, 0), "a late tick blamed the peer for this side's pause")
+	assert.Equal(t, PingDue, l.Tick(resumed.Add(iv), 0))
+	l.Pinged()
+	at := resumed.Add(iv)
+	for ; at.Sub(resumed) < l.Timeout; at = at.Add(iv) {
+		assert.Equal(t, Alive, l.Tick(at, 0))
+	}
+	assert.Equal(t, Unresponsive, l.Tick(at, 0))
+	// Two Intervals after the previous tick is not late; a nanosecond
+	// more is.
+	l = NewLiveness(time.Second, t0)
+	assert.Equal(t, PingDue, l.Tick(t0.Add(2*iv), 0))
+	assert.Equal(t, Alive, l.Tick(t0.Add(4*iv+1), 0))
+	// With the shortest Timeout, lateness is at least lateFloor: a timer
+	// a few Intervals late on a loaded host does not put the verdict off.
+	l = NewLiveness(MinTimeout, t0)
+	iv = l.Interval()
+	require.Less(t, 2*iv, lateFloor)
+	at = t0
+	for ; at.Sub(t0) < MinTimeout; at = at.Add(lateFloor) {
+		l.Tick(at, 0)
+	}
+	assert.Equal(t, Unresponsive, l.Tick(at, 0))
 }
 
 // Timeouts below MinTimeout are raised to it; the heartbeat announced stays
@@ -146,16 +183,17 @@ func FuzzLiveness(f *testing.F) {
 		now, count := t0, uint64(0)
 		heard, pinged := t0, false
 		for ; len(events) >= 2; events = events[2:] {
+			prev := now
 			now = now.Add(time.Duration(events[0])*(iv/16) + time.Duration(events[1]>>3))
 			count += uint64(events[1] & 3)
 			v := l.Tick(now, count)
 			if count != l.count {
 				t.Fatalf("tick at count %d left the watch at %d", count, l.count)
 			}
-			if events[1]&3 != 0 {
+			if late := now.Sub(prev) > max(2*iv, lateFloor); events[1]&3 != 0 || late {
 				heard, pinged = now, false
 				if v != Alive {
-					t.Fatalf("a tick that saw new messages: verdict %d", v)
+					t.Fatalf("a tick that saw new messages or came late (%v): verdict %d", late, v)
 				}
 				continue
 			}

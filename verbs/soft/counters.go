@@ -26,6 +26,14 @@ type Counters struct {
 	AckTimeouts      uint64
 	RetryExceeded    uint64
 	RNRRetryExceeded uint64
+	// PeerStalls counts transport timer expiries that found sends
+	// outstanding and no progress while the transport itself answered: the
+	// peer's process was not running (stopped, starved), as a NIC's peer
+	// whose NIC goes on acknowledging. They cost no retry. LateTimers
+	// counts expiries that came a whole timeout late, this process having
+	// not run: they charge nothing to the peer either.
+	PeerStalls uint64
+	LateTimers uint64
 
 	// A listener's handshake admission (admission.go). AdmissionParked
 	// counts connections that found every waiting place taken and were
@@ -58,6 +66,7 @@ type Counters struct {
 var counters struct {
 	rnrSent, rnrRecv, retransmits       atomic.Uint64
 	ackTimeouts, retryExc, rnrRetryExc  atomic.Uint64
+	peerStalls, lateTimers              atomic.Uint64
 	parked, slotWaits, evicted, dropped atomic.Uint64
 	shmAccepted, shmRefused             atomic.Uint64
 	shmDialAccepted, shmDialRefused     atomic.Uint64
@@ -73,6 +82,8 @@ func ReadCounters() Counters {
 		AckTimeouts:        c.ackTimeouts.Load(),
 		RetryExceeded:      c.retryExc.Load(),
 		RNRRetryExceeded:   c.rnrRetryExc.Load(),
+		PeerStalls:         c.peerStalls.Load(),
+		LateTimers:         c.lateTimers.Load(),
 		AdmissionParked:    c.parked.Load(),
 		AdmissionSlotWaits: c.slotWaits.Load(),
 		AdmissionEvicted:   c.evicted.Load(),

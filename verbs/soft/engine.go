@@ -327,13 +327,28 @@ func (q *qp) armWatchdog() {
 	q.wdArmed = true
 	q.wdStrikes = 0
 	q.wdLast = q.progress
+	q.wdDue = monotime() + int64(d)
 	q.wdTimer.Reset(d)
 }
 
 // watchdog fires every ack timeout while the QP has work. Sent WRs that
-// see no response for more than (retry count + 1) timeouts complete with
-// RETRY_EXC_ERR: the peer is silent, as a NIC concludes after its
-// retransmissions go unanswered.
+// see no response for more than (retry count + 1) timeouts, while the
+// transport itself goes unanswered too, complete with RETRY_EXC_ERR: the
+// peer is unreachable, as a NIC concludes after its retransmissions go
+// unacknowledged.
+//
+// Soft's engine is the NIC, and it runs in the peer's process: a peer
+// that is stopped (SIGSTOP, a debugger, a frozen container) or starved
+// answers nothing, though its end of the transport is there. A NIC would
+// go on acknowledging for such a process, so a timeout spent while the
+// transport answers (transport.answering: the peer's kernel acknowledges
+// the TCP stream, or the same-host peer's process is alive) costs no
+// retry: the connection then ends only when the transport does, or by the
+// consumer's heartbeat (rdma.Config.PeerTimeout), as on a NIC. A timer that
+// fires a whole timeout later than asked says that this process was not
+// running (stopped itself, or starved): it is not the peer's silence, so
+// that tick only re-arms, and the receiver has a timeout to catch up with
+// what came meanwhile.
 //
 // As a NIC's transport timer, it runs only while there is something to
 // time: a QP with nothing posted stops it until the next post (PostSend
@@ -347,6 +362,9 @@ func (q *qp) watchdog() {
 	if !q.wdArmed || q.state != verbs.QPSRTS || q.destroyed {
 		return
 	}
+	d := ackTimeout(q.attr.Timeout)
+	now := monotime()
+	late := now-q.wdDue > int64(d)
 	// Sent and unanswered, or, on a QP still looking for its peer
 	// (manual.go), posted and not sent: either way the peer is silent.
 	outstanding := q.sqHead != q.sqSent || q.manual && q.tr == nil && q.sqHead != q.sqTail
@@ -356,19 +374,28 @@ func (q *qp) watchdog() {
 		return
 	}
 	if outstanding && q.progress == q.wdLast {
-		q.wdStrikes++
-		counters.ackTimeouts.Add(1)
-		if q.wdStrikes > q.attr.RetryCnt {
-			q.wdArmed = false
-			counters.retryExc.Add(1)
-			q.flush(q.sqHead, verbs.WCRetryExcErr, true)
-			return
+		switch {
+		case late:
+			counters.lateTimers.Add(1)
+		case q.tr != nil && q.tr.answering():
+			q.wdStrikes = 0
+			counters.peerStalls.Add(1)
+		default:
+			q.wdStrikes++
+			counters.ackTimeouts.Add(1)
+			if q.wdStrikes > q.attr.RetryCnt {
+				q.wdArmed = false
+				counters.retryExc.Add(1)
+				q.flush(q.sqHead, verbs.WCRetryExcErr, true)
+				return
+			}
 		}
 	} else {
 		q.wdStrikes = 0
 	}
 	q.wdLast = q.progress
-	q.wdTimer.Reset(ackTimeout(q.attr.Timeout))
+	q.wdDue = now + int64(d)
+	q.wdTimer.Reset(d)
 }
 
 var errProtocol = errors.New("soft: peer broke the frame protocol")

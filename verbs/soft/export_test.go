@@ -13,8 +13,12 @@ import (
 // report ESTABLISHED, its engine running; nil removes it.
 func SetEstablishedHook(f func()) { testHookEstablished = f }
 
-// Silence makes a connected QP stop answering its peer (a hung host).
-func Silence(q verbs.QP) { q.(*qp).silent.Store(true) }
+// Silence makes a connected QP stop answering its peer, its transport
+// included (a hung host or a partitioned network: liveness.go).
+func Silence(q verbs.QP) {
+	q.(*qp).silent.Store(true)
+	silence(q.(*qp))
+}
 
 // RawREQ is a connection request as a client sends it, offering the given
 // transports (bit 0 TCP, bit 1 shared memory) with ext as their setup

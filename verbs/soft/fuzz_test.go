@@ -109,6 +109,7 @@ func (m *memTransport) writev(bufs [][]byte, _ []gateRef, wait bool) (int, error
 func (m *memTransport) closeWrite() error               { return nil }
 func (m *memTransport) setReadDeadline(time.Time) error { return nil }
 func (m *memTransport) close() error                    { return nil }
+func (m *memTransport) answering() bool                 { return true }
 
 // FuzzEngine runs a connected QP's receiver over an arbitrary byte stream:
 // whatever a peer sends, the engine must not panic or touch memory outside

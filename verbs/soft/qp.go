@@ -148,6 +148,7 @@ type qp struct {
 	wdLast     uint64
 	wdArmed    bool
 	wdStrikes  int
+	wdDue      int64 // monotime when the watchdog is due (late: this process did not run)
 	destroyed  bool
 	downNotify func(error) // called once when the engine stops
 	silent     atomic.Bool // tests: ignore the peer entirely (a hung host)

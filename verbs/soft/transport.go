@@ -72,4 +72,10 @@ type transport interface {
 	setReadDeadline(t time.Time) error
 	// close releases the transport and unblocks everything.
 	close() error
+	// answering reports whether the transport itself is alive and
+	// answered: the peer's end is there and acknowledges what is sent,
+	// whether or not the peer's process runs (liveness.go). The engine's
+	// watchdog asks it when the peer's engine has left sent work
+	// unanswered for a timeout.
+	answering() bool
 }
