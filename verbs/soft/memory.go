@@ -37,8 +37,9 @@ type mr struct {
 	key    uint32
 	access verbs.Access
 	dead   atomic.Bool
-	fence  gate   // every copy the engine makes to or from buf passes it (fence.go)
-	unmap  func() // a dma-buf MR's mapping goes once the fence is closed (dmabuf_linux.go)
+	fence  gate          // every copy the engine makes to or from buf passes it (fence.go)
+	unmap  func()        // a dma-buf MR's mapping goes once the fence is closed (dmabuf_linux.go)
+	mem    *verbs.Memory // the block a region lies in, pinned until Dereg's fence is closed
 
 	// A region: how many windows are bound to it (pd.mu); Dereg fails
 	// while there are any.
@@ -60,10 +61,18 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if err := checkMR(op, len(buf), access); err != nil {
 		return nil, err
 	}
-	if m, _ := verbs.MemoryOf(buf); m == nil {
+	// The block cannot be freed (verbs.Memory.Free: EBUSY) until Dereg.
+	mem := verbs.PinMemory(buf)
+	if mem == nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "buffer is not registrable memory (use verbs.AllocMemory; Go heap memory cannot be registered)")
 	}
-	return p.register(op, buf, verbs.AddrOf(buf), access)
+	m, err := p.register(op, buf, verbs.AddrOf(buf), access)
+	if err != nil {
+		mem.Unpin()
+		return nil, err
+	}
+	m.mem = mem
+	return m, nil
 }
 
 // checkMR checks a registration's length and access flags.
@@ -263,6 +272,9 @@ func (m *mr) Dereg() error {
 	m.fence.close()
 	if m.unmap != nil {
 		m.unmap()
+	}
+	if m.mem != nil {
+		m.mem.Unpin() // no copy touches the block any more
 	}
 	return nil
 }
