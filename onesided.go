@@ -52,8 +52,9 @@ var (
 // remote posts one one-sided WR and waits for its completion. local lies
 // in hold, when not nil, which the caller acquired: if remote must return
 // before the WR completed, hold stays in use until the queue pair is
-// destroyed, as the device may still be moving local's bytes. ctx (nil:
-// none) ends the wait to be posted too.
+// destroyed, as the device may still be moving local's bytes. ctx ends the
+// wait to be posted too (context.Background: only the connection's
+// deadline does).
 func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
 	credit := op == verbs.OpRDMAWriteWithImm
 	// Until the WR is posted the call may give up: nothing has moved. The
@@ -84,10 +85,10 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 			break
 		}
 		c.mu.Unlock()
-		if ctx != nil && ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return c.opErr(name, context.Cause(ctx)) // it would have to wait
 		}
-		if ctx != nil && ctx.Done() != nil && wait == dl {
+		if ctx.Done() != nil && wait == dl {
 			// A deadline of its own, the earlier of ctx's and the
 			// connection's, which ctx's end moves into the past.
 			own := makeDeadline()

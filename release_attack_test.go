@@ -3,6 +3,7 @@ package rdma
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -363,4 +364,50 @@ func TestMemoryFreeRefusedWhileRegistered(t *testing.T) {
 	// Still usable: nothing was freed.
 	copy(b.Bytes(), "alive")
 	assert.True(t, bytes.HasPrefix(b.Bytes(), []byte("alive")))
+}
+
+// A peer that never takes its notifications holds WriteRemoteNotifyContext
+// no longer than its context: at its deadline (context.DeadlineExceeded) or
+// its cancellation, having posted nothing; a plain write still goes.
+func TestRemoteNotifyContext(t *testing.T) {
+	c, s := pair(t, nil)
+	target := allocBuffer(t, 4096)
+	d, err := s.Expose(target, 0, 4096, AccessWrite)
+	require.NoError(t, err)
+	d = sendDesc(t, s, c, d)
+	local := allocBuffer(t, 4096)
+	sent := 0
+	for ; sent < 1000; sent++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		start := time.Now()
+		err = c.WriteRemoteNotifyContext(ctx, d, 0, local.Bytes()[:8], 1)
+		cancel()
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond)
+			break
+		}
+	}
+	require.Positive(t, sent)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.WriteRemoteNotifyContext(ctx, d, 0, local.Bytes()[:8], 2) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancellation did not end the wait for a credit")
+	}
+	require.NoError(t, c.WriteRemoteContext(context.Background(), d, 0, local.Bytes()[:8]))
+	// The peer takes them all, and then the next goes.
+	for range sent {
+		_, _, err := s.WaitNotify(context.Background())
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.WriteRemoteNotifyContext(context.Background(), d, 0, local.Bytes()[:8], 3))
+	v, _, err := s.WaitNotify(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, uint32(3), v)
 }

@@ -171,7 +171,7 @@ func (c *Conn) Unexpose(d Desc) error {
 // describes at offset off, and returns once the peer's device has the
 // bytes. d must allow AccessWrite and hold len(p) bytes at off.
 func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
-	return c.oneSided(nil, "rdma write", verbs.OpRDMAWrite, d, off, p, 0)
+	return c.oneSided(context.Background(), "rdma write", verbs.OpRDMAWrite, d, off, p, 0)
 }
 
 // WriteRemoteContext is WriteRemote whose wait for a send slot also ends
@@ -195,7 +195,7 @@ func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error 
 	if value > NotifyValueMax {
 		return c.opErr("rdma write", invalid("notification value %d exceeds %d", value, NotifyValueMax))
 	}
-	return c.oneSided(nil, "rdma write", verbs.OpRDMAWriteWithImm, d, off, p, stream.ImmNotify(value))
+	return c.oneSided(context.Background(), "rdma write", verbs.OpRDMAWriteWithImm, d, off, p, stream.ImmNotify(value))
 }
 
 // WriteRemoteNotifyContext is WriteRemoteNotify whose wait for the peer's
@@ -212,7 +212,7 @@ func (c *Conn) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p 
 // ReadRemote RDMA-reads len(p) bytes of the range d describes, at offset
 // off, into p, which lies in a Buffer. d must allow AccessRead.
 func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
-	return c.oneSided(nil, "rdma read", verbs.OpRDMARead, d, off, p, 0)
+	return c.oneSided(context.Background(), "rdma read", verbs.OpRDMARead, d, off, p, 0)
 }
 
 // ReadRemoteContext is ReadRemote whose wait for a send slot also ends
@@ -221,8 +221,8 @@ func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte)
 	return c.oneSided(ctx, "rdma read", verbs.OpRDMARead, d, off, p, 0)
 }
 
-// oneSided checks a one-sided operation locally and performs it; ctx (nil:
-// none) bounds its wait to be posted, besides the connection's deadline.
+// oneSided checks a one-sided operation locally and performs it; ctx bounds
+// its wait to be posted, besides the connection's deadline.
 func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
 	defer c.stats.remoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])

@@ -16,10 +16,11 @@ import (
 type Memory struct {
 	buf []byte
 	// MRs registered over the block and not yet deregistered, of every
-	// PD and provider (PinMemory), and whether Free unmapped it: both
-	// under memMu, so that no registration starts on a block Free is
-	// unmapping, and no Free unmaps one an MR still covers.
-	mrs   int
+	// PD and provider (PinMemory: counted up under memMu's read lock,
+	// down by Unpin), and whether Free unmapped it (under memMu): Free
+	// looks at mrs with memMu held, so that no registration starts on a
+	// block Free is unmapping, and no Free unmaps one an MR still covers.
+	mrs   atomic.Int64
 	freed bool
 }
 
@@ -61,7 +62,7 @@ func (m *Memory) Free() error {
 	case m.freed:
 		memMu.Unlock()
 		return nil
-	case m.mrs > 0:
+	case m.mrs.Load() > 0:
 		memMu.Unlock()
 		return ErrMemoryRegistered
 	}
@@ -77,28 +78,20 @@ func (m *Memory) Free() error {
 // its device touches the memory no more). nil if buf is not (entirely)
 // inside a live block.
 func PinMemory(buf []byte) *Memory {
-	memMu.Lock()
-	defer memMu.Unlock()
+	memMu.RLock()
+	defer memMu.RUnlock()
 	m, _ := memoryOfLocked(buf)
 	if m != nil {
-		m.mrs++
+		m.mrs.Add(1)
 	}
 	return m
 }
 
 // Unpin ends one PinMemory's count.
-func (m *Memory) Unpin() {
-	memMu.Lock()
-	m.mrs--
-	memMu.Unlock()
-}
+func (m *Memory) Unpin() { m.mrs.Add(-1) }
 
 // Registered is how many MRs cover the block now.
-func (m *Memory) Registered() int {
-	memMu.RLock()
-	defer memMu.RUnlock()
-	return m.mrs
-}
+func (m *Memory) Registered() int { return int(m.mrs.Load()) }
 
 func roundToPage(n int) int {
 	p := pageSize
