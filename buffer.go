@@ -234,6 +234,25 @@ func (c *Conn) dropBuffer(b *Buffer, exposuresOnly bool) {
 			e.mr.Dereg()
 		}
 	}
+	c.forgetIfUnusedLocked(b)
+}
+
+// forgetIfUnusedLocked drops the connection from b's registrations once it
+// holds none of b (no registration for local use, no exposure), so that a
+// Buffer put back and reused for many connections keeps none of the old
+// ones. Called with mu held.
+func (c *Conn) forgetIfUnusedLocked(b *Buffer) {
+	if c.zc.bufMRs[b] != nil {
+		return
+	}
+	for _, e := range c.zc.exposed {
+		if e.buf == b {
+			return
+		}
+	}
+	b.mu.Lock()
+	delete(b.regs, c)
+	b.mu.Unlock()
 }
 
 // zeroCopy is the state of a connection that used Buffers or rendezvous:

@@ -411,3 +411,28 @@ func TestRemoteNotifyContext(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint32(3), v)
 }
+
+// A Buffer exposed on many connections, each closed after its exposure
+// ended (Unexpose, or Put), keeps none of them.
+func TestBufferForgetsConnections(t *testing.T) {
+	pool, err := NewBufferPool(4096, 1)
+	require.NoError(t, err)
+	defer pool.Close()
+	for i := range 6 {
+		b, err := pool.Get()
+		require.NoError(t, err)
+		c, s := pair(t, nil)
+		d, err := s.Expose(b, 0, 4096, AccessRead)
+		require.NoError(t, err)
+		if i%2 == 0 {
+			require.NoError(t, s.Unexpose(d))
+		}
+		require.NoError(t, pool.Put(b))
+		b.mu.Lock()
+		n := len(b.regs)
+		b.mu.Unlock()
+		assert.Zero(t, n, "round %d: connections kept", i)
+		c.Close()
+		s.Close()
+	}
+}

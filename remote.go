@@ -164,6 +164,7 @@ func (c *Conn) Unexpose(d Desc) error {
 	if err := e.mr.Dereg(); err != nil {
 		return c.opErr(op, err)
 	}
+	c.forgetIfUnusedLocked(e.buf)
 	return nil
 }
 
