@@ -424,14 +424,17 @@ func TestBufferForgetsConnections(t *testing.T) {
 		c, s := pair(t, nil)
 		d, err := s.Expose(b, 0, 4096, AccessRead)
 		require.NoError(t, err)
+		regs := func() int {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			return len(b.regs)
+		}
 		if i%2 == 0 {
 			require.NoError(t, s.Unexpose(d))
+			assert.Zero(t, regs(), "round %d: connections kept after Unexpose", i)
 		}
 		require.NoError(t, pool.Put(b))
-		b.mu.Lock()
-		n := len(b.regs)
-		b.mu.Unlock()
-		assert.Zero(t, n, "round %d: connections kept", i)
+		assert.Zero(t, regs(), "round %d: connections kept after Put", i)
 		c.Close()
 		s.Close()
 	}
