@@ -27,10 +27,11 @@ type Buffer struct {
 	mem *verbs.Memory
 	buf []byte
 
-	mu    sync.Mutex
-	busy  int                // Writes and Reads using it now
-	freed bool               // Free succeeded: no more uses
-	regs  map[*Conn]struct{} // connections holding a registration of it
+	mu     sync.Mutex
+	busy   int                // Writes and Reads using it now
+	freed  bool               // Free succeeded: no more uses
+	pooled bool               // in a BufferPool's free list: no use until Get
+	regs   map[*Conn]struct{} // connections holding a registration of it
 }
 
 // ErrBufferBusy is Free's error while a Write or Read is using the
@@ -40,6 +41,10 @@ var ErrBufferBusy = &bufferError{"buffer in use by a transfer", syscall.EBUSY}
 // errBufferFreed is the error of a use after Free (a Write or Read whose
 // slice lies in a freed Buffer cannot reach here: its memory is unmapped).
 var errBufferFreed = errors.New("rdma: buffer freed")
+
+// errBufferPooled is the error of a use after BufferPool.Put, until Get
+// hands the Buffer out again.
+var errBufferPooled = errors.New("rdma: buffer given back to its pool")
 
 type bufferError struct {
 	msg   string
@@ -73,13 +78,18 @@ func AllocBuffer(size int) (*Buffer, error) {
 // afterwards faults.
 func (b *Buffer) Bytes() []byte { return b.buf }
 
-// Free deregisters the Buffer from every connection that used it and
-// unmaps it. While a Write or Read is using it, Free fails with
-// ErrBufferBusy (errors.Is(err, syscall.EBUSY)) and changes nothing: a
-// transfer in progress is never cut short and its bytes never land in
-// memory that has gone. So it does after a Write from it gave up mid-way
-// (its deadline or a failure), until that connection is closed. Free twice
-// is a no-op.
+// Free ends every exposure of the Buffer (Conn.Expose) on every
+// connection, deregisters it from every connection that used it and
+// unmaps it: once Free returns, no peer's access touches the memory, even
+// one under way (the dereg fence). While a Write or Read is using it, Free
+// fails with ErrBufferBusy (errors.Is(err, syscall.EBUSY)) and changes
+// nothing, exposures included: a transfer in progress is never cut short
+// and its bytes never land in memory that has gone. So it does after a
+// Write from it gave up mid-way (its deadline or a failure), until that
+// connection is closed. Free never unmaps memory that a registration
+// still covers, whatever runs beside it (a Close, an Unexpose, a Put):
+// verbs.Memory.Free refuses that too (EBUSY, and then Free changes
+// nothing). Free twice is a no-op.
 func (b *Buffer) Free() error {
 	b.mu.Lock()
 	if b.freed {
@@ -90,15 +100,30 @@ func (b *Buffer) Free() error {
 		b.mu.Unlock()
 		return ErrBufferBusy
 	}
+	if b.pooled {
+		// Its pool's now, which may hand it out again: not the caller's
+		// to unmap.
+		b.mu.Unlock()
+		return errBufferPooled
+	}
 	b.freed = true
 	regs := b.regs
 	b.regs = nil
 	b.mu.Unlock()
 	for c := range regs {
-		c.dropBuffer(b)
+		c.dropBuffer(b, false)
 	}
 	buffers.Delete(b.mem)
-	return b.mem.Free()
+	if err := b.mem.Free(); err != nil {
+		// A registration still covers it (which the above rules out):
+		// it stays the caller's, to Free again.
+		buffers.Store(b.mem, b)
+		b.mu.Lock()
+		b.freed = false
+		b.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // bufferOf returns the Buffer that holds all of p, or nil.
@@ -113,15 +138,35 @@ func bufferOf(p []byte) *Buffer {
 	return nil
 }
 
-// acquire marks the Buffer in use by a transfer, unless it was freed.
+// acquire marks the Buffer in use by a transfer, unless it was freed or
+// given back to its pool.
 func (b *Buffer) acquire() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.freed {
+	switch {
+	case b.freed:
 		return errBufferFreed
+	case b.pooled:
+		return errBufferPooled
 	}
 	b.busy++
 	return nil
+}
+
+// unexposeAll ends every exposure of b, which is pooled (no use can
+// acquire it), on every connection: BufferPool.Put's revocation. Its
+// registrations for local use stay, as a pooled Buffer's should.
+func (b *Buffer) unexposeAll() {
+	var few [8]*Conn // no allocation for a Buffer of a few connections
+	b.mu.Lock()
+	conns := few[:0]
+	for c := range b.regs {
+		conns = append(conns, c)
+	}
+	b.mu.Unlock()
+	for _, c := range conns {
+		c.dropBuffer(b, true)
+	}
 }
 
 // release ends a transfer's use.
@@ -165,17 +210,19 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	})
 }
 
-// dropBuffer deregisters b from the connection (Buffer.Free), unless its
-// Close already did. Under mu, so that Close's release, which takes the
-// map under mu, finds every registration either gone or its own before
-// the protection domain goes.
-func (c *Conn) dropBuffer(b *Buffer) {
+// dropBuffer ends b's exposures on the connection and, unless
+// exposuresOnly (BufferPool.Put), deregisters b from it (Buffer.Free),
+// unless its Close already did. Under mu, as Close's release does all of
+// this under mu too: whichever comes second finds every registration of
+// b on the connection gone once the first returns, so that neither Free
+// nor Put goes on while an MR of the connection still covers b.
+func (c *Conn) dropBuffer(b *Buffer, exposuresOnly bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.zc == nil {
 		return
 	}
-	if mr := c.zc.bufMRs[b]; mr != nil {
+	if mr := c.zc.bufMRs[b]; mr != nil && !exposuresOnly {
 		delete(c.zc.bufMRs, b)
 		mr.Dereg()
 	}
@@ -187,6 +234,25 @@ func (c *Conn) dropBuffer(b *Buffer) {
 			e.mr.Dereg()
 		}
 	}
+	c.forgetIfUnusedLocked(b)
+}
+
+// forgetIfUnusedLocked drops the connection from b's registrations once it
+// holds none of b (no registration for local use, no exposure), so that a
+// Buffer put back and reused for many connections keeps none of the old
+// ones. Called with mu held.
+func (c *Conn) forgetIfUnusedLocked(b *Buffer) {
+	if c.zc.bufMRs[b] != nil {
+		return
+	}
+	for _, e := range c.zc.exposed {
+		if e.buf == b {
+			return
+		}
+	}
+	b.mu.Lock()
+	delete(b.regs, c)
+	b.mu.Unlock()
 }
 
 // zeroCopy is the state of a connection that used Buffers or rendezvous:
@@ -233,12 +299,18 @@ func (c *Conn) zeroCopy() *zeroCopy {
 // and releases the rendezvous' memory, before the protection domain goes
 // (releaseVerbs); it returns the Buffers held until the queue pair is
 // gone, for the caller to release then.
+//
+// The Buffers' registrations and exposures go under mu, before c.zc is
+// cleared: a Buffer's Free (or a Put) that runs beside finds them either
+// still there, and ends them itself (dropBuffer, under mu), or already
+// gone, never half way, so it cannot unmap a Buffer that an MR of this
+// connection still covers. Each Dereg waits only for memory copies in
+// progress (the dereg fence), never on the peer.
 func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 	c.mu.Lock()
 	zc := c.zc
-	c.zc = nil
-	c.mu.Unlock()
 	if zc == nil {
+		c.mu.Unlock()
 		return nil
 	}
 	if zc.mw != nil {
@@ -259,6 +331,8 @@ func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 		delete(b.regs, c)
 		b.mu.Unlock()
 	}
+	c.zc = nil
+	c.mu.Unlock()
 	zc.bounce.release()
 	if zc.ctlMR != nil {
 		zc.ctlMR.Dereg()

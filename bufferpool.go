@@ -43,7 +43,8 @@ func NewBufferPool(size, keep int) (*BufferPool, error) {
 func (p *BufferPool) Size() int { return p.size }
 
 // Get returns a Buffer of the pool's size: one put back earlier (its
-// bytes as the last user left them), or a new one.
+// bytes as the last user left them, and none of its exposures: Put ended
+// them), or a new one.
 func (p *BufferPool) Get() (*Buffer, error) {
 	p.mu.Lock()
 	if p.closed {
@@ -55,6 +56,9 @@ func (p *BufferPool) Get() (*Buffer, error) {
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
 		p.mu.Unlock()
+		b.mu.Lock()
+		b.pooled = false
+		b.mu.Unlock()
 		return b, nil
 	}
 	p.mu.Unlock()
@@ -62,22 +66,34 @@ func (p *BufferPool) Get() (*Buffer, error) {
 }
 
 // Put gives b back for reuse, or frees it if the pool keeps enough (or is
-// closed). b must be of the pool's size and not in use by a transfer
-// (ErrBufferBusy, and b is neither kept nor freed: the caller still owns
-// it); the caller must not use it afterwards.
+// closed). As Free does, it first ends every exposure of b (Conn.Expose)
+// on every connection: once Put returns, no Desc given out for b reaches
+// it any more, nor the Buffer Get hands out again, even an access the peer
+// had under way (the dereg fence). Only its registrations for local use
+// stay, which no peer can reach. b must be of the pool's size and not in
+// use by a transfer (ErrBufferBusy, and b is neither kept nor freed, its
+// exposures untouched: the caller still owns it); the caller must not use
+// it afterwards (a one-sided call or Expose with it fails until Get).
 func (p *BufferPool) Put(b *Buffer) error {
 	if b == nil || len(b.buf) != p.size {
 		return fmt.Errorf("rdma: buffer pool of %d-byte buffers: cannot take this buffer", p.size)
 	}
 	b.mu.Lock()
-	freed, busy := b.freed, b.busy > 0
-	b.mu.Unlock()
 	switch {
-	case freed:
+	case b.freed:
+		b.mu.Unlock()
 		return errBufferFreed
-	case busy:
+	case b.pooled:
+		b.mu.Unlock()
+		return errBufferPooled
+	case b.busy > 0:
+		b.mu.Unlock()
 		return ErrBufferBusy
 	}
+	// From here no use can take it (acquire), so no exposure starts.
+	b.pooled = true
+	b.mu.Unlock()
+	b.unexposeAll()
 	p.mu.Lock()
 	if !p.closed && len(p.free) < p.max {
 		p.free = append(p.free, b)
@@ -85,6 +101,9 @@ func (p *BufferPool) Put(b *Buffer) error {
 		return nil
 	}
 	p.mu.Unlock()
+	b.mu.Lock()
+	b.pooled = false // Free's now
+	b.mu.Unlock()
 	return b.Free()
 }
 
@@ -98,6 +117,9 @@ func (p *BufferPool) Close() error {
 	p.mu.Unlock()
 	var errs []error
 	for _, b := range free {
+		b.mu.Lock()
+		b.pooled = false
+		b.mu.Unlock()
 		errs = append(errs, b.Free())
 	}
 	return errors.Join(errs...)

@@ -1,11 +1,13 @@
 package rdma
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/verbs"
@@ -50,8 +52,10 @@ var (
 // remote posts one one-sided WR and waits for its completion. local lies
 // in hold, when not nil, which the caller acquired: if remote must return
 // before the WR completed, hold stays in use until the queue pair is
-// destroyed, as the device may still be moving local's bytes.
-func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
+// destroyed, as the device may still be moving local's bytes. ctx ends the
+// wait to be posted too (context.Background: only the connection's
+// deadline does).
+func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
 	credit := op == verbs.OpRDMAWriteWithImm
 	// Until the WR is posted the call may give up: nothing has moved. The
 	// wait is for a send slot or, for a notification, a credit, which the
@@ -61,6 +65,7 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 	if op == verbs.OpRDMARead {
 		dl = &c.rdl
 	}
+	wait := dl // what the wait below wakes for
 	for {
 		c.mu.Lock()
 		if err := c.remoteErrLocked(); err != nil {
@@ -80,7 +85,30 @@ func (c *Conn) remote(name string, op verbs.Opcode, imm uint32, mr verbs.MR, loc
 			break
 		}
 		c.mu.Unlock()
-		c.await(c.sndReady, dl, false)
+		if ctx.Err() != nil {
+			return c.opErr(name, context.Cause(ctx)) // it would have to wait
+		}
+		if ctx.Done() != nil && wait == dl {
+			// A deadline of its own, the earlier of ctx's and the
+			// connection's, which ctx's end moves into the past.
+			own := makeDeadline()
+			_, at := dl.state()
+			if cd, ok := ctx.Deadline(); ok && (at.IsZero() || cd.Before(at)) {
+				at = cd
+			}
+			if !at.IsZero() {
+				own.set(at)
+			}
+			defer own.stop()
+			stop := context.AfterFunc(ctx, func() {
+				own.set(time.Unix(1, 0))
+				c.poller().lookAgain()
+			})
+			defer stop()
+			wait = &own
+			continue
+		}
+		c.await(c.sndReady, wait, false)
 	}
 	r := remoteOps.Get().(*remoteOp)
 	*r = remoteOp{}

@@ -164,6 +164,7 @@ func (c *Conn) Unexpose(d Desc) error {
 	if err := e.mr.Dereg(); err != nil {
 		return c.opErr(op, err)
 	}
+	c.forgetIfUnusedLocked(e.buf)
 	return nil
 }
 
@@ -171,7 +172,15 @@ func (c *Conn) Unexpose(d Desc) error {
 // describes at offset off, and returns once the peer's device has the
 // bytes. d must allow AccessWrite and hold len(p) bytes at off.
 func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
-	return c.oneSided("rdma write", verbs.OpRDMAWrite, d, off, p, 0)
+	return c.oneSided(context.Background(), "rdma write", verbs.OpRDMAWrite, d, off, p, 0)
+}
+
+// WriteRemoteContext is WriteRemote whose wait for a send slot also ends
+// when ctx is done (its error then, context.DeadlineExceeded for its
+// deadline), having posted nothing. Once posted, the write runs to its
+// completion, which the transport's retry timeout bounds.
+func (c *Conn) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
+	return c.oneSided(ctx, "rdma write", verbs.OpRDMAWrite, d, off, p, 0)
 }
 
 // WriteRemoteNotify is WriteRemote, and then the peer's WaitNotify returns
@@ -187,17 +196,35 @@ func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error 
 	if value > NotifyValueMax {
 		return c.opErr("rdma write", invalid("notification value %d exceeds %d", value, NotifyValueMax))
 	}
-	return c.oneSided("rdma write", verbs.OpRDMAWriteWithImm, d, off, p, stream.ImmNotify(value))
+	return c.oneSided(context.Background(), "rdma write", verbs.OpRDMAWriteWithImm, d, off, p, stream.ImmNotify(value))
+}
+
+// WriteRemoteNotifyContext is WriteRemoteNotify whose wait for the peer's
+// credit (and a send slot) also ends when ctx is done (its error then,
+// context.DeadlineExceeded for its deadline), having posted nothing: a
+// peer that never takes its notifications holds the caller no longer.
+func (c *Conn) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p []byte, value uint32) error {
+	if value > NotifyValueMax {
+		return c.opErr("rdma write", invalid("notification value %d exceeds %d", value, NotifyValueMax))
+	}
+	return c.oneSided(ctx, "rdma write", verbs.OpRDMAWriteWithImm, d, off, p, stream.ImmNotify(value))
 }
 
 // ReadRemote RDMA-reads len(p) bytes of the range d describes, at offset
 // off, into p, which lies in a Buffer. d must allow AccessRead.
 func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
-	return c.oneSided("rdma read", verbs.OpRDMARead, d, off, p, 0)
+	return c.oneSided(context.Background(), "rdma read", verbs.OpRDMARead, d, off, p, 0)
 }
 
-// oneSided checks a one-sided operation locally and performs it.
-func (c *Conn) oneSided(op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
+// ReadRemoteContext is ReadRemote whose wait for a send slot also ends
+// when ctx is done, as WriteRemoteContext's.
+func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
+	return c.oneSided(ctx, "rdma read", verbs.OpRDMARead, d, off, p, 0)
+}
+
+// oneSided checks a one-sided operation locally and performs it; ctx bounds
+// its wait to be posted, besides the connection's deadline.
+func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
 	defer c.stats.remoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
@@ -220,7 +247,7 @@ func (c *Conn) oneSided(op string, opcode verbs.Opcode, d Desc, off int, p []byt
 		}
 		// A write of nothing still goes: a notification, or the check
 		// that the peer's device takes the rkey.
-		return c.remote(op, opcode, imm, nil, nil, raddr, pd.RKey, nil)
+		return c.remote(ctx, op, opcode, imm, nil, nil, raddr, pd.RKey, nil)
 	}
 	b := bufferOf(p)
 	if b == nil {
@@ -234,7 +261,7 @@ func (c *Conn) oneSided(op string, opcode verbs.Opcode, d Desc, off int, p []byt
 	if err != nil {
 		return c.opErr(op, err)
 	}
-	return c.remote(op, opcode, imm, mr, p, raddr, pd.RKey, b)
+	return c.remote(ctx, op, opcode, imm, mr, p, raddr, pd.RKey, b)
 }
 
 // WaitNotify returns the next notification from the peer (its

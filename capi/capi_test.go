@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if role, ok := os.LookupEnv(hostileEnv); ok {
+		os.Exit(runHostile(role))
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -371,7 +371,7 @@ func (c *Context) Close() error {
 	mems := slices.Collect(maps.Keys(c.mems))
 	c.mu.Unlock()
 	for _, m := range mems {
-		m.Free()
+		m.freeOnClose()
 	}
 	if first != nil {
 		return fmt.Errorf("capi: close: %w", first)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdma"
@@ -66,6 +67,10 @@ var (
 	ErrTimeout = errors.New("timed out")
 	// ErrMemFreed is matched by the error of a call given freed memory.
 	ErrMemFreed = errors.New("memory freed")
+	// ErrMemBusy is matched by the error of a Free while an operation of
+	// this side uses the memory: nothing was freed, and the memory stays
+	// the caller's, to free once the operation has returned.
+	ErrMemBusy = errors.New("memory in use by an operation")
 )
 
 // Mem is memory a context allocated for one-sided operations: outside the
@@ -79,10 +84,12 @@ type Mem struct {
 	mem *rdma.Buffer
 	buf []byte
 
-	// mu is held shared by the operations that use the memory, and
-	// exclusively by Free, which so waits for them.
-	mu    sync.RWMutex
-	freed bool
+	// users counts the operations that use the memory now (use,
+	// unuse); Free fails while there are any, and waits for none.
+	mu      sync.Mutex
+	users   int
+	freeing bool // Free is under way: no new use
+	freed   bool
 }
 
 // exposure is one range exposed to one peer: its memory and the peer's
@@ -120,20 +127,30 @@ func (c *Context) Alloc(size int) (*Mem, error) {
 func (m *Mem) Bytes() []byte { return m.buf }
 
 // Free ends every registration of the memory (its exposures included: later
-// accesses by peers fail) and releases it, after this side's operations
-// using it have finished. A peer's access under way is cut off, not waited
-// for (the dereg fence: see Unexpose), so the memory is unmapped only once
-// nothing can touch it. Freeing twice is a no-op.
+// accesses by peers fail) and releases it. It never waits: while an
+// operation of this side uses the memory (a Write, WriteNotify or Read, a
+// request started with IWrite or IRead and not complete), it fails at once
+// with ErrMemBusy and changes nothing; and when a transfer gave up on its
+// work request (the device may still move the memory's bytes until that
+// connection's queue pair is gone) it ends the exposures, fails with
+// ErrMemBusy and keeps the memory. Either way the memory stays valid and
+// the caller's, to free again later. A peer's access under way is cut off,
+// not waited for (the dereg fence: see Unexpose), so the memory is unmapped
+// only once nothing can touch it. Freeing twice is a no-op.
 func (m *Mem) Free() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.freed {
+	switch {
+	case m.freed:
+		m.mu.Unlock()
 		return nil
+	case m.users > 0 || m.freeing:
+		m.mu.Unlock()
+		return fmt.Errorf("capi: free: %w", ErrMemBusy)
 	}
-	m.freed = true
+	m.freeing = true
+	m.mu.Unlock()
 	c := m.ctx
 	c.mu.Lock()
-	delete(c.mems, m)
 	var exps []Desc
 	var conns []*rdma.Conn
 	for d, e := range c.exposures {
@@ -154,7 +171,19 @@ func (m *Mem) Free() error {
 			first = err
 		}
 	}
-	if err := m.mem.Free(); err != nil && first == nil {
+	err := m.mem.Free()
+	m.mu.Lock()
+	m.freeing = false
+	m.freed = err == nil
+	m.mu.Unlock()
+	if err == nil {
+		c.mu.Lock()
+		delete(c.mems, m)
+		c.mu.Unlock()
+	} else {
+		if errors.Is(err, syscall.EBUSY) {
+			err = fmt.Errorf("%w: %w", ErrMemBusy, err)
+		}
 		first = err
 	}
 	if first != nil {
@@ -164,7 +193,7 @@ func (m *Mem) Free() error {
 }
 
 // use checks that m is the context's own live memory and holds it for an
-// operation; the caller calls m.mu.RUnlock when done.
+// operation; the caller calls m.unuse when done.
 func (c *Context) use(op string, m *Mem) error {
 	if m == nil {
 		return fmt.Errorf("capi: %s: %w: memory is nil", op, ErrInvalidArgument)
@@ -172,12 +201,34 @@ func (c *Context) use(op string, m *Mem) error {
 	if m.ctx != c {
 		return fmt.Errorf("capi: %s: %w: the memory belongs to another context", op, ErrInvalidArgument)
 	}
-	m.mu.RLock()
-	if m.freed {
-		m.mu.RUnlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.freed || m.freeing {
 		return fmt.Errorf("capi: %s: %w", op, ErrMemFreed)
 	}
+	m.users++
 	return nil
+}
+
+// freeOnClose is Free for the context's Close, whose peers are all
+// disconnected: the operations that still use the memory are failing
+// (their connections are closed) and let it go within moments, so it
+// waits for them, a bounded while.
+func (m *Mem) freeOnClose() error {
+	for end := time.Now().Add(5 * time.Second); ; {
+		err := m.Free()
+		if !errors.Is(err, ErrMemBusy) || time.Now().After(end) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// unuse ends a use.
+func (m *Mem) unuse() {
+	m.mu.Lock()
+	m.users--
+	m.mu.Unlock()
 }
 
 // span checks that off and n name a range of size bytes.
@@ -199,7 +250,7 @@ func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, erro
 	if err := c.use(op, m); err != nil {
 		return d, err
 	}
-	defer m.mu.RUnlock()
+	defer m.unuse()
 	if n == 0 {
 		return d, fmt.Errorf("capi: %s: %w: length is 0", op, ErrInvalidArgument)
 	}
@@ -275,22 +326,43 @@ func (c *Context) connOf(op string, idx int) (*peer, *rdma.Conn, error) {
 // Write writes n bytes of local at localOff to the range remote describes,
 // at remoteOff, and returns n once the peer's device has them.
 func (c *Context) Write(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (int, error) {
-	return c.oneSided(kindWrite, idx, remote, remoteOff, local, localOff, n, 0)
+	return c.WriteTimeout(idx, remote, remoteOff, local, localOff, n, -1)
+}
+
+// WriteTimeout is Write that waits at most timeout (negative: no limit) to
+// be posted (for a send slot): ErrTimeout then, nothing written. Once
+// posted, a write runs to its completion, which the transport's retry
+// timeout bounds.
+func (c *Context) WriteTimeout(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, timeout time.Duration) (int, error) {
+	return c.oneSided(kindWrite, idx, remote, remoteOff, local, localOff, n, 0, timeout)
 }
 
 // WriteNotify is Write, and the peer's WaitNotify then returns value (at
 // most NotifyValueMax) and n.
 func (c *Context) WriteNotify(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (int, error) {
+	return c.WriteNotifyTimeout(idx, remote, remoteOff, local, localOff, n, value, -1)
+}
+
+// WriteNotifyTimeout is WriteNotify that waits at most timeout (negative:
+// no limit) for the peer's credit, which the peer returns only as its
+// WaitNotify takes notifications: ErrTimeout then, nothing written.
+func (c *Context) WriteNotifyTimeout(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32, timeout time.Duration) (int, error) {
 	if value > NotifyValueMax {
 		return -1, fmt.Errorf("capi: write to peer %d: %w: notification value %d exceeds %d", idx, ErrInvalidArgument, value, NotifyValueMax)
 	}
-	return c.oneSided(kindWriteNotify, idx, remote, remoteOff, local, localOff, n, value)
+	return c.oneSided(kindWriteNotify, idx, remote, remoteOff, local, localOff, n, value, timeout)
 }
 
 // Read reads n bytes of the range remote describes, at remoteOff, into
 // local at localOff, and returns n.
 func (c *Context) Read(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (int, error) {
-	return c.oneSided(kindRead, idx, remote, remoteOff, local, localOff, n, 0)
+	return c.ReadTimeout(idx, remote, remoteOff, local, localOff, n, -1)
+}
+
+// ReadTimeout is Read that waits at most timeout (negative: no limit) to be
+// posted, as WriteTimeout.
+func (c *Context) ReadTimeout(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, timeout time.Duration) (int, error) {
+	return c.oneSided(kindRead, idx, remote, remoteOff, local, localOff, n, 0, timeout)
 }
 
 type oneSidedKind int
@@ -318,14 +390,22 @@ type oneSidedOp struct {
 	buf    []byte // nil: nothing to move
 	local  *Mem   // held (use) until release; nil when there is none
 	value  uint32
+	// ctx bounds the wait to be posted, when not nil (timeout's).
+	ctx     context.Context
+	timeout time.Duration
 }
 
-func (c *Context) oneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (int, error) {
+func (c *Context) oneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32, timeout time.Duration) (int, error) {
 	o, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, value)
 	if err != nil {
 		return -1, err
 	}
 	defer o.release()
+	if timeout >= 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		o.ctx, o.timeout = ctx, timeout
+	}
 	return c.run(&o)
 }
 
@@ -363,7 +443,7 @@ func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff in
 		return oneSidedOp{}, err
 	}
 	if err := span(op, "the local memory", localOff, n, len(local.buf)); err != nil {
-		local.mu.RUnlock()
+		local.unuse()
 		return oneSidedOp{}, err
 	}
 	o.local = local
@@ -371,10 +451,10 @@ func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff in
 	return o, nil
 }
 
-// release lets the local memory go (Free waits for it).
+// release lets the local memory go (Free fails with ErrMemBusy before).
 func (o *oneSidedOp) release() {
 	if o.local != nil {
-		o.local.mu.RUnlock()
+		o.local.unuse()
 		o.local = nil
 	}
 }
@@ -382,15 +462,24 @@ func (o *oneSidedOp) release() {
 // run performs o on its connection and returns its length.
 func (c *Context) run(o *oneSidedOp) (int, error) {
 	var err error
-	switch o.kind {
-	case kindRead:
+	switch {
+	case o.ctx != nil && o.kind == kindRead:
+		err = o.conn.ReadRemoteContext(o.ctx, o.remote, o.off, o.buf)
+	case o.ctx != nil && o.kind == kindWriteNotify:
+		err = o.conn.WriteRemoteNotifyContext(o.ctx, o.remote, o.off, o.buf, o.value)
+	case o.ctx != nil:
+		err = o.conn.WriteRemoteContext(o.ctx, o.remote, o.off, o.buf)
+	case o.kind == kindRead:
 		err = o.conn.ReadRemote(o.remote, o.off, o.buf)
-	case kindWriteNotify:
+	case o.kind == kindWriteNotify:
 		err = o.conn.WriteRemoteNotify(o.remote, o.off, o.buf, o.value)
 	default:
 		err = o.conn.WriteRemote(o.remote, o.off, o.buf)
 	}
 	if err != nil {
+		if o.ctx != nil && errors.Is(err, context.DeadlineExceeded) {
+			return -1, fmt.Errorf("capi: %s peer %d: %w (after %v)", o.kind.op(), o.p.idx, ErrTimeout, o.timeout)
+		}
 		return -1, c.ioError(o.kind.op(), o.p, err)
 	}
 	return len(o.buf), nil

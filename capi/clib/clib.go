@@ -143,6 +143,7 @@ var codes = []struct {
 	{errInternal, codeInternal},
 	{capi.ErrCanceled, codeCanceled},
 	{capi.ErrBusy, codeBusy},
+	{capi.ErrMemBusy, codeBusy},
 	{errStaleReq, codeBadRequest},
 	{errNilMem, codeBadMem},
 	{errStaleMem, codeBadMem},

@@ -83,11 +83,18 @@ func rdma_free(h C.uintptr_t) C.int {
 		if h == 0 {
 			return 0, nil // like free(NULL)
 		}
-		m, ok := mems.take(h)
-		if !ok {
-			return -1, errStaleMem
+		m, err := mems.find(h)
+		if err != nil {
+			return -1, err
 		}
-		return 0, m.Free()
+		// Memory in use (RDMA_ERR_BUSY) is not freed and keeps its
+		// handle, for a later rdma_free; otherwise the handle goes.
+		err = m.Free()
+		if errors.Is(err, capi.ErrMemBusy) {
+			return -1, err
+		}
+		mems.take(h)
+		return 0, err
 	})
 }
 
@@ -186,6 +193,35 @@ func rdma_write(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_
 	})
 }
 
+//export rdma_write_timeout
+func rdma_write_timeout(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, timeoutMS C.int) C.int {
+	return oneSidedControl("rdma_write_timeout", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		return ctx.WriteTimeout(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n, timeoutOf(timeoutMS))
+	})
+}
+
+//export rdma_write_notify_timeout
+func rdma_write_notify_timeout(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, value C.uint, timeoutMS C.int) C.int {
+	return oneSidedControl("rdma_write_notify_timeout", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		return ctx.WriteNotifyTimeout(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n, uint32(value), timeoutOf(timeoutMS))
+	})
+}
+
+//export rdma_read_timeout
+func rdma_read_timeout(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, timeoutMS C.int) C.int {
+	return oneSidedControl("rdma_read_timeout", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
+		return ctx.ReadTimeout(int(idx), a.remote, a.remoteOff, a.local, a.localOff, a.n, timeoutOf(timeoutMS))
+	})
+}
+
+// timeoutOf is a C timeout in milliseconds: negative for none.
+func timeoutOf(ms C.int) time.Duration {
+	if ms < 0 {
+		return -1
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
 //export rdma_write_notify
 func rdma_write_notify(h C.uintptr_t, idx C.int, desc unsafe.Pointer, remoteOff C.size_t, mh C.uintptr_t, localOff, n C.size_t, value C.uint) C.int {
 	return oneSidedControl("rdma_write_notify", h, desc, remoteOff, mh, localOff, n, func(ctx *capi.Context, a oneSidedArgs) (int, error) {
@@ -229,11 +265,7 @@ func startOneSided(fn string, write bool, h C.uintptr_t, idx C.int, desc unsafe.
 //export rdma_wait_notify
 func rdma_wait_notify(h C.uintptr_t, idx C.int, value *C.uint, timeoutMS C.int) C.int {
 	return control("rdma_wait_notify", h, func(ctx *capi.Context) (int, error) {
-		timeout := time.Duration(-1)
-		if timeoutMS >= 0 {
-			timeout = time.Duration(timeoutMS) * time.Millisecond
-		}
-		v, n, err := ctx.WaitNotify(int(idx), timeout)
+		v, n, err := ctx.WaitNotify(int(idx), timeoutOf(timeoutMS))
 		if err != nil {
 			return 0, err
 		}

@@ -29,23 +29,27 @@ func (pd *protDomain) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL, "empty buffer")
 	}
-	if m, _ := verbs.MemoryOf(buf); m == nil {
-		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL,
-			"buffer is not inside memory from verbs.AllocMemory (Go heap memory cannot be registered)")
-	}
 	if access&verbs.AccessRemoteWrite != 0 && access&verbs.AccessLocalWrite == 0 {
 		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL, "REMOTE_WRITE requires LOCAL_WRITE")
+	}
+	// The block cannot be freed (verbs.Memory.Free: EBUSY) until Dereg.
+	mem := verbs.PinMemory(buf)
+	if mem == nil {
+		return nil, verbs.Errorf("ibv_reg_mr", syscall.EINVAL,
+			"buffer is not inside memory from verbs.AllocMemory (Go heap memory cannot be registered)")
 	}
 	pd.mu.Lock()
 	defer pd.mu.Unlock()
 	if pd.dead {
+		mem.Unpin()
 		return nil, verbs.ErrClosed
 	}
 	p, lkey, rkey, errno := ibvRegMR(pd.p, unsafe.Pointer(unsafe.SliceData(buf)), len(buf), access)
 	if errno != 0 {
+		mem.Unpin()
 		return nil, &verbs.Error{Op: "ibv_reg_mr", Errno: errno}
 	}
-	return &memRegion{p: p, buf: buf, lkey: lkey, rkey: rkey, access: access}, nil
+	return &memRegion{p: p, buf: buf, mem: mem, lkey: lkey, rkey: rkey, access: access}, nil
 }
 
 // CreateQP is ibv_create_qp: an RC QP in RESET, outside the CM, which its
@@ -151,6 +155,7 @@ type memRegion struct {
 	n          int
 	lkey, rkey uint32
 	access     verbs.Access
+	mem        *verbs.Memory // the block buf lies in, pinned until Dereg
 	mu         sync.Mutex
 	dead       bool
 }
@@ -178,7 +183,11 @@ func (m *memRegion) RKey() uint32         { return m.rkey }
 func (m *memRegion) Access() verbs.Access { return m.access }
 
 func (m *memRegion) Dereg() error {
-	return freeOnce(&m.mu, &m.dead, "ibv_dereg_mr", func() syscall.Errno { return ibvDeregMR(m.p) })
+	err := freeOnce(&m.mu, &m.dead, "ibv_dereg_mr", func() syscall.Errno { return ibvDeregMR(m.p) })
+	if err == nil && m.mem != nil {
+		m.mem.Unpin() // the device reaches the block no more
+	}
+	return err
 }
 
 // AllocMW is ibv_alloc_mw of a type 2 window.

@@ -65,8 +65,14 @@ type admission struct {
 	run func(*hsSlot)
 	// peek reports whether a parked connection's request is all there
 	// (peekRequest); called with mu held.
-	peek   func(*hsSlot) bool
-	closed bool // shut: whatever comes or is parked is closed
+	peek func(*hsSlot) bool
+	// request says of the bytes arrived on a connection (at least one)
+	// whether its wait for its request is over (requestArrived for a CM
+	// listener's, qpHelloArrived for a device's); requestMax bounds what
+	// is looked at.
+	request    func([]byte) bool
+	requestMax int
+	closed     bool // shut: whatever comes or is parked is closed
 
 	n       int                        // slots held
 	hosts   map[netip.Addr]*hostPlaces // the hosts that hold any place
@@ -118,8 +124,17 @@ const (
 func newAdmission(maxSlots, perHost int, run func(*hsSlot)) *admission {
 	w := 16 * maxSlots
 	a := &admission{max: maxSlots, perHost: perHost, maxWaiting: w, hostWaiting: max(1, w/4), maxParked: 4 * w,
-		silentAfter: silentAfter, now: time.Now, run: run, hosts: map[netip.Addr]*hostPlaces{}}
+		silentAfter: silentAfter, now: time.Now, run: run, hosts: map[netip.Addr]*hostPlaces{},
+		request: requestArrived, requestMax: hsHdrLen + maxHandshakeBody}
 	a.peek = a.peekRequest
+	return a
+}
+
+// newHelloAdmission is newAdmission for a device's listener (manual.go),
+// whose request is a QP hello.
+func newHelloAdmission(maxSlots, perHost int, run func(*hsSlot)) *admission {
+	a := newAdmission(maxSlots, perHost, run)
+	a.request, a.requestMax = qpHelloArrived, qpHelloLen
 	return a
 }
 
@@ -286,12 +301,12 @@ func (a *admission) peekRequest(e *hsSlot) bool {
 		return false
 	}
 	if a.peekBuf == nil {
-		a.peekBuf = make([]byte, hsHdrLen+maxHandshakeBody)
+		a.peekBuf = make([]byte, a.requestMax)
 	}
 	there := false
 	_ = rc.Control(func(fd uintptr) {
 		n, _, err := unix.Recvfrom(int(fd), a.peekBuf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
-		there = err == nil && (n == 0 || requestArrived(a.peekBuf[:n]))
+		there = err == nil && (n == 0 || a.request(a.peekBuf[:n]))
 	})
 	return there
 }
@@ -464,7 +479,13 @@ func hostKey(a netip.Addr) netip.Addr {
 // what has arrived cannot begin a message, or at the connection's end, for
 // the read that follows to fail at once.
 func awaitRequest(tr *tcpTransport) error {
-	b := make([]byte, hsHdrLen+maxHandshakeBody)
+	return awaitArrival(tr, hsHdrLen+maxHandshakeBody, requestArrived)
+}
+
+// awaitArrival is awaitRequest for a request that arrived says is there,
+// looking at most at size bytes.
+func awaitArrival(tr *tcpTransport, size int, arrived func([]byte) bool) error {
+	b := make([]byte, size)
 	return tr.rc.Read(func(fd uintptr) bool {
 		n, _, err := unix.Recvfrom(int(fd), b, unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		switch {
@@ -473,7 +494,7 @@ func awaitRequest(tr *tcpTransport) error {
 		case err != nil || n == 0:
 			return true
 		}
-		return requestArrived(b[:n])
+		return arrived(b[:n])
 	})
 }
 

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -120,13 +123,13 @@ func ipOf(g verbs.GID) netip.Addr { return netip.AddrFrom16(g).Unmap() }
 
 // endpoint is a device's address and listener (Bind).
 type endpoint struct {
-	dev  *device
-	addr netip.AddrPort // with the listener's port
-	ln   *net.TCPListener
-	slot chan struct{} // handshakes in progress, bounded
-	life context.Context
-	end  context.CancelFunc
-	wg   sync.WaitGroup
+	dev   *device
+	addr  netip.AddrPort // with the listener's port
+	ln    *net.TCPListener
+	slots *admission // as a CM listener's (admission.go): per-host bounds, silent ones evicted, parking
+	life  context.Context
+	end   context.CancelFunc
+	wg    sync.WaitGroup
 
 	mu      sync.Mutex
 	waiting map[uint32]waitingQP // QPs in RTR or RTS that wait for their peer's connection
@@ -179,13 +182,38 @@ func Bind(ctx verbs.Context, addr netip.AddrPort) error {
 	ln := nl.(*net.TCPListener)
 	life, end := context.WithCancel(context.Background())
 	ep := &endpoint{dev: d, ln: ln, life: life, end: end, waiting: map[uint32]waitingQP{},
-		addr: netip.AddrPortFrom(ip, uint16(ln.Addr().(*net.TCPAddr).Port)),
-		slot: make(chan struct{}, max(1, int(maxHandshakes.Load())))}
+		addr: netip.AddrPortFrom(ip, uint16(ln.Addr().(*net.TCPAddr).Port))}
+	hsTimeout := time.Duration(handshakeTimeout.Load())
+	// A connection's hello is awaited once it has a waiting place, and
+	// read in a handshake slot, as a CM listener's request is: one host's
+	// connections, silent or not, cannot take the places of another's.
+	// Whoever gives it the place is one of the endpoint's goroutines (the
+	// accept loop, or a handshake that ends), so that unbind waits for it.
+	ep.slots = newHelloAdmission(max(1, int(maxHandshakes.Load())), max(1, int(maxHandshakesPerHost.Load())),
+		func(slot *hsSlot) {
+			ep.wg.Add(1)
+			go ep.handshake(slot, hsTimeout)
+		})
 	d.ep = ep
 	ep.wg.Add(1)
-	go ep.acceptLoop(time.Duration(handshakeTimeout.Load()))
+	go ep.acceptLoop()
 	return nil
 }
+
+// discardArrived reads, without waiting, what has arrived on tr, up to a
+// hello's length.
+func discardArrived(tr *tcpTransport) {
+	var b [qpHelloLen]byte
+	_ = tr.rc.Control(func(fd uintptr) {
+		_, _, _ = unix.Recvfrom(int(fd), b[:], unix.MSG_DONTWAIT)
+	})
+}
+
+// qpHelloArrived reports, for the bytes b that have arrived on a
+// connection to a device's listener (at least one), whether its wait for
+// its hello is over: all of it is there. Fewer bytes keep it waiting, junk
+// or not, as silence does (admission.go).
+func qpHelloArrived(b []byte) bool { return len(b) >= qpHelloLen }
 
 // endpoint returns the device's endpoint, nil before Bind.
 func (d *device) endpoint() *endpoint {
@@ -210,8 +238,9 @@ func (d *device) unbind() {
 func (ep *endpoint) gid() verbs.GID { return gidOf(ep.addr.Addr()) }
 func (ep *endpoint) lid() uint16    { return ep.addr.Port() }
 
-func (ep *endpoint) acceptLoop(hsTimeout time.Duration) {
+func (ep *endpoint) acceptLoop() {
 	defer ep.wg.Done()
+	defer ep.slots.shut()
 	for {
 		c, err := ep.ln.AcceptTCP()
 		if err != nil {
@@ -225,34 +254,56 @@ func (ep *endpoint) acceptLoop(hsTimeout time.Duration) {
 			}
 			continue
 		}
-		select {
-		case ep.slot <- struct{}{}:
-		default:
-			// As many handshakes as the device takes are in progress:
-			// a dialer that means it dials again.
-			c.Close()
-			continue
-		}
-		ep.wg.Add(1)
-		go ep.handshake(c, hsTimeout)
+		ep.slots.arrive(c) // never waits: one host's connections must not hold up the others'
 	}
 }
 
-// handshake reads a hello and, if it names a QP that waits for exactly
-// this peer, answers and starts the QP's engine on the connection.
-func (ep *endpoint) handshake(c *net.TCPConn, hsTimeout time.Duration) {
+// handshake waits for a hello (admission.go's rules, as a CM listener's
+// handshake), reads it and, if it names a QP that waits for exactly this
+// peer, answers and starts the QP's engine on the connection.
+func (ep *endpoint) handshake(slot *hsSlot, hsTimeout time.Duration) {
 	defer ep.wg.Done()
-	defer func() { <-ep.slot }()
+	defer ep.slots.release(slot)
+	c := slot.c
 	tr, err := newTCPTransport(c)
 	if err != nil {
 		c.Close()
 		return
 	}
 	deadline := time.Now().Add(hsTimeout)
-	_ = tr.setReadDeadline(deadline)
+	// A connection that has waited silentAfter without its hello gives
+	// its place up then to a parked one of another host, if there is one
+	// that could take it; else it waits on, to the deadline.
+	giveWay := time.Now().Add(ep.slots.silentAfter)
+	_ = tr.setReadDeadline(giveWay)
+	if deadline.Before(giveWay) {
+		_ = tr.setReadDeadline(deadline)
+	}
 	_ = c.SetWriteDeadline(deadline)
 	stop := context.AfterFunc(ep.life, func() { interruptHandshake(c, tr) })
 	defer stop()
+	err = awaitArrival(tr, qpHelloLen, qpHelloArrived)
+	if errors.Is(err, os.ErrDeadlineExceeded) && giveWay.Before(deadline) {
+		if ep.slots.giveWay(slot) {
+			_ = tr.close()
+			return
+		}
+		_ = tr.setReadDeadline(deadline)
+		if ep.life.Err() != nil {
+			_ = tr.close()
+			return
+		}
+		err = awaitArrival(tr, qpHelloLen, qpHelloArrived)
+	}
+	// A slot once the hello is there; reading it then waits on nothing.
+	if err != nil || !ep.slots.awaitSlot(ep.life, slot, deadline) {
+		// What part of a hello came is read first, so that the close
+		// is a plain one (unread bytes would make it a reset): the
+		// client learns nothing from how it ends.
+		discardArrived(tr)
+		_ = tr.close()
+		return
+	}
 	var b [qpHelloLen]byte
 	if err := tr.readPayload(b[:], gateRef{}); err != nil {
 		_ = tr.close()

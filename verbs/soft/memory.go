@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -9,20 +10,43 @@ import (
 )
 
 // pd is a protection domain. Its MRs and bound memory windows live in a
-// table indexed by key (key>>8 is the slot), so that the data path looks a
-// key up with two atomic loads and no lock. The slice is replaced only when
-// it grows; a slot changes in place.
+// table of slots that the key names (slotOf), so that the data path looks
+// a key up with two atomic loads and no lock. The slice is replaced only
+// when it grows; a slot changes in place.
+//
+// Keys. A key's high 24 bits name its slot: (key>>8) modulo the table's
+// length, a power of two kept at least twice the number of slots owned,
+// so that the live keys' names differ in their low bits and keep
+// distinct slots as the table grows. The keys of the PD come from one
+// 32-bit counter, started at a random value: each registration (and each
+// window) takes the counter's next value whose slot is free, rotated left
+// by 8 bits (the counter's low 24 bits are the name). So a key comes back
+// only once the counter has gone all the way round, after some two
+// billion registrations on the PD at the least (a value is skipped only
+// for an owned slot, at most half of them per round of the table): a
+// stale rkey (a Desc kept past its Unexpose) reaches no later region, as
+// it did after 256 re-registrations of one slot with an 8-bit generation.
+// A window's rkey keeps its name for the window's life; its low byte is
+// the consumer's (verbs.NextRKey), as on a NIC.
 type pd struct {
-	ctx  *device
-	mu   sync.Mutex // serialises table changes
-	mrs  atomic.Pointer[[]atomic.Pointer[mr]]
-	gen  []uint8 // per table slot, so a stale key does not match a reused slot
-	free []int   // free table slots
-	nMR  int
-	nMW  int
-	nQP  atomic.Int64
-	dead bool
+	ctx   *device
+	mu    sync.Mutex // serialises table changes
+	mrs   atomic.Pointer[[]atomic.Pointer[mr]]
+	names []uint32 // per table slot: slotOwned|name of its owner, 0 if free (mu)
+	next  uint32   // the key counter (mu)
+	owned int      // slots owned, by MRs and windows (mu)
+	nMR   int
+	nMW   int
+	nQP   atomic.Int64
+	dead  bool
 }
+
+// slotOwned marks an owned slot in pd.names.
+const slotOwned = 1 << 31
+
+// keyOf is the key of counter value c: c rotated left by 8 bits, so that
+// its name (key>>8) is c's low 24 bits.
+func keyOf(c uint32) uint32 { return c<<8 | c>>24 }
 
 // mr is a registered memory region (lkey == rkey, as on rxe and mlx5), or
 // the binding of a memory window (mw.go): a sub-slice of its region with
@@ -37,8 +61,9 @@ type mr struct {
 	key    uint32
 	access verbs.Access
 	dead   atomic.Bool
-	fence  gate   // every copy the engine makes to or from buf passes it (fence.go)
-	unmap  func() // a dma-buf MR's mapping goes once the fence is closed (dmabuf_linux.go)
+	fence  gate          // every copy the engine makes to or from buf passes it (fence.go)
+	unmap  func()        // a dma-buf MR's mapping goes once the fence is closed (dmabuf_linux.go)
+	mem    *verbs.Memory // the block a region lies in, pinned until Dereg's fence is closed
 
 	// A region: how many windows are bound to it (pd.mu); Dereg fails
 	// while there are any.
@@ -60,10 +85,18 @@ func (p *pd) RegMR(buf []byte, access verbs.Access) (verbs.MR, error) {
 	if err := checkMR(op, len(buf), access); err != nil {
 		return nil, err
 	}
-	if m, _ := verbs.MemoryOf(buf); m == nil {
+	// The block cannot be freed (verbs.Memory.Free: EBUSY) until Dereg.
+	mem := verbs.PinMemory(buf)
+	if mem == nil {
 		return nil, verbs.Errorf(op, syscall.EINVAL, "buffer is not registrable memory (use verbs.AllocMemory; Go heap memory cannot be registered)")
 	}
-	return p.register(op, buf, verbs.AddrOf(buf), access)
+	m, err := p.register(op, buf, verbs.AddrOf(buf), access)
+	if err != nil {
+		mem.Unpin()
+		return nil, err
+	}
+	m.mem = mem
+	return m, nil
 }
 
 // checkMR checks a registration's length and access flags.
@@ -91,47 +124,74 @@ func (p *pd) register(op string, buf []byte, addr uint64, access verbs.Access) (
 	if p.nMR >= maxMR {
 		return nil, verbs.Errorf(op, syscall.ENOMEM, "too many MRs")
 	}
-	idx := p.slot()
-	m := &mr{pd: p, buf: buf, addr: addr, access: access,
-		key: uint32(idx)<<8 | uint32(p.gen[idx])}
-	p.setSlot(idx, m)
+	key := p.takeKey()
+	m := &mr{pd: p, buf: buf, addr: addr, access: access, key: key}
+	p.setSlot(p.slotIndex(key), m)
 	p.nMR++
 	return m, nil
 }
 
-// slot takes a free table slot, its generation moved on. Called with mu
-// held.
-func (p *pd) slot() int {
-	var idx int
-	if n := len(p.free); n > 0 {
-		idx = p.free[n-1]
-		p.free = p.free[:n-1]
-	} else {
-		idx = len(p.gen)
-		p.gen = append(p.gen, 0)
+// takeKey takes the key counter's next value whose slot is free (the
+// table grown first if that would leave it less than half free), owns
+// the slot and returns the key. Called with mu held.
+func (p *pd) takeKey() uint32 {
+	if p.names == nil {
+		p.next = rand.Uint32()
 	}
-	p.gen[idx]++
-	return idx
+	if 2*(p.owned+1) > len(p.names) {
+		p.grow(max(8, 2*len(p.names)))
+	}
+	mask := uint32(len(p.names) - 1)
+	for {
+		p.next++
+		c := p.next
+		if c == 0 || p.names[c&mask] != 0 {
+			continue // key 0 is never given; an owned slot is skipped
+		}
+		p.names[c&mask] = slotOwned | c&0xffffff
+		p.owned++
+		return keyOf(c)
+	}
 }
 
-// setSlot makes slot idx hold m (nil: nothing). The table grows (a new
-// slice, the old one left to the lookups that hold it) when idx is past
-// its end. Called with mu held.
-func (p *pd) setSlot(idx int, m *mr) {
+// slotIndex is the table slot key names. Called with mu held.
+func (p *pd) slotIndex(key uint32) int { return int(key>>8) & (len(p.names) - 1) }
+
+// freeKey gives key's slot back, its table entry emptied. Called with mu
+// held.
+func (p *pd) freeKey(key uint32) {
+	idx := p.slotIndex(key)
+	p.setSlot(idx, nil)
+	p.names[idx] = 0
+	p.owned--
+}
+
+// grow makes the table n slots long (a power of two, at least twice what
+// is owned), each owned slot moved to where its name falls now: a new
+// slice, the old one left to the lookups that hold it. Called with mu
+// held.
+func (p *pd) grow(n int) {
+	names := make([]uint32, n)
+	tbl := make([]atomic.Pointer[mr], n)
 	var old []atomic.Pointer[mr]
 	if t := p.mrs.Load(); t != nil {
 		old = *t
 	}
-	if idx < len(old) {
-		old[idx].Store(m)
-		return
+	for i, name := range p.names {
+		if name == 0 {
+			continue
+		}
+		j := int(name&0xffffff) & (n - 1)
+		names[j] = name
+		tbl[j].Store(old[i].Load())
 	}
-	tbl := make([]atomic.Pointer[mr], max(idx+1, 2*len(old)))
-	for i := range old {
-		tbl[i].Store(old[i].Load())
-	}
-	tbl[idx].Store(m)
+	p.names = names
 	p.mrs.Store(&tbl)
+}
+
+// setSlot makes slot idx hold m (nil: nothing). Called with mu held.
+func (p *pd) setSlot(idx int, m *mr) {
+	(*p.mrs.Load())[idx].Store(m)
 }
 
 // slotOf is what key's table slot holds (nil: nothing), its key not yet
@@ -141,11 +201,7 @@ func (p *pd) slotOf(key uint32) *mr {
 	if t == nil {
 		return nil
 	}
-	idx := int(key >> 8)
-	if idx >= len(*t) {
-		return nil
-	}
-	return (*t)[idx].Load()
+	return (*t)[int(key>>8)&(len(*t)-1)].Load()
 }
 
 // lookup finds a live MR or window binding by key; nil if none. A
@@ -255,14 +311,15 @@ func (m *mr) Dereg() error {
 		return verbs.Errorf("ibv_dereg_mr", syscall.EINVAL, "%d memory windows are bound to the MR", n)
 	}
 	m.dead.Store(true)
-	idx := int(m.key >> 8)
-	p.setSlot(idx, nil)
-	p.free = append(p.free, idx)
+	p.freeKey(m.key)
 	p.nMR--
 	p.mu.Unlock()
 	m.fence.close()
 	if m.unmap != nil {
 		m.unmap()
+	}
+	if m.mem != nil {
+		m.mem.Unpin() // no copy touches the block any more
 	}
 	return nil
 }

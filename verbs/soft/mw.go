@@ -10,8 +10,8 @@ import (
 // Type 2 memory windows, as rxe keeps them (drivers/infiniband/sw/rxe/rxe_mw.c).
 //
 // A window owns one slot of its PD's key table for its life, and its rkey
-// is slot<<8 | a low byte: the one alloc gave it, then the one each bind
-// names (the consumer's, verbs.NextRKey). While unbound the slot holds
+// is the slot's name (memory.go) <<8 | a low byte: the one alloc gave it,
+// then the one each bind names (the consumer's, verbs.NextRKey). While unbound the slot holds
 // nothing. A bind puts the window's binding there: an mr whose buf is the
 // bound range of the region, with the bind's rkey and remote access, its
 // own fence, and the QP it was bound on. A remote READ or WRITE then finds
@@ -43,8 +43,7 @@ import (
 // mw is a type 2 memory window.
 type mw struct {
 	pd   *pd
-	idx  int           // its table slot, held until Dealloc
-	rkey atomic.Uint32 // the latest bind's, or alloc's
+	rkey atomic.Uint32 // the latest bind's, or alloc's; its name (rkey>>8) owns a table slot until Dealloc
 
 	// Under pd.mu.
 	b      *mr  // the binding, reused by each bind; its fence closed while unbound
@@ -67,10 +66,9 @@ func (p *pd) AllocMW() (verbs.MW, error) {
 	if p.nMW >= maxMW {
 		return nil, verbs.Errorf("ibv_alloc_mw", syscall.ENOMEM, "too many MWs")
 	}
-	idx := p.slot()
-	w := &mw{pd: p, idx: idx}
+	w := &mw{pd: p}
 	w.b = newBinding(w)
-	w.rkey.Store(uint32(idx)<<8 | uint32(p.gen[idx]))
+	w.rkey.Store(p.takeKey())
 	p.nMW++
 	return w, nil
 }
@@ -88,9 +86,7 @@ func (w *mw) Dealloc() error {
 	}
 	w.dead = true
 	b := w.unbind()
-	// The slot's next key differs from the window's last one.
-	p.gen[w.idx] = uint8(w.rkey.Load())
-	p.free = append(p.free, w.idx)
+	p.freeKey(w.rkey.Load())
 	p.nMW--
 	p.mu.Unlock()
 	if b != nil {
@@ -115,7 +111,7 @@ func (w *mw) unbind() *mr {
 	if !w.bound {
 		return nil
 	}
-	w.pd.setSlot(w.idx, nil)
+	w.pd.setSlot(w.pd.slotIndex(w.rkey.Load()), nil)
 	w.b.fence.shut()
 	w.parent.nMW--
 	w.bound, w.parent = false, nil
@@ -138,7 +134,7 @@ func (q *qp) bind(w *mw, parent *mr, b *verbs.MWBind) verbs.WCStatus {
 		return verbs.WCMWBindErr
 	case b.Length == 0: // o10-37.2.40: not a way to unbind a type 2 window
 		return verbs.WCMWBindErr
-	case b.RKey>>8 != uint32(w.idx): // the consumer owns the low byte only
+	case b.RKey>>8 != w.rkey.Load()>>8: // the consumer owns the low byte only
 		return verbs.WCMWBindErr
 	case parent.dead.Load() || parent.pd != p || parent.win != nil:
 		return verbs.WCMWBindErr
@@ -168,7 +164,7 @@ func (q *qp) bind(w *mw, parent *mr, b *verbs.MWBind) verbs.WCStatus {
 	m.buf = parent.buf[off : off+b.Length : off+b.Length]
 	m.addr, m.key, m.access, m.bound = b.Addr, b.RKey, b.Access, q
 	m.fence.reopen()
-	p.setSlot(w.idx, m)
+	p.setSlot(p.slotIndex(b.RKey), m)
 	w.bound, w.parent = true, parent
 	parent.nMW++
 	w.rkey.Store(b.RKey)

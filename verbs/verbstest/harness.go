@@ -185,7 +185,9 @@ func (s *suite) resources(t testing.TB, e *endpoint, o *pairOpts) {
 	}
 	e.qp, err = e.id.CreateQP(e.pd, &verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: o.cap, SignalAll: o.signalAll})
 	require.NoError(t, err)
-	e.mem = memory(t, o.memSize)
+	// Freed by release, after the MR over it (Free refuses before).
+	e.mem, err = verbs.AllocMemory(o.memSize)
+	require.NoError(t, err)
 	e.buf = e.mem.Bytes()[:o.memSize]
 	e.mr, err = e.pd.RegMR(e.buf, o.access)
 	require.NoError(t, err)
@@ -207,6 +209,9 @@ func (e *endpoint) release(t testing.TB) {
 	}
 	if e.mr != nil {
 		require.NoError(t, e.mr.Dereg())
+	}
+	if e.mem != nil {
+		require.NoError(t, e.mem.Free())
 	}
 	if e.rcq != nil && e.rcq != e.scq {
 		require.NoError(t, e.rcq.Destroy())

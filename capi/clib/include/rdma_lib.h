@@ -90,7 +90,12 @@
  *    it; rdma_mem_ptr is its address (valid until rdma_free or
  *    rdma_cleanup, which frees every rdma_mem of the context; rdma_free of
  *    such a handle afterwards only releases the handle), rdma_mem_size its
- *    size. rdma_free(NULL) does nothing and returns 0.
+ *    size. rdma_free(NULL) does nothing and returns 0. rdma_free never
+ *    waits: while a one-sided call or request of this side uses the memory
+ *    (or a transfer that gave up may still move its bytes, until that
+ *    peer's connection is gone), it fails at once with RDMA_ERR_BUSY, and
+ *    the handle and the memory stay valid, to free again later (its
+ *    exposures end in the latter case).
  *  - rdma_expose registers len bytes of mem at offset for peer peer_idx
  *    only, with access RDMA_ACCESS_READ, RDMA_ACCESS_WRITE or both, and
  *    fills *desc: RDMA_DESC_SIZE bytes that the peer needs, to be sent to
@@ -116,6 +121,14 @@
  *    limit; RDMA_ERR_TIMEOUT after it. A peer may have at most its receive
  *    depth (128) notifications not yet taken: wait for them as they come, or
  *    the writer's calls (and its rdma_send) stall until they are taken.
+ *  - rdma_write_timeout, rdma_write_notify_timeout and rdma_read_timeout
+ *    are those calls waiting at most timeout_ms (< 0: no limit) to be
+ *    posted: for a send slot, and for rdma_write_notify_timeout the peer's
+ *    credit (which it returns only as it takes notifications). They fail
+ *    with RDMA_ERR_TIMEOUT then, having sent nothing; once posted, an
+ *    operation runs to its completion, which the transport's retry timeout
+ *    bounds. A peer that never takes its notifications so holds a caller
+ *    no longer than its timeout.
  *  - rdma_iwrite and rdma_iread start rdma_write and rdma_read as requests
  *    (rdma_wait, rdma_test, rdma_waitany, cancelled by rdma_cleanup); local
  *    belongs to the request until it completes. They complete in any order.
@@ -183,12 +196,12 @@ extern "C" {
 #define RDMA_ERR_INTERNAL 14      /* a bug in the library */
 #define RDMA_ERR_NO_GROUP 15      /* a collective before rdma_group_init */
 #define RDMA_ERR_GROUP_FAILED 16  /* the group broke: a rank failed or left */
-#define RDMA_ERR_BUSY 17          /* too many requests in flight (4096 per context) */
+#define RDMA_ERR_BUSY 17          /* too many requests in flight (4096 per context), or rdma_free of memory in use */
 #define RDMA_ERR_CANCELED 18      /* the request's context was cleaned up */
 #define RDMA_ERR_BAD_REQUEST 19   /* req is not a pending request */
 #define RDMA_ERR_REMOTE_ACCESS 20 /* the peer's device refused a one-sided access; the peer is gone */
 #define RDMA_ERR_BAD_DESC 21      /* a descriptor is malformed or does not allow the access */
-#define RDMA_ERR_TIMEOUT 22       /* rdma_wait_notify timed out */
+#define RDMA_ERR_TIMEOUT 22       /* rdma_wait_notify or a one-sided _timeout call timed out */
 #define RDMA_ERR_NOT_SUPPORTED 23 /* the peer's connection cannot do one-sided operations */
 #define RDMA_ERR_BAD_MEM 24       /* mem is NULL, or not a live rdma_mem */
 
@@ -257,6 +270,9 @@ int rdma_write(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t 
 int rdma_write_notify(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, unsigned int value);
 int rdma_read(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len);
 int rdma_wait_notify(rdma_context *ctx, int peer_idx, unsigned int *value, int timeout_ms);
+int rdma_write_timeout(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, int timeout_ms);
+int rdma_write_notify_timeout(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, unsigned int value, int timeout_ms);
+int rdma_read_timeout(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, int timeout_ms);
 int rdma_iwrite(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);
 int rdma_iread(rdma_context *ctx, int peer_idx, const rdma_desc *remote, size_t remote_off, rdma_mem *local, size_t local_off, size_t len, rdma_request **req);
 

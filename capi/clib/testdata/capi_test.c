@@ -30,6 +30,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 _Static_assert(MAX_PEERS == 64, "MAX_PEERS");
@@ -1089,6 +1090,114 @@ static void test_onesided(void) {
     pthread_barrier_destroy(&os_barrier);
 }
 
+// ---- a peer that never takes its notifications -----------------------------
+
+// The exposing side (the server) never calls rdma_wait_notify until told:
+// the writer's notifications use up its credits, and then
+// rdma_write_notify_timeout fails with RDMA_ERR_TIMEOUT after its timeout,
+// a blocking rdma_write_notify waits, and rdma_free of the memory it uses
+// fails at once with RDMA_ERR_BUSY, its handle still valid; once the server
+// takes the notifications, the blocked write returns and rdma_free of the
+// same handle frees it.
+static int fb_port;
+static pthread_barrier_t fb_barrier; // client + server
+static int fb_sent;                  // notifications the writer got through
+static int fb_blocked_done;          // the blocked write has returned
+static rdma_mem *fb_local;
+static rdma_context *fb_cli;
+static rdma_desc fb_desc;
+
+static void *fb_blocked_write(void *arg) {
+    (void)arg;
+    EXPECT_OK(rdma_write_notify(fb_cli, 0, &fb_desc, 0, fb_local, 0, 8, 7), 8);
+    __atomic_store_n(&fb_blocked_done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static double fb_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void *fb_client(void *arg) {
+    (void)arg;
+    fb_cli = rdma_init("127.0.0.7", 0, BUFFER_SIZE, false);
+    CHECK(fb_cli != NULL, "client init: %s", rdma_get_error());
+    if (!fb_cli) {
+        exit(1);
+    }
+    EXPECT_OK(rdma_connect_peer(fb_cli, "127.0.0.1", fb_port), 0);
+    EXPECT_OK(rdma_recv(fb_cli, 0, &fb_desc, sizeof(fb_desc)), (int)sizeof(fb_desc));
+    fb_local = rdma_alloc(fb_cli, 4096);
+    CHECK(fb_local != NULL, "alloc: %s", rdma_get_error());
+    // Notify until the credits run out: the one that finds none times out.
+    int rc = 0;
+    for (int k = 0; k < 1000; k++) {
+        double t0 = fb_now();
+        rc = rdma_write_notify_timeout(fb_cli, 0, &fb_desc, 0, fb_local, 0, 8, 1, 200);
+        if (rc != 8) {
+            double took = fb_now() - t0;
+            CHECK(took >= 0.15 && took < 5, "the timed-out notify took %.3f s", took);
+            break;
+        }
+        fb_sent++;
+    }
+    EXPECT_ERRNO(rc, RDMA_ERR_TIMEOUT, "timed out");
+    CHECK(fb_sent > 0 && fb_sent <= 128, "%d notifications before the credits ran out", fb_sent);
+    EXPECT_ERRNO(rdma_write_notify_timeout(fb_cli, 0, &fb_desc, 0, fb_local, 0, 8, 1, 0), RDMA_ERR_TIMEOUT, "timed out");
+    // A write without a notification needs no credit: it goes.
+    EXPECT_OK(rdma_write_timeout(fb_cli, 0, &fb_desc, 0, fb_local, 0, 8, 1000), 8);
+    EXPECT_OK(rdma_read_timeout(fb_cli, 0, &fb_desc, 0, fb_local, 0, 8, 1000), 8);
+
+    // A blocking notify waits for a credit, holding fb_local.
+    pthread_t blocked;
+    pthread_create(&blocked, NULL, fb_blocked_write, NULL);
+    usleep(300 * 1000);
+    CHECK(!__atomic_load_n(&fb_blocked_done, __ATOMIC_SEQ_CST), "the notify without a credit returned");
+    double t0 = fb_now();
+    EXPECT_ERRNO(rdma_free(fb_local), RDMA_ERR_BUSY, "in use");
+    CHECK(fb_now() - t0 < 1, "rdma_free of busy memory took %.3f s", fb_now() - t0);
+    // The handle is still valid, and so is the memory.
+    CHECK(rdma_mem_ptr(fb_local) != NULL, "busy memory's handle: %s", rdma_get_error());
+    CHECK(rdma_mem_size(fb_local) == 4096, "size %zu", rdma_mem_size(fb_local));
+    ((unsigned char *)rdma_mem_ptr(fb_local))[0] = 1;
+    pthread_barrier_wait(&fb_barrier); // A: the server may take the notifications now
+    pthread_join(blocked, NULL);
+    CHECK(__atomic_load_n(&fb_blocked_done, __ATOMIC_SEQ_CST), "the blocked notify returned");
+    EXPECT_OK(rdma_free(fb_local), 0); // freed once nothing uses it
+    EXPECT_ERRNO(rdma_free(fb_local), RDMA_ERR_BAD_MEM, "not a live rdma_mem");
+    pthread_barrier_wait(&fb_barrier); // B
+    rdma_cleanup(fb_cli);
+    return NULL;
+}
+
+static void test_free_busy(void) {
+    rdma_context *srv = new_server(BUFFER_SIZE);
+    fb_port = test_port - 1;
+    pthread_barrier_init(&fb_barrier, NULL, 2);
+    pthread_t cli;
+    pthread_create(&cli, NULL, fb_client, NULL);
+    EXPECT_OK(rdma_accept_peer(srv), 0);
+    rdma_mem *region = rdma_alloc(srv, 4096);
+    CHECK(region != NULL, "alloc: %s", rdma_get_error());
+    rdma_desc d;
+    EXPECT_OK(rdma_expose(srv, 0, region, 0, 4096, RDMA_ACCESS_READ | RDMA_ACCESS_WRITE, &d), 0);
+    EXPECT_OK(rdma_send(srv, 0, &d, sizeof(d)), (int)sizeof(d));
+    pthread_barrier_wait(&fb_barrier); // A
+    unsigned int value = 0;
+    for (int k = 0; k < fb_sent; k++) {
+        EXPECT_OK(rdma_wait_notify(srv, 0, &value, 10000), 8);
+    }
+    EXPECT_OK(rdma_wait_notify(srv, 0, &value, 10000), 8);
+    CHECK(value == 7, "the blocked notification's value is %u", value);
+    pthread_barrier_wait(&fb_barrier); // B
+    pthread_join(cli, NULL);
+    EXPECT_OK(rdma_free(region), 0);
+    rdma_cleanup(srv);
+    pthread_barrier_destroy(&fb_barrier);
+}
+
 // ---- quality of service ------------------------------------------------
 
 #define QOS_CLIENTS 3
@@ -1424,6 +1533,8 @@ int main(int argc, char **argv) {
     test_async();
     printf("capi_test: one-sided write and read\n");
     test_onesided();
+    printf("capi_test: rdma_free of busy memory, a blocked notify's timeout\n");
+    test_free_busy();
     printf("capi_test: quality of service\n");
     test_qos();
     printf("capi_test: MAX_PEERS\n");
