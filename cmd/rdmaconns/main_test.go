@@ -29,9 +29,12 @@ func TestRunReports(t *testing.T) {
 		assert.LessOrEqual(t, r.DialMean, r.SetupMean, r.Path)
 		assert.Positive(t, r.CPUPerConn, "%s: CPU per conn", r.Path)
 		if r.Path == "shm" {
-			// Conns that echo a byte stay on TCP (they never carry enough
-			// to move to shared memory); those that move hold 3.
-			assert.LessOrEqual(t, r.FDsPerEP, want[r.Path]+0.1, "%s: descriptors per endpoint", r.Path)
+			// The shm row's connections move to shared memory at once
+			// (each then holds 3 descriptors): they say so in their stats,
+			// bar one still mid-move when the row was taken.
+			require.NotNil(t, r.Stats)
+			assert.GreaterOrEqual(t, r.Stats.Paths["soft-shm"], 2*20-2, "the shm row's endpoints are on shared memory: %v", r.Stats.Paths)
+			assert.InDelta(t, want[r.Path], r.FDsPerEP, 0.2, "%s: descriptors per endpoint", r.Path)
 		} else {
 			assert.InDelta(t, want[r.Path], r.FDsPerEP, 0.1, "%s: descriptors per endpoint", r.Path)
 		}

@@ -182,8 +182,14 @@ func pathEndpoints(path, ip string, ring int) endpoints {
 	case "rdmacore":
 		cfg.Provider = "rdmacore"
 		cfg.RDMAOnly = true
-	case "shm", "tcp":
-		prev := soft.SetSharedMemory(path == "shm")
+	case "shm":
+		// Connections that only echo a byte would stay on TCP (a
+		// connection moves to shared memory once it talks): move them at
+		// once, so that the row measures connections on shared memory.
+		prev, prevAfter := soft.SetSharedMemory(true), soft.SetSharedMemorySwitch(0)
+		done = func() { soft.SetSharedMemory(prev); soft.SetSharedMemorySwitch(prevAfter) }
+	case "tcp":
+		prev := soft.SetSharedMemory(false)
 		done = func() { soft.SetSharedMemory(prev) }
 	}
 	d := &rdma.Dialer{Config: cfg}
