@@ -1,0 +1,30 @@
+//go:build !linux
+
+package collectives
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+)
+
+// AlgoEnv picks the engine (see shm_linux.go); off Linux only the conns
+// exist, and "shm" is an error.
+const AlgoEnv = "RDMA_COLL_ALGO"
+
+// setupShm: the same-host segment needs memfds, descriptor passing and
+// pidfds; elsewhere the group runs over its conns.
+func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
+	if v := os.Getenv(AlgoEnv); v == "shm" {
+		return fmt.Errorf("%s=shm: no shared segment on %s", AlgoEnv, runtime.GOOS)
+	}
+	return nil
+}
+
+type shmLiveness struct{}
+
+func (*shmLiveness) dead() int { return -1 }
+
+func osYield() { runtime.Gosched() }
