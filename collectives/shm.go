@@ -3,6 +3,7 @@ package collectives
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -110,8 +111,11 @@ type shmTeam struct {
 	live  *shmLiveness // the peers' processes
 	free  func()       // unmaps the segment and closes the pidfds
 
+	// The state of the current wait (operation goroutine).
 	spinsBusy int   // pure spins before a waiting rank yields the CPU
-	nextLive  int64 // unix ns of the next liveness check (operation goroutine)
+	nextLive  int64 // unix ns of the next liveness check
+	waitFrom  int64 // unix ns when the wait began yielding
+	sleepy    bool  // the wait is long: sleep between checks
 }
 
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
@@ -191,8 +195,12 @@ func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
 // done says this rank has read step k.
 func (t *shmTeam) done(k uint64) { t.ctrl[t.me].readDone.Store(k) }
 
-// pause is one round of a wait: a spin at first, then a yield of the CPU;
-// every few rounds, the checks that end a wait that cannot succeed.
+// pause is one round of a wait: a spin at first; then a yield of the
+// processor to the other goroutines (ranks of one process share the Ps)
+// and of the CPU to the other threads (a rank may share its core with the
+// rank it waits for); after a millisecond, short sleeps, so that a rank
+// waiting long for a slow peer leaves the CPU to others. Every few rounds,
+// the checks that end a wait that cannot succeed.
 func (t *shmTeam) pause(g *Group, spins *int) error {
 	*spins++
 	if *spins < t.spinsBusy {
@@ -201,6 +209,9 @@ func (t *shmTeam) pause(g *Group, spins *int) error {
 		}
 		return nil
 	}
+	if *spins == t.spinsBusy {
+		t.waitFrom, t.sleepy = time.Now().UnixNano(), false
+	}
 	if *spins&15 == 0 {
 		if g.failed.Load() {
 			return ErrBroken // the group's error says why
@@ -208,14 +219,23 @@ func (t *shmTeam) pause(g *Group, spins *int) error {
 		if err := t.peerState(); err != nil {
 			return err
 		}
-		if now := time.Now().UnixNano(); now >= t.nextLive {
+		now := time.Now().UnixNano()
+		if now >= t.nextLive {
 			t.nextLive = now + int64(time.Millisecond)
 			if q := t.live.dead(); q >= 0 {
 				return &RankError{Rank: q, Op: "receive", Err: errors.New("its process exited")}
 			}
 		}
+		t.sleepy = now-t.waitFrom > int64(time.Millisecond)
 	}
-	osYield()
+	switch {
+	case t.sleepy:
+		time.Sleep(20 * time.Microsecond)
+	case *spins&3 == 0:
+		osYield()
+	default:
+		runtime.Gosched()
+	}
 	return nil
 }
 

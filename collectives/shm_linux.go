@@ -86,6 +86,11 @@ func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
 	if err != nil {
 		return err
 	}
+	return g.attachShm(ctx, conns, mode)
+}
+
+// attachShm is setupShm in mode ("auto", "stream" or "shm").
+func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
 	n := g.size
 	var id [32]byte
 	if mode != "stream" && n <= shmMaxRanks {

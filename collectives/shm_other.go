@@ -17,7 +17,11 @@ const AlgoEnv = "RDMA_COLL_ALGO"
 // setupShm: the same-host segment needs memfds, descriptor passing and
 // pidfds; elsewhere the group runs over its conns.
 func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
-	if v := os.Getenv(AlgoEnv); v == "shm" {
+	return g.attachShm(ctx, conns, os.Getenv(AlgoEnv))
+}
+
+func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
+	if mode == "shm" {
 		return fmt.Errorf("%s=shm: no shared segment on %s", AlgoEnv, runtime.GOOS)
 	}
 	return nil
