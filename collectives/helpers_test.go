@@ -99,6 +99,13 @@ func newEngineGroups(t testing.TB, n int, engine string) []*Group {
 	return gs
 }
 
+// forEngines runs f on n fresh ranks of each engine.
+func forEngines(t *testing.T, n int, f func(t *testing.T, gs []*Group)) {
+	for _, engine := range engines {
+		t.Run(engine, func(t *testing.T) { f(t, newEngineGroups(t, n, engine)) })
+	}
+}
+
 // closeAll closes every rank's group at once, as separate processes would.
 func closeAll(gs []*Group) {
 	var wg sync.WaitGroup
