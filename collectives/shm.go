@@ -121,7 +121,15 @@ type shmTeam struct {
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
 func newShmTeam(seg []byte, n, me int) *shmTeam {
 	l := layoutFor(n)
-	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), spinsBusy: 4000}
+	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n)}
+	// With a CPU for every rank, the peer waited for is running: spin (as
+	// MPI does) for some tens of microseconds before giving the CPU away, which on a
+	// busy host costs a scheduling round. With more ranks than CPUs, the
+	// peer may need this CPU: yield after a few microseconds.
+	t.spinsBusy = 2000
+	if n <= runtime.NumCPU() {
+		t.spinsBusy = 20_000
+	}
 	for q := range n {
 		t.ctrl[q] = (*shmCtrl)(unsafe.Pointer(&seg[l.ctrlOff+q*shmCtrlSize]))
 		for b := range 2 {
