@@ -12,6 +12,11 @@
 # (4K,256K,4M,16M), COLL_ITERS (20), COLL_FLAGS (more rdmacoll flags, e.g.
 # -tcp), MPIRUN_FLAGS (default --bind-to none: the Go ranks use more than
 # one thread, and a shared machine's other load moves).
+#
+# Then the engine a group spanning hosts uses (its conns: RDMA_COLL_ALGO=stream,
+# soft over TCP: RDMA_SOFT_SHM=0) beside Open MPI's TCP BTL (--mca btl
+# tcp,self), both over loopback on this host, for COLL_TCP_RANKS ranks
+# (default 4; empty skips it) at COLL_TCP_SIZES (4M,16M).
 set -eu
 out=${1:?usage: bench-mpi.sh OUTDIR}
 GO=${GO:-go}
@@ -21,6 +26,8 @@ COLL_SIZES=${COLL_SIZES:-4K,256K,4M,16M}
 COLL_ITERS=${COLL_ITERS:-20}
 COLL_FLAGS=${COLL_FLAGS:-}
 MPIRUN_FLAGS=${MPIRUN_FLAGS:---bind-to none}
+COLL_TCP_RANKS=${COLL_TCP_RANKS-4}
+COLL_TCP_SIZES=${COLL_TCP_SIZES:-4M,16M}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 
@@ -55,4 +62,21 @@ for n in $COLL_RANKS; do
 	done
 	echo "# $n ranks, $COLL_ROUNDS rounds (Open MPI then rdmacoll in each)"
 	"$out/rdmacoll" -compare "$base" "$this" | tee "$out/ratio-n$n.txt"
+done
+for n in $COLL_TCP_RANKS; do
+	base= this=
+	for r in $(seq 1 "$COLL_ROUNDS"); do
+		port=$((20000 + ($$ * 11 + r * 137 + n) % 30000))
+		mf="$out/mpitcp-n$n-r$r.txt" rf="$out/conns-n$n-r$r.txt"
+		# shellcheck disable=SC2086
+		mpirun $asroot --oversubscribe $MPIRUN_FLAGS --mca btl tcp,self -n "$n" "$out/collmpi" \
+			-sizes "$COLL_TCP_SIZES" -iters "$COLL_ITERS" -check >"$mf"
+		# shellcheck disable=SC2086
+		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=127.0.0.1:$port \
+			-x RDMA_COLL_ALGO=stream -x RDMA_SOFT_SHM=0 \
+			"$out/rdmacoll" -sizes "$COLL_TCP_SIZES" -iters "$COLL_ITERS" -check $COLL_FLAGS >"$rf"
+		base="${base:+$base,}$mf" this="${this:+$this,}$rf"
+	done
+	echo "# $n ranks over conns (soft over TCP) beside Open MPI's TCP BTL, $COLL_ROUNDS rounds"
+	"$out/rdmacoll" -compare "$base" "$this" | tee "$out/ratio-tcp-n$n.txt"
 done
