@@ -159,7 +159,7 @@ func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
 		for q := range t.n {
 			c := t.ctrl[q]
 			for spins := 0; c.readDone.Load() < k-2; {
-				if err := t.pause(g, &spins); err != nil {
+				if err := t.pause(g, q, &spins); err != nil {
 					return 0, nil, err
 				}
 			}
@@ -187,7 +187,7 @@ func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
 		}
 		c := t.ctrl[q]
 		for spins := 0; c.posted.Load() < k; {
-			if err := t.pause(g, &spins); err != nil {
+			if err := t.pause(g, q, &spins); err != nil {
 				return err
 			}
 		}
@@ -208,8 +208,11 @@ func (t *shmTeam) done(k uint64) { t.ctrl[t.me].readDone.Store(k) }
 // and of the CPU to the other threads (a rank may share its core with the
 // rank it waits for); after a millisecond, short sleeps, so that a rank
 // waiting long for a slow peer leaves the CPU to others. Every few rounds,
-// the checks that end a wait that cannot succeed.
-func (t *shmTeam) pause(g *Group, spins *int) error {
+// the checks that end a wait for rank q that cannot succeed: this group
+// failed, a peer failed, q closed or its process exited. (A peer that
+// closed or exited after doing its part of the operation is no failure: it
+// may well be done.)
+func (t *shmTeam) pause(g *Group, q int, spins *int) error {
 	*spins++
 	if *spins < t.spinsBusy {
 		if *spins&255 == 0 && g.failed.Load() {
@@ -224,13 +227,13 @@ func (t *shmTeam) pause(g *Group, spins *int) error {
 		if g.failed.Load() {
 			return ErrBroken // the group's error says why
 		}
-		if err := t.peerState(); err != nil {
+		if err := t.peerState(q); err != nil {
 			return err
 		}
 		now := time.Now().UnixNano()
 		if now >= t.nextLive {
 			t.nextLive = now + int64(time.Millisecond)
-			if q := t.live.dead(); q >= 0 {
+			if t.live.dead(q) {
 				return &RankError{Rank: q, Op: "receive", Err: errors.New("its process exited")}
 			}
 		}
@@ -247,8 +250,9 @@ func (t *shmTeam) pause(g *Group, spins *int) error {
 	return nil
 }
 
-// peerState returns the failure a peer left in its control block, if any.
-func (t *shmTeam) peerState() error {
+// peerState returns the failure a peer left in its control block, or
+// ErrClosed from rank waited, if any.
+func (t *shmTeam) peerState(waited int) error {
 	for q := range t.n {
 		if q == t.me {
 			continue
@@ -258,7 +262,10 @@ func (t *shmTeam) peerState() error {
 		case shmLive:
 			continue
 		case shmClosed:
-			return &RankError{Rank: q, Op: "receive", Err: ErrClosed}
+			if q == waited {
+				return &RankError{Rank: q, Op: "receive", Err: ErrClosed}
+			}
+			continue
 		}
 		blamed := int(st >> 32)
 		c := t.ctrl[q]

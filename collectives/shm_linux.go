@@ -439,46 +439,40 @@ func mapSegment(fd, size int) ([]byte, error) {
 
 // shmLiveness watches the group's other processes through pidfds.
 type shmLiveness struct {
-	fds   []unix.PollFd
-	ranks []int // ranks[i]: a rank of the process of fds[i]
+	fds []unix.PollFd
+	of  []int // of[rank]: the index in fds of rank's process, or -1 (ours)
 }
 
 // openLiveness opens a pidfd for every process of pids but ours (ranks of
 // one process share it).
 func openLiveness(pids []int, me int) (*shmLiveness, error) {
-	l := &shmLiveness{}
-	seen := map[int]bool{pids[me]: true}
+	l := &shmLiveness{of: make([]int, len(pids))}
+	index := map[int]int{pids[me]: -1}
 	for r, p := range pids {
-		if seen[p] {
+		if i, ok := index[p]; ok {
+			l.of[r] = i
 			continue
 		}
-		seen[p] = true
 		fd, err := unix.PidfdOpen(p, 0)
 		if err != nil {
 			l.close()
 			return nil, fmt.Errorf("rank %d's process %d: %w", r, p, err)
 		}
+		index[p] = len(l.fds)
+		l.of[r] = len(l.fds)
 		l.fds = append(l.fds, unix.PollFd{Fd: int32(fd), Events: unix.POLLIN})
-		l.ranks = append(l.ranks, r)
 	}
 	return l, nil
 }
 
-// dead returns a rank whose process has exited, or -1.
-func (l *shmLiveness) dead() int {
-	if l == nil || len(l.fds) == 0 {
-		return -1
+// dead reports whether rank's process has exited (its pidfd is readable).
+func (l *shmLiveness) dead(rank int) bool {
+	if l == nil || l.of[rank] < 0 {
+		return false
 	}
-	n, err := unix.Poll(l.fds, 0)
-	if err != nil || n == 0 {
-		return -1
-	}
-	for i := range l.fds {
-		if l.fds[i].Revents != 0 {
-			return l.ranks[i]
-		}
-	}
-	return -1
+	i := l.of[rank]
+	n, err := unix.Poll(l.fds[i:i+1], 0)
+	return err == nil && n > 0 && l.fds[i].Revents != 0
 }
 
 func (l *shmLiveness) close() {

@@ -29,6 +29,6 @@ func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) er
 
 type shmLiveness struct{}
 
-func (*shmLiveness) dead() int { return -1 }
+func (*shmLiveness) dead(int) bool { return false }
 
 func osYield() { runtime.Gosched() }
