@@ -4,8 +4,11 @@ package collectives
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -180,4 +183,87 @@ func TestShmSocketName(t *testing.T) {
 	assert.Equal(t, a, b)
 	assert.NotEqual(t, a, c)
 	assert.Regexp(t, `^@rdma-coll/[0-9a-f]{32}$`, a)
+}
+
+// A member maps only what a well-formed rank 0 passes: the hello must
+// describe this group's layout and name, as rank 0, the process at the
+// other end of the socket, and the descriptor must be a sealed private
+// memfd of the layout's size. Anything else is an error and nothing stays
+// mapped or open.
+func TestReceiveSegmentRefuses(t *testing.T) {
+	const n = 2
+	lay := layoutFor(n)
+	good := func() []byte {
+		h := make([]byte, shmHelloLen(n))
+		binary.LittleEndian.PutUint64(h[0:], shmMagic)
+		binary.LittleEndian.PutUint64(h[8:], n)
+		binary.LittleEndian.PutUint64(h[16:], uint64(lay.size))
+		binary.LittleEndian.PutUint64(h[24:], uint64(os.Getpid()))
+		binary.LittleEndian.PutUint64(h[32:], uint64(os.Getpid()))
+		return h
+	}
+	segment := func(t *testing.T, size int, seal bool) int {
+		fd, seg, err := createSegment(size)
+		require.NoError(t, err)
+		require.NoError(t, unix.Munmap(seg))
+		if !seal {
+			// createSegment seals: make an unsealed one of the same kind.
+			unix.Close(fd)
+			fd, err = unix.MemfdCreate("test", unix.MFD_CLOEXEC)
+			require.NoError(t, err)
+			require.NoError(t, unix.Fchmod(fd, 0o600))
+			require.NoError(t, unix.Ftruncate(fd, int64(size)))
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		return fd
+	}
+	for _, tc := range []struct {
+		name  string
+		hello func() []byte
+		fd    func(t *testing.T) int
+		ok    bool
+	}{
+		{"well-formed", good, func(t *testing.T) int { return segment(t, lay.size, true) }, true},
+		{"other size", func() []byte { h := good(); binary.LittleEndian.PutUint64(h[16:], uint64(lay.size*2)); return h },
+			func(t *testing.T) int { return segment(t, lay.size*2, true) }, false},
+		{"other group size", func() []byte { h := good(); binary.LittleEndian.PutUint64(h[8:], 3); return h },
+			func(t *testing.T) int { return segment(t, lay.size, true) }, false},
+		{"rank 0 is another process", func() []byte { h := good(); binary.LittleEndian.PutUint64(h[24:], 1); return h },
+			func(t *testing.T) int { return segment(t, lay.size, true) }, false},
+		{"unsealed", good, func(t *testing.T) int { return segment(t, lay.size, false) }, false},
+		{"short", func() []byte { return good()[:20] }, func(t *testing.T) int { return segment(t, lay.size, true) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			name := "@rdma-coll-test/" + tc.name + "/" + strconv.Itoa(os.Getpid())
+			type result struct {
+				team *shmTeam
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				deadline, _ := ctx.Deadline()
+				team, err := receiveSegment(ctx, name, 1, n, lay, deadline)
+				done <- result{team, err}
+			}()
+			uc, _, err := dialMember(ctx, name, time.Now().Add(5*time.Second))
+			require.NoError(t, err)
+			defer uc.Close()
+			_, _, err = uc.WriteMsgUnix(tc.hello(), unix.UnixRights(tc.fd(t)), nil)
+			require.NoError(t, err)
+			res := <-done
+			if tc.ok {
+				require.NoError(t, res.err)
+				var b [1]byte
+				_, err := uc.Read(b[:])
+				require.NoError(t, err)
+				assert.Equal(t, byte(1), b[0], "the member says it mapped the segment")
+				res.team.free()
+				return
+			}
+			require.Error(t, res.err)
+			assert.Nil(t, res.team)
+		})
+	}
 }
