@@ -226,7 +226,9 @@ bench:
 # algbw, busbw, every element checked) beside the same operations of Open MPI
 # (cmd/rdmacoll/mpi/collmpi.c) under the same mpirun, on 2 and 4 ranks, in
 # COLL_ROUNDS interleaved rounds, and the ratio of their times
-# ($(BENCH_OUT)/mpi/ratio-n*.txt). Installs Debian's openmpi-bin and
+# ($(BENCH_OUT)/mpi/ratio-n*.txt); then the conns engine beside Open MPI's TCP
+# BTL, and (as root) on 2 network-namespace hosts x 2 ranks
+# (cmd/rdmacoll/mpi/bench-netns.sh). Installs Debian's openmpi-bin and
 # libopenmpi-dev if mpicc or mpirun is missing (make test never does).
 # COLL_RANKS, COLL_SIZES, COLL_ITERS, COLL_FLAGS and MPIRUN_FLAGS: see the script.
 .PHONY: bench-mpi

@@ -44,6 +44,7 @@ fi
 
 mpicc -O2 -Wall -o "$out/collmpi" "$here/collmpi.c"
 $GO build -o "$out/rdmacoll" "$here/.."
+$GO build -o "$out/rdmarun" "$here/../../rdmarun"
 asroot=
 if [ "$(id -u)" = 0 ]; then asroot=--allow-run-as-root; fi
 echo "# $(mpirun --version 2>/dev/null | head -n 1); $($GO version); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -80,3 +81,9 @@ for n in $COLL_TCP_RANKS; do
 	echo "# $n ranks over conns (soft over TCP) beside Open MPI's TCP BTL, $COLL_ROUNDS rounds"
 	"$out/rdmacoll" -compare "$base" "$this" | tee "$out/ratio-tcp-n$n.txt"
 done
+# Last, 2 network-namespace hosts x 2 ranks (root and iproute2 needed).
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1 && [ -n "$COLL_TCP_RANKS" ]; then
+	COLL_SIZES=$COLL_TCP_SIZES "$here/bench-netns.sh" "$out"
+else
+	echo "# bench-netns.sh skipped: it needs root, iproute2 and the TCP BTL run (COLL_TCP_RANKS)"
+fi
