@@ -353,20 +353,9 @@ func receiveSegment(ctx context.Context, name string, rank, n int, lay shmLayout
 		return nil, err
 	}
 	defer unix.Close(fd)
-	if binary.LittleEndian.Uint64(hello[0:]) != shmMagic || binary.LittleEndian.Uint64(hello[8:]) != uint64(n) ||
-		binary.LittleEndian.Uint64(hello[16:]) != uint64(lay.size) {
-		return nil, errors.New("rank 0's segment is not of this group's layout")
-	}
-	pids := make([]int, n)
-	for r := range pids {
-		p := binary.LittleEndian.Uint64(hello[24+8*r:])
-		if p == 0 || p > 1<<22 {
-			return nil, fmt.Errorf("rank %d's process id %d", r, p)
-		}
-		pids[r] = int(p)
-	}
-	if pids[0] != pid0 || pids[rank] != os.Getpid() {
-		return nil, errors.New("rank 0's process table does not match the processes")
+	pids, err := parseShmHello(hello, n, lay.size, rank, pid0, os.Getpid())
+	if err != nil {
+		return nil, err
 	}
 	seg, err := mapSegment(fd, lay.size)
 	if err != nil {
@@ -383,6 +372,35 @@ func receiveSegment(ctx context.Context, name string, rank, n int, lay shmLayout
 		return nil, err
 	}
 	return teamOver(seg, n, rank, live), nil
+}
+
+// pidMax bounds a process id (the kernel's PID_MAX_LIMIT).
+const pidMax = 1 << 22
+
+// parseShmHello checks rank 0's hello (shmHelloLen(n) bytes) against what
+// this rank computed and saw: the group size n, the segment size, rank 0's
+// process id pid0 (SO_PEERCRED) and its own, self, at rank; it returns the
+// table of process ids.
+func parseShmHello(hello []byte, n, size, rank, pid0, self int) ([]int, error) {
+	if len(hello) != shmHelloLen(n) {
+		return nil, fmt.Errorf("a hello of %d bytes, want %d", len(hello), shmHelloLen(n))
+	}
+	if binary.LittleEndian.Uint64(hello[0:]) != shmMagic || binary.LittleEndian.Uint64(hello[8:]) != uint64(n) ||
+		binary.LittleEndian.Uint64(hello[16:]) != uint64(size) {
+		return nil, errors.New("rank 0's segment is not of this group's layout")
+	}
+	pids := make([]int, n)
+	for r := range pids {
+		p := binary.LittleEndian.Uint64(hello[24+8*r:])
+		if p == 0 || p > pidMax {
+			return nil, fmt.Errorf("rank %d's process id %d", r, p)
+		}
+		pids[r] = int(p)
+	}
+	if pids[0] != pid0 || pids[rank] != self {
+		return nil, errors.New("rank 0's process table does not match the processes")
+	}
+	return pids, nil
 }
 
 // recvFD reads one message of exactly len(b) bytes carrying exactly one

@@ -267,3 +267,32 @@ func TestReceiveSegmentRefuses(t *testing.T) {
 		})
 	}
 }
+
+// Whatever rank 0 sends, parsing its hello returns an error or a table of
+// valid process ids that names the processes this side knows.
+func FuzzShmHello(f *testing.F) {
+	const n, size, rank, pid0, self = 3, 1 << 20, 2, 100, 200
+	good := make([]byte, shmHelloLen(n))
+	binary.LittleEndian.PutUint64(good[0:], shmMagic)
+	binary.LittleEndian.PutUint64(good[8:], n)
+	binary.LittleEndian.PutUint64(good[16:], size)
+	for r, p := range []uint64{pid0, 300, self} {
+		binary.LittleEndian.PutUint64(good[24+8*r:], p)
+	}
+	f.Add(good)
+	f.Add(good[:30])
+	f.Add(append(append([]byte{}, good...), 0))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pids, err := parseShmHello(b, n, size, rank, pid0, self)
+		if err != nil {
+			require.Nil(t, pids)
+			return
+		}
+		require.Len(t, pids, n)
+		require.Equal(t, pid0, pids[0])
+		require.Equal(t, self, pids[rank])
+		for _, p := range pids {
+			require.True(t, p > 0 && p <= pidMax, "pid %d", p)
+		}
+	})
+}
