@@ -188,7 +188,8 @@ bench-capi: capi
 # $(BENCH_OUT)/rdmaperf.json and drawn (cmd/perfplot: throughput and p50
 # latency against message size, rdma beside tcp) in $(BENCH_OUT)/rdmaperf.svg
 # and .png. BENCHTIME bounds each verbs/conn benchmark, COLL_BENCHTIME each
-# collectives one (16 MiB per op); a few minutes on 2 cores.
+# collectives one (16 MiB per op); a few minutes on 2 cores. Last, bench-mpi:
+# the collectives beside Open MPI under mpirun (Open MPI installed on demand).
 BENCH_OUT      := $(BUILD)/bench
 BENCHTIME      ?= 1s
 COLL_BENCHTIME ?= 3x
@@ -225,10 +226,25 @@ bench:
 			|| echo "perfplot" >> $(BENCH_OUT)/failed; \
 		echo "# rdmaconns -n $(CONNS_N) -q"; \
 		$(BUILD)/bin/rdmaconns -n $(CONNS_N) -q || echo "rdmaconns" >> $(BENCH_OUT)/failed; \
+		echo "# cmd/rdmacoll/mpi/bench-mpi.sh $(BENCH_OUT)/mpi (make bench-mpi)"; \
+		GO=$(GO) cmd/rdmacoll/mpi/bench-mpi.sh $(BENCH_OUT)/mpi || echo "bench-mpi" >> $(BENCH_OUT)/failed; \
 	) 2>&1 | tee $(BENCH_OUT)/results.txt
 	@echo "make bench: results in $(BENCH_OUT)/results.txt, rdmaperf's report in $(BENCH_OUT)/rdmaperf.json, drawn in $(BENCH_OUT)/rdmaperf.svg and .png"
 	@if [ -f $(BENCH_OUT)/failed ]; then \
 		echo "make bench: FAILED: $$(paste -sd, $(BENCH_OUT)/failed) (see $(BENCH_OUT)/results.txt)" >&2; exit 1; fi
+
+# cmd/rdmacoll (allreduce, broadcast, allgather, alltoall: median time,
+# algbw, busbw, every element checked) beside the same operations of Open MPI
+# (cmd/rdmacoll/mpi/collmpi.c) under the same mpirun, on 2 and 4 ranks, in
+# COLL_ROUNDS interleaved rounds, and the ratio of their times
+# ($(BENCH_OUT)/mpi/ratio-n*.txt); then the conns engine beside Open MPI's TCP
+# BTL, and (as root) on 2 network-namespace hosts x 2 ranks
+# (cmd/rdmacoll/mpi/bench-netns.sh). Installs Debian's openmpi-bin and
+# libopenmpi-dev if mpicc or mpirun is missing (make test never does).
+# COLL_RANKS, COLL_SIZES, COLL_ITERS, COLL_FLAGS and MPIRUN_FLAGS: see the script.
+.PHONY: bench-mpi
+bench-mpi:
+	GO=$(GO) cmd/rdmacoll/mpi/bench-mpi.sh $(BENCH_OUT)/mpi
 
 # --- Soft-RoCE ---------------------------------------------------------------
 # The rdmacore provider on a real kernel RDMA stack: builds test binaries and

@@ -24,10 +24,14 @@ func AllReduce[T Number](ctx context.Context, g *Group, send, recv []T, op Op) e
 		if overlap(sb, rb) {
 			return g.badArg("send and recv overlap without being the same slice")
 		}
-		copy(rb, sb)
+		if g.shm == nil {
+			copy(rb, sb)
+		}
 	}
-	var zero T
-	g.red = reducer{fn: reduceFuncFor[T](), op: op, elem: int(unsafe.Sizeof(zero))}
+	g.red = reducerFor[T](op)
+	if g.shm != nil {
+		return g.end(g.shmAllReduce(sb, rb))
+	}
 	return g.end(g.allReduce(rb))
 }
 
@@ -44,8 +48,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 	if !op.valid() {
 		return g.badArg("invalid op %v", op)
 	}
-	var zero T
-	g.red = reducer{fn: reduceFuncFor[T](), op: op, elem: int(unsafe.Sizeof(zero))}
+	g.red = reducerFor[T](op)
 	sb := bytesOf(send)
 	var work []byte
 	if g.rank == root {
@@ -53,12 +56,20 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 			return g.badArg("len(send) = %d, len(recv) = %d: they must be equal at the root", len(send), len(recv))
 		}
 		work = bytesOf(recv)
+		if g.shm != nil {
+			if unsafe.SliceData(sb) != unsafe.SliceData(work) && overlap(sb, work) {
+				return g.badArg("send and recv overlap without being the same slice")
+			}
+			return g.end(g.shmReduceTo(root, sb, work))
+		}
 		if unsafe.SliceData(sb) != unsafe.SliceData(work) {
 			if overlap(sb, work) {
 				return g.badArg("send and recv overlap without being the same slice")
 			}
 			copy(work, sb)
 		}
+	} else if g.shm != nil {
+		return g.end(g.shmReduceTo(root, sb, nil))
 	} else {
 		work = g.scratch(slotWork, len(sb))
 		copy(work, sb)

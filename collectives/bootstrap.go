@@ -125,6 +125,12 @@ func join(ctx context.Context, tr transport, secret []byte, rank, size int, root
 		g.Close()
 		return nil, err
 	}
+	// Then, where every rank is on this host, the same-host segment; the
+	// ranks agree on it before any returns.
+	if err := g.setupShm(ctx, peers); err != nil {
+		g.Close()
+		return nil, err
+	}
 	return g, nil
 }
 

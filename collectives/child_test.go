@@ -137,11 +137,15 @@ func TestRanksInSeparateProcesses(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	const n = 4
-	cmds := startRanks(t, n)
-	outs := combinedOutputs(cmds)
-	for r := range cmds {
-		out := <-outs[r]
-		require.True(t, strings.HasPrefix(out, "OK\n"), "rank %d: %s", r, out)
+	for _, algo := range []string{"stream", "shm"} {
+		t.Run(algo, func(t *testing.T) {
+			cmds := startRanks(t, n, AlgoEnv+"="+algo)
+			outs := combinedOutputs(cmds)
+			for r := range cmds {
+				out := <-outs[r]
+				require.True(t, strings.HasPrefix(out, "OK\n"), "rank %d: %s", r, out)
+			}
+		})
 	}
 }
 
@@ -152,25 +156,31 @@ func TestRankProcessDies(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	const n, dead = 4, 2
-	cmds := startRanks(t, n, dieEnv+"="+strconv.Itoa(dead))
-	outs := combinedOutputs(cmds)
-	named := 0
-	for r := range cmds {
-		out := <-outs[r]
-		if r == dead {
-			require.Contains(t, out, "exit status 3")
-			continue
-		}
-		// Every survivor fails, naming the rank it lost. That is the dead
-		// one for the ranks it talked to; a rank may instead lose one that
-		// gave up on the dead rank first and closed its conns (rank 3
-		// before rank 0 in a ring), and names that one.
-		require.Contains(t, out, "ERROR:", "rank %d", r)
-		require.Regexp(t, `rank \d+:`, out, "rank %d names no rank", r)
-		if strings.Contains(out, "rank "+strconv.Itoa(dead)+":") {
-			named++
-		}
-		t.Logf("rank %d: %s", r, out)
+	// On the same-host engine the survivors learn of the death from the
+	// dead process's pidfd, not from its conns.
+	for _, algo := range []string{"stream", "shm"} {
+		t.Run(algo, func(t *testing.T) {
+			cmds := startRanks(t, n, dieEnv+"="+strconv.Itoa(dead), AlgoEnv+"="+algo)
+			outs := combinedOutputs(cmds)
+			named := 0
+			for r := range cmds {
+				out := <-outs[r]
+				if r == dead {
+					require.Contains(t, out, "exit status 3")
+					continue
+				}
+				// Every survivor fails, naming the rank it lost. That is the dead
+				// one for the ranks it talked to; a rank may instead lose one that
+				// gave up on the dead rank first and closed its conns (rank 3
+				// before rank 0 in a ring), and names that one.
+				require.Contains(t, out, "ERROR:", "rank %d", r)
+				require.Regexp(t, `rank \d+:`, out, "rank %d names no rank", r)
+				if strings.Contains(out, "rank "+strconv.Itoa(dead)+":") {
+					named++
+				}
+				t.Logf("rank %d: %s", r, out)
+			}
+			assert.NotZero(t, named, "no survivor named the dead rank %d", dead)
+		})
 	}
-	assert.NotZero(t, named, "no survivor named the dead rank %d", dead)
 }

@@ -39,13 +39,30 @@
 //
 // # Memory
 //
-// Operations allocate nothing in steady state: reductions work on views of
+// Operations allocate nothing in steady state, on either engine: reductions work on views of
 // the caller's slices, frames are handed to the link goroutines by value,
 // and the scratch buffers some algorithms need (a received frame, a
 // non-root's partial result in Reduce, Bruck's rotated copies) grow to the
 // largest size used so far and are kept for the Group's lifetime. A
 // cancellable ctx costs one small allocation per operation
 // (context.AfterFunc).
+//
+// # Same-host engine
+//
+// When every rank of a group runs on one host as one user, Join also sets
+// up a shared memory segment and every operation then moves its data
+// through it instead of the conns, as MPI's sm transport and NCCL's SHM
+// transport do: each step of an operation copies at most 128 KiB per rank
+// into the rank's buffer, publishes it, waits for the others, and reads
+// (AllReduce and Reduce: reduces, in rank order, straight into the result)
+// from theirs, double-buffered, progressed by the calling goroutine with
+// no hand-off. A waiting rank notices within microseconds that the group
+// failed or that a peer failed or closed, within a millisecond that a
+// peer's process exited, and ctx's deadline bounds a wait for a peer that
+// stalls. The environment variable RDMA_COLL_ALGO picks the engine: "auto"
+// (the default), "stream" (always the conns) or "shm" (Join fails without
+// the segment); every rank must see the same value. See shm.go and
+// shm_linux.go, and docs/security.md for how the segment is shared.
 //
 // # Framing and failures
 //

@@ -28,9 +28,14 @@ func TestContextCancelUnblocks(t *testing.T) {
 	for _, m := range []struct {
 		name string
 		mesh mesh
-	}{{"pipe", pipeMesh}, {"tcp", tcpMesh}} {
+	}{{"pipe", pipeMesh}, {"tcp", tcpMesh}, {"shm", nil}} {
 		t.Run(m.name, func(t *testing.T) {
-			gs := newGroups(t, 3, m.mesh)
+			var gs []*Group
+			if m.mesh == nil {
+				gs = newEngineGroups(t, 3, "shm")
+			} else {
+				gs = newGroups(t, 3, m.mesh)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(50*time.Millisecond, cancel)
 			// Rank 2 does not take part, so ranks 0 and 1 block until ctx ends.
@@ -63,12 +68,13 @@ func TestContextCancelUnblocks(t *testing.T) {
 }
 
 func TestCancelledBeforeStart(t *testing.T) {
-	gs := newGroups(t, 2, pipeMesh)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	require.ErrorIs(t, gs[0].Barrier(ctx), context.Canceled)
-	// Rank 1 would wait for rank 0 forever; it is told instead.
-	requireRank(t, gs[1].Barrier(context.Background()), 0)
+	forEngines(t, 2, func(t *testing.T, gs []*Group) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		require.ErrorIs(t, gs[0].Barrier(ctx), context.Canceled)
+		// Rank 1 would wait for rank 0 forever; it is told instead.
+		requireRank(t, gs[1].Barrier(context.Background()), 0)
+	})
 }
 
 // A rank whose conns die in the middle of an operation makes every other
@@ -114,57 +120,61 @@ func TestRankDiesMidOperation(t *testing.T) {
 }
 
 func TestCloseDuringOperation(t *testing.T) {
-	gs := newGroups(t, 3, tcpMesh)
-	time.AfterFunc(30*time.Millisecond, func() { gs[2].Close() })
-	errs := runAll(gs[:2], func(g *Group) error { return g.Barrier(testCtx(t)) })
-	for r, err := range errs {
-		requireRank(t, err, 2, "rank %d", r)
-	}
-	require.ErrorIs(t, gs[2].Barrier(context.Background()), ErrClosed)
-	require.ErrorIs(t, gs[2].Close(), nil)
+	forEngines(t, 3, func(t *testing.T, gs []*Group) {
+		time.AfterFunc(30*time.Millisecond, func() { gs[2].Close() })
+		errs := runAll(gs[:2], func(g *Group) error { return g.Barrier(testCtx(t)) })
+		for r, err := range errs {
+			requireRank(t, err, 2, "rank %d", r)
+		}
+		require.ErrorIs(t, gs[2].Barrier(context.Background()), ErrClosed)
+		require.ErrorIs(t, gs[2].Close(), nil)
+	})
 }
 
 func TestMismatchedOperations(t *testing.T) {
-	gs := newGroups(t, 2, pipeMesh)
-	errs := runAll(gs, func(g *Group) error {
-		if g.Rank() == 0 {
-			return g.Broadcast(testCtx(t), 0, make([]byte, 10))
+	forEngines(t, 2, func(t *testing.T, gs []*Group) {
+		errs := runAll(gs, func(g *Group) error {
+			if g.Rank() == 0 {
+				return g.Broadcast(testCtx(t), 0, make([]byte, 10))
+			}
+			return g.AllToAll(testCtx(t), make([]byte, 10), make([]byte, 10))
+		})
+		for _, err := range errs {
+			require.Error(t, err)
 		}
-		return g.AllToAll(testCtx(t), make([]byte, 10), make([]byte, 10))
+		// Rank 1 read rank 0's Broadcast frame while in AllToAll.
+		requireRank(t, errs[1], 0)
+		require.Contains(t, errs[1].Error(), "Broadcast")
+		require.Contains(t, errs[1].Error(), "AllToAll")
 	})
-	for _, err := range errs {
-		require.Error(t, err)
-	}
-	// Rank 1 read rank 0's Broadcast frame while in AllToAll.
-	requireRank(t, errs[1], 0)
-	require.Contains(t, errs[1].Error(), "Broadcast")
-	require.Contains(t, errs[1].Error(), "AllToAll")
 }
 
 func TestMismatchedLengths(t *testing.T) {
-	gs := newGroups(t, 3, pipeMesh)
-	errs := runAll(gs, func(g *Group) error {
-		buf := make([]int32, 10+g.Rank())
-		return AllReduce(testCtx(t), g, buf, buf, Max)
+	forEngines(t, 3, func(t *testing.T, gs []*Group) {
+		errs := runAll(gs, func(g *Group) error {
+			buf := make([]int32, 10+g.Rank())
+			return AllReduce(testCtx(t), g, buf, buf, Max)
+		})
+		for r, err := range errs {
+			require.Error(t, err, "rank %d", r)
+		}
 	})
-	for r, err := range errs {
-		require.Error(t, err, "rank %d", r)
-	}
 }
 
 func TestMismatchedTypes(t *testing.T) {
-	gs := newGroups(t, 2, pipeMesh)
-	errs := runAll(gs, func(g *Group) error {
-		if g.Rank() == 0 {
-			b := make([]int64, 4)
+	forEngines(t, 2, func(t *testing.T, gs []*Group) {
+		errs := runAll(gs, func(g *Group) error {
+			if g.Rank() == 0 {
+				b := make([]int64, 4)
+				return AllReduce(testCtx(t), g, b, b, Sum)
+			}
+			b := make([]float64, 4)
 			return AllReduce(testCtx(t), g, b, b, Sum)
+		})
+		for r, err := range errs {
+			require.Error(t, err, "rank %d", r)
 		}
-		b := make([]float64, 4)
-		return AllReduce(testCtx(t), g, b, b, Sum)
 	})
-	for r, err := range errs {
-		require.Error(t, err, "rank %d", r)
-	}
 }
 
 func TestMissingLink(t *testing.T) {
@@ -220,12 +230,13 @@ func TestBadArguments(t *testing.T) {
 	}
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {
-			gs := newGroups(t, 2, pipeMesh)
-			err := f(gs[0])
-			require.Error(t, err)
-			require.Error(t, gs[0].Err())
-			// The peer learns rank 0 failed instead of waiting.
-			requireRank(t, gs[1].Barrier(context.Background()), 0)
+			forEngines(t, 2, func(t *testing.T, gs []*Group) {
+				err := f(gs[0])
+				require.Error(t, err)
+				require.Error(t, gs[0].Err())
+				// The peer learns rank 0 failed instead of waiting.
+				requireRank(t, gs[1].Barrier(context.Background()), 0)
+			})
 		})
 	}
 }
@@ -243,16 +254,17 @@ func TestNewGroupErrors(t *testing.T) {
 }
 
 func TestConcurrentUseIsRefused(t *testing.T) {
-	gs := newGroups(t, 2, pipeMesh)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error)
-	go func() { done <- gs[0].Barrier(ctx) }()
-	// Wait until the barrier is running (rank 1 never joins).
-	require.Eventually(t, func() bool { return gs[0].busy.Load() }, 5*time.Second, time.Millisecond)
-	require.ErrorIs(t, gs[0].Barrier(context.Background()), ErrBusy)
-	cancel()
-	require.ErrorIs(t, <-done, context.Canceled)
+	forEngines(t, 2, func(t *testing.T, gs []*Group) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error)
+		go func() { done <- gs[0].Barrier(ctx) }()
+		// Wait until the barrier is running (rank 1 never joins).
+		require.Eventually(t, func() bool { return gs[0].busy.Load() }, 5*time.Second, time.Millisecond)
+		require.ErrorIs(t, gs[0].Barrier(context.Background()), ErrBusy)
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	})
 }
 
 // A peer that sends garbage is an error naming it, not a panic or a hang.

@@ -51,6 +51,11 @@ type Group struct {
 	stop    func() bool
 	red     reducer
 	scr     [numSlots][]uint64
+
+	// shm is the same-host engine (shm.go), set by Join once every rank
+	// shares a segment; nil: the operations run over the conns.
+	shm     *shmTeam
+	shmOnce sync.Once
 }
 
 // NewGroup makes a Group of len(peers) ranks in which this process is rank
@@ -139,6 +144,7 @@ func (g *Group) Close() error {
 	g.fail(ErrClosed, false, !graceful)
 	g.closeOnce.Do(func() { close(g.quit) })
 	g.wg.Wait()
+	g.releaseShm()
 	if graceful {
 		g.linger()
 	}
@@ -181,6 +187,26 @@ func (g *Group) linger() {
 	wg.Wait()
 }
 
+// releaseShm unmaps the shared segment once no operation uses it: the
+// group has failed or closed, so a running operation returns within a few
+// microseconds. If one does not within shmReleaseWait (a caller stuck
+// elsewhere), the mapping stays rather than being pulled from under it.
+func (g *Group) releaseShm() {
+	if g.shm == nil {
+		return
+	}
+	deadline := time.Now().Add(shmReleaseWait)
+	for g.busy.Load() {
+		if time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+	g.shmOnce.Do(g.shm.free)
+}
+
+const shmReleaseWait = 5 * time.Second
+
 // abortGrace bounds how long a failing rank tries to finish the frame it is
 // writing and to tell its peers why it fails.
 const abortGrace = time.Second
@@ -202,6 +228,9 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if !first {
 		return
 	}
+	if g.shm != nil && !notify {
+		g.shm.closed()
+	}
 	if !notify {
 		if !closeConns {
 			return
@@ -221,6 +250,9 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	text := err.Error()
 	if len(text) > abortTextMax {
 		text = text[:abortTextMax]
+	}
+	if g.shm != nil {
+		g.shm.abort(blamed, text)
 	}
 	msg := make([]byte, hdrLen+len(text))
 	h := header{kind: kindAbort, root: uint16(blamed), len: uint32(len(text))}

@@ -75,6 +75,37 @@ func newGroups(t testing.TB, n int, m mesh) []*Group {
 	return gs
 }
 
+// engines are the two ways a group moves data: over its conns, and
+// through a same-host shared segment.
+var engines = []string{"stream", "shm"}
+
+// newEngineGroups makes n ranks on engine: "stream" over net.Pipes, "shm"
+// over TCP conns on loopback with the segment set up as Join does (required).
+func newEngineGroups(t testing.TB, n int, engine string) []*Group {
+	if engine == "stream" {
+		return newGroups(t, n, pipeMesh)
+	}
+	conns := tcpMesh(t, n)
+	gs := make([]*Group, n)
+	for i := range gs {
+		g, err := NewGroup(i, conns[i])
+		require.NoError(t, err)
+		gs[i] = g
+	}
+	t.Cleanup(func() { closeAll(gs) })
+	if n > 1 {
+		mustAll(t, gs, func(g *Group) error { return g.attachShm(testCtx(t), conns[g.Rank()], "shm") })
+	}
+	return gs
+}
+
+// forEngines runs f on n fresh ranks of each engine.
+func forEngines(t *testing.T, n int, f func(t *testing.T, gs []*Group)) {
+	for _, engine := range engines {
+		t.Run(engine, func(t *testing.T) { f(t, newEngineGroups(t, n, engine)) })
+	}
+}
+
 // closeAll closes every rank's group at once, as separate processes would.
 func closeAll(gs []*Group) {
 	var wg sync.WaitGroup

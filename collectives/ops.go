@@ -44,6 +44,9 @@ func (g *Group) Barrier(ctx context.Context) error {
 	if err := g.begin(ctx, kindBarrier, 0, 0); err != nil {
 		return err
 	}
+	if g.shm != nil {
+		return g.end(g.shmBarrier())
+	}
 	return g.end(g.barrier())
 }
 
@@ -65,6 +68,9 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 	}
 	if err := g.checkRoot(root); err != nil {
 		return g.end(err)
+	}
+	if g.shm != nil {
+		return g.end(g.shmBroadcast(root, buf))
 	}
 	return g.end(g.broadcast(root, buf))
 }
@@ -155,6 +161,9 @@ func (g *Group) Scatter(ctx context.Context, root int, send, recv []byte) error 
 	}
 	blk := len(recv)
 	if g.rank != root {
+		if g.shm != nil {
+			return g.end(g.shmAllToAll(root, nil, recv, blk))
+		}
 		return g.end(g.recv(root, 0, recv))
 	}
 	if len(send) != g.size*blk {
@@ -163,7 +172,7 @@ func (g *Group) Scatter(ctx context.Context, root int, send, recv []byte) error 
 	if overlap(send, recv) {
 		return g.badArg("send and recv overlap")
 	}
-	for i := 0; i < g.size; i++ {
+	for i := 0; i < g.size && g.shm == nil; i++ {
 		if i != root {
 			if err := g.send(i, 0, send[i*blk:(i+1)*blk]); err != nil {
 				return g.end(err)
@@ -171,6 +180,9 @@ func (g *Group) Scatter(ctx context.Context, root int, send, recv []byte) error 
 		}
 	}
 	copy(recv, send[root*blk:(root+1)*blk])
+	if g.shm != nil {
+		return g.end(g.shmAllToAll(root, send, recv, blk))
+	}
 	return g.end(g.waitSends())
 }
 
@@ -185,6 +197,9 @@ func (g *Group) Gather(ctx context.Context, root int, send, recv []byte) error {
 	}
 	blk := len(send)
 	if g.rank != root {
+		if g.shm != nil {
+			return g.end(g.shmGather(root, send, nil))
+		}
 		if err := g.send(root, 0, send); err != nil {
 			return g.end(err)
 		}
@@ -197,6 +212,9 @@ func (g *Group) Gather(ctx context.Context, root int, send, recv []byte) error {
 		return g.badArg("send and recv overlap")
 	}
 	copy(recv[root*blk:], send)
+	if g.shm != nil {
+		return g.end(g.shmGather(root, send, recv))
+	}
 	for i := 0; i < g.size; i++ {
 		if i != root {
 			if err := g.recv(i, 0, recv[i*blk:(i+1)*blk]); err != nil {
@@ -224,6 +242,8 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte) error {
 	switch {
 	case n == 1:
 		return g.end(nil)
+	case g.shm != nil:
+		return g.end(g.shmAllGather(send, recv))
 	case n*blk <= allGatherShort:
 		return g.end(g.allGatherBruck(send, recv))
 	default:
@@ -289,6 +309,8 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte) error {
 	switch {
 	case n == 1:
 		return g.end(nil)
+	case g.shm != nil:
+		return g.end(g.shmAllToAll(-1, send, recv, blk))
 	case blk <= bruckBlockMax && n >= 4:
 		return g.end(g.allToAllBruck(send, recv, blk))
 	default:

@@ -18,11 +18,15 @@ var (
 	blockSizes = []int{0, 1, 7, 300, 1001}
 )
 
+// forSizes runs f on groups of every size up to maxTestSize, on both
+// engines: over conns (net.Pipe) and through a same-host segment.
 func forSizes(t *testing.T, f func(t *testing.T, gs []*Group)) {
-	for n := 1; n <= maxTestSize; n++ {
-		t.Run(name("n=", n), func(t *testing.T) {
-			f(t, newGroups(t, n, pipeMesh))
-		})
+	for _, engine := range engines {
+		for n := 1; n <= maxTestSize; n++ {
+			t.Run(name(engine, "/n=", n), func(t *testing.T) {
+				f(t, newEngineGroups(t, n, engine))
+			})
+		}
 	}
 }
 

@@ -35,6 +35,7 @@ type Number interface {
 // fixed by the instantiation behind fn.
 type reducer struct {
 	fn   func(dst, src []byte, op Op, srcFirst bool)
+	fn3  func(dst, a, b []byte, op Op) // dst = a op b
 	op   Op
 	elem int
 }
@@ -74,6 +75,30 @@ func reduceFuncFor[T Number]() func(dst, src []byte, op Op, srcFirst bool) {
 	}
 }
 
+// reduce3FuncFor is reduceFuncFor's three-operand form.
+func reduce3FuncFor[T Number]() func(dst, a, b []byte, op Op) {
+	switch typeArg[T](0) {
+	case 4 | 0x10 | 0x20:
+		return reduce3Bytes[float32]
+	case 8 | 0x10 | 0x20:
+		return reduce3Bytes[float64]
+	case 4 | 0x20:
+		return reduce3Bytes[int32]
+	case 8 | 0x20:
+		return reduce3Bytes[int64]
+	case 4:
+		return reduce3Bytes[uint32]
+	default:
+		return reduce3Bytes[uint64]
+	}
+}
+
+// reducerFor is the reducer of T and op.
+func reducerFor[T Number](op Op) reducer {
+	var zero T
+	return reducer{fn: reduceFuncFor[T](), fn3: reduce3FuncFor[T](), op: op, elem: int(unsafe.Sizeof(zero))}
+}
+
 // view reinterprets b (which comes from a []T or an 8-byte aligned scratch
 // buffer) as a []T.
 func view[T Number](b []byte) []T {
@@ -97,6 +122,31 @@ func reduceBytes[T Number](dstB, srcB []byte, op Op, srcFirst bool) {
 		a, b = b, a
 	}
 	a, b = a[:len(dst)], b[:len(dst)] // the loops' bounds, known to the compiler
+	switch op {
+	case Sum:
+		for i := range dst {
+			dst[i] = a[i] + b[i]
+		}
+	case Prod:
+		for i := range dst {
+			dst[i] = a[i] * b[i]
+		}
+	case Min:
+		for i := range dst {
+			dst[i] = min(a[i], b[i])
+		}
+	case Max:
+		for i := range dst {
+			dst[i] = max(a[i], b[i])
+		}
+	}
+}
+
+// reduce3Bytes sets dst[i] = a[i] op b[i]: a reduction of two buffers into
+// a third in one pass.
+func reduce3Bytes[T Number](dstB, aB, bB []byte, op Op) {
+	dst, a, b := view[T](dstB), view[T](aB), view[T](bB)
+	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {
 	case Sum:
 		for i := range dst {

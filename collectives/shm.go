@@ -1,0 +1,474 @@
+package collectives
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// The same-host engine. When every rank of a group runs on one host (same
+// boot, network namespace and user), Join sets up one shared memory segment
+// for the group and every operation moves its data through it instead of
+// the conns, as MPI's sm/vader and NCCL's SHM transports do:
+//
+//   - Each rank owns a control block (step counters and an operation
+//     descriptor, each on its own cache line) and a slot of two chunk
+//     buffers. An operation is a sequence of steps, numbered across the
+//     group's lifetime: in step k a rank copies its part of the chunk into
+//     its buffer k%2, publishes k, waits until every rank published k, reads
+//     what it needs from the others' buffers, and publishes that it read k.
+//     A buffer is written again at step k+2 only once every rank read step
+//     k, so large messages are pipelined chunk by chunk, double-buffered.
+//   - The calling goroutine makes all the progress: it spins on the peers'
+//     counters (yielding the CPU after a short while), with no goroutine
+//     hand-off and no system call per chunk.
+//   - AllReduce and Reduce reduce straight from the buffers into the
+//     caller's result, every rank combining the n contributions in rank
+//     order: each element is computed the same way everywhere, so the
+//     results are bitwise identical.
+//   - A waiting rank checks, every few microseconds of waiting, whether the
+//     group failed here (an error, Close, or ctx's deadline or
+//     cancellation), whether a peer said it failed or closed (its control
+//     block's state word, with the reason), and, every millisecond, whether
+//     a peer's process is gone (a pidfd per peer process). Nothing waits
+//     unboundedly: a peer that stops without dying is waited for until
+//     ctx's deadline.
+//   - Each step's descriptor (sequence number, operation, element type,
+//     root, length) is compared with the waiting rank's own, so ranks that
+//     call different operations or pass different lengths fail with the
+//     same error as on the conns instead of exchanging garbage.
+//
+// Nothing a peer writes into the segment is used as a length, an offset or
+// a count: every size comes from the local call and the segment's layout is
+// computed by each rank from the group size alone. How the segment is
+// created and shared (a sealed memfd passed over a unix socket whose name
+// each side derives itself, to processes of the same user only) is in
+// shm_linux.go.
+
+// shmChunk is the bytes of one step of one rank: small enough that a
+// chunk's copy and reduction stay in the cache shared by the cores, large
+// enough that a step's synchronization is amortized. A multiple of 8, so no
+// element straddles chunks.
+const shmChunk = 128 << 10
+
+// shmMaxRanks bounds the group size that shares one segment.
+const shmMaxRanks = 64
+
+// shmTextMax bounds the failure reason a rank leaves in its control block.
+const shmTextMax = 200
+
+// shmCtrl is a rank's control block, laid over the segment; only its
+// owner writes it.
+type shmCtrl struct {
+	posted atomic.Uint64 // last step whose contribution is in the buffer
+	_      [56]byte
+	// desc[k%2] describes step k: step, operation word, length.
+	desc     [2][4]atomic.Uint64
+	readDone atomic.Uint64 // last step whose peers' buffers this rank read
+	_        [56]byte
+	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
+	textLen  atomic.Uint64 // bytes of text, at most shmTextMax
+	text     [shmTextMax]byte
+	_        [40]byte
+}
+
+const shmCtrlSize = int(unsafe.Sizeof(shmCtrl{}))
+
+// States of a rank's control block.
+const (
+	shmLive    = 0
+	shmClosed  = 1
+	shmAborted = 2
+)
+
+// shmLayout is the segment's layout for n ranks: a header page, the control
+// blocks, then each rank's two buffers. Every rank computes it from n.
+type shmLayout struct {
+	n, ctrlOff, dataOff, size int
+}
+
+const shmMagic = 0x6c6c6f632d616d64 // "dma-coll"
+
+func layoutFor(n int) shmLayout {
+	const page = 4096
+	l := shmLayout{n: n, ctrlOff: page}
+	l.dataOff = (l.ctrlOff + n*shmCtrlSize + page - 1) / page * page
+	l.size = l.dataOff + n*2*shmChunk
+	return l
+}
+
+// shmTeam is one rank's view of the segment. Its step counter and buffers
+// belong to the goroutine running the current operation.
+type shmTeam struct {
+	seg   []byte
+	n, me int
+	ctrl  []*shmCtrl
+	bufs  [][2][]byte
+	step  uint64
+	live  *shmLiveness // the peers' processes
+	free  func()       // unmaps the segment and closes the pidfds
+
+	// The state of the current wait (operation goroutine).
+	spinsBusy int   // pure spins before a waiting rank yields the CPU
+	nextLive  int64 // unix ns of the next liveness check
+	waitFrom  int64 // unix ns when the wait began yielding
+	sleepy    bool  // the wait is long: sleep between checks
+}
+
+// newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
+func newShmTeam(seg []byte, n, me int) *shmTeam {
+	l := layoutFor(n)
+	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n)}
+	// With a CPU for every rank, the peer waited for is running: spin (as
+	// MPI does) for some tens of microseconds before giving the CPU away, which on a
+	// busy host costs a scheduling round. With more ranks than CPUs, the
+	// peer may need this CPU: yield after a few microseconds.
+	t.spinsBusy = 2000
+	if n <= runtime.NumCPU() {
+		t.spinsBusy = 20_000
+	}
+	for q := range n {
+		t.ctrl[q] = (*shmCtrl)(unsafe.Pointer(&seg[l.ctrlOff+q*shmCtrlSize]))
+		for b := range 2 {
+			off := l.dataOff + (q*2+b)*shmChunk
+			t.bufs[q][b] = seg[off : off+shmChunk : off+shmChunk]
+		}
+	}
+	return t
+}
+
+// opWord packs an operation's header (all but step and length).
+func opWord(h header) uint64 {
+	return uint64(h.seq)<<32 | uint64(h.kind)<<24 | uint64(h.arg)<<16 | uint64(h.root)
+}
+
+func headerOf(step, op, nbytes uint64) header {
+	return header{seq: uint32(op >> 32), kind: kind(op >> 24), arg: uint8(op >> 16), root: uint16(op),
+		tag: uint32(step), len: uint32(nbytes)}
+}
+
+// begin opens the next step: it waits until every rank has read this
+// rank's buffer of two steps ago, and returns the step and that buffer.
+func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
+	t.step++
+	k := t.step
+	if k > 2 {
+		for q := range t.n {
+			c := t.ctrl[q]
+			for spins := 0; c.readDone.Load() < k-2; {
+				if err := t.pause(g, q, &spins); err != nil {
+					return 0, nil, err
+				}
+			}
+		}
+	}
+	return k, t.bufs[t.me][k&1], nil
+}
+
+// post publishes this rank's contribution to step k.
+func (t *shmTeam) post(k, op, nbytes uint64) {
+	c := t.ctrl[t.me]
+	d := &c.desc[k&1]
+	d[1].Store(op)
+	d[2].Store(nbytes)
+	d[0].Store(k)
+	c.posted.Store(k)
+}
+
+// waitAll waits until every rank has posted step k with the same
+// descriptor.
+func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
+	for q := range t.n {
+		if q == t.me {
+			continue
+		}
+		c := t.ctrl[q]
+		for spins := 0; c.posted.Load() < k; {
+			if err := t.pause(g, q, &spins); err != nil {
+				return err
+			}
+		}
+		// q cannot overwrite desc[k%2] before this rank has read step k.
+		d := &c.desc[k&1]
+		if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
+			return &RankError{Rank: q, Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
+		}
+	}
+	return nil
+}
+
+// done says this rank has read step k.
+func (t *shmTeam) done(k uint64) { t.ctrl[t.me].readDone.Store(k) }
+
+// pause is one round of a wait: a spin at first; then a yield of the
+// processor to the other goroutines (ranks of one process share the Ps)
+// and of the CPU to the other threads (a rank may share its core with the
+// rank it waits for); after a millisecond, short sleeps, so that a rank
+// waiting long for a slow peer leaves the CPU to others. Every few rounds,
+// the checks that end a wait for rank q that cannot succeed: this group
+// failed, a peer failed, q closed or its process exited. (A peer that
+// closed or exited after doing its part of the operation is no failure: it
+// may well be done.)
+func (t *shmTeam) pause(g *Group, q int, spins *int) error {
+	*spins++
+	if *spins < t.spinsBusy {
+		if *spins&255 == 0 && g.failed.Load() {
+			return ErrBroken
+		}
+		return nil
+	}
+	if *spins == t.spinsBusy {
+		t.waitFrom, t.sleepy = time.Now().UnixNano(), false
+	}
+	if *spins&15 == 0 {
+		if g.failed.Load() {
+			return ErrBroken // the group's error says why
+		}
+		if err := t.peerState(q); err != nil {
+			return err
+		}
+		now := time.Now().UnixNano()
+		if now >= t.nextLive {
+			t.nextLive = now + int64(time.Millisecond)
+			if t.live.dead(q) {
+				return &RankError{Rank: q, Op: "receive", Err: errors.New("its process exited")}
+			}
+		}
+		t.sleepy = now-t.waitFrom > int64(time.Millisecond)
+	}
+	switch {
+	case t.sleepy:
+		time.Sleep(20 * time.Microsecond)
+	case *spins&3 == 0:
+		osYield()
+	default:
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// peerState returns the failure a peer left in its control block, or
+// ErrClosed from rank waited, if any.
+func (t *shmTeam) peerState(waited int) error {
+	for q := range t.n {
+		if q == t.me {
+			continue
+		}
+		st := t.ctrl[q].state.Load()
+		switch st & 0xff {
+		case shmLive:
+			continue
+		case shmClosed:
+			if q == waited {
+				return &RankError{Rank: q, Op: "receive", Err: ErrClosed}
+			}
+			continue
+		}
+		blamed := int(st >> 32)
+		c := t.ctrl[q]
+		n := min(int(c.textLen.Load()), shmTextMax)
+		var text [shmTextMax]byte
+		copy(text[:n], c.text[:n])
+		if blamed >= t.n {
+			return &RankError{Rank: q, Op: "frame", Err: fmt.Errorf("abort blames rank %d of a group of %d", blamed, t.n)}
+		}
+		return &RankError{Rank: blamed, Op: "failed", Err: fmt.Errorf("reported by rank %d: %s", q, text[:n])}
+	}
+	return nil
+}
+
+// abort tells the peers this rank failed, blaming rank blamed.
+func (t *shmTeam) abort(blamed int, text string) {
+	c := t.ctrl[t.me]
+	if c.state.Load() != shmLive {
+		return
+	}
+	n := copy(c.text[:], text)
+	c.textLen.Store(uint64(n))
+	c.state.Store(shmAborted | uint64(blamed)<<32)
+}
+
+// closed tells the peers this rank left the group.
+func (t *shmTeam) closed() {
+	t.ctrl[t.me].state.CompareAndSwap(shmLive, shmClosed)
+}
+
+// Operations. Each moves its data in steps of at most shmChunk bytes per
+// rank; a zero-length operation still takes one step, so that every rank
+// runs the same steps.
+
+func chunks(nbytes, per int) int { return max(1, (nbytes+per-1)/per) }
+
+func (g *Group) shmBarrier() error {
+	t := g.shm
+	op := opWord(g.cur)
+	k, _, err := t.begin(g)
+	if err != nil {
+		return err
+	}
+	t.post(k, op, 0)
+	if err := t.waitAll(g, k, op, 0); err != nil {
+		return err
+	}
+	t.done(k)
+	return nil
+}
+
+func (g *Group) shmBroadcast(root int, buf []byte) error {
+	t := g.shm
+	op, nb := opWord(g.cur), uint64(len(buf))
+	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
+		lo := i * shmChunk
+		hi := min(len(buf), lo+shmChunk)
+		k, mine, err := t.begin(g)
+		if err != nil {
+			return err
+		}
+		if t.me == root {
+			copy(mine, buf[lo:hi])
+		}
+		t.post(k, op, nb)
+		if err := t.waitAll(g, k, op, nb); err != nil {
+			return err
+		}
+		if t.me != root {
+			copy(buf[lo:hi], t.bufs[root][k&1])
+		}
+		t.done(k)
+	}
+	return nil
+}
+
+// shmAllReduce: every rank copies its chunk into its buffer, then computes
+// the whole chunk from the n buffers in rank order, into recv.
+func (g *Group) shmAllReduce(send, recv []byte) error {
+	return g.shmReduceTo(-1, send, recv)
+}
+
+// shmReduceTo reduces send into recv at root, or at every rank (root -1).
+func (g *Group) shmReduceTo(root int, send, recv []byte) error {
+	t := g.shm
+	op, nb := opWord(g.cur), uint64(len(send))
+	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
+		lo := i * shmChunk
+		hi := min(len(send), lo+shmChunk)
+		k, mine, err := t.begin(g)
+		if err != nil {
+			return err
+		}
+		c := copy(mine, send[lo:hi])
+		t.post(k, op, nb)
+		if err := t.waitAll(g, k, op, nb); err != nil {
+			return err
+		}
+		if root < 0 || t.me == root {
+			dst, b := recv[lo:hi], k&1
+			g.red.fn3(dst, t.bufs[0][b][:c], t.bufs[1][b][:c], g.red.op)
+			for q := 2; q < t.n; q++ {
+				g.red.fn(dst, t.bufs[q][b][:c], g.red.op, false)
+			}
+		}
+		t.done(k)
+	}
+	return nil
+}
+
+func (g *Group) shmAllGather(send, recv []byte) error {
+	t := g.shm
+	op, blk := opWord(g.cur), len(send)
+	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
+		lo := i * shmChunk
+		hi := min(blk, lo+shmChunk)
+		k, mine, err := t.begin(g)
+		if err != nil {
+			return err
+		}
+		copy(mine, send[lo:hi])
+		t.post(k, op, uint64(blk))
+		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
+			return err
+		}
+		for q := range t.n {
+			if q != t.me {
+				copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][k&1])
+			}
+		}
+		t.done(k)
+	}
+	return nil
+}
+
+// shmGather: every rank posts its chunk, root collects (root -1: nobody,
+// see shmAllGather).
+func (g *Group) shmGather(root int, send, recv []byte) error {
+	t := g.shm
+	op, blk := opWord(g.cur), len(send)
+	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
+		lo := i * shmChunk
+		hi := min(blk, lo+shmChunk)
+		k, mine, err := t.begin(g)
+		if err != nil {
+			return err
+		}
+		if t.me != root {
+			copy(mine, send[lo:hi])
+		}
+		t.post(k, op, uint64(blk))
+		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
+			return err
+		}
+		if t.me == root {
+			for q := range t.n {
+				if q != t.me {
+					copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][k&1])
+				}
+			}
+		}
+		t.done(k)
+	}
+	return nil
+}
+
+// shmAllToAll: in each step a rank's buffer holds the next piece of every
+// one of its n blocks, side by side; rank q takes piece q of each buffer.
+// Scatter is the same with only the root's buffer used (root >= 0).
+func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
+	t := g.shm
+	n := t.n
+	per := shmChunk / n &^ 7
+	op := opWord(g.cur)
+	for i, steps := 0, chunks(blk, per); i < steps; i++ {
+		lo := i * per
+		c := min(blk, lo+per) - lo
+		k, mine, err := t.begin(g)
+		if err != nil {
+			return err
+		}
+		if root < 0 || t.me == root {
+			for j := range n {
+				if j != t.me {
+					copy(mine[j*per:j*per+c], send[j*blk+lo:])
+				}
+			}
+		}
+		t.post(k, op, uint64(blk))
+		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
+			return err
+		}
+		switch {
+		case root < 0:
+			for q := range n {
+				if q != t.me {
+					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][t.me*per:])
+				}
+			}
+		case t.me != root:
+			copy(recv[lo:lo+c], t.bufs[root][k&1][t.me*per:])
+		}
+		t.done(k)
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+//go:build !linux
+
+package collectives
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+)
+
+// AlgoEnv picks the engine (see shm_linux.go); off Linux only the conns
+// exist, and "shm" is an error.
+const AlgoEnv = "RDMA_COLL_ALGO"
+
+// setupShm: the same-host segment needs memfds, descriptor passing and
+// pidfds; elsewhere the group runs over its conns.
+func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
+	return g.attachShm(ctx, conns, os.Getenv(AlgoEnv))
+}
+
+func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
+	if mode == "shm" {
+		return fmt.Errorf("%s=shm: no shared segment on %s", AlgoEnv, runtime.GOOS)
+	}
+	return nil
+}
+
+type shmLiveness struct{}
+
+func (*shmLiveness) dead(int) bool { return false }
+
+func osYield() { runtime.Gosched() }
