@@ -26,20 +26,22 @@ var pathSpecs = map[string]pathSpec{
 }
 
 // run runs every selected workload o.rounds times on each path, TCP and
-// rdma in turn (the order alternating), and returns the report; the first
-// failure ends the run (the report holds what was measured before it).
+// rdma in turn (the order alternating), and returns the report. A failed
+// measurement (an error, a wrong answer) fails the run: the others still
+// run, and the error names each failure.
 func run(ctx context.Context, o options, out io.Writer) (*report, error) {
 	rep := newReport(o)
+	var errs []error
 	for round := 1; round <= o.rounds; round++ {
 		for pi, path := range o.paths {
 			if err := runPath(ctx, o, rep, out, round, pi, path); err != nil {
-				rep.summarize()
-				return rep, fmt.Errorf("round %d, path %s: %w", round, path, err)
+				fmt.Fprintf(out, "round %d %s: FAILED: %v\n", round, path, err)
+				errs = append(errs, fmt.Errorf("round %d, path %s: %w", round, path, err))
 			}
 		}
 	}
 	rep.summarize()
-	return rep, nil
+	return rep, errors.Join(errs...)
 }
 
 // order is the transports' order for the i-th measurement of a round.
@@ -55,24 +57,34 @@ func runPath(ctx context.Context, o options, rep *report, out io.Writer, round, 
 	soft.SetSharedMemory(ps.shm)
 	env := append([]string{providerEnv + "=" + ps.provider, hostEnv + "=" + o.host}, ps.env...)
 	var ch *child
+	defer func() {
+		if ch != nil {
+			err = errors.Join(err, ch.close())
+		}
+	}()
+	var errs []error
 	for i, w := range workloads() {
 		if !o.selected(w.name) {
 			continue
 		}
-		if ch == nil {
-			if ch, err = startChild(env); err != nil {
-				return err
-			}
-			defer func() { err = errors.Join(err, ch.close()) }()
-		}
 		for _, tn := range order(round, i+pi) {
+			if ch == nil {
+				if ch, err = startChild(env); err != nil {
+					return errors.Join(append(errs, err)...)
+				}
+			}
 			t, err := newTransport(tn, ps.provider, o.host)
 			if err != nil {
 				return err
 			}
 			s, err := runOne(ctx, o.sc, w, ch, t)
 			if err != nil {
-				return fmt.Errorf("%s over %s: %w", w.name, tn, err)
+				fmt.Fprintf(out, "round %d %s %s over %s: FAILED: %v\n", round, path, w.name, tn, err)
+				errs = append(errs, fmt.Errorf("%s over %s: %w", w.name, tn, err))
+				// The server process may be in any state: a new one.
+				errs = append(errs, ch.close())
+				ch = nil
+				continue
 			}
 			rep.add(out, o, round, path, tn, w.name, s)
 		}
@@ -81,13 +93,15 @@ func runPath(ctx context.Context, o options, rep *report, out io.Writer, round, 
 		for _, tn := range order(round, pi) {
 			a, f, err := runRaft(ctx, o.sc, o.host, ps, tn)
 			if err != nil {
-				return fmt.Errorf("raft over %s: %w", tn, err)
+				fmt.Fprintf(out, "round %d %s raft over %s: FAILED: %v\n", round, path, tn, err)
+				errs = append(errs, fmt.Errorf("raft over %s: %w", tn, err))
+				continue
 			}
 			rep.add(out, o, round, path, tn, "raft-apply", a)
 			rep.add(out, o, round, path, tn, "raft-failover", f)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // runOne measures workload w over t against the server process ch.
