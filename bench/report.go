@@ -186,11 +186,20 @@ func (r *report) table(out io.Writer) {
 	fmt.Fprintln(tw, "workload\tpath\tTCP ops/s\trdma ops/s\trdma/TCP\tTCP CPU/op us\trdma CPU/op us\tCPU rdma/TCP\tTCP p50 us\trdma p50 us\tTCP p99 us\trdma p99 us\trdma paths\t")
 	for _, p := range r.pairs() {
 		x, y := p[0], p[1]
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.2fx\t%.1f\t%.1f\t%.2fx\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
-			x.Workload, x.Path, y.OpsPerSec, x.OpsPerSec, x.Ratio, y.CPUPerOp, x.CPUPerOp, x.CPURatio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t%.1f\t%.1f\t%.2fx\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			x.Workload, x.Path, rate(y.OpsPerSec), rate(x.OpsPerSec), x.Ratio, y.CPUPerOp, x.CPUPerOp, x.CPURatio,
 			y.P50, x.P50, y.P99, x.P99, x.RDMAPaths)
 	}
 	_ = tw.Flush()
+}
+
+// rate prints ops/s: whole numbers, or three digits below 100 (a
+// failover's is one over its seconds).
+func rate(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.3g", v)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 // svg draws the summary's rdma/TCP throughput ratio per workload, a bar
