@@ -76,6 +76,13 @@ func redisValue(w, i int) []byte {
 // one command at a time). An operation is a command; a latency is a
 // pipeline's (or the command's).
 func redisWorkload(name, op string, pipe, conns int) workload {
+	return pacedRedisWorkload(name, op, pipe, conns, 0)
+}
+
+// pacedRedisWorkload is redisWorkload whose workers start an operation
+// every pace at most (0: back to back): a quiet connection, whose latency
+// is the figure (its ops/s is the pace's).
+func pacedRedisWorkload(name, op string, pipe, conns int, pace time.Duration) workload {
 	return workload{name: name, service: "redis", prepare: func(ctx context.Context, sc scale, t *transport, addr string) (*measure, error) {
 		keys := sc.keys
 		client := redis.NewClient(&redis.Options{
@@ -161,6 +168,9 @@ func redisWorkload(name, op string, pipe, conns int) workload {
 					}
 					lat = append(lat, time.Since(start))
 					ops += int64(pipe)
+					if pace > 0 {
+						time.Sleep(time.Until(start.Add(pace)))
+					}
 				}
 				return ops, lat, nil
 			},

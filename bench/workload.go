@@ -114,6 +114,9 @@ func workloads() []workload {
 		redisWorkload("redis-set-c4", "set", 1, 4),
 		redisWorkload("redis-get-c4", "get", 1, 4),
 		redisWorkload("redis-get-c64", "get", 1, 64),
+		// One GET every 5 ms on one connection: some 35 KB a second, a
+		// connection that never reaches 64 KiB in a measurement.
+		pacedRedisWorkload("redis-get-quiet", "get", 1, 1, 5*time.Millisecond),
 		httpWorkload("http-1KiB-c8", 1<<10, 8),
 		httpWorkload("http-1KiB-c64", 1<<10, 64),
 		httpWorkload("http-1MiB-c8", 1<<20, 8),

@@ -16,7 +16,8 @@ import (
 // TCP connection stays open as the liveness channel: when the peer process
 // dies the kernel closes it and the connection fails at once. A connection
 // starts on TCP and moves to the rings in the background once it has
-// carried SetSharedMemorySwitch's bytes (shm_switch_linux.go). See
+// carried SetSharedMemorySwitch's bytes, or received a few frames
+// (SetSharedMemorySwitchFrames; shm_switch_linux.go). See
 // shm_ring_linux.go (the ring), shm_setup_linux.go (passing it),
 // shm_offer_linux.go (the handshake) and shm_transport_linux.go (the
 // transport); elsewhere only TCP is used.
