@@ -85,30 +85,39 @@ func redisWorkload(name, op string, pipe, conns int) workload {
 func pacedRedisWorkload(name, op string, pipe, conns int, pace time.Duration) workload {
 	return workload{name: name, service: "redis", prepare: func(ctx context.Context, sc scale, t *transport, addr string) (*measure, error) {
 		keys := sc.keys
-		client := redis.NewClient(&redis.Options{
-			Addr:            addr,
-			Dialer:          func(ctx context.Context, _, a string) (net.Conn, error) { return t.dial(ctx, a) },
-			PoolSize:        conns,
-			MinIdleConns:    conns,
-			Protocol:        2,
-			DisableIdentity: true,
-			ReadTimeout:     30 * time.Second,
-			WriteTimeout:    30 * time.Second,
-			DialTimeout:     10 * time.Second,
-		})
+		options := func(pool int) *redis.Options {
+			return &redis.Options{
+				Addr:            addr,
+				Dialer:          func(ctx context.Context, _, a string) (net.Conn, error) { return t.dial(ctx, a) },
+				PoolSize:        pool,
+				Protocol:        2,
+				DisableIdentity: true,
+				ReadTimeout:     30 * time.Second,
+				WriteTimeout:    30 * time.Second,
+				DialTimeout:     10 * time.Second,
+			}
+		}
+		// The keys are filled on a connection of their own, so that the
+		// measured ones start fresh (a quiet one carries only its own).
+		filler := redis.NewClient(options(1))
 		values := make([][][]byte, conns)
 		for w := range conns {
 			values[w] = make([][]byte, keys)
-			p := client.Pipeline()
+			p := filler.Pipeline()
 			for i := range keys {
 				values[w][i] = redisValue(w, i)
 				p.Set(ctx, redisKey(w, i), values[w][i], 0)
 			}
 			if _, err := p.Exec(ctx); err != nil {
-				_ = client.Close()
+				_ = filler.Close()
 				return nil, fmt.Errorf("filling the keys: %w", err)
 			}
 		}
+		if err := filler.Close(); err != nil {
+			return nil, err
+		}
+		_ = t.paths() // the filler's connection is not a measured one
+		client := redis.NewClient(options(conns))
 		keyNames := make([][]string, conns)
 		for w := range conns {
 			keyNames[w] = make([]string, keys)
