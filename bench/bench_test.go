@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 func TestSmoke(t *testing.T) {
 	dir := t.TempDir()
 	o, err := parseOptions([]string{"-rounds", "1", "-t", "25ms", "-warm", "5ms", "-keys", "20",
-		"-raft-entries", "60", "-raft-timeout", "100ms", "-q",
+		"-raft-entries", "60", "-raft-timeout", "100ms", "-raft-idle", "10ms", "-q",
 		"-json", filepath.Join(dir, "r.json"), "-svg", filepath.Join(dir, "r.svg")}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)

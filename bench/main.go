@@ -74,6 +74,7 @@ func parseOptions(args []string, errOut io.Writer) (options, error) {
 	keys := fs.Int("keys", 1000, "redis keys per worker")
 	entries := fs.Int("raft-entries", 10000, "raft entries applied per measurement")
 	raftTimeout := fs.Duration("raft-timeout", 0, "raft's heartbeat and election timeouts (0: raft's defaults, 1s)")
+	raftIdle := fs.Duration("raft-idle", 2*time.Second, "how long the raft cluster idles (heartbeats only) before its leader is killed")
 	jsonFile := fs.String("json", "", "write the JSON report here")
 	svgFile := fs.String("svg", "", "draw the rdma/TCP ratios here (SVG)")
 	quiet := fs.Bool("q", false, "no line per measurement")
@@ -81,7 +82,7 @@ func parseOptions(args []string, errOut io.Writer) (options, error) {
 		return options{}, err
 	}
 	o := options{rounds: *rounds, host: *host, jsonFile: *jsonFile, svgFile: *svgFile, quiet: *quiet,
-		sc: scale{dur: *dur, warm: *warm, keys: *keys, raftEntries: *entries, raftTimeout: *raftTimeout}}
+		sc: scale{dur: *dur, warm: *warm, keys: *keys, raftEntries: *entries, raftTimeout: *raftTimeout, raftIdle: *raftIdle}}
 	for _, p := range strings.Split(*paths, ",") {
 		if p = strings.TrimSpace(p); p == "" {
 			continue

@@ -25,6 +25,7 @@ type raftArgs struct {
 	Timeout     time.Duration `json:"timeout,omitempty"`
 	Killed      string        `json:"killed,omitempty"` // the stopped leader's ID
 	DeadlineSec int           `json:"deadline_sec,omitempty"`
+	Paths       bool          `json:"paths,omitempty"` // raft-state: with the paths of the node's connections
 }
 
 type raftPeer struct {
@@ -186,7 +187,7 @@ func (s *server) raftOp(req request) reply {
 		return reply{Err: err.Error()}
 	}
 	r := reply{Raft: &rr}
-	if req.Op == "raft-apply" {
+	if req.Op == "raft-apply" || req.Op == "raft-state" && a.Paths {
 		r.Paths = n.layer.t.peekPaths()
 	}
 	return r

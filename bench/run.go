@@ -131,8 +131,9 @@ const raftWorkers = 16
 // transport tn; applies sc.raftEntries entries on the leader (apply: the
 // entries' throughput, CPU time of the three processes per entry, commit
 // latency), checks that every node applied the same log, then kills the
-// leader (failover: the time to a new leader, p50, and to its first
-// commit, p99 and the elapsed time; ops/s is one over it).
+// leader after sc.raftIdle of heartbeats alone (failover: the time to a
+// new leader, p50, and to its first commit, p99 and the elapsed time;
+// ops/s is one over it).
 func runRaft(ctx context.Context, sc scale, host string, ps pathSpec, tn string) (apply, failover sample, err error) {
 	env := append([]string{providerEnv + "=" + ps.provider, hostEnv + "=" + host}, ps.env...)
 	nodes := make([]*child, 3)
@@ -195,6 +196,14 @@ func runRaft(ctx context.Context, sc scale, host string, ps pathSpec, tn string)
 		return apply, failover, fmt.Errorf("the leader applied %d entries, want at least %d", r.Raft.Applied, sc.raftEntries)
 	}
 
+	// The cluster idles (heartbeats only) before the leader dies; the
+	// failover row names the leader's connections' paths then.
+	time.Sleep(sc.raftIdle)
+	st, err := nodes[leader].call(request{Op: "raft-state", Raft: &raftArgs{Paths: true}})
+	if err != nil {
+		return
+	}
+
 	// Failover: the leader dies; the others wait for a new one.
 	killed := peers[leader].ID
 	nodes[leader].kill()
@@ -232,7 +241,7 @@ func runRaft(ctx context.Context, sc scale, host string, ps pathSpec, tn string)
 	}
 	toLeader := time.Duration(got.LeaderAt - killedAt.UnixNano())
 	toCommit := time.Duration(got.CommitAt - killedAt.UnixNano())
-	failover = sample{ops: 1, elapsed: toCommit, p50: toLeader, p99: toCommit}
+	failover = sample{ops: 1, elapsed: toCommit, p50: toLeader, p99: toCommit, paths: st.Paths}
 	_ = nodes[leader].close()
 	nodes[leader] = nil
 	err = raftAgree(nodes, got.Applied, 30*time.Second)

@@ -16,6 +16,7 @@ type scale struct {
 	keys        int           // redis keys per worker
 	raftEntries int           // entries a raft measurement applies
 	raftTimeout time.Duration // raft's heartbeat and election timeouts; 0: raft's defaults
+	raftIdle    time.Duration // the cluster idles this long before its leader is killed
 }
 
 // workload is one application's client: prepare connects to the server at

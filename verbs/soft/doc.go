@@ -56,7 +56,7 @@
 // processes of one host starts on TCP and moves to shared memory once it
 // has carried SetSharedMemorySwitch's bytes (default 64 KiB) or its
 // dialing side has received SetSharedMemorySwitchFrames' frames (default
-// 16), in the background, each direction at a frame boundary
+// 8), in the background, each direction at a frame boundary
 // (shm_switch_linux.go).
 //
 // Security model, as on a NIC: a peer reads or writes only bytes inside

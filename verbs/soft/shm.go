@@ -88,11 +88,15 @@ const defaultShmSwitch = 64 << 10
 // receives on TCP before the connection moves to shared memory, if it has
 // not carried defaultShmSwitch's bytes by then: a connection that talks in
 // small messages (a quiet request/response connection, raft's heartbeats)
-// gets shared memory's latency too, after about eight round trips, while a
-// short-lived one (a request or two, then closed) never pays for the rings.
-// An exchange costs each side about 0.2 ms of CPU time and a few
-// descriptors (bench/ and BenchmarkShmSwitch, docs/measurements).
-const defaultShmSwitchFrames = 16
+// gets shared memory's latency too, after four to eight round trips (each
+// brings the dialing side its answer, and at times an acknowledgement of
+// its own), while a short-lived one (a request or two, then closed) never
+// pays for the rings. With 16, hashicorp/raft's heartbeats (every 100-200
+// ms) had not all moved 2 s after the cluster went quiet (bench/); with 8
+// they had. The move costs about 0.4 ms of CPU time, both ends together,
+// and a few descriptors (BenchmarkShmSwitch on a shared 2-CPU host; the
+// rings' reader spin adds some 0.25 ms over a few round trips after it).
+const defaultShmSwitchFrames = 8
 
 // defaultShmSpin is the default bounded spin of a reader on an empty ring.
 // The spin yields the CPU (sched_yield) every few dozen checks, so that on
@@ -155,7 +159,7 @@ func SetSharedMemorySwitch(bytes int) int {
 // SetSharedMemorySwitchFrames sets how many frames (messages, their
 // acknowledgements) the dialing side of a connection set up afterwards
 // receives on TCP before the connection moves to shared memory, when it
-// has not carried SetSharedMemorySwitch's bytes by then (default 16;
+// has not carried SetSharedMemorySwitch's bytes by then (default 8;
 // 0: the byte count alone decides; RDMA_SOFT_SHM_SWITCH_FRAMES sets it at
 // start-up). It returns the previous value.
 func SetSharedMemorySwitchFrames(frames int) int {
