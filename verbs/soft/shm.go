@@ -95,7 +95,7 @@ const defaultShmSwitch = 64 << 10
 // ms) had not all moved 2 s after the cluster went quiet (bench/); with 8
 // they had. The move costs about 0.4 ms of CPU time, both ends together,
 // and a few descriptors (BenchmarkShmSwitch on a shared 2-CPU host; the
-// rings' reader spin adds some 0.25 ms over a few round trips after it).
+// rings' reader spin adds some 0.2 ms over a few round trips after it).
 const defaultShmSwitchFrames = 8
 
 // defaultShmSpin is the default bounded spin of a reader on an empty ring.
