@@ -9,7 +9,7 @@ BUILD     := build
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 
-.PHONY: all deps test lint test-go test-examples test-fuzz test-ops demo bench capi vet clean
+.PHONY: all deps test lint test-go test-examples test-fuzz test-ops demo bench bench-apps capi vet clean
 
 all: test
 
@@ -32,6 +32,7 @@ deps:
 	$(GO) mod download
 	$(GO) -C cmd/perfplot mod download
 	$(GO) -C promrdma mod download
+	$(GO) -C bench mod download
 	$(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 # Everything CI checks: lint, the Go tests with the race detector, the C test,
@@ -40,7 +41,7 @@ deps:
 test: lint test-go test-c test-examples demo test-ops test-fuzz
 
 # gofmt, go vet, a tidy go.mod and go.sum, and staticcheck, on the module and
-# on cmd/perfplot and promrdma (modules of their own: see their docs).
+# on cmd/perfplot, promrdma and bench (modules of their own: see their docs).
 lint: vet
 	@unformatted=$$($(GO)fmt -l $$(git ls-files '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted" >&2; exit 1; fi
@@ -49,21 +50,26 @@ lint: vet
 	$(GO) -C cmd/perfplot mod tidy -diff
 	$(GO) -C promrdma vet ./...
 	$(GO) -C promrdma mod tidy -diff
+	$(GO) -C bench vet ./...
+	$(GO) -C bench mod tidy -diff
 	@command -v $(STATICCHECK) >/dev/null 2>&1 || \
 		{ echo "make lint: $(STATICCHECK) not found; make deps installs it" >&2; exit 1; }
 	$(STATICCHECK) ./...
 	cd cmd/perfplot && $(STATICCHECK) ./...
 	cd promrdma && $(STATICCHECK) ./...
+	cd bench && $(STATICCHECK) ./...
 
 # go test's usual output (a closing ok or FAIL per package), then a count of
 # the tests and every skipped one with its reason (internal/testsummary).
 # TestManyConnsHeld again without the race detector, at its full count
-# (10,000 connections held in one process).
+# (10,000 connections held in one process). bench/'s smoke test runs every
+# application workload briefly, its answers checked (~40 s).
 test-go:
 	$(GO) run ./internal/testsummary -race -count=1 -p 1 -timeout 20m ./...
 	$(GO) test -count=1 -timeout 5m -run '^TestManyConnsHeld$$' .
 	$(GO) -C cmd/perfplot test -race -count=1 ./...
 	$(GO) -C promrdma test -race -count=1 ./...
+	$(GO) -C bench test -race -count=1 ./...
 
 # Every Go example built and run on loopback, its output checked.
 test-examples:
@@ -245,6 +251,22 @@ bench:
 .PHONY: bench-mpi
 bench-mpi:
 	GO=$(GO) cmd/rdmacoll/mpi/bench-mpi.sh $(BENCH_OUT)/mpi
+
+# --- Applications ------------------------------------------------------------
+# bench/: real applications (go-redis against redcon, hashicorp/raft with a
+# leader failover, net/http, gRPC, yamux) over rdma and over Go's TCP in the
+# same run, client and servers in separate processes, on soft's shared memory
+# and soft's TCP path; ops/s, CPU per op, p50/p99 and the rdma/TCP ratio in a
+# table, $(BENCH_OUT)/apps.json and the ratios drawn in $(BENCH_OUT)/apps.svg.
+# APPS_FLAGS='-workloads redis,raft -rounds 5' narrows or widens it; in the
+# Soft-RoCE guest on rdmacore: scripts/softroce-bench-apps.sh.
+APPS_ROUNDS ?= 3
+APPS_FLAGS  ?= -rounds $(APPS_ROUNDS) -t 1s
+
+bench-apps:
+	@mkdir -p $(BENCH_OUT) $(BUILD)/bin
+	$(GO) -C bench build -o $(CURDIR)/$(BUILD)/bin/bench-apps .
+	$(BUILD)/bin/bench-apps $(APPS_FLAGS) -json $(BENCH_OUT)/apps.json -svg $(BENCH_OUT)/apps.svg
 
 # --- Soft-RoCE ---------------------------------------------------------------
 # The rdmacore provider on a real kernel RDMA stack: builds test binaries and

@@ -54,8 +54,10 @@
 // interface (transport.go), so that a same-host shared-memory transport can
 // be chosen in the handshake beside TCP (tcp.go). A connection between two
 // processes of one host starts on TCP and moves to shared memory once it
-// has carried SetSharedMemorySwitch's bytes (default 64 KiB), in the
-// background, each direction at a frame boundary (shm_switch_linux.go).
+// has carried SetSharedMemorySwitch's bytes (default 64 KiB) or its
+// dialing side has received SetSharedMemorySwitchFrames' frames (default
+// 8), in the background, each direction at a frame boundary
+// (shm_switch_linux.go).
 //
 // Security model, as on a NIC: a peer reads or writes only bytes inside
 // MRs registered with the matching remote access, within bounds, and

@@ -113,7 +113,7 @@ func FuzzSwitchControl(f *testing.F) {
 		case switchActiveWaiting, switchActiveInvited:
 			// An offer that never opens its socket: the threshold is out
 			// of reach, and the invited side's counts as opened already.
-			s.offer, s.after = &shmOffer{x: x}, 1<<62
+			s.offer, s.rule = &shmOffer{x: x}, switchRule{bytes: 1 << 62}
 			s.started.Store(role == switchActiveInvited)
 		}
 		if role != switchPassive {
@@ -261,7 +261,7 @@ func FuzzSwitchStream(f *testing.F) {
 		if invited {
 			// A's invitation is to go out at its frame atA; B runs its
 			// exchange when it reads it.
-			a.offer, a.after = &shmOffer{x: xa}, 1<<62
+			a.offer, a.rule = &shmOffer{x: xa}, switchRule{bytes: 1 << 62}
 			a.started.Store(true)
 			b.answer = func() {
 				answered.Add(1)

@@ -16,7 +16,8 @@ import (
 // TCP connection stays open as the liveness channel: when the peer process
 // dies the kernel closes it and the connection fails at once. A connection
 // starts on TCP and moves to the rings in the background once it has
-// carried SetSharedMemorySwitch's bytes (shm_switch_linux.go). See
+// carried SetSharedMemorySwitch's bytes, or received a few frames
+// (SetSharedMemorySwitchFrames; shm_switch_linux.go). See
 // shm_ring_linux.go (the ring), shm_setup_linux.go (passing it),
 // shm_offer_linux.go (the handshake) and shm_transport_linux.go (the
 // transport); elsewhere only TCP is used.
@@ -62,6 +63,7 @@ var (
 	shmRingSize atomic.Int64 // bytes of data in the rings this side creates, and the most it maps
 	shmUsed     atomic.Int64 // connections set up over shared memory (tests)
 	shmAfter    atomic.Int64 // bytes a connection carries on TCP before it moves to shared memory
+	shmAfterN   atomic.Int64 // or frames its active side receives on TCP first; 0: bytes alone
 )
 
 // Ring sizes: the default, and the range SetSharedMemoryRing accepts.
@@ -81,6 +83,20 @@ const (
 // idle one, a short request) never pays for it, nor holds the rings'
 // memory and descriptors.
 const defaultShmSwitch = 64 << 10
+
+// defaultShmSwitchFrames is how many frames a connection's active side
+// receives on TCP before the connection moves to shared memory, if it has
+// not carried defaultShmSwitch's bytes by then: a connection that talks in
+// small messages (a quiet request/response connection, raft's heartbeats)
+// gets shared memory's latency too, after four to eight round trips (each
+// brings the dialing side its answer, and at times an acknowledgement of
+// its own), while a short-lived one (a request or two, then closed) never
+// pays for the rings. With 16, hashicorp/raft's heartbeats (every 100-200
+// ms) had not all moved 2 s after the cluster went quiet (bench/); with 8
+// they had. The move costs about 0.4 ms of CPU time, both ends together,
+// and a few descriptors (BenchmarkShmSwitch on a shared 2-CPU host; the
+// rings' reader spin adds some 0.2 ms over a few round trips after it).
+const defaultShmSwitchFrames = 8
 
 // defaultShmSpin is the default bounded spin of a reader on an empty ring.
 // The spin yields the CPU (sched_yield) every few dozen checks, so that on
@@ -108,6 +124,12 @@ func init() {
 			shmAfter.Store(n)
 		}
 	}
+	shmAfterN.Store(defaultShmSwitchFrames)
+	if s := os.Getenv("RDMA_SOFT_SHM_SWITCH_FRAMES"); s != "" {
+		if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
+			shmAfterN.Store(n)
+		}
+	}
 	if s := os.Getenv("RDMA_SOFT_SHM_SPIN"); s != "" {
 		if d, err := time.ParseDuration(s); err == nil && d >= 0 {
 			shmSpin.Store(int64(d))
@@ -125,12 +147,45 @@ func SetSharedMemory(on bool) bool { return shmOn.Swap(on) }
 
 // SetSharedMemorySwitch sets how many bytes a connection set up afterwards
 // carries on TCP, both ways together, before it moves to shared memory
-// (default 64 KiB; 0: at once; RDMA_SOFT_SHM_SWITCH sets it at start-up).
-// The move happens in the background, once, at a frame boundary in each
-// direction; until then the connection costs no more than one on TCP. It
-// returns the previous value.
+// (default 64 KiB; 0: at once; RDMA_SOFT_SHM_SWITCH sets it at start-up);
+// it moves earlier if it talks in small frames first
+// (SetSharedMemorySwitchFrames). The move happens in the background, once,
+// at a frame boundary in each direction; until then the connection costs
+// no more than one on TCP. It returns the previous value.
 func SetSharedMemorySwitch(bytes int) int {
 	return int(shmAfter.Swap(int64(max(bytes, 0))))
+}
+
+// SetSharedMemorySwitchFrames sets how many frames (messages, their
+// acknowledgements) the dialing side of a connection set up afterwards
+// receives on TCP before the connection moves to shared memory, when it
+// has not carried SetSharedMemorySwitch's bytes by then (default 8;
+// 0: the byte count alone decides; RDMA_SOFT_SHM_SWITCH_FRAMES sets it at
+// start-up). It returns the previous value.
+func SetSharedMemorySwitchFrames(frames int) int {
+	return int(shmAfterN.Swap(int64(max(frames, 0))))
+}
+
+// switchRule is when a connection on its way to shared memory moves: once
+// it has carried bytes on TCP (both ways, 0: at once), or once its active
+// side has received frames frames there (0: no such rule), whichever
+// comes first.
+type switchRule struct {
+	bytes, frames int64
+}
+
+// currentSwitchRule is the rule for a connection set up now.
+func currentSwitchRule() switchRule {
+	return switchRule{bytes: shmAfter.Load(), frames: shmAfterN.Load()}
+}
+
+// immediate reports whether the rule moves a connection at once.
+func (r switchRule) immediate() bool { return r.bytes == 0 }
+
+// due reports whether a connection that has carried bytes and received
+// frames has reached the rule.
+func (r switchRule) due(bytes, frames int64) bool {
+	return bytes >= r.bytes || r.frames > 0 && frames >= r.frames
 }
 
 // SetSharedMemorySpin sets how long a reader of a shared-memory connection

@@ -262,11 +262,11 @@ func (o *shmOffer) finish(c *net.TCPConn) (transport, error) {
 
 // switching completes a version 4 offer once the REP picked
 // transportShmSwitch: frames start on tr, and the transport moves to the
-// rings once the connection has carried SetSharedMemorySwitch's bytes
-// (shm_switch_linux.go).
+// rings once the connection has carried SetSharedMemorySwitch's bytes, or
+// received SetSharedMemorySwitchFrames' frames (shm_switch_linux.go).
 func (o *shmOffer) switching(tr *tcpTransport) transport {
 	o.done = true
-	return newSwitchActive(tr, o, shmAfter.Load())
+	return newSwitchActive(tr, o, currentSwitchRule())
 }
 
 // abort withdraws the offer (the REP picked TCP, or the connect failed).

@@ -15,8 +15,10 @@ import (
 // switchTransport carries a connection whose REP picked
 // transportShmSwitch (wire.go): its frames start on the handshake's TCP
 // connection at once, and the connection moves to shared memory in the
-// background once it has carried SetSharedMemorySwitch's bytes (counted
-// by the active side, which sees both directions):
+// background once it has carried SetSharedMemorySwitch's bytes, or its
+// active side has received SetSharedMemorySwitchFrames' frames, whichever
+// comes first (switchRule; counted by the active side, which sees both
+// directions):
 //
 //   - The active side opens the offer's unix socket (its ring is made
 //     there, while the peer answers) and sends an invitation on TCP: a
@@ -59,10 +61,12 @@ type switchTransport struct {
 	closing chan struct{} // closed by close
 	ok      atomic.Pointer[shmTransport]
 
-	// The active side: the offer to open, and the bytes moved on TCP.
+	// The active side: the offer to open, when (rule), and the bytes moved
+	// and frames received on TCP.
 	offer   *shmOffer
-	after   int64
+	rule    switchRule
 	moved   atomic.Int64
+	frames  atomic.Int64
 	started atomic.Bool // the offer is open (or failed to open)
 	invite  atomic.Bool // the invitation is to be sent
 	// The passive side: runs our half of the exchange, once invited.
@@ -107,11 +111,11 @@ func newSwitchTransport(tr *tcpTransport, x *shmExchange) *switchTransport {
 }
 
 // newSwitchActive is the active side's: it opens the offer and invites
-// the peer once after bytes have moved (at once if 0).
-func newSwitchActive(tr *tcpTransport, o *shmOffer, after int64) *switchTransport {
+// the peer once the connection has reached rule.
+func newSwitchActive(tr *tcpTransport, o *shmOffer, rule switchRule) *switchTransport {
 	s := newSwitchTransport(tr, o.x)
-	s.offer, s.after = o, after
-	if after == 0 {
+	s.offer, s.rule = o, rule
+	if rule.immediate() {
 		s.start()
 	}
 	return s
@@ -130,12 +134,23 @@ func newSwitchPassive(tr *tcpTransport, req *hsMsg, x *shmExchange) *switchTrans
 }
 
 // count adds n bytes moved on TCP (the active side) and starts the move to
-// shared memory when they reach the threshold.
+// shared memory when the connection reaches its rule.
 func (s *switchTransport) count(n int) {
 	if s.offer == nil || s.started.Load() {
 		return
 	}
-	if s.moved.Add(int64(n)) >= s.after {
+	if s.rule.due(s.moved.Add(int64(n)), s.frames.Load()) {
+		s.start()
+	}
+}
+
+// countFrame adds a frame received on TCP (the active side's reader) and
+// its header's bytes.
+func (s *switchTransport) countFrame() {
+	if s.offer == nil || s.started.Load() {
+		return
+	}
+	if s.rule.due(s.moved.Add(hdrLen), s.frames.Add(1)) {
 		s.start()
 	}
 }
@@ -335,7 +350,7 @@ func (s *switchTransport) readHeader(h *[hdrLen]byte) error {
 			return err
 		}
 		if h[0] != frameShmSwitch {
-			s.count(hdrLen)
+			s.countFrame()
 			return nil
 		}
 		if !isShmSwitch(h) || s.tcp.buffered() && h[1] == shmMarker {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmanet/rdma/verbs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -464,7 +465,7 @@ func TestSwitchTransportCloseWithdrawsOffer(t *testing.T) {
 	before := ringsOpen(t)
 	active, _ := tcpPair(t)
 	tr, o := offeringSide(t, active)
-	s := newSwitchActive(tr, o, 0) // invites at once: the offer listens
+	s := newSwitchActive(tr, o, switchRule{}) // invites at once: the offer listens
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
 	c, err := net.Dial("unixpacket", name)
 	require.NoError(t, err, "the offer is not listening")
@@ -483,7 +484,7 @@ func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
 	}
 	active, passive := tcpPair(t)
 	tr, o := offeringSide(t, active)
-	s := newSwitchActive(tr, o, 4096)
+	s := newSwitchActive(tr, o, switchRule{bytes: 4096})
 	defer s.close()
 	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
 	listening := func() bool {
@@ -509,4 +510,246 @@ func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
 	invited := s.invited
 	s.wmu.Unlock()
 	assert.True(t, invited, "no invitation sent")
+}
+
+// The rule: bytes or frames, whichever first; no frame rule at 0; bytes 0
+// moves at once.
+func TestSwitchRule(t *testing.T) {
+	for _, c := range []struct {
+		rule          switchRule
+		bytes, frames int64
+		due           bool
+	}{
+		{switchRule{bytes: 64 << 10, frames: 16}, 0, 0, false},
+		{switchRule{bytes: 64 << 10, frames: 16}, 64<<10 - 1, 15, false},
+		{switchRule{bytes: 64 << 10, frames: 16}, 64 << 10, 0, true},
+		{switchRule{bytes: 64 << 10, frames: 16}, 100, 16, true},
+		{switchRule{bytes: 64 << 10}, 100, 1 << 20, false},
+		{switchRule{bytes: 0, frames: 16}, 0, 0, true},
+	} {
+		assert.Equal(t, c.due, c.rule.due(c.bytes, c.frames), "%+v after %d bytes, %d frames", c.rule, c.bytes, c.frames)
+	}
+	assert.True(t, switchRule{}.immediate())
+	assert.False(t, switchRule{bytes: 1, frames: 1}.immediate())
+}
+
+// The active side opens its offer and invites the peer once it has
+// received the rule's frames, however few bytes they carried.
+func TestSwitchTransportInvitesAfterFrames(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	active, passive := tcpPair(t)
+	tr, o := offeringSide(t, active)
+	s := newSwitchActive(tr, o, switchRule{bytes: 1 << 40, frames: 4})
+	defer s.close()
+	name := shmSocketName(active.LocalAddr().(*net.TCPAddr), active.RemoteAddr().(*net.TCPAddr))
+	listening := func() bool {
+		c, err := net.Dial("unixpacket", name)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	go func() { _, _ = io.Copy(io.Discard, passive) }()
+	var h [hdrLen]byte
+	(&header{typ: frameSend, len: 8}).encode(&h)
+	frame := append(h[:], make([]byte, 8)...)
+	read := func() {
+		t.Helper()
+		_, err := passive.Write(frame)
+		require.NoError(t, err)
+		var got [hdrLen]byte
+		require.NoError(t, s.readHeader(&got))
+		require.NoError(t, s.discard(8))
+	}
+	for i := 0; i < 3; i++ {
+		read()
+	}
+	assert.False(t, listening(), "listening after %d frames", s.frames.Load())
+	read()
+	assert.True(t, listening(), "not listening after %d frames", s.frames.Load())
+}
+
+// End to end through the CM: a connection that exchanges a few small
+// messages, far below the byte threshold, moves to shared memory on both
+// ends; with the frame rule off it stays on TCP.
+func TestSwitchAfterFewMessages(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	defer SetSharedMemory(SetSharedMemory(true))
+	defer SetSharedMemorySwitch(SetSharedMemorySwitch(64 << 10))
+	for _, c := range []struct {
+		frames int
+		want   string
+	}{{8, "shm"}, {0, "tcp"}} {
+		t.Run(fmt.Sprint("frames", c.frames), func(t *testing.T) {
+			defer SetSharedMemorySwitchFrames(SetSharedMemorySwitchFrames(c.frames))
+			lch, lid := setupListener(t, net.IPv4(127, 0, 0, 76))
+			ch, id := routedClient(t, lid)
+			aq, acq := qpOn(t, id)
+			require.NoError(t, id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+			req := getEvent(t, lch, verbs.EventConnectRequest)
+			pq, pcq := acceptOn(t, req.ID) // a receive posted
+			getEvent(t, ch, verbs.EventEstablished)
+			getEvent(t, lch, verbs.EventEstablished)
+			wait := func(cq verbs.CQ, want verbs.WCOpcode) {
+				t.Helper()
+				wc := make([]verbs.WC, 4)
+				deadline := time.Now().Add(10 * time.Second)
+				for time.Now().Before(deadline) {
+					n, err := cq.Poll(wc)
+					require.NoError(t, err)
+					for _, w := range wc[:n] {
+						require.Equal(t, verbs.WCSuccess, w.Status)
+						if w.Opcode == want {
+							return
+						}
+					}
+					time.Sleep(50 * time.Microsecond)
+				}
+				t.Fatal("no completion")
+			}
+			send := []verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendSignaled}}
+			for i := 0; i < 12; i++ { // 12 zero-byte round trips
+				require.NoError(t, aq.PostRecv([]verbs.RecvWR{{WRID: 8}}))
+				require.NoError(t, aq.PostSend(send))
+				wait(pcq, verbs.WCRecv)
+				require.NoError(t, pq.PostRecv([]verbs.RecvWR{{WRID: 7}}))
+				require.NoError(t, pq.PostSend(send))
+				wait(acq, verbs.WCRecv)
+			}
+			on := func() bool { return Carrier(aq) == c.want && Carrier(pq) == c.want }
+			if c.want == "shm" {
+				require.True(t, eventually(on), "carriers %s and %s, want shm", Carrier(aq), Carrier(pq))
+			} else {
+				time.Sleep(100 * time.Millisecond)
+				require.True(t, on(), "carriers %s and %s, want tcp", Carrier(aq), Carrier(pq))
+			}
+		})
+	}
+}
+
+// switchConn is one connection of BenchmarkShmSwitch: both ends' QPs and
+// CQs through the CM, torn down by close.
+type switchConn struct {
+	aq, pq   verbs.QP
+	acq, pcq verbs.CQ
+	close    func()
+}
+
+func dialSwitchConn(tb testing.TB, lch *eventChannel, lid *cmID) *switchConn {
+	ch := newEventChannel()
+	id := newCMID(ch)
+	ev := func(c *eventChannel, want verbs.CMEventType) verbs.CMEvent {
+		for {
+			e, err := c.GetEvent(time.Now().Add(10 * time.Second))
+			require.NoError(tb, err)
+			if e.Type == verbs.EventDisconnected && want != e.Type {
+				continue // the listener's: an earlier connection's end
+			}
+			require.Equal(tb, want, e.Type)
+			return e
+		}
+	}
+	require.NoError(tb, id.ResolveAddr(nil, lid.LocalAddr(), 5*time.Second))
+	ev(ch, verbs.EventAddrResolved)
+	require.NoError(tb, id.ResolveRoute(5*time.Second))
+	ev(ch, verbs.EventRouteResolved)
+	qpFor := func(id verbs.CMID) (verbs.QP, verbs.CQ, func()) {
+		pd, err := id.Context().AllocPD()
+		require.NoError(tb, err)
+		cq, err := id.Context().CreateCQ(8, nil)
+		require.NoError(tb, err)
+		qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(tb, err)
+		return qp, cq, func() { qp.Destroy(); cq.Destroy(); pd.Dealloc(); id.Destroy() }
+	}
+	c := &switchConn{}
+	var aclose, pclose func()
+	c.aq, c.acq, aclose = qpFor(id)
+	require.NoError(tb, id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+	req := ev(lch, verbs.EventConnectRequest)
+	c.pq, c.pcq, pclose = qpFor(req.ID)
+	require.NoError(tb, req.ID.Accept(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+	ev(ch, verbs.EventEstablished)
+	ev(lch, verbs.EventEstablished)
+	c.close = func() { aclose(); pclose(); ch.Close() }
+	return c
+}
+
+// roundTrips makes n zero-byte SEND round trips on c.
+func (c *switchConn) roundTrips(tb testing.TB, n int) {
+	wait := func(cq verbs.CQ) {
+		wc := make([]verbs.WC, 4)
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			k, err := cq.Poll(wc)
+			require.NoError(tb, err)
+			for _, w := range wc[:k] {
+				require.Equal(tb, verbs.WCSuccess, w.Status)
+				if w.Opcode == verbs.WCRecv {
+					return
+				}
+			}
+			time.Sleep(10 * time.Microsecond) // not a spin: the ends need the CPUs
+		}
+		tb.Fatal("no completion")
+	}
+	send := []verbs.SendWR{{Opcode: verbs.OpSend, Flags: verbs.SendSignaled}}
+	for i := 0; i < n; i++ {
+		require.NoError(tb, c.pq.PostRecv([]verbs.RecvWR{{WRID: 7}}))
+		require.NoError(tb, c.aq.PostRecv([]verbs.RecvWR{{WRID: 8}}))
+		require.NoError(tb, c.aq.PostSend(send))
+		wait(c.pcq)
+		require.NoError(tb, c.pq.PostSend(send))
+		wait(c.acq)
+	}
+}
+
+// BenchmarkShmSwitch: what moving a quiet connection to shared memory
+// costs. Each op sets a connection up, makes 12 zero-byte round trips and
+// tears it down; "switch" moves it to shared memory after 8 frames (and
+// waits until both ends are there), "tcp" leaves it on TCP (the byte rule
+// alone, 64 KiB). The difference is the exchange's cost: cpu-us/op is the
+// process's CPU time (both ends) per connection.
+func BenchmarkShmSwitch(b *testing.B) {
+	if bootID() == "" {
+		b.Skip("no boot ID: shared memory is never offered")
+	}
+	defer SetSharedMemory(SetSharedMemory(true))
+	defer SetSharedMemorySwitch(SetSharedMemorySwitch(64 << 10))
+	for _, c := range []struct {
+		name   string
+		frames int
+		want   string
+	}{{"tcp", 0, "tcp"}, {"switch", 8, "shm"}} {
+		b.Run(c.name, func(b *testing.B) {
+			defer SetSharedMemorySwitchFrames(SetSharedMemorySwitchFrames(c.frames))
+			lch := newEventChannel()
+			lid := newCMID(lch)
+			require.NoError(b, lid.BindAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 77)}))
+			require.NoError(b, lid.Listen(64))
+			defer func() { lid.Destroy(); lch.Close() }()
+			var ru0, ru1 unix.Rusage
+			require.NoError(b, unix.Getrusage(unix.RUSAGE_SELF, &ru0))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				sc := dialSwitchConn(b, lch, lid)
+				sc.roundTrips(b, 12)
+				for deadline := time.Now().Add(10 * time.Second); Carrier(sc.aq) != c.want || Carrier(sc.pq) != c.want; {
+					if time.Now().After(deadline) {
+						b.Fatalf("carriers %s and %s, want %s", Carrier(sc.aq), Carrier(sc.pq), c.want)
+					}
+					time.Sleep(10 * time.Microsecond)
+				}
+				sc.close()
+			}
+			b.StopTimer()
+			require.NoError(b, unix.Getrusage(unix.RUSAGE_SELF, &ru1))
+			cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
+		})
+	}
 }

@@ -320,8 +320,9 @@ func parseHandshake(b []byte) (hsMsg, error) {
 // picks transportShm carries the frames on the rings from the first.
 // Version 4 has the same exchange, but off the connection's path: the REP
 // picks transportShmSwitch (the frames start on this TCP connection).
-// Once the connection has carried SetSharedMemorySwitch's bytes, the
-// active side opens its socket and invites the passive side with a
+// Once the connection has carried SetSharedMemorySwitch's bytes (or its
+// active side received SetSharedMemorySwitchFrames' frames), the active
+// side opens its socket and invites the passive side with a
 // control header on TCP (type frameShmSwitch, byte 1 shmInvite, all else
 // zero); each side, once its own exchange is through, switches its sending
 // direction to the rings at a frame boundary with a switch marker (byte 1

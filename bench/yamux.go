@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/yamux"
+)
+
+func yamuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.LogOutput = io.Discard
+	return c
+}
+
+// serveYamux runs a yamux server session on each connection; every
+// stream echoes what it reads.
+func serveYamux(ln net.Listener) (func() error, error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var sessions []*yamux.Session
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := yamux.Server(c, yamuxConfig())
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			mu.Lock()
+			sessions = append(sessions, s)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					st, err := s.Accept()
+					if err != nil {
+						return
+					}
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						_, _ = io.Copy(st, st)
+						_ = st.Close()
+					}()
+				}
+			}()
+		}
+	}()
+	return func() error {
+		err := ln.Close()
+		mu.Lock()
+		for _, s := range sessions {
+			_ = s.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+		return err
+	}, nil
+}
+
+// yamuxWorkload: streams yamux streams over one connection, each writing
+// size bytes and reading their echo in turn.
+func yamuxWorkload(name string, size, streams int) workload {
+	return workload{name: name, service: "yamux", prepare: func(ctx context.Context, sc scale, t *transport, addr string) (*measure, error) {
+		c, err := t.dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		sess, err := yamux.Client(c, yamuxConfig())
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		sts := make([]net.Conn, streams)
+		for i := range sts {
+			if sts[i], err = sess.Open(); err != nil {
+				_ = sess.Close()
+				return nil, err
+			}
+		}
+		return &measure{
+			workers: streams,
+			close:   sess.Close,
+			run: func(ctx context.Context, w int, until time.Time, lat []time.Duration) (int64, []time.Duration, error) {
+				st := sts[w]
+				msg := make([]byte, size)
+				got := make([]byte, size)
+				for i := 16; i < size; i++ {
+					msg[i] = byte(w ^ i)
+				}
+				var ops int64
+				for time.Now().Before(until) {
+					stamp(msg, w, ops)
+					start := time.Now()
+					if err := st.SetDeadline(start.Add(time.Minute)); err != nil {
+						return ops, lat, err
+					}
+					if _, err := st.Write(msg); err != nil {
+						return ops, lat, err
+					}
+					if _, err := io.ReadFull(st, got); err != nil {
+						return ops, lat, err
+					}
+					if !bytes.Equal(got, msg) {
+						return ops, lat, errors.New("yamux echo differs from the message")
+					}
+					lat = append(lat, time.Since(start))
+					ops++
+				}
+				return ops, lat, nil
+			},
+		}, nil
+	}}
+}
