@@ -20,7 +20,7 @@ import (
 // none). So PostSend never blocks, and on the latency path the
 // bytes leave from the caller's goroutine with no hand-off.
 //
-// Receive: whoever holds the receive role (see rxOwner below: the QP's
+// Receive: whoever holds the receive role (see rxRole below: the QP's
 // receiver goroutine, or a goroutine waiting in GetEvent) reads frames,
 // executes requests against registered memory, and generates completions
 // and coalesced ACKs (when it runs out of input, or every ackEvery
@@ -87,7 +87,7 @@ func (q *qp) kick() {
 			return
 		}
 		tr := q.tr
-		piped := q.batchPiped
+		piped := q.batch.piped
 		q.mu.Unlock()
 		setPipelined(tr, piped)
 		n, err := tr.writev(v, g, false)
@@ -155,7 +155,7 @@ func (q *qp) sender(v [][]byte, g []gateRef) {
 			}
 		}
 		tr := q.tr
-		piped := q.batchPiped // of the batch v came from, or was just built
+		piped := q.batch.piped // of the batch v came from, or was just built
 		q.mu.Unlock()
 		setPipelined(tr, piped)
 		_, err := tr.writev(v, g, true)
@@ -185,117 +185,85 @@ func setPipelined(tr transport, on bool) {
 	}
 }
 
-// buildBatch collects the frames to write next into q.iovBuf, and beside
-// each iovec the fence of the region it lies in into q.iovGates: READ
-// responses, a NAK, requests (each carrying the current ACK), a DISC, and
-// a standalone ACK if one is wanted and nothing else carried it. Called
-// with mu held by the transmit role's holder.
+// batch is the transmit batch: the frames to write next as iovecs (v),
+// beside each the fence of the region it lies in (vg), their headers
+// encoded in hdrs. Its arrays are reused from batch to batch; the transmit
+// role's holder builds it (buildBatch), with mu held.
+type batch struct {
+	hdrs  [][hdrLen]byte
+	v     [][]byte
+	vg    []gateRef // v[i]'s region's or window's fence, zero for headers and inline data
+	nh    int       // headers used
+	bytes int
+	piped bool // carries a large READ response (pipeliner)
+}
+
+// setFrames sizes the batch: n frame headers and room for their iovecs,
+// each frame with up to sge of them. Called between batches.
+func (b *batch) setFrames(n, sge int) {
+	b.hdrs = make([][hdrLen]byte, n)
+	b.v = make([][]byte, 0, n*(1+sge)+8)
+	b.vg = make([]gateRef, 0, cap(b.v))
+}
+
+// room reports whether the batch takes another frame.
+func (b *batch) room() bool { return b.nh < len(b.hdrs) }
+
+// frame adds a frame header.
+func (b *batch) frame(h *header) {
+	h.encode(&b.hdrs[b.nh])
+	b.v = append(b.v, b.hdrs[b.nh][:])
+	b.vg = append(b.vg, gateRef{})
+	b.nh++
+	b.bytes += hdrLen
+}
+
+// payload adds a frame's payload, p, from the region fence guards.
+func (b *batch) payload(p [][]byte, fences []gateRef, n int) {
+	b.v = append(b.v, p...)
+	b.vg = append(b.vg, fences...)
+	b.bytes += n
+}
+
+// buildBatch collects the frames to write next into q.batch: the
+// responder's READ responses and NAK, the requester's requests (each
+// carrying the current ACK), a DISC, and a standalone ACK if one is wanted
+// and nothing else carried it. It returns the batch's iovecs, their
+// fences and its length. Called with mu held by the transmit role's
+// holder.
 func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	if q.txDead || q.discSent {
 		return nil, nil, 0
 	}
-	v, vg := q.iovBuf[:0], q.iovGates[:0]
-	nh, bytes := 0, 0
-	q.batchPiped = false
-	frame := func(h *header) {
-		h.encode(&q.hdrs[nh])
-		v = append(v, q.hdrs[nh][:])
-		vg = append(vg, gateRef{})
-		nh++
-		bytes += hdrLen
-	}
-	for q.rcv.respHead != q.rcv.respTail && nh < len(q.hdrs) && bytes < batchBytes {
-		r := &q.rcv.resp[q.rcv.respHead%uint32(len(q.rcv.resp))]
-		frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
-		q.batchPiped = q.batchPiped || len(r.data) >= pipelineMin
-		if len(r.data) > 0 {
-			v = append(v, r.data)
-			vg = append(vg, r.gate)
-			bytes += len(r.data)
-		}
-		r.data, r.gate = nil, gateRef{}
-		q.rcv.respHead++
-		q.rcv.lastAckSent = r.psn + 1
-	}
+	b := &q.batch
+	b.v, b.vg, b.nh, b.bytes, b.piped = b.v[:0], b.vg[:0], 0, 0, false
+	q.rcv.appendResponses(b)
 	ack := q.rcv.ackable()
-	if q.rcv.nakPending && q.rcv.respHead == q.rcv.respTail && nh < len(q.hdrs) {
-		frame(&header{typ: frameNak, flags: flagAck, psn: q.rcv.nakPSN, ack: q.rcv.nakPSN, imm: q.rcv.nakSyn})
-		q.rcv.nakPending = false
-		q.rcv.lastAckSent = q.rcv.nakPSN
-	}
-	if q.state == verbs.QPSRTS && !q.snd.rnrWait && !q.discWanted {
-		for q.snd.sqSent != q.snd.sqTail && nh < len(q.hdrs) && bytes < batchBytes {
-			s := q.snd.slot(q.snd.sqSent)
-			if len(v)+1+len(s.sg) > cap(v) {
-				break
-			}
-			if s.status != verbs.WCSuccess {
-				q.flush(q.snd.sqSent, s.status, true)
-				break
-			}
-			if s.op == verbs.OpRDMARead && q.snd.readsOut >= max(q.attr.MaxRdAtomic, 1) {
-				break
-			}
-			if s.fenced && q.snd.readsOut > 0 {
-				break // onReadResp kicks the sender when the READs are in
-			}
-			h := header{psn: q.snd.sqSent, ack: ack, flags: flagAck, len: s.length, imm: s.imm}
-			if s.solicited {
-				h.flags |= flagSolicited
-			}
-			switch s.op {
-			case verbs.OpSend:
-				h.typ = frameSend
-			case verbs.OpSendWithImm:
-				h.typ = frameSendImm
-			case verbs.OpRDMAWrite:
-				h.typ = frameWrite
-			case verbs.OpRDMAWriteWithImm:
-				h.typ = frameWriteImm
-			case verbs.OpRDMARead:
-				h.typ = frameReadReq
-				q.snd.readsOut++
-			}
-			if s.op != verbs.OpSend && s.op != verbs.OpSendWithImm {
-				h.rkey, h.raddr = s.rkey, s.raddr
-			}
-			frame(&h)
-			if h.typ != frameReadReq {
-				v = append(v, s.sg...)
-				vg = append(vg, s.gates...)
-				bytes += int(s.length)
-			}
-			q.snd.sqSent++
-			q.rcv.lastAckSent = ack
-		}
-	}
-	if q.discWanted && nh < len(q.hdrs) {
-		frame(&header{typ: frameDisc})
-		q.discSent = true
-	}
-	if q.rcv.ackWanted && ack != q.rcv.lastAckSent && nh < len(q.hdrs) && !q.discSent {
-		frame(&header{typ: frameAck, flags: flagAck, ack: ack})
+	if q.state == verbs.QPSRTS && !q.discWanted && q.snd.appendRequests(b, ack) {
 		q.rcv.lastAckSent = ack
 	}
-	if q.rcv.lastAckSent == q.rcv.rcvExpected {
-		q.rcv.ackWanted = false
+	if q.discWanted && b.room() {
+		b.frame(&header{typ: frameDisc})
+		q.discSent = true
 	}
-	if q.preamble != nil && (nh > 0 || q.preambleDue) {
-		v, vg = append(v, nil), append(vg, gateRef{})
-		copy(v[1:], v)
-		copy(vg[1:], vg)
-		v[0], vg[0] = q.preamble, gateRef{}
-		bytes += len(q.preamble)
+	q.rcv.appendAck(b, ack, !q.discSent)
+	if q.preamble != nil && (b.nh > 0 || q.preambleDue) {
+		b.v, b.vg = append(b.v, nil), append(b.vg, gateRef{})
+		copy(b.v[1:], b.v)
+		copy(b.vg[1:], b.vg)
+		b.v[0], b.vg[0] = q.preamble, gateRef{}
+		b.bytes += len(q.preamble)
 		q.preamble = nil
 		q.preambleTimer.Stop()
 	}
-	q.iovBuf, q.iovGates = v[:0], vg[:0]
-	if len(q.hdrs) < maxBatchFrames && (nh == len(q.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
+	v, vg := b.v, b.vg
+	b.v, b.vg = v[:0], vg[:0]
+	if len(b.hdrs) < maxBatchFrames && (b.nh == len(b.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
 		// Full: the next batches may take more. v keeps the arrays it was
 		// built in until it is written.
-		q.setBatchFrames(min(2*len(q.hdrs), maxBatchFrames))
+		b.setFrames(min(2*len(b.hdrs), maxBatchFrames), q.cap.MaxSendSGE)
 	}
-	return v, vg, bytes
+	return v, vg, b.bytes
 }
 
 var errProtocol = errors.New("soft: peer broke the frame protocol")

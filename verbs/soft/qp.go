@@ -35,10 +35,7 @@ type qp struct {
 	tr         transport
 	txBusy     bool
 	txDead     bool
-	batchPiped bool           // the last batch built carries a large READ response (pipeliner)
-	iovBuf     [][]byte       // a batch's iovecs
-	iovGates   []gateRef      // iovBuf[i]'s region's or window's fence, zero for headers and inline data
-	hdrs       [][hdrLen]byte // a batch's frame headers: a few, up to maxBatchFrames as batches fill
+	batch      batch // the transmit batch, built by whoever holds the role
 	discWanted bool
 	discSent   bool
 	finSent    bool
@@ -109,7 +106,7 @@ func newQP(p *pd, attr *verbs.QPInitAttr) (*qp, error) {
 		RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16, MaxDestRdAtomic: 16}
 	q.snd.init(q)
 	q.rcv.init(q)
-	q.setBatchFrames(min(batchStartFrames, maxBatchFrames))
+	q.batch.setFrames(min(batchStartFrames, maxBatchFrames), c.MaxSendSGE)
 	q.rx.sc.sg = make([][]byte, max(c.MaxSendSGE, c.MaxRecvSGE))
 	q.rx.sc.gates = make([]gateRef, len(q.rx.sc.sg))
 	q.rxRole.init()

@@ -28,19 +28,10 @@ func ringSize(n int) int {
 	return r
 }
 
-// setBatchFrames sizes the transmit batch: n frame headers and room for
-// their iovecs. Called with mu held by the transmit role's holder, between
-// batches.
-func (q *qp) setBatchFrames(n int) {
-	q.hdrs = make([][hdrLen]byte, n)
-	q.iovBuf = make([][]byte, 0, n*(1+q.cap.MaxSendSGE)+8)
-	q.iovGates = make([]gateRef, 0, cap(q.iovBuf))
-}
-
 // grown reports whether a queue trimIdle shrinks is past its starting
 // size. Called with mu held.
 func (q *qp) grown() bool {
-	return len(q.snd.sq) > sqStartSlots || q.rcv.resp != nil || len(q.hdrs) > batchStartFrames
+	return len(q.snd.sq) > sqStartSlots || q.rcv.resp != nil || len(q.batch.hdrs) > batchStartFrames
 }
 
 // trimIdle shrinks a quiet QP's send queue, READ response ring and
@@ -53,7 +44,7 @@ func (q *qp) trimIdle() {
 	if q.rcv.respHead == q.rcv.respTail {
 		q.rcv.resp = nil
 	}
-	if !q.txBusy && len(q.hdrs) > batchStartFrames {
-		q.setBatchFrames(batchStartFrames)
+	if !q.txBusy && len(q.batch.hdrs) > batchStartFrames {
+		q.batch.setFrames(batchStartFrames, q.cap.MaxSendSGE)
 	}
 }

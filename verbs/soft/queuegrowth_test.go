@@ -59,7 +59,7 @@ func TestQPSendQueueGrowsWithLoad(t *testing.T) {
 	q, c, m, buf := growthQP(t)
 	assert.Len(t, q.snd.sq, sqStartSlots, "an idle QP's send slots")
 	assert.Nil(t, q.rcv.resp, "no READ response slots before a READ")
-	assert.Len(t, q.hdrs, batchStartFrames)
+	assert.Len(t, q.batch.hdrs, batchStartFrames)
 
 	// Start just before the PSN wraps, so that growth moves a wrapped ring.
 	start := ^uint32(0) - 22
@@ -205,7 +205,7 @@ func TestQPReadResponsesGrow(t *testing.T) {
 	q.mu.Lock()
 	var got []header
 	for len(got) < limit {
-		frames := len(q.hdrs)
+		frames := len(q.batch.hdrs)
 		v, _, _ := q.buildBatch()
 		require.NotEmpty(t, v)
 		for i := 0; i < len(v); i++ {
@@ -219,7 +219,7 @@ func TestQPReadResponsesGrow(t *testing.T) {
 			}
 		}
 		if len(got) < limit {
-			assert.Equal(t, 2*frames, len(q.hdrs), "a full batch doubles the next")
+			assert.Equal(t, 2*frames, len(q.batch.hdrs), "a full batch doubles the next")
 		}
 	}
 	q.mu.Unlock()
@@ -255,7 +255,7 @@ func TestQPTrimsWhenQuiet(t *testing.T) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.buildBatch() // sends the READ response
-	q.setBatchFrames(maxBatchFrames)
+	q.batch.setFrames(maxBatchFrames, q.cap.MaxSendSGE)
 	require.Greater(t, len(q.snd.sq), sqStartSlots)
 	require.NotNil(t, q.rcv.resp)
 	watchdog := func() {
@@ -280,7 +280,7 @@ func TestQPTrimsWhenQuiet(t *testing.T) {
 	watchdog()
 	assert.Len(t, q.snd.sq, sqStartSlots, "quiet: the send queue is trimmed")
 	assert.Nil(t, q.rcv.resp)
-	assert.Len(t, q.hdrs, batchStartFrames)
+	assert.Len(t, q.batch.hdrs, batchStartFrames)
 	q.mu.Unlock()
 	require.NoError(t, q.PostSend(wrs[:3]), "a trimmed QP posts")
 	q.mu.Lock()

@@ -43,8 +43,7 @@ type localOp struct {
 	signaled bool
 }
 
-// requester is a QP's send half. Its fields are guarded by the QP's mu,
-// except where noted.
+// requester is a QP's send half. Its fields are guarded by the QP's mu.
 type requester struct {
 	q *qp // the QP it is half of
 
@@ -86,18 +85,20 @@ func (req *requester) init(q *qp) {
 	req.wdTimer.Stop()
 }
 
+// slot is the send queue entry for PSN psn.
 func (req *requester) slot(psn uint32) *sendSlot { return &req.sq[psn&uint32(len(req.sq)-1)] }
 
 // posted starts sending what was just posted, and the transport timer if
 // a quiet QP's had stopped (watchdog). Called with mu held.
 func (req *requester) posted() {
-	q := req.q
 	if !req.wdArmed {
 		req.armWatchdog()
 	}
-	q.kick()
+	req.q.kick()
 }
 
+// postSend checks wr and queues it in the next send slot, its SGEs
+// resolved and inline data copied. Called with mu held.
 func (req *requester) postSend(wr *verbs.SendWR) error {
 	q := req.q
 	if q.destroyed {
@@ -420,6 +421,9 @@ func (req *requester) onAck(a uint32) error {
 	return nil
 }
 
+// onNak handles the peer's NAK of the request at h.psn: the WRs before it
+// completed, and an RNR NAK goes back to it after the delay the NAK asks
+// (while RNR retries remain), any other fails it and the QP.
 func (req *requester) onNak(h *header) error {
 	q := req.q
 	q.mu.Lock()
@@ -467,6 +471,8 @@ func (req *requester) onNak(h *header) error {
 	return nil
 }
 
+// onReadResp reads the response to the READ at h.psn into its buffers,
+// through sc, and completes the WRs up to it.
 func (req *requester) onReadResp(h *header, sc *scratch) error {
 	q := req.q
 	q.mu.Lock()
@@ -549,6 +555,61 @@ func (req *requester) growSQ() {
 		s.sg, s.gates, s.inl = append(sg, old.sg...), append(gates, old.gates...), inl
 	}
 	req.sq = sq
+}
+
+// appendRequests adds to b the posted requests not yet sent, each
+// carrying ack, as far as the batch, the READ limit and fences allow. It
+// reports whether it added any. A WR with a local error stops it and
+// moves the QP to ERR. Called with mu held by the transmit role's holder,
+// the QP in RTS.
+func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
+	if req.rnrWait {
+		return false
+	}
+	q := req.q
+	for req.sqSent != req.sqTail && b.room() && b.bytes < batchBytes {
+		s := req.slot(req.sqSent)
+		if len(b.v)+1+len(s.sg) > cap(b.v) {
+			break
+		}
+		if s.status != verbs.WCSuccess {
+			q.flush(req.sqSent, s.status, true)
+			break
+		}
+		if s.op == verbs.OpRDMARead && req.readsOut >= max(q.attr.MaxRdAtomic, 1) {
+			break
+		}
+		if s.fenced && req.readsOut > 0 {
+			break // onReadResp kicks the sender when the READs are in
+		}
+		h := header{psn: req.sqSent, ack: ack, flags: flagAck, len: s.length, imm: s.imm}
+		if s.solicited {
+			h.flags |= flagSolicited
+		}
+		switch s.op {
+		case verbs.OpSend:
+			h.typ = frameSend
+		case verbs.OpSendWithImm:
+			h.typ = frameSendImm
+		case verbs.OpRDMAWrite:
+			h.typ = frameWrite
+		case verbs.OpRDMAWriteWithImm:
+			h.typ = frameWriteImm
+		case verbs.OpRDMARead:
+			h.typ = frameReadReq
+			req.readsOut++
+		}
+		if s.op != verbs.OpSend && s.op != verbs.OpSendWithImm {
+			h.rkey, h.raddr = s.rkey, s.raddr
+		}
+		b.frame(&h)
+		if h.typ != frameReadReq {
+			b.payload(s.sg, s.gates, int(s.length))
+		}
+		req.sqSent++
+		sent = true
+	}
+	return sent
 }
 
 // empty reports whether no send WR, bind or invalidation is outstanding.

@@ -60,6 +60,8 @@ func (res *responder) init(q *qp) {
 	res.ackEvery = 16
 }
 
+// postRecv checks wr and queues it, as one more of the last run when
+// they are alike. Called with mu held.
 func (res *responder) postRecv(wr *verbs.RecvWR) error {
 	q := res.q
 	if q.destroyed {
@@ -353,6 +355,42 @@ func (res *responder) growResp() {
 	res.resp = resp
 	if !q.snd.wdArmed {
 		q.snd.armWatchdog() // so that a quiet QP gives the ring back
+	}
+}
+
+// appendResponses adds to b the READ responses due, in order, and then a
+// pending NAK. Called with mu held by the transmit role's holder.
+func (res *responder) appendResponses(b *batch) {
+	for res.respHead != res.respTail && b.room() && b.bytes < batchBytes {
+		r := &res.resp[res.respHead%uint32(len(res.resp))]
+		b.frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
+		b.piped = b.piped || len(r.data) >= pipelineMin
+		if len(r.data) > 0 {
+			b.v = append(b.v, r.data)
+			b.vg = append(b.vg, r.gate)
+			b.bytes += len(r.data)
+		}
+		r.data, r.gate = nil, gateRef{}
+		res.respHead++
+		res.lastAckSent = r.psn + 1
+	}
+	if res.nakPending && res.respHead == res.respTail && b.room() {
+		b.frame(&header{typ: frameNak, flags: flagAck, psn: res.nakPSN, ack: res.nakPSN, imm: res.nakSyn})
+		res.nakPending = false
+		res.lastAckSent = res.nakPSN
+	}
+}
+
+// appendAck adds a standalone ACK of ack to b if one is wanted and no
+// frame carried it, and the stream is open. Called with mu held by the
+// transmit role's holder, last in the batch.
+func (res *responder) appendAck(b *batch, ack uint32, open bool) {
+	if res.ackWanted && ack != res.lastAckSent && b.room() && open {
+		b.frame(&header{typ: frameAck, flags: flagAck, ack: ack})
+		res.lastAckSent = ack
+	}
+	if res.lastAckSent == res.rcvExpected {
+		res.ackWanted = false
 	}
 }
 
