@@ -10,8 +10,9 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// qp is an RC queue pair: its queues, its state, and (once connected) the
-// engine that moves its frames (engine.go).
+// qp is an RC queue pair: what its two halves share (state, attributes,
+// the lock, the CQs, the transport), its requester and responder halves,
+// and (once connected) the engine that moves their frames (engine.go).
 type qp struct {
 	num    uint32
 	pd     *pd
@@ -137,21 +138,8 @@ func (q *qp) PostSend(wrs []verbs.SendWR) error {
 	return nil
 }
 
-var (
-	errPostState     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP is not in RTS"}
-	errPostSGE       = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_send_sge"}
-	errPostOpcode    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "unsupported opcode"}
-	errPostBind      = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "BIND_MW needs Bind with a soft MW and MR, and no SGEs"}
-	errPostLocalInv  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "LOCAL_INV takes no SGEs"}
-	errPostInline    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline data above the QP's max_inline_data"}
-	errPostInlineNil = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline SGE with a nil address"}
-	errPostReadInl   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "RDMA_READ cannot be inline"}
-	errPostFull      = &verbs.Error{Op: "ibv_post_send", Errno: syscall.ENOMEM, Detail: "send queue full"}
-	errRecvState     = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "QP is in RESET"}
-	errRecvSGE       = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_recv_sge"}
-	errRecvFull      = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.ENOMEM, Detail: "receive queue full"}
-	errDestroyed     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP destroyed"}
-)
+// errDestroyed refuses a post to a destroyed QP.
+var errDestroyed = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP destroyed"}
 
 func (q *qp) PostRecv(wrs []verbs.RecvWR) error {
 	q.mu.Lock()

@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -96,6 +97,19 @@ func (req *requester) posted() {
 	}
 	req.q.kick()
 }
+
+// The errors postSend returns.
+var (
+	errPostState     = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "QP is not in RTS"}
+	errPostSGE       = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_send_sge"}
+	errPostOpcode    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "unsupported opcode"}
+	errPostBind      = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "BIND_MW needs Bind with a soft MW and MR, and no SGEs"}
+	errPostLocalInv  = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "LOCAL_INV takes no SGEs"}
+	errPostInline    = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline data above the QP's max_inline_data"}
+	errPostInlineNil = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "inline SGE with a nil address"}
+	errPostReadInl   = &verbs.Error{Op: "ibv_post_send", Errno: syscall.EINVAL, Detail: "RDMA_READ cannot be inline"}
+	errPostFull      = &verbs.Error{Op: "ibv_post_send", Errno: syscall.ENOMEM, Detail: "send queue full"}
+)
 
 // postSend checks wr and queues it in the next send slot, its SGEs
 // resolved and inline data copied. Called with mu held.

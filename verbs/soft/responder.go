@@ -1,6 +1,10 @@
 package soft
 
-import "github.com/rdmanet/rdma/verbs"
+import (
+	"syscall"
+
+	"github.com/rdmanet/rdma/verbs"
+)
 
 // The responder is the QP's receive half, as the receiver is a gVisor TCP
 // endpoint's: the receive queue, the PSN it expects next, the execution
@@ -59,6 +63,13 @@ func (res *responder) init(q *qp) {
 	res.rq = res.newRecvSlots(rqStartSlots)
 	res.ackEvery = 16
 }
+
+// The errors postRecv returns.
+var (
+	errRecvState = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "QP is in RESET"}
+	errRecvSGE   = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.EINVAL, Detail: "more SGEs than the QP's max_recv_sge"}
+	errRecvFull  = &verbs.Error{Op: "ibv_post_recv", Errno: syscall.ENOMEM, Detail: "receive queue full"}
+)
 
 // postRecv checks wr and queues it, as one more of the last run when
 // they are alike. Called with mu held.
