@@ -239,14 +239,12 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	b.v, b.vg, b.nh, b.bytes, b.piped = b.v[:0], b.vg[:0], 0, 0, false
 	q.rcv.appendResponses(b)
 	ack := q.rcv.ackable()
-	if q.state == verbs.QPSRTS && !q.discWanted && q.snd.appendRequests(b, ack) {
-		q.rcv.lastAckSent = ack
-	}
+	carried := q.state == verbs.QPSRTS && !q.discWanted && q.snd.appendRequests(b, ack)
 	if q.discWanted && b.room() {
 		b.frame(&header{typ: frameDisc})
 		q.discSent = true
 	}
-	q.rcv.appendAck(b, ack, !q.discSent)
+	q.rcv.appendAck(b, ack, carried, !q.discSent)
 	if q.preamble != nil && (b.nh > 0 || q.preambleDue) {
 		b.v, b.vg = append(b.v, nil), append(b.vg, gateRef{})
 		copy(b.v[1:], b.v)
@@ -435,8 +433,7 @@ func (q *qp) rxIdle(boundary bool) bool {
 		r.owed = 0
 		q.mu.Lock()
 		if q.rcv.lastAckSent != q.rcv.ackable() {
-			q.rcv.ackWanted = true
-			q.kick()
+			q.rcv.wantAck()
 		}
 		q.mu.Unlock()
 	}
@@ -589,8 +586,7 @@ func (q *qp) rxFrame() error {
 			r.owed++
 			if r.owed >= q.rcv.ackEvery {
 				q.mu.Lock()
-				q.rcv.ackWanted = true
-				q.kick()
+				q.rcv.wantAck()
 				q.mu.Unlock()
 				r.owed = 0
 			}

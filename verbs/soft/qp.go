@@ -296,14 +296,13 @@ func (q *qp) modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) (*qpLink, error) 
 		if q.manual {
 			// The peer's first request carries its SQ PSN, which its
 			// program gave this QP as the RQ PSN.
-			q.rcv.rcvExpected, q.rcv.lastAckSent = attr.RQPSN, attr.RQPSN
+			q.rcv.startAt(attr.RQPSN)
 		}
 	}
 	if mask&verbs.QPAttrSQPSN != 0 {
 		q.attr.SQPSN = attr.SQPSN
-		if q.manual && q.snd.sqHead == q.snd.sqTail {
-			// Nothing can be posted below RTS: the queue starts at the PSN.
-			q.snd.sqHead, q.snd.sqSent, q.snd.sqTail = attr.SQPSN, attr.SQPSN, attr.SQPSN
+		if q.manual {
+			q.snd.startAt(attr.SQPSN)
 		}
 	}
 	var old *qpLink

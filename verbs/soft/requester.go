@@ -626,6 +626,15 @@ func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
 	return sent
 }
 
+// startAt makes psn the PSN of the next WR posted (a manual QP's SQ PSN)
+// while the send queue is empty: nothing can be posted below RTS, so the
+// queue starts at it. Called with mu held.
+func (req *requester) startAt(psn uint32) {
+	if req.sqHead == req.sqTail {
+		req.sqHead, req.sqSent, req.sqTail = psn, psn, psn
+	}
+}
+
 // empty reports whether no send WR, bind or invalidation is outstanding.
 func (req *requester) empty() bool {
 	return req.sqHead == req.sqTail && req.localHead == len(req.local)

@@ -138,6 +138,14 @@ func (res *responder) ackable() uint32 {
 	return res.rcvExpected
 }
 
+// wantAck asks the transmitter for an ACK of what has executed; a frame
+// that carries it first makes the standalone one unneeded (appendAck).
+// Called with mu held.
+func (res *responder) wantAck() {
+	res.ackWanted = true
+	res.q.kick()
+}
+
 // nak queues a NAK for the request at the responder's expected PSN. Called
 // with mu held.
 func (res *responder) nak(syn uint32) {
@@ -392,10 +400,14 @@ func (res *responder) appendResponses(b *batch) {
 	}
 }
 
-// appendAck adds a standalone ACK of ack to b if one is wanted and no
-// frame carried it, and the stream is open. Called with mu held by the
-// transmit role's holder, last in the batch.
-func (res *responder) appendAck(b *batch, ack uint32, open bool) {
+// appendAck notes that ack went out on the batch's requests (carried),
+// or else adds a standalone ACK of ack to b if one is wanted and the
+// stream is open. Called with mu held by the transmit role's holder, last
+// in the batch.
+func (res *responder) appendAck(b *batch, ack uint32, carried, open bool) {
+	if carried {
+		res.lastAckSent = ack
+	}
 	if res.ackWanted && ack != res.lastAckSent && b.room() && open {
 		b.frame(&header{typ: frameAck, flags: flagAck, ack: ack})
 		res.lastAckSent = ack
@@ -403,6 +415,12 @@ func (res *responder) appendAck(b *batch, ack uint32, open bool) {
 	if res.lastAckSent == res.rcvExpected {
 		res.ackWanted = false
 	}
+}
+
+// startAt makes psn the next request the responder expects (a manual
+// QP's RQ PSN). Called with mu held.
+func (res *responder) startAt(psn uint32) {
+	res.rcvExpected, res.lastAckSent = psn, psn
 }
 
 // empty reports whether no receive WR is posted.
