@@ -209,13 +209,16 @@ func (b *batch) setFrames(n, sge int) {
 // room reports whether the batch takes another frame.
 func (b *batch) room() bool { return b.nh < len(b.hdrs) }
 
-// frame adds a frame header.
-func (b *batch) frame(h *header) {
-	h.encode(&b.hdrs[b.nh])
-	b.v = append(b.v, b.hdrs[b.nh][:])
-	b.vg = append(b.vg, gateRef{})
+// frame takes the next header slot for a frame, its bytes added to the
+// batch; the caller encodes the header into it (h.encode(b.frame())), so
+// that both inline on the per-frame path.
+func (b *batch) frame() *[hdrLen]byte {
+	hb := &b.hdrs[b.nh]
 	b.nh++
 	b.bytes += hdrLen
+	b.v = append(b.v, hb[:])
+	b.vg = append(b.vg, gateRef{})
+	return hb
 }
 
 // payload adds a frame's payload, p, from the region fence guards.
@@ -241,7 +244,8 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	ack := q.rcv.ackable()
 	carried := q.state == verbs.QPSRTS && !q.discWanted && q.snd.appendRequests(b, ack)
 	if q.discWanted && b.room() {
-		b.frame(&header{typ: frameDisc})
+		h := header{typ: frameDisc}
+		h.encode(b.frame())
 		q.discSent = true
 	}
 	q.rcv.appendAck(b, ack, carried, !q.discSent)

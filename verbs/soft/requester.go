@@ -616,7 +616,7 @@ func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
 		if s.op != verbs.OpSend && s.op != verbs.OpSendWithImm {
 			h.rkey, h.raddr = s.rkey, s.raddr
 		}
-		b.frame(&h)
+		h.encode(b.frame())
 		if h.typ != frameReadReq {
 			b.payload(s.sg, s.gates, int(s.length))
 		}

@@ -382,7 +382,8 @@ func (res *responder) growResp() {
 func (res *responder) appendResponses(b *batch) {
 	for res.respHead != res.respTail && b.room() && b.bytes < batchBytes {
 		r := &res.resp[res.respHead%uint32(len(res.resp))]
-		b.frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
+		h := header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))}
+		h.encode(b.frame())
 		b.piped = b.piped || len(r.data) >= pipelineMin
 		if len(r.data) > 0 {
 			b.v = append(b.v, r.data)
@@ -394,7 +395,8 @@ func (res *responder) appendResponses(b *batch) {
 		res.lastAckSent = r.psn + 1
 	}
 	if res.nakPending && res.respHead == res.respTail && b.room() {
-		b.frame(&header{typ: frameNak, flags: flagAck, psn: res.nakPSN, ack: res.nakPSN, imm: res.nakSyn})
+		h := header{typ: frameNak, flags: flagAck, psn: res.nakPSN, ack: res.nakPSN, imm: res.nakSyn}
+		h.encode(b.frame())
 		res.nakPending = false
 		res.lastAckSent = res.nakPSN
 	}
@@ -409,7 +411,8 @@ func (res *responder) appendAck(b *batch, ack uint32, carried, open bool) {
 		res.lastAckSent = ack
 	}
 	if res.ackWanted && ack != res.lastAckSent && b.room() && open {
-		b.frame(&header{typ: frameAck, flags: flagAck, ack: ack})
+		h := header{typ: frameAck, flags: flagAck, ack: ack}
+		h.encode(b.frame())
 		res.lastAckSent = ack
 	}
 	if res.lastAckSent == res.rcvExpected {
