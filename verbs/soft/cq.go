@@ -252,7 +252,7 @@ func (c *compChannel) post(q *cq) {
 // drv's transport (drv: the QP it drives, or nil).
 func (c *compChannel) wakeWaiter(drv *qp) {
 	c.kick()
-	if drv != nil && drv.rxParked.Load() {
+	if drv != nil && drv.rxRole.parked.Load() {
 		// The waiter is blocked reading a transport for another reason.
 		drv.tr.interrupt()
 	}
@@ -321,7 +321,7 @@ func (c *compChannel) soleQP() *qp {
 		}
 		q.mu.Unlock()
 	}
-	if only == nil || !only.rxLive.Load() {
+	if only == nil || !only.rxRole.live.Load() {
 		return nil
 	}
 	return only
@@ -373,7 +373,7 @@ func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, par
 		}
 		p := c.soleQP()
 		if p != nil && c.driving == nil {
-			if p.rxOwner.CompareAndSwap(rxFree, rxApp) {
+			if p.rxRole.owner.CompareAndSwap(rxFree, rxApp) {
 				c.driving = p
 				c.mu.Unlock()
 				pd, pk := p.drive(c, spin)
@@ -383,8 +383,8 @@ func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, par
 				c.mu.Unlock()
 				continue
 			}
-			if p.rxOwner.Load() == rxBackground {
-				p.want(c)
+			if p.rxRole.owner.Load() == rxBackground {
+				p.rxRole.want(c)
 			}
 		}
 		c.mu.Unlock()
@@ -421,7 +421,7 @@ func (c *compChannel) Close() error {
 	c.ctx.objs.Add(-1)
 	drv := c.driving
 	c.mu.Unlock()
-	if drv != nil && drv.rxParked.Load() {
+	if drv != nil && drv.rxRole.parked.Load() {
 		drv.tr.interrupt()
 	}
 	return nil

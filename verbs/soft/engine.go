@@ -3,6 +3,7 @@ package soft
 import (
 	"errors"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/verbs"
@@ -19,7 +20,7 @@ import (
 // none). So PostSend never blocks, and on the latency path the
 // bytes leave from the caller's goroutine with no hand-off.
 //
-// Receive: whoever holds the receive role (see rxOwner below: the QP's
+// Receive: whoever holds the receive role (see rxRole below: the QP's
 // receiver goroutine, or a goroutine waiting in GetEvent) reads frames,
 // executes requests against registered memory, and generates completions
 // and coalesced ACKs (when it runs out of input, or every ackEvery
@@ -32,9 +33,9 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 	q.tr = tr
 	q.downNotify = down
 	q.attr.DestQPNum = peer.qpn
-	q.ackEvery = max(1, min(16, int(peer.sqDepth)/4))
+	q.rcv.ackEvery = max(1, min(16, int(peer.sqDepth)/4))
 	if h, ok := tr.(interface{ ackEvery(int) int }); ok {
-		q.ackEvery = h.ackEvery(q.ackEvery) // a transport where ACKs are cheap asks for more
+		q.rcv.ackEvery = h.ackEvery(q.rcv.ackEvery) // a transport where ACKs are cheap asks for more
 	}
 	q.running = true
 	q.mu.Unlock()
@@ -53,7 +54,7 @@ func (q *qp) stop() {
 		_ = tr.close()
 	}
 	q.wg.Wait()
-	q.rxTimer.Stop()
+	q.rxRole.timer.Stop()
 	q.mu.Lock()
 	if q.preambleTimer != nil {
 		q.preambleTimer.Stop()
@@ -86,7 +87,7 @@ func (q *qp) kick() {
 			return
 		}
 		tr := q.tr
-		piped := q.batchPiped
+		piped := q.batch.piped
 		q.mu.Unlock()
 		setPipelined(tr, piped)
 		n, err := tr.writev(v, g, false)
@@ -154,7 +155,7 @@ func (q *qp) sender(v [][]byte, g []gateRef) {
 			}
 		}
 		tr := q.tr
-		piped := q.batchPiped // of the batch v came from, or was just built
+		piped := q.batch.piped // of the batch v came from, or was just built
 		q.mu.Unlock()
 		setPipelined(tr, piped)
 		_, err := tr.writev(v, g, true)
@@ -184,218 +185,87 @@ func setPipelined(tr transport, on bool) {
 	}
 }
 
-// ackable is the ACK value the responder may send: every request before it
-// has executed and its READ response (if any) is ahead of it in the stream.
-func (q *qp) ackable() uint32 {
-	if q.respHead != q.respTail {
-		return q.resp[q.respHead%uint32(len(q.resp))].psn
-	}
-	return q.rcvExpected
+// batch is the transmit batch: the frames to write next as iovecs (v),
+// beside each the fence of the region it lies in (vg), their headers
+// encoded in hdrs. Its arrays are reused from batch to batch; the transmit
+// role's holder builds it (buildBatch), with mu held.
+type batch struct {
+	hdrs  [][hdrLen]byte
+	v     [][]byte
+	vg    []gateRef // v[i]'s region's or window's fence, zero for headers and inline data
+	nh    int       // headers used
+	bytes int
+	piped bool // carries a large READ response (pipeliner)
 }
 
-// buildBatch collects the frames to write next into q.iovBuf, and beside
-// each iovec the fence of the region it lies in into q.iovGates: READ
-// responses, a NAK, requests (each carrying the current ACK), a DISC, and
-// a standalone ACK if one is wanted and nothing else carried it. Called
-// with mu held by the transmit role's holder.
+// setFrames sizes the batch: n frame headers and room for their iovecs,
+// each frame with up to sge of them. Called between batches.
+func (b *batch) setFrames(n, sge int) {
+	b.hdrs = make([][hdrLen]byte, n)
+	b.v = make([][]byte, 0, n*(1+sge)+8)
+	b.vg = make([]gateRef, 0, cap(b.v))
+}
+
+// room reports whether the batch takes another frame.
+func (b *batch) room() bool { return b.nh < len(b.hdrs) }
+
+// frame takes the next header slot for a frame, its bytes added to the
+// batch; the caller encodes the header into it (h.encode(b.frame())), so
+// that both inline on the per-frame path.
+func (b *batch) frame() *[hdrLen]byte {
+	hb := &b.hdrs[b.nh]
+	b.nh++
+	b.bytes += hdrLen
+	b.v = append(b.v, hb[:])
+	b.vg = append(b.vg, gateRef{})
+	return hb
+}
+
+// payload adds a frame's payload, p, from the region fence guards.
+func (b *batch) payload(p [][]byte, fences []gateRef, n int) {
+	b.v = append(b.v, p...)
+	b.vg = append(b.vg, fences...)
+	b.bytes += n
+}
+
+// buildBatch collects the frames to write next into q.batch: the
+// responder's READ responses and NAK, the requester's requests (each
+// carrying the current ACK), a DISC, and a standalone ACK if one is wanted
+// and nothing else carried it. It returns the batch's iovecs, their
+// fences and its length. Called with mu held by the transmit role's
+// holder.
 func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	if q.txDead || q.discSent {
 		return nil, nil, 0
 	}
-	v, vg := q.iovBuf[:0], q.iovGates[:0]
-	nh, bytes := 0, 0
-	q.batchPiped = false
-	frame := func(h *header) {
-		h.encode(&q.hdrs[nh])
-		v = append(v, q.hdrs[nh][:])
-		vg = append(vg, gateRef{})
-		nh++
-		bytes += hdrLen
-	}
-	for q.respHead != q.respTail && nh < len(q.hdrs) && bytes < batchBytes {
-		r := &q.resp[q.respHead%uint32(len(q.resp))]
-		frame(&header{typ: frameReadResp, flags: flagAck, psn: r.psn, ack: r.psn, len: uint32(len(r.data))})
-		q.batchPiped = q.batchPiped || len(r.data) >= pipelineMin
-		if len(r.data) > 0 {
-			v = append(v, r.data)
-			vg = append(vg, r.gate)
-			bytes += len(r.data)
-		}
-		r.data, r.gate = nil, gateRef{}
-		q.respHead++
-		q.lastAckSent = r.psn + 1
-	}
-	ack := q.ackable()
-	if q.nakPending && q.respHead == q.respTail && nh < len(q.hdrs) {
-		frame(&header{typ: frameNak, flags: flagAck, psn: q.nakPSN, ack: q.nakPSN, imm: q.nakSyn})
-		q.nakPending = false
-		q.lastAckSent = q.nakPSN
-	}
-	if q.state == verbs.QPSRTS && !q.rnrWait && !q.discWanted {
-		for q.sqSent != q.sqTail && nh < len(q.hdrs) && bytes < batchBytes {
-			s := q.slot(q.sqSent)
-			if len(v)+1+len(s.sg) > cap(v) {
-				break
-			}
-			if s.status != verbs.WCSuccess {
-				q.flush(q.sqSent, s.status, true)
-				break
-			}
-			if s.op == verbs.OpRDMARead && q.readsOut >= max(q.attr.MaxRdAtomic, 1) {
-				break
-			}
-			if s.fenced && q.readsOut > 0 {
-				break // onReadResp kicks the sender when the READs are in
-			}
-			h := header{psn: q.sqSent, ack: ack, flags: flagAck, len: s.length, imm: s.imm}
-			if s.solicited {
-				h.flags |= flagSolicited
-			}
-			switch s.op {
-			case verbs.OpSend:
-				h.typ = frameSend
-			case verbs.OpSendWithImm:
-				h.typ = frameSendImm
-			case verbs.OpRDMAWrite:
-				h.typ = frameWrite
-			case verbs.OpRDMAWriteWithImm:
-				h.typ = frameWriteImm
-			case verbs.OpRDMARead:
-				h.typ = frameReadReq
-				q.readsOut++
-			}
-			if s.op != verbs.OpSend && s.op != verbs.OpSendWithImm {
-				h.rkey, h.raddr = s.rkey, s.raddr
-			}
-			frame(&h)
-			if h.typ != frameReadReq {
-				v = append(v, s.sg...)
-				vg = append(vg, s.gates...)
-				bytes += int(s.length)
-			}
-			q.sqSent++
-			q.lastAckSent = ack
-		}
-	}
-	if q.discWanted && nh < len(q.hdrs) {
-		frame(&header{typ: frameDisc})
+	b := &q.batch
+	b.v, b.vg, b.nh, b.bytes, b.piped = b.v[:0], b.vg[:0], 0, 0, false
+	q.rcv.appendResponses(b)
+	ack := q.rcv.ackable()
+	carried := q.state == verbs.QPSRTS && !q.discWanted && q.snd.appendRequests(b, ack)
+	if q.discWanted && b.room() {
+		h := header{typ: frameDisc}
+		h.encode(b.frame())
 		q.discSent = true
 	}
-	if q.ackWanted && ack != q.lastAckSent && nh < len(q.hdrs) && !q.discSent {
-		frame(&header{typ: frameAck, flags: flagAck, ack: ack})
-		q.lastAckSent = ack
-	}
-	if q.lastAckSent == q.rcvExpected {
-		q.ackWanted = false
-	}
-	if q.preamble != nil && (nh > 0 || q.preambleDue) {
-		v, vg = append(v, nil), append(vg, gateRef{})
-		copy(v[1:], v)
-		copy(vg[1:], vg)
-		v[0], vg[0] = q.preamble, gateRef{}
-		bytes += len(q.preamble)
+	q.rcv.appendAck(b, ack, carried, !q.discSent)
+	if q.preamble != nil && (b.nh > 0 || q.preambleDue) {
+		b.v, b.vg = append(b.v, nil), append(b.vg, gateRef{})
+		copy(b.v[1:], b.v)
+		copy(b.vg[1:], b.vg)
+		b.v[0], b.vg[0] = q.preamble, gateRef{}
+		b.bytes += len(q.preamble)
 		q.preamble = nil
 		q.preambleTimer.Stop()
 	}
-	q.iovBuf, q.iovGates = v[:0], vg[:0]
-	if len(q.hdrs) < maxBatchFrames && (nh == len(q.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
+	v, vg := b.v, b.vg
+	b.v, b.vg = v[:0], vg[:0]
+	if len(b.hdrs) < maxBatchFrames && (b.nh == len(b.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
 		// Full: the next batches may take more. v keeps the arrays it was
 		// built in until it is written.
-		q.setBatchFrames(min(2*len(q.hdrs), maxBatchFrames))
+		b.setFrames(min(2*len(b.hdrs), maxBatchFrames), q.cap.MaxSendSGE)
 	}
-	return v, vg, bytes
-}
-
-// rnrExpired ends an RNR wait: retransmission resumes.
-func (q *qp) rnrExpired() {
-	q.mu.Lock()
-	if q.rnrWait {
-		q.rnrWait = false
-		q.kick()
-	}
-	q.mu.Unlock()
-}
-
-// armWatchdog (re)starts the transport timer. Called with mu held.
-func (q *qp) armWatchdog() {
-	d := ackTimeout(q.attr.Timeout)
-	if d == 0 || q.state != verbs.QPSRTS || q.destroyed {
-		q.wdTimer.Stop()
-		q.wdArmed = false
-		return
-	}
-	q.wdArmed = true
-	q.wdStrikes = 0
-	q.wdLast = q.progress
-	q.wdDue = monotime() + int64(d)
-	q.wdTimer.Reset(d)
-}
-
-// watchdog fires every ack timeout while the QP has work. Sent WRs that
-// see no response for more than (retry count + 1) timeouts, while the
-// transport itself goes unanswered too, complete with RETRY_EXC_ERR: the
-// peer is unreachable, as a NIC concludes after its retransmissions go
-// unacknowledged.
-//
-// Soft's engine is the NIC, and it runs in the peer's process: a peer
-// that is stopped (SIGSTOP, a debugger, a frozen container) or starved
-// answers nothing, though its end of the transport is there. A NIC would
-// go on acknowledging for such a process, so a timeout spent while the
-// transport answers (transport.answering: the peer's kernel acknowledges
-// the TCP stream, or the same-host peer's process is alive) costs no
-// retry: the connection then ends only when the transport does, or by the
-// consumer's heartbeat (rdma.Config.PeerTimeout), as on a NIC. A timer that
-// fires a whole timeout later than asked says that this process was not
-// running (stopped itself, or starved): it is not the peer's silence, so
-// that tick only re-arms, and the receiver has a timeout to catch up with
-// what came meanwhile.
-//
-// As a NIC's transport timer, it runs only while there is something to
-// time: a QP with nothing posted stops it until the next post (PostSend
-// arms it), so that an idle QP costs no wake-ups (each is a goroutine, and
-// a server holds thousands of idle QPs). If a burst grew the QP's queues,
-// the timer first runs on until the QP has been quiet for a whole timeout
-// (no progress), and then gives them back (trimIdle).
-func (q *qp) watchdog() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.wdArmed || q.state != verbs.QPSRTS || q.destroyed {
-		return
-	}
-	d := ackTimeout(q.attr.Timeout)
-	now := monotime()
-	late := now-q.wdDue > int64(d)
-	// Sent and unanswered, or, on a QP still looking for its peer
-	// (manual.go), posted and not sent: either way the peer is silent.
-	outstanding := q.sqHead != q.sqSent || q.manual && q.tr == nil && q.sqHead != q.sqTail
-	if q.sqHead == q.sqTail && (q.progress == q.wdLast || !q.grown()) {
-		q.trimIdle()
-		q.wdArmed = false
-		return
-	}
-	if outstanding && q.progress == q.wdLast {
-		switch {
-		case late:
-			counters.lateTimers.Add(1)
-		case q.tr != nil && q.tr.answering():
-			q.wdStrikes = 0
-			counters.peerStalls.Add(1)
-		default:
-			q.wdStrikes++
-			counters.ackTimeouts.Add(1)
-			if q.wdStrikes > q.attr.RetryCnt {
-				q.wdArmed = false
-				counters.retryExc.Add(1)
-				q.flush(q.sqHead, verbs.WCRetryExcErr, true)
-				return
-			}
-		}
-	} else {
-		q.wdStrikes = 0
-	}
-	q.wdLast = q.progress
-	q.wdDue = now + int64(d)
-	q.wdTimer.Reset(d)
+	return v, vg, b.bytes
 }
 
 var errProtocol = errors.New("soft: peer broke the frame protocol")
@@ -425,11 +295,34 @@ type rxState struct {
 	drv     *compChannel // the channel whose waiter holds the role
 }
 
+// rxRole is who holds the receive role, and the hand-over between the
+// background receiver and GetEvent waiters. Its fields are atomics, or
+// made once (init), so that they are read without mu.
+type rxRole struct {
+	owner  atomic.Int32                // rxFree, rxBackground or rxApp
+	wanted atomic.Bool                 // a waiter asked the background for the role (want)
+	wanter atomic.Pointer[compChannel] // whose waiter asked
+	parked atomic.Bool                 // the holder is blocked reading, between frames
+	live   atomic.Bool                 // the receiver runs
+	ended  atomic.Bool                 // the stream ended (rxEnd)
+	wake   chan struct{}               // wakes the background receiver
+	timer  *time.Timer                 // the handback timer (armHandback)
+	armed  atomic.Bool                 // timer is running
+	freeAt atomic.Int64                // monotime when a waiter last let go of the role
+}
+
+// init makes the role's channel and its stopped timer.
+func (r *rxRole) init() {
+	r.wake = make(chan struct{}, 1)
+	r.timer = time.NewTimer(time.Hour)
+	r.timer.Stop()
+}
+
 // startReceiver starts the background receiver; pre (the handshake's last
 // step) runs first.
 func (q *qp) startReceiver(pre func() error) {
-	q.rxOwner.Store(rxBackground)
-	q.rxLive.Store(true)
+	q.rxRole.owner.Store(rxBackground)
+	q.rxRole.live.Store(true)
 	q.tr.setIdle(q.rxIdle)
 	q.wg.Add(1)
 	go q.receiver(pre)
@@ -451,31 +344,31 @@ func (q *qp) receiver(pre func() error) {
 		}
 		// A waiter wants the role: hand it over and tell it. Should it not
 		// take the role after all, the handback timer brings us back.
-		q.rxWant.Store(false)
-		q.rxFreeAt.Store(monotime())
-		q.rxOwner.Store(rxFree)
-		q.armHandback(rxHandback)
-		if c := q.rxWanter.Swap(nil); c != nil {
+		q.rxRole.wanted.Store(false)
+		q.rxRole.freeAt.Store(monotime())
+		q.rxRole.owner.Store(rxFree)
+		q.rxRole.armHandback(rxHandback)
+		if c := q.rxRole.wanter.Swap(nil); c != nil {
 			c.kick()
 		}
 		for {
 			select {
-			case <-q.rxWake:
-			case <-q.rxTimer.C:
-				q.rxArmed.Store(false)
+			case <-q.rxRole.wake:
+			case <-q.rxRole.timer.C:
+				q.rxRole.armed.Store(false)
 				// Take over only once the role has been free for
 				// rxHandback: a waiter that keeps coming back keeps it.
-				if idle := monotime() - q.rxFreeAt.Load(); idle < int64(rxHandback) && q.rxOwner.Load() == rxFree {
-					q.armHandback(time.Duration(int64(rxHandback) - idle))
+				if idle := monotime() - q.rxRole.freeAt.Load(); idle < int64(rxHandback) && q.rxRole.owner.Load() == rxFree {
+					q.rxRole.armHandback(time.Duration(int64(rxHandback) - idle))
 					continue
 				}
 			case <-q.done:
 				return
 			}
-			if q.rxEnded.Load() {
+			if q.rxRole.ended.Load() {
 				return
 			}
-			if q.rxOwner.CompareAndSwap(rxFree, rxBackground) {
+			if q.rxRole.owner.CompareAndSwap(rxFree, rxBackground) {
 				break
 			}
 		}
@@ -492,28 +385,28 @@ func (q *qp) drive(c *compChannel, spin time.Duration) (polled, parked time.Dura
 	_ = q.rxLoop(c)
 	polled, parked = q.tr.setSpin(0)
 	q.rx.drv = nil
-	q.rxFreeAt.Store(monotime())
-	q.rxOwner.Store(rxFree)
-	if q.rxEnded.Load() {
+	q.rxRole.freeAt.Store(monotime())
+	q.rxRole.owner.Store(rxFree)
+	if q.rxRole.ended.Load() {
 		return polled, parked
 	}
-	if q.rxWant.Load() {
+	if q.rxRole.wanted.Load() {
 		// Another channel's waiter asked meanwhile.
-		if w := q.rxWanter.Swap(nil); w != nil {
-			q.rxWant.Store(false)
+		if w := q.rxRole.wanter.Swap(nil); w != nil {
+			q.rxRole.wanted.Store(false)
 			w.kick()
 		}
 	}
-	q.armHandback(rxHandback)
+	q.rxRole.armHandback(rxHandback)
 	return polled, parked
 }
 
 // armHandback makes sure the background receiver looks again within d.
 // The timer is left running rather than stopped and reset on every wait,
 // which would cost the latency path a timer update each time.
-func (q *qp) armHandback(d time.Duration) {
-	if !q.rxArmed.Swap(true) {
-		q.rxTimer.Reset(d)
+func (r *rxRole) armHandback(d time.Duration) {
+	if !r.armed.Swap(true) {
+		r.timer.Reset(d)
 	}
 }
 
@@ -526,9 +419,9 @@ func monotime() int64 { return int64(time.Since(procStart)) }
 // does so the next time it runs out of input; until then it delivers
 // events through the channel as usual. Interrupting a parked receiver
 // instead would cost two wake-ups where waiting costs at most one.
-func (q *qp) want(c *compChannel) {
-	q.rxWanter.Store(c)
-	q.rxWant.Store(true)
+func (r *rxRole) want(c *compChannel) {
+	r.wanter.Store(c)
+	r.wanted.Store(true)
 }
 
 // rxIdle runs when the role holder is about to block for input: flush a
@@ -543,18 +436,17 @@ func (q *qp) rxIdle(boundary bool) bool {
 		// from the same goroutine, next) carries the ACK.
 		r.owed = 0
 		q.mu.Lock()
-		if q.lastAckSent != q.ackable() {
-			q.ackWanted = true
-			q.kick()
+		if q.rcv.lastAckSent != q.rcv.ackable() {
+			q.rcv.wantAck()
 		}
 		q.mu.Unlock()
 	}
 	if !boundary {
 		return false
 	}
-	q.rxParked.Store(true)
+	q.rxRole.parked.Store(true)
 	if q.rxStop() {
-		q.rxParked.Store(false)
+		q.rxRole.parked.Store(false)
 		return true
 	}
 	return false
@@ -565,7 +457,7 @@ func (q *qp) rxStop() bool {
 	if c := q.rx.drv; c != nil {
 		return c.nEvents.Load() > 0 || c.isDead() || c.expired.Load()
 	}
-	return q.rxWant.Load()
+	return q.rxRole.wanted.Load()
 }
 
 // rxLoop reads and executes frames until it should stop (errInterrupted
@@ -579,7 +471,7 @@ func (q *qp) rxLoop(c *compChannel) error {
 			return errInterrupted
 		}
 		err := q.rxFrame()
-		q.rxParked.Store(false)
+		q.rxRole.parked.Store(false)
 		if err == errInterrupted {
 			continue
 		}
@@ -599,8 +491,8 @@ func (q *qp) rxLoop(c *compChannel) error {
 // rxEnd tears the engine down once the stream ended. Called by the role
 // holder.
 func (q *qp) rxEnd(err error) {
-	q.rxLive.Store(false)
-	q.rxEnded.Store(true)
+	q.rxRole.live.Store(false)
+	q.rxRole.ended.Store(true)
 	q.mu.Lock()
 	q.flush(0, 0, false)
 	q.txDead = true
@@ -608,7 +500,7 @@ func (q *qp) rxEnd(err error) {
 	q.downNotify = nil
 	q.mu.Unlock()
 	select {
-	case q.rxWake <- struct{}{}:
+	case q.rxRole.wake <- struct{}{}:
 	default:
 	}
 	if down != nil {
@@ -626,11 +518,11 @@ type scratch struct {
 	n     int
 }
 
-// readInto reads the next total payload bytes into the scratch list's
-// slices, in order. fenced reports that one of their regions was
+// readFrom reads the next total payload bytes from tr into the scratch
+// list's slices, in order. fenced reports that one of their regions was
 // deregistered meanwhile (fence.go): the bytes from there on were skipped,
 // and nothing after the Dereg landed in it.
-func (q *qp) readInto(sc *scratch, total int) (fenced bool, err error) {
+func (sc *scratch) readFrom(tr transport, total int) (fenced bool, err error) {
 	defer func() {
 		clear(sc.sg[:sc.n])
 		clear(sc.gates[:sc.n])
@@ -641,10 +533,10 @@ func (q *qp) readInto(sc *scratch, total int) (fenced bool, err error) {
 		if len(b) > left {
 			b = b[:left]
 		}
-		err := q.tr.readPayload(b, sc.gates[i])
+		err := tr.readPayload(b, sc.gates[i])
 		left -= len(b)
 		if err == errFenced {
-			return true, q.tr.discard(left)
+			return true, tr.discard(left)
 		}
 		if err != nil {
 			return false, err
@@ -658,7 +550,7 @@ func (q *qp) rxFrame() error {
 	r := &q.rx
 	tr := q.tr
 	err := tr.readHeader(&r.hb)
-	q.rxParked.Store(false) // from here on, events we post need no interrupt
+	q.rxRole.parked.Store(false) // from here on, events we post need no interrupt
 	if err != nil {
 		return err
 	}
@@ -670,16 +562,16 @@ func (q *qp) rxFrame() error {
 		return tr.discard(h.payloadLen())
 	}
 	if h.flags&flagAck != 0 && h.typ != frameNak {
-		if err := q.onAck(h.ack); err != nil {
+		if err := q.snd.onAck(h.ack); err != nil {
 			return err
 		}
 	}
 	switch h.typ {
 	case frameAck:
 	case frameNak:
-		return q.onNak(h)
+		return q.snd.onNak(h)
 	case frameReadResp:
-		return q.onReadResp(h, &r.sc)
+		return q.snd.onReadResp(h, &r.sc)
 	case frameDisc:
 		r.gotDisc = true
 		q.mu.Lock()
@@ -690,317 +582,21 @@ func (q *qp) rxFrame() error {
 		}
 		q.mu.Unlock()
 	default:
-		executed, err := q.onRequest(h, &r.sc)
+		executed, err := q.rcv.onRequest(h, &r.sc)
 		if err != nil {
 			return err
 		}
 		if executed {
 			r.owed++
-			if r.owed >= q.ackEvery {
+			if r.owed >= q.rcv.ackEvery {
 				q.mu.Lock()
-				q.ackWanted = true
-				q.kick()
+				q.rcv.wantAck()
 				q.mu.Unlock()
 				r.owed = 0
 			}
 		}
 	}
 	return nil
-}
-
-// onAck completes send WRs the peer has acknowledged.
-func (q *qp) onAck(a uint32) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.state == verbs.QPSErr || q.state == verbs.QPSReset || a == q.sqHead {
-		return nil
-	}
-	if seqLT(a, q.sqHead) || seqLT(q.sqSent, a) {
-		return errProtocol
-	}
-	q.progress++
-	q.completeTo(a)
-	if q.sqSent != q.sqTail {
-		q.kick() // a READ slot may have freed up
-	}
-	return nil
-}
-
-func (q *qp) onNak(h *header) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.state == verbs.QPSErr || q.state == verbs.QPSReset {
-		return nil
-	}
-	p := h.psn
-	if seqLT(p, q.sqHead) || !seqLT(p, q.sqSent) {
-		return errProtocol
-	}
-	q.progress++
-	q.completeTo(p)
-	if q.state == verbs.QPSErr {
-		return nil
-	}
-	switch h.imm &^ 0xff {
-	case nakRNR:
-		counters.rnrRecv.Add(1)
-		s := q.slot(p)
-		s.rnr++
-		if q.attr.RNRRetry != 7 && s.rnr > q.attr.RNRRetry {
-			counters.rnrRetryExc.Add(1)
-			q.flush(p, verbs.WCRNRRetryExcErr, true)
-			return nil
-		}
-		// Go back to p: the responder drops everything after it until p
-		// comes again.
-		for i := p; i != q.sqSent; i++ {
-			if q.slot(i).op == verbs.OpRDMARead {
-				q.readsOut--
-			}
-		}
-		counters.retransmits.Add(uint64(q.sqSent - p))
-		q.sqSent = p
-		q.rnrWait = true
-		q.rnrTimer.Reset(rnrDelay(h.imm & 0xff))
-	case nakRemAccess:
-		q.flush(p, verbs.WCRemAccessErr, true)
-	case nakInvReq:
-		q.flush(p, verbs.WCRemInvReqErr, true)
-	default:
-		q.flush(p, verbs.WCRemOpErr, true)
-	}
-	return nil
-}
-
-func (q *qp) onReadResp(h *header, sc *scratch) error {
-	q.mu.Lock()
-	p := h.psn
-	if q.state == verbs.QPSErr || q.state == verbs.QPSReset {
-		q.mu.Unlock()
-		return q.tr.discard(int(h.len))
-	}
-	if seqLT(p, q.sqHead) || !seqLT(p, q.sqSent) {
-		q.mu.Unlock()
-		return errProtocol
-	}
-	s := q.slot(p)
-	if s.op != verbs.OpRDMARead || s.length != h.len {
-		q.mu.Unlock()
-		return errProtocol
-	}
-	sc.n = copy(sc.sg, s.sg)
-	copy(sc.gates, s.gates)
-	q.mu.Unlock()
-	fenced, err := q.readInto(sc, int(h.len))
-	if err != nil {
-		return err
-	}
-	q.mu.Lock()
-	if fenced {
-		// The READ's own buffer was deregistered while the response came
-		// in: it fails, as a NIC's does, and the QP goes to ERR.
-		if q.state != verbs.QPSErr && q.state != verbs.QPSReset && !seqLT(p, q.sqHead) {
-			q.progress++
-			q.completeTo(p)
-			q.flush(p, verbs.WCLocProtErr, true)
-		}
-		q.mu.Unlock()
-		return nil
-	}
-	if q.state != verbs.QPSErr && q.state != verbs.QPSReset && !seqLT(p, q.sqHead) {
-		q.progress++
-		q.completeTo(p + 1)
-		if q.sqSent != q.sqTail {
-			q.kick()
-		}
-	}
-	q.mu.Unlock()
-	return nil
-}
-
-// nak queues a NAK for the request at the responder's expected PSN. Called
-// with mu held.
-func (q *qp) nak(syn uint32) {
-	q.nakPending = true
-	q.nakPSN = q.rcvExpected
-	q.nakSyn = syn
-	q.kick()
-}
-
-// onRequest executes one request frame as the responder. It reports
-// whether the request executed (and needs an ACK).
-func (q *qp) onRequest(h *header, sc *scratch) (executed bool, err error) {
-	q.mu.Lock()
-	st := q.state
-	if st != verbs.QPSRTR && st != verbs.QPSRTS && st != verbs.QPSSQD {
-		// A QP in ERR or RESET drops requests unanswered, as hardware does.
-		q.mu.Unlock()
-		return false, q.tr.discard(h.payloadLen())
-	}
-	if h.psn != q.rcvExpected {
-		if q.rnrDiscard || seqLT(h.psn, q.rcvExpected) {
-			q.mu.Unlock()
-			return false, q.tr.discard(h.payloadLen())
-		}
-		q.mu.Unlock()
-		return false, errProtocol
-	}
-	q.rnrDiscard = false
-	needRecv := h.typ == frameSend || h.typ == frameSendImm || h.typ == frameWriteImm
-	if needRecv && q.rqHead == q.rqTail {
-		q.rnrDiscard = true
-		counters.rnrSent.Add(1)
-		q.nak(nakRNR | uint32(q.attr.MinRNRTimer&0xff))
-		q.mu.Unlock()
-		return false, q.tr.discard(h.payloadLen())
-	}
-	var dst []byte    // WRITE / READ target
-	var fence gateRef // its region's or window's, as admitted now
-	if h.typ == frameWrite || h.typ == frameWriteImm || h.typ == frameReadReq {
-		need := verbs.AccessRemoteWrite
-		if h.typ == frameReadReq {
-			need = verbs.AccessRemoteRead
-		}
-		if q.qpAccess&need == 0 {
-			// An operation the QP does not allow (its access flags),
-			// whatever the MR allows: an invalid request, as rxe and
-			// hardware answer it, and the responder's QP goes to ERR.
-			q.flush(0, 0, false)
-			q.nak(nakInvReq)
-			q.mu.Unlock()
-			return false, q.tr.discard(h.payloadLen())
-		}
-		if h.len > 0 {
-			// A window's rkey (mw.go) serves the QP it was bound on.
-			var ok bool
-			dst, fence, ok = q.pd.remote(q, h.rkey, h.raddr, h.len, need)
-			if !ok {
-				// Class C error: NAK the requester, and the responder's
-				// QP goes to ERR too.
-				// ERR first: the NAK may leave (and the requester see
-				// it) before nak returns, which releases mu to write.
-				q.flush(0, 0, false)
-				q.nak(nakRemAccess)
-				q.mu.Unlock()
-				return false, q.tr.discard(h.payloadLen())
-			}
-		}
-	}
-	switch h.typ {
-	case frameReadReq:
-		if q.respTail-q.respHead >= uint32(max(q.attr.MaxDestRdAtomic, 1)) {
-			q.flush(0, 0, false)
-			q.nak(nakInvReq)
-			q.mu.Unlock()
-			return false, nil
-		}
-		if q.respTail-q.respHead == uint32(len(q.resp)) {
-			q.growResp()
-		}
-		q.resp[q.respTail&uint32(len(q.resp)-1)] = readResp{psn: h.psn, data: dst, gate: fence}
-		q.respTail++
-		q.rcvExpected++
-		q.kick()
-		q.mu.Unlock()
-		return true, nil
-	case frameWrite:
-		q.mu.Unlock()
-		err := q.tr.readPayload(dst, fence)
-		if err == errFenced {
-			q.mu.Lock()
-			q.accessCut()
-			q.mu.Unlock()
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		q.mu.Lock()
-		q.rcvExpected++
-		q.mu.Unlock()
-		return true, nil
-	}
-	// SEND, SEND_WITH_IMM, WRITE_WITH_IMM: consume a receive.
-	r := q.recvAt(q.rqHead)
-	wc := verbs.WC{WRID: r.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: h.len, QPNum: q.num}
-	if h.typ != frameSend {
-		wc.Flags = verbs.WCWithImm
-		wc.Imm = h.imm
-	}
-	if h.typ == frameWriteImm {
-		wc.Opcode = verbs.WCRecvRDMAWithImm
-	} else {
-		var bad verbs.WCStatus
-		var syn uint32
-		switch {
-		case r.status != verbs.WCSuccess:
-			bad, syn = r.status, nakRemOp
-		case uint64(h.len) > r.length:
-			bad, syn = verbs.WCLocLenErr, nakInvReq
-		}
-		if bad != verbs.WCSuccess {
-			q.popRecv()
-			wc.Status = bad
-			q.rcq.push(&wc, false)
-			q.flush(0, 0, false)
-			q.nak(syn)
-			q.mu.Unlock()
-			return false, q.tr.discard(h.payloadLen())
-		}
-		sc.n = copy(sc.sg, r.sg)
-		copy(sc.gates, r.gates)
-	}
-	q.popRecv()
-	q.mu.Unlock()
-	var fenced bool
-	if h.typ == frameWriteImm {
-		if err = q.tr.readPayload(dst, fence); err == errFenced {
-			fenced, err = true, nil
-		}
-	} else {
-		fenced, err = q.readInto(sc, int(h.len))
-	}
-	if err != nil {
-		return false, err
-	}
-	q.mu.Lock()
-	if fenced {
-		// The target region went away while the payload came in: for a
-		// WRITE WITH IMMEDIATE its memory (a remote access error, as when
-		// the rkey is gone), for a SEND the receive WR's buffer (a local
-		// protection error here, a remote operational error there).
-		wc.Status = verbs.WCWRFlushErr
-		syn := uint32(nakRemAccess)
-		if h.typ != frameWriteImm {
-			wc.Status, syn = verbs.WCLocProtErr, nakRemOp
-		}
-		if q.state != verbs.QPSErr && q.state != verbs.QPSReset {
-			q.rcq.push(&wc, false)
-			q.flush(0, 0, false)
-			q.nak(syn)
-		}
-		q.mu.Unlock()
-		return false, nil
-	}
-	q.rcvExpected++
-	if q.state != verbs.QPSErr && q.state != verbs.QPSReset {
-		if !q.rcq.push(&wc, h.flags&flagSolicited != 0) {
-			q.flush(0, 0, false)
-		}
-	}
-	q.mu.Unlock()
-	return true, nil
-}
-
-// accessCut fails the request whose target region was deregistered while
-// its payload came in (the rest was skipped): a remote access error, as
-// when the rkey is no longer there. Called with mu held.
-func (q *qp) accessCut() {
-	if q.state == verbs.QPSErr || q.state == verbs.QPSReset {
-		return
-	}
-	q.flush(0, 0, false)
-	q.nak(nakRemAccess)
 }
 
 // disconnect starts an orderly teardown: the QP flushes, a DISC goes to

@@ -264,7 +264,7 @@ func TestFenceReadInFlight(t *testing.T) {
 		require.Eventually(t, func() bool {
 			e.q.mu.Lock()
 			defer e.q.mu.Unlock()
-			return e.q.respHead == e.q.respTail && e.q.txBusy
+			return e.q.rcv.respHead == e.q.rcv.respTail && e.q.txBusy
 		}, 10*time.Second, time.Millisecond)
 		e.dereg(t)
 		_, err := e.frames(t, 0)
@@ -300,7 +300,7 @@ func TestFenceLocalBuffersInFlight(t *testing.T) {
 			require.Eventually(t, func() bool {
 				e.q.mu.Lock()
 				defer e.q.mu.Unlock()
-				return e.q.sqSent == e.q.sqTail && e.q.txBusy
+				return e.q.snd.sqSent == e.q.snd.sqTail && e.q.txBusy
 			}, 10*time.Second, time.Millisecond)
 			e.dereg(t)
 			_, err := e.frames(t, 0)

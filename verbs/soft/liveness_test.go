@@ -34,23 +34,23 @@ func TestWatchdogSpendsRetriesOnlyOnSilentTransport(t *testing.T) {
 		SG: []verbs.SGE{verbs.SGEOf(m, buf[:8])}}}))
 	stub := &stubTransport{alive: true}
 	q.mu.Lock()
-	q.sqSent = q.sqTail // sent, unanswered
+	q.snd.sqSent = q.snd.sqTail // sent, unanswered
 	q.tr = stub
 	q.mu.Unlock()
 	t.Cleanup(func() {
 		q.mu.Lock()
-		q.wdTimer.Stop()
+		q.snd.wdTimer.Stop()
 		q.tr = nil
 		q.mu.Unlock()
 	})
 	expire := func(late bool) {
 		q.mu.Lock()
-		q.wdDue = monotime()
+		q.snd.wdDue = monotime()
 		if late {
-			q.wdDue -= 2 * int64(ackTimeout(q.attr.Timeout))
+			q.snd.wdDue -= 2 * int64(ackTimeout(q.attr.Timeout))
 		}
 		q.mu.Unlock()
-		q.watchdog()
+		q.snd.watchdog()
 	}
 	before := ReadCounters()
 	for i := 0; i < 10; i++ {

@@ -139,6 +139,6 @@ func awaitResponseStuck(t *testing.T, e *fenceEnds) {
 	require.Eventually(t, func() bool {
 		e.q.mu.Lock()
 		defer e.q.mu.Unlock()
-		return e.q.respHead == e.q.respTail && e.q.txBusy
+		return e.q.rcv.respHead == e.q.rcv.respTail && e.q.txBusy
 	}, 10*time.Second, time.Millisecond)
 }

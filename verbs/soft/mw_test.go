@@ -36,12 +36,12 @@ func bindOf(w *mw, m *mr, off, n int, access verbs.Access) *verbs.MWBind {
 // (which the transmitter stops at), as the peer's ACK would.
 func acked(q *qp) {
 	q.mu.Lock()
-	a := q.sqHead
-	for a != q.sqTail && q.slot(a).status == verbs.WCSuccess {
+	a := q.snd.sqHead
+	for a != q.snd.sqTail && q.snd.slot(a).status == verbs.WCSuccess {
 		a++
 	}
-	q.sqSent = a
-	q.completeTo(a)
+	q.snd.sqSent = a
+	q.snd.completeTo(a)
 	q.mu.Unlock()
 }
 
@@ -129,8 +129,8 @@ func TestMWCompletesInOrder(t *testing.T) {
 	// The invalidation of an rkey not bound waits in the send queue, to
 	// fail when the transmitter reaches it.
 	q.mu.Lock()
-	assert.Equal(t, 1, int(q.sqTail-q.sqHead))
-	assert.Equal(t, verbs.WCLocQPOpErr, q.slot(q.sqHead).status)
+	assert.Equal(t, 1, int(q.snd.sqTail-q.snd.sqHead))
+	assert.Equal(t, verbs.WCLocQPOpErr, q.snd.slot(q.snd.sqHead).status)
 	q.mu.Unlock()
 
 	// Behind a WR that fails, binds are flushed, not executed.

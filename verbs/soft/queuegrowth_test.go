@@ -57,13 +57,13 @@ func pollAll(t *testing.T, c *cq) []verbs.WC {
 // depth and no further, every WR completing in order with its id and SGE.
 func TestQPSendQueueGrowsWithLoad(t *testing.T) {
 	q, c, m, buf := growthQP(t)
-	assert.Len(t, q.sq, sqStartSlots, "an idle QP's send slots")
-	assert.Nil(t, q.resp, "no READ response slots before a READ")
-	assert.Len(t, q.hdrs, batchStartFrames)
+	assert.Len(t, q.snd.sq, sqStartSlots, "an idle QP's send slots")
+	assert.Nil(t, q.rcv.resp, "no READ response slots before a READ")
+	assert.Len(t, q.batch.hdrs, batchStartFrames)
 
 	// Start just before the PSN wraps, so that growth moves a wrapped ring.
 	start := ^uint32(0) - 22
-	q.sqHead, q.sqSent, q.sqTail = start, start, start
+	q.snd.sqHead, q.snd.sqSent, q.snd.sqTail = start, start, start
 	wrs := make([]verbs.SendWR, 129)
 	for i := range wrs {
 		wrs[i] = verbs.SendWR{WRID: uint64(1000 + i), Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
@@ -72,25 +72,25 @@ func TestQPSendQueueGrowsWithLoad(t *testing.T) {
 	// Complete a few first: the ring's live part no longer starts at 0.
 	require.NoError(t, q.PostSend(wrs[:5]))
 	q.mu.Lock()
-	q.sqSent = q.sqTail
-	q.completeTo(start + 5)
+	q.snd.sqSent = q.snd.sqTail
+	q.snd.completeTo(start + 5)
 	q.mu.Unlock()
 	require.Len(t, pollAll(t, c), 5)
 	start += 5
 	require.NoError(t, q.PostSend(wrs))
-	assert.Equal(t, ringSize(129), len(q.sq), "grown to hold the QP's depth")
+	assert.Equal(t, ringSize(129), len(q.snd.sq), "grown to hold the QP's depth")
 	err := q.PostSend(wrs[:1])
 	require.ErrorIs(t, err, errPostFull, "MaxSendWR is still the limit")
 	for i := range wrs {
-		s := q.slot(start + uint32(i))
+		s := q.snd.slot(start + uint32(i))
 		require.Equal(t, wrs[i].WRID, s.wrid)
 		require.Len(t, s.sg, 1)
 		require.Equal(t, verbs.AddrOf(s.sg[0]), wrs[i].SG[0].Addr, "WR %d names its own bytes", i)
 		require.Equal(t, int(wrs[i].SG[0].Length), len(s.sg[0]))
 	}
 	q.mu.Lock()
-	q.sqSent = q.sqTail
-	q.completeTo(q.sqTail)
+	q.snd.sqSent = q.snd.sqTail
+	q.snd.completeTo(q.snd.sqTail)
 	q.mu.Unlock()
 	got := pollAll(t, c)
 	require.Len(t, got, len(wrs))
@@ -107,8 +107,8 @@ func TestQPSendQueueGrowsWithLoad(t *testing.T) {
 			panic(err)
 		}
 		q.mu.Lock()
-		q.sqSent = q.sqTail
-		q.completeTo(q.sqTail)
+		q.snd.sqSent = q.snd.sqTail
+		q.snd.completeTo(q.snd.sqTail)
 		q.mu.Unlock()
 		if n, err := c.Poll(wc); err != nil || n != len(wrs) {
 			panic(err)
@@ -127,13 +127,13 @@ func TestQPReceiveRunsAndGrowth(t *testing.T) {
 		alike[i].WRID = 1 << 63
 	}
 	require.NoError(t, q.PostRecv(alike))
-	assert.Len(t, q.rq, rqStartSlots, "alike receives share a slot")
-	assert.Equal(t, uint32(1), q.rqTail-q.rqHead)
+	assert.Len(t, q.rcv.rq, rqStartSlots, "alike receives share a slot")
+	assert.Equal(t, uint32(1), q.rcv.rqTail-q.rcv.rqHead)
 
 	// Consume a few as requests would.
 	q.mu.Lock()
 	for range 3 {
-		q.popRecv()
+		q.rcv.popRecv()
 	}
 	q.mu.Unlock()
 
@@ -144,8 +144,8 @@ func TestQPReceiveRunsAndGrowth(t *testing.T) {
 	distinct[0].SG = nil // no SGE, but not alike the run before it: another id
 	require.NoError(t, q.PostRecv(distinct))
 	require.NoError(t, q.PostRecv(alike[:3])) // a new run after the distinct ones
-	assert.Equal(t, 128, q.rqWRs)
-	assert.Greater(t, len(q.rq), rqStartSlots, "distinct receives grew the ring")
+	assert.Equal(t, 128, q.rcv.rqWRs)
+	assert.Greater(t, len(q.rcv.rq), rqStartSlots, "distinct receives grew the ring")
 	err := q.PostRecv(alike[:1])
 	require.ErrorIs(t, err, errRecvFull, "MaxRecvWR is still the limit")
 
@@ -162,7 +162,7 @@ func TestQPReceiveRunsAndGrowth(t *testing.T) {
 		assert.Equal(t, want, wc.WRID, "completion %d", i)
 		assert.Equal(t, verbs.WCWRFlushErr, wc.Status)
 	}
-	assert.Zero(t, q.rqWRs)
+	assert.Zero(t, q.rcv.rqWRs)
 
 	// Grown, the queue takes and gives back its WRs without allocating.
 	q.state = verbs.QPSRTS
@@ -175,7 +175,7 @@ func TestQPReceiveRunsAndGrowth(t *testing.T) {
 		}
 		q.mu.Lock()
 		for range len(distinct) + 3 {
-			q.popRecv()
+			q.rcv.popRecv()
 		}
 		q.mu.Unlock()
 	})
@@ -187,12 +187,12 @@ func TestQPReceiveRunsAndGrowth(t *testing.T) {
 // leaving in order; the transmit batch grows when batches fill.
 func TestQPReadResponsesGrow(t *testing.T) {
 	q, _, m, _ := growthQP(t)
-	assert.Nil(t, q.resp)
-	q.respHead, q.respTail = ^uint32(0)-2, ^uint32(0)-2
+	assert.Nil(t, q.rcv.resp)
+	q.rcv.respHead, q.rcv.respTail = ^uint32(0)-2, ^uint32(0)-2
 	var sc scratch
 	read := func(i int) (bool, error) {
-		h := header{typ: frameReadReq, psn: q.rcvExpected, len: uint32(8 + i), rkey: m.RKey(), raddr: m.Addr()}
-		return q.onRequest(&h, &sc)
+		h := header{typ: frameReadReq, psn: q.rcv.rcvExpected, len: uint32(8 + i), rkey: m.RKey(), raddr: m.Addr()}
+		return q.rcv.onRequest(&h, &sc)
 	}
 	limit := q.attr.MaxDestRdAtomic
 	for i := range limit {
@@ -200,12 +200,12 @@ func TestQPReadResponsesGrow(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, "READ %d executed", i)
 	}
-	assert.Len(t, q.resp, ringSize(limit))
+	assert.Len(t, q.rcv.resp, ringSize(limit))
 
 	q.mu.Lock()
 	var got []header
 	for len(got) < limit {
-		frames := len(q.hdrs)
+		frames := len(q.batch.hdrs)
 		v, _, _ := q.buildBatch()
 		require.NotEmpty(t, v)
 		for i := 0; i < len(v); i++ {
@@ -219,7 +219,7 @@ func TestQPReadResponsesGrow(t *testing.T) {
 			}
 		}
 		if len(got) < limit {
-			assert.Equal(t, 2*frames, len(q.hdrs), "a full batch doubles the next")
+			assert.Equal(t, 2*frames, len(q.batch.hdrs), "a full batch doubles the next")
 		}
 	}
 	q.mu.Unlock()
@@ -230,7 +230,7 @@ func TestQPReadResponsesGrow(t *testing.T) {
 	}
 
 	// One READ beyond the responder's limit is an invalid request.
-	q.respTail += uint32(limit)
+	q.rcv.respTail += uint32(limit)
 	ok, err := read(0)
 	require.NoError(t, err)
 	assert.False(t, ok)
@@ -249,43 +249,43 @@ func TestQPTrimsWhenQuiet(t *testing.T) {
 	}
 	require.NoError(t, q.PostSend(wrs))
 	var sc scratch
-	ok, err := q.onRequest(&header{typ: frameReadReq, psn: q.rcvExpected, len: 8, rkey: m.RKey(), raddr: m.Addr()}, &sc)
+	ok, err := q.rcv.onRequest(&header{typ: frameReadReq, psn: q.rcv.rcvExpected, len: 8, rkey: m.RKey(), raddr: m.Addr()}, &sc)
 	require.NoError(t, err)
 	require.True(t, ok)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.buildBatch() // sends the READ response
-	q.setBatchFrames(maxBatchFrames)
-	require.Greater(t, len(q.sq), sqStartSlots)
-	require.NotNil(t, q.resp)
+	q.batch.setFrames(maxBatchFrames, q.cap.MaxSendSGE)
+	require.Greater(t, len(q.snd.sq), sqStartSlots)
+	require.NotNil(t, q.rcv.resp)
 	watchdog := func() {
-		q.wdArmed, q.wdLast = true, q.progress
+		q.snd.wdArmed, q.snd.wdLast = true, q.snd.progress
 		q.mu.Unlock()
-		q.watchdog()
+		q.snd.watchdog()
 		q.mu.Lock()
 	}
 
 	// WRs posted: nothing is trimmed.
 	watchdog()
-	assert.Greater(t, len(q.sq), sqStartSlots, "WRs posted: the send queue stays")
-	q.sqSent = q.sqTail
-	q.completeTo(q.sqTail)
+	assert.Greater(t, len(q.snd.sq), sqStartSlots, "WRs posted: the send queue stays")
+	q.snd.sqSent = q.snd.sqTail
+	q.snd.completeTo(q.snd.sqTail)
 	// Progress (an ACK) since the last tick: nothing is trimmed.
-	q.wdArmed, q.wdLast = true, q.progress-1
+	q.snd.wdArmed, q.snd.wdLast = true, q.snd.progress-1
 	q.mu.Unlock()
-	q.watchdog()
+	q.snd.watchdog()
 	q.mu.Lock()
-	assert.Greater(t, len(q.sq), sqStartSlots, "an ACK in the last period: the send queue stays")
+	assert.Greater(t, len(q.snd.sq), sqStartSlots, "an ACK in the last period: the send queue stays")
 
 	watchdog()
-	assert.Len(t, q.sq, sqStartSlots, "quiet: the send queue is trimmed")
-	assert.Nil(t, q.resp)
-	assert.Len(t, q.hdrs, batchStartFrames)
+	assert.Len(t, q.snd.sq, sqStartSlots, "quiet: the send queue is trimmed")
+	assert.Nil(t, q.rcv.resp)
+	assert.Len(t, q.batch.hdrs, batchStartFrames)
 	q.mu.Unlock()
 	require.NoError(t, q.PostSend(wrs[:3]), "a trimmed QP posts")
 	q.mu.Lock()
-	q.sqSent = q.sqTail
-	q.completeTo(q.sqTail)
+	q.snd.sqSent = q.snd.sqTail
+	q.snd.completeTo(q.snd.sqTail)
 	q.mu.Unlock()
 	assert.Len(t, pollAll(t, c), 103)
 	q.mu.Lock()
@@ -299,7 +299,7 @@ func TestQPTimerRunsOnlyWithWork(t *testing.T) {
 	armed := func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		return q.wdArmed
+		return q.snd.wdArmed
 	}
 	q.mu.Lock()
 	q.attr.Timeout = 1 // 8 us: the timer fires often while it runs
@@ -314,12 +314,12 @@ func TestQPTimerRunsOnlyWithWork(t *testing.T) {
 	assert.True(t, armed(), "a WR posted: the timer runs on")
 
 	q.mu.Lock()
-	q.sqSent = q.sqTail
-	q.completeTo(q.sqTail)
+	q.snd.sqSent = q.snd.sqTail
+	q.snd.completeTo(q.snd.sqTail)
 	q.mu.Unlock()
 	assert.Len(t, pollAll(t, c), 1)
 	require.Eventually(t, func() bool { return !armed() }, 10*time.Second, time.Millisecond, "the work done: the timer stops")
-	assert.False(t, q.wdTimer.Stop(), "no period pending")
+	assert.False(t, q.snd.wdTimer.Stop(), "no period pending")
 
 	require.NoError(t, q.PostSend([]verbs.SendWR{wr}))
 	assert.True(t, armed(), "the next post starts it again")
