@@ -46,7 +46,7 @@ type Conn struct {
 	notesLen   int
 	creditWant bool // a credit update is due but could not be queued
 
-	// Zero-copy (buffer.go, rndv.go): a done message owed to the peer,
+	// Zero-copy (zerocopy.go, rndv.go): a done message owed to the peer,
 	// the rendezvous threshold agreed (0: none), and the state of
 	// connections that used Buffers or rendezvous (nil until then).
 	rndvDoneDue bool // next to creditWant: two bools share a word
@@ -159,9 +159,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, err
 		}
-		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
+		if zc := c.zc; zc != nil && zc.bounce.pending() && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
-			n := zc.readBounce(b)
+			n := zc.bounce.read(b)
 			c.stats.readLocked(n) // stats.go
 			c.mu.Unlock()
 			return n, nil

@@ -54,10 +54,6 @@ const rndvPiece = 4 << 20
 // worth, so that tiny Reads do not each pay a round trip.
 const rndvDirectMin = 16 << 10
 
-// rndvBounceSize is the bounce buffer's size: made on a connection's first
-// rendezvous into memory that is not a Buffer, kept until Close.
-const rndvBounceSize = 1 << 20
-
 var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", syscall.ECONNABORTED}
 
 // rndvThreshold is the threshold for a connection of the version agreed
@@ -167,18 +163,6 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	}
 }
 
-// holdUntilTeardown keeps buf in use until the connection's verbs objects
-// are destroyed (releaseVerbs).
-func (c *Conn) holdUntilTeardown(buf *Buffer) {
-	if buf.acquire() != nil {
-		return // cannot happen: the caller holds it
-	}
-	c.mu.Lock()
-	zc := c.zeroCopyLocked()
-	zc.held = append(zc.held, buf)
-	c.mu.Unlock()
-}
-
 // ctlMRFor is the registration of the descriptor's staging, made on the
 // connection's first rendezvous: its own, because the send buffer's
 // registration, which covers it at first, goes when the send buffer
@@ -214,7 +198,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		if err != nil {
 			return 0, c.opErr("read", err)
 		}
-		mr, dst = bounce.mr, bounce.buf[:min(uint64(len(bounce.buf)), left)]
+		mr, dst = bounce.blk.mr, bounce.space(left)
 	}
 	if err := c.readRemote(mr, dst, addr, key); err != nil {
 		return 0, err
@@ -223,31 +207,8 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		return len(dst), nil
 	}
 	n := copy(b, dst)
-	zc := c.zc // made by bounceBuf
-	zc.bounceHead, zc.bounceTail = n, len(dst)
+	c.zc.bounce.landed(n, len(dst)) // made by bounceBuf
 	return n, nil
-}
-
-// readBounce copies out bytes a rendezvous READ left in the bounce buffer
-// (they come before anything else in the stream). Called with rmu held.
-func (zc *zeroCopy) readBounce(b []byte) int {
-	n := copy(b, zc.bounce.buf[zc.bounceHead:zc.bounceTail])
-	zc.bounceHead += n
-	return n
-}
-
-// bounceBuf is the bounce buffer, made on first use. Reader-owned
-// (rmu); released with the endpoint.
-func (c *Conn) bounceBuf() (*block, error) {
-	zc := c.zeroCopy()
-	if zc.bounce.mr == nil {
-		b, err := c.newBlock(rndvBounceSize, 0, verbs.AccessLocalWrite)
-		if err != nil {
-			return nil, err
-		}
-		zc.bounce = b
-	}
-	return &zc.bounce, nil
 }
 
 // readRemote RDMA READs the next len(dst) bytes of the pending rendezvous

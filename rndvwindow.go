@@ -45,28 +45,76 @@ const WindowsEnv = "RDMA_MEMORY_WINDOWS"
 
 var envWindows = os.Getenv(WindowsEnv)
 
+// rndvWindow is the connection's rendezvous window: whether the device
+// has windows (mode), the window once allocated, its last rkey and the
+// argument of its last bind. mode and mw are under mu; key and bind are
+// the writer's (wmu).
+type rndvWindow struct {
+	mode windowMode
+	mw   verbs.MW
+	key  uint32
+	bind verbs.MWBind
+}
+
+// windowMode says whether and how rendezvous Writes use a window.
+type windowMode int8
+
+const (
+	windowsUnknown   windowMode = 0  // the device not asked yet
+	windowsNone      windowMode = -1 // registrations
+	windowsChecked   windowMode = 1  // the device checks a window's own range
+	windowsWholeOnly windowMode = 2  // it checks the region's: bind windows only to whole Buffers
+)
+
+// modeFor is the mode for a device with attr (err: it could not be
+// asked), under the switches testNoWindows and env (WindowsEnv's value).
+func modeFor(attr verbs.DeviceAttr, err error, env string) windowMode {
+	switch {
+	case err != nil || attr.MaxMW <= 0 || testNoWindows || env == "0":
+		return windowsNone
+	case attr.VendorID != rxeVendorID:
+		return windowsChecked
+	case env == "1":
+		return windowsWholeOnly
+	}
+	return windowsNone
+}
+
+// used reports whether rendezvous Writes use the window (mode decided).
+func (w *rndvWindow) used() bool { return w.mode > 0 }
+
+// fits reports whether a Write of p from buf may use the window: where
+// the device checks only the region's range, p must be all of buf.
+func (w *rndvWindow) fits(p []byte, buf *Buffer) bool {
+	return w.used() && (w.mode != windowsWholeOnly || len(p) == len(buf.buf))
+}
+
+// nextBind is the bind of mw, the window, to p, in mr, for remote READ under a
+// new rkey, which it returns too. Each bind's rkey differs from the last,
+// so that a Desc of an earlier transfer reaches nothing.
+func (w *rndvWindow) nextBind(mw verbs.MW, mr verbs.MR, p []byte) (*verbs.MWBind, uint32) {
+	w.key = verbs.NextRKey(w.key)
+	w.bind = verbs.MWBind{MW: mw, MR: mr, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
+		Access: verbs.AccessRemoteRead, RKey: w.key}
+	return &w.bind, w.key
+}
+
+// take removes the window, for the caller to deallocate (nil: none).
+func (w *rndvWindow) take() verbs.MW {
+	mw := w.mw
+	w.mw = nil
+	return mw
+}
+
 // windowsLocked reports whether the connection's rendezvous Writes use a
 // memory window, asking the device once. Called with mu held.
 func (c *Conn) windowsLocked(zc *zeroCopy) bool {
-	if zc.windows == 0 {
-		zc.windows = -1
-		if _, attr, err := deviceOf(c.id); err == nil && attr.MaxMW > 0 && !testNoWindows && envWindows != "0" {
-			switch {
-			case attr.VendorID != rxeVendorID:
-				zc.windows = windowsChecked
-			case envWindows == "1":
-				zc.windows = windowsWholeOnly
-			}
-		}
+	if zc.window.mode == windowsUnknown {
+		_, attr, err := deviceOf(c.id)
+		zc.window.mode = modeFor(attr, err, envWindows)
 	}
-	return zc.windows > 0
+	return zc.window.used()
 }
-
-// zeroCopy.windows beyond 0 (not asked) and -1 (none).
-const (
-	windowsChecked   = 1 // the device checks a window's own range
-	windowsWholeOnly = 2 // it checks the region's: bind windows only to whole Buffers
-)
 
 // rndvWindow returns the window a rendezvous Write of p from buf binds,
 // and buf's registration to bind it in; nil, nil when the Write registers
@@ -74,10 +122,10 @@ const (
 func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	c.mu.Lock()
 	zc := c.zeroCopyLocked()
-	ok, mw := c.windowsLocked(zc), zc.mw
-	whole := zc.windows == windowsWholeOnly
+	c.windowsLocked(zc)
+	ok, mw := zc.window.fits(p, buf), zc.window.mw
 	c.mu.Unlock()
-	if !ok || whole && len(p) != len(buf.buf) {
+	if !ok {
 		return nil, nil
 	}
 	mr, err := c.bufferMR(buf)
@@ -88,7 +136,7 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 		w, err := c.pd.AllocMW()
 		if err != nil {
 			c.mu.Lock()
-			zc.windows = -1 // registrations from now on
+			zc.window.mode = windowsNone // registrations from now on
 			c.mu.Unlock()
 			return nil, nil
 		}
@@ -98,7 +146,7 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 			w.Dealloc()
 			return nil, nil
 		}
-		zc.mw, zc.mwKey = w, w.RKey()
+		zc.window.mw, zc.window.key = w, w.RKey()
 		c.mu.Unlock()
 		mw = w
 	}
@@ -134,13 +182,10 @@ func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
 		x.key = x.mr.RKey()
 		return x.key
 	}
-	zc := c.zc
-	zc.mwKey = verbs.NextRKey(zc.mwKey)
-	zc.mwBind = verbs.MWBind{MW: x.mw, MR: x.bufMR, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
-		Access: verbs.AccessRemoteRead, RKey: zc.mwKey}
-	c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = &zc.mwBind
-	x.key, x.windowBound = zc.mwKey, true
-	return x.key
+	bind, key := c.zc.window.nextBind(x.mw, x.bufMR, p)
+	c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
+	x.key, x.windowBound = key, true
+	return key
 }
 
 // revokeRndv ends the exposure before the Write returns: the registration
@@ -194,7 +239,7 @@ func (c *Conn) dropWindow() {
 	c.mu.Lock()
 	var mw verbs.MW
 	if zc := c.zc; zc != nil {
-		mw, zc.mw = zc.mw, nil
+		mw = zc.window.take()
 	}
 	c.mu.Unlock()
 	if mw != nil {
