@@ -13,11 +13,12 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// One-sided operations (remote.go, and through it package capi's
-// rdma_write and rdma_read) share the connection's queue pair with the
-// byte stream: an RDMA WRITE or READ is one more WR in the send queue,
-// signaled, with a remoteOp in its slot that the completion fills in;
-// memory is registered on the connection's protection domain. A write with notification is an RDMA WRITE WITH
+// One-sided operations (Conn.WriteRemote and ReadRemote, and through them
+// package capi's rdma_write and rdma_read) share the connection's queue
+// pair with the byte stream: an RDMA WRITE or READ is one more WR in the
+// send queue, signaled, with a remoteOp in its slot that the completion
+// fills in; memory is registered on the connection's protection domain. A
+// write with notification is an RDMA WRITE WITH
 // IMMEDIATE into the peer's exposed memory whose immediate is a stream
 // control message (stream.ImmNotify): it consumes one of the peer's
 // receive WRs, so it needs a message credit like a data write, and the

@@ -212,7 +212,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			c.unlockSubmit()
 			return n.value, int(n.n), nil
 		}
-		err := c.remoteErrLocked() // onesided.go
+		err := c.remoteErrLocked()
 		switch {
 		case err != nil:
 		case c.rx.FinRcvd:

@@ -14,7 +14,7 @@ import (
 // rules). A Write of at least the connection's rendezvous threshold from a
 // Buffer does not copy: the writer exposes exactly those bytes for remote
 // READ (a memory window bound on the connection's queue pair where the
-// device has windows, rndvwindow.go; else a registration of its own on
+// device has windows, rndvWindow; else a registration of its own on
 // the connection's protection domain), sends their
 // descriptor in the stream's order (into the peer's mailbox, immediate
 // CtlRndv), and waits. The reader, once it has read every ring byte before
@@ -59,17 +59,33 @@ var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline
 // rndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).
 func (c *Conn) rndvThreshold(agreed uint8) int {
-	t := c.cfg.RendezvousThreshold
+	return rndvThresholdFor(c.cfg.RendezvousThreshold, c.provider == ProviderSoft, agreed)
+}
+
+// rndvThresholdFor is the threshold configured as t (Config's: 0 the
+// provider's default, negative none) on soft or another provider, for the
+// version agreed.
+func rndvThresholdFor(t int, soft bool, agreed uint8) int {
 	if agreed < stream.VersionRndv || t < 0 {
 		return 0
 	}
 	switch {
 	case t > 0:
 		return max(t, zerocopy.RendezvousFloor())
-	case c.provider == ProviderSoft:
+	case soft:
 		return softRndvThreshold
 	}
 	return defaultRndvThreshold
+}
+
+// directLen is how many bytes a rendezvous READ puts straight into a
+// Read's slice of n bytes, in a Buffer, with left bytes of the
+// rendezvous to go; 0 when the bounce buffer serves it (a small slice).
+func directLen(n int, left uint64) int {
+	if n < rndvDirectMin {
+		return 0
+	}
+	return int(min(uint64(n), left, rndvPiece))
 }
 
 // writeRndv writes b, which lies in buf, by rendezvous.
@@ -85,7 +101,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 			return sent, err
 		}
 		c.mu.Lock()
-		c.stats.wroteLocked(n, sent == 0) // stats.go
+		c.stats.wroteLocked(n, sent == 0)
 		c.mu.Unlock()
 		sent += n
 	}
@@ -99,7 +115,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	if err != nil {
 		return c.opErr("write", err)
 	}
-	x, err := c.exposeRndv(p, buf) // rndvwindow.go
+	x, err := c.exposeRndv(p, buf)
 	if err != nil {
 		return c.opErr("write", err)
 	}
@@ -166,7 +182,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 // ctlMRFor is the registration of the descriptor's staging, made on the
 // connection's first rendezvous: its own, because the send buffer's
 // registration, which covers it at first, goes when the send buffer
-// grows (ringgrowth.go). Writer-owned (wmu).
+// grows. Writer-owned (wmu).
 func (c *Conn) ctlMRFor() (verbs.MR, error) {
 	zc := c.zeroCopy()
 	if zc.ctlMR == nil {
@@ -184,11 +200,11 @@ func (c *Conn) ctlMRFor() (verbs.MR, error) {
 func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, error) {
 	var dst []byte
 	var mr verbs.MR
-	if len(b) >= rndvDirectMin {
+	if want := directLen(len(b), left); want > 0 {
 		if buf := bufferOf(b); buf != nil && buf.acquire() == nil {
 			defer buf.release()
 			if m, err := c.bufferMR(buf); err == nil {
-				mr, dst = m, b[:min(uint64(len(b)), left, rndvPiece)]
+				mr, dst = m, b[:want]
 			}
 		}
 	}

@@ -153,9 +153,10 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	return mw, mr
 }
 
-// rndvExposure is how a rendezvous Write exposes its bytes: through the
-// connection's window (mw), bound in the Buffer's registration (bufMR),
-// or by a registration of their own (mr); key is the rkey announced.
+// rndvExposure is how one rendezvous Write exposes its bytes: through
+// the connection's window (mw), bound in the Buffer's registration
+// (bufMR), or by a registration of their own (mr); key is the rkey
+// announced, and windowBound says the window's bind was queued.
 type rndvExposure struct {
 	mw          verbs.MW
 	bufMR, mr   verbs.MR
@@ -173,33 +174,64 @@ func (c *Conn) exposeRndv(p []byte, buf *Buffer) (rndvExposure, error) {
 	return rndvExposure{mr: mr}, err
 }
 
-// announceLocked makes the exposure reachable and returns the rkey the
-// descriptor carries: it queues the bind of the window to p, for remote
-// READ, under a new rkey, or takes the registration's. Called with mu held
-// and a send slot free for the bind.
-func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
+// announce returns the rkey the descriptor carries and, through a window,
+// the bind of w's window to p under a new rkey (for remote READ), to be
+// queued before the descriptor; nil for a registration, whose rkey it is.
+func (x *rndvExposure) announce(w *rndvWindow, p []byte) (*verbs.MWBind, uint32) {
 	if x.mw == nil {
 		x.key = x.mr.RKey()
-		return x.key
+		return nil, x.key
 	}
-	bind, key := c.zc.window.nextBind(x.mw, x.bufMR, p)
-	c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
+	bind, key := w.nextBind(x.mw, x.bufMR, p)
 	x.key, x.windowBound = key, true
+	return bind, key
+}
+
+// revocation is how an exposure ends before its Write returns.
+type revocation int8
+
+const (
+	revokeNothing    revocation = iota // a window never bound: the peer had no rkey
+	revokeDereg                        // deregister the registration of its own
+	revokeInvalidate                   // invalidate the window's rkey, and wait for it
+	revokeDealloc                      // deallocate the window: at once, whatever the queue pair's state
+)
+
+// revocation is the exposure's end: the registration is deregistered; the
+// window, once bound, is invalidated after the peer's done message, or
+// deallocated when the Write gives up (the peer may be mid-READ, and the
+// queue pair may be failing).
+func (x *rndvExposure) revocation(gaveUp bool) revocation {
+	switch {
+	case x.mr != nil:
+		return revokeDereg
+	case !x.windowBound:
+		return revokeNothing
+	case gaveUp:
+		return revokeDealloc
+	}
+	return revokeInvalidate
+}
+
+// announceLocked makes the exposure reachable and returns the rkey the
+// descriptor carries, queueing the window's bind. Called with mu held and
+// the bind's send slot free.
+func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
+	bind, key := x.announce(&c.zc.window, p)
+	if bind != nil {
+		c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
+	}
 	return key
 }
 
-// revokeRndv ends the exposure before the Write returns: the registration
-// is deregistered; the window, once bound, is invalidated after the peer's
-// done message, or deallocated when the Write gives up (the peer may be
-// mid-READ, and the queue pair may be failing).
+// revokeRndv ends the exposure before the Write returns (revocation).
 func (c *Conn) revokeRndv(x rndvExposure, gaveUp bool) {
-	switch {
-	case x.mr != nil:
+	switch x.revocation(gaveUp) {
+	case revokeDereg:
 		x.mr.Dereg()
-	case !x.windowBound:
-	case gaveUp:
+	case revokeDealloc:
 		c.dropWindow()
-	default:
+	case revokeInvalidate:
 		c.invalidateWindow(x.key)
 	}
 }

@@ -12,10 +12,10 @@ import (
 // the lock, ask the part, and register or deregister memory on the
 // connection's protection domain.
 type zeroCopy struct {
-	regs      bufferRegs    // the Buffers registered for local access, and those held (bufregs.go; mu)
-	exposures exposureTable // the ranges exposed to the peer (exposures.go; mu)
-	window    rndvWindow    // the rendezvous writer's memory window (rndvwindow.go)
-	bounce    bounceBuffer  // the rendezvous reader's bounce buffer (bounce.go; rmu)
+	regs      bufferRegs    // the Buffers registered for local access, and those held (mu)
+	exposures exposureTable // the ranges exposed to the peer (mu)
+	window    rndvWindow    // the rendezvous writer's memory window
+	bounce    bounceBuffer  // the rendezvous reader's bounce buffer (rmu)
 	ctlMR     verbs.MR      // the rendezvous descriptor staging's registration (the writer's, wmu)
 }
 
@@ -71,7 +71,7 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	// mu. Concurrent first uses (a Read, a Write, one-sided operations)
 	// share the registration made first.
 	// Where the device has memory windows, a rendezvous Write binds one
-	// to the bytes it exposes, in this registration (rndvwindow.go).
+	// to the bytes it exposes, in this registration (rndvWindow).
 	access := verbs.AccessLocalWrite
 	c.mu.Lock()
 	if c.windowsLocked(c.zeroCopyLocked()) {

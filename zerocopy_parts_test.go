@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -252,4 +254,77 @@ func TestWindowBindsUnderANewRKey(t *testing.T) {
 		assert.Equal(t, verbs.AccessRemoteRead, bind.Access, "read-only: the rendezvous reader READs")
 		assert.Same(t, mr, bind.MR.(*fakeMR))
 	}
+}
+
+func TestRndvExposureAnnounce(t *testing.T) {
+	p := bindTarget[:]
+	mr := &fakeMR{rkey: 0x77}
+	reg := rndvExposure{mr: mr}
+	bind, key := reg.announce(&rndvWindow{}, p)
+	assert.Nil(t, bind, "a registration of its own needs no bind")
+	assert.Equal(t, uint32(0x77), key, "its rkey is announced")
+	assert.Equal(t, key, reg.key)
+
+	w := rndvWindow{mode: windowsChecked, key: 0x500}
+	bufMR := &fakeMR{}
+	win := rndvExposure{mw: struct{ verbs.MW }{}, bufMR: bufMR}
+	bind, key = win.announce(&w, p)
+	require.NotNil(t, bind, "a window is bound before the descriptor goes")
+	assert.Equal(t, uint32(0x501), key, "under a new rkey")
+	assert.Equal(t, key, win.key)
+	assert.True(t, win.windowBound)
+	assert.Same(t, bufMR, bind.MR.(*fakeMR), "in the Buffer's registration")
+	assert.Equal(t, win.mw, bind.MW)
+}
+
+func TestRndvExposureRevocation(t *testing.T) {
+	reg := rndvExposure{mr: &fakeMR{}}
+	unbound := rndvExposure{mw: struct{ verbs.MW }{}, bufMR: &fakeMR{}}
+	bound := unbound
+	bound.windowBound = true
+	for _, tc := range []struct {
+		name   string
+		x      rndvExposure
+		gaveUp bool
+		want   revocation
+	}{
+		{"registration, done", reg, false, revokeDereg},
+		{"registration, gave up", reg, true, revokeDereg},
+		{"window never bound", unbound, true, revokeNothing},
+		{"window, done", bound, false, revokeInvalidate},
+		// The peer may be mid-READ and the queue pair failing: an
+		// invalidation might never complete.
+		{"window, gave up", bound, true, revokeDealloc},
+	} {
+		assert.Equal(t, tc.want, tc.x.revocation(tc.gaveUp), tc.name)
+	}
+}
+
+func TestRndvThreshold(t *testing.T) {
+	old := zerocopy.SetRendezvousFloor(64 << 10)
+	defer zerocopy.SetRendezvousFloor(old)
+	for _, tc := range []struct {
+		name   string
+		t      int
+		soft   bool
+		agreed uint8
+		want   int
+	}{
+		{"before the rendezvous' version", 0, false, stream.VersionRndv - 1, 0},
+		{"configured before it", 1 << 20, false, stream.VersionRndv - 1, 0},
+		{"turned off", -1, true, stream.VersionRndv, 0},
+		{"default", 0, false, stream.VersionRndv, defaultRndvThreshold},
+		{"soft's default", 0, true, stream.VersionRndv, softRndvThreshold},
+		{"configured", 1 << 20, true, stream.VersionRndv, 1 << 20},
+		{"below the floor", 1 << 10, false, stream.VersionRndv, 64 << 10},
+	} {
+		assert.Equal(t, tc.want, rndvThresholdFor(tc.t, tc.soft, tc.agreed), tc.name)
+	}
+}
+
+func TestRndvDirectLen(t *testing.T) {
+	assert.Zero(t, directLen(rndvDirectMin-1, 1<<30), "a small slice goes through the bounce buffer")
+	assert.Equal(t, rndvDirectMin, directLen(rndvDirectMin, 1<<30))
+	assert.Equal(t, 100, directLen(1<<20, 100), "no more than the rendezvous has left")
+	assert.Equal(t, rndvPiece, directLen(4*rndvPiece, 1<<30), "a READ is a piece at most: it bounds a deadline's delay")
 }
