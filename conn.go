@@ -38,12 +38,9 @@ type Conn struct {
 	sb sendBuffer // the send staging (sendbuf.go)
 	sq sendQueue  // the send queue (sendqueue.go)
 
-	// Notifications from the peer (onesided.go), a ring of up to recvWRs,
-	// made on the first (queuegrowth.go): each holds back the credit of
-	// its receive WR until taken.
-	notes      []notification
-	notesHead  int
-	notesLen   int
+	// Notifications from the peer, not yet taken: each holds back the
+	// credit of its receive WR until then.
+	notes      noteQueue
 	creditWant bool // a credit update is due but could not be queued
 
 	// Zero-copy (zerocopy.go, rndv.go): a done message owed to the peer,

@@ -39,12 +39,6 @@ type remoteOp struct {
 // remoteOps recycles remoteOps, so that an operation allocates nothing.
 var remoteOps = sync.Pool{New: func() any { return new(remoteOp) }}
 
-// notification is one notification from the peer, not yet taken.
-type notification struct {
-	value uint32
-	n     uint32
-}
-
 var (
 	errNotifyOverflow = protoError("notification beyond the receive credit")
 	errRemoteAccess   = &connError{"the peer's device refused a one-sided access (remote access error)", syscall.EACCES}

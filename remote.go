@@ -190,10 +190,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
 		c.mu.Lock()
-		if c.notesLen > 0 {
-			n := c.notes[c.notesHead]
-			c.notesHead = (c.notesHead + 1) % len(c.notes)
-			c.notesLen--
+		if n, ok := c.notes.pop(); ok {
 			// Its receive WR is credited now that it is taken: at once if
 			// it was reposted, else with its repost batch.
 			if c.repostHeld > 0 {
