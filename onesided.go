@@ -39,6 +39,17 @@ type remoteOp struct {
 // remoteOps recycles remoteOps, so that an operation allocates nothing.
 var remoteOps = sync.Pool{New: func() any { return new(remoteOp) }}
 
+// newRemoteOp is a remoteOp not done, from the pool.
+func newRemoteOp() *remoteOp {
+	r := remoteOps.Get().(*remoteOp)
+	*r = remoteOp{}
+	return r
+}
+
+// recycle gives r back to the pool, once done: nothing fills it in any
+// more.
+func (r *remoteOp) recycle() { remoteOps.Put(r) }
+
 var (
 	errNotifyOverflow = protoError("notification beyond the receive credit")
 	errRemoteAccess   = &connError{"the peer's device refused a one-sided access (remote access error)", syscall.EACCES}
@@ -105,8 +116,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		}
 		c.await(c.sndReady, wait, false)
 	}
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
+	r := newRemoteOp()
 	c.sq.ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
 	if credit {
 		c.tx.Spend()
@@ -142,7 +152,7 @@ func (c *Conn) awaitOp(r *remoteOp, failedLocked func()) (verbs.WCStatus, error)
 				poke(c.sndReady)
 			}
 			c.mu.Unlock()
-			remoteOps.Put(r)
+			r.recycle()
 			return st, nil
 		}
 		if err := c.remoteErrLocked(); err != nil {

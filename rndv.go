@@ -111,7 +111,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 // rndvOne exposes p (in buf) to the peer, announces it and waits until the
 // peer has read it all; p's registration is gone when it returns.
 func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
-	ctl, err := c.ctlMRFor()
+	ctl, err := c.zeroCopy().ctl(c.pd, c.ctlStagingBytes())
 	if err != nil {
 		return c.opErr("write", err)
 	}
@@ -177,22 +177,6 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		c.mu.Unlock()
 		c.await(c.sndReady, &c.wdl, false)
 	}
-}
-
-// ctlMRFor is the registration of the descriptor's staging, made on the
-// connection's first rendezvous: its own, because the send buffer's
-// registration, which covers it at first, goes when the send buffer
-// grows. Writer-owned (wmu).
-func (c *Conn) ctlMRFor() (verbs.MR, error) {
-	zc := c.zeroCopy()
-	if zc.ctlMR == nil {
-		mr, err := c.pd.RegMR(c.ctlStagingBytes(), verbs.AccessLocalWrite)
-		if err != nil {
-			return nil, err
-		}
-		zc.ctlMR = mr
-	}
-	return zc.ctlMR, nil
 }
 
 // readRndv reads the next piece of the pending rendezvous (left bytes at
@@ -262,8 +246,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	// soft's TCP path (rdmaperf -buffers, 4 MiB: 256 KiB READs 1862 MiB/s,
 	// 1 MiB READs 2021, one READ 2418; medians of 5 interleaved rounds);
 	// on rxe a single 1 MiB READ (ReadRemote) runs at 0.92x ib_read_bw.
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
+	r := newRemoteOp()
 	c.sq.ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
 	// The bytes count as read now (if the READ fails, so does the
 	// connection): the done message may then go in this post, and the
@@ -280,7 +263,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 		if r.done {
 			st := r.status
 			c.mu.Unlock()
-			remoteOps.Put(r)
+			r.recycle()
 			if st != verbs.WCSuccess {
 				return c.remoteStatus("read", st)
 			}

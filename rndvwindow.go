@@ -106,14 +106,15 @@ func (w *rndvWindow) take() verbs.MW {
 	return mw
 }
 
-// windowsLocked reports whether the connection's rendezvous Writes use a
-// memory window, asking the device once. Called with mu held.
-func (c *Conn) windowsLocked(zc *zeroCopy) bool {
-	if zc.window.mode == windowsUnknown {
-		_, attr, err := deviceOf(c.id)
-		zc.window.mode = modeFor(attr, err, envWindows)
+// usedOn reports whether rendezvous Writes on the connection of id use
+// the window, asking its device once. Called with the connection's mu
+// held.
+func (w *rndvWindow) usedOn(id verbs.CMID) bool {
+	if w.mode == windowsUnknown {
+		_, attr, err := deviceOf(id)
+		w.mode = modeFor(attr, err, envWindows)
 	}
-	return zc.window.used()
+	return w.used()
 }
 
 // rndvWindow returns the window a rendezvous Write of p from buf binds,
@@ -122,7 +123,7 @@ func (c *Conn) windowsLocked(zc *zeroCopy) bool {
 func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	c.mu.Lock()
 	zc := c.zeroCopyLocked()
-	c.windowsLocked(zc)
+	zc.window.usedOn(c.id)
 	ok, mw := zc.window.fits(p, buf), zc.window.mw
 	c.mu.Unlock()
 	if !ok {
@@ -254,8 +255,7 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 		c.mu.Unlock()
 		c.await(c.sndReady, nil, false)
 	}
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
+	r := newRemoteOp()
 	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
 	c.sq.wrs[s].InvalidateRKey = rkey
 	c.sq.ops[s] = r

@@ -19,6 +19,21 @@ type zeroCopy struct {
 	ctlMR     verbs.MR      // the rendezvous descriptor staging's registration (the writer's, wmu)
 }
 
+// ctl is the registration of the rendezvous descriptor's staging (in pd),
+// made on the connection's first rendezvous: its own, because the send
+// buffer's registration, which covers it at first, goes when the send
+// buffer grows. Writer-owned (wmu).
+func (zc *zeroCopy) ctl(pd verbs.PD, staging []byte) (verbs.MR, error) {
+	if zc.ctlMR == nil {
+		mr, err := pd.RegMR(staging, verbs.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		zc.ctlMR = mr
+	}
+	return zc.ctlMR, nil
+}
+
 // zeroCopyLocked is the connection's zeroCopy, made on the first use.
 func (c *Conn) zeroCopyLocked() *zeroCopy {
 	if c.zc == nil {
@@ -74,7 +89,7 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	// to the bytes it exposes, in this registration (rndvWindow).
 	access := verbs.AccessLocalWrite
 	c.mu.Lock()
-	if c.windowsLocked(c.zeroCopyLocked()) {
+	if c.zeroCopyLocked().window.usedOn(c.id) {
 		access |= verbs.AccessMWBind
 	}
 	c.mu.Unlock()
