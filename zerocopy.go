@@ -72,6 +72,19 @@ func (zc *zeroCopy) drop(b *Buffer, c *Conn, exposuresOnly bool) {
 	zc.forgetIfUnused(b, c)
 }
 
+// endRegistrations ends everything of c's, whose zeroCopy this is, that
+// covers a Buffer: the window, then the exposures and the registrations,
+// each Buffer forgetting c. It returns the Buffers held until the queue
+// pair is gone. Called with c's mu held.
+func (zc *zeroCopy) endRegistrations(c *Conn) (held []*Buffer) {
+	if mw := zc.window.take(); mw != nil {
+		mw.Dealloc() // before the registrations it may be bound in
+	}
+	forget := func(b *Buffer) { b.forgetConn(c) }
+	zc.exposures.release(forget)
+	return zc.regs.release(forget)
+}
+
 // bufferMR is the connection's registration of b (which the caller
 // acquired), made on the first use: local access only (a send's source,
 // a READ's destination), never remote. Called with neither mu held.
@@ -177,12 +190,7 @@ func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 		c.mu.Unlock()
 		return nil
 	}
-	if mw := zc.window.take(); mw != nil {
-		mw.Dealloc() // before the registrations it may be bound in
-	}
-	forget := func(b *Buffer) { b.forgetConn(c) }
-	zc.exposures.release(forget)
-	held = zc.regs.release(forget)
+	held = zc.endRegistrations(c)
 	c.zc = nil
 	c.mu.Unlock()
 	zc.bounce.release()

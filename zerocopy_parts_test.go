@@ -328,3 +328,82 @@ func TestRndvDirectLen(t *testing.T) {
 	assert.Equal(t, 100, directLen(1<<20, 100), "no more than the rendezvous has left")
 	assert.Equal(t, rndvPiece, directLen(4*rndvPiece, 1<<30), "a READ is a piece at most: it bounds a deadline's delay")
 }
+
+// A Buffer's Put ends its exposures on a connection and keeps its
+// registration there; its Free ends both, and the Buffer forgets the
+// connection once it holds none of it.
+func TestZeroCopyDropEndsWhatPutAndFreeEnd(t *testing.T) {
+	c := new(Conn) // a key only: no verbs
+	b, other := new(Buffer), new(Buffer)
+	var zc zeroCopy
+	reg, exp, otherExp := &fakeMR{}, &fakeMR{}, &fakeMR{}
+	zc.regs.keep(b, reg)
+	zc.exposures.add(b, exp)
+	zc.exposures.add(other, otherExp)
+	b.noteConn(c)
+
+	zc.drop(b, c, true) // BufferPool.Put
+	assert.Equal(t, 1, exp.deregs, "Put ends the exposure")
+	assert.Zero(t, reg.deregs, "a pooled Buffer keeps its registration for local use")
+	assert.Contains(t, b.regs, c, "and the Buffer still knows the connection holds it")
+
+	zc.drop(b, c, false) // Buffer.Free
+	assert.Equal(t, 1, reg.deregs, "Free deregisters it")
+	assert.Equal(t, 1, exp.deregs, "and deregisters nothing twice")
+	assert.NotContains(t, b.regs, c, "the Buffer forgets a connection that holds none of it")
+	assert.Zero(t, otherExp.deregs, "another Buffer's exposure stays")
+
+	// An exposure alone keeps the connection known until it ends.
+	exp2 := &fakeMR{}
+	zc.exposures.add(b, exp2)
+	b.noteConn(c)
+	zc.forgetIfUnused(b, c)
+	assert.Contains(t, b.regs, c, "an exposure is a hold too")
+	zc.drop(b, c, true)
+	assert.Equal(t, 1, exp2.deregs)
+	assert.NotContains(t, b.regs, c)
+}
+
+// fakeMW is a window without a provider, counting its deallocations.
+type fakeMW struct{ deallocs int }
+
+func (w *fakeMW) RKey() uint32   { return 0 }
+func (w *fakeMW) Dealloc() error { w.deallocs++; return nil }
+
+// deallocOrderMR checks, as it is deregistered, that the window went
+// first.
+type deallocOrderMR struct {
+	fakeMR
+	t  *testing.T
+	mw *fakeMW
+}
+
+func (m *deallocOrderMR) Dereg() error {
+	assert.Equal(m.t, 1, m.mw.deallocs, "the window goes before the registrations it may be bound in")
+	return m.fakeMR.Dereg()
+}
+
+func TestZeroCopyEndRegistrations(t *testing.T) {
+	c := new(Conn) // a key only: no verbs
+	mw := &fakeMW{}
+	var zc zeroCopy
+	zc.window.mw = mw
+	b, exposed, held := new(Buffer), new(Buffer), new(Buffer)
+	reg := &deallocOrderMR{t: t, mw: mw}
+	exp := &deallocOrderMR{t: t, mw: mw}
+	zc.regs.keep(b, reg)
+	zc.exposures.add(exposed, exp)
+	zc.regs.hold(held)
+	for _, x := range []*Buffer{b, exposed} {
+		x.noteConn(c)
+	}
+	assert.Equal(t, []*Buffer{held}, zc.endRegistrations(c), "the held Buffers go to the caller")
+	assert.Equal(t, 1, mw.deallocs)
+	assert.Nil(t, zc.window.mw)
+	assert.Equal(t, 1, reg.deregs)
+	assert.Equal(t, 1, exp.deregs)
+	assert.NotContains(t, b.regs, c, "each Buffer forgets the connection")
+	assert.NotContains(t, exposed.regs, c)
+	assert.Zero(t, zc.exposures.live())
+	assert.Nil(t, zc.regs.lookup(b))
+}
