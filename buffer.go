@@ -176,166 +176,19 @@ func (b *Buffer) release() {
 	b.mu.Unlock()
 }
 
-// bufferMR is the connection's registration of b (which the caller
-// acquired), made on the first use: local access only (a send's source,
-// a READ's destination), never remote. Called with neither mu held.
-func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
-	c.mu.Lock()
-	zc := c.zeroCopyLocked()
-	mr := zc.bufMRs[b]
-	c.mu.Unlock()
-	if mr != nil {
-		return mr, nil
-	}
-	// Registration pins memory on a NIC and can take a while: not under
-	// mu. Concurrent first uses (a Read, a Write, one-sided operations)
-	// share the registration made first.
-	// Where the device has memory windows, a rendezvous Write binds one
-	// to the bytes it exposes, in this registration (rndvwindow.go).
-	access := verbs.AccessLocalWrite
-	c.mu.Lock()
-	if c.windowsLocked(c.zeroCopyLocked()) {
-		access |= verbs.AccessMWBind
-	}
-	c.mu.Unlock()
-	return c.regMR(b, b.buf, access, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
-		if old := zc.bufMRs[b]; old != nil {
-			return old
-		}
-		if zc.bufMRs == nil {
-			zc.bufMRs = map[*Buffer]verbs.MR{}
-		}
-		zc.bufMRs[b] = mr
-		return mr
-	})
-}
-
-// dropBuffer ends b's exposures on the connection and, unless
-// exposuresOnly (BufferPool.Put), deregisters b from it (Buffer.Free),
-// unless its Close already did. Under mu, as Close's release does all of
-// this under mu too: whichever comes second finds every registration of
-// b on the connection gone once the first returns, so that neither Free
-// nor Put goes on while an MR of the connection still covers b.
-func (c *Conn) dropBuffer(b *Buffer, exposuresOnly bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.zc == nil {
-		return
-	}
-	if mr := c.zc.bufMRs[b]; mr != nil && !exposuresOnly {
-		delete(c.zc.bufMRs, b)
-		mr.Dereg()
-	}
-	// Its exposures end too: the dereg fence makes sure no access of the
-	// peer's touches the memory once Dereg returns, before Free unmaps it.
-	for id, e := range c.zc.exposed {
-		if e.buf == b {
-			delete(c.zc.exposed, id)
-			e.mr.Dereg()
-		}
-	}
-	c.forgetIfUnusedLocked(b)
-}
-
-// forgetIfUnusedLocked drops the connection from b's registrations once it
-// holds none of b (no registration for local use, no exposure), so that a
-// Buffer put back and reused for many connections keeps none of the old
-// ones. Called with mu held.
-func (c *Conn) forgetIfUnusedLocked(b *Buffer) {
-	if c.zc.bufMRs[b] != nil {
-		return
-	}
-	for _, e := range c.zc.exposed {
-		if e.buf == b {
-			return
-		}
-	}
+// noteConn records that c holds a registration of b, for b's Free to end.
+func (b *Buffer) noteConn(c *Conn) {
 	b.mu.Lock()
-	delete(b.regs, c)
+	if b.regs == nil {
+		b.regs = map[*Conn]struct{}{}
+	}
+	b.regs[c] = struct{}{}
 	b.mu.Unlock()
 }
 
-// zeroCopy is the state of a connection that used Buffers or rendezvous:
-// most connections never do, and pay a pointer for it.
-type zeroCopy struct {
-	bufMRs map[*Buffer]verbs.MR // the Buffers registered on the connection (mu)
-	ctlMR  verbs.MR             // the descriptor staging's registration (rndv.go; the writer's)
-	// The rendezvous reader's bounce buffer and its unread bytes (the
-	// reader's, under rmu).
-	bounce                 block
-	bounceHead, bounceTail int
-	// Buffers a rendezvous Write or a one-sided operation gave up on,
-	// held in use until the queue pair is destroyed (holdUntilTeardown).
-	held []*Buffer
-	// The ranges of Buffers exposed to the peer (remote.go), by the
-	// number their Desc carries, and the last number given (mu).
-	exposed      map[uint32]exposure
-	lastExposure uint32
-	// The rendezvous' memory window (rndvwindow.go): whether the device
-	// has windows (0 not asked yet, 1 yes, -1 no; mu), the window (mu),
-	// its last rkey and the bind's argument (the writer's, under wmu).
-	windows int8
-	mw      verbs.MW
-	mwKey   uint32
-	mwBind  verbs.MWBind
-}
-
-// zeroCopyLocked is the connection's zeroCopy, made on the first use.
-func (c *Conn) zeroCopyLocked() *zeroCopy {
-	if c.zc == nil {
-		c.zc = new(zeroCopy)
-	}
-	return c.zc
-}
-
-// zeroCopy is zeroCopyLocked for a caller without mu.
-func (c *Conn) zeroCopy() *zeroCopy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.zeroCopyLocked()
-}
-
-// releaseZeroCopy deregisters every Buffer registered on the connection
-// and releases the rendezvous' memory, before the protection domain goes
-// (releaseVerbs); it returns the Buffers held until the queue pair is
-// gone, for the caller to release then.
-//
-// The Buffers' registrations and exposures go under mu, before c.zc is
-// cleared: a Buffer's Free (or a Put) that runs beside finds them either
-// still there, and ends them itself (dropBuffer, under mu), or already
-// gone, never half way, so it cannot unmap a Buffer that an MR of this
-// connection still covers. Each Dereg waits only for memory copies in
-// progress (the dereg fence), never on the peer.
-func (c *Conn) releaseZeroCopy() (held []*Buffer) {
-	c.mu.Lock()
-	zc := c.zc
-	if zc == nil {
-		c.mu.Unlock()
-		return nil
-	}
-	if zc.mw != nil {
-		zc.mw.Dealloc() // before the registrations it may be bound in
-	}
-	for _, e := range zc.exposed {
-		e.mr.Dereg()
-	}
-	for b, mr := range zc.bufMRs {
-		b.mu.Lock()
-		delete(b.regs, c)
-		b.mu.Unlock()
-		mr.Dereg()
-	}
-	for _, e := range zc.exposed {
-		b := e.buf
-		b.mu.Lock()
-		delete(b.regs, c)
-		b.mu.Unlock()
-	}
-	c.zc = nil
-	c.mu.Unlock()
-	zc.bounce.release()
-	if zc.ctlMR != nil {
-		zc.ctlMR.Dereg()
-	}
-	return zc.held
+// forgetConn records that c holds no registration of b any more.
+func (b *Buffer) forgetConn(c *Conn) {
+	b.mu.Lock()
+	delete(b.regs, c)
+	b.mu.Unlock()
 }

@@ -57,8 +57,8 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	c.repostHeld += held
 	// The credit rule (internal/stream/credits.go) says when receives go
 	// back and credit with them: a notification's receive is credited
-	// once the program takes it (notesLen hold theirs).
-	starved := c.rx.Starved(c.recvPosted, c.notesLen)
+	// once the program takes it (the notes held hold theirs).
+	starved := c.rx.Starved(c.recvPosted, c.notes.len())
 	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.err == nil && !c.torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
 			c.failLocked(err)
@@ -134,11 +134,9 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.heardLocked()
 		c.stats.rndvRecv++
 	case stream.KindNotify:
-		if !c.noteRoomLocked() {
+		if !c.notes.push(notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}, c.recvWRs) {
 			return breachError(errNotifyOverflow)
 		}
-		c.notes[(c.notesHead+c.notesLen)%len(c.notes)] = notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}
-		c.notesLen++
 		*held++
 	case stream.KindPing:
 		c.stats.pingsRecv++

@@ -38,15 +38,12 @@ type Conn struct {
 	sb sendBuffer // the send staging (sendbuf.go)
 	sq sendQueue  // the send queue (sendqueue.go)
 
-	// Notifications from the peer (onesided.go), a ring of up to recvWRs,
-	// made on the first (queuegrowth.go): each holds back the credit of
-	// its receive WR until taken.
-	notes      []notification
-	notesHead  int
-	notesLen   int
+	// Notifications from the peer, not yet taken: each holds back the
+	// credit of its receive WR until then.
+	notes      noteQueue
 	creditWant bool // a credit update is due but could not be queued
 
-	// Zero-copy (buffer.go, rndv.go): a done message owed to the peer,
+	// Zero-copy (zerocopy.go, rndv.go): a done message owed to the peer,
 	// the rendezvous threshold agreed (0: none), and the state of
 	// connections that used Buffers or rendezvous (nil until then).
 	rndvDoneDue bool // next to creditWant: two bools share a word
@@ -159,9 +156,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, err
 		}
-		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail && len(b) > 0 {
+		if zc := c.zc; zc != nil && zc.bounce.pending() && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
-			n := zc.readBounce(b)
+			n := zc.bounce.read(b)
 			c.stats.readLocked(n) // stats.go
 			c.mu.Unlock()
 			return n, nil

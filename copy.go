@@ -137,10 +137,10 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Unlock()
 			return total, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if zc := c.zc; zc != nil && zc.bounceHead < zc.bounceTail {
+		if zc := c.zc; zc != nil && zc.bounce.pending() {
 			c.mu.Unlock()
-			n, err := w.Write(zc.bounce.buf[zc.bounceHead:zc.bounceTail])
-			zc.bounceHead += n
+			n, err := w.Write(zc.bounce.unread())
+			zc.bounce.consumed(n)
 			c.read(n) // stats.go: each hand-over counts as a Read
 			total += int64(n)
 			if err != nil {
@@ -174,11 +174,11 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			if err != nil {
 				return total, c.opErr("read", err)
 			}
-			dst := bounce.buf[:min(uint64(len(bounce.buf)), left)]
-			if err := c.readRemote(bounce.mr, dst, addr, key); err != nil {
+			dst := bounce.space(left)
+			if err := c.readRemote(bounce.blk.mr, dst, addr, key); err != nil {
 				return total, err
 			}
-			c.zc.bounceHead, c.zc.bounceTail = 0, len(dst) // reader-owned (rmu)
+			bounce.landed(0, len(dst)) // reader-owned (rmu)
 			continue
 		}
 		if c.rx.FinRcvd {

@@ -276,7 +276,7 @@ func (c *Conn) releaseVerbs() {
 		c.mu.Lock()
 	}
 	c.mu.Unlock()
-	held := c.releaseZeroCopy() // buffer.go: before the protection domain goes
+	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
 	c.endpoint.release(c.poll.unacked)
 	c.poll.unacked = 0
 	for _, b := range held {

@@ -13,11 +13,12 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// One-sided operations (remote.go, and through it package capi's
-// rdma_write and rdma_read) share the connection's queue pair with the
-// byte stream: an RDMA WRITE or READ is one more WR in the send queue,
-// signaled, with a remoteOp in its slot that the completion fills in;
-// memory is registered on the connection's protection domain. A write with notification is an RDMA WRITE WITH
+// One-sided operations (Conn.WriteRemote and ReadRemote, and through them
+// package capi's rdma_write and rdma_read) share the connection's queue
+// pair with the byte stream: an RDMA WRITE or READ is one more WR in the
+// send queue, signaled, with a remoteOp in its slot that the completion
+// fills in; memory is registered on the connection's protection domain. A
+// write with notification is an RDMA WRITE WITH
 // IMMEDIATE into the peer's exposed memory whose immediate is a stream
 // control message (stream.ImmNotify): it consumes one of the peer's
 // receive WRs, so it needs a message credit like a data write, and the
@@ -38,11 +39,16 @@ type remoteOp struct {
 // remoteOps recycles remoteOps, so that an operation allocates nothing.
 var remoteOps = sync.Pool{New: func() any { return new(remoteOp) }}
 
-// notification is one notification from the peer, not yet taken.
-type notification struct {
-	value uint32
-	n     uint32
+// newRemoteOp is a remoteOp not done, from the pool.
+func newRemoteOp() *remoteOp {
+	r := remoteOps.Get().(*remoteOp)
+	*r = remoteOp{}
+	return r
 }
+
+// recycle gives r back to the pool, once done: nothing fills it in any
+// more.
+func (r *remoteOp) recycle() { remoteOps.Put(r) }
 
 var (
 	errNotifyOverflow = protoError("notification beyond the receive credit")
@@ -110,8 +116,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		}
 		c.await(c.sndReady, wait, false)
 	}
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
+	r := newRemoteOp()
 	c.sq.ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
 	if credit {
 		c.tx.Spend()
@@ -121,8 +126,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
 		if hold != nil && !c.torn && hold.acquire() == nil {
-			zc := c.zeroCopyLocked()
-			zc.held = append(zc.held, hold)
+			c.zeroCopyLocked().regs.hold(hold)
 		}
 	})
 	if err != nil {
@@ -148,7 +152,7 @@ func (c *Conn) awaitOp(r *remoteOp, failedLocked func()) (verbs.WCStatus, error)
 				poke(c.sndReady)
 			}
 			c.mu.Unlock()
-			remoteOps.Put(r)
+			r.recycle()
 			return st, nil
 		}
 		if err := c.remoteErrLocked(); err != nil {

@@ -14,23 +14,6 @@ const (
 	notesStartSlots = 4
 )
 
-// noteRoomLocked makes room in the notification ring for one more,
-// reporting false when RecvDepth are held (the peer broke the credits).
-func (c *Conn) noteRoomLocked() bool {
-	if c.notesLen < len(c.notes) {
-		return true
-	}
-	if len(c.notes) >= c.recvWRs {
-		return false
-	}
-	notes := make([]notification, min(max(notesStartSlots, 2*len(c.notes)), c.recvWRs))
-	for i := range c.notesLen {
-		notes[i] = c.notes[(c.notesHead+i)%len(c.notes)]
-	}
-	c.notes, c.notesHead = notes, 0
-	return true
-}
-
 // trimIdle runs at each tick of the connection's watch (heartbeat.go):
 // when no stream data moved either way since the previous tick (moved
 // holds the count then) and no send WR is outstanding, the send queue goes
@@ -41,7 +24,7 @@ func (c *Conn) trimIdle(moved *uint64) {
 	m := c.tx.Tail + c.rx.Tail
 	idle := m == *moved
 	*moved = m
-	grown := len(c.sq.wrs) > sendStartSlots || len(c.notes) > 0 && c.notesLen == 0
+	grown := len(c.sq.wrs) > sendStartSlots || c.notes.idle()
 	c.mu.Unlock()
 	if !idle || !grown {
 		return
@@ -55,7 +38,5 @@ func (c *Conn) trimIdle(moved *uint64) {
 	if c.sq.trim() {
 		c.stats.trims++
 	}
-	if c.notesLen == 0 {
-		c.notes, c.notesHead = nil, 0
-	}
+	c.notes.trim()
 }

@@ -63,7 +63,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			assert.Equal(t, sendStartSlots, sendSlots(t, e), "an idle conn's send slots")
 			assert.Greater(t, e.slots, 4*sendStartSlots, "the default depth is far above what idle holds")
 			e.mu.Lock()
-			assert.Nil(t, e.notes, "no notification ring before a notification")
+			assert.Nil(t, e.notes.ring, "no notification ring before a notification")
 			e.mu.Unlock()
 		}
 		noSenders(t, "an idle conn's QP has no sender goroutine")
@@ -142,24 +142,49 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 // RecvDepth as notifications are held, keeping them in order; one more
 // than RecvDepth is refused.
 func TestNotificationRingGrows(t *testing.T) {
-	c, _ := pair(t, nil)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i := range c.recvWRs + 2 {
-		require.True(t, c.noteRoomLocked(), "room for notification %d", i)
-		c.notes[(c.notesHead+c.notesLen)%len(c.notes)] = notification{value: uint32(i)}
-		c.notesLen++
+	const recvWRs = 20
+	var q noteQueue
+	assert.Nil(t, q.ring, "no ring before the first notification")
+	for i := range recvWRs + 2 {
+		require.True(t, q.push(notification{value: uint32(i)}, recvWRs), "room for notification %d", i)
+		if i == 0 {
+			assert.Len(t, q.ring, notesStartSlots)
+		}
 		if i == 2 {
 			// Two taken: the ring wraps before it grows.
-			c.notesHead = (c.notesHead + 2) % len(c.notes)
-			c.notesLen -= 2
+			for want := range uint32(2) {
+				nt, ok := q.pop()
+				require.True(t, ok)
+				assert.Equal(t, want, nt.value)
+			}
 		}
 	}
-	assert.Len(t, c.notes, c.recvWRs)
-	assert.False(t, c.noteRoomLocked(), "RecvDepth notifications held: no more")
-	for i := range c.notesLen {
-		assert.Equal(t, uint32(i+2), c.notes[(c.notesHead+i)%len(c.notes)].value)
+	assert.Len(t, q.ring, recvWRs, "grown to RecvDepth, no further")
+	assert.Equal(t, recvWRs, q.len())
+	assert.False(t, q.push(notification{value: 99}, recvWRs), "RecvDepth notifications held: no more")
+	assert.Equal(t, recvWRs, q.len(), "a refused one is not held")
+	for i := range recvWRs {
+		nt, ok := q.pop()
+		require.True(t, ok)
+		assert.Equal(t, uint32(i+2), nt.value, "in arrival order")
 	}
+	_, ok := q.pop()
+	assert.False(t, ok, "none left")
+	require.True(t, q.idle())
+	q.trim()
+	assert.Nil(t, q.ring, "an empty ring is given back")
+	assert.False(t, q.idle())
+}
+
+// A ring that holds notifications is kept by trim.
+func TestNotificationRingTrimKeepsHeld(t *testing.T) {
+	var q noteQueue
+	require.True(t, q.push(notification{value: 7, n: 3}, 4))
+	assert.False(t, q.idle())
+	q.trim()
+	nt, ok := q.pop()
+	require.True(t, ok)
+	assert.Equal(t, notification{value: 7, n: 3}, nt)
 }
 
 // idleHeapLimit bounds the Go heap an idle endpoint (a connection has two)

@@ -3,7 +3,6 @@ package rdma
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"syscall"
 	"time"
@@ -72,100 +71,6 @@ var errNotInBuffer = &bufferError{"the slice does not lie in a Buffer (one-sided
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), syscall.EINVAL)
-}
-
-// exposure is a range of a Buffer exposed to the peer.
-type exposure struct {
-	buf *Buffer
-	mr  verbs.MR
-}
-
-// Expose registers n bytes of b at offset off on the connection for the
-// peer to access (access: AccessRead, AccessWrite or both) and returns
-// their Desc, which only this connection's peer can use. The exposure ends
-// with Unexpose, b's Free or the connection's Close, whichever comes first.
-func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
-	const op = "expose"
-	var d Desc
-	switch {
-	case access <= 0 || access&^(AccessRead|AccessWrite) != 0:
-		return d, c.opErr(op, invalid("access %d is not AccessRead, AccessWrite or both", int(access)))
-	case b == nil:
-		return d, c.opErr(op, invalid("nil Buffer"))
-	case off < 0 || n <= 0 || off > len(b.buf) || n > len(b.buf)-off:
-		return d, c.opErr(op, invalid("%d bytes at offset %d are not a non-empty range of the Buffer's %d", n, off, len(b.buf)))
-	}
-	if err := b.acquire(); err != nil {
-		return d, c.opErr(op, err)
-	}
-	defer b.release()
-	va := verbs.Access(0)
-	if access&AccessWrite != 0 {
-		va |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
-	}
-	if access&AccessRead != 0 {
-		va |= verbs.AccessRemoteRead
-	}
-	var id uint32
-	mr, err := c.regMR(b, b.buf[off:off+n], va, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
-		if zc.exposed == nil {
-			zc.exposed = map[uint32]exposure{}
-		}
-		// Numbers are unique among the live exposures; a stale Desc
-		// that names a reused number is told apart by its rkey and
-		// address.
-		for {
-			zc.lastExposure++
-			if _, used := zc.exposed[zc.lastExposure]; !used && zc.lastExposure != 0 {
-				break
-			}
-		}
-		id = zc.lastExposure
-		zc.exposed[id] = exposure{buf: b, mr: mr}
-		return mr
-	})
-	if err != nil {
-		return d, c.opErr(op, err)
-	}
-	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
-	c.stats.exposures.Add(1)
-	return d, nil
-}
-
-// Unexpose ends the exposure d, which Expose on this connection returned.
-// Once it returns, nothing touches the range for the peer any more, even
-// for an access the peer had under way: that access finished before, or
-// fails at the peer (ErrRemoteAccess, or its connection broken). A stalled
-// peer cannot make Unexpose wait. A Desc that is not a live exposure of
-// this connection fails with ErrBadDesc.
-func (c *Conn) Unexpose(d Desc) error {
-	const op = "unexpose"
-	pd, err := onesided.Parse(d[:])
-	if err != nil {
-		return c.opErr(op, err)
-	}
-	// Deregistered under mu, so that Close's release finds every exposure
-	// either gone or its own before the protection domain goes. The
-	// provider's dereg fence bounds the wait by memory copies in
-	// progress, never by the peer.
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var e exposure
-	if c.zc != nil {
-		e = c.zc.exposed[pd.ID]
-	}
-	if e.mr == nil || e.mr.RKey() != pd.RKey || e.mr.Addr() != pd.Addr || uint64(e.mr.Len()) != pd.Len {
-		if c.closed || c.torn {
-			return c.opErr(op, net.ErrClosed)
-		}
-		return c.opErr(op, fmt.Errorf("%w: not a live exposure of this connection", ErrBadDesc))
-	}
-	delete(c.zc.exposed, pd.ID)
-	if err := e.mr.Dereg(); err != nil {
-		return c.opErr(op, err)
-	}
-	c.forgetIfUnusedLocked(e.buf)
-	return nil
 }
 
 // WriteRemote RDMA-writes p, which lies in a Buffer, into the range d
@@ -285,10 +190,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
 		c.mu.Lock()
-		if c.notesLen > 0 {
-			n := c.notes[c.notesHead]
-			c.notesHead = (c.notesHead + 1) % len(c.notes)
-			c.notesLen--
+		if n, ok := c.notes.pop(); ok {
 			// Its receive WR is credited now that it is taken: at once if
 			// it was reposted, else with its repost batch.
 			if c.repostHeld > 0 {
@@ -307,7 +209,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			c.unlockSubmit()
 			return n.value, int(n.n), nil
 		}
-		err := c.remoteErrLocked() // onesided.go
+		err := c.remoteErrLocked()
 		switch {
 		case err != nil:
 		case c.rx.FinRcvd:
@@ -345,50 +247,4 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 		}
 		c.await(c.rcvReady, dl, false)
 	}
-}
-
-// regMR registers p, which lies in b (acquired by the caller), on the
-// connection's protection domain with access, outside mu (a registration
-// pins memory and can take a while) but never across the protection
-// domain's release: releaseVerbs waits for registrations in progress, and
-// one that finds the connection closed after it undoes itself. keep, under
-// mu, records the registration in zc and returns the one to use (another
-// one, when a concurrent caller registered first; then this one goes).
-func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zeroCopy, mr verbs.MR) verbs.MR) (verbs.MR, error) {
-	c.mu.Lock()
-	if c.closed || c.torn {
-		c.mu.Unlock()
-		return nil, net.ErrClosed
-	}
-	c.registering++
-	c.mu.Unlock()
-	mr, err := c.pd.RegMR(p, access)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.registering--
-	if err != nil {
-		return nil, err
-	}
-	if c.closed || c.torn {
-		mr.Dereg()
-		return nil, net.ErrClosed
-	}
-	use := keep(c.zeroCopyLocked(), mr)
-	if use != mr {
-		mr.Dereg()
-	}
-	c.noteBufferLocked(b)
-	return use, nil
-}
-
-// noteBufferLocked records that the connection holds a registration of b,
-// for b's Free to end. b is acquired, so Free cannot be past its look at
-// regs.
-func (c *Conn) noteBufferLocked(b *Buffer) {
-	b.mu.Lock()
-	if b.regs == nil {
-		b.regs = map[*Conn]struct{}{}
-	}
-	b.regs[c] = struct{}{}
-	b.mu.Unlock()
 }

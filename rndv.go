@@ -14,7 +14,7 @@ import (
 // rules). A Write of at least the connection's rendezvous threshold from a
 // Buffer does not copy: the writer exposes exactly those bytes for remote
 // READ (a memory window bound on the connection's queue pair where the
-// device has windows, rndvwindow.go; else a registration of its own on
+// device has windows, rndvWindow; else a registration of its own on
 // the connection's protection domain), sends their
 // descriptor in the stream's order (into the peer's mailbox, immediate
 // CtlRndv), and waits. The reader, once it has read every ring byte before
@@ -54,26 +54,38 @@ const rndvPiece = 4 << 20
 // worth, so that tiny Reads do not each pay a round trip.
 const rndvDirectMin = 16 << 10
 
-// rndvBounceSize is the bounce buffer's size: made on a connection's first
-// rendezvous into memory that is not a Buffer, kept until Close.
-const rndvBounceSize = 1 << 20
-
 var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", syscall.ECONNABORTED}
 
 // rndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).
 func (c *Conn) rndvThreshold(agreed uint8) int {
-	t := c.cfg.RendezvousThreshold
+	return rndvThresholdFor(c.cfg.RendezvousThreshold, c.provider == ProviderSoft, agreed)
+}
+
+// rndvThresholdFor is the threshold configured as t (Config's: 0 the
+// provider's default, negative none) on soft or another provider, for the
+// version agreed.
+func rndvThresholdFor(t int, soft bool, agreed uint8) int {
 	if agreed < stream.VersionRndv || t < 0 {
 		return 0
 	}
 	switch {
 	case t > 0:
 		return max(t, zerocopy.RendezvousFloor())
-	case c.provider == ProviderSoft:
+	case soft:
 		return softRndvThreshold
 	}
 	return defaultRndvThreshold
+}
+
+// directLen is how many bytes a rendezvous READ puts straight into a
+// Read's slice of n bytes, in a Buffer, with left bytes of the
+// rendezvous to go; 0 when the bounce buffer serves it (a small slice).
+func directLen(n int, left uint64) int {
+	if n < rndvDirectMin {
+		return 0
+	}
+	return int(min(uint64(n), left, rndvPiece))
 }
 
 // writeRndv writes b, which lies in buf, by rendezvous.
@@ -89,7 +101,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 			return sent, err
 		}
 		c.mu.Lock()
-		c.stats.wroteLocked(n, sent == 0) // stats.go
+		c.stats.wroteLocked(n, sent == 0)
 		c.mu.Unlock()
 		sent += n
 	}
@@ -99,11 +111,11 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 // rndvOne exposes p (in buf) to the peer, announces it and waits until the
 // peer has read it all; p's registration is gone when it returns.
 func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
-	ctl, err := c.ctlMRFor()
+	ctl, err := c.zeroCopy().ctl(c.pd, c.ctlStagingBytes())
 	if err != nil {
 		return c.opErr("write", err)
 	}
-	x, err := c.exposeRndv(p, buf) // rndvwindow.go
+	x, err := c.exposeRndv(p, buf)
 	if err != nil {
 		return c.opErr("write", err)
 	}
@@ -167,44 +179,16 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	}
 }
 
-// holdUntilTeardown keeps buf in use until the connection's verbs objects
-// are destroyed (releaseVerbs).
-func (c *Conn) holdUntilTeardown(buf *Buffer) {
-	if buf.acquire() != nil {
-		return // cannot happen: the caller holds it
-	}
-	c.mu.Lock()
-	zc := c.zeroCopyLocked()
-	zc.held = append(zc.held, buf)
-	c.mu.Unlock()
-}
-
-// ctlMRFor is the registration of the descriptor's staging, made on the
-// connection's first rendezvous: its own, because the send buffer's
-// registration, which covers it at first, goes when the send buffer
-// grows (ringgrowth.go). Writer-owned (wmu).
-func (c *Conn) ctlMRFor() (verbs.MR, error) {
-	zc := c.zeroCopy()
-	if zc.ctlMR == nil {
-		mr, err := c.pd.RegMR(c.ctlStagingBytes(), verbs.AccessLocalWrite)
-		if err != nil {
-			return nil, err
-		}
-		zc.ctlMR = mr
-	}
-	return zc.ctlMR, nil
-}
-
 // readRndv reads the next piece of the pending rendezvous (left bytes at
 // the peer's addr under key) into b (len(b) > 0). Called with rmu held.
 func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, error) {
 	var dst []byte
 	var mr verbs.MR
-	if len(b) >= rndvDirectMin {
+	if want := directLen(len(b), left); want > 0 {
 		if buf := bufferOf(b); buf != nil && buf.acquire() == nil {
 			defer buf.release()
 			if m, err := c.bufferMR(buf); err == nil {
-				mr, dst = m, b[:min(uint64(len(b)), left, rndvPiece)]
+				mr, dst = m, b[:want]
 			}
 		}
 	}
@@ -214,7 +198,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		if err != nil {
 			return 0, c.opErr("read", err)
 		}
-		mr, dst = bounce.mr, bounce.buf[:min(uint64(len(bounce.buf)), left)]
+		mr, dst = bounce.blk.mr, bounce.space(left)
 	}
 	if err := c.readRemote(mr, dst, addr, key); err != nil {
 		return 0, err
@@ -223,31 +207,8 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		return len(dst), nil
 	}
 	n := copy(b, dst)
-	zc := c.zc // made by bounceBuf
-	zc.bounceHead, zc.bounceTail = n, len(dst)
+	c.zc.bounce.landed(n, len(dst)) // made by bounceBuf
 	return n, nil
-}
-
-// readBounce copies out bytes a rendezvous READ left in the bounce buffer
-// (they come before anything else in the stream). Called with rmu held.
-func (zc *zeroCopy) readBounce(b []byte) int {
-	n := copy(b, zc.bounce.buf[zc.bounceHead:zc.bounceTail])
-	zc.bounceHead += n
-	return n
-}
-
-// bounceBuf is the bounce buffer, made on first use. Reader-owned
-// (rmu); released with the endpoint.
-func (c *Conn) bounceBuf() (*block, error) {
-	zc := c.zeroCopy()
-	if zc.bounce.mr == nil {
-		b, err := c.newBlock(rndvBounceSize, 0, verbs.AccessLocalWrite)
-		if err != nil {
-			return nil, err
-		}
-		zc.bounce = b
-	}
-	return &zc.bounce, nil
 }
 
 // readRemote RDMA READs the next len(dst) bytes of the pending rendezvous
@@ -285,8 +246,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	// soft's TCP path (rdmaperf -buffers, 4 MiB: 256 KiB READs 1862 MiB/s,
 	// 1 MiB READs 2021, one READ 2418; medians of 5 interleaved rounds);
 	// on rxe a single 1 MiB READ (ReadRemote) runs at 0.92x ib_read_bw.
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
+	r := newRemoteOp()
 	c.sq.ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
 	// The bytes count as read now (if the READ fails, so does the
 	// connection): the done message may then go in this post, and the
@@ -303,7 +263,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 		if r.done {
 			st := r.status
 			c.mu.Unlock()
-			remoteOps.Put(r)
+			r.recycle()
 			if st != verbs.WCSuccess {
 				return c.remoteStatus("read", st)
 			}

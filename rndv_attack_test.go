@@ -286,8 +286,8 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	if windows {
 		s.mu.Lock()
-		assert.Nil(t, s.zc.mw, "the window is deallocated when Write returns")
-		assert.Equal(t, int8(1), s.zc.windows, "the transfer used a window")
+		assert.Nil(t, s.zc.window.mw, "the window is deallocated when Write returns")
+		assert.Equal(t, windowsChecked, s.zc.window.mode, "the transfer used a window")
 		s.mu.Unlock()
 	} else {
 		assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
@@ -416,8 +416,8 @@ func TestRndvWindowRevoked(t *testing.T) {
 		require.NoError(t, <-errc)
 	}
 	s.mu.Lock()
-	require.Equal(t, int8(windowsChecked), s.zc.windows, "the Writes used the window")
-	require.NotNil(t, s.zc.mw)
+	require.Equal(t, windowsChecked, s.zc.window.mode, "the Writes used the window")
+	require.NotNil(t, s.zc.window.mw)
 	s.mu.Unlock()
 	assert.NotEqual(t, keys[0], keys[1], "each bind gives the window a new rkey")
 	// The Write returned: its rkey reaches nothing any more.

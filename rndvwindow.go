@@ -45,28 +45,77 @@ const WindowsEnv = "RDMA_MEMORY_WINDOWS"
 
 var envWindows = os.Getenv(WindowsEnv)
 
-// windowsLocked reports whether the connection's rendezvous Writes use a
-// memory window, asking the device once. Called with mu held.
-func (c *Conn) windowsLocked(zc *zeroCopy) bool {
-	if zc.windows == 0 {
-		zc.windows = -1
-		if _, attr, err := deviceOf(c.id); err == nil && attr.MaxMW > 0 && !testNoWindows && envWindows != "0" {
-			switch {
-			case attr.VendorID != rxeVendorID:
-				zc.windows = windowsChecked
-			case envWindows == "1":
-				zc.windows = windowsWholeOnly
-			}
-		}
-	}
-	return zc.windows > 0
+// rndvWindow is the connection's rendezvous window: whether the device
+// has windows (mode), the window once allocated, its last rkey and the
+// argument of its last bind. mode and mw are under mu; key and bind are
+// the writer's (wmu).
+type rndvWindow struct {
+	mode windowMode
+	mw   verbs.MW
+	key  uint32
+	bind verbs.MWBind
 }
 
-// zeroCopy.windows beyond 0 (not asked) and -1 (none).
+// windowMode says whether and how rendezvous Writes use a window.
+type windowMode int8
+
 const (
-	windowsChecked   = 1 // the device checks a window's own range
-	windowsWholeOnly = 2 // it checks the region's: bind windows only to whole Buffers
+	windowsUnknown   windowMode = 0  // the device not asked yet
+	windowsNone      windowMode = -1 // registrations
+	windowsChecked   windowMode = 1  // the device checks a window's own range
+	windowsWholeOnly windowMode = 2  // it checks the region's: bind windows only to whole Buffers
 )
+
+// modeFor is the mode for a device with attr (err: it could not be
+// asked), under the switches testNoWindows and env (WindowsEnv's value).
+func modeFor(attr verbs.DeviceAttr, err error, env string) windowMode {
+	switch {
+	case err != nil || attr.MaxMW <= 0 || testNoWindows || env == "0":
+		return windowsNone
+	case attr.VendorID != rxeVendorID:
+		return windowsChecked
+	case env == "1":
+		return windowsWholeOnly
+	}
+	return windowsNone
+}
+
+// used reports whether rendezvous Writes use the window (mode decided).
+func (w *rndvWindow) used() bool { return w.mode > 0 }
+
+// fits reports whether a Write of p from buf may use the window: where
+// the device checks only the region's range, p must be all of buf.
+func (w *rndvWindow) fits(p []byte, buf *Buffer) bool {
+	return w.used() && (w.mode != windowsWholeOnly || len(p) == len(buf.buf))
+}
+
+// nextBind is the bind of mw, the window, to p, in mr, for remote READ under a
+// new rkey, which it returns too. Each bind's rkey differs from the last,
+// so that a Desc of an earlier transfer reaches nothing.
+func (w *rndvWindow) nextBind(mw verbs.MW, mr verbs.MR, p []byte) (*verbs.MWBind, uint32) {
+	w.key = verbs.NextRKey(w.key)
+	w.bind = verbs.MWBind{MW: mw, MR: mr, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
+		Access: verbs.AccessRemoteRead, RKey: w.key}
+	return &w.bind, w.key
+}
+
+// take removes the window, for the caller to deallocate (nil: none).
+func (w *rndvWindow) take() verbs.MW {
+	mw := w.mw
+	w.mw = nil
+	return mw
+}
+
+// usedOn reports whether rendezvous Writes on the connection of id use
+// the window, asking its device once. Called with the connection's mu
+// held.
+func (w *rndvWindow) usedOn(id verbs.CMID) bool {
+	if w.mode == windowsUnknown {
+		_, attr, err := deviceOf(id)
+		w.mode = modeFor(attr, err, envWindows)
+	}
+	return w.used()
+}
 
 // rndvWindow returns the window a rendezvous Write of p from buf binds,
 // and buf's registration to bind it in; nil, nil when the Write registers
@@ -74,10 +123,10 @@ const (
 func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	c.mu.Lock()
 	zc := c.zeroCopyLocked()
-	ok, mw := c.windowsLocked(zc), zc.mw
-	whole := zc.windows == windowsWholeOnly
+	zc.window.usedOn(c.id)
+	ok, mw := zc.window.fits(p, buf), zc.window.mw
 	c.mu.Unlock()
-	if !ok || whole && len(p) != len(buf.buf) {
+	if !ok {
 		return nil, nil
 	}
 	mr, err := c.bufferMR(buf)
@@ -88,7 +137,7 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 		w, err := c.pd.AllocMW()
 		if err != nil {
 			c.mu.Lock()
-			zc.windows = -1 // registrations from now on
+			zc.window.mode = windowsNone // registrations from now on
 			c.mu.Unlock()
 			return nil, nil
 		}
@@ -98,16 +147,17 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 			w.Dealloc()
 			return nil, nil
 		}
-		zc.mw, zc.mwKey = w, w.RKey()
+		zc.window.mw, zc.window.key = w, w.RKey()
 		c.mu.Unlock()
 		mw = w
 	}
 	return mw, mr
 }
 
-// rndvExposure is how a rendezvous Write exposes its bytes: through the
-// connection's window (mw), bound in the Buffer's registration (bufMR),
-// or by a registration of their own (mr); key is the rkey announced.
+// rndvExposure is how one rendezvous Write exposes its bytes: through
+// the connection's window (mw), bound in the Buffer's registration
+// (bufMR), or by a registration of their own (mr); key is the rkey
+// announced, and windowBound says the window's bind was queued.
 type rndvExposure struct {
 	mw          verbs.MW
 	bufMR, mr   verbs.MR
@@ -125,36 +175,64 @@ func (c *Conn) exposeRndv(p []byte, buf *Buffer) (rndvExposure, error) {
 	return rndvExposure{mr: mr}, err
 }
 
-// announceLocked makes the exposure reachable and returns the rkey the
-// descriptor carries: it queues the bind of the window to p, for remote
-// READ, under a new rkey, or takes the registration's. Called with mu held
-// and a send slot free for the bind.
-func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
+// announce returns the rkey the descriptor carries and, through a window,
+// the bind of w's window to p under a new rkey (for remote READ), to be
+// queued before the descriptor; nil for a registration, whose rkey it is.
+func (x *rndvExposure) announce(w *rndvWindow, p []byte) (*verbs.MWBind, uint32) {
 	if x.mw == nil {
 		x.key = x.mr.RKey()
-		return x.key
+		return nil, x.key
 	}
-	zc := c.zc
-	zc.mwKey = verbs.NextRKey(zc.mwKey)
-	zc.mwBind = verbs.MWBind{MW: x.mw, MR: x.bufMR, Addr: verbs.AddrOf(p), Length: uint64(len(p)),
-		Access: verbs.AccessRemoteRead, RKey: zc.mwKey}
-	c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = &zc.mwBind
-	x.key, x.windowBound = zc.mwKey, true
-	return x.key
+	bind, key := w.nextBind(x.mw, x.bufMR, p)
+	x.key, x.windowBound = key, true
+	return bind, key
 }
 
-// revokeRndv ends the exposure before the Write returns: the registration
-// is deregistered; the window, once bound, is invalidated after the peer's
-// done message, or deallocated when the Write gives up (the peer may be
-// mid-READ, and the queue pair may be failing).
-func (c *Conn) revokeRndv(x rndvExposure, gaveUp bool) {
+// revocation is how an exposure ends before its Write returns.
+type revocation int8
+
+const (
+	revokeNothing    revocation = iota // a window never bound: the peer had no rkey
+	revokeDereg                        // deregister the registration of its own
+	revokeInvalidate                   // invalidate the window's rkey, and wait for it
+	revokeDealloc                      // deallocate the window: at once, whatever the queue pair's state
+)
+
+// revocation is the exposure's end: the registration is deregistered; the
+// window, once bound, is invalidated after the peer's done message, or
+// deallocated when the Write gives up (the peer may be mid-READ, and the
+// queue pair may be failing).
+func (x *rndvExposure) revocation(gaveUp bool) revocation {
 	switch {
 	case x.mr != nil:
-		x.mr.Dereg()
+		return revokeDereg
 	case !x.windowBound:
+		return revokeNothing
 	case gaveUp:
+		return revokeDealloc
+	}
+	return revokeInvalidate
+}
+
+// announceLocked makes the exposure reachable and returns the rkey the
+// descriptor carries, queueing the window's bind. Called with mu held and
+// the bind's send slot free.
+func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
+	bind, key := x.announce(&c.zc.window, p)
+	if bind != nil {
+		c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
+	}
+	return key
+}
+
+// revokeRndv ends the exposure before the Write returns (revocation).
+func (c *Conn) revokeRndv(x rndvExposure, gaveUp bool) {
+	switch x.revocation(gaveUp) {
+	case revokeDereg:
+		x.mr.Dereg()
+	case revokeDealloc:
 		c.dropWindow()
-	default:
+	case revokeInvalidate:
 		c.invalidateWindow(x.key)
 	}
 }
@@ -177,8 +255,7 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 		c.mu.Unlock()
 		c.await(c.sndReady, nil, false)
 	}
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
+	r := newRemoteOp()
 	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
 	c.sq.wrs[s].InvalidateRKey = rkey
 	c.sq.ops[s] = r
@@ -194,7 +271,7 @@ func (c *Conn) dropWindow() {
 	c.mu.Lock()
 	var mw verbs.MW
 	if zc := c.zc; zc != nil {
-		mw, zc.mw = zc.mw, nil
+		mw = zc.window.take()
 	}
 	c.mu.Unlock()
 	if mw != nil {
