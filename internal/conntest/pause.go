@@ -257,3 +257,18 @@ func (s *suite) pausedPastTimeout(t *testing.T) error {
 	testsupport.Serves(t, ln, s.dialer(nil))
 	return err
 }
+
+// PausedFor is PeerPaused for a pause of d, outside the suite (a pause of
+// a minute is too long to run on every path and provider): a peer process
+// with 3 conns is stopped for d while this side writes toward it, both
+// sides with cfg.RDMA's PeerTimeout (0: none, as TCP), and every conn must
+// carry data afterwards, what was written during the pause included.
+func PausedFor(t *testing.T, cfg Config, d time.Duration) {
+	s := &suite{cfg: cfg}
+	c := s.config()
+	c.KeepAlive = pauseKeepAlive
+	ln := s.listen(t, c)
+	p := s.startPausePeer(t, ln, c.PeerTimeout, pauseKeepAlive)
+	sent, wrote := p.pause(t, d)
+	p.survives(t, sent, wrote)
+}
