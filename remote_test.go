@@ -437,7 +437,16 @@ func TestRemoteZeroAllocs(t *testing.T) {
 	d, err := s.Expose(target, 0, 4096, AccessRead|AccessWrite)
 	require.NoError(t, err)
 	local := allocBuffer(t, 4096)
-	require.NoError(t, c.WriteRemote(d, 0, local.Bytes()[:64]))
+	// A connection that talks moves to shared memory after a few frames,
+	// in the background (its rings are made then): measure once it has.
+	var werr error
+	require.Eventually(t, func() bool {
+		if werr = c.WriteRemote(d, 0, local.Bytes()[:64]); werr != nil {
+			return true
+		}
+		return SoftCarrier(c) == "shm" && SoftCarrier(s) == "shm"
+	}, 10*time.Second, time.Millisecond, "the conn moves to shared memory")
+	require.NoError(t, werr)
 	allocs := testing.AllocsPerRun(200, func() {
 		if err := c.WriteRemote(d, 0, local.Bytes()[:64]); err != nil {
 			panic(err)
