@@ -69,7 +69,7 @@ type Conn interface {
 // lower: a rendezvous Write returns once the peer has read it, so
 // CloseWrite's subtest, which writes a small request and half-closes
 // before its peer reads, would wait for ever (by design: see
-// docs/design.md, "Rendezvous").
+// docs/wire.md, "Rendezvous").
 const BuffersThreshold = 4 << 10
 
 type suite struct {
