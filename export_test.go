@@ -19,6 +19,11 @@ func SoftCarrier(c net.Conn) string {
 	return ""
 }
 
+// settled reports whether c's bytes go where they will stay: not soft's
+// TCP path, from which a connection that talks moves to shared memory in
+// the background (its rings are made then), and any other provider's.
+func settled(c net.Conn) bool { return SoftCarrier(c) != "tcp" }
+
 // SetNoWindows makes rendezvous Writes register what they expose (true),
 // as on a device without memory windows; it returns the previous setting.
 func SetNoWindows(on bool) bool { return setNoWindows(on) }

@@ -444,7 +444,7 @@ func TestRemoteZeroAllocs(t *testing.T) {
 		if werr = c.WriteRemote(d, 0, local.Bytes()[:64]); werr != nil {
 			return true
 		}
-		return SoftCarrier(c) == "shm" && SoftCarrier(s) == "shm"
+		return settled(c) && settled(s)
 	}, 10*time.Second, time.Millisecond, "the conn moves to shared memory")
 	require.NoError(t, werr)
 	allocs := testing.AllocsPerRun(200, func() {

@@ -308,7 +308,7 @@ func TestRsocketZeroAllocs(t *testing.T) {
 		if _, err = c.Write(msg); err == nil {
 			_, err = io.ReadFull(s, buf)
 		}
-		return err != nil || SoftCarrier(c) == "shm" && SoftCarrier(s) == "shm"
+		return err != nil || settled(c) && settled(s)
 	}, 10*time.Second, time.Millisecond, "the conn moves to shared memory")
 	require.NoError(t, err)
 	allocs := testing.AllocsPerRun(200, func() {
