@@ -116,34 +116,16 @@ func bytesOf[T Number](s []T) []byte {
 // The operand order matters for bitwise reproducibility (NaN payloads), so
 // callers choose it the same way on every rank.
 func reduceBytes[T Number](dstB, srcB []byte, op Op, srcFirst bool) {
-	dst, src := view[T](dstB), view[T](srcB)
-	a, b := dst, src // dst[i] = a[i] op b[i]
 	if srcFirst {
-		a, b = b, a
+		reduce3Bytes[T](dstB, srcB, dstB, op) // dst[i] = src[i] op dst[i]
+		return
 	}
-	a, b = a[:len(dst)], b[:len(dst)] // the loops' bounds, known to the compiler
-	switch op {
-	case Sum:
-		for i := range dst {
-			dst[i] = a[i] + b[i]
-		}
-	case Prod:
-		for i := range dst {
-			dst[i] = a[i] * b[i]
-		}
-	case Min:
-		for i := range dst {
-			dst[i] = min(a[i], b[i])
-		}
-	case Max:
-		for i := range dst {
-			dst[i] = max(a[i], b[i])
-		}
-	}
+	reduce3Bytes[T](dstB, dstB, srcB, op)
 }
 
 // reduce3Bytes sets dst[i] = a[i] op b[i]: a reduction of two buffers into
-// a third in one pass.
+// a third in one pass (dst may be a or b: each element is read before it
+// is written).
 func reduce3Bytes[T Number](dstB, aB, bB []byte, op Op) {
 	dst, a, b := view[T](dstB), view[T](aB), view[T](bB)
 	a, b = a[:len(dst)], b[:len(dst)]
