@@ -112,7 +112,7 @@ func (id *cmID) Connect(param *verbs.ConnParam) error {
 	req := hsMsg{typ: msgREQ, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
 		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
 		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
-		transports: transportTCP | reqTakesMRA, priv: append([]byte(nil), param.PrivateData...)}
+		transports: transportTCP | reqTakesMRA, delayedAcks: true, priv: append([]byte(nil), param.PrivateData...)}
 	q.mu.Unlock()
 	id.state = idConnecting
 	a := &connectArgs{q: q, req: req, param: *param, deadline: time.Now().Add(id.connectTimeout()),

@@ -24,7 +24,10 @@ import (
 // receiver goroutine, or a goroutine waiting in GetEvent) reads frames,
 // executes requests against registered memory, and generates completions
 // and coalesced ACKs (when it runs out of input, or every ackEvery
-// requests; an ACK also rides on every frame we send).
+// requests; an ACK also rides on every frame we send). Where both sides
+// agreed to delayed ACKs, one that runs out of input waits up to ackDelay
+// for a frame to ride on instead, unless a request asked for it at once
+// (responder.go).
 
 // start attaches a transport and starts the sender; the receiver starts
 // with startReceiver once the handshake is complete.
@@ -33,6 +36,7 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 	q.tr = tr
 	q.downNotify = down
 	q.attr.DestQPNum = peer.qpn
+	q.delayedAcks = peer.delayedAcks
 	q.rcv.ackEvery = max(1, min(16, int(peer.sqDepth)/4))
 	if h, ok := tr.(interface{ ackEvery(int) int }); ok {
 		q.rcv.ackEvery = h.ackEvery(q.rcv.ackEvery) // a transport where ACKs are cheap asks for more
@@ -243,10 +247,22 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 	q.rcv.appendResponses(b)
 	ack := q.rcv.ackable()
 	carried := q.state == verbs.QPSRTS && !q.discWanted && q.snd.appendRequests(b, ack)
+	if q.snd.pokeWanted && b.room() {
+		// The requester needs an ACK of requests it sent without asking
+		// and none of this batch asked: an ACK of ours that asks.
+		q.snd.pokeWanted = false
+		if q.state == verbs.QPSRTS && !q.discWanted {
+			h := header{typ: frameAck, flags: flagAck | flagAckReq, ack: ack}
+			h.encode(b.frame())
+			carried = true
+		}
+	}
 	if q.discWanted && b.room() {
-		h := header{typ: frameDisc}
+		// The DISC carries the ACK (a delayed one would not follow it).
+		h := header{typ: frameDisc, flags: flagAck, ack: ack}
 		h.encode(b.frame())
 		q.discSent = true
+		carried = true
 	}
 	q.rcv.appendAck(b, ack, carried, !q.discSent)
 	if q.preamble != nil && (b.nh > 0 || q.preambleDue) {
@@ -258,6 +274,7 @@ func (q *qp) buildBatch() ([][]byte, []gateRef, int) {
 		q.preamble = nil
 		q.preambleTimer.Stop()
 	}
+	q.framesSent += uint64(b.nh)
 	v, vg := b.v, b.vg
 	b.v, b.vg = v[:0], vg[:0]
 	if len(b.hdrs) < maxBatchFrames && (b.nh == len(b.hdrs) || cap(v)-len(v) < 1+q.cap.MaxSendSGE) {
@@ -290,7 +307,8 @@ type rxState struct {
 	hb      [hdrLen]byte
 	h       header
 	sc      scratch
-	owed    int // requests executed since we last asked for an ACK
+	owed    int  // requests executed since we last asked for an ACK
+	ackReq  bool // a frame since then asked for a prompt ACK (flagAckReq)
 	gotDisc bool
 	drv     *compChannel // the channel whose waiter holds the role
 }
@@ -429,16 +447,16 @@ func (r *rxRole) want(c *compChannel) {
 // something better to do.
 func (q *qp) rxIdle(boundary bool) bool {
 	r := &q.rx
-	if r.owed > 0 {
-		// Out of input with requests unacknowledged: ACK them now. When
-		// the holder is a GetEvent waiter it stops at the frame that gave
-		// it its event, before idling, so that its consumer's reply (sent
-		// from the same goroutine, next) carries the ACK.
-		r.owed = 0
+	if r.owed > 0 || r.ackReq {
+		// Out of input with requests unacknowledged: ACK them now, or
+		// soon where ACKs are delayed (idleAck). When the holder is a
+		// GetEvent waiter it stops at the frame that gave it its event,
+		// before idling, so that its consumer's reply (sent from the same
+		// goroutine, next) carries the ACK.
+		prompt := r.ackReq
+		r.owed, r.ackReq = 0, false
 		q.mu.Lock()
-		if q.rcv.lastAckSent != q.rcv.ackable() {
-			q.rcv.wantAck()
-		}
+		q.rcv.idleAck(prompt)
 		q.mu.Unlock()
 	}
 	if !boundary {
@@ -560,6 +578,9 @@ func (q *qp) rxFrame() error {
 	}
 	if q.silent.Load() {
 		return tr.discard(h.payloadLen())
+	}
+	if h.flags&flagAckReq != 0 {
+		r.ackReq = true
 	}
 	if h.flags&flagAck != 0 && h.typ != frameNak {
 		if err := q.snd.onAck(h.ack); err != nil {

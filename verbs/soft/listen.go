@@ -270,7 +270,7 @@ func (id *cmID) Accept(param *verbs.ConnParam) error {
 	rep := hsMsg{typ: msgREP, qpn: q.num, sqDepth: uint32(q.cap.MaxSendWR), rqDepth: uint32(q.cap.MaxRecvWR),
 		respRes: uint8(param.ResponderResources), initDepth: uint8(param.InitiatorDepth),
 		retry: uint8(param.RetryCount), rnrRetry: uint8(param.RNRRetryCount),
-		transports: transportTCP, priv: param.PrivateData}
+		transports: transportTCP, delayedAcks: id.req.delayedAcks, priv: param.PrivateData}
 	if id.shm != nil {
 		rep.transports = transportShm
 	} else if id.shmX != nil {

@@ -40,6 +40,12 @@ type qp struct {
 	discWanted bool
 	discSent   bool
 	finSent    bool
+	// delayedAcks: both sides agreed to delayed ACKs in the handshake
+	// (hsDelayedAcks): the responder lets ACKs wait for a frame to ride
+	// on, the requester marks the requests it needs acknowledged at once
+	// (flagAckReq). Set once at start, before any frame.
+	delayedAcks bool
+	framesSent  uint64 // frames the transmitter put in its batches (tests count them)
 	// preamble is what the transport carries before the first frame: the
 	// active side's RTU on a TCP connection (connect.go), sent with the
 	// first batch or, if none comes soon, alone by preambleTimer.
@@ -386,6 +392,9 @@ func (q *qp) Destroy() error {
 	q.stop()
 	q.snd.rnrTimer.Stop()
 	q.snd.wdTimer.Stop()
+	q.mu.Lock()
+	q.rcv.stopAckTimer()
+	q.mu.Unlock()
 	q.scq.removeQP(q)
 	q.rcq.removeQP(q)
 	q.pd.nQP.Add(-1)

@@ -32,6 +32,7 @@ type sendSlot struct {
 	inl       []byte
 	status    verbs.WCStatus // a local error found at post time, reported in order
 	rnr       int            // RNR NAKs received for this WR
+	ackReq    bool           // a signaled bind or invalidation waits behind it: ask for its ACK at once
 }
 
 // localOp is a bind or an invalidation that executed when it was posted
@@ -57,6 +58,9 @@ type requester struct {
 	sqTail   uint32
 	readsOut int  // RDMA READs transmitted and not answered
 	rnrWait  bool // waiting out an RNR NAK before retransmitting
+	// pokeWanted: a signaled bind or invalidation waits for the ACK of
+	// requests sent without flagAckReq; the next batch asks for it.
+	pokeWanted bool
 	progress uint64
 	// Binds and invalidations waiting for their completion, local[localHead:],
 	// in the order posted; they count against the send queue's depth.
@@ -179,7 +183,7 @@ func (req *requester) postSend(wr *verbs.SendWR) error {
 	s.signaled = q.sigAll || wr.Flags&verbs.SendSignaled != 0
 	s.solicited = wr.Flags&verbs.SendSolicited != 0
 	s.fenced = wr.Flags&verbs.SendFence != 0
-	s.status, s.rnr = verbs.WCSuccess, 0
+	s.status, s.rnr, s.ackReq = verbs.WCSuccess, 0, false
 	s.sg, s.gates = s.sg[:0], s.gates[:0]
 	var total uint64
 	if inline {
@@ -244,7 +248,7 @@ func (req *requester) postLocal(wr *verbs.SendWR, w *mw, parent *mr) {
 		s := req.slot(req.sqTail)
 		s.wrid, s.op, s.imm, s.raddr, s.rkey = wr.WRID, wr.Opcode, 0, 0, 0
 		s.signaled, s.solicited, s.fenced = signaled, false, false
-		s.status, s.rnr, s.length = status, 0, 0
+		s.status, s.rnr, s.length, s.ackReq = status, 0, 0, false
 		s.sg, s.gates = s.sg[:0], s.gates[:0]
 		req.sqTail++
 		return
@@ -253,6 +257,16 @@ func (req *requester) postLocal(wr *verbs.SendWR, w *mw, parent *mr) {
 		req.local, req.localHead = req.local[:0], 0
 	}
 	req.local = append(req.local, localOp{wrid: wr.WRID, op: wr.Opcode, after: req.sqTail, signaled: signaled})
+	if signaled && q.delayedAcks && req.sqHead != req.sqTail {
+		// Its completion waits for the ACK of the WRs before it: ask
+		// for that at once, on the last of them or, sent already, with
+		// an ACK of ours.
+		if last := req.sqTail - 1; seqLT(last, req.sqSent) {
+			req.pokeWanted = true
+		} else {
+			req.slot(last).ackReq = true
+		}
+	}
 	req.completeLocal(verbs.WCSuccess)
 }
 
@@ -581,6 +595,7 @@ func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
 		return false
 	}
 	q := req.q
+	ackEach := ackEachBelow(q.attr.Timeout)
 	for req.sqSent != req.sqTail && b.room() && b.bytes < batchBytes {
 		s := req.slot(req.sqSent)
 		if len(b.v)+1+len(s.sg) > cap(b.v) {
@@ -599,6 +614,10 @@ func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
 		h := header{psn: req.sqSent, ack: ack, flags: flagAck, len: s.length, imm: s.imm}
 		if s.solicited {
 			h.flags |= flagSolicited
+		}
+		if q.delayedAcks && (s.signaled || s.ackReq || ackEach || req.pokeWanted) {
+			h.flags |= flagAckReq
+			req.pokeWanted = false
 		}
 		switch s.op {
 		case verbs.OpSend:
@@ -648,6 +667,7 @@ func (req *requester) flush(errPSN uint32, errStatus verbs.WCStatus, hasErr bool
 	req.rnrWait = false
 	req.readsOut = 0
 	req.doomed = false
+	req.pokeWanted = false
 	for req.sqHead != req.sqTail {
 		req.completeLocal(verbs.WCWRFlushErr)
 		s := req.slot(req.sqHead)
@@ -677,6 +697,7 @@ func (req *requester) reset() {
 	req.doomed = false
 	req.readsOut = 0
 	req.rnrWait = false
+	req.pokeWanted = false
 }
 
 // rnrDelay is the IB encoding of the RNR NAK timer.
@@ -684,6 +705,14 @@ func rnrDelay(code uint32) time.Duration {
 	us := [32]uint32{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
 		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
 	return time.Duration(us[code&31]) * time.Microsecond
+}
+
+// ackEachBelow reports whether a transport timeout of t is short enough
+// that the requester asks for every ACK at once (flagAckReq): one that
+// waited ackDelay would take a good part of it.
+func ackEachBelow(t int) bool {
+	d := ackTimeout(t)
+	return d > 0 && d < 16*defaultAckDelay
 }
 
 // ackTimeout is the IB local ack timeout: 4.096 us * 2^t (0: infinite).

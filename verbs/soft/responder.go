@@ -2,6 +2,7 @@ package soft
 
 import (
 	"syscall"
+	"time"
 
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -12,6 +13,22 @@ import (
 // bounds and access checks), RNR, and the ACKs, NAKs and READ responses
 // that answer them. Its frames come in through the QP's receive role and
 // its answers go out in the QP's transmit batches (engine.go).
+//
+// ACKs: every frame this QP sends carries the current ACK, and a READ
+// response or NAK is an ACK too. When the receive role runs out of input
+// with requests executed and not yet acknowledged, the responder either
+// asks for a standalone ACK at once, or, on a connection whose two sides
+// agreed to delayed ACKs in the handshake (hsDelayedAcks), lets the ACK
+// wait up to ackDelay for a frame of this QP's to ride on: a request/
+// response exchange then costs each side one frame (one write) per
+// message, as TCP's delayed ACKs ride on the reply. A requester that
+// needs its completion promptly says so on the frame (flagAckReq: a
+// signaled WR, the last WR before a signaled bind or invalidation, every
+// frame when its transport timer is short), and that one is acknowledged
+// at once, as every ackEvery requests are. Nothing else changes: an ACK
+// is still due only for requests that executed, RNR and NAKs go at once,
+// and ackDelay is far below any transport timeout (the requester asks
+// for every ACK at once when its timeout is not: ackEachBelow).
 
 // recvSlot is a run of n receive WRs posted one after another: n is 1
 // unless they are alike (same id, no SGE), as a stream's receives are, so
@@ -54,7 +71,22 @@ type responder struct {
 	lastAckSent uint32
 	ackWanted   bool
 	ackEvery    int // ask for an ACK every ackEvery requests executed
+
+	// Delayed ACKs (the peer agreed: qp.delayedAcks). ackTimer, made on
+	// first use, sends the ACK no frame carried within ackDelay
+	// (ackDelayExpired); ackTimerOn says it runs.
+	ackTimer   *time.Timer
+	ackTimerOn bool
 }
+
+// ackDelay is how long an ACK waits for a frame of this QP's to carry it
+// (the consumer's reply, say) before it goes alone. Long enough for a
+// reply that a busy process is slow to send, far below the transport
+// timeouts, and it only delays what no requester asked to hear of soon.
+// A variable for the tests, set before a QP starts.
+var ackDelay = defaultAckDelay
+
+const defaultAckDelay = 2 * time.Millisecond
 
 // init sets up q's responder in place: the receive ring at its starting
 // size, no READ response ring until a READ comes.
@@ -144,6 +176,53 @@ func (res *responder) ackable() uint32 {
 func (res *responder) wantAck() {
 	res.ackWanted = true
 	res.q.kick()
+}
+
+// idleAck runs when the receive role runs out of input with requests
+// executed since it last did: it asks for the ACK at once when a request
+// asked for it (prompt) or the connection does not delay ACKs, and
+// otherwise lets it wait for a frame to ride on, for ackDelay at most.
+// Called with mu held.
+func (res *responder) idleAck(prompt bool) {
+	if res.lastAckSent == res.ackable() {
+		return
+	}
+	if prompt || !res.q.delayedAcks {
+		res.wantAck()
+		return
+	}
+	if res.ackTimerOn {
+		return
+	}
+	res.ackTimerOn = true
+	if res.ackTimer == nil {
+		res.ackTimer = time.AfterFunc(ackDelay, res.ackDelayExpired)
+		return
+	}
+	res.ackTimer.Reset(ackDelay)
+}
+
+// ackDelayExpired sends the delayed ACK that no frame carried.
+func (res *responder) ackDelayExpired() {
+	q := res.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !res.ackTimerOn {
+		return // carried meanwhile (appendAck stopped the timer too late)
+	}
+	res.ackTimerOn = false
+	if q.running && res.lastAckSent != res.ackable() {
+		res.wantAck()
+	}
+}
+
+// stopAckTimer stops the delayed-ACK timer for good (the QP is
+// destroyed). Called with mu held.
+func (res *responder) stopAckTimer() {
+	if res.ackTimer != nil {
+		res.ackTimer.Stop()
+	}
+	res.ackTimerOn = false
 }
 
 // nak queues a NAK for the request at the responder's expected PSN. Called
@@ -417,6 +496,11 @@ func (res *responder) appendAck(b *batch, ack uint32, carried, open bool) {
 	}
 	if res.lastAckSent == res.rcvExpected {
 		res.ackWanted = false
+	}
+	if res.ackTimerOn && res.lastAckSent == ack {
+		// A frame carried the delayed ACK.
+		res.ackTimer.Stop()
+		res.ackTimerOn = false
 	}
 }
 

@@ -39,7 +39,14 @@ const (
 const (
 	flagSolicited = 1 << 0
 	flagAck       = 1 << 1
-	flagsValid    = flagSolicited | flagAck
+	// flagAckReq asks the peer's responder to acknowledge promptly, rather
+	// than let the ACK wait for a frame of its own to ride on (delayed
+	// ACKs: responder.go). A requester sets it only towards a peer that
+	// agreed to delayed ACKs in the handshake (hsDelayedAcks), which also
+	// says that the peer decodes it: a peer of an earlier version rejects
+	// the frame.
+	flagAckReq = 1 << 2
+	flagsValid = flagSolicited | flagAck | flagAckReq
 )
 
 // NAK syndromes (carried in Imm). The low byte of an RNR NAK's Imm is the
@@ -132,7 +139,8 @@ func (h *header) payloadLen() int {
 // bit 0 is this TCP connection), private data length u8, private data,
 // extension length u16, extension bytes (for the chosen transport's setup).
 // REJ body: private data length u8, private data. RTU and MRA bodies:
-// empty.
+// empty. Beside the transports, a REQ's and a REP's set may hold
+// hsDelayedAcks.
 const (
 	hsMagic          = "SRDM"
 	hsVersion        = 1
@@ -156,6 +164,17 @@ const transportTCP = 1 << 0
 // side understands msgMRA. A REP's transports hold exactly one transport.
 const reqTakesMRA = 1 << 31
 
+// hsDelayedAcks is a flag in a REQ's transports (the active side delays
+// its ACKs and honours flagAckReq) and in the REP that answers such a REQ
+// (the passive side does too): with it on both, each side's responder
+// delays its ACKs and each side's requester asks for the prompt ones it
+// needs. A passive side that does not know it ignores it, and its REP,
+// without it, keeps the connection on immediate ACKs; a passive side
+// sets it in a REP only when the REQ had it, so that an active side that
+// does not know it never sees it. parseHandshake takes it out of
+// transports into hsMsg.delayedAcks.
+const hsDelayedAcks = 1 << 30
+
 // hsMsg is a decoded handshake message.
 type hsMsg struct {
 	typ        uint8
@@ -167,8 +186,11 @@ type hsMsg struct {
 	retry      uint8
 	rnrRetry   uint8
 	transports uint32
-	priv       []byte
-	ext        []byte
+	// delayedAcks: the sender delays ACKs and honours flagAckReq
+	// (hsDelayedAcks, carried in the transports word).
+	delayedAcks bool
+	priv        []byte
+	ext         []byte
 }
 
 func (m *hsMsg) privLimit() int {
@@ -201,7 +223,11 @@ func (m *hsMsg) marshal() ([]byte, error) {
 		b = binary.LittleEndian.AppendUint32(b, m.sqDepth)
 		b = binary.LittleEndian.AppendUint32(b, m.rqDepth)
 		b = append(b, m.respRes, m.initDepth, m.retry, m.rnrRetry)
-		b = binary.LittleEndian.AppendUint32(b, m.transports)
+		tr := m.transports
+		if m.delayedAcks {
+			tr |= hsDelayedAcks
+		}
+		b = binary.LittleEndian.AppendUint32(b, tr)
 		b = append(b, byte(len(m.priv)))
 		b = append(b, m.priv...)
 		b = binary.LittleEndian.AppendUint16(b, uint16(len(m.ext)))
@@ -258,6 +284,8 @@ func parseHandshake(b []byte) (hsMsg, error) {
 		m.rqDepth = binary.LittleEndian.Uint32(body[8:])
 		m.respRes, m.initDepth, m.retry, m.rnrRetry = body[12], body[13], body[14], body[15]
 		m.transports = binary.LittleEndian.Uint32(body[16:])
+		m.delayedAcks = m.transports&hsDelayedAcks != 0
+		m.transports &^= hsDelayedAcks
 		pl := int(body[20])
 		body = body[21:]
 		if pl > m.privLimit() || len(body) < pl+2 {
