@@ -61,7 +61,7 @@ type requester struct {
 	// pokeWanted: a signaled bind or invalidation waits for the ACK of
 	// requests sent without flagAckReq; the next batch asks for it.
 	pokeWanted bool
-	progress uint64
+	progress   uint64
 	// Binds and invalidations waiting for their completion, local[localHead:],
 	// in the order posted; they count against the send queue's depth.
 	local     []localOp
