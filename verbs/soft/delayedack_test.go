@@ -27,9 +27,9 @@ func TestDelayedAcksNegotiated(t *testing.T) {
 	assert.True(t, soft.DelayedAcks(srv.qp), "the accepting side")
 
 	go func() { accepted <- srv.accept() }()
-	old, err := soft.RawDial(addr) // a REQ without the offer
+	flagged, err := soft.OldREPDelayedAcks(addr) // a REQ without the offer
 	require.NoError(t, err)
-	defer old.Close()
 	require.NoError(t, <-accepted)
+	assert.False(t, flagged, "a REP to a REQ without the offer carries the flag")
 	assert.False(t, soft.DelayedAcks(srv.qp), "the side that accepted a connection without the offer")
 }
