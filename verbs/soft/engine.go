@@ -37,6 +37,9 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 	q.downNotify = down
 	q.attr.DestQPNum = peer.qpn
 	q.delayedAcks = peer.delayedAcks
+	if q.delayedAcks {
+		q.rcv.delayAcks()
+	}
 	q.rcv.ackEvery = max(1, min(16, int(peer.sqDepth)/4))
 	if h, ok := tr.(interface{ ackEvery(int) int }); ok {
 		q.rcv.ackEvery = h.ackEvery(q.rcv.ackEvery) // a transport where ACKs are cheap asks for more

@@ -72,9 +72,10 @@ type responder struct {
 	ackWanted   bool
 	ackEvery    int // ask for an ACK every ackEvery requests executed
 
-	// Delayed ACKs (the peer agreed: qp.delayedAcks). ackTimer, made on
-	// first use, sends the ACK no frame carried within ackDelay
-	// (ackDelayExpired); ackTimerOn says it runs.
+	// Delayed ACKs (the peer agreed: qp.delayedAcks). ackTimer, made
+	// when the engine starts (so that the data path allocates nothing),
+	// sends the ACK no frame carried within ackDelay (ackDelayExpired);
+	// ackTimerOn says it runs.
 	ackTimer   *time.Timer
 	ackTimerOn bool
 }
@@ -195,11 +196,16 @@ func (res *responder) idleAck(prompt bool) {
 		return
 	}
 	res.ackTimerOn = true
-	if res.ackTimer == nil {
-		res.ackTimer = time.AfterFunc(ackDelay, res.ackDelayExpired)
-		return
-	}
 	res.ackTimer.Reset(ackDelay)
+}
+
+// delayAcks makes the delayed-ACK timer, stopped: the connection's two
+// sides agreed to delayed ACKs. Called with mu held as the engine starts.
+func (res *responder) delayAcks() {
+	if res.ackTimer == nil {
+		res.ackTimer = time.AfterFunc(time.Hour, res.ackDelayExpired)
+		res.ackTimer.Stop()
+	}
 }
 
 // ackDelayExpired sends the delayed ACK that no frame carried.
