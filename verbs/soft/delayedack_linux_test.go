@@ -26,9 +26,9 @@ type ackEnd struct {
 
 // newAckPair connects two QPs over TCP; delayed says whether both agreed
 // to delayed ACKs (hsDelayedAcks).
-func newAckPair(t *testing.T, delayed bool) (a, b *ackEnd) {
+func newAckPair(t testing.TB, delayed bool) (a, b *ackEnd) {
 	t.Helper()
-	ca, cb := tcpPair(t)
+	ca, cb := loopbackPair(t)
 	ends := [2]*ackEnd{}
 	for i, c := range []transport{mustTCP(t, ca), mustTCP(t, cb)} {
 		ctx := &device{}
@@ -58,11 +58,28 @@ func newAckPair(t *testing.T, delayed bool) (a, b *ackEnd) {
 	return ends[0], ends[1]
 }
 
-func mustTCP(t *testing.T, c interface{ Close() error }) transport {
+// loopbackPair is a TCP connection on 127.0.0.22, both ends.
+func loopbackPair(t testing.TB) (active, passive *net.TCPConn) {
 	t.Helper()
-	tc, ok := c.(*net.TCPConn)
-	require.True(t, ok)
-	tr, err := newTCPTransport(tc)
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 22)})
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := ln.AcceptTCP()
+		acc <- c
+	}()
+	active, err = net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	passive = <-acc
+	require.NotNil(t, passive)
+	t.Cleanup(func() { active.Close(); passive.Close() })
+	return active, passive
+}
+
+func mustTCP(t testing.TB, c *net.TCPConn) transport {
+	t.Helper()
+	tr, err := newTCPTransport(c)
 	require.NoError(t, err)
 	return tr
 }
@@ -81,19 +98,19 @@ func (e *ackEnd) acked() bool {
 	return e.q.snd.sqHead == e.q.snd.sqTail
 }
 
-func (e *ackEnd) postRecv(t *testing.T) {
+func (e *ackEnd) postRecv(t testing.TB) {
 	t.Helper()
 	require.NoError(t, e.q.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[:64])}}}))
 }
 
-func (e *ackEnd) send(t *testing.T, op verbs.Opcode, flags verbs.SendFlags, raddr uint64, rkey uint32) {
+func (e *ackEnd) send(t testing.TB, op verbs.Opcode, flags verbs.SendFlags, raddr uint64, rkey uint32) {
 	t.Helper()
 	require.NoError(t, e.q.PostSend([]verbs.SendWR{{WRID: 2, Opcode: op, Flags: flags,
 		SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[64:128])}, RemoteAddr: raddr, RKey: rkey}}))
 }
 
 // await polls the end's CQ for a completion of opcode op within d.
-func (e *ackEnd) await(t *testing.T, op verbs.WCOpcode, d time.Duration) {
+func (e *ackEnd) await(t testing.TB, op verbs.WCOpcode, d time.Duration) {
 	t.Helper()
 	wc := make([]verbs.WC, 1)
 	end := time.Now().Add(d)
@@ -113,7 +130,7 @@ func (e *ackEnd) await(t *testing.T, op verbs.WCOpcode, d time.Duration) {
 }
 
 // withAckDelay runs the test with ackDelay set to d.
-func withAckDelay(t *testing.T, d time.Duration) {
+func withAckDelay(t testing.TB, d time.Duration) {
 	old := ackDelay
 	ackDelay = d
 	t.Cleanup(func() { ackDelay = old })
@@ -255,4 +272,35 @@ func TestHandshakeDelayedAcksBit(t *testing.T) {
 	require.NoError(t, err)
 	_, err = parseHandshake(b)
 	assert.Error(t, err, "a REQ that offers no transport, only the flag")
+}
+
+
+// BenchmarkAckPingPong is a 64-byte SEND ping-pong on a QP pair over TCP
+// whose consumers poll their CQs (each QP's receive role stays with its
+// receiver goroutine), ACKs at once and delayed; frames/op counts both
+// sides' frames per round trip.
+func BenchmarkAckPingPong(b *testing.B) {
+	for _, delayed := range []bool{false, true} {
+		name := "immediate"
+		if delayed {
+			name = "delayed"
+		}
+		b.Run(name, func(b *testing.B) {
+			x, y := newAckPair(b, delayed)
+			x.postRecv(b)
+			y.postRecv(b)
+			start := x.frames() + y.frames()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				x.send(b, verbs.OpSend, 0, 0, 0)
+				y.await(b, verbs.WCRecv, 10*time.Second)
+				y.postRecv(b)
+				y.send(b, verbs.OpSend, 0, 0, 0)
+				x.await(b, verbs.WCRecv, 10*time.Second)
+				x.postRecv(b)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(x.frames()+y.frames()-start)/float64(b.N), "frames/op")
+		})
+	}
 }
