@@ -274,7 +274,6 @@ func TestHandshakeDelayedAcksBit(t *testing.T) {
 	assert.Error(t, err, "a REQ that offers no transport, only the flag")
 }
 
-
 // BenchmarkAckPingPong is a 64-byte SEND ping-pong on a QP pair over TCP
 // whose consumers poll their CQs (each QP's receive role stays with its
 // receiver goroutine), ACKs at once and delayed; frames/op counts both
