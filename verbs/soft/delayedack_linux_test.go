@@ -303,3 +303,20 @@ func BenchmarkAckPingPong(b *testing.B) {
 		})
 	}
 }
+
+// Unsignaled WRs that fill half the send queue ask for their ACK (the
+// peer's receiver idles between them, so its every-ackEvery rule does
+// not come into it): their slots come back without waiting for ackDelay
+// (a minute here).
+func TestDelayedAcksFillingSendQueueAsks(t *testing.T) {
+	withAckDelay(t, time.Minute)
+	a, b := newAckPair(t, true)
+	raddr := uint64(verbs.AddrOf(b.buf[256:]))
+	half := a.q.cap.MaxSendWR / 2
+	for i := 0; i < half; i++ {
+		a.send(t, verbs.OpRDMAWrite, 0, raddr, b.mr.RKey())
+		// The peer executes it and runs out of input before the next.
+		time.Sleep(200 * time.Microsecond)
+	}
+	require.Eventually(t, a.acked, 20*time.Second, time.Millisecond)
+}

@@ -596,6 +596,9 @@ func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
 	}
 	q := req.q
 	ackEach := ackEachBelow(q.attr.Timeout)
+	// A send queue half full of unacknowledged WRs asks for an ACK, so
+	// that their slots come back without waiting for ackDelay.
+	filling := uint32(max(1, q.cap.MaxSendWR/2))
 	for req.sqSent != req.sqTail && b.room() && b.bytes < batchBytes {
 		s := req.slot(req.sqSent)
 		if len(b.v)+1+len(s.sg) > cap(b.v) {
@@ -615,7 +618,7 @@ func (req *requester) appendRequests(b *batch, ack uint32) (sent bool) {
 		if s.solicited {
 			h.flags |= flagSolicited
 		}
-		if q.delayedAcks && (s.signaled || s.ackReq || ackEach || req.pokeWanted) {
+		if q.delayedAcks && (s.signaled || s.ackReq || ackEach || req.pokeWanted || req.sqSent-req.sqHead+1 >= filling) {
 			h.flags |= flagAckReq
 			req.pokeWanted = false
 		}

@@ -23,8 +23,9 @@ import (
 // response exchange then costs each side one frame (one write) per
 // message, as TCP's delayed ACKs ride on the reply. A requester that
 // needs its completion promptly says so on the frame (flagAckReq: a
-// signaled WR, the last WR before a signaled bind or invalidation, every
-// frame when its transport timer is short), and that one is acknowledged
+// signaled WR, the last WR before a signaled bind or invalidation, one
+// that leaves half its send queue unacknowledged, every frame when its
+// transport timer is short), and that one is acknowledged
 // at once, as every ackEvery requests are. Nothing else changes: an ACK
 // is still due only for requests that executed, RNR and NAKs go at once,
 // and ackDelay is far below any transport timeout (the requester asks
