@@ -42,6 +42,22 @@ func BenchmarkPingPong64(b *testing.B) {
 	b.Run("tcp", func(b *testing.B) { verbstest.BenchTCPPingPong(b, benchCfg.IP, 64) })
 }
 
+// BenchmarkManyPingPong64: 64-byte ping-pongs on 1, 8 and 64 pairs at once,
+// each QP with its own CQ and waiter beside all QPs of a side on one CQ
+// and channel (one waiter that dispatches to the QPs' goroutines, or that
+// answers itself). cpu-ns/op is the process's CPU time per round trip.
+func BenchmarkManyPingPong64(b *testing.B) {
+	softPaths(b, func(b *testing.B) {
+		for _, pairs := range []int{1, 8, 64} {
+			for _, layout := range []verbstest.CQLayout{verbstest.CQPerQP, verbstest.CQSharedDispatch, verbstest.CQSharedInline} {
+				b.Run(fmt.Sprintf("pairs=%d/%v", pairs, layout), func(b *testing.B) {
+					verbstest.BenchManyPingPong(b, benchCfg, pairs, 64, layout)
+				})
+			}
+		}
+	})
+}
+
 // BenchmarkRead1M: 1 MiB RDMA READs one at a time (a rendezvous' pattern)
 // and 8 in flight, beside TCP loopback.
 func BenchmarkRead1M(b *testing.B) {
