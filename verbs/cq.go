@@ -103,14 +103,41 @@ type WC struct {
 }
 
 // CQ is a completion queue (struct ibv_cq).
+//
+// A CQ may be shared: any number of QPs of its device may complete on it,
+// as send CQ, receive CQ or both, and a CompChannel may serve any number
+// of CQs, so that one waiter serves many connections (UCX's worker,
+// libfabric's shared CQs). What holds then, on every provider
+// (verbstest's SharedCQ, SharedCQFlushOne and SharedCQOverrun):
+//
+//   - Every completion names its QP (WC.QPNum) and carries its WR's
+//     wr_id; each WR completes once. A QP's completions keep the order RC
+//     gives them (send completions in post order, receives in post
+//     order); those of different QPs interleave in no promised order.
+//   - One ReqNotify arms the CQ for the next completion of any of its QPs
+//     and yields one event, however many QPs then complete; the waiter
+//     drains them all with Poll and arms again.
+//   - A QP moved to ERR (or disconnected) flushes its own outstanding WRs
+//     into the CQ with its own QPNum; the other QPs are not touched.
+//     Completions a destroyed QP left queued may still be polled (soft
+//     keeps them; libmlx5 removes them on destroy), and its number may be
+//     given to a new QP: a consumer that dispatches by QPNum moves a QP to ERR and polls
+//     until its flushes are seen before destroying it, and drops
+//     completions of numbers it does not know.
+//   - The CQ must hold every completion its QPs can have outstanding
+//     together (signaled sends and posted receives of all of them). An
+//     overrun loses completions, makes Poll fail with ErrCQOverrun, and
+//     moves every QP that feeds the CQ to ERR, not only the one whose
+//     completion did not fit (IBV_EVENT_CQ_ERR on hardware).
 type CQ interface {
 	// Poll is ibv_poll_cq: it moves up to len(wc) completions into wc and
 	// returns how many. It never blocks and allocates nothing. After an
 	// overrun it returns ErrCQOverrun.
 	Poll(wc []WC) (int, error)
 	// ReqNotify is ibv_req_notify_cq: arm the CQ so that the next completion
-	// (or next solicited one) produces one event on its CompChannel.
-	// Completions already queued do not; poll again after arming.
+	// (or next solicited one), of any QP that completes on the CQ, produces
+	// one event on its CompChannel. Completions already queued do not;
+	// poll again after arming.
 	ReqNotify(solicitedOnly bool) error
 	// Channel is the completion channel given at creation, or nil.
 	Channel() CompChannel
@@ -122,6 +149,8 @@ type CQ interface {
 
 // CompChannel is a completion event channel (struct ibv_comp_channel). Its
 // waits park the calling goroutine on Go's runtime poller, never an OS thread.
+// It may serve many CQs, each of many QPs (see CQ); GetEvent says which CQ
+// an event is for.
 type CompChannel interface {
 	// GetEvent is ibv_get_cq_event: it blocks until an armed CQ attached to
 	// the channel produces an event and returns that CQ, or until the channel
