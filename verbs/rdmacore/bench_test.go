@@ -297,3 +297,21 @@ func BenchmarkReadSplit(b *testing.B) {
 		b.Run(fmt.Sprintf("%dK", size>>10), func(b *testing.B) { verbstest.BenchRead(b, cfg, size, (1<<20)/size) })
 	}
 }
+
+// BenchmarkManyPingPong64: 64-byte ping-pongs on 1, 8 and 64 pairs at once,
+// each QP with its own CQ and waiter beside all QPs of a side on one CQ
+// and channel (one waiter that dispatches to the QPs' goroutines, or that
+// answers itself); cpu-ns/op is the process's CPU time per round trip.
+// The figure that says whether gathering completions per shard pays on
+// rxe, as verbs/soft's benchmark of the same name does there.
+func BenchmarkManyPingPong64(b *testing.B) {
+	_, ip := testsupport.SoftRoCE(b)
+	cfg := verbstest.Config{Provider: ProviderName, IP: ip}
+	for _, pairs := range []int{1, 8, 64} {
+		for _, layout := range []verbstest.CQLayout{verbstest.CQPerQP, verbstest.CQSharedDispatch, verbstest.CQSharedInline} {
+			b.Run(fmt.Sprintf("pairs=%d/%v", pairs, layout), func(b *testing.B) {
+				verbstest.BenchManyPingPong(b, cfg, pairs, 64, layout)
+			})
+		}
+	}
+}
