@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/spinlimit"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -213,17 +214,21 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 	if p.spin > 0 && !chanSpins {
 		began = time.Now()
 	}
-	spun := (spinOK || !chanSpins) && p.spinNext()
+	spun := (spinOK || !chanSpins) && p.spinNext() && spinAllowed(chanSpins)
 	if spun {
 		p.spins++
 	}
 	if spun && !chanSpins {
-		switch r.spinFor(dl, draining, p.reach) {
+		res := r.spinFor(dl, draining, p.reach)
+		spinlimit.Leave()
+		switch res {
 		case spinCaught:
 			p.spinCaught(began)
 			return
 		case spinLookAgain:
 			return
+		case spinGaveWay:
+			spun = false // the sleep that follows says nothing of the spin
 		}
 	}
 	armed := false
@@ -316,6 +321,18 @@ type spinningChannel interface {
 	GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error)
 }
 
+// spinAllowed asks the process's spin limit (internal/spinlimit) whether
+// a wait that would spin does: a spin of the poll role's own (not
+// chanSpins) holds a place among the process's spinners until
+// spinlimit.Leave; a channel's spin (soft's) is the channel's to limit,
+// and is asked for only while no goroutine waits for a P.
+func spinAllowed(chanSpins bool) bool {
+	if chanSpins {
+		return !spinlimit.Crowded()
+	}
+	return spinlimit.Enter()
+}
+
 // spinResult is how a spin ended.
 type spinResult int
 
@@ -323,6 +340,7 @@ const (
 	spinTimedOut  spinResult = iota // the budget ran out: sleep
 	spinCaught                      // completions applied
 	spinLookAgain                   // the caller's deadline, Close or an interrupt
+	spinGaveWay                     // goroutines wait for a P: sleep, giving ours to them
 )
 
 // spinFor polls the CQ until completions come, for at most budget (0:
@@ -355,6 +373,11 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 			return spinTimedOut
 		}
 		if now.Sub(yielded) >= spinYield {
+			// A bounded spin gives way to goroutines that wait for a P
+			// (BusyPoll's, which never sleeps, yields to them instead).
+			if budget > 0 && spinlimit.Crowded() {
+				return spinGaveWay
+			}
 			runtime.Gosched()
 			yielded = now
 		}

@@ -494,36 +494,10 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		return nil
 	case 1:
 		*stage = 2
-		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() {
-			start := monotime()
-			end := start + spin
-			busy := t.rBusy.budget(spin)
-			for i := 1; ; i++ {
-				if t.rx.tail.Load() != t.rhead {
-					if busy > 0 {
-						t.rBusy.caught(monotime()-start < busy)
-					}
-					t.rSpin.result(true)
-					return nil
-				}
-				if i%64 == 0 {
-					now := monotime()
-					if t.intr.Load() || t.closed.Load() || now > end {
-						if busy > 0 {
-							t.rBusy.caught(false)
-						}
-						t.rSpin.result(false)
-						return nil
-					}
-					// Past the busy phase, give the CPU to whatever else
-					// is runnable (the peer, on a busy host) while we
-					// wait: a pure busy loop took CPU time the peer
-					// needed to answer.
-					if now-start >= busy {
-						schedYield()
-					}
-				}
-			}
+		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() && spinGate.Enter() {
+			t.spinRead(spin)
+			spinGate.Leave()
+			return nil
 		}
 	}
 	t.rx.rwait.Store(1)
@@ -538,6 +512,52 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	t.rSlept += time.Duration(d)
 	t.rx.rwait.Store(0)
 	return err
+}
+
+// spinRead is the reader's spin on an empty ring, for up to spin ns, which
+// the process's spin limit allowed (spinGate.Enter). It returns when data
+// came, or to sleep: the spin ran out, the transport closed or was
+// interrupted, or goroutines wait for a P (spinGate.Crowded), whom the
+// sleep gives it.
+func (t *shmTransport) spinRead(spin int64) {
+	start := monotime()
+	end := start + spin
+	busy := t.rBusy.budget(spin)
+	for i := 1; ; i++ {
+		if t.rx.tail.Load() != t.rhead {
+			if busy > 0 {
+				t.rBusy.caught(monotime()-start < busy)
+			}
+			t.rSpin.result(true)
+			return
+		}
+		if i%64 == 0 {
+			now := monotime()
+			if t.intr.Load() || t.closed.Load() || now > end {
+				if busy > 0 {
+					t.rBusy.caught(false)
+				}
+				t.rSpin.result(false)
+				return
+			}
+			// Past the busy phase, give the CPU to whatever else is
+			// runnable (the peer, on a busy host) while we wait: a pure
+			// busy loop took CPU time the peer needed to answer. But
+			// goroutines of ours that wait for a P get it at once: the
+			// yield is the thread's, not the goroutine's, and a spin that
+			// keeps its P beside them starves them (a crowded stop is no
+			// failure of the spin: it records nothing).
+			if now-start >= busy {
+				if spinGate.Crowded() {
+					return
+				}
+				schedYield()
+				if spinGate.Yielded(time.Duration(monotime() - now)) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // shmIdleGap: a reader whose last wait slept longer than this is on a
@@ -725,18 +745,11 @@ func (t *shmTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, e
 // it, and the writer then never shares the eventfd with a sleeping
 // reader), then sleep.
 func (t *shmTransport) waitSpace() error {
-	if spin := shmSpin.Load(); spin > 0 {
-		end := monotime() + spin
-		for i := 1; ; i++ {
-			if t.tx.head.Load() != t.whead {
-				return nil
-			}
-			if i%64 == 0 {
-				if t.closed.Load() || t.gone.Load() || monotime() > end {
-					break
-				}
-				schedYield()
-			}
+	if spin := shmSpin.Load(); spin > 0 && spinGate.Enter() {
+		freed := t.spinSpace(spin)
+		spinGate.Leave()
+		if freed {
+			return nil
 		}
 	}
 	t.wSeen.Store(t.whead)
@@ -754,6 +767,28 @@ func (t *shmTransport) waitSpace() error {
 		}
 		if err := t.sleep(sleepWriter); err != nil {
 			return err
+		}
+	}
+}
+
+// spinSpace is the writer's spin for ring space, for up to spin ns, which
+// the process's spin limit allowed. It reports whether space came; it
+// gives up, as the reader's spin does, when goroutines wait for a P.
+func (t *shmTransport) spinSpace(spin int64) bool {
+	end := monotime() + spin
+	for i := 1; ; i++ {
+		if t.tx.head.Load() != t.whead {
+			return true
+		}
+		if i%64 == 0 {
+			now := monotime()
+			if t.closed.Load() || t.gone.Load() || now > end || spinGate.Crowded() {
+				return false
+			}
+			schedYield()
+			if spinGate.Yielded(time.Duration(monotime() - now)) {
+				return false
+			}
 		}
 	}
 }

@@ -1,0 +1,172 @@
+// Package spinlimit is the process-wide view of busy polling: how many
+// goroutines spin at once, whether goroutines wait for a P, and whether
+// a spinner's CPU is wanted by other threads. A waiter that spins (the
+// poll role's spin, soft's shared-memory reader and writer) keeps its P
+// and its CPU; alone it is the lowest latency, but with many connections
+// the spinners take the Ps and CPUs that their peers and the other
+// connections need: with 64 connections on 2 CPUs (rdmaperf -P 64 over
+// soft's shared memory) a round trip's p99 was 10-40 ms against TCP's
+// 2-5 ms. A spin asks Enter first and Leave when done; at each of its
+// yields it asks Crowded whether goroutines wait for a P, and tells
+// Yielded how long its yield of the CPU took; either ends the spin, and
+// the waiter sleeps, giving its P and CPU away. So a spin uses only a
+// CPU that would otherwise idle.
+package spinlimit
+
+import (
+	"runtime"
+	"runtime/metrics"
+	"sync/atomic"
+	"time"
+)
+
+// sampleEvery is how often the scheduler is looked at, at most, for all
+// the spinners of the process together: a read of the runnable count
+// takes the scheduler's lock (about 60 ns, no allocation), and spins
+// yield every 10 us or so, so one look serves a yield of each.
+const sampleEvery = 10 * time.Microsecond
+
+// slowYield is how long a yield of the CPU (sched_yield) may take while
+// nothing else wanted that CPU: a system call's cost, a microsecond or
+// so. Longer, the kernel ran another thread meanwhile (of another
+// process, or of ours) that had waited for the CPU; the spin was taking
+// its time, not idle time, and a thread that keeps spinning falls behind
+// in the kernel's share and waits longer for a CPU when its data comes.
+// busyFor is then how long no spin of the process begins: on a host
+// whose CPUs are taken the waits sleep, and a spin tries again after it.
+// rdmaperf -P 64 on soft's shared memory, 2 CPUs, host shared: p99 from
+// 10-40 ms to 2-5 ms (TCP 2-10 ms); with 5 us a single connection's
+// round trips on the loaded host lost their spins too often.
+const (
+	slowYield = 20 * time.Microsecond
+	busyFor   = 500 * time.Microsecond
+)
+
+// Limit bounds the goroutines that spin at once and tells them when to
+// give up. New makes one; the process's own is behind Enter, Leave,
+// Crowded and Yielded.
+type Limit struct {
+	spinners  atomic.Int32
+	max       atomic.Int32 // spinners allowed at once, from procs at the last look
+	sampledAt atomic.Int64 // when the scheduler was last looked at (ns since base)
+	crowded   atomic.Bool  // goroutines waited for a P at that look
+	sampling  atomic.Bool  // a caller is looking: the others take the last look
+	busyUntil atomic.Int64 // no spin begins before this (ns since base): a yield found its CPU wanted
+
+	base     time.Time
+	procs    func() int    // GOMAXPROCS
+	runnable func() uint64 // goroutines waiting for a P
+	now      func() int64  // ns since base
+}
+
+// New returns a Limit that learns GOMAXPROCS from procs and the count of
+// goroutines waiting for a P from runnable.
+func New(procs func() int, runnable func() uint64) *Limit {
+	l := &Limit{base: time.Now(), procs: procs, runnable: runnable}
+	l.now = func() int64 { return int64(time.Since(l.base)) }
+	l.max.Store(int32(maxSpinners(procs())))
+	l.sampledAt.Store(-int64(sampleEvery))
+	return l
+}
+
+// maxSpinners is how many goroutines may spin at once with procs Ps: all
+// but one, so that a goroutine made runnable (by the network poller, by
+// a timer) finds a P without waiting for a spin to end; one where there
+// is a single P (Crowded ends that spin when anything else is runnable).
+func maxSpinners(procs int) int { return max(1, procs-1) }
+
+// Enter asks to begin a spin. It refuses when goroutines wait for a P,
+// when a spinner's yield found its CPU wanted less than busyFor ago, and
+// when as many goroutines spin already as the limit allows; the caller
+// then sleeps at once instead. A true Enter is paired with Leave.
+func (l *Limit) Enter() bool {
+	if l.Crowded() || l.cpusBusy() {
+		return false
+	}
+	for {
+		n := l.spinners.Load()
+		if n >= l.max.Load() {
+			return false
+		}
+		if l.spinners.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// Leave ends a spin that Enter allowed.
+func (l *Limit) Leave() { l.spinners.Add(-1) }
+
+// Spinning is how many goroutines spin now.
+func (l *Limit) Spinning() int { return int(l.spinners.Load()) }
+
+// Crowded reports whether goroutines waited for a P at the last look at
+// the scheduler, looking again if that was sampleEvery ago or more. Only
+// one caller looks at a time; the others take the last look's answer.
+// A spinner that finds the process crowded stops and sleeps, which gives
+// its P to them: a yield of the thread (sched_yield) does not, and a
+// spin that keeps its P while others wait for one starves them.
+func (l *Limit) Crowded() bool {
+	now := l.now()
+	if now-l.sampledAt.Load() >= int64(sampleEvery) && l.sampling.CompareAndSwap(false, true) {
+		l.crowded.Store(l.runnable() > 0)
+		l.max.Store(int32(maxSpinners(l.procs())))
+		l.sampledAt.Store(now)
+		l.sampling.Store(false)
+	}
+	return l.crowded.Load()
+}
+
+// Yielded takes in how long a spinner's yield of the CPU took, and
+// reports whether the CPU was wanted by another thread (past slowYield):
+// the spinner then stops and sleeps, and no spin of the process begins
+// for busyFor.
+func (l *Limit) Yielded(d time.Duration) bool {
+	if d <= slowYield {
+		return false
+	}
+	l.busyUntil.Store(l.now() + int64(busyFor))
+	return true
+}
+
+// cpusBusy reports whether a yield found its CPU wanted less than
+// busyFor ago.
+func (l *Limit) cpusBusy() bool { return l.now() < l.busyUntil.Load() }
+
+// runnableMetric is the scheduler's count of goroutines waiting for a P.
+const runnableMetric = "/sched/goroutines/runnable:goroutines"
+
+// sample is the metric read, by one caller at a time (the process
+// Limit's sampling flag).
+var sample = []metrics.Sample{{Name: runnableMetric}}
+
+// runnableGoroutines reads runnableMetric. A runtime without it reads as
+// none: the spinner count and the yields alone then limit spinning.
+func runnableGoroutines() uint64 {
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
+}
+
+// process is the Limit of this process's spinners.
+var process = New(func() int { return runtime.GOMAXPROCS(0) }, runnableGoroutines)
+
+// Process is the Limit of this process's spinners, which Enter, Leave,
+// Crowded and Yielded ask.
+func Process() *Limit { return process }
+
+// Enter asks the process's Limit to begin a spin (Limit.Enter).
+func Enter() bool { return process.Enter() }
+
+// Leave ends a spin that Enter allowed (Limit.Leave).
+func Leave() { process.Leave() }
+
+// Crowded reports whether goroutines of the process wait for a P
+// (Limit.Crowded).
+func Crowded() bool { return process.Crowded() }
+
+// Yielded takes in how long a yield of the CPU by a spinner of the
+// process took (Limit.Yielded).
+func Yielded(d time.Duration) bool { return process.Yielded(d) }

@@ -1,0 +1,117 @@
+package spinlimit
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testLimit is a Limit on a clock that the test moves, with procs Ps and
+// *runnable goroutines waiting for one; looks counts the looks at the
+// scheduler.
+func testLimit(procs int, runnable *atomic.Uint64, looks *atomic.Int64) (*Limit, *atomic.Int64) {
+	l := New(func() int { return procs }, func() uint64 {
+		looks.Add(1)
+		return runnable.Load()
+	})
+	var clock atomic.Int64
+	l.now = clock.Load
+	return l, &clock
+}
+
+// With n Ps, n-1 goroutines spin at once (one with a single P); past
+// that Enter refuses, and Leave makes room again.
+func TestEnterRefusesPastTheLimit(t *testing.T) {
+	for _, tc := range []struct{ procs, spinners int }{{1, 1}, {2, 1}, {4, 3}} {
+		var runnable atomic.Uint64
+		var looks atomic.Int64
+		l, _ := testLimit(tc.procs, &runnable, &looks)
+		for i := range tc.spinners {
+			require.True(t, l.Enter(), "procs %d, spinner %d", tc.procs, i+1)
+		}
+		assert.False(t, l.Enter(), "procs %d: one spinner past the limit", tc.procs)
+		assert.Equal(t, tc.spinners, l.Spinning())
+		l.Leave()
+		assert.True(t, l.Enter(), "procs %d: room again after Leave", tc.procs)
+	}
+}
+
+// Goroutines waiting for a P make Enter refuse and Crowded tell a spinner
+// to give up; once none waits (at the next look) spinning is allowed.
+func TestCrowdedWhileGoroutinesWaitForAP(t *testing.T) {
+	var runnable atomic.Uint64
+	var looks atomic.Int64
+	l, clock := testLimit(4, &runnable, &looks)
+	runnable.Store(2)
+	assert.True(t, l.Crowded())
+	assert.False(t, l.Enter(), "others wait for a P")
+	assert.Zero(t, l.Spinning())
+
+	runnable.Store(0)
+	assert.True(t, l.Crowded(), "the last look stands until sampleEvery passed")
+	clock.Add(int64(sampleEvery))
+	assert.False(t, l.Crowded())
+	assert.True(t, l.Enter())
+}
+
+// The scheduler is looked at once per sampleEvery, however many spinners
+// ask, and one looks at a time.
+func TestCrowdedLooksOncePerSample(t *testing.T) {
+	var runnable atomic.Uint64
+	var looks atomic.Int64
+	l, clock := testLimit(2, &runnable, &looks)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 100 {
+				l.Crowded()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), looks.Load(), "800 asks, one look")
+	clock.Add(int64(sampleEvery) - 1)
+	l.Crowded()
+	assert.Equal(t, int64(1), looks.Load())
+	clock.Add(1)
+	l.Crowded()
+	assert.Equal(t, int64(2), looks.Load())
+}
+
+// A yield that took long (another thread had the CPU) ends the spin and
+// keeps new spins from beginning for busyFor; a quick one does neither.
+func TestSlowYieldStopsSpinning(t *testing.T) {
+	var runnable atomic.Uint64
+	var looks atomic.Int64
+	l, clock := testLimit(4, &runnable, &looks)
+	assert.False(t, l.Yielded(time.Microsecond), "a quick yield: the CPU was idle")
+	assert.True(t, l.Enter())
+	l.Leave()
+
+	assert.True(t, l.Yielded(slowYield+1), "another thread had the CPU")
+	assert.False(t, l.Enter(), "no spin begins meanwhile")
+	clock.Add(int64(busyFor) - 1)
+	assert.False(t, l.Enter())
+	clock.Add(1)
+	assert.True(t, l.Enter(), "busyFor later")
+}
+
+// The process's Limit reads the runtime's runnable count without
+// allocating: spins are on the data path.
+func TestProcessLimitAllocs(t *testing.T) {
+	process.sampledAt.Store(-int64(sampleEvery)) // look now
+	allocs := testing.AllocsPerRun(100, func() {
+		process.sampledAt.Store(-int64(sampleEvery))
+		if Enter() {
+			Leave()
+		}
+		Yielded(0)
+	})
+	assert.Zero(t, allocs)
+	assert.Equal(t, int32(maxSpinners(runtime.GOMAXPROCS(0))), process.max.Load())
+}

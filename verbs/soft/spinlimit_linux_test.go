@@ -1,0 +1,137 @@
+package soft
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// testSpinLimit is a spin limit that a test sets: whether Enter refuses,
+// what Crowded answers, and whether every yield counts as slow; it counts
+// the spins let in and left.
+type testSpinLimit struct {
+	refuse, crowded, slowYields atomic.Bool
+	entered, left               atomic.Int32
+}
+
+func (l *testSpinLimit) Enter() bool {
+	if l.refuse.Load() {
+		return false
+	}
+	l.entered.Add(1)
+	return true
+}
+
+func (l *testSpinLimit) Leave()                     { l.left.Add(1) }
+func (l *testSpinLimit) Crowded() bool              { return l.crowded.Load() }
+func (l *testSpinLimit) Yielded(time.Duration) bool { return l.slowYields.Load() }
+
+// useSpinLimit gives the shared-memory spins l until the test ends, and
+// a one-second spin, so that a wait that sleeps within a fraction of that
+// did not spin it out.
+func useSpinLimit(t *testing.T, l spinLimit) {
+	prevLimit := spinGate
+	prevSpin := SetSharedMemorySpin(time.Second)
+	spinGate = l
+	t.Cleanup(func() {
+		spinGate = prevLimit
+		SetSharedMemorySpin(prevSpin)
+	})
+}
+
+// readerAsleep reports whether b's reader is asleep on its eventfd within d.
+func readerAsleep(b *shmTransport, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		if b.rx.rwait.Load() != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// readHeaderAsync reads a header from b on a goroutine of its own.
+func readHeaderAsync(b *shmTransport) chan error {
+	done := make(chan error, 1)
+	go func() {
+		var h [hdrLen]byte
+		done <- b.readHeader(&h)
+	}()
+	return done
+}
+
+// How the process's spin limit steers a reader's wait on an empty ring:
+// allowed and nothing else wants the CPU, it spins (the spin's length);
+// refused, it sleeps at once; goroutines waiting for a P or a slow yield
+// end the spin and the reader sleeps. Every spin let in is left.
+func TestShmReaderSpinFollowsTheSpinLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		set    func(l *testSpinLimit)
+		spins  bool  // the reader is still awake 100 ms in
+		enters int32 // spins let in
+	}{
+		{"allowed", func(*testSpinLimit) {}, true, 1},
+		{"refused", func(l *testSpinLimit) { l.refuse.Store(true) }, false, 0},
+		{"crowded", func(l *testSpinLimit) { l.crowded.Store(true) }, false, 1},
+		{"slow yield", func(l *testSpinLimit) { l.slowYields.Store(true) }, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &testSpinLimit{}
+			tc.set(l)
+			useSpinLimit(t, l)
+			a, b := shmPair(t)
+			done := readHeaderAsync(b)
+			if tc.spins {
+				time.Sleep(100 * time.Millisecond)
+				assert.Zero(t, b.rx.rwait.Load(), "spinning, not asleep")
+			} else {
+				assert.True(t, readerAsleep(b, 300*time.Millisecond), "asleep well within the one-second spin")
+			}
+			var hdr [hdrLen]byte
+			require.NoError(t, writeFrame(a, &hdr, nil, nil))
+			require.NoError(t, <-done)
+			assert.Equal(t, tc.enters, l.entered.Load(), "spins let in")
+			assert.Equal(t, l.entered.Load(), l.left.Load(), "every spin let in is left")
+		})
+	}
+}
+
+// A writer waiting for ring space spins only when the spin limit lets it,
+// and gives up when goroutines wait for a P: it sleeps on the eventfd
+// (wwait) well within its one-second spin.
+func TestShmWriterSpinFollowsTheSpinLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(l *testSpinLimit)
+	}{
+		{"refused", func(l *testSpinLimit) { l.refuse.Store(true) }},
+		{"crowded", func(l *testSpinLimit) { l.crowded.Store(true) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &testSpinLimit{}
+			tc.set(l)
+			useSpinLimit(t, l)
+			a, b := shmPair(t)
+			payload := make([]byte, 3*defaultShmRing)
+			n, err := a.writev([][]byte{payload}, nil, false)
+			require.NoError(t, err)
+			errc := make(chan error, 1)
+			go func() {
+				_, err := a.writev([][]byte{payload[n:]}, nil, true)
+				errc <- err
+			}()
+			asleep := false
+			for end := time.Now().Add(300 * time.Millisecond); !asleep && time.Now().Before(end); time.Sleep(time.Millisecond) {
+				asleep = a.tx.wwait.Load() != 0
+			}
+			assert.True(t, asleep, "the writer sleeps well within its one-second spin")
+			got := make([]byte, len(payload))
+			require.NoError(t, b.readPayload(got, gateRef{}))
+			require.NoError(t, <-errc)
+			assert.Equal(t, l.entered.Load(), l.left.Load(), "every spin let in is left")
+		})
+	}
+}
