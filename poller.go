@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/rdmanet/rdma/internal/spinlimit"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -220,7 +219,7 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 	}
 	if spun && !chanSpins {
 		res := r.spinFor(dl, draining, p.reach)
-		spinlimit.Leave()
+		spinLimit.Leave()
 		switch res {
 		case spinCaught:
 			p.spinCaught(began)
@@ -321,16 +320,16 @@ type spinningChannel interface {
 	GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error)
 }
 
-// spinAllowed asks the process's spin limit (internal/spinlimit) whether
+// spinAllowed asks the process's spin limit (spinLimit) whether
 // a wait that would spin does: a spin of the poll role's own (not
 // chanSpins) holds a place among the process's spinners until
-// spinlimit.Leave; a channel's spin (soft's) is the channel's to limit,
+// spinLimit.Leave; a channel's spin (soft's) is the channel's to limit,
 // and is asked for only while no goroutine waits for a P.
 func spinAllowed(chanSpins bool) bool {
 	if chanSpins {
-		return !spinlimit.Crowded()
+		return !spinLimit.Crowded()
 	}
-	return spinlimit.Enter()
+	return spinLimit.Enter()
 }
 
 // spinResult is how a spin ended.
@@ -375,7 +374,7 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 		if now.Sub(yielded) >= spinYield {
 			// A bounded spin gives way to goroutines that wait for a P
 			// (BusyPoll's, which never sleeps, yields to them instead).
-			if budget > 0 && spinlimit.Crowded() {
+			if budget > 0 && spinLimit.Crowded() {
 				return spinGaveWay
 			}
 			runtime.Gosched()
