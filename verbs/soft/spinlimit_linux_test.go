@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -133,5 +134,32 @@ func TestShmWriterSpinFollowsTheSpinLimit(t *testing.T) {
 			require.NoError(t, <-errc)
 			assert.Equal(t, l.entered.Load(), l.left.Load(), "every spin let in is left")
 		})
+	}
+}
+
+// A reader that may not spin while goroutines wait for a P lets them run
+// once before it sleeps, and looks again: on one P, a writer made
+// runnable just before the read writes meanwhile, and the reader takes
+// the frame without sleeping (so the writer does not signal the eventfd).
+// With nobody waiting for a P it sleeps at once.
+func TestShmReaderYieldsOnceWhenCrowded(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for _, crowded := range []bool{true, false} {
+		l := &testSpinLimit{}
+		l.refuse.Store(true)
+		l.crowded.Store(crowded)
+		useSpinLimit(t, l)
+		a, b := shmPair(t)
+		var hdr [hdrLen]byte
+		wrote := make(chan error, 1)
+		go func() { wrote <- writeFrame(a, &hdr, nil, nil) }()
+		var h [hdrLen]byte
+		require.NoError(t, b.readHeader(&h))
+		require.NoError(t, <-wrote)
+		if crowded {
+			assert.Zero(t, b.rSlept, "crowded: the writer ran while the reader yielded")
+		} else {
+			assert.NotZero(t, b.rSlept, "nobody waited for a P: the reader slept")
+		}
 	}
 }
