@@ -5,12 +5,12 @@
 // and its CPU; alone it is the lowest latency, but with many connections
 // the spinners take the Ps and CPUs that their peers and the other
 // connections need: with 64 connections on 2 CPUs (rdmaperf -P 64 over
-// soft's shared memory) a round trip's p99 was 10-40 ms against TCP's
-// 2-5 ms. A spin asks Enter first and Leave when done; at each of its
+// soft's shared memory) a round trip's p99 was 20-40 ms against TCP's
+// 2-10 ms. A spin asks Enter first and Leave when done; at each of its
 // yields it asks Crowded whether goroutines wait for a P, and tells
-// Yielded how long its yield of the CPU took; either ends the spin, and
-// the waiter sleeps, giving its P and CPU away. So a spin uses only a
-// CPU that would otherwise idle.
+// Yielded how long its yield of the CPU took; either can end the spin,
+// and the waiter sleeps, giving its P and CPU away. So a spin uses only
+// a CPU that would otherwise idle.
 package spinlimit
 
 import (
@@ -22,21 +22,23 @@ import (
 
 // sampleEvery is how often the scheduler is looked at, at most, for all
 // the spinners of the process together: a read of the runnable count
-// takes the scheduler's lock (about 60 ns, no allocation), and spins
-// yield every 10 us or so, so one look serves a yield of each.
+// takes the scheduler's lock (60-160 ns, no allocation), which a single
+// connection's 64 B round trips (6 us) pay about every third wait. Once
+// per 50 us cost them 1% less, but with 64 connections a look that old
+// let spins begin beside goroutines that by then waited for a P, and the
+// p99 went back up (rdmaperf -P 64, 3 interleaved rounds: 12-16 ms with
+// 50 us, 3-11 ms with 10 us, TCP's 2-12 ms).
 const sampleEvery = 10 * time.Microsecond
 
 // slowYield is how long a yield of the CPU (sched_yield) may take while
 // nothing else wanted that CPU: a system call's cost, a microsecond or
 // so. Longer, the kernel ran another thread meanwhile (of another
-// process, or of ours) that had waited for the CPU; the spin was taking
-// its time, not idle time, and a thread that keeps spinning falls behind
-// in the kernel's share and waits longer for a CPU when its data comes.
-// busyFor is then how long no spin of the process begins: on a host
-// whose CPUs are taken the waits sleep, and a spin tries again after it.
-// rdmaperf -P 64 on soft's shared memory, 2 CPUs, host shared: p99 from
-// 10-40 ms to 2-5 ms (TCP 2-10 ms); with 5 us a single connection's
-// round trips on the loaded host lost their spins too often.
+// process, or of ours) that had waited for the CPU, and the spin was
+// taking its time, not idle time (Yielded says what follows). busyFor is
+// how long no spin of the process begins after a spin was found taking
+// others' CPU time: on a host whose CPUs are taken the waits sleep, and
+// a spin tries again after it. With 5 us a single connection's round
+// trips on the loaded 2-CPU host lost their spins too often.
 const (
 	slowYield = 20 * time.Microsecond
 	busyFor   = 500 * time.Microsecond
@@ -52,6 +54,8 @@ type Limit struct {
 	crowded   atomic.Bool  // goroutines waited for a P at that look
 	sampling  atomic.Bool  // a caller is looking: the others take the last look
 	busyUntil atomic.Int64 // no spin begins before this (ns since base): a yield found its CPU wanted
+	sleepers  atomic.Int32 // readers asleep (Sleeping)
+	procsSeen atomic.Int32 // GOMAXPROCS at the last look
 
 	base     time.Time
 	procs    func() int    // GOMAXPROCS
@@ -64,7 +68,7 @@ type Limit struct {
 func New(procs func() int, runnable func() uint64) *Limit {
 	l := &Limit{base: time.Now(), procs: procs, runnable: runnable}
 	l.now = func() int64 { return int64(time.Since(l.base)) }
-	l.max.Store(int32(maxSpinners(procs())))
+	l.setProcs(procs())
 	l.sampledAt.Store(-int64(sampleEvery))
 	return l
 }
@@ -75,12 +79,20 @@ func New(procs func() int, runnable func() uint64) *Limit {
 // is a single P (Crowded ends that spin when anything else is runnable).
 func maxSpinners(procs int) int { return max(1, procs-1) }
 
+// setProcs takes in GOMAXPROCS, which may change while the process runs.
+func (l *Limit) setProcs(procs int) {
+	l.procsSeen.Store(int32(procs))
+	l.max.Store(int32(maxSpinners(procs)))
+}
+
 // Enter asks to begin a spin. It refuses when goroutines wait for a P,
 // when a spinner's yield found its CPU wanted less than busyFor ago, and
 // when as many goroutines spin already as the limit allows; the caller
 // then sleeps at once instead. A true Enter is paired with Leave.
-func (l *Limit) Enter() bool {
-	now := l.now()
+func (l *Limit) Enter() bool { return l.EnterAt(l.now()) }
+
+// EnterAt is Enter at now, a reading of Now.
+func (l *Limit) EnterAt(now int64) bool {
 	if l.crowdedAt(now) || now < l.busyUntil.Load() {
 		return false
 	}
@@ -109,30 +121,51 @@ func (l *Limit) Spinning() int { return int(l.spinners.Load()) }
 // spin that keeps its P while others wait for one starves them.
 func (l *Limit) Crowded() bool { return l.crowdedAt(l.now()) }
 
-// crowdedAt is Crowded at now (ns since base): one reading of the clock
-// serves Enter's two checks, for a clock reading costs as much as the
-// rest of them (35 ns on the 2-CPU host).
+// Now is the Limit's clock (ns), which a spinner that reads the clock
+// anyway uses for its own timing, to hand the reading to CrowdedAt: a
+// reading costs as much as the rest of a check (35 ns on the 2-CPU host).
+func (l *Limit) Now() int64 { return l.now() }
+
+// CrowdedAt is Crowded at now, a reading of Now.
+func (l *Limit) CrowdedAt(now int64) bool { return l.crowdedAt(now) }
+
 func (l *Limit) crowdedAt(now int64) bool {
 	if now-l.sampledAt.Load() >= int64(sampleEvery) && l.sampling.CompareAndSwap(false, true) {
 		l.crowded.Store(l.runnable() > 0)
-		l.max.Store(int32(maxSpinners(l.procs())))
+		l.setProcs(l.procs())
 		l.sampledAt.Store(now)
 		l.sampling.Store(false)
 	}
 	return l.crowded.Load()
 }
 
-// Yielded takes in how long a spinner's yield of the CPU took, and
-// reports whether the CPU was wanted by another thread (past slowYield):
-// the spinner then stops and sleeps, and no spin of the process begins
-// for busyFor.
-func (l *Limit) Yielded(d time.Duration) bool {
+// Yielded takes in how long a spinner's yield of the CPU took: slow, past
+// slowYield, it found the CPU wanted by another thread. A slow yield
+// stops the spin at once, and no spin of the process begins for busyFor,
+// when at least as many readers of the process sleep as it has Ps
+// (Sleeping): their wake-ups want those CPUs, and a spin beside them
+// holds a P whose thread the kernel has taken while they wait. Fewer, the spin
+// goes on (the thread that had the CPU was often the peer, answering: a
+// single connection's 64 KiB stream lost a third of its rate when every
+// slow yield stopped spinning) and reports to Contended if it runs out.
+func (l *Limit) Yielded(d time.Duration) (slow, stop bool) {
 	if d <= slowYield {
-		return false
+		return false, false
+	}
+	if l.sleepers.Load() < l.procsSeen.Load() {
+		return true, false
 	}
 	l.busyUntil.Store(l.now() + int64(busyFor))
-	return true
+	return true, true
 }
+
+// Contended takes in a spin that ran out without catching what it waited
+// for after a slow yield: no spin of the process begins for busyFor.
+func (l *Limit) Contended() { l.busyUntil.Store(l.now() + int64(busyFor)) }
+
+// Sleeping counts the readers that sleep (+1 as a sleep begins, -1 as it
+// ends).
+func (l *Limit) Sleeping(delta int32) { l.sleepers.Add(delta) }
 
 // runnableMetric is the scheduler's count of goroutines waiting for a P.
 const runnableMetric = "/sched/goroutines/runnable:goroutines"
@@ -168,6 +201,13 @@ func Leave() { process.Leave() }
 // (Limit.Crowded).
 func Crowded() bool { return process.Crowded() }
 
-// Yielded takes in how long a yield of the CPU by a spinner of the
-// process took (Limit.Yielded).
-func Yielded(d time.Duration) bool { return process.Yielded(d) }
+// Yielded takes in a yield of the CPU by a spinner of the process
+// (Limit.Yielded).
+func Yielded(d time.Duration) (slow, stop bool) { return process.Yielded(d) }
+
+// Contended takes in a spin of the process that ran out after a slow
+// yield (Limit.Contended).
+func Contended() { process.Contended() }
+
+// Sleeping counts a reader of the process that sleeps (Limit.Sleeping).
+func Sleeping(delta int32) { process.Sleeping(delta) }

@@ -83,22 +83,39 @@ func TestCrowdedLooksOncePerSample(t *testing.T) {
 	assert.Equal(t, int64(2), looks.Load())
 }
 
-// A yield that took long (another thread had the CPU) ends the spin and
-// keeps new spins from beginning for busyFor; a quick one does neither.
+// A slow yield (another thread had the CPU) stops the spin and keeps new
+// spins from beginning for busyFor when at least as many readers sleep as
+// there are Ps; with fewer it only says it was slow, and the spin goes
+// on; Contended (a spin that ran out after one) stops spinning too. A
+// quick yield does nothing.
 func TestSlowYieldStopsSpinning(t *testing.T) {
 	var runnable atomic.Uint64
 	var looks atomic.Int64
-	l, clock := testLimit(4, &runnable, &looks)
-	assert.False(t, l.Yielded(time.Microsecond), "a quick yield: the CPU was idle")
+	l, clock := testLimit(2, &runnable, &looks)
+	slow, stop := l.Yielded(time.Microsecond)
+	assert.False(t, slow || stop, "a quick yield: the CPU was idle")
+
+	l.Sleeping(1)
+	slow, stop = l.Yielded(slowYield + 1)
+	assert.True(t, slow)
+	assert.False(t, stop, "one reader asleep, two Ps: spin on")
 	assert.True(t, l.Enter())
 	l.Leave()
 
-	assert.True(t, l.Yielded(slowYield+1), "another thread had the CPU")
+	l.Sleeping(1)
+	slow, stop = l.Yielded(slowYield + 1)
+	assert.True(t, slow && stop, "two readers asleep: their wake-ups want the CPUs")
 	assert.False(t, l.Enter(), "no spin begins meanwhile")
 	clock.Add(int64(busyFor) - 1)
 	assert.False(t, l.Enter())
 	clock.Add(1)
 	assert.True(t, l.Enter(), "busyFor later")
+	l.Leave()
+
+	l.Contended()
+	assert.False(t, l.Enter(), "a spin ran out after a slow yield")
+	clock.Add(int64(busyFor))
+	assert.True(t, l.Enter())
 }
 
 // The process's Limit reads the runtime's runnable count without
@@ -111,6 +128,8 @@ func TestProcessLimitAllocs(t *testing.T) {
 			Leave()
 		}
 		Yielded(0)
+		Sleeping(1)
+		Sleeping(-1)
 	})
 	assert.Zero(t, allocs)
 	assert.Equal(t, int32(maxSpinners(runtime.GOMAXPROCS(0))), process.max.Load())

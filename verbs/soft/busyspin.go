@@ -17,9 +17,14 @@ var spinGate spinLimit = spinlimit.Process()
 // spinLimit is spinlimit.Limit's part that the spins use.
 type spinLimit interface {
 	Enter() bool
+	EnterAt(now int64) bool
 	Leave()
+	Now() int64
 	Crowded() bool
-	Yielded(d time.Duration) bool
+	CrowdedAt(now int64) bool
+	Yielded(d time.Duration) (slow, stop bool)
+	Contended()
+	Sleeping(delta int32)
 }
 
 // The first part of a shared-memory reader's spin polls the ring without

@@ -495,10 +495,12 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		return nil
 	case 1:
 		*stage = 2
-		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() && spinGate.Enter() {
-			t.spinRead(spin)
-			spinGate.Leave()
-			return nil
+		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() {
+			if start := spinGate.Now(); spinGate.EnterAt(start) {
+				t.spinRead(start, spin)
+				spinGate.Leave()
+				return nil
+			}
 		}
 		fallthrough
 	case 2:
@@ -524,39 +526,58 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		t.rx.rwait.Store(0)
 		return nil
 	}
+	// A reader asleep counts for the spin limit: its wake-up will want a
+	// CPU (spinGate.Yielded).
+	spinGate.Sleeping(1)
 	slept := monotime()
 	err := t.sleep(sleepReader)
 	d := monotime() - slept
+	spinGate.Sleeping(-1)
 	t.rIdle = d > int64(shmIdleGap)
 	t.rSlept += time.Duration(d)
 	t.rx.rwait.Store(0)
 	return err
 }
 
-// spinRead is the reader's spin on an empty ring, for up to spin ns, which
-// the process's spin limit allowed (spinGate.Enter). It returns when data
-// came, or to sleep: the spin ran out, the transport closed or was
-// interrupted, or goroutines wait for a P (spinGate.Crowded), whom the
-// sleep gives it.
-func (t *shmTransport) spinRead(spin int64) {
-	start := monotime()
+// spinRead is the reader's spin on an empty ring, for up to spin ns from
+// start (a reading of spinGate.Now), which the process's spin limit
+// allowed (spinGate.EnterAt). It returns when data came, or to sleep:
+// the spin ran out, the transport closed or was interrupted, goroutines
+// wait for a P (spinGate.CrowdedAt), whom the sleep gives it, or a slow
+// yield among many sleeping readers (spinGate.Yielded). A spin that ran
+// out after a slow yield tells spinGate.Contended.
+func (t *shmTransport) spinRead(start, spin int64) {
 	end := start + spin
 	busy := t.rBusy.budget(spin)
+	// contended: a yield found the CPU wanted. yielded: when the last
+	// yield began; the next look at the clock, 64 polls (well under a
+	// microsecond) after it returned, times it.
+	contended, yielded := false, int64(0)
 	for i := 1; ; i++ {
 		if t.rx.tail.Load() != t.rhead {
 			if busy > 0 {
-				t.rBusy.caught(monotime()-start < busy)
+				t.rBusy.caught(spinGate.Now()-start < busy)
 			}
 			t.rSpin.result(true)
 			return
 		}
 		if i%64 == 0 {
-			now := monotime()
+			now := spinGate.Now()
+			if yielded != 0 {
+				slow, stop := spinGate.Yielded(time.Duration(now - yielded))
+				if stop {
+					return // the sleep gives the CPU to the connections that wake
+				}
+				contended = contended || slow
+			}
 			if t.intr.Load() || t.closed.Load() || now > end {
 				if busy > 0 {
 					t.rBusy.caught(false)
 				}
 				t.rSpin.result(false)
+				if contended && now > end {
+					spinGate.Contended()
+				}
 				return
 			}
 			// Past the busy phase, give the CPU to whatever else is
@@ -567,13 +588,11 @@ func (t *shmTransport) spinRead(spin int64) {
 			// keeps its P beside them starves them (a crowded stop is no
 			// failure of the spin: it records nothing).
 			if now-start >= busy {
-				if spinGate.Crowded() {
+				if spinGate.CrowdedAt(now) {
 					return
 				}
 				schedYield()
-				if spinGate.Yielded(time.Duration(monotime() - now)) {
-					return
-				}
+				yielded = now
 			}
 		}
 	}
@@ -794,20 +813,29 @@ func (t *shmTransport) waitSpace() error {
 // the process's spin limit allowed. It reports whether space came; it
 // gives up, as the reader's spin does, when goroutines wait for a P.
 func (t *shmTransport) spinSpace(spin int64) bool {
-	end := monotime() + spin
+	end := spinGate.Now() + spin
+	contended, yielded := false, int64(0) // as spinRead's
 	for i := 1; ; i++ {
 		if t.tx.head.Load() != t.whead {
 			return true
 		}
 		if i%64 == 0 {
-			now := monotime()
-			if t.closed.Load() || t.gone.Load() || now > end || spinGate.Crowded() {
+			now := spinGate.Now()
+			if yielded != 0 {
+				slow, stop := spinGate.Yielded(time.Duration(now - yielded))
+				if stop {
+					return false
+				}
+				contended = contended || slow
+			}
+			if t.closed.Load() || t.gone.Load() || now > end || spinGate.CrowdedAt(now) {
+				if contended && now > end {
+					spinGate.Contended()
+				}
 				return false
 			}
 			schedYield()
-			if spinGate.Yielded(time.Duration(monotime() - now)) {
-				return false
-			}
+			yielded = now
 		}
 	}
 }

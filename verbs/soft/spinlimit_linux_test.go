@@ -11,14 +11,17 @@ import (
 )
 
 // testSpinLimit is a spin limit that a test sets: whether Enter refuses,
-// what Crowded answers, and whether every yield counts as slow; it counts
-// the spins let in and left.
+// what Crowded answers, whether every yield is slow and whether a slow
+// yield stops the spin; it counts the spins let in and left, the spins
+// reported contended, and the readers asleep.
 type testSpinLimit struct {
-	refuse, crowded, slowYields atomic.Bool
-	entered, left               atomic.Int32
+	refuse, crowded, slowYields, stopOnSlow atomic.Bool
+	entered, left, contended, sleepers      atomic.Int32
 }
 
-func (l *testSpinLimit) Enter() bool {
+func (l *testSpinLimit) Enter() bool { return l.EnterAt(0) }
+
+func (l *testSpinLimit) EnterAt(int64) bool {
 	if l.refuse.Load() {
 		return false
 	}
@@ -26,9 +29,16 @@ func (l *testSpinLimit) Enter() bool {
 	return true
 }
 
-func (l *testSpinLimit) Leave()                     { l.left.Add(1) }
-func (l *testSpinLimit) Crowded() bool              { return l.crowded.Load() }
-func (l *testSpinLimit) Yielded(time.Duration) bool { return l.slowYields.Load() }
+func (l *testSpinLimit) Leave()               { l.left.Add(1) }
+func (l *testSpinLimit) Now() int64           { return monotime() }
+func (l *testSpinLimit) Crowded() bool        { return l.crowded.Load() }
+func (l *testSpinLimit) CrowdedAt(int64) bool { return l.crowded.Load() }
+func (l *testSpinLimit) Contended()           { l.contended.Add(1) }
+func (l *testSpinLimit) Sleeping(delta int32) { l.sleepers.Add(delta) }
+func (l *testSpinLimit) Yielded(time.Duration) (slow, stop bool) {
+	slow = l.slowYields.Load()
+	return slow, slow && l.stopOnSlow.Load()
+}
 
 // useSpinLimit gives the shared-memory spins l until the test ends, and
 // a one-second spin, so that a wait that sleeps within a fraction of that
@@ -77,7 +87,11 @@ func TestShmReaderSpinFollowsTheSpinLimit(t *testing.T) {
 		{"allowed", func(*testSpinLimit) {}, true, 1},
 		{"refused", func(l *testSpinLimit) { l.refuse.Store(true) }, false, 0},
 		{"crowded", func(l *testSpinLimit) { l.crowded.Store(true) }, false, 1},
-		{"slow yield", func(l *testSpinLimit) { l.slowYields.Store(true) }, false, 1},
+		{"slow yield among sleepers", func(l *testSpinLimit) {
+			l.slowYields.Store(true)
+			l.stopOnSlow.Store(true)
+		}, false, 1},
+		{"slow yield alone", func(l *testSpinLimit) { l.slowYields.Store(true) }, true, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &testSpinLimit{}
@@ -161,5 +175,42 @@ func TestShmReaderYieldsOnceWhenCrowded(t *testing.T) {
 		} else {
 			assert.NotZero(t, b.rSlept, "nobody waited for a P: the reader slept")
 		}
+	}
+}
+
+// A spin whose yields were slow and that ran out without its data
+// reports itself contended (no spin of the process then begins for a
+// while); one that caught its data, or whose yields were quick, does
+// not. A sleeping reader counts among the sleepers while it sleeps.
+func TestShmReaderSpinReportsContention(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		slow      bool
+		late      bool // the data comes after the spin
+		contended int32
+	}{
+		{"slow, ran out", true, true, 1},
+		{"slow, caught", true, false, 0},
+		{"quick, ran out", false, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &testSpinLimit{}
+			l.slowYields.Store(tc.slow)
+			useSpinLimit(t, l)
+			SetSharedMemorySpin(20 * time.Millisecond)
+			a, b := shmPair(t)
+			done := readHeaderAsync(b)
+			if tc.late {
+				require.True(t, readerAsleep(b, 5*time.Second), "asleep once the spin ran out")
+				assert.Equal(t, int32(1), l.sleepers.Load(), "asleep: counted")
+			} else {
+				time.Sleep(5 * time.Millisecond)
+			}
+			var hdr [hdrLen]byte
+			require.NoError(t, writeFrame(a, &hdr, nil, nil))
+			require.NoError(t, <-done)
+			assert.Equal(t, tc.contended, l.contended.Load())
+			assert.Zero(t, l.sleepers.Load(), "awake: no longer counted")
+		})
 	}
 }
