@@ -21,14 +21,20 @@ import (
 )
 
 // sampleEvery is how often the scheduler is looked at, at most, for all
-// the spinners of the process together: a read of the runnable count
-// takes the scheduler's lock (60-160 ns, no allocation), which a single
-// connection's 64 B round trips (6 us) pay about every third wait. Once
-// per 50 us cost them 1% less, but with 64 connections a look that old
-// let spins begin beside goroutines that by then waited for a P, and the
-// p99 went back up (rdmaperf -P 64, 3 interleaved rounds: 12-16 ms with
-// 50 us, 3-11 ms with 10 us, TCP's 2-12 ms).
-const sampleEvery = 10 * time.Microsecond
+// the spinners of the process together, while the last look found
+// goroutines waiting for a P; calmSampleEvery while it did not. A read of
+// the runnable count takes the scheduler's lock (60-160 ns, no
+// allocation). Once per 10 us, a single connection's 64 B round trips
+// (6 us) paid one about every other wait: 3-5% on their median in
+// interleaved rounds against the build without the limit (5.93-6.00 us).
+// Once per 40 us while calm: 1.7-2.2%. Once per 50 us throughout, with
+// 64 connections a look that old let spins begin beside goroutines that
+// by then waited for a P (rdmaperf -P 64, 3 interleaved rounds on the
+// loaded host: p99 12-16 ms against 3-11 ms with 10 us, TCP's 2-12 ms).
+const (
+	sampleEvery     = 10 * time.Microsecond
+	calmSampleEvery = 40 * time.Microsecond
+)
 
 // slowYield is how long a yield of the CPU (sched_yield) may take while
 // nothing else wanted that CPU: a system call's cost, a microsecond or
@@ -69,7 +75,7 @@ func New(procs func() int, runnable func() uint64) *Limit {
 	l := &Limit{base: time.Now(), procs: procs, runnable: runnable}
 	l.now = func() int64 { return int64(time.Since(l.base)) }
 	l.setProcs(procs())
-	l.sampledAt.Store(-int64(sampleEvery))
+	l.sampledAt.Store(-int64(calmSampleEvery)) // the first ask looks
 	return l
 }
 
@@ -114,7 +120,8 @@ func (l *Limit) Leave() { l.spinners.Add(-1) }
 func (l *Limit) Spinning() int { return int(l.spinners.Load()) }
 
 // Crowded reports whether goroutines waited for a P at the last look at
-// the scheduler, looking again if that was sampleEvery ago or more. Only
+// the scheduler, looking again if that was sampleEvery ago or more
+// (calmSampleEvery if that look found none). Only
 // one caller looks at a time; the others take the last look's answer.
 // A spinner that finds the process crowded stops and sleeps, which gives
 // its P to them: a yield of the thread (sched_yield) does not, and a
@@ -130,7 +137,11 @@ func (l *Limit) Now() int64 { return l.now() }
 func (l *Limit) CrowdedAt(now int64) bool { return l.crowdedAt(now) }
 
 func (l *Limit) crowdedAt(now int64) bool {
-	if now-l.sampledAt.Load() >= int64(sampleEvery) && l.sampling.CompareAndSwap(false, true) {
+	every := int64(sampleEvery)
+	if !l.crowded.Load() {
+		every = int64(calmSampleEvery)
+	}
+	if now-l.sampledAt.Load() >= every && l.sampling.CompareAndSwap(false, true) {
 		l.crowded.Store(l.runnable() > 0)
 		l.setProcs(l.procs())
 		l.sampledAt.Store(now)

@@ -59,12 +59,14 @@ func TestCrowdedWhileGoroutinesWaitForAP(t *testing.T) {
 	assert.True(t, l.Enter())
 }
 
-// The scheduler is looked at once per sampleEvery, however many spinners
-// ask, and one looks at a time.
+// The scheduler is looked at once per sampleEvery while goroutines wait
+// for a P (calmSampleEvery while none does), however many spinners ask,
+// and one looks at a time.
 func TestCrowdedLooksOncePerSample(t *testing.T) {
 	var runnable atomic.Uint64
 	var looks atomic.Int64
 	l, clock := testLimit(2, &runnable, &looks)
+	runnable.Store(1)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -79,8 +81,16 @@ func TestCrowdedLooksOncePerSample(t *testing.T) {
 	l.Crowded()
 	assert.Equal(t, int64(1), looks.Load())
 	clock.Add(1)
+	runnable.Store(0)
+	assert.False(t, l.Crowded())
+	assert.Equal(t, int64(2), looks.Load(), "crowded: looked again after sampleEvery")
+
+	clock.Add(int64(sampleEvery))
 	l.Crowded()
-	assert.Equal(t, int64(2), looks.Load())
+	assert.Equal(t, int64(2), looks.Load(), "calm: not yet")
+	clock.Add(int64(calmSampleEvery - sampleEvery))
+	l.Crowded()
+	assert.Equal(t, int64(3), looks.Load(), "calm: after calmSampleEvery")
 }
 
 // A slow yield (another thread had the CPU) stops the spin and keeps new
@@ -121,9 +131,9 @@ func TestSlowYieldStopsSpinning(t *testing.T) {
 // The process's Limit reads the runtime's runnable count without
 // allocating: spins are on the data path.
 func TestProcessLimitAllocs(t *testing.T) {
-	process.sampledAt.Store(-int64(sampleEvery)) // look now
+	process.sampledAt.Store(-int64(calmSampleEvery)) // look now
 	allocs := testing.AllocsPerRun(100, func() {
-		process.sampledAt.Store(-int64(sampleEvery))
+		process.sampledAt.Store(-int64(calmSampleEvery))
 		if Enter() {
 			Leave()
 		}
