@@ -5,8 +5,8 @@
 // and its CPU; alone it is the lowest latency, but with many connections
 // the spinners take the Ps and CPUs that their peers and the other
 // connections need: with 64 connections on 2 CPUs (rdmaperf -P 64 over
-// soft's shared memory) a round trip's p99 was 20-40 ms against TCP's
-// 2-10 ms. A spin asks Enter first and Leave when done; at each of its
+// soft's shared memory) a round trip's p99 was 7-25 ms against TCP's
+// 3-9 ms. A spin asks Enter first and Leave when done; at each of its
 // yields it asks Crowded whether goroutines wait for a P, and tells
 // Yielded how long its yield of the CPU took; either can end the spin,
 // and the waiter sleeps, giving its P and CPU away. So a spin uses only
