@@ -27,10 +27,11 @@ import (
 // allocation). Once per 10 us, a single connection's 64 B round trips
 // (6 us) paid one about every other wait: 3-5% on their median in
 // interleaved rounds against the build without the limit (5.93-6.00 us).
-// Once per 40 us while calm: 1.7-2.2%. Once per 50 us throughout, with
-// 64 connections a look that old let spins begin beside goroutines that
-// by then waited for a P (rdmaperf -P 64, 3 interleaved rounds on the
-// loaded host: p99 12-16 ms against 3-11 ms with 10 us, TCP's 2-12 ms).
+// Once per 40 us while calm: 1.5-3.2% (medians of 4-5 rounds, three
+// sets). Once per 50 us throughout, with 64 connections a look that old
+// let spins begin beside goroutines that by then waited for a P
+// (rdmaperf -P 64, 3 interleaved rounds on the loaded host: p99 12-16 ms
+// against 3-11 ms with 10 us, TCP's 2-12 ms).
 const (
 	sampleEvery     = 10 * time.Microsecond
 	calmSampleEvery = 40 * time.Microsecond
