@@ -213,17 +213,21 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 	if p.spin > 0 && !chanSpins {
 		began = time.Now()
 	}
-	spun := (spinOK || !chanSpins) && p.spinNext()
+	spun := (spinOK || !chanSpins) && p.spinNext() && spinAllowed(chanSpins)
 	if spun {
 		p.spins++
 	}
 	if spun && !chanSpins {
-		switch r.spinFor(dl, draining, p.reach) {
+		res := r.spinFor(dl, draining, p.reach)
+		spinLimit.Leave()
+		switch res {
 		case spinCaught:
 			p.spinCaught(began)
 			return
 		case spinLookAgain:
 			return
+		case spinGaveWay:
+			spun = false // the sleep that follows says nothing of the spin
 		}
 	}
 	armed := false
@@ -316,6 +320,20 @@ type spinningChannel interface {
 	GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error)
 }
 
+// spinAllowed asks the process's spin limit (spinLimit) whether a wait
+// that would spin does: a spin of the poll role's own (not chanSpins)
+// holds a place among the process's spinners until spinLimit.Leave. A
+// channel's spin (soft's) is the channel's to limit: its shared-memory
+// reader asks the limit itself, and its TCP path polls the socket between
+// yields of the goroutine (runtime.Gosched), which gives the P to any
+// goroutine waiting for one. (Skipping that poll while goroutines waited
+// for a P cost a single connection's 64 B round trips on the TCP path
+// 15 us -> 300-800 us at the median: what waited was the connection's
+// own sending.)
+func spinAllowed(chanSpins bool) bool {
+	return chanSpins || spinLimit.Enter()
+}
+
 // spinResult is how a spin ended.
 type spinResult int
 
@@ -323,6 +341,7 @@ const (
 	spinTimedOut  spinResult = iota // the budget ran out: sleep
 	spinCaught                      // completions applied
 	spinLookAgain                   // the caller's deadline, Close or an interrupt
+	spinGaveWay                     // goroutines wait for a P: sleep, giving ours to them
 )
 
 // spinFor polls the CQ until completions come, for at most budget (0:
@@ -355,6 +374,11 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 			return spinTimedOut
 		}
 		if now.Sub(yielded) >= spinYield {
+			// A bounded spin gives way to goroutines that wait for a P
+			// (BusyPoll's, which never sleeps, yields to them instead).
+			if budget > 0 && spinLimit.Crowded() {
+				return spinGaveWay
+			}
 			runtime.Gosched()
 			yielded = now
 		}

@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/spinlimit"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -50,6 +51,18 @@ type pollState struct {
 	chanAt  time.Time     // the deadline last set on the channel
 	chanSeq uint64        // intrSeq when it was set
 }
+
+// spinLimiter is what the poll role's spins ask of the process's spin
+// limit (internal/spinlimit): a place among the spinners (Enter, Leave),
+// and whether goroutines wait for a P (Crowded), for whom a spin gives
+// way. A variable so that tests can give the spins a limit of their own.
+type spinLimiter interface {
+	Enter() bool
+	Leave()
+	Crowded() bool
+}
+
+var spinLimit spinLimiter = spinlimit.Process()
 
 // spinMisses is how many waits in a row the spin failed to catch (each
 // then outlasting twice the budget asleep) before spinning turns off, so

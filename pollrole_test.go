@@ -1,11 +1,14 @@
 package rdma
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/rdmanet/rdma/verbs"
 )
 
 // The poll role is held by one caller at a time; letting it go says
@@ -91,4 +94,77 @@ func TestPollRoleProbeKeepsTheBudget(t *testing.T) {
 	}
 	require.True(t, p.spinNext(), "the probe")
 	assert.Equal(t, learned, p.reach, "the probe spins with the budget that caught the peer")
+}
+
+// emptyCQ is a CQ that never has a completion.
+type emptyCQ struct{}
+
+func (emptyCQ) Poll([]verbs.WC) (int, error) { return 0, nil }
+func (emptyCQ) ReqNotify(bool) error         { return nil }
+func (emptyCQ) Channel() verbs.CompChannel   { return nil }
+func (emptyCQ) Cap() int                     { return 16 }
+func (emptyCQ) Destroy() error               { return nil }
+
+// newEmptyPoller is the poll role of a connection whose CQ stays empty.
+func newEmptyPoller() poller {
+	return poller{f: &connFace{closedCh: make(chan struct{})}, e: &endpoint{cq: emptyCQ{}}, p: &pollState{}}
+}
+
+// testSpinLimit is a spin limit that a test sets: whether Enter refuses
+// and what Crowded answers; it counts the places asked for and left.
+type testSpinLimit struct {
+	refuse        bool
+	crowded       atomic.Bool
+	entered, left int
+}
+
+func (l *testSpinLimit) Enter() bool   { l.entered++; return !l.refuse }
+func (l *testSpinLimit) Leave()        { l.left++ }
+func (l *testSpinLimit) Crowded() bool { return l.crowded.Load() }
+
+// useSpinLimit gives the poll role's spins l until the test ends.
+func useSpinLimit(t *testing.T, l spinLimiter) {
+	prev := spinLimit
+	spinLimit = l
+	t.Cleanup(func() { spinLimit = prev })
+}
+
+// A spin with a budget gives way (and the wait sleeps) as soon as
+// goroutines wait for a P, long before its budget; without them it runs
+// its budget out. BusyPoll's spin, which never sleeps, does not give way:
+// it ends as any wait does (here an interrupt).
+func TestSpinGivesWayWhenCrowded(t *testing.T) {
+	l := &testSpinLimit{}
+	useSpinLimit(t, l)
+	r := newEmptyPoller()
+
+	began := time.Now()
+	assert.Equal(t, spinTimedOut, r.spinFor(nil, true, 20*time.Millisecond))
+	assert.GreaterOrEqual(t, time.Since(began), 20*time.Millisecond, "nobody waits for a P: the whole budget")
+
+	l.crowded.Store(true)
+	began = time.Now()
+	assert.Equal(t, spinGaveWay, r.spinFor(nil, true, time.Second))
+	assert.Less(t, time.Since(began), 500*time.Millisecond, "gave way long before the budget")
+
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		r.p.intrSeq.Add(1)
+	}()
+	assert.Equal(t, spinLookAgain, r.spinFor(nil, true, 0), "BusyPoll: polled on until interrupted")
+}
+
+// The poll role's own spin takes a place among the process's spinners,
+// and a wait without one sleeps; a channel's spin (soft's, which limits
+// its own) takes none.
+func TestSpinAllowed(t *testing.T) {
+	l := &testSpinLimit{}
+	useSpinLimit(t, l)
+	assert.True(t, spinAllowed(false))
+	assert.Equal(t, 1, l.entered)
+	l.refuse = true
+	assert.False(t, spinAllowed(false), "no place among the spinners")
+	l.crowded.Store(true)
+	assert.True(t, spinAllowed(true), "the channel's spin is the channel's to limit")
+	assert.Equal(t, 2, l.entered, "a channel's spin takes no place")
 }

@@ -1,6 +1,31 @@
 package soft
 
-import "time"
+import (
+	"time"
+
+	"github.com/rdmanet/rdma/internal/spinlimit"
+)
+
+// spinGate is what the shared-memory transport's spins ask before and
+// while they spin: the process's spin limit (internal/spinlimit), which
+// bounds the spinners of the process, ends a spin when goroutines wait
+// for a P, and stops spinning for a while when a yield finds the CPU
+// wanted. A variable so that tests can give the spins a gate of their
+// own.
+var spinGate spinLimit = spinlimit.Process()
+
+// spinLimit is spinlimit.Limit's part that the spins use.
+type spinLimit interface {
+	Enter() bool
+	EnterAt(now int64) bool
+	Leave()
+	Now() int64
+	Crowded() bool
+	CrowdedAt(now int64) bool
+	Yielded(d time.Duration) (slow, stop bool)
+	Contended()
+	Sleeping(delta int32)
+}
 
 // The first part of a shared-memory reader's spin polls the ring without
 // yielding the CPU. A yield is a system call, and on a busy host it lets

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -495,35 +496,29 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	case 1:
 		*stage = 2
 		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() {
-			start := monotime()
-			end := start + spin
-			busy := t.rBusy.budget(spin)
-			for i := 1; ; i++ {
-				if t.rx.tail.Load() != t.rhead {
-					if busy > 0 {
-						t.rBusy.caught(monotime()-start < busy)
-					}
-					t.rSpin.result(true)
-					return nil
-				}
-				if i%64 == 0 {
-					now := monotime()
-					if t.intr.Load() || t.closed.Load() || now > end {
-						if busy > 0 {
-							t.rBusy.caught(false)
-						}
-						t.rSpin.result(false)
-						return nil
-					}
-					// Past the busy phase, give the CPU to whatever else
-					// is runnable (the peer, on a busy host) while we
-					// wait: a pure busy loop took CPU time the peer
-					// needed to answer.
-					if now-start >= busy {
-						schedYield()
-					}
-				}
+			if start := spinGate.Now(); spinGate.EnterAt(start) {
+				t.spinRead(start, spin)
+				spinGate.Leave()
+				return nil
 			}
+		}
+		fallthrough
+	case 2:
+		// Before it sleeps, a reader of a busy connection lets the
+		// goroutines that wait for a P run, once, and looks again: with
+		// many connections (whose readers mostly may not spin) the answer
+		// often comes meanwhile, and neither end then pays the eventfd's
+		// signal and wake-up. Only while goroutines wait for a P: a yield
+		// (runtime.Gosched) wakes an idle P's thread to look for work,
+		// a system call and a context switch that, with nothing to run,
+		// cost a single connection's round trips a third of their rate
+		// (rdmaperf -P 1, 64 B, 7 rounds interleaved). At -P 64 the rounds
+		// on the shared 2-CPU host did not tell it from sleeping at once
+		// beyond their noise (1.4-1.9x TCP's msg/s, p99 0.5-1.0x TCP's).
+		*stage = 3
+		if !t.rIdle && spinGate.Crowded() {
+			runtime.Gosched()
+			return nil
 		}
 	}
 	t.rx.rwait.Store(1)
@@ -531,13 +526,76 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		t.rx.rwait.Store(0)
 		return nil
 	}
+	// A reader asleep counts for the spin limit: its wake-up will want a
+	// CPU (spinGate.Yielded).
+	spinGate.Sleeping(1)
 	slept := monotime()
 	err := t.sleep(sleepReader)
 	d := monotime() - slept
+	spinGate.Sleeping(-1)
 	t.rIdle = d > int64(shmIdleGap)
 	t.rSlept += time.Duration(d)
 	t.rx.rwait.Store(0)
 	return err
+}
+
+// spinRead is the reader's spin on an empty ring, for up to spin ns from
+// start (a reading of spinGate.Now), which the process's spin limit
+// allowed (spinGate.EnterAt). It returns when data came, or to sleep:
+// the spin ran out, the transport closed or was interrupted, goroutines
+// wait for a P (spinGate.CrowdedAt), whom the sleep gives it, or a slow
+// yield among many sleeping readers (spinGate.Yielded). A spin that ran
+// out after a slow yield tells spinGate.Contended.
+func (t *shmTransport) spinRead(start, spin int64) {
+	end := start + spin
+	busy := t.rBusy.budget(spin)
+	// contended: a yield found the CPU wanted. yielded: when the last
+	// yield began; the next look at the clock, 64 polls (well under a
+	// microsecond) after it returned, times it.
+	contended, yielded := false, int64(0)
+	for i := 1; ; i++ {
+		if t.rx.tail.Load() != t.rhead {
+			if busy > 0 {
+				t.rBusy.caught(spinGate.Now()-start < busy)
+			}
+			t.rSpin.result(true)
+			return
+		}
+		if i%64 == 0 {
+			now := spinGate.Now()
+			if yielded != 0 {
+				slow, stop := spinGate.Yielded(time.Duration(now - yielded))
+				if stop {
+					return // the sleep gives the CPU to the connections that wake
+				}
+				contended = contended || slow
+			}
+			if t.intr.Load() || t.closed.Load() || now > end {
+				if busy > 0 {
+					t.rBusy.caught(false)
+				}
+				t.rSpin.result(false)
+				if contended && now > end {
+					spinGate.Contended()
+				}
+				return
+			}
+			// Past the busy phase, give the CPU to whatever else is
+			// runnable (the peer, on a busy host) while we wait: a pure
+			// busy loop took CPU time the peer needed to answer. But
+			// goroutines of ours that wait for a P get it at once: the
+			// yield is the thread's, not the goroutine's, and a spin that
+			// keeps its P beside them starves them (a crowded stop is no
+			// failure of the spin: it records nothing).
+			if now-start >= busy {
+				if spinGate.CrowdedAt(now) {
+					return
+				}
+				schedYield()
+				yielded = now
+			}
+		}
+	}
 }
 
 // shmIdleGap: a reader whose last wait slept longer than this is on a
@@ -725,18 +783,11 @@ func (t *shmTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, e
 // it, and the writer then never shares the eventfd with a sleeping
 // reader), then sleep.
 func (t *shmTransport) waitSpace() error {
-	if spin := shmSpin.Load(); spin > 0 {
-		end := monotime() + spin
-		for i := 1; ; i++ {
-			if t.tx.head.Load() != t.whead {
-				return nil
-			}
-			if i%64 == 0 {
-				if t.closed.Load() || t.gone.Load() || monotime() > end {
-					break
-				}
-				schedYield()
-			}
+	if spin := shmSpin.Load(); spin > 0 && spinGate.Enter() {
+		freed := t.spinSpace(spin)
+		spinGate.Leave()
+		if freed {
+			return nil
 		}
 	}
 	t.wSeen.Store(t.whead)
@@ -754,6 +805,37 @@ func (t *shmTransport) waitSpace() error {
 		}
 		if err := t.sleep(sleepWriter); err != nil {
 			return err
+		}
+	}
+}
+
+// spinSpace is the writer's spin for ring space, for up to spin ns, which
+// the process's spin limit allowed. It reports whether space came; it
+// gives up, as the reader's spin does, when goroutines wait for a P.
+func (t *shmTransport) spinSpace(spin int64) bool {
+	end := spinGate.Now() + spin
+	contended, yielded := false, int64(0) // as spinRead's
+	for i := 1; ; i++ {
+		if t.tx.head.Load() != t.whead {
+			return true
+		}
+		if i%64 == 0 {
+			now := spinGate.Now()
+			if yielded != 0 {
+				slow, stop := spinGate.Yielded(time.Duration(now - yielded))
+				if stop {
+					return false
+				}
+				contended = contended || slow
+			}
+			if t.closed.Load() || t.gone.Load() || now > end || spinGate.CrowdedAt(now) {
+				if contended && now > end {
+					spinGate.Contended()
+				}
+				return false
+			}
+			schedYield()
+			yielded = now
 		}
 	}
 }
