@@ -8,10 +8,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -245,6 +248,9 @@ func buildTeam(ctx context.Context, rank, n int, conns []net.Conn) (*shmTeam, er
 func teamOver(seg []byte, n, me int, live *shmLiveness) *shmTeam {
 	t := newShmTeam(seg, n, me)
 	t.live = live
+	for q := range n {
+		t.sleeps[q] = live.of[q] >= 0 // another process
+	}
 	t.free = func() {
 		_ = unix.Munmap(seg)
 		live.close()
@@ -267,7 +273,7 @@ func createSegment(size int) (int, []byte, error) {
 		}
 		if err == nil {
 			var seg []byte
-			if seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+			if seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err == nil {
 				binary.LittleEndian.PutUint64(seg, shmMagic)
 				return fd, seg, nil
 			}
@@ -444,7 +450,7 @@ func mapSegment(fd, size int) ([]byte, error) {
 		st.Size != int64(size) {
 		return nil, errors.New("rank 0's segment is not a private file of the expected size")
 	}
-	seg, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	seg, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, err
 	}
@@ -501,6 +507,33 @@ func (l *shmLiveness) close() {
 		unix.Close(int(p.Fd))
 	}
 	l.fds = nil
+}
+
+// The futex operations (linux/futex.h): shared, not FUTEX_PRIVATE_FLAG.
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+// futexWait sleeps until word's low half is no longer val, a futexWake on
+// word, or d. The futex is shared (keyed by the segment's file and
+// offset), so that the ranks' processes meet on it.
+func futexWait(word *atomic.Uint64, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitOp, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every rank asleep on word.
+func futexWake(word *atomic.Uint64) {
+	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, math.MaxInt32, 0, 0, 0)
+}
+
+// currentCPU is the CPU this thread runs on.
+func currentCPU() (uint32, bool) {
+	var cpu uint32
+	_, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0)
+	return cpu, e == 0
 }
 
 // osYield gives the CPU to another thread: a waiting rank may share its

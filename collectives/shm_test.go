@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -295,4 +296,28 @@ func FuzzShmHello(f *testing.F) {
 			require.True(t, p > 0 && p <= pidMax, "pid %d", p)
 		}
 	})
+}
+
+// A rank that posts the last step of the group's life and then closes has
+// done its part: the rank waiting for that step takes the step, however the
+// two stores fall around its checks of the peer's state.
+func TestShmWaitTakesStepPostedBeforeClose(t *testing.T) {
+	const op = 7 << 24
+	for trial := range 300 {
+		seg := make([]byte, layoutFor(2).size)
+		waiter, peer := newShmTeam(seg, 2, 0), newShmTeam(seg, 2, 1)
+		g := &Group{}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range trial % 50 * 20 {
+				runtime.Gosched()
+			}
+			peer.post(1, op, 0)
+			peer.closed()
+		}()
+		err := waiter.waitAll(g, 1, op, 0)
+		<-done
+		require.NoError(t, err, "trial %d", trial)
+	}
 }
