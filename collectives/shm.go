@@ -3,6 +3,7 @@ package collectives
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,13 @@ type shmTeam struct {
 	// blocked in the kernel would hold its P from them.
 	sleeps   []bool
 	nextLive int64 // unix ns of the next liveness check
+	// spreads: there is a CPU for every rank, so a rank that finds the
+	// rank it waits for queued on its own CPU moves to another one rather
+	// than take turns with it on one CPU (which the kernel, seeing two
+	// processes that wake each other, tends to keep them on). nextMove is
+	// the earliest unix ns of the next such move.
+	spreads  bool
+	nextMove int64
 }
 
 // Spin budgets of a wait before it sleeps. With a CPU for every rank, the
@@ -134,11 +142,13 @@ type shmTeam struct {
 // CPU (so it is not running: this rank is), sleep almost at once, which
 // hands the CPU over at the cost of a wake-up.
 const (
-	shmSpinAlone  = 30 * time.Microsecond
+	shmSpinAlone  = time.Millisecond
 	shmSpinShared = 2 * time.Microsecond
 	// shmSleepMax bounds one sleep: a waiting rank checks at least this
 	// often that the group and the rank it waits for are alive.
 	shmSleepMax = time.Millisecond
+	// shmMoveEvery bounds how often a waiting rank moves to another CPU.
+	shmMoveEvery = time.Millisecond
 )
 
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
@@ -147,7 +157,10 @@ func newShmTeam(seg []byte, n, me int) *shmTeam {
 	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), sleeps: make([]bool, n)}
 	t.spin = int64(shmSpinShared)
 	if n <= runtime.NumCPU() {
-		t.spin = int64(shmSpinAlone)
+		t.spin, t.spreads = int64(shmSpinAlone), true
+	}
+	if d, err := time.ParseDuration(os.Getenv("RDMA_COLL_SPIN")); err == nil {
+		t.spin = int64(d)
 	}
 	for q := range n {
 		t.ctrl[q] = (*shmCtrl)(unsafe.Pointer(&seg[l.ctrlOff+q*shmCtrlSize]))
@@ -252,7 +265,14 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 		now := time.Now().UnixNano()
 		if spinUntil == 0 {
 			spinUntil = now + t.spin
-			if t.onSameCPU(q) {
+		}
+		if i&(64*64-1) == 64 && now < spinUntil && t.onSameCPU(q) {
+			// q waits for this CPU. With a CPU per rank, move to another
+			// one (at most every shmMoveEvery) and keep spinning there;
+			// else hand this one over.
+			if t.spreads && sleeps && now >= t.nextMove && moveOffCPU() {
+				t.nextMove = now + int64(shmMoveEvery)
+			} else {
 				spinUntil = now
 			}
 		}

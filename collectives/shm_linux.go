@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -534,6 +535,26 @@ func currentCPU() (uint32, bool) {
 	var cpu uint32
 	_, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0)
 	return cpu, e == 0
+}
+
+// moveOffCPU moves the calling thread to another CPU it may run on, if
+// there is one, and leaves its affinity as it was: the kernel migrates a
+// thread at once when its CPU leaves its mask, and then lets it stay.
+func moveOffCPU() bool {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu, ok := currentCPU()
+	var mask unix.CPUSet
+	if !ok || unix.SchedGetaffinity(0, &mask) != nil || mask.Count() < 2 || !mask.IsSet(int(cpu)) {
+		return false
+	}
+	others := mask
+	others.Clear(int(cpu))
+	if unix.SchedSetaffinity(0, &others) != nil {
+		return false
+	}
+	_ = unix.SchedSetaffinity(0, &mask)
+	return true
 }
 
 // osYield gives the CPU to another thread: a waiting rank may share its

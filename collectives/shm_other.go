@@ -40,3 +40,5 @@ func futexWait(*atomic.Uint64, uint32, time.Duration) {}
 func futexWake(*atomic.Uint64) {}
 
 func currentCPU() (uint32, bool) { return 0, false }
+
+func moveOffCPU() bool { return false }
