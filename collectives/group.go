@@ -49,6 +49,7 @@ type Group struct {
 	cur     header
 	curName string
 	stop    func() bool
+	ctx     context.Context // the operation's ctx, polled by the same-host engine's waits
 	red     reducer
 	scr     [numSlots][]uint64
 
@@ -276,9 +277,9 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 	if !g.busy.CompareAndSwap(false, true) {
 		return fmt.Errorf("collectives: %s: %w", name, ErrBusy)
 	}
-	if err := g.Err(); err != nil {
+	if g.failed.Load() { // set with err, under mu
 		g.busy.Store(false)
-		return &brokenError{op: name, cause: err}
+		return &brokenError{op: name, cause: g.Err()}
 	}
 	g.seq++
 	g.cur = header{seq: g.seq, kind: k, arg: arg, root: uint16(root)}
@@ -288,7 +289,14 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 		// closes the conns, is what releases them.
 		return g.end(context.Cause(ctx))
 	}
-	if ctx.Done() != nil {
+	switch {
+	case ctx.Done() == nil:
+	case g.shm != nil:
+		// The same-host engine's waits poll ctx (shmTeam.check): no
+		// callback to register and remove, which costs two allocations
+		// and a lock per operation.
+		g.ctx = ctx
+	default:
 		g.stop = context.AfterFunc(ctx, func() { g.fail(context.Cause(ctx), true, true) })
 	}
 	return nil
@@ -297,6 +305,7 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 // end finishes the operation started by begin. On failure it breaks the
 // group and waits until no sending goroutine uses the caller's buffers.
 func (g *Group) end(err error) error {
+	g.ctx = nil
 	if g.stop != nil {
 		if !g.stop() {
 			// ctx fired during the operation: the group is (being) failed.

@@ -1,6 +1,7 @@
 package collectives
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -318,6 +319,13 @@ func (t *shmTeam) onSameCPU(q int) bool {
 func (t *shmTeam) check(g *Group, q int, now int64) error {
 	if g.failed.Load() {
 		return ErrBroken // the group's error says why
+	}
+	if g.ctx != nil {
+		select {
+		case <-g.ctx.Done():
+			return context.Cause(g.ctx)
+		default:
+		}
 	}
 	if err := t.peerState(q); err != nil {
 		return err

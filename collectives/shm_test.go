@@ -59,13 +59,21 @@ func TestJoinSharesSegment(t *testing.T) {
 	})
 }
 
-// The same-host engine allocates nothing per operation either.
+// The same-host engine allocates nothing per operation either, also when
+// ctx can end (its waits poll it instead of registering a callback).
 func TestShmOperationsDoNotAllocate(t *testing.T) {
+	deadline, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, ctx := range []context.Context{context.Background(), deadline} {
+		t.Run(name("deadline=", ctx != context.Background()), func(t *testing.T) { checkShmAllocs(t, ctx) })
+	}
+}
+
+func checkShmAllocs(t *testing.T, ctx context.Context) {
 	const n = 3
 	gs := newEngineGroups(t, n, "shm")
 	d := newDriver(gs)
 	defer d.stop()
-	ctx := context.Background()
 	big := 300_000
 	f32 := make([][]float32, n)
 	in, out := make([][]byte, n), make([][]byte, n)
