@@ -127,6 +127,7 @@ type shmTeam struct {
 	// blocked in the kernel would hold its P from them.
 	sleeps   []bool
 	nextLive int64 // unix ns of the next liveness check
+	sleepMax int64 // longest sleep of a wait (ns): shmSleepMax
 	// spreads: there is a CPU for every rank, so a rank that finds the
 	// rank it waits for queued on its own CPU moves to another one rather
 	// than take turns with it on one CPU (which the kernel, seeing two
@@ -156,7 +157,7 @@ const (
 func newShmTeam(seg []byte, n, me int) *shmTeam {
 	l := layoutFor(n)
 	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), sleeps: make([]bool, n)}
-	t.spin = int64(shmSpinShared)
+	t.spin, t.sleepMax = int64(shmSpinShared), int64(shmSleepMax)
 	if n <= runtime.NumCPU() {
 		t.spin, t.spreads = int64(shmSpinAlone), true
 	}
@@ -271,7 +272,7 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 			// q waits for this CPU. With a CPU per rank, move to another
 			// one (at most every shmMoveEvery) and keep spinning there;
 			// else hand this one over.
-			if t.spreads && sleeps && now >= t.nextMove && moveOffCPU() {
+			if t.spreads && sleeps && now >= t.nextMove && moved() {
 				t.nextMove = now + int64(shmMoveEvery)
 			} else {
 				spinUntil = now
@@ -293,7 +294,7 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 		case sleeps:
 			sleepers.Add(1)
 			if v := word.Load(); v < want {
-				futexWait(word, uint32(v), shmSleepMax)
+				futexWait(word, uint32(v), time.Duration(t.sleepMax))
 			}
 			sleepers.Add(^uint32(0))
 		case now-spinUntil < int64(time.Millisecond):
@@ -302,6 +303,11 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
+}
+
+func moved() bool {
+	_, _, ok := moveOffCPU()
+	return ok
 }
 
 // onSameCPU says whether rank q last waited on the CPU this rank runs on

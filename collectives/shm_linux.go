@@ -537,24 +537,26 @@ func currentCPU() (uint32, bool) {
 	return cpu, e == 0
 }
 
-// moveOffCPU moves the calling thread to another CPU it may run on, if
-// there is one, and leaves its affinity as it was: the kernel migrates a
-// thread at once when its CPU leaves its mask, and then lets it stay.
-func moveOffCPU() bool {
+// moveOffCPU moves the calling thread from CPU from to another CPU it may
+// run on, if there is one, and leaves its affinity as it was: the kernel
+// migrates a thread at once when its CPU leaves its mask, and then lets it
+// stay. It returns the CPU the thread ran on while from was excluded.
+func moveOffCPU() (from, to uint32, moved bool) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cpu, ok := currentCPU()
+	from, ok := currentCPU()
 	var mask unix.CPUSet
-	if !ok || unix.SchedGetaffinity(0, &mask) != nil || mask.Count() < 2 || !mask.IsSet(int(cpu)) {
-		return false
+	if !ok || unix.SchedGetaffinity(0, &mask) != nil || mask.Count() < 2 || !mask.IsSet(int(from)) {
+		return from, from, false
 	}
 	others := mask
-	others.Clear(int(cpu))
+	others.Clear(int(from))
 	if unix.SchedSetaffinity(0, &others) != nil {
-		return false
+		return from, from, false
 	}
+	to, _ = currentCPU()
 	_ = unix.SchedSetaffinity(0, &mask)
-	return true
+	return from, to, true
 }
 
 // osYield gives the CPU to another thread: a waiting rank may share its

@@ -41,4 +41,4 @@ func futexWake(*atomic.Uint64) {}
 
 func currentCPU() (uint32, bool) { return 0, false }
 
-func moveOffCPU() bool { return false }
+func moveOffCPU() (from, to uint32, moved bool) { return 0, 0, false }
