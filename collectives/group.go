@@ -57,6 +57,21 @@ type Group struct {
 	// shares a segment; nil: the operations run over the conns.
 	shm     *shmTeam
 	shmOnce sync.Once
+	// hier is set instead when the group spans hosts and the ranks of
+	// each host share a segment (hier.go).
+	hier *hierarchy
+}
+
+// segment is the team over this host's shared segment: the group's, or
+// this host's part of it; nil if none.
+func (g *Group) segment() *shmTeam {
+	if g.shm != nil {
+		return g.shm
+	}
+	if g.hier != nil {
+		return g.hier.team
+	}
+	return nil
 }
 
 // NewGroup makes a Group of len(peers) ranks in which this process is rank
@@ -193,7 +208,8 @@ func (g *Group) linger() {
 // microseconds. If one does not within shmReleaseWait (a caller stuck
 // elsewhere), the mapping stays rather than being pulled from under it.
 func (g *Group) releaseShm() {
-	if g.shm == nil {
+	t := g.segment()
+	if t == nil {
 		return
 	}
 	deadline := time.Now().Add(shmReleaseWait)
@@ -203,7 +219,7 @@ func (g *Group) releaseShm() {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	g.shmOnce.Do(g.shm.free)
+	g.shmOnce.Do(t.free)
 }
 
 const shmReleaseWait = 5 * time.Second
@@ -229,8 +245,8 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if !first {
 		return
 	}
-	if g.shm != nil && !notify {
-		g.shm.closed()
+	if t := g.segment(); t != nil && !notify {
+		t.closed()
 	}
 	if !notify {
 		if !closeConns {
@@ -252,8 +268,8 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if len(text) > abortTextMax {
 		text = text[:abortTextMax]
 	}
-	if g.shm != nil {
-		g.shm.abort(blamed, text)
+	if t := g.segment(); t != nil {
+		t.abort(blamed, text)
 	}
 	msg := make([]byte, hdrLen+len(text))
 	h := header{kind: kindAbort, root: uint16(blamed), len: uint32(len(text))}

@@ -114,11 +114,15 @@ func layoutFor(n int) shmLayout {
 type shmTeam struct {
 	seg   []byte
 	n, me int
-	ctrl  []*shmCtrl
-	bufs  [][2][]byte
-	step  uint64
-	live  *shmLiveness // the peers' processes
-	free  func()       // unmaps the segment and closes the pidfds
+	// ranks[q] is member q's rank in the group (nil: q itself, the team is
+	// the whole group); groupSize is the group's size. Errors name ranks.
+	ranks     []int
+	groupSize int
+	ctrl      []*shmCtrl
+	bufs      [][2][]byte
+	step      uint64
+	live      *shmLiveness // the peers' processes
+	free      func()       // unmaps the segment and closes the pidfds
 
 	// spin is how long a wait spins before it sleeps (ns).
 	spin int64
@@ -156,7 +160,7 @@ const (
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
 func newShmTeam(seg []byte, n, me int) *shmTeam {
 	l := layoutFor(n)
-	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), sleeps: make([]bool, n)}
+	t := &shmTeam{seg: seg, n: n, me: me, groupSize: n, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), sleeps: make([]bool, n)}
 	t.spin, t.sleepMax = int64(shmSpinShared), int64(shmSleepMax)
 	if n <= runtime.NumCPU() {
 		t.spin, t.spreads = int64(shmSpinAlone), true
@@ -172,6 +176,14 @@ func newShmTeam(seg []byte, n, me int) *shmTeam {
 		}
 	}
 	return t
+}
+
+// rankOf is member q's rank in the group.
+func (t *shmTeam) rankOf(q int) int {
+	if t.ranks == nil {
+		return q
+	}
+	return t.ranks[q]
 }
 
 // opWord packs an operation's header (all but step and length).
@@ -227,7 +239,7 @@ func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
 		// q cannot overwrite desc[k%2] before this rank has read step k.
 		d := &c.desc[k&1]
 		if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
-			return &RankError{Rank: q, Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
+			return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
 		}
 	}
 	return nil
@@ -339,7 +351,7 @@ func (t *shmTeam) check(g *Group, q int, now int64) error {
 	if now >= t.nextLive {
 		t.nextLive = now + int64(time.Millisecond)
 		if t.live.dead(q) {
-			return &RankError{Rank: q, Op: "receive", Err: errors.New("its process exited")}
+			return &RankError{Rank: t.rankOf(q), Op: "receive", Err: errors.New("its process exited")}
 		}
 	}
 	return nil
@@ -358,7 +370,7 @@ func (t *shmTeam) peerState(waited int) error {
 			continue
 		case shmClosed:
 			if q == waited {
-				return &RankError{Rank: q, Op: "receive", Err: ErrClosed}
+				return &RankError{Rank: t.rankOf(q), Op: "receive", Err: ErrClosed}
 			}
 			continue
 		}
@@ -367,10 +379,10 @@ func (t *shmTeam) peerState(waited int) error {
 		n := min(int(c.textLen.Load()), shmTextMax)
 		var text [shmTextMax]byte
 		copy(text[:n], c.text[:n])
-		if blamed >= t.n {
-			return &RankError{Rank: q, Op: "frame", Err: fmt.Errorf("abort blames rank %d of a group of %d", blamed, t.n)}
+		if blamed >= t.groupSize {
+			return &RankError{Rank: t.rankOf(q), Op: "frame", Err: fmt.Errorf("abort blames rank %d of a group of %d", blamed, t.groupSize)}
 		}
-		return &RankError{Rank: blamed, Op: "failed", Err: fmt.Errorf("reported by rank %d: %s", q, text[:n])}
+		return &RankError{Rank: blamed, Op: "failed", Err: fmt.Errorf("reported by rank %d: %s", t.rankOf(q), text[:n])}
 	}
 	return nil
 }
@@ -422,8 +434,7 @@ func (g *Group) shmBarrier() error {
 	return nil
 }
 
-func (g *Group) shmBroadcast(root int, buf []byte) error {
-	t := g.shm
+func (g *Group) shmBroadcast(t *shmTeam, root int, buf []byte) error {
 	op, nb := opWord(g.cur), uint64(len(buf))
 	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -450,12 +461,12 @@ func (g *Group) shmBroadcast(root int, buf []byte) error {
 // shmAllReduce: every rank copies its chunk into its buffer, then computes
 // the whole chunk from the n buffers in rank order, into recv.
 func (g *Group) shmAllReduce(send, recv []byte) error {
-	return g.shmReduceTo(-1, send, recv)
+	return g.shmReduceTo(g.shm, -1, send, recv)
 }
 
-// shmReduceTo reduces send into recv at root, or at every rank (root -1).
-func (g *Group) shmReduceTo(root int, send, recv []byte) error {
-	t := g.shm
+// shmReduceTo reduces send into recv at root, or at every rank (root -1),
+// over team t (ranks and root are t's).
+func (g *Group) shmReduceTo(t *shmTeam, root int, send, recv []byte) error {
 	op, nb := opWord(g.cur), uint64(len(send))
 	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
 		lo := i * shmChunk

@@ -95,26 +95,67 @@ func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
 
 // attachShm is setupShm in mode ("auto", "stream" or "shm").
 func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
-	n := g.size
 	var id [32]byte
-	if mode != "stream" && n <= shmMaxRanks {
+	if mode != "stream" && g.size <= shmMaxRanks {
 		id = hostIdentity()
 	}
+	return g.attachShmAs(ctx, conns, mode, id)
+}
+
+// attachShmAs is attachShm with this rank's host identity id (zero: no
+// segment for this rank). A group whose ranks are all on one host gets one
+// segment; in mode "auto" a group spread over hosts gets one per host
+// with two ranks or more, and runs AllReduce hierarchically (hier.go).
+func (g *Group) attachShmAs(ctx context.Context, conns []net.Conn, mode string, id [32]byte) error {
+	n := g.size
 	ids := make([]byte, 32*n)
 	if err := g.AllGather(ctx, id[:], ids); err != nil {
 		return err
 	}
 	var team *shmTeam
 	var setupErr error
-	if id != ([32]byte{}) && allEqual(ids, 32) {
+	var hosts [][32]byte // each rank's host, when spread over hosts
+	switch {
+	case id == [32]byte{}:
+		setupErr = errors.New("the ranks are not all on this host as this user")
+	case allEqual(ids, 32):
 		sctx, cancel := context.WithTimeout(ctx, shmSetupTimeout)
 		team, setupErr = buildTeam(sctx, g.rank, n, conns)
 		cancel()
-	} else {
+	case mode == "auto":
+		hosts = make([][32]byte, n)
+		var local []int // this host's ranks, ascending
+		for r := range hosts {
+			copy(hosts[r][:], ids[32*r:])
+			if hosts[r] == id {
+				local = append(local, r)
+			}
+		}
+		if len(local) == 1 && !sharesHost(hosts) {
+			hosts = nil // one rank a host: nothing to share
+			break
+		}
+		if len(local) > 1 {
+			localConns := make([]net.Conn, len(local))
+			me := 0
+			for i, r := range local {
+				localConns[i] = conns[r]
+				if r == g.rank {
+					me = i
+				}
+			}
+			sctx, cancel := context.WithTimeout(ctx, shmSetupTimeout)
+			team, setupErr = buildTeam(sctx, me, len(local), localConns)
+			cancel()
+			if team != nil {
+				team.ranks, team.groupSize = local, n
+			}
+		}
+	default:
 		setupErr = errors.New("the ranks are not all on this host as this user")
 	}
 	ok := []int32{0}
-	if team != nil {
+	if team != nil || (hosts != nil && setupErr == nil) {
 		ok[0] = 1
 	}
 	if err := AllReduce(ctx, g, ok, ok, Min); err != nil {
@@ -135,8 +176,24 @@ func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) er
 		}
 		return nil
 	}
+	if hosts != nil {
+		g.hier = newHierarchy(hosts, g.rank, team)
+		return nil
+	}
 	g.shm = team
 	return nil
+}
+
+// sharesHost says whether two ranks are on one host.
+func sharesHost(hosts [][32]byte) bool {
+	seen := make(map[[32]byte]bool, len(hosts))
+	for _, h := range hosts {
+		if seen[h] {
+			return true
+		}
+		seen[h] = true
+	}
+	return false
 }
 
 func allEqual(b []byte, w int) bool {
