@@ -24,13 +24,16 @@ func AllReduce[T Number](ctx context.Context, g *Group, send, recv []T, op Op) e
 		if overlap(sb, rb) {
 			return g.badArg("send and recv overlap without being the same slice")
 		}
-		if g.shm == nil {
+		if g.shm == nil && g.hier == nil {
 			copy(rb, sb)
 		}
 	}
 	g.red = reducerFor[T](op)
-	if g.shm != nil {
+	switch {
+	case g.shm != nil:
 		return g.end(g.shmAllReduce(sb, rb))
+	case g.hier != nil:
+		return g.end(g.hierAllReduce(sb, rb))
 	}
 	return g.end(g.allReduce(rb))
 }
@@ -60,7 +63,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 			if unsafe.SliceData(sb) != unsafe.SliceData(work) && overlap(sb, work) {
 				return g.badArg("send and recv overlap without being the same slice")
 			}
-			return g.end(g.shmReduceTo(root, sb, work))
+			return g.end(g.shmReduceTo(g.shm, root, sb, work))
 		}
 		if unsafe.SliceData(sb) != unsafe.SliceData(work) {
 			if overlap(sb, work) {
@@ -69,7 +72,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 			copy(work, sb)
 		}
 	} else if g.shm != nil {
-		return g.end(g.shmReduceTo(root, sb, nil))
+		return g.end(g.shmReduceTo(g.shm, root, sb, nil))
 	} else {
 		work = g.scratch(slotWork, len(sb))
 		copy(work, sb)

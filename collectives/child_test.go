@@ -34,7 +34,22 @@ func childMain() int {
 		return 1
 	}
 	fmt.Println("OK")
+	fmt.Println("ENGINE", childEngine)
 	return 0
+}
+
+// childEngine names the engine the rank's group ran on: "shm" (one
+// segment), "hierarchical" (one per host) or "conns".
+var childEngine string
+
+func engineOf(g *Group) string {
+	switch {
+	case g.shm != nil:
+		return "shm"
+	case g.hier != nil:
+		return "hierarchical"
+	}
+	return "conns"
 }
 
 func childRun(ctx context.Context) error {
@@ -43,6 +58,7 @@ func childRun(ctx context.Context) error {
 		return err
 	}
 	defer g.Close()
+	childEngine = engineOf(g)
 	r := g.Rank()
 	if os.Getenv(dieEnv) == strconv.Itoa(r) {
 		// Take part in the first barrier, then die while the others reduce.
@@ -141,9 +157,11 @@ func TestRanksInSeparateProcesses(t *testing.T) {
 		t.Run(algo, func(t *testing.T) {
 			cmds := startRanks(t, n, AlgoEnv+"="+algo)
 			outs := combinedOutputs(cmds)
+			engine := map[string]string{"stream": "conns", "shm": "shm"}[algo]
 			for r := range cmds {
 				out := <-outs[r]
 				require.True(t, strings.HasPrefix(out, "OK\n"), "rank %d: %s", r, out)
+				assert.Contains(t, out, "ENGINE "+engine+"\n", "rank %d", r)
 			}
 		})
 	}

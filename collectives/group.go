@@ -49,6 +49,7 @@ type Group struct {
 	cur     header
 	curName string
 	stop    func() bool
+	ctx     context.Context // the operation's ctx, polled by the same-host engine's waits
 	red     reducer
 	scr     [numSlots][]uint64
 
@@ -56,6 +57,21 @@ type Group struct {
 	// shares a segment; nil: the operations run over the conns.
 	shm     *shmTeam
 	shmOnce sync.Once
+	// hier is set instead when the group spans hosts and the ranks of
+	// each host share a segment (hier.go).
+	hier *hierarchy
+}
+
+// segment is the team over this host's shared segment: the group's, or
+// this host's part of it; nil if none.
+func (g *Group) segment() *shmTeam {
+	if g.shm != nil {
+		return g.shm
+	}
+	if g.hier != nil {
+		return g.hier.team
+	}
+	return nil
 }
 
 // NewGroup makes a Group of len(peers) ranks in which this process is rank
@@ -192,7 +208,8 @@ func (g *Group) linger() {
 // microseconds. If one does not within shmReleaseWait (a caller stuck
 // elsewhere), the mapping stays rather than being pulled from under it.
 func (g *Group) releaseShm() {
-	if g.shm == nil {
+	t := g.segment()
+	if t == nil {
 		return
 	}
 	deadline := time.Now().Add(shmReleaseWait)
@@ -202,7 +219,7 @@ func (g *Group) releaseShm() {
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	g.shmOnce.Do(g.shm.free)
+	g.shmOnce.Do(t.free)
 }
 
 const shmReleaseWait = 5 * time.Second
@@ -228,8 +245,8 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if !first {
 		return
 	}
-	if g.shm != nil && !notify {
-		g.shm.closed()
+	if t := g.segment(); t != nil && !notify {
+		t.closed()
 	}
 	if !notify {
 		if !closeConns {
@@ -251,8 +268,8 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if len(text) > abortTextMax {
 		text = text[:abortTextMax]
 	}
-	if g.shm != nil {
-		g.shm.abort(blamed, text)
+	if t := g.segment(); t != nil {
+		t.abort(blamed, text)
 	}
 	msg := make([]byte, hdrLen+len(text))
 	h := header{kind: kindAbort, root: uint16(blamed), len: uint32(len(text))}
@@ -276,9 +293,9 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 	if !g.busy.CompareAndSwap(false, true) {
 		return fmt.Errorf("collectives: %s: %w", name, ErrBusy)
 	}
-	if err := g.Err(); err != nil {
+	if g.failed.Load() { // set with err, under mu
 		g.busy.Store(false)
-		return &brokenError{op: name, cause: err}
+		return &brokenError{op: name, cause: g.Err()}
 	}
 	g.seq++
 	g.cur = header{seq: g.seq, kind: k, arg: arg, root: uint16(root)}
@@ -288,7 +305,14 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 		// closes the conns, is what releases them.
 		return g.end(context.Cause(ctx))
 	}
-	if ctx.Done() != nil {
+	switch {
+	case ctx.Done() == nil:
+	case g.shm != nil:
+		// The same-host engine's waits poll ctx (shmTeam.check): no
+		// callback to register and remove, which costs two allocations
+		// and a lock per operation.
+		g.ctx = ctx
+	default:
 		g.stop = context.AfterFunc(ctx, func() { g.fail(context.Cause(ctx), true, true) })
 	}
 	return nil
@@ -297,6 +321,7 @@ func (g *Group) begin(ctx context.Context, k kind, root int, arg uint8) error {
 // end finishes the operation started by begin. On failure it breaks the
 // group and waits until no sending goroutine uses the caller's buffers.
 func (g *Group) end(err error) error {
+	g.ctx = nil
 	if g.stop != nil {
 		if !g.stop() {
 			// ctx fired during the operation: the group is (being) failed.

@@ -71,6 +71,43 @@ func TestNetnsGroup(t *testing.T) {
 	}
 }
 
+// Two hosts of two ranks each (ranks 0 and 2 on one, 1 and 3 on the
+// other): each host's ranks share a segment and AllReduce is hierarchical;
+// the results are checked (childRun), and every rank ran on that engine.
+func TestNetnsHierarchicalGroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes in network namespaces")
+	}
+	const n = 4
+	nw := netnstest.New(t, 2)
+	// Two ranks of a host reach each other through lo: up, but without its
+	// 127.0.0.0/8 route, so that the other host's 127.199.0.x stays on eth0.
+	for _, h := range nw.Hosts {
+		for _, args := range [][]string{
+			{"-n", h.NS, "link", "set", "lo", "up"},
+			{"-n", h.NS, "route", "del", "local", "127.0.0.0/8", "dev", "lo", "table", "local"},
+		} {
+			out, err := exec.Command("ip", args...).CombinedOutput()
+			require.NoError(t, err, "ip %s: %s", strings.Join(args, " "), out)
+		}
+	}
+	root := nw.Hosts[0].IP + ":7100"
+	cmds := make([]*exec.Cmd, n)
+	for r := range cmds {
+		cmds[r] = rankCmd(nw.Hosts[r%2], r, n, root, rankPeer)
+	}
+	outs := combinedOutputs(cmds)
+	for r := range outs {
+		select {
+		case out := <-outs[r]:
+			assert.True(t, strings.HasPrefix(out, "OK\n"), "rank %d: %s", r, out)
+			assert.Contains(t, out, "ENGINE hierarchical\n", "rank %d", r)
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("rank %d: no result within 2 minutes", r)
+		}
+	}
+}
+
 // netnsRank is the rank process of TestNetnsGroupHostVanishes.
 func netnsRank() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

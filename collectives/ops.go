@@ -70,7 +70,7 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 		return g.end(err)
 	}
 	if g.shm != nil {
-		return g.end(g.shmBroadcast(root, buf))
+		return g.end(g.shmBroadcast(g.shm, root, buf))
 	}
 	return g.end(g.broadcast(root, buf))
 }

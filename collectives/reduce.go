@@ -127,6 +127,10 @@ func reduceBytes[T Number](dstB, srcB []byte, op Op, srcFirst bool) {
 // a third in one pass (dst may be a or b: each element is read before it
 // is written).
 func reduce3Bytes[T Number](dstB, aB, bB []byte, op Op) {
+	aB, bB = aB[:len(dstB)], bB[:len(dstB)]
+	if m := reduceVector[T](dstB, aB, bB, op); m > 0 {
+		dstB, aB, bB = dstB[m:], aB[m:], bB[m:]
+	}
 	dst, a, b := view[T](dstB), view[T](aB), view[T](bB)
 	a, b = a[:len(dst)], b[:len(dst)]
 	switch op {

@@ -1,8 +1,10 @@
 package collectives
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -60,19 +62,26 @@ const shmMaxRanks = 64
 // shmTextMax bounds the failure reason a rank leaves in its control block.
 const shmTextMax = 200
 
-// shmCtrl is a rank's control block, laid over the segment; only its
-// owner writes it.
+// shmCtrl is a rank's control block, laid over the segment. Its owner
+// writes all but the last cache line, which the ranks waiting on the owner
+// write.
 type shmCtrl struct {
-	posted atomic.Uint64 // last step whose contribution is in the buffer
+	posted atomic.Uint64 // last step whose contribution is in the buffer; a futex word (low half)
 	_      [56]byte
 	// desc[k%2] describes step k: step, operation word, length.
 	desc     [2][4]atomic.Uint64
-	readDone atomic.Uint64 // last step whose peers' buffers this rank read
+	readDone atomic.Uint64 // last step whose peers' buffers this rank read; a futex word (low half)
 	_        [56]byte
 	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
 	textLen  atomic.Uint64 // bytes of text, at most shmTextMax
 	text     [shmTextMax]byte
-	_        [40]byte
+	cpu      atomic.Uint32 // 1 + the CPU this rank last waited on; 0: not known
+	_        [36]byte
+	// How many ranks sleep on posted and on readDone: the owner wakes them
+	// after a store only if there are any.
+	sleepPosted atomic.Uint32
+	sleepRead   atomic.Uint32
+	_           [56]byte
 }
 
 const shmCtrlSize = int(unsafe.Sizeof(shmCtrl{}))
@@ -100,35 +109,64 @@ func layoutFor(n int) shmLayout {
 	return l
 }
 
-// shmTeam is one rank's view of the segment. Its step counter and buffers
-// belong to the goroutine running the current operation.
+// shmTeam is one rank's view of the segment. Its step counter, buffers and
+// wait state belong to the goroutine running the current operation.
 type shmTeam struct {
 	seg   []byte
 	n, me int
-	ctrl  []*shmCtrl
-	bufs  [][2][]byte
-	step  uint64
-	live  *shmLiveness // the peers' processes
-	free  func()       // unmaps the segment and closes the pidfds
+	// ranks[q] is member q's rank in the group (nil: q itself, the team is
+	// the whole group); groupSize is the group's size. Errors name ranks.
+	ranks     []int
+	groupSize int
+	ctrl      []*shmCtrl
+	bufs      [][2][]byte
+	step      uint64
+	live      *shmLiveness // the peers' processes
+	free      func()       // unmaps the segment and closes the pidfds
 
-	// The state of the current wait (operation goroutine).
-	spinsBusy int   // pure spins before a waiting rank yields the CPU
-	nextLive  int64 // unix ns of the next liveness check
-	waitFrom  int64 // unix ns when the wait began yielding
-	sleepy    bool  // the wait is long: sleep between checks
+	// spin is how long a wait spins before it sleeps (ns).
+	spin int64
+	// sleeps[q]: a wait for rank q sleeps on a futex in the segment; false
+	// for ranks of this process, which the Go scheduler runs: a thread
+	// blocked in the kernel would hold its P from them.
+	sleeps   []bool
+	nextLive int64 // unix ns of the next liveness check
+	sleepMax int64 // longest sleep of a wait (ns): shmSleepMax
+	// spreads: there is a CPU for every rank, so a rank that finds the
+	// rank it waits for queued on its own CPU moves to another one rather
+	// than take turns with it on one CPU (which the kernel, seeing two
+	// processes that wake each other, tends to keep them on). nextMove is
+	// the earliest unix ns of the next such move.
+	spreads  bool
+	nextMove int64
 }
+
+// Spin budgets of a wait before it sleeps. With a CPU for every rank, the
+// rank waited for is normally running and about to post: spin as MPI does,
+// for as long as a chunk's copy and reduction take. With more ranks than
+// CPUs, or once the rank waited for is seen to have last run on this very
+// CPU (so it is not running: this rank is), sleep almost at once, which
+// hands the CPU over at the cost of a wake-up.
+const (
+	shmSpinAlone  = time.Millisecond
+	shmSpinShared = 2 * time.Microsecond
+	// shmSleepMax bounds one sleep: a waiting rank checks at least this
+	// often that the group and the rank it waits for are alive.
+	shmSleepMax = time.Millisecond
+	// shmMoveEvery bounds how often a waiting rank moves to another CPU.
+	shmMoveEvery = time.Millisecond
+)
 
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
 func newShmTeam(seg []byte, n, me int) *shmTeam {
 	l := layoutFor(n)
-	t := &shmTeam{seg: seg, n: n, me: me, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n)}
-	// With a CPU for every rank, the peer waited for is running: spin (as
-	// MPI does) for some tens of microseconds before giving the CPU away, which on a
-	// busy host costs a scheduling round. With more ranks than CPUs, the
-	// peer may need this CPU: yield after a few microseconds.
-	t.spinsBusy = 2000
+	t := &shmTeam{seg: seg, n: n, me: me, groupSize: n, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), sleeps: make([]bool, n)}
+	t.spin, t.sleepMax = int64(shmSpinShared), int64(shmSleepMax)
 	if n <= runtime.NumCPU() {
-		t.spinsBusy = 20_000
+		t.spin, t.spreads = int64(shmSpinAlone), true
+	}
+	if d, err := time.ParseDuration(os.Getenv("RDMA_COLL_SPIN")); err == nil {
+		t.spin = int64(d)
 	}
 	for q := range n {
 		t.ctrl[q] = (*shmCtrl)(unsafe.Pointer(&seg[l.ctrlOff+q*shmCtrlSize]))
@@ -138,6 +176,14 @@ func newShmTeam(seg []byte, n, me int) *shmTeam {
 		}
 	}
 	return t
+}
+
+// rankOf is member q's rank in the group.
+func (t *shmTeam) rankOf(q int) int {
+	if t.ranks == nil {
+		return q
+	}
+	return t.ranks[q]
 }
 
 // opWord packs an operation's header (all but step and length).
@@ -158,10 +204,8 @@ func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
 	if k > 2 {
 		for q := range t.n {
 			c := t.ctrl[q]
-			for spins := 0; c.readDone.Load() < k-2; {
-				if err := t.pause(g, q, &spins); err != nil {
-					return 0, nil, err
-				}
+			if err := t.await(g, q, &c.readDone, &c.sleepRead, k-2); err != nil {
+				return 0, nil, err
 			}
 		}
 	}
@@ -176,6 +220,9 @@ func (t *shmTeam) post(k, op, nbytes uint64) {
 	d[2].Store(nbytes)
 	d[0].Store(k)
 	c.posted.Store(k)
+	if c.sleepPosted.Load() != 0 {
+		futexWake(&c.posted)
+	}
 }
 
 // waitAll waits until every rank has posted step k with the same
@@ -186,66 +233,126 @@ func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
 			continue
 		}
 		c := t.ctrl[q]
-		for spins := 0; c.posted.Load() < k; {
-			if err := t.pause(g, q, &spins); err != nil {
-				return err
-			}
+		if err := t.await(g, q, &c.posted, &c.sleepPosted, k); err != nil {
+			return err
 		}
 		// q cannot overwrite desc[k%2] before this rank has read step k.
 		d := &c.desc[k&1]
 		if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
-			return &RankError{Rank: q, Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
+			return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
 		}
 	}
 	return nil
 }
 
 // done says this rank has read step k.
-func (t *shmTeam) done(k uint64) { t.ctrl[t.me].readDone.Store(k) }
+func (t *shmTeam) done(k uint64) {
+	c := t.ctrl[t.me]
+	c.readDone.Store(k)
+	if c.sleepRead.Load() != 0 {
+		futexWake(&c.readDone)
+	}
+}
 
-// pause is one round of a wait: a spin at first; then a yield of the
-// processor to the other goroutines (ranks of one process share the Ps)
-// and of the CPU to the other threads (a rank may share its core with the
-// rank it waits for); after a millisecond, short sleeps, so that a rank
-// waiting long for a slow peer leaves the CPU to others. Every few rounds,
-// the checks that end a wait for rank q that cannot succeed: this group
-// failed, a peer failed, q closed or its process exited. (A peer that
-// closed or exited after doing its part of the operation is no failure: it
-// may well be done.)
-func (t *shmTeam) pause(g *Group, q int, spins *int) error {
-	*spins++
-	if *spins < t.spinsBusy {
-		if *spins&255 == 0 && g.failed.Load() {
-			return ErrBroken
-		}
+// await waits until rank q's counter word reaches want. It spins for
+// t.spin (not at all once q is seen to have last run on this CPU), then
+// sleeps on the word as a futex (sleepers counts the ranks asleep on it,
+// so that q wakes them when it stores), at most shmSleepMax at a time.
+// Ranks of this process are waited for by yielding instead of sleeping.
+// Between rounds, the checks that end a wait that cannot succeed: this
+// group failed (an error, Close, ctx), a peer failed, q closed or its
+// process exited. (A peer that closed or exited after doing its part of
+// the operation is no failure: it may well be done.)
+func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.Uint32, want uint64) error {
+	if word.Load() >= want {
 		return nil
 	}
-	if *spins == t.spinsBusy {
-		t.waitFrom, t.sleepy = time.Now().UnixNano(), false
-	}
-	if *spins&15 == 0 {
-		if g.failed.Load() {
-			return ErrBroken // the group's error says why
+	sleeps := t.sleeps[q]
+	var spinUntil int64
+	for i := 1; ; i++ {
+		if word.Load() >= want {
+			return nil
 		}
-		if err := t.peerState(q); err != nil {
-			return err
+		if i&63 != 0 {
+			continue
 		}
 		now := time.Now().UnixNano()
-		if now >= t.nextLive {
-			t.nextLive = now + int64(time.Millisecond)
-			if t.live.dead(q) {
-				return &RankError{Rank: q, Op: "receive", Err: errors.New("its process exited")}
+		if spinUntil == 0 {
+			spinUntil = now + t.spin
+		}
+		if i&(64*64-1) == 64 && now < spinUntil && t.onSameCPU(q) {
+			// q waits for this CPU. With a CPU per rank, move to another
+			// one (at most every shmMoveEvery) and keep spinning there;
+			// else hand this one over.
+			if t.spreads && sleeps && now >= t.nextMove && moved() {
+				t.nextMove = now + int64(shmMoveEvery)
+			} else {
+				spinUntil = now
 			}
 		}
-		t.sleepy = now-t.waitFrom > int64(time.Millisecond)
+		if err := t.check(g, q, now); err != nil {
+			if word.Load() >= want && !g.failed.Load() {
+				return nil // q did its part, then closed or exited
+			}
+			return err
+		}
+		if now < spinUntil {
+			if !sleeps {
+				runtime.Gosched() // ranks of this process may need this P
+			}
+			continue
+		}
+		switch {
+		case sleeps:
+			sleepers.Add(1)
+			if v := word.Load(); v < want {
+				futexWait(word, uint32(v), time.Duration(t.sleepMax))
+			}
+			sleepers.Add(^uint32(0))
+		case now-spinUntil < int64(time.Millisecond):
+			osYield()
+		default:
+			time.Sleep(20 * time.Microsecond)
+		}
 	}
-	switch {
-	case t.sleepy:
-		time.Sleep(20 * time.Microsecond)
-	case *spins&3 == 0:
-		osYield()
-	default:
-		runtime.Gosched()
+}
+
+func moved() bool {
+	_, _, ok := moveOffCPU()
+	return ok
+}
+
+// onSameCPU says whether rank q last waited on the CPU this rank runs on
+// (so q is not running now), and publishes this rank's CPU for the others.
+func (t *shmTeam) onSameCPU(q int) bool {
+	cpu, ok := currentCPU()
+	if !ok {
+		return false
+	}
+	t.ctrl[t.me].cpu.Store(cpu + 1)
+	return t.ctrl[q].cpu.Load() == cpu+1
+}
+
+// check returns why a wait for rank q cannot succeed, if it cannot.
+func (t *shmTeam) check(g *Group, q int, now int64) error {
+	if g.failed.Load() {
+		return ErrBroken // the group's error says why
+	}
+	if g.ctx != nil {
+		select {
+		case <-g.ctx.Done():
+			return context.Cause(g.ctx)
+		default:
+		}
+	}
+	if err := t.peerState(q); err != nil {
+		return err
+	}
+	if now >= t.nextLive {
+		t.nextLive = now + int64(time.Millisecond)
+		if t.live.dead(q) {
+			return &RankError{Rank: t.rankOf(q), Op: "receive", Err: errors.New("its process exited")}
+		}
 	}
 	return nil
 }
@@ -263,7 +370,7 @@ func (t *shmTeam) peerState(waited int) error {
 			continue
 		case shmClosed:
 			if q == waited {
-				return &RankError{Rank: q, Op: "receive", Err: ErrClosed}
+				return &RankError{Rank: t.rankOf(q), Op: "receive", Err: ErrClosed}
 			}
 			continue
 		}
@@ -272,10 +379,10 @@ func (t *shmTeam) peerState(waited int) error {
 		n := min(int(c.textLen.Load()), shmTextMax)
 		var text [shmTextMax]byte
 		copy(text[:n], c.text[:n])
-		if blamed >= t.n {
-			return &RankError{Rank: q, Op: "frame", Err: fmt.Errorf("abort blames rank %d of a group of %d", blamed, t.n)}
+		if blamed >= t.groupSize {
+			return &RankError{Rank: t.rankOf(q), Op: "frame", Err: fmt.Errorf("abort blames rank %d of a group of %d", blamed, t.groupSize)}
 		}
-		return &RankError{Rank: blamed, Op: "failed", Err: fmt.Errorf("reported by rank %d: %s", q, text[:n])}
+		return &RankError{Rank: blamed, Op: "failed", Err: fmt.Errorf("reported by rank %d: %s", t.rankOf(q), text[:n])}
 	}
 	return nil
 }
@@ -289,11 +396,21 @@ func (t *shmTeam) abort(blamed int, text string) {
 	n := copy(c.text[:], text)
 	c.textLen.Store(uint64(n))
 	c.state.Store(shmAborted | uint64(blamed)<<32)
+	t.wakeAll()
 }
 
 // closed tells the peers this rank left the group.
 func (t *shmTeam) closed() {
 	t.ctrl[t.me].state.CompareAndSwap(shmLive, shmClosed)
+	t.wakeAll()
+}
+
+// wakeAll wakes every rank asleep on this rank's words: it failed or left,
+// which they should learn at once.
+func (t *shmTeam) wakeAll() {
+	c := t.ctrl[t.me]
+	futexWake(&c.posted)
+	futexWake(&c.readDone)
 }
 
 // Operations. Each moves its data in steps of at most shmChunk bytes per
@@ -317,8 +434,7 @@ func (g *Group) shmBarrier() error {
 	return nil
 }
 
-func (g *Group) shmBroadcast(root int, buf []byte) error {
-	t := g.shm
+func (g *Group) shmBroadcast(t *shmTeam, root int, buf []byte) error {
 	op, nb := opWord(g.cur), uint64(len(buf))
 	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -345,12 +461,12 @@ func (g *Group) shmBroadcast(root int, buf []byte) error {
 // shmAllReduce: every rank copies its chunk into its buffer, then computes
 // the whole chunk from the n buffers in rank order, into recv.
 func (g *Group) shmAllReduce(send, recv []byte) error {
-	return g.shmReduceTo(-1, send, recv)
+	return g.shmReduceTo(g.shm, -1, send, recv)
 }
 
-// shmReduceTo reduces send into recv at root, or at every rank (root -1).
-func (g *Group) shmReduceTo(root int, send, recv []byte) error {
-	t := g.shm
+// shmReduceTo reduces send into recv at root, or at every rank (root -1),
+// over team t (ranks and root are t's).
+func (g *Group) shmReduceTo(t *shmTeam, root int, send, recv []byte) error {
 	op, nb := opWord(g.cur), uint64(len(send))
 	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
 		lo := i * shmChunk

@@ -8,10 +8,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,26 +95,67 @@ func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
 
 // attachShm is setupShm in mode ("auto", "stream" or "shm").
 func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
-	n := g.size
 	var id [32]byte
-	if mode != "stream" && n <= shmMaxRanks {
+	if mode != "stream" && g.size <= shmMaxRanks {
 		id = hostIdentity()
 	}
+	return g.attachShmAs(ctx, conns, mode, id)
+}
+
+// attachShmAs is attachShm with this rank's host identity id (zero: no
+// segment for this rank). A group whose ranks are all on one host gets one
+// segment; in mode "auto" a group spread over hosts gets one per host
+// with two ranks or more, and runs AllReduce hierarchically (hier.go).
+func (g *Group) attachShmAs(ctx context.Context, conns []net.Conn, mode string, id [32]byte) error {
+	n := g.size
 	ids := make([]byte, 32*n)
 	if err := g.AllGather(ctx, id[:], ids); err != nil {
 		return err
 	}
 	var team *shmTeam
 	var setupErr error
-	if id != ([32]byte{}) && allEqual(ids, 32) {
+	var hosts [][32]byte // each rank's host, when spread over hosts
+	switch {
+	case id == [32]byte{}:
+		setupErr = errors.New("the ranks are not all on this host as this user")
+	case allEqual(ids, 32):
 		sctx, cancel := context.WithTimeout(ctx, shmSetupTimeout)
 		team, setupErr = buildTeam(sctx, g.rank, n, conns)
 		cancel()
-	} else {
+	case mode == "auto":
+		hosts = make([][32]byte, n)
+		var local []int // this host's ranks, ascending
+		for r := range hosts {
+			copy(hosts[r][:], ids[32*r:])
+			if hosts[r] == id {
+				local = append(local, r)
+			}
+		}
+		if len(local) == 1 && !sharesHost(hosts) {
+			hosts = nil // one rank a host: nothing to share
+			break
+		}
+		if len(local) > 1 {
+			localConns := make([]net.Conn, len(local))
+			me := 0
+			for i, r := range local {
+				localConns[i] = conns[r]
+				if r == g.rank {
+					me = i
+				}
+			}
+			sctx, cancel := context.WithTimeout(ctx, shmSetupTimeout)
+			team, setupErr = buildTeam(sctx, me, len(local), localConns)
+			cancel()
+			if team != nil {
+				team.ranks, team.groupSize = local, n
+			}
+		}
+	default:
 		setupErr = errors.New("the ranks are not all on this host as this user")
 	}
 	ok := []int32{0}
-	if team != nil {
+	if team != nil || (hosts != nil && setupErr == nil) {
 		ok[0] = 1
 	}
 	if err := AllReduce(ctx, g, ok, ok, Min); err != nil {
@@ -131,8 +176,24 @@ func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) er
 		}
 		return nil
 	}
+	if hosts != nil {
+		g.hier = newHierarchy(hosts, g.rank, team)
+		return nil
+	}
 	g.shm = team
 	return nil
+}
+
+// sharesHost says whether two ranks are on one host.
+func sharesHost(hosts [][32]byte) bool {
+	seen := make(map[[32]byte]bool, len(hosts))
+	for _, h := range hosts {
+		if seen[h] {
+			return true
+		}
+		seen[h] = true
+	}
+	return false
 }
 
 func allEqual(b []byte, w int) bool {
@@ -245,6 +306,9 @@ func buildTeam(ctx context.Context, rank, n int, conns []net.Conn) (*shmTeam, er
 func teamOver(seg []byte, n, me int, live *shmLiveness) *shmTeam {
 	t := newShmTeam(seg, n, me)
 	t.live = live
+	for q := range n {
+		t.sleeps[q] = live.of[q] >= 0 // another process
+	}
 	t.free = func() {
 		_ = unix.Munmap(seg)
 		live.close()
@@ -267,7 +331,7 @@ func createSegment(size int) (int, []byte, error) {
 		}
 		if err == nil {
 			var seg []byte
-			if seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err == nil {
+			if seg, err = unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE); err == nil {
 				binary.LittleEndian.PutUint64(seg, shmMagic)
 				return fd, seg, nil
 			}
@@ -444,7 +508,7 @@ func mapSegment(fd, size int) ([]byte, error) {
 		st.Size != int64(size) {
 		return nil, errors.New("rank 0's segment is not a private file of the expected size")
 	}
-	seg, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	seg, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, err
 	}
@@ -501,6 +565,55 @@ func (l *shmLiveness) close() {
 		unix.Close(int(p.Fd))
 	}
 	l.fds = nil
+}
+
+// The futex operations (linux/futex.h): shared, not FUTEX_PRIVATE_FLAG.
+const (
+	futexWaitOp = 0
+	futexWakeOp = 1
+)
+
+// futexWait sleeps until word's low half is no longer val, a futexWake on
+// word, or d. The futex is shared (keyed by the segment's file and
+// offset), so that the ranks' processes meet on it.
+func futexWait(word *atomic.Uint64, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWaitOp, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWake wakes every rank asleep on word.
+func futexWake(word *atomic.Uint64) {
+	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, math.MaxInt32, 0, 0, 0)
+}
+
+// currentCPU is the CPU this thread runs on.
+func currentCPU() (uint32, bool) {
+	var cpu uint32
+	_, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0)
+	return cpu, e == 0
+}
+
+// moveOffCPU moves the calling thread from CPU from to another CPU it may
+// run on, if there is one, and leaves its affinity as it was: the kernel
+// migrates a thread at once when its CPU leaves its mask, and then lets it
+// stay. It returns the CPU the thread ran on while from was excluded.
+func moveOffCPU() (from, to uint32, moved bool) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	from, ok := currentCPU()
+	var mask unix.CPUSet
+	if !ok || unix.SchedGetaffinity(0, &mask) != nil || mask.Count() < 2 || !mask.IsSet(int(from)) {
+		return from, from, false
+	}
+	others := mask
+	others.Clear(int(from))
+	if unix.SchedSetaffinity(0, &others) != nil {
+		return from, from, false
+	}
+	to, _ = currentCPU()
+	_ = unix.SchedSetaffinity(0, &mask)
+	return from, to, true
 }
 
 // osYield gives the CPU to another thread: a waiting rank may share its

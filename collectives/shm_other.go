@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
+	"time"
 )
 
 // AlgoEnv picks the engine (see shm_linux.go); off Linux only the conns
@@ -32,3 +34,11 @@ type shmLiveness struct{}
 func (*shmLiveness) dead(int) bool { return false }
 
 func osYield() { runtime.Gosched() }
+
+func futexWait(*atomic.Uint64, uint32, time.Duration) {}
+
+func futexWake(*atomic.Uint64) {}
+
+func currentCPU() (uint32, bool) { return 0, false }
+
+func moveOffCPU() (from, to uint32, moved bool) { return 0, 0, false }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -58,13 +59,21 @@ func TestJoinSharesSegment(t *testing.T) {
 	})
 }
 
-// The same-host engine allocates nothing per operation either.
+// The same-host engine allocates nothing per operation either, also when
+// ctx can end (its waits poll it instead of registering a callback).
 func TestShmOperationsDoNotAllocate(t *testing.T) {
+	deadline, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, ctx := range []context.Context{context.Background(), deadline} {
+		t.Run(name("deadline=", ctx != context.Background()), func(t *testing.T) { checkShmAllocs(t, ctx) })
+	}
+}
+
+func checkShmAllocs(t *testing.T, ctx context.Context) {
 	const n = 3
 	gs := newEngineGroups(t, n, "shm")
 	d := newDriver(gs)
 	defer d.stop()
-	ctx := context.Background()
 	big := 300_000
 	f32 := make([][]float32, n)
 	in, out := make([][]byte, n), make([][]byte, n)
@@ -295,4 +304,96 @@ func FuzzShmHello(f *testing.F) {
 			require.True(t, p > 0 && p <= pidMax, "pid %d", p)
 		}
 	})
+}
+
+// A rank that posts the last step of the group's life and then closes has
+// done its part: the rank waiting for that step takes the step, however the
+// two stores fall around its checks of the peer's state.
+func TestShmWaitTakesStepPostedBeforeClose(t *testing.T) {
+	const op = 7 << 24
+	for trial := range 300 {
+		seg := make([]byte, layoutFor(2).size)
+		waiter, peer := newShmTeam(seg, 2, 0), newShmTeam(seg, 2, 1)
+		g := &Group{}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for range trial % 50 * 20 {
+				runtime.Gosched()
+			}
+			peer.post(1, op, 0)
+			peer.closed()
+		}()
+		err := waiter.waitAll(g, 1, op, 0)
+		<-done
+		require.NoError(t, err, "trial %d", trial)
+	}
+}
+
+// sleepingPair is two ranks' views of one real segment, rank 0 set to
+// sleep on the futex at once when it waits for rank 1 (as for a rank of
+// another process), for up to a minute a sleep.
+func sleepingPair(t *testing.T) (waiter, peer *shmTeam) {
+	size := layoutFor(2).size
+	fd, seg, err := createSegment(size)
+	require.NoError(t, err)
+	unix.Close(fd)
+	t.Cleanup(func() { _ = unix.Munmap(seg) })
+	waiter, peer = newShmTeam(seg, 2, 0), newShmTeam(seg, 2, 1)
+	waiter.sleeps[1], waiter.spin, waiter.sleepMax = true, 0, int64(time.Minute)
+	return waiter, peer
+}
+
+// A rank asleep on a peer's counter is woken by the peer's post (and by
+// its abort), not by the end of its sleep; the sleeper count returns to 0.
+func TestShmSleeperIsWoken(t *testing.T) {
+	const op = 9 << 24
+	for _, how := range []string{"post", "abort", "close"} {
+		t.Run(how, func(t *testing.T) {
+			waiter, peer := sleepingPair(t)
+			errc := make(chan error, 1)
+			go func() { errc <- waiter.waitAll(&Group{}, 1, op, 0) }()
+			sleepers := &peer.ctrl[1].sleepPosted
+			require.Eventually(t, func() bool { return sleepers.Load() == 1 }, 10*time.Second, time.Millisecond,
+				"the waiter never slept")
+			switch how {
+			case "post":
+				peer.post(1, op, 0)
+			case "abort":
+				peer.abort(1, "boom")
+			default:
+				peer.closed()
+			}
+			select {
+			case err := <-errc:
+				if how == "post" {
+					require.NoError(t, err)
+				} else {
+					requireRank(t, err, 1)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the waiter was not woken by the %s", how)
+			}
+			assert.Zero(t, sleepers.Load())
+		})
+	}
+}
+
+// moveOffCPU lands the thread on another CPU of its mask and leaves the
+// mask as it was.
+func TestMoveOffCPU(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var before, after unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &before))
+	from, to, moved := moveOffCPU()
+	require.NoError(t, unix.SchedGetaffinity(0, &after))
+	assert.Equal(t, before, after, "the affinity mask changed")
+	if before.Count() < 2 {
+		assert.False(t, moved, "moved with one CPU allowed")
+		return
+	}
+	require.True(t, moved)
+	assert.NotEqual(t, from, to)
+	assert.True(t, before.IsSet(int(to)), "moved to CPU %d, outside the mask", to)
 }

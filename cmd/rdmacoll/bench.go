@@ -110,6 +110,13 @@ func (b *bench) measure(ctx context.Context, op string, size int) (result, error
 	if err := collectives.AllReduce(ctx, g, b.times, b.times, collectives.Max); err != nil {
 		return res, err
 	}
+	if b.o.runs != nil && g.Rank() == 0 {
+		fmt.Fprintf(b.o.runs, "# %s %d: every run's time (us):", op, size)
+		for _, t := range b.times {
+			fmt.Fprintf(b.o.runs, " %.1f", t*1e6)
+		}
+		fmt.Fprintln(b.o.runs)
+	}
 	sorted := slices.Clone(b.times)
 	slices.Sort(sorted)
 	med := sorted[len(sorted)/2]

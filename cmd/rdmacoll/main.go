@@ -52,6 +52,7 @@ type options struct {
 	provider  string
 	timeout   time.Duration
 	compare   [2]string
+	runs      io.Writer // every run's time goes here too (-runs), or nil
 	isCompare bool
 }
 
@@ -69,6 +70,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.tcp, "tcp", false, "carry the group over kernel TCP (Bootstrap.TCP) instead of rdma conns")
 	fs.StringVar(&o.provider, "provider", "", "rdma provider (rdma.Config.Provider; \"\" is the default)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on the whole run, Join included")
+	runs := fs.Bool("runs", false, "also print every timed run's time (rank 0, to stderr), not only the median")
 	cmp := fs.String("compare", "", "base files (comma-separated): print the ratio of the result files given as the argument to these; no group is joined")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -83,6 +85,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() != 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *runs {
+		o.runs = stderr
 	}
 	for _, op := range strings.Split(*ops, ",") {
 		if !slices.Contains(allOps, op) {

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -175,5 +177,40 @@ func TestParseOptions(t *testing.T) {
 	err = run(context.Background(), []string{"-iters", "1"}, &errOut, &errOut)
 	if os.Getenv("RDMA_RANK") == "" && os.Getenv("OMPI_COMM_WORLD_RANK") == "" {
 		assert.ErrorContains(t, err, "no rank in the environment")
+	}
+}
+
+// -runs prints every timed run's time on rank 0, one line per operation and
+// size, besides the median.
+func TestRunsPrintsEveryRun(t *testing.T) {
+	o, err := parseOptions([]string{"-runs", "-iters", "4"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.NotNil(t, o.runs)
+	gs := groups(t, 2)
+	var out bytes.Buffer
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for r, g := range gs {
+		opts := *o
+		opts.runs = &out
+		if r != 0 {
+			opts.runs = nil // rank 0 prints; another writer would race
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[r] = newBench(g, &opts).measure(context.Background(), "allreduce", 4096)
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	line := strings.TrimSpace(out.String())
+	require.True(t, strings.HasPrefix(line, "# allreduce 4096: "), line)
+	times := strings.Fields(line[strings.LastIndex(line, ":")+1:])
+	require.Len(t, times, 4, line)
+	for _, v := range times {
+		us, err := strconv.ParseFloat(v, 64)
+		require.NoError(t, err, line)
+		assert.Positive(t, us, line)
 	}
 }

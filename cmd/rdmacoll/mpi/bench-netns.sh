@@ -7,7 +7,9 @@
 # 127.199.46.2 on the veth ends (127/8 on a wire, with route_localnet, lo
 # without its 127/8 route: nothing outside the two namespaces is ever
 # addressed), runs rdmacoll
-# (the conns engine: the ranks are on two hosts) and Open MPI's program with
+# (the ranks are on two hosts: AllReduce is hierarchical, a shared segment
+# per namespace and the conns between them, the other operations run over
+# the conns; RDMA_COLL_ALGO=stream keeps all on the conns) and Open MPI's program with
 # its TCP BTL on 4 ranks, ranks 0 and 2 in the first namespace, 1 and 3 in
 # the second, COLL_ROUNDS rounds, and prints the ratio. The namespaces are
 # removed on exit. Open MPI's ranks cannot start inside the namespaces this
@@ -60,5 +62,5 @@ for r in $(seq 1 "$COLL_ROUNDS"); do
 	this="${this:+$this,}$rf"
 done
 if [ -z "$base" ]; then base=$(ls "$out"/mpitcp-n4-r*.txt | paste -sd, -); fi
-echo "# 2 network-namespace hosts x 2 ranks: collectives (conns) beside Open MPI's TCP BTL ($base), $COLL_ROUNDS rounds"
+echo "# 2 network-namespace hosts x 2 ranks: collectives (${RDMA_COLL_ALGO:-auto}) beside Open MPI's TCP BTL ($base), $COLL_ROUNDS rounds"
 "$out/rdmacoll" -compare "$base" "$this" | tee "$out/ratio-netns.txt"

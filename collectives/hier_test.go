@@ -1,0 +1,128 @@
+//go:build linux
+
+package collectives
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// newHierGroups makes n ranks in this process whose host identities are
+// hostOf(rank), set up as Join does in mode auto.
+func newHierGroups(t testing.TB, n int, hostOf func(r int) byte) []*Group {
+	conns := tcpMesh(t, n)
+	gs := make([]*Group, n)
+	for i := range gs {
+		g, err := NewGroup(i, conns[i])
+		require.NoError(t, err)
+		gs[i] = g
+	}
+	t.Cleanup(func() { closeAll(gs) })
+	mustAll(t, gs, func(g *Group) error {
+		return g.attachShmAs(testCtx(t), conns[g.Rank()], "auto", [32]byte{hostOf(g.Rank())})
+	})
+	return gs
+}
+
+// Two hosts, ranks 0 and 2 on one and 1 and 3 on the other: each host
+// shares a segment, the leaders are ranks 0 and 1, and AllReduce gives
+// every rank the same bits, right, at the sizes of both of the leaders'
+// algorithms and of several segment chunks. The other operations still run
+// over the conns.
+func TestHierarchicalAllReduce(t *testing.T) {
+	const n = 4
+	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
+	for r, g := range gs {
+		require.Nil(t, g.shm, "rank %d", r)
+		require.NotNil(t, g.hier, "rank %d", r)
+		require.NotNil(t, g.hier.team, "rank %d", r)
+		assert.Equal(t, []int{0, 1}, g.hier.leaders, "rank %d", r)
+		assert.Equal(t, map[bool]int{true: r, false: -1}[r < 2], g.hier.lead, "rank %d", r)
+	}
+	ctx := testCtx(t)
+	for _, count := range []int{1, 7, 1000, 100_003} {
+		// Non-integer values: sums whose bits depend on the order.
+		bufs := make([][]float64, n)
+		for r := range bufs {
+			bufs[r] = make([]float64, count)
+			for i := range bufs[r] {
+				bufs[r][i] = float64(splitmix64(uint64(r*count+i))%1e6) / 7
+			}
+		}
+		want := make([]float64, count)
+		for i := range want {
+			want[i] = (bufs[0][i] + bufs[2][i]) + (bufs[1][i] + bufs[3][i])
+		}
+		mustAll(t, gs, func(g *Group) error { b := bufs[g.Rank()]; return AllReduce(ctx, g, b, b, Sum) })
+		for r := range n {
+			for i := range want {
+				if math.Float64bits(bufs[r][i]) != math.Float64bits(want[i]) {
+					t.Fatalf("%d elements: rank %d element %d is %v, want %v", count, r, i, bufs[r][i], want[i])
+				}
+			}
+		}
+	}
+	ints := make([][]int32, n)
+	mustAll(t, gs, func(g *Group) error {
+		ints[g.Rank()] = []int32{int32(g.Rank()), 5}
+		out := make([]int32, 2)
+		if err := AllReduce(ctx, g, ints[g.Rank()], out, Max); err != nil {
+			return err
+		}
+		ints[g.Rank()] = out
+		return nil
+	})
+	for r := range n {
+		assert.Equal(t, []int32{3, 5}, ints[r], "rank %d", r)
+	}
+	checkGroup(t, gs)
+}
+
+// A rank that leaves in the middle of a hierarchical AllReduce breaks it on
+// every rank, on its host and across, with an error naming a rank; nothing
+// waits for it.
+func TestHierarchicalAllReduceRankCloses(t *testing.T) {
+	const n, gone = 4, 3
+	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	time.AfterFunc(50*time.Millisecond, func() { gs[gone].Close() })
+	errs := runAll(gs[:gone], func(g *Group) error {
+		buf := make([]float64, 1<<16)
+		return AllReduce(ctx, g, buf, buf, Sum)
+	})
+	for r, err := range errs {
+		var re *RankError
+		require.ErrorAs(t, err, &re, "rank %d", r)
+		require.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d waited for ctx", r)
+	}
+	requireRank(t, errs[1], gone, "rank 1 shares a host with rank %d", gone)
+}
+
+// The hierarchical AllReduce allocates nothing per operation.
+func TestHierarchicalAllReduceDoesNotAllocate(t *testing.T) {
+	const n = 4
+	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r/2) })
+	d := newDriver(gs)
+	defer d.stop()
+	ctx := context.Background()
+	bufs := make([][]float32, n)
+	for r := range bufs {
+		bufs[r] = make([]float32, 300_000)
+	}
+	for _, count := range []int{1, 300_000} {
+		op := func(g *Group) error { b := bufs[g.Rank()][:count]; return AllReduce(ctx, g, b, b, Sum) }
+		require.NoError(t, d.run(op))
+		allocs := testing.AllocsPerRun(5, func() {
+			if err := d.run(op); err != nil {
+				t.Error(err)
+			}
+		})
+		require.Zero(t, allocs, "%d elements: %v allocations per run (all %d ranks)", count, allocs, n)
+	}
+}
