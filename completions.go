@@ -34,14 +34,14 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			}
 			continue
 		}
-		end, op, ok := c.sq.complete(wc.WRID)
+		end, op, ok := c.sq.Complete(wc.WRID)
 		if !ok {
 			c.failLocked(errStraySend)
 			continue
 		}
-		c.sb.retire(end)
+		c.sb.Retire(end)
 		if op != nil {
-			op.status, op.done = wc.Status, true
+			op.Status, op.Done = wc.Status, true
 		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {

@@ -344,7 +344,7 @@ func TestSoftTCPWriteWaitingForRoomDoesNotSpin(t *testing.T) {
 	c, s := pair(t, cfg)
 	c.mu.Lock()
 	spins := c.poll.spins
-	ring := len(c.sb.buf)
+	ring := len(c.sb.Buf)
 	c.mu.Unlock()
 	go func() {
 		time.Sleep(20 * time.Millisecond) // c fills the ring and waits

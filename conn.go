@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -35,8 +36,8 @@ type Conn struct {
 	// repostHeld carried notifications.
 	repostDue, repostHeld, repostBatch int
 	// send side
-	sb sendBuffer // the send staging (sendbuf.go)
-	sq sendQueue  // the send queue (sendqueue.go)
+	sb sendq.Buffer // the send staging (sendbuf.go)
+	sq sendq.Queue  // the send queue (sendqueue.go)
 
 	// Notifications from the peer, not yet taken: each holds back the
 	// credit of its receive WR until then.
@@ -75,8 +76,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	}
 	c := &Conn{endpoint: e, cfg: cfg}
 	c.init(provider, c.poller())
-	c.sb = newSendBuffer(sbuf)
-	c.sq = newSendQueue(e.sendWRs, e.slots)
+	c.sb = sendq.NewBuffer(sbuf)
+	c.sq = sendq.NewQueue(e.sendWRs, e.slots)
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
 		return nil, err
@@ -250,13 +251,13 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.stats.wroteLocked(n, sent == 0) // stats.go
 			c.mu.Unlock()
 		} else {
-			buf := c.sb.reserve(uint64(n))
-			c.sq.reserved++
+			buf := c.sb.Reserve(uint64(n))
+			c.sq.Reserved++
 			c.mu.Unlock()
 			// The reserved bytes are the writer's alone until queued.
 			copy(buf, p)
 			c.mu.Lock()
-			c.sq.reserved--
+			c.sq.Reserved--
 			// Reserved ring space must be filled, or the stream would
 			// desynchronise: only a failed connection stops it now.
 			if err := c.err; err != nil {
@@ -321,10 +322,10 @@ func (c *Conn) drain(dl *deadline) {
 				c.sendFinLocked()
 				queued = true
 			}
-		case c.sq.idle():
+		case c.sq.Idle():
 			c.mu.Unlock()
 			return
-		case c.sq.unsignaled > 0:
+		case c.sq.Unsignaled > 0:
 			// The last send is unsignaled: nothing would report it.
 			if !c.postProbeLocked() {
 				c.mu.Unlock()

@@ -62,17 +62,17 @@ func (c *Conn) sendSpace() ([]byte, error) {
 			return nil, c.opErr("write", err)
 		}
 		want := uint64(c.chunk)
-		free, contig := c.sb.room()
+		free, contig := c.sb.Room()
 		if free < want && c.growSendLocked() { // ringgrowth.go
-			free, contig = c.sb.room()
+			free, contig = c.sb.Room()
 		}
 		if contig < want && free >= contig+want {
 			// Skip the buffer's tail, as reserveLocked does.
-			c.sb.pad(contig)
-			free, contig = c.sb.room()
+			c.sb.Pad(contig)
+			free, contig = c.sb.Room()
 		}
 		if contig >= want && free >= want {
-			buf := c.sb.next(want)
+			buf := c.sb.Next(want)
 			c.mu.Unlock()
 			return buf, nil
 		}
@@ -109,7 +109,7 @@ func (c *Conn) postRead(p []byte) error {
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
-			c.sb.reserve(uint64(n))
+			c.sb.Reserve(uint64(n))
 			c.enqueueDataLocked(p[:n], at, 0)
 			c.stats.wroteLocked(n, first)
 			first = false

@@ -270,7 +270,7 @@ func (c *Conn) releaseVerbs() {
 	c.torn = true
 	// A post in flight, or a poll (the keepalive's), must finish before
 	// the QP and CQ go; a registration, before the protection domain.
-	for c.sq.submitting || c.poll.held || c.registering > 0 {
+	for c.sq.Submitting || c.poll.held || c.registering > 0 {
 		c.mu.Unlock()
 		runtime.Gosched()
 		c.mu.Lock()

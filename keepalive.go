@@ -198,7 +198,7 @@ func (c *Conn) heardSince(seen *uint64) bool {
 // queue is fresh.
 func (c *Conn) keepalive() {
 	c.mu.Lock()
-	if !c.closed && !c.torn && c.err == nil && c.sq.probeDue() {
+	if !c.closed && !c.torn && c.err == nil && c.sq.ProbeDue() {
 		if c.postProbeLocked() {
 			c.stats.keepalives++
 		}

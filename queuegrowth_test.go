@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
@@ -20,10 +21,10 @@ import (
 func sendSlots(t *testing.T, c *Conn) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := len(c.sq.wrs)
-	require.Len(t, c.sq.sges, n)
-	require.Len(t, c.sq.ends, n)
-	require.Len(t, c.sq.ops, n)
+	n := len(c.sq.WRs)
+	require.Len(t, c.sq.SGEs, n)
+	require.Len(t, c.sq.Ends, n)
+	require.Len(t, c.sq.Ops, n)
 	return n
 }
 
@@ -60,8 +61,8 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		_, err = io.ReadFull(s, make([]byte, 1))
 		require.NoError(t, err)
 		for _, e := range []*Conn{c, s} {
-			assert.Equal(t, sendStartSlots, sendSlots(t, e), "an idle conn's send slots")
-			assert.Greater(t, e.slots, 4*sendStartSlots, "the default depth is far above what idle holds")
+			assert.Equal(t, sendq.StartSlots, sendSlots(t, e), "an idle conn's send slots")
+			assert.Greater(t, e.slots, 4*sendq.StartSlots, "the default depth is far above what idle holds")
 			e.mu.Lock()
 			assert.Nil(t, e.notes.ring, "no notification ring before a notification")
 			e.mu.Unlock()
@@ -98,7 +99,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			}
 		}
 		n := sendSlots(t, c)
-		assert.Greater(t, n, sendStartSlots, "the burst grew the send queue")
+		assert.Greater(t, n, sendq.StartSlots, "the burst grew the send queue")
 		assert.LessOrEqual(t, n, c.slots, "no further than the endpoint's slots")
 		noSenders(t, "the senders end once the burst is written")
 
@@ -129,12 +130,12 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			c.trimIdle(&moved)
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return len(c.sq.wrs) == sendStartSlots && len(c.sq.ends) == sendStartSlots
+			return len(c.sq.WRs) == sendq.StartSlots && len(c.sq.Ends) == sendq.StartSlots
 		}, 10*time.Second, 5*time.Millisecond, "a quiet conn trims its send queue")
 		for range 100 {
 			round() // and grows again as traffic needs
 		}
-		assert.Greater(t, sendSlots(t, c), sendStartSlots, "unsignaled sends held by the queue again")
+		assert.Greater(t, sendSlots(t, c), sendq.StartSlots, "unsignaled sends held by the queue again")
 	})
 }
 

@@ -132,7 +132,7 @@ func (c *Conn) offerRingLocked() {
 	// peer learns of that move from that write, so an offer queued before
 	// it would land in a mailbox the peer does not look in yet. The next
 	// data that arrives tries again.
-	if !c.rx.CanOffer(log) || c.sq.reserved > 0 || !c.canSendData() ||
+	if !c.rx.CanOffer(log) || c.sq.Reserved > 0 || !c.canSendData() ||
 		c.grow != nil && c.grow.failed {
 		return
 	}
@@ -202,7 +202,7 @@ func (g *growth) leftPrev(rx *stream.Recv) {
 // stay where they are, and new ones start at the new buffer's start. It
 // says whether it did.
 func (c *Conn) growSendLocked() bool {
-	if len(c.sb.buf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.mr != nil) {
+	if len(c.sb.Buf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.mr != nil) {
 		return false
 	}
 	g := c.growthLocked()
@@ -211,12 +211,12 @@ func (c *Conn) growSendLocked() bool {
 		g.failed = true
 		return false
 	}
-	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sb.buf}, c.sq.posted
+	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sb.Buf}, c.sq.Posted
 	g.sendMem, c.sendMR = b.mem, b.mr
-	c.sb.moveTo(b.buf)
+	c.sb.MoveTo(b.buf)
 	c.setChunkLocked()
 	c.stats.sendGrowths++
-	c.logGrowth("send buffer", len(g.prevSend.buf), len(c.sb.buf))
+	c.logGrowth("send buffer", len(g.prevSend.buf), len(c.sb.Buf))
 	return true
 }
 
@@ -224,7 +224,7 @@ func (c *Conn) growSendLocked() bool {
 // every send WR posted from it has completed.
 func (c *Conn) retireSendLocked() {
 	if c.grow != nil { // inlined, as leftPrevRingLocked
-		c.grow.retireSend(c.sq.done)
+		c.grow.retireSend(c.sq.Done)
 	}
 }
 
@@ -240,5 +240,5 @@ func (g *growth) retireSend(sqDone uint64) {
 // setChunkLocked bounds a single RDMA write by a quarter of the peer's
 // ring and of the send buffer (and maxChunk), as they are now.
 func (c *Conn) setChunkLocked() {
-	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sb.buf)/4)
+	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sb.Buf)/4)
 }

@@ -57,7 +57,7 @@ func TestRndvReads(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				clear(tc.dst)
-				sb := c.sb.tail
+				sb := c.sb.Tail
 				sent, recv := c.Stats().BytesSent, s.Stats().BytesReceived
 				errc := make(chan error, 1)
 				go func() {
@@ -71,7 +71,7 @@ func TestRndvReads(t *testing.T) {
 				}
 				require.NoError(t, <-errc)
 				require.True(t, bytes.Equal(src.Bytes(), tc.dst))
-				assert.Equal(t, sb, c.sb.tail, "the writer copied nothing")
+				assert.Equal(t, sb, c.sb.Tail, "the writer copied nothing")
 				// Stats count a rendezvous' bytes as a copied Write's.
 				assert.Equal(t, sent+uint64(len(src.Bytes())), c.Stats().BytesSent)
 				assert.Equal(t, recv+uint64(len(src.Bytes())), s.Stats().BytesReceived)

@@ -3,6 +3,7 @@ package rdma
 import (
 	"os"
 
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -220,7 +221,7 @@ func (x *rndvExposure) revocation(gaveUp bool) revocation {
 func (c *Conn) announceLocked(x *rndvExposure, p []byte) uint32 {
 	bind, key := x.announce(&c.zc.window, p)
 	if bind != nil {
-		c.sq.wrs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
+		c.sq.WRs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
 	}
 	return key
 }
@@ -249,16 +250,16 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 			c.dropWindow()
 			return
 		}
-		if c.sq.hasRoom() {
+		if c.sq.HasRoom() {
 			break
 		}
 		c.mu.Unlock()
 		c.await(c.sndReady, nil, false)
 	}
-	r := newRemoteOp()
+	r := sendq.NewOp()
 	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
-	c.sq.wrs[s].InvalidateRKey = rkey
-	c.sq.ops[s] = r
+	c.sq.WRs[s].InvalidateRKey = rkey
+	c.sq.Ops[s] = r
 	c.unlockSubmit()
 	if st, err := c.awaitOp(r, nil); err != nil || st != verbs.WCSuccess {
 		c.dropWindow()

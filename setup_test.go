@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -58,7 +59,7 @@ func TestFirstWritesShareAPage(t *testing.T) {
 			e := &cn.endpoint
 			assert.Equal(t, 1, residentPages(t, e.mem.Bytes()), "resident pages of a memory block")
 			page := uint64(os.Getpagesize())
-			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.buf)+sendStart(len(cn.sb.buf)))/page,
+			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.Buf)+sendq.Start(len(cn.sb.Buf)))/page,
 				"the ring's start and the first send position are one page")
 		}
 		// A write larger than what is left before the send buffer's end
@@ -162,12 +163,12 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	}
 	require.NotNil(t, s.timed, "a soft connection's watch is the timer")
 	s.mu.Lock()
-	posted := s.sq.posted
+	posted := s.sq.Posted
 	s.mu.Unlock()
 	require.NoError(t, r.id.Disconnect())
 	assert.Eventually(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.sq.posted > posted
+		return s.sq.Posted > posted
 	}, 5*time.Second, 5*time.Millisecond, "no probe after the peer's disconnect")
 }

@@ -336,10 +336,10 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 func (c *Conn) Stats() ConnStats {
 	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connStats) error {
 		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
-		s.SendDepth, s.RecvDepth = int(c.sq.depth), c.recvWRs
-		s.SendsPending, s.RecvsPosted = int(c.sq.posted-c.sq.done), c.recvPosted
+		s.SendDepth, s.RecvDepth = int(c.sq.Depth), c.recvWRs
+		s.SendsPending, s.RecvsPosted = int(c.sq.Posted-c.sq.Done), c.recvPosted
 		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-		s.SendBufferSize, s.SendBuffered = len(c.sb.buf), int(c.sb.inFlight())
+		s.SendBufferSize, s.SendBuffered = len(c.sb.Buf), int(c.sb.InFlight())
 		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
 		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.ringWaits, st.sendBufWaits, st.readWaits
 		s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
