@@ -3,6 +3,7 @@ package rdma
 import (
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -58,7 +59,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	// The credit rule (internal/stream/credits.go) says when receives go
 	// back and credit with them: a notification's receive is credited
 	// once the program takes it (the notes held hold theirs).
-	starved := c.rx.Starved(c.recvPosted, c.notes.len())
+	starved := c.rx.Starved(c.recvPosted, c.notes.Len())
 	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.err == nil && !c.torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
 			c.failLocked(err)
@@ -134,7 +135,7 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.heardLocked()
 		c.stats.rndvRecv++
 	case stream.KindNotify:
-		if !c.notes.push(notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}, c.recvWRs) {
+		if !c.notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
 			return breachError(errNotifyOverflow)
 		}
 		*held++

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
@@ -41,7 +42,7 @@ type Conn struct {
 
 	// Notifications from the peer, not yet taken: each holds back the
 	// credit of its receive WR until then.
-	notes      noteQueue
+	notes      onesided.NoteQueue
 	creditWant bool // a credit update is due but could not be queued
 
 	// Zero-copy (zerocopy.go, rndv.go): a done message owed to the peer,
@@ -157,9 +158,9 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, err
 		}
-		if zc := c.zc; zc != nil && zc.bounce.pending() && len(b) > 0 {
+		if zc := c.zc; zc != nil && zc.bounce.Pending() && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
-			n := zc.bounce.read(b)
+			n := zc.bounce.Read(b)
 			c.stats.readLocked(n) // stats.go
 			c.mu.Unlock()
 			return n, nil

@@ -137,10 +137,10 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Unlock()
 			return total, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if zc := c.zc; zc != nil && zc.bounce.pending() {
+		if zc := c.zc; zc != nil && zc.bounce.Pending() {
 			c.mu.Unlock()
-			n, err := w.Write(zc.bounce.unread())
-			zc.bounce.consumed(n)
+			n, err := w.Write(zc.bounce.Unread())
+			zc.bounce.Consumed(n)
 			c.read(n) // stats.go: each hand-over counts as a Read
 			total += int64(n)
 			if err != nil {
@@ -174,11 +174,11 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			if err != nil {
 				return total, c.opErr("read", err)
 			}
-			dst := bounce.space(left)
-			if err := c.readRemote(bounce.blk.mr, dst, addr, key); err != nil {
+			dst := bounce.Space(left)
+			if err := c.readRemote(bounce.MR(), dst, addr, key); err != nil {
 				return total, err
 			}
-			bounce.landed(0, len(dst)) // reader-owned (rmu)
+			bounce.Landed(0, len(dst)) // reader-owned (rmu)
 			continue
 		}
 		if c.rx.FinRcvd {

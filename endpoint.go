@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 
+	"github.com/rdmanet/rdma/internal/regmem"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -225,8 +226,8 @@ func (e *endpoint) release(unacked int) {
 		e.mem.Free()
 	}
 	if e.grow != nil {
-		freeMemory(e.grow.ringMem)
-		freeMemory(e.grow.sendMem)
+		regmem.Free(e.grow.ringMem)
+		regmem.Free(e.grow.sendMem)
 		e.grow = nil
 	}
 }

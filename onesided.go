@@ -106,7 +106,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
 		if hold != nil && !c.torn && hold.acquire() == nil {
-			c.zeroCopyLocked().regs.hold(hold)
+			c.zeroCopyLocked().regs.Hold(hold)
 		}
 	})
 	if err != nil {

@@ -190,7 +190,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
 		c.mu.Lock()
-		if n, ok := c.notes.pop(); ok {
+		if n, ok := c.notes.Pop(); ok {
 			// Its receive WR is credited now that it is taken: at once if
 			// it was reposted, else with its repost batch.
 			if c.repostHeld > 0 {
@@ -207,7 +207,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				poke(c.rcvReady)
 			}
 			c.unlockSubmit()
-			return n.value, int(n.n), nil
+			return n.Value, int(n.N), nil
 		}
 		err := c.remoteErrLocked()
 		switch {

@@ -17,7 +17,7 @@ import (
 func ringSizes(c *Conn) (ring, sbuf int, held bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	held = c.grow != nil && (c.grow.prev.mr != nil || c.grow.prevSend.mr != nil || c.grow.next.mr != nil)
+	held = c.grow != nil && (c.grow.prev.MR != nil || c.grow.prevSend.MR != nil || c.grow.next.MR != nil)
 	return len(c.ring), len(c.sb.Buf), held
 }
 

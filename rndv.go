@@ -129,7 +129,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		}
 		// As a data write: one credit stays for the credit message. A
 		// bind takes a send slot more.
-		if c.canSendData() && (x.mw == nil || c.sq.Used()+1 < c.sq.Depth) {
+		if c.canSendData() && (x.MW == nil || c.sq.Used()+1 < c.sq.Depth) {
 			break
 		}
 		c.mu.Unlock()
@@ -146,7 +146,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	c.tx.RndvSent()
 	c.talkedLocked()
 	c.stats.rndvSent++
-	if x.mw != nil {
+	if x.MW != nil {
 		c.stats.rndvWindowed++
 	}
 	c.unlockSubmit()
@@ -199,7 +199,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		if err != nil {
 			return 0, c.opErr("read", err)
 		}
-		mr, dst = bounce.blk.mr, bounce.space(left)
+		mr, dst = bounce.MR(), bounce.Space(left)
 	}
 	if err := c.readRemote(mr, dst, addr, key); err != nil {
 		return 0, err
@@ -208,7 +208,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		return len(dst), nil
 	}
 	n := copy(b, dst)
-	c.zc.bounce.landed(n, len(dst)) // made by bounceBuf
+	c.zc.bounce.Landed(n, len(dst)) // made by bounceBuf
 	return n, nil
 }
 

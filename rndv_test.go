@@ -122,7 +122,7 @@ func TestBufferFreeBusy(t *testing.T) {
 	require.NoError(t, b.Free())
 	require.NoError(t, b.Free(), "twice is a no-op")
 	c.mu.Lock()
-	assert.Empty(t, c.zc.regs.mrs, "Free deregistered it from the conn")
+	assert.Zero(t, c.zc.regs.Len(), "Free deregistered it from the conn")
 	c.mu.Unlock()
 	_, err = c.Write([]byte("on"))
 	require.NoError(t, err)

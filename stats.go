@@ -347,7 +347,7 @@ func (c *Conn) Stats() ConnStats {
 		s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
 		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.rndvSent, st.rndvWindowed, st.rndvRecv
 		if c.zc != nil {
-			s.Exposed = c.zc.exposures.live()
+			s.Exposed = c.zc.exposures.Live()
 		}
 		return c.failureLocked()
 	})
