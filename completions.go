@@ -105,13 +105,13 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	}
 	switch kind {
 	case stream.KindData:
-		c.stats.msgsRecv++
+		c.stats.MsgsRecv++
 		c.heardLocked()
 		if len(c.ring) < c.cfg.RingSize {
 			c.offerRingLocked() // ringgrowth.go
 		}
 	case stream.KindDataMoved:
-		c.stats.msgsRecv++
+		c.stats.MsgsRecv++
 		c.heardLocked()
 		c.ringMovedLocked()
 	case stream.KindRing:
@@ -133,17 +133,17 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 			return breachError(err)
 		}
 		c.heardLocked()
-		c.stats.rndvRecv++
+		c.stats.RndvRecv++
 	case stream.KindNotify:
 		if !c.notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
 			return breachError(errNotifyOverflow)
 		}
 		*held++
 	case stream.KindPing:
-		c.stats.pingsRecv++
+		c.stats.PingsRecv++
 		c.pongDue = true
 	case stream.KindPong:
-		c.stats.pongsRecv++
+		c.stats.PongsRecv++
 	}
 	return nil
 }

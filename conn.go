@@ -161,7 +161,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		if zc := c.zc; zc != nil && zc.bounce.Pending() && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
 			n := zc.bounce.Read(b)
-			c.stats.readLocked(n) // stats.go
+			c.stats.ReadLocked(n) // stats.go
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -180,7 +180,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			copy(b[first:n], ring)
 			c.mu.Lock()
 			c.rx.Consume(n)
-			c.stats.readLocked(n)
+			c.stats.ReadLocked(n)
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
 			c.unlockSubmit()
@@ -249,7 +249,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			buf := c.inlineSlotLocked(n)
 			copy(buf, p)
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
-			c.stats.wroteLocked(n, sent == 0) // stats.go
+			c.stats.WroteLocked(n, sent == 0) // stats.go
 			c.mu.Unlock()
 		} else {
 			buf := c.sb.Reserve(uint64(n))
@@ -266,7 +266,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 				return sent, c.opErr("write", err)
 			}
 			c.enqueueDataLocked(buf, at, 0)
-			c.stats.wroteLocked(n, sent == 0)
+			c.stats.WroteLocked(n, sent == 0)
 			c.mu.Unlock()
 		}
 		c.submit()

@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/rdmanet/rdma/internal/connstats"
 )
 
 // connFace is what a connection of either wire (Conn, RsocketConn) shows
@@ -35,7 +37,7 @@ type connFace struct {
 	cmDone chan struct{}
 	timed  *timedWatch
 
-	stats *connStats // stats.go
+	stats *connstats.Counters // apart from the Conn (one allocation with it), so that a Conn keeps to its size class
 
 	// The conversation, which decides whether a wait spins where the
 	// completion channel does the spinning (soft's; poller.go):
@@ -68,14 +70,14 @@ func (f *connFace) init(provider string, r poller) {
 	f.sndReady = make(chan struct{}, 1)
 	f.closedCh = make(chan struct{})
 	f.rdl, f.wdl = makeDeadline(), makeDeadline()
-	f.stats = newConnStats() // stats.go
+	f.stats = new(connstats.Counters)
 }
 
 // established takes in the addresses of the connection on id, once it is
 // established.
 func (f *connFace) established(laddr, raddr *net.TCPAddr) {
 	f.laddr, f.raddr = fromTCPAddr(laddr), fromTCPAddr(raddr)
-	f.stats.opened = time.Now()
+	f.stats.Opened = time.Now()
 }
 
 // markClosed is Close's first step: it fails with net.ErrClosed on a

@@ -103,7 +103,7 @@ func (c *Conn) postRead(p []byte) error {
 			buf := c.inlineSlotLocked(n)
 			copy(buf, p[:n])
 			c.enqueueDataLocked(buf, at, verbs.SendInline)
-			c.stats.wroteLocked(n, first)
+			c.stats.WroteLocked(n, first)
 			first = false
 			p = p[:copy(p, p[n:])]
 		} else {
@@ -111,7 +111,7 @@ func (c *Conn) postRead(p []byte) error {
 			// was free in a row (sendSpace), so it padded nothing.
 			c.sb.Reserve(uint64(n))
 			c.enqueueDataLocked(p[:n], at, 0)
-			c.stats.wroteLocked(n, first)
+			c.stats.WroteLocked(n, first)
 			first = false
 			p = p[n:]
 		}
@@ -156,7 +156,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Lock()
 			c.rx.Consume(n)
 			if n > 0 {
-				c.stats.readLocked(n)
+				c.stats.ReadLocked(n)
 			}
 			c.leftPrevRingLocked()
 			c.creditLocked(false)

@@ -47,7 +47,7 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 		return d, c.opErr(op, err)
 	}
 	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
-	c.stats.exposures.Add(1)
+	c.stats.Exposures.Add(1)
 	return d, nil
 }
 

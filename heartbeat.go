@@ -121,7 +121,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
 			l.Pinged()
-			c.stats.pingsSent++
+			c.stats.PingsSent++
 		}
 	case stream.Unresponsive:
 		c.failLocked(unresponsiveError(l.Timeout))
@@ -138,7 +138,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 func (c *Conn) pongLocked() {
 	if c.err == nil && !c.torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
-		c.stats.pongsSent++
+		c.stats.PongsSent++
 	}
 }
 

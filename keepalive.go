@@ -200,7 +200,7 @@ func (c *Conn) keepalive() {
 	c.mu.Lock()
 	if !c.closed && !c.torn && c.err == nil && c.sq.ProbeDue() {
 		if c.postProbeLocked() {
-			c.stats.keepalives++
+			c.stats.Keepalives++
 		}
 	}
 	c.unlockSubmit()

@@ -34,7 +34,7 @@ func (c *Conn) trimIdle(moved *uint64) {
 		return
 	}
 	if c.sq.Trim() {
-		c.stats.trims++
+		c.stats.Trims++
 	}
 	c.notes.Trim()
 }

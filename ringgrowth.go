@@ -116,7 +116,7 @@ func (c *Conn) ringMovedLocked() {
 	g.prev = regmem.Block{Mem: g.ringMem, MR: c.ringMR, Buf: c.ring}
 	g.ringMem, c.ringMR, c.ring = g.next.Mem, g.next.MR, g.next.Buf
 	g.next = regmem.Block{}
-	c.stats.ringGrowths++
+	c.stats.RingGrowths++
 	c.logGrowth("receive ring", len(g.prev.Buf), len(c.ring))
 	// A reader that had read everything is not in the old ring (one
 	// copying from it has not consumed what it copies, so it is InPrev).
@@ -171,7 +171,7 @@ func (c *Conn) growSendLocked() bool {
 	g.sendMem, c.sendMR = b.Mem, b.MR
 	c.sb.MoveTo(b.Buf)
 	c.setChunkLocked()
-	c.stats.sendGrowths++
+	c.stats.SendGrowths++
 	c.logGrowth("send buffer", len(g.prevSend.Buf), len(c.sb.Buf))
 	return true
 }

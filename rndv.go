@@ -102,7 +102,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 			return sent, err
 		}
 		c.mu.Lock()
-		c.stats.wroteLocked(n, sent == 0)
+		c.stats.WroteLocked(n, sent == 0)
 		c.mu.Unlock()
 		sent += n
 	}
@@ -145,9 +145,9 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
 	c.talkedLocked()
-	c.stats.rndvSent++
+	c.stats.RndvSent++
 	if x.MW != nil {
-		c.stats.rndvWindowed++
+		c.stats.RndvWindowed++
 	}
 	c.unlockSubmit()
 	for {

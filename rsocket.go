@@ -238,7 +238,7 @@ func (c *RsocketConn) Read(b []byte) (int, error) {
 			copy(b[first:n], c.rbuf)
 			c.mu.Lock()
 			c.rx.Consume(uint64(n))
-			c.stats.readLocked(n) // stats.go
+			c.stats.ReadLocked(n) // stats.go
 			c.creditLocked()
 			c.mu.Unlock()
 			return n, nil
@@ -275,7 +275,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
 		if !ok {
-			c.stats.creditWaits++
+			c.stats.CreditWaits++
 			c.mu.Unlock()
 			c.poller().awaitRoom()
 			continue
@@ -296,9 +296,9 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		}
 		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
-			c.stats.msgsSent++
+			c.stats.MsgsSent++
 			c.talkedLocked()
-			c.stats.wroteLocked(int(d.N), sent == int(d.N))
+			c.stats.WroteLocked(int(d.N), sent == int(d.N))
 		}
 		c.mu.Unlock()
 	}
@@ -463,7 +463,7 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	}
 	switch kind {
 	case rsocket.KindData:
-		c.stats.msgsRecv++
+		c.stats.MsgsRecv++
 		c.heardLocked()
 	case rsocket.KindDisconnect:
 		c.rdShut, c.peerGone = true, true

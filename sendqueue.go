@@ -30,13 +30,13 @@ func (c *Conn) canSendCredit() bool { return c.tx.MayCredit() && c.sq.HasRoom() 
 // buffer is more than half full every send is signaled.
 func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	if !c.canSendData() {
-		c.stats.creditWaits++
+		c.stats.CreditWaits++
 		return 0, 0, false
 	}
 	n64 := min(uint64(want), uint64(c.chunk))
 	free, toEnd := c.tx.Room()
 	if free < n64 {
-		c.stats.ringWaits++
+		c.stats.RingWaits++
 		return 0, 0, false
 	}
 	n64 = min(n64, toEnd) // one write does not wrap the ring
@@ -50,7 +50,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 			pad = contig // skip the buffer's tail rather than post a sliver from it
 		}
 		if free < pad+n64 {
-			c.stats.sendBufWaits++
+			c.stats.SendBufWaits++
 			return 0, 0, false
 		}
 		c.sb.Pad(pad)
@@ -79,7 +79,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
 	if flags&verbs.SendInline == 0 {
 		c.sb.Post(n)
 	}
-	c.stats.msgsSent++
+	c.stats.MsgsSent++
 	c.talkedLocked()
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
 }
