@@ -18,54 +18,64 @@ type Conn struct {
 	// The net.Conn face (connface.go); its mu guards the fields below
 	// it marks so.
 	connFace
-	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
-	cfg        Config
-
 	endpoint // the verbs resources (endpoint.go), released by Close
 
-	chunk int // largest single RDMA write
+	cfg        Config
+	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
 
-	// Guarded by mu (connFace):
-	// The stream's windows: what the peer may write into our ring, and
-	// what we may write into its.
+	sendSide // what this side writes to the peer, and owes it (under mu)
+	recvSide // what the peer writes to this side (under mu)
+
+	// The state of a connection that used Buffers, exposures or the
+	// rendezvous (zerocopy.go; nil until then), and the registrations in
+	// progress outside mu (regMR).
+	zc          *zeroCopy
+	registering int
+
+	// The poll role (pollrole.go, poller.go): one caller at a time polls the CQ
+	// and sleeps on the completion channel; others wait on rcvReady or
+	// sndReady.
+	poll pollState
+}
+
+// sendSide is the half of a Conn that writes to the peer, guarded by mu:
+// what it may write into the peer's ring (the stream's send window), the
+// send staging and queue (internal/sendq), and the messages it owes.
+type sendSide struct {
+	tx    stream.Send
+	sb    sendq.Buffer // the send staging
+	sq    sendq.Queue  // the send queue
+	chunk int          // largest single RDMA write
+
+	// The rendezvous threshold agreed (0: none; rndv.go), and how soon the
+	// peer wants its pings answered (0: it sends none; heartbeat.go).
+	rndvMin  int
+	peerBeat time.Duration
+
+	creditWant  bool // a credit update is due but could not be queued
+	rndvDoneDue bool // a rendezvous' done message is owed to the peer (rndv.go)
+	pongDue     bool // a ping waits for its pong to be queued (heartbeat.go)
+	finSent     bool
+}
+
+// recvSide is the half of a Conn that the peer writes to, guarded by mu:
+// what the peer may write into our ring (the stream's receive window), the
+// receive WRs and their reposting, and the notifications held.
+type recvSide struct {
 	rx         stream.Recv
-	tx         stream.Send
 	recvPosted int // receive WRs outstanding on the QP
 	// Receives are reposted in batches of repostBatch (a post is a call
 	// into the provider, on the path from a message's arrival to the Read
 	// that returns it): repostDue consumed since the last batch, of which
 	// repostHeld carried notifications.
 	repostDue, repostHeld, repostBatch int
-	// send side
-	sb sendq.Buffer // the send staging (sendbuf.go)
-	sq sendq.Queue  // the send queue (sendqueue.go)
 
 	// Notifications from the peer, not yet taken: each holds back the
 	// credit of its receive WR until then.
-	notes      onesided.NoteQueue
-	creditWant bool // a credit update is due but could not be queued
+	notes onesided.NoteQueue
 
-	// Zero-copy (zerocopy.go, rndv.go): a done message owed to the peer,
-	// the rendezvous threshold agreed (0: none), and the state of
-	// connections that used Buffers or rendezvous (nil until then).
-	rndvDoneDue bool // next to creditWant: two bools share a word
-	rndvMin     int
-	zc          *zeroCopy
-
-	registering int // registrations in progress outside mu (regMR)
-	finSent     bool
-
-	// Heartbeats (heartbeat.go): the messages received so far (each
-	// is a sign of life), a ping waiting for its pong to be queued, and
-	// how soon the peer wants its pings answered (0: it sends none).
+	// The messages received so far: each is a sign of life (heartbeat.go).
 	received uint64
-	pongDue  bool
-	peerBeat time.Duration
-
-	// The poll role (pollrole.go, poller.go): one caller at a time polls the CQ
-	// and sleeps on the completion channel; others wait on rcvReady or
-	// sndReady.
-	poll pollState
 }
 
 // newConn sets up a connection on id: its verbs resources, and its

@@ -11,7 +11,8 @@ import (
 // The connection's checks weigh the peer's message credits with the
 // queue's room: a data write keeps the last credit for a credit message.
 func TestSendQueueCreditChecks(t *testing.T) {
-	c := &Conn{sq: sendq.NewQueue(4, 6)}
+	c := new(Conn)
+	c.sq = sendq.NewQueue(4, 6)
 	c.tx.Credits = 2
 	assert.True(t, c.canSendData())
 	assert.True(t, c.canSendCredit())
