@@ -379,7 +379,8 @@ type ProcessStats struct {
 // ReadProcessStats returns the totals over every connection the process
 // has had and the devices' counters (read from sysfs at each call).
 func ReadProcessStats() ProcessStats {
-	t, open := registry.totalsAndOpen() // registry.go
+	t, opened, open := processRegistry.TotalsAndOpen()
+	t.Opened = opened
 	byPath := make(map[string]int)
 	for _, c := range open {
 		s := c.Stats()
