@@ -168,7 +168,7 @@ func wcError(s verbs.WCStatus) error {
 func (c *Conn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
-		c.logFailure(err) // debuglog.go
+		c.logFailure(err) // conn.go
 	}
 	c.poller().wakeLocked()
 }

@@ -3,8 +3,12 @@ package rdma
 import (
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/debuglog"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
@@ -152,8 +156,8 @@ func (c *Conn) start() {
 	c.poll.configure(&c.cfg, c.provider)
 	w := c.newWatch(time.Now())                      // heartbeat.go
 	c.timed, c.cmDone = startWatch(c.ech, w, w.next) // keepalive.go
-	register(c)                                      // stats.go
-	c.logEstablished()                               // debuglog.go
+	register(c)                                      // registry.go
+	c.logEstablished()
 }
 
 // Read reads data the peer wrote. It returns as soon as any data is there;
@@ -361,3 +365,132 @@ func (c *Conn) drain(dl *deadline) {
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
 // Config.TrafficClass.
 func (c *Conn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) }
+
+// observeStats is the watch's look at the counters (heartbeat.go's tick).
+func (c *Conn) observeStats(now time.Time) {
+	c.mu.Lock()
+	c.stats.SeeLocked(now)
+	c.mu.Unlock()
+}
+
+// Stats returns what the connection has done so far and its sizes now. It
+// takes the connection's lock briefly; the data path keeps running.
+func (c *Conn) Stats() ConnStats {
+	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connstats.Counters) error {
+		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
+		s.SendDepth, s.RecvDepth = int(c.sq.Depth), c.recvWRs
+		s.SendsPending, s.RecvsPosted = int(c.sq.Posted-c.sq.Done), c.recvPosted
+		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
+		s.SendBufferSize, s.SendBuffered = len(c.sb.Buf), int(c.sb.InFlight())
+		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.RingGrowths, st.SendGrowths, st.Trims
+		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.RingWaits, st.SendBufWaits, st.ReadWaits
+		s.Spins, s.SpinsCaught, s.Sleeps = st.Spins, st.Caught, st.Sleeps
+		s.KeepAlives, s.PingsSent, s.PongsRecv = st.Keepalives, st.PingsSent, st.PongsRecv
+		s.PingsRecv, s.PongsSent = st.PingsRecv, st.PongsSent
+		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.RndvSent, st.RndvWindowed, st.RndvRecv
+		if c.zc != nil {
+			s.Exposed = c.zc.exposures.Live()
+		}
+		return c.failureLocked()
+	})
+	s.LastSeenStep = c.watchStep()
+	return s
+}
+
+// failureLocked is the connection's failure, if it failed: not the reset
+// that follows the peer's orderly close (its FIN, then its disconnect
+// flushes our queue), which ends every connection the peer closes.
+func (c *Conn) failureLocked() error {
+	if c.rx.FinRcvd && c.err == errReset {
+		return nil
+	}
+	return c.err
+}
+
+// watchStep is how often the watch looks at the counters, or 0.
+func (c *Conn) watchStep() time.Duration {
+	step := c.cfg.KeepAlive
+	if b := c.cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
+		step = b
+	}
+	return max(step, 0)
+}
+
+// logEstablished logs what carries a new connection: the provider, the
+// device and, on soft, the path and why it is not shared memory when it
+// is not.
+func (c *Conn) logEstablished() {
+	if !debuglog.On(debuglog.Dial, slog.LevelInfo) && !debuglog.On(debuglog.Shm, slog.LevelInfo) {
+		return
+	}
+	dev := ""
+	if ctx := c.id.Context(); ctx != nil {
+		dev = ctx.Name()
+	}
+	path := pathOf(c.provider, c.qp)
+	qp := c.qp
+	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
+		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,
+			"device", dev, "path", path, "local", addrString(c.laddr), "peer", addrString(c.raddr))
+	}
+	if c.provider == ProviderSoft && debuglog.On(debuglog.Shm, slog.LevelInfo) {
+		if path == "soft-shm" {
+			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.raddr))
+		} else {
+			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr, qp))
+		}
+	}
+}
+
+// logFailure logs a connection's failure and its cause (with mu held).
+func (c *Conn) logFailure(err error) {
+	if c.failureLocked() == nil {
+		return // the peer closed
+	}
+	if debuglog.On(debuglog.Conn, slog.LevelWarn) {
+		debuglog.Log("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
+			"local", addrString(c.laddr), "peer", addrString(c.raddr), "err", err.Error())
+	}
+}
+
+// logGrowth logs a ring or send buffer moving to a larger one.
+func (c *Conn) logGrowth(what string, from, to int) {
+	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
+		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.raddr), "from", from, "to", to)
+	}
+}
+
+func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
+
+// postRecvs posts n receive WRs.
+func (c *Conn) postRecvs(n int) error {
+	for n > 0 {
+		k := min(n, recvBatch)
+		if err := c.qp.PostRecv(recvWRs[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// releaseVerbs destroys the connection's verbs objects once no post or
+// poll is in flight; none is started afterwards.
+func (c *Conn) releaseVerbs() {
+	c.mu.Lock()
+	c.torn = true
+	// A post in flight, or a poll (the keepalive's), must finish before
+	// the QP and CQ go; a registration, before the protection domain.
+	for c.sq.Submitting || c.poll.held || c.registering > 0 {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
+	c.endpoint.release(c.poll.unacked)
+	c.poll.unacked = 0
+	for _, b := range held {
+		b.release()
+	}
+}

@@ -142,7 +142,7 @@ func closeConn(c closingConn) error {
 	stopWatch(f.timed, f.cmDone)
 	f.rdl.stop()
 	f.wdl.stop()
-	unregister(c) // stats.go
+	unregister(c) // registry.go
 	return nil
 }
 

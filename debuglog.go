@@ -43,32 +43,6 @@ func logFallback(raddr *Addr, fb error) {
 	}
 }
 
-// logEstablished logs what carries a new connection: the provider, the
-// device and, on soft, the path and why it is not shared memory when it
-// is not.
-func (c *Conn) logEstablished() {
-	if !debuglog.On(debuglog.Dial, slog.LevelInfo) && !debuglog.On(debuglog.Shm, slog.LevelInfo) {
-		return
-	}
-	dev := ""
-	if ctx := c.id.Context(); ctx != nil {
-		dev = ctx.Name()
-	}
-	path := pathOf(c.provider, c.qp)
-	qp := c.qp
-	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
-		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,
-			"device", dev, "path", path, "local", addrString(c.laddr), "peer", addrString(c.raddr))
-	}
-	if c.provider == ProviderSoft && debuglog.On(debuglog.Shm, slog.LevelInfo) {
-		if path == "soft-shm" {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.raddr))
-		} else {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr, qp))
-		}
-	}
-}
-
 // logCarrier logs a soft connection's move to shared memory after its
 // handshake, or the failure that keeps it on TCP.
 func logCarrier(ev soft.CarrierEvent) {
@@ -92,24 +66,6 @@ func logCarrier(ev soft.CarrierEvent) {
 func logProviderChoice(asked, chosen, why string) {
 	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
 		debuglog.Log("dial", slog.LevelInfo, "provider chosen", "asked", asked, "provider", chosen, "why", why)
-	}
-}
-
-// logFailure logs a connection's failure and its cause (with mu held).
-func (c *Conn) logFailure(err error) {
-	if c.failureLocked() == nil {
-		return // the peer closed
-	}
-	if debuglog.On(debuglog.Conn, slog.LevelWarn) {
-		debuglog.Log("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
-			"local", addrString(c.laddr), "peer", addrString(c.raddr), "err", err.Error())
-	}
-}
-
-// logGrowth logs a ring or send buffer moving to a larger one.
-func (c *Conn) logGrowth(what string, from, to int) {
-	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
-		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.raddr), "from", from, "to", to)
 	}
 }
 

@@ -95,7 +95,7 @@ func (w *watch) tick(now time.Time) time.Time {
 		}
 		w.probeAt = now.Add(c.cfg.KeepAlive)
 	}
-	c.observeStats(now) // stats.go
+	c.observeStats(now) // conn.go
 	w.next = now.Add(w.period)
 	return w.next
 }

@@ -237,8 +237,3 @@ type wireConn interface {
 	setFallback(fb error) // stats.go
 	Close() error
 }
-
-func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
-
-// peerTakesRDMACM is false: rsocket's connection data has no such flag.
-func (c *RsocketConn) peerTakesRDMACM() bool { return false }

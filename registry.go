@@ -115,3 +115,17 @@ func transportInfo(provider string, qp verbs.QP) (time.Duration, uint64) {
 	rtt, retrans, _ := soft.TCPInfo(qp)
 	return rtt, retrans
 }
+
+// ReadProcessStats returns the totals over every connection the process
+// has had and the devices' counters (read from sysfs at each call).
+func ReadProcessStats() ProcessStats {
+	t, opened, open := processRegistry.TotalsAndOpen()
+	t.Opened = opened
+	byPath := make(map[string]int)
+	for _, c := range open {
+		s := c.Stats()
+		t.add(s)
+		byPath[s.Path]++
+	}
+	return ProcessStats{Open: len(open), OpenByPath: byPath, Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
+}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -150,7 +151,7 @@ func (c *RsocketConn) start() {
 		next = time.Now().Add(c.p.keepAlive)
 	}
 	c.timed, c.cmDone = startWatch(c.ech, c, next) // keepalive.go
-	register(c)                                    // stats.go
+	register(c)                                    // registry.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
@@ -515,3 +516,22 @@ func (c *RsocketConn) releaseVerbs() {
 	c.release(c.poll.unacked)
 	c.poll.unacked = 0
 }
+
+// Stats returns what the connection has done so far. The rsocket wire has
+// no ring growth or heartbeats: those fields stay zero. Its Reads poll as
+// Conn's do and are counted the same way (at once, handed over, spun,
+// slept). A message is one data write on the wire
+// (rsocket.c's: at most a granted region's rest, the send buffer's
+// contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
+// that waited for a credit, a region, send buffer room or a queue slot.
+func (c *RsocketConn) Stats() ConnStats {
+	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connstats.Counters) error {
+		s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
+		_, buffered := c.rx.Buffered()
+		s.Buffered = int(buffered)
+		return c.err
+	})
+}
+
+// peerTakesRDMACM is false: rsocket's connection data has no such flag.
+func (c *RsocketConn) peerTakesRDMACM() bool { return false }

@@ -170,13 +170,6 @@ func (p *pollState) pollKind(sleeps, caught uint64) connstats.WaitKind {
 	return connstats.WaitHanded
 }
 
-// observeStats is the watch's look at the counters (heartbeat.go's tick).
-func (c *Conn) observeStats(now time.Time) {
-	c.mu.Lock()
-	c.stats.SeeLocked(now)
-	c.mu.Unlock()
-}
-
 func since(now, t time.Time) time.Duration {
 	if t.IsZero() {
 		return -1
@@ -228,49 +221,6 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	s.Path = pathOf(f.provider, qp)
 	s.RTT, s.Retransmits = transportInfo(f.provider, qp) // registry.go
 	return s
-}
-
-// Stats returns what the connection has done so far and its sizes now. It
-// takes the connection's lock briefly; the data path keeps running.
-func (c *Conn) Stats() ConnStats {
-	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connstats.Counters) error {
-		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
-		s.SendDepth, s.RecvDepth = int(c.sq.Depth), c.recvWRs
-		s.SendsPending, s.RecvsPosted = int(c.sq.Posted-c.sq.Done), c.recvPosted
-		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-		s.SendBufferSize, s.SendBuffered = len(c.sb.Buf), int(c.sb.InFlight())
-		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.RingGrowths, st.SendGrowths, st.Trims
-		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.RingWaits, st.SendBufWaits, st.ReadWaits
-		s.Spins, s.SpinsCaught, s.Sleeps = st.Spins, st.Caught, st.Sleeps
-		s.KeepAlives, s.PingsSent, s.PongsRecv = st.Keepalives, st.PingsSent, st.PongsRecv
-		s.PingsRecv, s.PongsSent = st.PingsRecv, st.PongsSent
-		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.RndvSent, st.RndvWindowed, st.RndvRecv
-		if c.zc != nil {
-			s.Exposed = c.zc.exposures.Live()
-		}
-		return c.failureLocked()
-	})
-	s.LastSeenStep = c.watchStep()
-	return s
-}
-
-// failureLocked is the connection's failure, if it failed: not the reset
-// that follows the peer's orderly close (its FIN, then its disconnect
-// flushes our queue), which ends every connection the peer closes.
-func (c *Conn) failureLocked() error {
-	if c.rx.FinRcvd && c.err == errReset {
-		return nil
-	}
-	return c.err
-}
-
-// watchStep is how often the watch looks at the counters, or 0.
-func (c *Conn) watchStep() time.Duration {
-	step := c.cfg.KeepAlive
-	if b := c.cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
-		step = b
-	}
-	return max(step, 0)
 }
 
 // pathOf names what carries a connection's bytes: its provider, and for
@@ -374,34 +324,4 @@ type ProcessStats struct {
 	Totals     ConnTotals     // over every connection, closed and open
 	Devices    []DeviceCounters
 	Soft       soft.Counters
-}
-
-// ReadProcessStats returns the totals over every connection the process
-// has had and the devices' counters (read from sysfs at each call).
-func ReadProcessStats() ProcessStats {
-	t, opened, open := processRegistry.TotalsAndOpen()
-	t.Opened = opened
-	byPath := make(map[string]int)
-	for _, c := range open {
-		s := c.Stats()
-		t.add(s)
-		byPath[s.Path]++
-	}
-	return ProcessStats{Open: len(open), OpenByPath: byPath, Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
-}
-
-// Stats returns what the connection has done so far. The rsocket wire has
-// no ring growth or heartbeats: those fields stay zero. Its Reads poll as
-// Conn's do and are counted the same way (at once, handed over, spun,
-// slept). A message is one data write on the wire
-// (rsocket.c's: at most a granted region's rest, the send buffer's
-// contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
-// that waited for a credit, a region, send buffer room or a queue slot.
-func (c *RsocketConn) Stats() ConnStats {
-	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connstats.Counters) error {
-		s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
-		_, buffered := c.rx.Buffered()
-		s.Buffered = int(buffered)
-		return c.err
-	})
 }
