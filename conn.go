@@ -257,16 +257,15 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		p := b[sent : sent+n]
+		var buf []byte
+		var flags verbs.SendFlags
 		if inline {
 			// Each queue slot has its own inline staging, so the bytes
 			// stay put until whoever posts the queue gets to them.
-			buf := c.inlineSlotLocked(n)
+			buf, flags = c.inlineSlotLocked(n), verbs.SendInline
 			copy(buf, p)
-			c.enqueueDataLocked(buf, at, verbs.SendInline)
-			c.stats.WroteLocked(n, sent == 0) // stats.go
-			c.mu.Unlock()
 		} else {
-			buf := c.sb.Reserve(uint64(n))
+			buf = c.sb.Reserve(uint64(n))
 			c.sq.Reserved++
 			c.mu.Unlock()
 			// The reserved bytes are the writer's alone until queued.
@@ -279,10 +278,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 				c.mu.Unlock()
 				return sent, c.opErr("write", err)
 			}
-			c.enqueueDataLocked(buf, at, 0)
-			c.stats.WroteLocked(n, sent == 0)
-			c.mu.Unlock()
 		}
+		c.enqueueDataLocked(buf, at, flags, sent == 0)
+		c.mu.Unlock()
 		c.submit()
 		sent += n
 	}

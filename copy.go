@@ -102,16 +102,14 @@ func (c *Conn) postRead(p []byte) error {
 			// rest moves down to the write position.
 			buf := c.inlineSlotLocked(n)
 			copy(buf, p[:n])
-			c.enqueueDataLocked(buf, at, verbs.SendInline)
-			c.stats.WroteLocked(n, first)
+			c.enqueueDataLocked(buf, at, verbs.SendInline, first)
 			first = false
 			p = p[:copy(p, p[n:])]
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
 			c.sb.Reserve(uint64(n))
-			c.enqueueDataLocked(p[:n], at, 0)
-			c.stats.WroteLocked(n, first)
+			c.enqueueDataLocked(p[:n], at, 0, first)
 			first = false
 			p = p[n:]
 		}

@@ -73,15 +73,17 @@ func (c *Conn) inlineSlotLocked(n int) []byte {
 }
 
 // enqueueDataLocked queues the data write of buf (in the send buffer or an
-// inline slot) to peer address at.
-func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags) {
+// inline slot) to peer address at, and counts it: a message, and buf's
+// bytes for the Write (or ReadFrom) whose first bytes they are when first.
+func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, first bool) {
 	n := uint64(len(buf))
 	if flags&verbs.SendInline == 0 {
 		c.sb.Post(n)
 	}
-	c.stats.MsgsSent++
 	c.talkedLocked()
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
+	c.stats.MsgsSent++
+	c.stats.WroteLocked(len(buf), first)
 }
 
 // enqueueLocked queues one send WR into the peer ring (data, credit,
