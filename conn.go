@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/internal/debuglog"
 	"github.com/rdmanet/rdma/internal/onesided"
@@ -154,9 +155,9 @@ func (c *Conn) takeAnswer(private []byte) error {
 func (c *Conn) start() {
 	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
 	c.poll.configure(&c.cfg, c.provider)
-	w := c.newWatch(time.Now())                      // heartbeat.go
-	c.timed, c.cmDone = startWatch(c.ech, w, w.next) // keepalive.go
-	register(c)                                      // registry.go
+	w := c.newWatch(time.Now()) // heartbeat.go
+	c.watch = cmwatch.Start(c.ech, w, w.next)
+	register(c) // registry.go
 	c.logEstablished()
 }
 

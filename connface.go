@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
 )
 
@@ -33,9 +34,8 @@ type connFace struct {
 	closedCh chan struct{} // closed by Close
 	rdl, wdl deadline
 
-	// The watch (keepalive.go): cmLoop's end, or its timer.
-	cmDone chan struct{}
-	timed  *timedWatch
+	// The watch (internal/cmwatch), stopped by Close.
+	watch cmwatch.Watch
 
 	stats *connstats.Counters // apart from the Conn (one allocation with it), so that a Conn keeps to its size class
 
@@ -139,7 +139,7 @@ func closeConn(c closingConn) error {
 	c.releaseVerbs()
 	e.id.Destroy()
 	e.ech.Close() // ends cmLoop, or the timed watch's events
-	stopWatch(f.timed, f.cmDone)
+	f.watch.Stop()
 	f.rdl.stop()
 	f.wdl.stop()
 	unregister(c) // registry.go

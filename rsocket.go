@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/verbs"
@@ -150,8 +151,8 @@ func (c *RsocketConn) start() {
 	if c.p.keepAlive > 0 {
 		next = time.Now().Add(c.p.keepAlive)
 	}
-	c.timed, c.cmDone = startWatch(c.ech, c, next) // keepalive.go
-	register(c)                                    // registry.go
+	c.watch = cmwatch.Start(c.ech, (*rsocketWatcher)(c), next)
+	register(c) // registry.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
@@ -475,9 +476,9 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 }
 
 // onEvent handles a connection manager event of the established
-// connection (the watch, keepalive.go).
+// connection (the watch, internal/cmwatch).
 func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
-	if !actsOn(ev.Type) {
+	if !cmwatch.ActsOn(ev.Type) {
 		return
 	}
 	// rsocket.c takes a disconnect as the end of the stream. What
@@ -535,3 +536,10 @@ func (c *RsocketConn) Stats() ConnStats {
 
 // peerTakesRDMACM is false: rsocket's connection data has no such flag.
 func (c *RsocketConn) peerTakesRDMACM() bool { return false }
+
+// rsocketWatcher is an RsocketConn as its watch sees it (cmwatch.Watcher),
+// without methods of the public type's own.
+type rsocketWatcher RsocketConn
+
+func (w *rsocketWatcher) OnEvent(ev verbs.CMEvent)     { (*RsocketConn)(w).onEvent(ev) }
+func (w *rsocketWatcher) Tick(now time.Time) time.Time { return (*RsocketConn)(w).tick(now) }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
@@ -127,12 +128,9 @@ func TestTimedWatchSleepsThroughEstablished(t *testing.T) {
 	require.NoError(t, err)
 	_, err = io.ReadFull(c, make([]byte, 1))
 	require.NoError(t, err) // s read it: the RTU before it, too
-	time.Sleep(20 * eventDelay)
+	time.Sleep(20 * cmwatch.EventDelay)
 	for _, conn := range []*Conn{c, s} {
-		conn.timed.mu.Lock()
-		runs := conn.timed.runs
-		conn.timed.mu.Unlock()
-		assert.Zero(t, runs, "the watch ran")
+		assert.Zero(t, conn.watch.Runs(), "the watch ran")
 	}
 }
 
@@ -161,7 +159,7 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection accepted")
 	}
-	require.NotNil(t, s.timed, "a soft connection's watch is the timer")
+	require.True(t, s.watch.Timed(), "a soft connection's watch is the timer")
 	s.mu.Lock()
 	posted := s.sq.Posted
 	s.mu.Unlock()
