@@ -3,6 +3,7 @@ package rdma
 import (
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -34,14 +35,14 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			}
 			continue
 		}
-		end, op, ok := c.sq.complete(wc.WRID)
+		end, op, ok := c.sq.Complete(wc.WRID)
 		if !ok {
 			c.failLocked(errStraySend)
 			continue
 		}
-		c.sb.retire(end)
+		c.sb.Retire(end)
 		if op != nil {
-			op.status, op.done = wc.Status, true
+			op.Status, op.Done = wc.Status, true
 		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {
@@ -58,7 +59,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	// The credit rule (internal/stream/credits.go) says when receives go
 	// back and credit with them: a notification's receive is credited
 	// once the program takes it (the notes held hold theirs).
-	starved := c.rx.Starved(c.recvPosted, c.notes.len())
+	starved := c.rx.Starved(c.recvPosted, c.notes.Len())
 	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.err == nil && !c.torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
 			c.failLocked(err)
@@ -104,13 +105,13 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	}
 	switch kind {
 	case stream.KindData:
-		c.stats.msgsRecv++
+		c.stats.MsgsRecv++
 		c.heardLocked()
 		if len(c.ring) < c.cfg.RingSize {
 			c.offerRingLocked() // ringgrowth.go
 		}
 	case stream.KindDataMoved:
-		c.stats.msgsRecv++
+		c.stats.MsgsRecv++
 		c.heardLocked()
 		c.ringMovedLocked()
 	case stream.KindRing:
@@ -132,17 +133,17 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 			return breachError(err)
 		}
 		c.heardLocked()
-		c.stats.rndvRecv++
+		c.stats.RndvRecv++
 	case stream.KindNotify:
-		if !c.notes.push(notification{value: stream.NotifyValue(wc.Imm), n: wc.ByteLen}, c.recvWRs) {
+		if !c.notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
 			return breachError(errNotifyOverflow)
 		}
 		*held++
 	case stream.KindPing:
-		c.stats.pingsRecv++
+		c.stats.PingsRecv++
 		c.pongDue = true
 	case stream.KindPong:
-		c.stats.pongsRecv++
+		c.stats.PongsRecv++
 	}
 	return nil
 }
@@ -167,7 +168,7 @@ func wcError(s verbs.WCStatus) error {
 func (c *Conn) failLocked(err error) {
 	if c.err == nil {
 		c.err = err
-		c.logFailure(err) // debuglog.go
+		c.logFailure(err) // conn.go
 	}
 	c.poller().wakeLocked()
 }

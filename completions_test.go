@@ -344,7 +344,7 @@ func TestSoftTCPWriteWaitingForRoomDoesNotSpin(t *testing.T) {
 	c, s := pair(t, cfg)
 	c.mu.Lock()
 	spins := c.poll.spins
-	ring := len(c.sb.buf)
+	ring := len(c.sb.Buf)
 	c.mu.Unlock()
 	go func() {
 		time.Sleep(20 * time.Millisecond) // c fills the ring and waits
@@ -355,5 +355,5 @@ func TestSoftTCPWriteWaitingForRoomDoesNotSpin(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	assert.Equal(t, spins, c.poll.spins)
-	assert.NotZero(t, c.stats.creditWaits+c.stats.ringWaits+c.stats.sendBufWaits, "the Write waited for room")
+	assert.NotZero(t, c.stats.CreditWaits+c.stats.RingWaits+c.stats.SendBufWaits, "the Write waited for room")
 }

@@ -3,8 +3,15 @@ package rdma
 import (
 	"fmt"
 	"io"
+	"log/slog"
+	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/debuglog"
+	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -16,54 +23,64 @@ type Conn struct {
 	// The net.Conn face (connface.go); its mu guards the fields below
 	// it marks so.
 	connFace
-	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
-	cfg        Config
-
 	endpoint // the verbs resources (endpoint.go), released by Close
 
-	chunk int // largest single RDMA write
+	cfg        Config
+	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
 
-	// Guarded by mu (connFace):
-	// The stream's windows: what the peer may write into our ring, and
-	// what we may write into its.
+	sendSide // what this side writes to the peer, and owes it (under mu)
+	recvSide // what the peer writes to this side (under mu)
+
+	// The state of a connection that used Buffers, exposures or the
+	// rendezvous (zerocopy.go; nil until then), and the registrations in
+	// progress outside mu (regMR).
+	zc          *zeroCopy
+	registering int
+
+	// The poll role (pollrole.go, poller.go): one caller at a time polls the CQ
+	// and sleeps on the completion channel; others wait on rcvReady or
+	// sndReady.
+	poll pollState
+}
+
+// sendSide is the half of a Conn that writes to the peer, guarded by mu:
+// what it may write into the peer's ring (the stream's send window), the
+// send staging and queue (internal/sendq), and the messages it owes.
+type sendSide struct {
+	tx    stream.Send
+	sb    sendq.Buffer // the send staging
+	sq    sendq.Queue  // the send queue
+	chunk int          // largest single RDMA write
+
+	// The rendezvous threshold agreed (0: none; rndv.go), and how soon the
+	// peer wants its pings answered (0: it sends none; heartbeat.go).
+	rndvMin  int
+	peerBeat time.Duration
+
+	creditWant  bool // a credit update is due but could not be queued
+	rndvDoneDue bool // a rendezvous' done message is owed to the peer (rndv.go)
+	pongDue     bool // a ping waits for its pong to be queued (heartbeat.go)
+	finSent     bool
+}
+
+// recvSide is the half of a Conn that the peer writes to, guarded by mu:
+// what the peer may write into our ring (the stream's receive window), the
+// receive WRs and their reposting, and the notifications held.
+type recvSide struct {
 	rx         stream.Recv
-	tx         stream.Send
 	recvPosted int // receive WRs outstanding on the QP
 	// Receives are reposted in batches of repostBatch (a post is a call
 	// into the provider, on the path from a message's arrival to the Read
 	// that returns it): repostDue consumed since the last batch, of which
 	// repostHeld carried notifications.
 	repostDue, repostHeld, repostBatch int
-	// send side
-	sb sendBuffer // the send staging (sendbuf.go)
-	sq sendQueue  // the send queue (sendqueue.go)
 
 	// Notifications from the peer, not yet taken: each holds back the
 	// credit of its receive WR until then.
-	notes      noteQueue
-	creditWant bool // a credit update is due but could not be queued
+	notes onesided.NoteQueue
 
-	// Zero-copy (zerocopy.go, rndv.go): a done message owed to the peer,
-	// the rendezvous threshold agreed (0: none), and the state of
-	// connections that used Buffers or rendezvous (nil until then).
-	rndvDoneDue bool // next to creditWant: two bools share a word
-	rndvMin     int
-	zc          *zeroCopy
-
-	registering int // registrations in progress outside mu (regMR)
-	finSent     bool
-
-	// Heartbeats (heartbeat.go): the messages received so far (each
-	// is a sign of life), a ping waiting for its pong to be queued, and
-	// how soon the peer wants its pings answered (0: it sends none).
+	// The messages received so far: each is a sign of life (heartbeat.go).
 	received uint64
-	pongDue  bool
-	peerBeat time.Duration
-
-	// The poll role (pollrole.go, poller.go): one caller at a time polls the CQ
-	// and sleeps on the completion channel; others wait on rcvReady or
-	// sndReady.
-	poll pollState
 }
 
 // newConn sets up a connection on id: its verbs resources, and its
@@ -75,8 +92,8 @@ func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config,
 	}
 	c := &Conn{endpoint: e, cfg: cfg}
 	c.init(provider, c.poller())
-	c.sb = newSendBuffer(sbuf)
-	c.sq = newSendQueue(e.sendWRs, e.slots)
+	c.sb = sendq.NewBuffer(sbuf)
+	c.sq = sendq.NewQueue(e.sendWRs, e.slots)
 	if err = c.postRecvs(e.recvWRs); err != nil {
 		c.releaseVerbs()
 		return nil, err
@@ -138,10 +155,10 @@ func (c *Conn) takeAnswer(private []byte) error {
 func (c *Conn) start() {
 	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
 	c.poll.configure(&c.cfg, c.provider)
-	w := c.newWatch(time.Now())                      // heartbeat.go
-	c.timed, c.cmDone = startWatch(c.ech, w, w.next) // keepalive.go
-	register(c)                                      // stats.go
-	c.logEstablished()                               // debuglog.go
+	w := c.newWatch(time.Now()) // heartbeat.go
+	c.watch = cmwatch.Start(c.ech, w, w.next)
+	register(c) // registry.go
+	c.logEstablished()
 }
 
 // Read reads data the peer wrote. It returns as soon as any data is there;
@@ -156,10 +173,10 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, err
 		}
-		if zc := c.zc; zc != nil && zc.bounce.pending() && len(b) > 0 {
+		if zc := c.zc; zc != nil && zc.bounce.Pending() && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
-			n := zc.bounce.read(b)
-			c.stats.readLocked(n) // stats.go
+			n := zc.bounce.Read(b)
+			c.stats.ReadLocked(n) // stats.go
 			c.mu.Unlock()
 			return n, nil
 		}
@@ -178,7 +195,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			copy(b[first:n], ring)
 			c.mu.Lock()
 			c.rx.Consume(n)
-			c.stats.readLocked(n)
+			c.stats.ReadLocked(n)
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
 			c.unlockSubmit()
@@ -241,32 +258,30 @@ func (c *Conn) Write(b []byte) (int, error) {
 			continue
 		}
 		p := b[sent : sent+n]
+		var buf []byte
+		var flags verbs.SendFlags
 		if inline {
 			// Each queue slot has its own inline staging, so the bytes
 			// stay put until whoever posts the queue gets to them.
-			buf := c.inlineSlotLocked(n)
+			buf, flags = c.inlineSlotLocked(n), verbs.SendInline
 			copy(buf, p)
-			c.enqueueDataLocked(buf, at, verbs.SendInline)
-			c.stats.wroteLocked(n, sent == 0) // stats.go
-			c.mu.Unlock()
 		} else {
-			buf := c.sb.reserve(uint64(n))
-			c.sq.reserved++
+			buf = c.sb.Reserve(uint64(n))
+			c.sq.Reserved++
 			c.mu.Unlock()
 			// The reserved bytes are the writer's alone until queued.
 			copy(buf, p)
 			c.mu.Lock()
-			c.sq.reserved--
+			c.sq.Reserved--
 			// Reserved ring space must be filled, or the stream would
 			// desynchronise: only a failed connection stops it now.
 			if err := c.err; err != nil {
 				c.mu.Unlock()
 				return sent, c.opErr("write", err)
 			}
-			c.enqueueDataLocked(buf, at, 0)
-			c.stats.wroteLocked(n, sent == 0)
-			c.mu.Unlock()
 		}
+		c.enqueueDataLocked(buf, at, flags, sent == 0)
+		c.mu.Unlock()
 		c.submit()
 		sent += n
 	}
@@ -321,10 +336,10 @@ func (c *Conn) drain(dl *deadline) {
 				c.sendFinLocked()
 				queued = true
 			}
-		case c.sq.idle():
+		case c.sq.Idle():
 			c.mu.Unlock()
 			return
-		case c.sq.unsignaled > 0:
+		case c.sq.Unsignaled > 0:
 			// The last send is unsignaled: nothing would report it.
 			if !c.postProbeLocked() {
 				c.mu.Unlock()
@@ -349,3 +364,132 @@ func (c *Conn) drain(dl *deadline) {
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
 // Config.TrafficClass.
 func (c *Conn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) }
+
+// observeStats is the watch's look at the counters (heartbeat.go's tick).
+func (c *Conn) observeStats(now time.Time) {
+	c.mu.Lock()
+	c.stats.SeeLocked(now)
+	c.mu.Unlock()
+}
+
+// Stats returns what the connection has done so far and its sizes now. It
+// takes the connection's lock briefly; the data path keeps running.
+func (c *Conn) Stats() ConnStats {
+	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connstats.Counters) error {
+		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
+		s.SendDepth, s.RecvDepth = int(c.sq.Depth), c.recvWRs
+		s.SendsPending, s.RecvsPosted = int(c.sq.Posted-c.sq.Done), c.recvPosted
+		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
+		s.SendBufferSize, s.SendBuffered = len(c.sb.Buf), int(c.sb.InFlight())
+		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.RingGrowths, st.SendGrowths, st.Trims
+		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.RingWaits, st.SendBufWaits, st.ReadWaits
+		s.Spins, s.SpinsCaught, s.Sleeps = st.Spins, st.Caught, st.Sleeps
+		s.KeepAlives, s.PingsSent, s.PongsRecv = st.Keepalives, st.PingsSent, st.PongsRecv
+		s.PingsRecv, s.PongsSent = st.PingsRecv, st.PongsSent
+		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.RndvSent, st.RndvWindowed, st.RndvRecv
+		if c.zc != nil {
+			s.Exposed = c.zc.exposures.Live()
+		}
+		return c.failureLocked()
+	})
+	s.LastSeenStep = c.watchStep()
+	return s
+}
+
+// failureLocked is the connection's failure, if it failed: not the reset
+// that follows the peer's orderly close (its FIN, then its disconnect
+// flushes our queue), which ends every connection the peer closes.
+func (c *Conn) failureLocked() error {
+	if c.rx.FinRcvd && c.err == errReset {
+		return nil
+	}
+	return c.err
+}
+
+// watchStep is how often the watch looks at the counters, or 0.
+func (c *Conn) watchStep() time.Duration {
+	step := c.cfg.KeepAlive
+	if b := c.cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
+		step = b
+	}
+	return max(step, 0)
+}
+
+// logEstablished logs what carries a new connection: the provider, the
+// device and, on soft, the path and why it is not shared memory when it
+// is not.
+func (c *Conn) logEstablished() {
+	if !debuglog.On(debuglog.Dial, slog.LevelInfo) && !debuglog.On(debuglog.Shm, slog.LevelInfo) {
+		return
+	}
+	dev := ""
+	if ctx := c.id.Context(); ctx != nil {
+		dev = ctx.Name()
+	}
+	path := pathOf(c.provider, c.qp)
+	qp := c.qp
+	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
+		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,
+			"device", dev, "path", path, "local", addrString(c.laddr), "peer", addrString(c.raddr))
+	}
+	if c.provider == ProviderSoft && debuglog.On(debuglog.Shm, slog.LevelInfo) {
+		if path == "soft-shm" {
+			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.raddr))
+		} else {
+			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr, qp))
+		}
+	}
+}
+
+// logFailure logs a connection's failure and its cause (with mu held).
+func (c *Conn) logFailure(err error) {
+	if c.failureLocked() == nil {
+		return // the peer closed
+	}
+	if debuglog.On(debuglog.Conn, slog.LevelWarn) {
+		debuglog.Log("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
+			"local", addrString(c.laddr), "peer", addrString(c.raddr), "err", err.Error())
+	}
+}
+
+// logGrowth logs a ring or send buffer moving to a larger one.
+func (c *Conn) logGrowth(what string, from, to int) {
+	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
+		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.raddr), "from", from, "to", to)
+	}
+}
+
+func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
+
+// postRecvs posts n receive WRs.
+func (c *Conn) postRecvs(n int) error {
+	for n > 0 {
+		k := min(n, recvBatch)
+		if err := c.qp.PostRecv(recvWRs[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
+// releaseVerbs destroys the connection's verbs objects once no post or
+// poll is in flight; none is started afterwards.
+func (c *Conn) releaseVerbs() {
+	c.mu.Lock()
+	c.torn = true
+	// A post in flight, or a poll (the keepalive's), must finish before
+	// the QP and CQ go; a registration, before the protection domain.
+	for c.sq.Submitting || c.poll.held || c.registering > 0 {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
+	c.mu.Unlock()
+	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
+	c.endpoint.release(c.poll.unacked)
+	c.poll.unacked = 0
+	for _, b := range held {
+		b.release()
+	}
+}

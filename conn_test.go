@@ -30,7 +30,7 @@ func TestNoSliverWrites(t *testing.T) {
 	_, err := io.ReadFull(s, make([]byte, size*count))
 	require.NoError(t, err)
 	c.mu.Lock()
-	posted := c.sq.posted
+	posted := c.sq.Posted
 	c.mu.Unlock()
 	// One write per chunk (a 64 KiB chunk holds a whole write), a piece at
 	// each ring wrap, and credit updates: far below two per write.

@@ -5,6 +5,9 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/connstats"
 )
 
 // connFace is what a connection of either wire (Conn, RsocketConn) shows
@@ -31,11 +34,10 @@ type connFace struct {
 	closedCh chan struct{} // closed by Close
 	rdl, wdl deadline
 
-	// The watch (keepalive.go): cmLoop's end, or its timer.
-	cmDone chan struct{}
-	timed  *timedWatch
+	// The watch (internal/cmwatch), stopped by Close.
+	watch cmwatch.Watch
 
-	stats *connStats // stats.go
+	stats *connstats.Counters // apart from the Conn (one allocation with it), so that a Conn keeps to its size class
 
 	// The conversation, which decides whether a wait spins where the
 	// completion channel does the spinning (soft's; poller.go):
@@ -68,14 +70,14 @@ func (f *connFace) init(provider string, r poller) {
 	f.sndReady = make(chan struct{}, 1)
 	f.closedCh = make(chan struct{})
 	f.rdl, f.wdl = makeDeadline(), makeDeadline()
-	f.stats = newConnStats() // stats.go
+	f.stats = new(connstats.Counters)
 }
 
 // established takes in the addresses of the connection on id, once it is
 // established.
 func (f *connFace) established(laddr, raddr *net.TCPAddr) {
 	f.laddr, f.raddr = fromTCPAddr(laddr), fromTCPAddr(raddr)
-	f.stats.opened = time.Now()
+	f.stats.Opened = time.Now()
 }
 
 // markClosed is Close's first step: it fails with net.ErrClosed on a
@@ -137,10 +139,10 @@ func closeConn(c closingConn) error {
 	c.releaseVerbs()
 	e.id.Destroy()
 	e.ech.Close() // ends cmLoop, or the timed watch's events
-	stopWatch(f.timed, f.cmDone)
+	f.watch.Stop()
 	f.rdl.stop()
 	f.wdl.stop()
-	unregister(c) // stats.go
+	unregister(c) // registry.go
 	return nil
 }
 

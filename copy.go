@@ -62,17 +62,17 @@ func (c *Conn) sendSpace() ([]byte, error) {
 			return nil, c.opErr("write", err)
 		}
 		want := uint64(c.chunk)
-		free, contig := c.sb.room()
+		free, contig := c.sb.Room()
 		if free < want && c.growSendLocked() { // ringgrowth.go
-			free, contig = c.sb.room()
+			free, contig = c.sb.Room()
 		}
 		if contig < want && free >= contig+want {
 			// Skip the buffer's tail, as reserveLocked does.
-			c.sb.pad(contig)
-			free, contig = c.sb.room()
+			c.sb.Pad(contig)
+			free, contig = c.sb.Room()
 		}
 		if contig >= want && free >= want {
-			buf := c.sb.next(want)
+			buf := c.sb.Next(want)
 			c.mu.Unlock()
 			return buf, nil
 		}
@@ -102,16 +102,14 @@ func (c *Conn) postRead(p []byte) error {
 			// rest moves down to the write position.
 			buf := c.inlineSlotLocked(n)
 			copy(buf, p[:n])
-			c.enqueueDataLocked(buf, at, verbs.SendInline)
-			c.stats.wroteLocked(n, first)
+			c.enqueueDataLocked(buf, at, verbs.SendInline, first)
 			first = false
 			p = p[:copy(p, p[n:])]
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
-			c.sb.reserve(uint64(n))
-			c.enqueueDataLocked(p[:n], at, 0)
-			c.stats.wroteLocked(n, first)
+			c.sb.Reserve(uint64(n))
+			c.enqueueDataLocked(p[:n], at, 0, first)
 			first = false
 			p = p[n:]
 		}
@@ -137,10 +135,10 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Unlock()
 			return total, c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if zc := c.zc; zc != nil && zc.bounce.pending() {
+		if zc := c.zc; zc != nil && zc.bounce.Pending() {
 			c.mu.Unlock()
-			n, err := w.Write(zc.bounce.unread())
-			zc.bounce.consumed(n)
+			n, err := w.Write(zc.bounce.Unread())
+			zc.bounce.Consumed(n)
 			c.read(n) // stats.go: each hand-over counts as a Read
 			total += int64(n)
 			if err != nil {
@@ -156,7 +154,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Lock()
 			c.rx.Consume(n)
 			if n > 0 {
-				c.stats.readLocked(n)
+				c.stats.ReadLocked(n)
 			}
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
@@ -174,11 +172,11 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			if err != nil {
 				return total, c.opErr("read", err)
 			}
-			dst := bounce.space(left)
-			if err := c.readRemote(bounce.blk.mr, dst, addr, key); err != nil {
+			dst := bounce.Space(left)
+			if err := c.readRemote(bounce.MR(), dst, addr, key); err != nil {
 				return total, err
 			}
-			bounce.landed(0, len(dst)) // reader-owned (rmu)
+			bounce.Landed(0, len(dst)) // reader-owned (rmu)
 			continue
 		}
 		if c.rx.FinRcvd {

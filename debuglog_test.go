@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/debuglog"
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs/soft"
 	"github.com/stretchr/testify/assert"
@@ -41,12 +42,17 @@ func (s *syncBuffer) String() string {
 func captureDebug(t *testing.T, level, subsys string) *syncBuffer {
 	var out syncBuffer
 	SetDebugLogger(slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: LevelTrace})))
-	setDebug(level, subsys)
+	debuglog.Set(level, subsys)
 	t.Cleanup(func() {
-		setDebug("", "")
+		debuglog.Set("", "")
 		SetDebugLogger(nil)
 	})
 	return &out
+}
+
+// The public LevelTrace is the level the logs use.
+func TestDebugLevelTraceIsTheLogs(t *testing.T) {
+	assert.Equal(t, debuglog.LevelTrace, LevelTrace)
 }
 
 func TestDebugLevels(t *testing.T) {
@@ -56,19 +62,19 @@ func TestDebugLevels(t *testing.T) {
 		at            slog.Level
 		on            bool
 	}{
-		{"", "", subDial, slog.LevelWarn, false},
-		{"WARN", "", subDial, slog.LevelWarn, true},
-		{"WARN", "", subDial, slog.LevelInfo, false},
-		{"INFO", "dial,shm", subShm, slog.LevelInfo, true},
-		{"INFO", "dial,shm", subRing, slog.LevelWarn, false},
-		{"INFO", "^ring", subRing, slog.LevelWarn, false},
-		{"INFO", "^ring", subConn, slog.LevelWarn, true},
-		{"trace", "ALL", subRing, LevelTrace, true},
+		{"", "", debuglog.Dial, slog.LevelWarn, false},
+		{"WARN", "", debuglog.Dial, slog.LevelWarn, true},
+		{"WARN", "", debuglog.Dial, slog.LevelInfo, false},
+		{"INFO", "dial,shm", debuglog.Shm, slog.LevelInfo, true},
+		{"INFO", "dial,shm", debuglog.Ring, slog.LevelWarn, false},
+		{"INFO", "^ring", debuglog.Ring, slog.LevelWarn, false},
+		{"INFO", "^ring", debuglog.Conn, slog.LevelWarn, true},
+		{"trace", "ALL", debuglog.Ring, LevelTrace, true},
 	} {
-		setDebug(c.level, c.subsys)
-		assert.Equal(t, c.on, debugOn(c.sub, c.at), "%+v", c)
+		debuglog.Set(c.level, c.subsys)
+		assert.Equal(t, c.on, debuglog.On(c.sub, c.at), "%+v", c)
 	}
-	setDebug("", "")
+	debuglog.Set("", "")
 }
 
 // A forced fallback (auto, a provider of its own in rdmacore's place,
@@ -164,30 +170,30 @@ func init() {
 // on stderr, once however often it is read, and leaves the logs off.
 func TestDebugNumericLevelsAndUnknownValues(t *testing.T) {
 	var warned syncBuffer
-	prev := settingOut
-	settingOut = &warned
+	prev := debuglog.SettingOut
+	debuglog.SettingOut = &warned
 	t.Cleanup(func() {
-		settingOut = prev
-		setDebug("", "")
+		debuglog.SettingOut = prev
+		debuglog.Set("", "")
 	})
 	for _, c := range []struct {
 		level string
 		at    slog.Level
 	}{{"1", slog.LevelWarn}, {"2", slog.LevelInfo}, {"3", LevelTrace}, {" 2 ", slog.LevelInfo}} {
-		setDebug(c.level, "")
-		assert.True(t, debugOn(subConn, c.at), "RDMA_DEBUG=%q logs level %v", c.level, c.at)
-		assert.False(t, debugOn(subConn, c.at-1), "RDMA_DEBUG=%q does not log below %v", c.level, c.at)
+		debuglog.Set(c.level, "")
+		assert.True(t, debuglog.On(debuglog.Conn, c.at), "RDMA_DEBUG=%q logs level %v", c.level, c.at)
+		assert.False(t, debuglog.On(debuglog.Conn, c.at-1), "RDMA_DEBUG=%q does not log below %v", c.level, c.at)
 	}
 	for _, off := range []string{"", "0", "off"} {
-		setDebug(off, "")
-		assert.False(t, debugOn(subConn, slog.LevelError), "RDMA_DEBUG=%q is off", off)
+		debuglog.Set(off, "")
+		assert.False(t, debuglog.On(debuglog.Conn, slog.LevelError), "RDMA_DEBUG=%q is off", off)
 	}
 	assert.Empty(t, warned.String(), "known values are not warned about")
 
 	for range 3 {
-		setDebug("verbose", "dial,rings")
+		debuglog.Set("verbose", "dial,rings")
 	}
-	assert.False(t, debugOn(subConn, slog.LevelError), "an unknown level leaves the logs off")
+	assert.False(t, debuglog.On(debuglog.Conn, slog.LevelError), "an unknown level leaves the logs off")
 	out := warned.String()
 	assert.Equal(t, 1, strings.Count(out, `RDMA_DEBUG="verbose" is not a level`), out)
 	assert.Equal(t, 1, strings.Count(out, `RDMA_DEBUG_SUBSYS: "rings" is not a subsystem`), out)

@@ -2,8 +2,8 @@ package rdma
 
 import (
 	"os"
-	"runtime"
 
+	"github.com/rdmanet/rdma/internal/regmem"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -225,8 +225,8 @@ func (e *endpoint) release(unacked int) {
 		e.mem.Free()
 	}
 	if e.grow != nil {
-		freeMemory(e.grow.ringMem)
-		freeMemory(e.grow.sendMem)
+		regmem.Free(e.grow.ringMem)
+		regmem.Free(e.grow.sendMem)
 		e.grow = nil
 	}
 }
@@ -244,45 +244,12 @@ var recvWRs = func() (w [recvBatch]verbs.RecvWR) {
 	return w
 }()
 
-// postRecvs posts n receive WRs.
-func (c *Conn) postRecvs(n int) error {
-	for n > 0 {
-		k := min(n, recvBatch)
-		if err := c.qp.PostRecv(recvWRs[:k]); err != nil {
-			return err
-		}
-		n -= k
-	}
-	return nil
-}
-
 // ackTimeoutExp is the QP's transport timeout exponent, set with
 // rdma_set_option before Connect and Accept (an RTS QP refuses it): a peer
 // that stops answering is declared dead within a few seconds, 4.096 us *
 // 2^16 = 268 ms per try, 8 tries with the connection parameters' retry
 // count of 7, instead of rdma_cm's default (2^20: 4.3 s per try, 34 s).
 const ackTimeoutExp = 16
-
-// releaseVerbs destroys the connection's verbs objects once no post or
-// poll is in flight; none is started afterwards.
-func (c *Conn) releaseVerbs() {
-	c.mu.Lock()
-	c.torn = true
-	// A post in flight, or a poll (the keepalive's), must finish before
-	// the QP and CQ go; a registration, before the protection domain.
-	for c.sq.submitting || c.poll.held || c.registering > 0 {
-		c.mu.Unlock()
-		runtime.Gosched()
-		c.mu.Lock()
-	}
-	c.mu.Unlock()
-	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
-	c.endpoint.release(c.poll.unacked)
-	c.poll.unacked = 0
-	for _, b := range held {
-		b.release()
-	}
-}
 
 // maxRdAtom bounds the RDMA READs a connection has in flight, each way
 // (the device may grant fewer).

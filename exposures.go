@@ -9,88 +9,8 @@ import (
 )
 
 // Exposures: the ranges of Buffers a connection exposed to its peer
-// (Expose), each registered on the connection's protection domain for the
-// peer's access and named by a number its Desc carries, until Unexpose,
-// the Buffer's Free (or its BufferPool.Put) or the connection's release.
-
-// exposure is a range of a Buffer exposed to the peer.
-type exposure struct {
-	buf *Buffer
-	mr  verbs.MR
-}
-
-// exposureTable is a connection's live exposures by number, and the last
-// number given. The connection's mu guards it.
-type exposureTable struct {
-	byID map[uint32]exposure
-	last uint32
-}
-
-// add records b's range registered as mr and returns its number: never 0,
-// unique among the live exposures. A number is reused only after it wrapped
-// around; a stale Desc that names it is told apart by its rkey, address
-// and length (take).
-func (t *exposureTable) add(b *Buffer, mr verbs.MR) uint32 {
-	if t.byID == nil {
-		t.byID = map[uint32]exposure{}
-	}
-	for {
-		t.last++
-		if _, used := t.byID[t.last]; !used && t.last != 0 {
-			break
-		}
-	}
-	t.byID[t.last] = exposure{buf: b, mr: mr}
-	return t.last
-}
-
-// take removes and returns the live exposure d describes, which must match
-// it in number, rkey, address and length; false (and nothing removed) for
-// any other Desc. The caller deregisters it.
-func (t *exposureTable) take(d onesided.Desc) (exposure, bool) {
-	e := t.byID[d.ID]
-	if e.mr == nil || e.mr.RKey() != d.RKey || e.mr.Addr() != d.Addr || uint64(e.mr.Len()) != d.Len {
-		return exposure{}, false
-	}
-	delete(t.byID, d.ID)
-	return e, true
-}
-
-// endFor ends every exposure of b: once it returns, the dereg fence makes
-// sure no access of the peer's touches b's memory.
-func (t *exposureTable) endFor(b *Buffer) {
-	for id, e := range t.byID {
-		if e.buf == b {
-			delete(t.byID, id)
-			e.mr.Dereg()
-		}
-	}
-}
-
-// holds reports whether b has a live exposure.
-func (t *exposureTable) holds(b *Buffer) bool {
-	for _, e := range t.byID {
-		if e.buf == b {
-			return true
-		}
-	}
-	return false
-}
-
-// live is the number of live exposures (Stats.Exposed).
-func (t *exposureTable) live() int { return len(t.byID) }
-
-// release ends every exposure: deregisters them all, then calls forget for
-// each one's Buffer. The table is empty afterwards.
-func (t *exposureTable) release(forget func(*Buffer)) {
-	for _, e := range t.byID {
-		e.mr.Dereg()
-	}
-	for _, e := range t.byID {
-		forget(e.buf)
-	}
-	t.byID = nil
-}
+// (internal/onesided's Exposures), until Unexpose, the Buffer's Free (or
+// its BufferPool.Put) or the connection's release.
 
 // Expose registers n bytes of b at offset off on the connection for the
 // peer to access (access: AccessRead, AccessWrite or both) and returns
@@ -120,14 +40,14 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 	}
 	var id uint32
 	mr, err := c.regMR(b, b.buf[off:off+n], va, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
-		id = zc.exposures.add(b, mr)
+		id = zc.exposures.Add(b, mr)
 		return mr
 	})
 	if err != nil {
 		return d, c.opErr(op, err)
 	}
 	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
-	c.stats.exposures.Add(1)
+	c.stats.Exposures.Add(1)
 	return d, nil
 }
 
@@ -149,10 +69,10 @@ func (c *Conn) Unexpose(d Desc) error {
 	// progress, never by the peer.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var e exposure
+	var e onesided.Exposure[*Buffer]
 	ok := false
 	if c.zc != nil {
-		e, ok = c.zc.exposures.take(pd)
+		e, ok = c.zc.exposures.Take(pd)
 	}
 	if !ok {
 		if c.closed || c.torn {
@@ -160,9 +80,9 @@ func (c *Conn) Unexpose(d Desc) error {
 		}
 		return c.opErr(op, fmt.Errorf("%w: not a live exposure of this connection", ErrBadDesc))
 	}
-	if err := e.mr.Dereg(); err != nil {
+	if err := e.MR.Dereg(); err != nil {
 		return c.opErr(op, err)
 	}
-	c.zc.forgetIfUnused(e.buf, c)
+	c.zc.forgetIfUnused(e.Buf, c)
 	return nil
 }

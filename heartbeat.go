@@ -22,7 +22,7 @@ import (
 // the hello (the Heartbeat field), unless a Read or Write of the peer
 // holds the poll role, and then that one applies them at once.
 
-// watch is rdma.Conn's side of its watch (keepalive.go: cmLoop or a
+// watch is rdma.Conn's side of its watch (internal/cmwatch: cmLoop or a
 // timer), with the timing of its ticks.
 type watch struct {
 	c       *Conn
@@ -71,7 +71,7 @@ func (c *Conn) newWatch(now time.Time) *watch {
 // the peer's silence looks like is this side's own. The heartbeat's watch
 // starts again from it (stream.Liveness), and the keepalive's probe waits
 // a KeepAlive more: neither charges the pause to the peer.
-func (w *watch) tick(now time.Time) time.Time {
+func (w *watch) Tick(now time.Time) time.Time {
 	c := w.c
 	late := !w.next.IsZero() && now.Sub(w.next) > w.period
 	c.trimIdle(&w.moved)
@@ -95,12 +95,12 @@ func (w *watch) tick(now time.Time) time.Time {
 		}
 		w.probeAt = now.Add(c.cfg.KeepAlive)
 	}
-	c.observeStats(now) // stats.go
+	c.observeStats(now) // conn.go
 	w.next = now.Add(w.period)
 	return w.next
 }
 
-func (w *watch) onEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
+func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 
 // heartbeat is a tick of the peer's watch: ping a silent peer, fail the
 // connection when the peer has been silent for PeerTimeout.
@@ -121,7 +121,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
 			l.Pinged()
-			c.stats.pingsSent++
+			c.stats.PingsSent++
 		}
 	case stream.Unresponsive:
 		c.failLocked(unresponsiveError(l.Timeout))
@@ -138,7 +138,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 func (c *Conn) pongLocked() {
 	if c.err == nil && !c.torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
-		c.stats.pongsSent++
+		c.stats.PongsSent++
 	}
 }
 

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/provider"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
@@ -21,11 +21,6 @@ import (
 // auto tries rdmacore first and falls back to soft when the peer does not
 // answer over the RDMA connection manager. The two port spaces are separate
 // on InfiniBand and RoCE, so the same port number is free in both.
-
-// hardwareProvider is the provider auto prefers when it has a device with an
-// active port. A variable so that tests can put a provider of their own,
-// with a port space of its own, in its place.
-var hardwareProvider = ProviderRDMACore
 
 // listenSide is one provider's listening CM ID and the channel of its events.
 type listenSide struct {
@@ -107,17 +102,6 @@ var (
 	errRefusedNoRes = &connError{"the listener could not set up the connection", syscall.ECONNREFUSED}
 )
 
-// autoProvider reports whether the Config.Provider value (after the
-// environment) leaves the choice to auto.
-func autoProvider(name string) bool {
-	if name == "" {
-		name = envProvider()
-	}
-	return name == "" || name == ProviderAuto
-}
-
-func envProvider() string { return os.Getenv(ProviderEnv) }
-
 // FallbackError is what Conn.Fallback returns: why a dial whose provider is
 // auto, on a host with an RDMA device, is carried by soft.
 type FallbackError struct {
@@ -141,7 +125,7 @@ func (e *FallbackError) Unwrap() error { return e.Err }
 // side too is forgotten.
 func connectWithFallback[C wireConn](ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, cfg Config, connect connectFunc[C]) (C, error) {
 	var none C
-	if prov.Name() == ProviderSoft || !autoProvider(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
+	if prov.Name() == ProviderSoft || !provider.IsAuto(cfg.Provider) || cfg.RDMAConnectTimeout < 0 {
 		return connect(ctx, prov, src, dst, cfg)
 	}
 	soft, err := verbs.Lookup(ProviderSoft)
@@ -237,8 +221,3 @@ type wireConn interface {
 	setFallback(fb error) // stats.go
 	Close() error
 }
-
-func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
-
-// peerTakesRDMACM is false: rsocket's connection data has no such flag.
-func (c *RsocketConn) peerTakesRDMACM() bool { return false }

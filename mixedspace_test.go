@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/provider"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -82,18 +83,18 @@ func useSpaceProvider(t *testing.T) *spaceProvider {
 	space.deadAddr = dead.Addr().(*net.TCPAddr)
 	dead.Close()
 
-	prev := hardwareProvider
-	hardwareProvider = spaceName
+	prev := provider.Hardware
+	provider.Hardware = spaceName
 	t.Setenv(ProviderEnv, "") // auto, whatever the environment says
 	t.Cleanup(func() {
-		hardwareProvider = prev
+		provider.Hardware = prev
 		silent.Close()
 		<-done
 		for _, c := range held {
 			c.Close()
 		}
 	})
-	require.True(t, hasActiveDevice(space), "the soft device behind %s has no active port", spaceName)
+	require.True(t, provider.HasActiveDevice(space), "the soft device behind %s has no active port", spaceName)
 	return space
 }
 

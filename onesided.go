@@ -5,18 +5,18 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/verbs"
 )
 
 // One-sided operations (Conn.WriteRemote and ReadRemote, and through them
 // package capi's rdma_write and rdma_read) share the connection's queue
 // pair with the byte stream: an RDMA WRITE or READ is one more WR in the
-// send queue, signaled, with a remoteOp in its slot that the completion
+// send queue, signaled, with a sendq.Op in its slot that the completion
 // fills in; memory is registered on the connection's protection domain. A
 // write with notification is an RDMA WRITE WITH
 // IMMEDIATE into the peer's exposed memory whose immediate is a stream
@@ -29,26 +29,6 @@ import (
 // refuses fails the WR with a remote access error, and, as on any RDMA
 // device, moves both queue pairs to the error state: the connection fails
 // on both sides.
-
-// remoteOp is a one-sided operation waiting for its completion.
-type remoteOp struct {
-	done   bool
-	status verbs.WCStatus
-}
-
-// remoteOps recycles remoteOps, so that an operation allocates nothing.
-var remoteOps = sync.Pool{New: func() any { return new(remoteOp) }}
-
-// newRemoteOp is a remoteOp not done, from the pool.
-func newRemoteOp() *remoteOp {
-	r := remoteOps.Get().(*remoteOp)
-	*r = remoteOp{}
-	return r
-}
-
-// recycle gives r back to the pool, once done: nothing fills it in any
-// more.
-func (r *remoteOp) recycle() { remoteOps.Put(r) }
 
 var (
 	errNotifyOverflow = protoError("notification beyond the receive credit")
@@ -87,7 +67,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		// credit until the peer's program takes it, also keeps one for the
 		// heartbeat's ping, so that a peer that takes none for a while is
 		// not found unresponsive.
-		if c.sq.hasRoom() && (!credit || c.canSendNotify()) {
+		if c.sq.HasRoom() && (!credit || c.canSendNotify()) {
 			break
 		}
 		c.mu.Unlock()
@@ -116,8 +96,8 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		}
 		c.await(c.sndReady, wait, false)
 	}
-	r := newRemoteOp()
-	c.sq.ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
+	r := sendq.NewOp()
+	c.sq.Ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
 	if credit {
 		c.tx.Spend()
 	}
@@ -126,7 +106,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
 		if hold != nil && !c.torn && hold.acquire() == nil {
-			c.zeroCopyLocked().regs.hold(hold)
+			c.zeroCopyLocked().regs.Hold(hold)
 		}
 	})
 	if err != nil {
@@ -140,11 +120,11 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 // first (perhaps no completion will come), it returns that error after
 // running failedLocked (nil: nothing) under mu; r then stays out of the
 // pool, as a late completion may still fill it in.
-func (c *Conn) awaitOp(r *remoteOp, failedLocked func()) (verbs.WCStatus, error) {
+func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error) {
 	for {
 		c.mu.Lock()
-		if r.done {
-			st := r.status
+		if r.Done {
+			st := r.Status
 			// One poke of sndReady stands for a whole batch of
 			// completions, and several operations may wait on it: pass
 			// it on, so that the next waiter looks at its own.
@@ -152,7 +132,7 @@ func (c *Conn) awaitOp(r *remoteOp, failedLocked func()) (verbs.WCStatus, error)
 				poke(c.sndReady)
 			}
 			c.mu.Unlock()
-			r.recycle()
+			r.Recycle()
 			return st, nil
 		}
 		if err := c.remoteErrLocked(); err != nil {

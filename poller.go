@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -80,7 +81,7 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 	}
 	select {
 	case <-ready:
-		r.f.waitedLocked(dl, began, waitHanded)
+		r.f.waitedLocked(dl, began, connstats.WaitHanded)
 		// What the caller waits for may have come since it looked: another
 		// holder applied completions meanwhile (and poked ready, under mu).
 		// Without this look, the caller could take the role with the CQ
@@ -106,7 +107,7 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 		}
 		r.f.mu.Lock()
 		r.p.waiters--
-		r.f.waitedLocked(dl, began, waitHanded)
+		r.f.waitedLocked(dl, began, connstats.WaitHanded)
 		r.f.mu.Unlock()
 		return
 	}
@@ -119,7 +120,7 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 	r.f.waitedLocked(dl, began, r.p.pollKind(sleeps, caught))
 	// The role's counts, which only its holder touches, for Stats.
 	st := r.f.stats
-	st.spins, st.caught, st.sleeps = r.p.spins, r.p.caught, r.p.sleeps
+	st.Spins, st.Caught, st.Sleeps = r.p.spins, r.p.caught, r.p.sleeps
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:

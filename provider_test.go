@@ -11,8 +11,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/provider"
 	"github.com/rdmanet/rdma/verbs"
 )
+
+// The public Provider names and ProviderEnv are the ones the choice reads.
+func TestProviderNamesAreTheChoices(t *testing.T) {
+	assert.Equal(t, provider.Env, ProviderEnv)
+	assert.Equal(t, []string{provider.Soft, provider.RDMACore, provider.Auto}, []string{ProviderSoft, ProviderRDMACore, ProviderAuto})
+}
 
 func TestProviderChoice(t *testing.T) {
 	t.Setenv(ProviderEnv, "soft")

@@ -1,18 +1,16 @@
 package rdma
 
+import "github.com/rdmanet/rdma/internal/sendq"
+
 // A Conn's per-WR arrays follow its traffic: a server holds thousands of
 // idle connections, so the send queue's slots (the WRs, their SGEs, the
 // send buffer offsets and one-sided operations they complete) start at
-// sendStartSlots and double when they fill, up to the endpoint's slots
-// (SendDepth+2); the notification ring is made on the first notification
-// and doubles up to RecvDepth. Growth allocates; a connection that has
-// carried its peak load sends and receives without allocating. One that
-// then goes quiet gives the memory back (trimIdle), so that what idle
-// connections hold does not creep up to what busy ones need.
-const (
-	sendStartSlots  = 8
-	notesStartSlots = 4
-)
+// sendq.StartSlots and double when they fill, up to the endpoint's slots
+// (SendDepth+2); the notification ring (onesided.NoteQueue) is made on the
+// first notification and doubles up to RecvDepth. Growth allocates; a
+// connection that has carried its peak load sends and receives without
+// allocating. One that then goes quiet gives the memory back (trimIdle), so
+// that what idle connections hold does not creep up to what busy ones need.
 
 // trimIdle runs at each tick of the connection's watch (heartbeat.go):
 // when no stream data moved either way since the previous tick (moved
@@ -24,7 +22,7 @@ func (c *Conn) trimIdle(moved *uint64) {
 	m := c.tx.Tail + c.rx.Tail
 	idle := m == *moved
 	*moved = m
-	grown := len(c.sq.wrs) > sendStartSlots || c.notes.idle()
+	grown := len(c.sq.WRs) > sendq.StartSlots || c.notes.Idle()
 	c.mu.Unlock()
 	if !idle || !grown {
 		return
@@ -35,8 +33,8 @@ func (c *Conn) trimIdle(moved *uint64) {
 	if c.torn || c.tx.Tail+c.rx.Tail != m {
 		return
 	}
-	if c.sq.trim() {
-		c.stats.trims++
+	if c.sq.Trim() {
+		c.stats.Trims++
 	}
-	c.notes.trim()
+	c.notes.Trim()
 }

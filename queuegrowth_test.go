@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
@@ -20,10 +21,10 @@ import (
 func sendSlots(t *testing.T, c *Conn) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := len(c.sq.wrs)
-	require.Len(t, c.sq.sges, n)
-	require.Len(t, c.sq.ends, n)
-	require.Len(t, c.sq.ops, n)
+	n := len(c.sq.WRs)
+	require.Len(t, c.sq.SGEs, n)
+	require.Len(t, c.sq.Ends, n)
+	require.Len(t, c.sq.Ops, n)
 	return n
 }
 
@@ -60,10 +61,10 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		_, err = io.ReadFull(s, make([]byte, 1))
 		require.NoError(t, err)
 		for _, e := range []*Conn{c, s} {
-			assert.Equal(t, sendStartSlots, sendSlots(t, e), "an idle conn's send slots")
-			assert.Greater(t, e.slots, 4*sendStartSlots, "the default depth is far above what idle holds")
+			assert.Equal(t, sendq.StartSlots, sendSlots(t, e), "an idle conn's send slots")
+			assert.Greater(t, e.slots, 4*sendq.StartSlots, "the default depth is far above what idle holds")
 			e.mu.Lock()
-			assert.Nil(t, e.notes.ring, "no notification ring before a notification")
+			assert.Zero(t, e.notes.Slots(), "no notification ring before a notification")
 			e.mu.Unlock()
 		}
 		noSenders(t, "an idle conn's QP has no sender goroutine")
@@ -98,7 +99,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			}
 		}
 		n := sendSlots(t, c)
-		assert.Greater(t, n, sendStartSlots, "the burst grew the send queue")
+		assert.Greater(t, n, sendq.StartSlots, "the burst grew the send queue")
 		assert.LessOrEqual(t, n, c.slots, "no further than the endpoint's slots")
 		noSenders(t, "the senders end once the burst is written")
 
@@ -129,62 +130,13 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 			c.trimIdle(&moved)
 			c.mu.Lock()
 			defer c.mu.Unlock()
-			return len(c.sq.wrs) == sendStartSlots && len(c.sq.ends) == sendStartSlots
+			return len(c.sq.WRs) == sendq.StartSlots && len(c.sq.Ends) == sendq.StartSlots
 		}, 10*time.Second, 5*time.Millisecond, "a quiet conn trims its send queue")
 		for range 100 {
 			round() // and grows again as traffic needs
 		}
-		assert.Greater(t, sendSlots(t, c), sendStartSlots, "unsignaled sends held by the queue again")
+		assert.Greater(t, sendSlots(t, c), sendq.StartSlots, "unsignaled sends held by the queue again")
 	})
-}
-
-// The notification ring is made on the first notification and grows to
-// RecvDepth as notifications are held, keeping them in order; one more
-// than RecvDepth is refused.
-func TestNotificationRingGrows(t *testing.T) {
-	const recvWRs = 20
-	var q noteQueue
-	assert.Nil(t, q.ring, "no ring before the first notification")
-	for i := range recvWRs + 2 {
-		require.True(t, q.push(notification{value: uint32(i)}, recvWRs), "room for notification %d", i)
-		if i == 0 {
-			assert.Len(t, q.ring, notesStartSlots)
-		}
-		if i == 2 {
-			// Two taken: the ring wraps before it grows.
-			for want := range uint32(2) {
-				nt, ok := q.pop()
-				require.True(t, ok)
-				assert.Equal(t, want, nt.value)
-			}
-		}
-	}
-	assert.Len(t, q.ring, recvWRs, "grown to RecvDepth, no further")
-	assert.Equal(t, recvWRs, q.len())
-	assert.False(t, q.push(notification{value: 99}, recvWRs), "RecvDepth notifications held: no more")
-	assert.Equal(t, recvWRs, q.len(), "a refused one is not held")
-	for i := range recvWRs {
-		nt, ok := q.pop()
-		require.True(t, ok)
-		assert.Equal(t, uint32(i+2), nt.value, "in arrival order")
-	}
-	_, ok := q.pop()
-	assert.False(t, ok, "none left")
-	require.True(t, q.idle())
-	q.trim()
-	assert.Nil(t, q.ring, "an empty ring is given back")
-	assert.False(t, q.idle())
-}
-
-// A ring that holds notifications is kept by trim.
-func TestNotificationRingTrimKeepsHeld(t *testing.T) {
-	var q noteQueue
-	require.True(t, q.push(notification{value: 7, n: 3}, 4))
-	assert.False(t, q.idle())
-	q.trim()
-	nt, ok := q.pop()
-	require.True(t, ok)
-	assert.Equal(t, notification{value: 7, n: 3}, nt)
 }
 
 // idleHeapLimit bounds the Go heap an idle endpoint (a connection has two)

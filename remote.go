@@ -130,7 +130,7 @@ func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte)
 // oneSided checks a one-sided operation locally and performs it; ctx bounds
 // its wait to be posted, besides the connection's deadline.
 func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
-	defer c.stats.remoteDone(opcode, len(p), &err)
+	defer c.stats.RemoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
 		return c.opErr(op, err)
@@ -190,7 +190,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
 		c.mu.Lock()
-		if n, ok := c.notes.pop(); ok {
+		if n, ok := c.notes.Pop(); ok {
 			// Its receive WR is credited now that it is taken: at once if
 			// it was reposted, else with its repost batch.
 			if c.repostHeld > 0 {
@@ -199,7 +199,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				c.rx.Owed++
 			}
 			c.creditLocked(false)
-			c.stats.notesRecv.Add(1)
+			c.stats.NotesRecv.Add(1)
 			// A poke of rcvReady may stand for several notifications,
 			// and other callers (a Read, another WaitNotify) may wait
 			// on it: pass it on.
@@ -207,7 +207,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				poke(c.rcvReady)
 			}
 			c.unlockSubmit()
-			return n.value, int(n.n), nil
+			return n.Value, int(n.N), nil
 		}
 		err := c.remoteErrLocked()
 		switch {

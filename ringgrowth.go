@@ -1,8 +1,7 @@
 package rdma
 
 import (
-	"os"
-
+	"github.com/rdmanet/rdma/internal/regmem"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -47,40 +46,19 @@ type growth struct {
 	// The current ring's and send buffer's own blocks (nil: still the
 	// endpoint's first block).
 	ringMem, sendMem *verbs.Memory
-	next             block // the ring offered to the peer, not yet written to
-	prev             block // the ring the peer moved on from, until read
+	next             regmem.Block // the ring offered to the peer, not yet written to
+	prev             regmem.Block // the ring the peer moved on from, until read
 	// The send buffer before the current one, until the send WRs posted
 	// before prevSendSeq completed.
-	prevSend    block
+	prevSend    regmem.Block
 	prevSendSeq uint64
 	failed      bool // a block could not be had: no more tries
 }
 
-// block is a ring's or send buffer's memory and its registration.
-type block struct {
-	mem *verbs.Memory // nil: inside the endpoint's first block
-	mr  verbs.MR
-	buf []byte // the ring (its mailbox up to cap) or the send buffer
-}
-
-func (b *block) release() {
-	if b.mr != nil {
-		b.mr.Dereg()
-	}
-	freeMemory(b.mem)
-	*b = block{}
-}
-
 func (g *growth) release() {
-	g.next.release()
-	g.prev.release()
-	g.prevSend.release()
-}
-
-func freeMemory(m *verbs.Memory) {
-	if m != nil {
-		m.Free()
-	}
+	g.next.Release()
+	g.prev.Release()
+	g.prevSend.Release()
 }
 
 // growthLocked is the connection's growth state, made on the first use.
@@ -89,28 +67,6 @@ func (c *Conn) growthLocked() *growth {
 		c.grow = new(growth)
 	}
 	return c.grow
-}
-
-// newBlock allocates and registers size bytes, plus extra after them
-// (inside the registration, outside buf's length). The bytes start half a
-// page into the block, as the first block's ring and send positions do
-// (endpoint.go): a ring or send buffer at a page boundary would put a
-// stream's copies (Write into the send buffer, Read out of the ring) at the
-// same offset in a page as the caller's page-aligned buffer, where a copy's
-// loads and stores alias (64 KiB streams ran 5% slower).
-func (c *Conn) newBlock(size, extra int, access verbs.Access) (block, error) {
-	half := os.Getpagesize() / 2
-	mem, err := verbs.AllocMemory(half + size + extra)
-	if err != nil {
-		return block{}, err
-	}
-	all := mem.Bytes()[half : half+size+extra : half+size+extra]
-	mr, err := c.pd.RegMR(all, access)
-	if err != nil {
-		mem.Free()
-		return block{}, err
-	}
-	return block{mem: mem, mr: mr, buf: all[:size]}, nil
 }
 
 // mailbox is where the peer writes its ring offers: after our current ring.
@@ -132,21 +88,21 @@ func (c *Conn) offerRingLocked() {
 	// peer learns of that move from that write, so an offer queued before
 	// it would land in a mailbox the peer does not look in yet. The next
 	// data that arrives tries again.
-	if !c.rx.CanOffer(log) || c.sq.reserved > 0 || !c.canSendData() ||
+	if !c.rx.CanOffer(log) || c.sq.Reserved > 0 || !c.canSendData() ||
 		c.grow != nil && c.grow.failed {
 		return
 	}
 	g := c.growthLocked()
-	b, err := c.newBlock(c.cfg.RingSize, stream.MailboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	b, err := regmem.New(c.pd, c.cfg.RingSize, stream.MailboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		g.failed = true
 		return
 	}
 	// The offer is sent from the new ring's own mailbox: the peer writes
 	// there only after it has taken the offer, which it read from there.
-	msg := b.buf[len(b.buf):cap(b.buf)][:stream.RingMsgLen]
-	stream.RingMsg{Addr: b.mr.Addr(), Key: b.mr.RKey(), Log: log}.Marshal(msg)
-	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRing), b.mr, msg, c.tx.Addr+c.tx.Size, c.tx.RKey, 0, false)
+	msg := b.Buf[len(b.Buf):cap(b.Buf)][:stream.RingMsgLen]
+	stream.RingMsg{Addr: b.MR.Addr(), Key: b.MR.RKey(), Log: log}.Marshal(msg)
+	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRing), b.MR, msg, c.tx.Addr+c.tx.Size, c.tx.RKey, 0, false)
 	c.tx.Spend()
 	c.rx.Offer(log)
 	g.next = b
@@ -157,11 +113,11 @@ func (c *Conn) offerRingLocked() {
 // its end (Read) before it goes.
 func (c *Conn) ringMovedLocked() {
 	g := c.grow
-	g.prev = block{mem: g.ringMem, mr: c.ringMR, buf: c.ring}
-	g.ringMem, c.ringMR, c.ring = g.next.mem, g.next.mr, g.next.buf
-	g.next = block{}
-	c.stats.ringGrowths++
-	c.logGrowth("receive ring", len(g.prev.buf), len(c.ring))
+	g.prev = regmem.Block{Mem: g.ringMem, MR: c.ringMR, Buf: c.ring}
+	g.ringMem, c.ringMR, c.ring = g.next.Mem, g.next.MR, g.next.Buf
+	g.next = regmem.Block{}
+	c.stats.RingGrowths++
+	c.logGrowth("receive ring", len(g.prev.Buf), len(c.ring))
 	// A reader that had read everything is not in the old ring (one
 	// copying from it has not consumed what it copies, so it is InPrev).
 	c.leftPrevRingLocked()
@@ -173,7 +129,7 @@ func (c *Conn) ringMovedLocked() {
 func (c *Conn) readRingLocked() (ring []byte, off, n uint64) {
 	off, n, prev := c.rx.Readable()
 	if prev {
-		return c.grow.prev.buf, off, n
+		return c.grow.prev.Buf, off, n
 	}
 	return c.ring, off, n
 }
@@ -192,8 +148,8 @@ func (c *Conn) leftPrevRingLocked() {
 //
 //go:noinline
 func (g *growth) leftPrev(rx *stream.Recv) {
-	if g.prev.buf != nil && !rx.InPrev() {
-		g.prev.release()
+	if g.prev.Buf != nil && !rx.InPrev() {
+		g.prev.Release()
 	}
 }
 
@@ -202,21 +158,21 @@ func (g *growth) leftPrev(rx *stream.Recv) {
 // stay where they are, and new ones start at the new buffer's start. It
 // says whether it did.
 func (c *Conn) growSendLocked() bool {
-	if len(c.sb.buf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.mr != nil) {
+	if len(c.sb.Buf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.MR != nil) {
 		return false
 	}
 	g := c.growthLocked()
-	b, err := c.newBlock(c.cfg.SendBufferSize, 0, verbs.AccessLocalWrite)
+	b, err := regmem.New(c.pd, c.cfg.SendBufferSize, 0, verbs.AccessLocalWrite)
 	if err != nil {
 		g.failed = true
 		return false
 	}
-	g.prevSend, g.prevSendSeq = block{mem: g.sendMem, mr: c.sendMR, buf: c.sb.buf}, c.sq.posted
-	g.sendMem, c.sendMR = b.mem, b.mr
-	c.sb.moveTo(b.buf)
+	g.prevSend, g.prevSendSeq = regmem.Block{Mem: g.sendMem, MR: c.sendMR, Buf: c.sb.Buf}, c.sq.Posted
+	g.sendMem, c.sendMR = b.Mem, b.MR
+	c.sb.MoveTo(b.Buf)
 	c.setChunkLocked()
-	c.stats.sendGrowths++
-	c.logGrowth("send buffer", len(g.prevSend.buf), len(c.sb.buf))
+	c.stats.SendGrowths++
+	c.logGrowth("send buffer", len(g.prevSend.Buf), len(c.sb.Buf))
 	return true
 }
 
@@ -224,7 +180,7 @@ func (c *Conn) growSendLocked() bool {
 // every send WR posted from it has completed.
 func (c *Conn) retireSendLocked() {
 	if c.grow != nil { // inlined, as leftPrevRingLocked
-		c.grow.retireSend(c.sq.done)
+		c.grow.retireSend(c.sq.Done)
 	}
 }
 
@@ -232,13 +188,13 @@ func (c *Conn) retireSendLocked() {
 //
 //go:noinline
 func (g *growth) retireSend(sqDone uint64) {
-	if g.prevSend.mr != nil && sqDone >= g.prevSendSeq {
-		g.prevSend.release()
+	if g.prevSend.MR != nil && sqDone >= g.prevSendSeq {
+		g.prevSend.Release()
 	}
 }
 
 // setChunkLocked bounds a single RDMA write by a quarter of the peer's
 // ring and of the send buffer (and maxChunk), as they are now.
 func (c *Conn) setChunkLocked() {
-	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sb.buf)/4)
+	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sb.Buf)/4)
 }

@@ -17,8 +17,8 @@ import (
 func ringSizes(c *Conn) (ring, sbuf int, held bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	held = c.grow != nil && (c.grow.prev.mr != nil || c.grow.prevSend.mr != nil || c.grow.next.mr != nil)
-	return len(c.ring), len(c.sb.buf), held
+	held = c.grow != nil && (c.grow.prev.MR != nil || c.grow.prevSend.MR != nil || c.grow.next.MR != nil)
+	return len(c.ring), len(c.sb.Buf), held
 }
 
 // A connection starts small, stays small while it exchanges a few
@@ -165,13 +165,13 @@ func TestOfferWaitsForReservedWrite(t *testing.T) {
 	defer c.mu.Unlock()
 	c.rx.Tail = growAfterRings * c.rx.Size // as if the peer had streamed
 	c.rx.Head, c.rx.Credited = c.rx.Tail, c.rx.Tail
-	posted := c.sq.posted
-	c.sq.reserved++ // a Write between its reservation and its queueing
+	posted := c.sq.Posted
+	c.sq.Reserved++ // a Write between its reservation and its queueing
 	c.offerRingLocked()
 	assert.Zero(t, c.rx.Next, "no offer while a write is reserved")
-	assert.Equal(t, posted, c.sq.posted)
-	c.sq.reserved--
+	assert.Equal(t, posted, c.sq.Posted)
+	c.sq.Reserved--
 	c.offerRingLocked()
 	assert.Equal(t, uint64(defaultRingSize), c.rx.Next, "offered once the write is queued")
-	assert.Equal(t, posted+1, c.sq.posted)
+	assert.Equal(t, posted+1, c.sq.Posted)
 }

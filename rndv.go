@@ -5,6 +5,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
@@ -101,7 +102,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 			return sent, err
 		}
 		c.mu.Lock()
-		c.stats.wroteLocked(n, sent == 0)
+		c.stats.WroteLocked(n, sent == 0)
 		c.mu.Unlock()
 		sent += n
 	}
@@ -128,7 +129,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		}
 		// As a data write: one credit stays for the credit message. A
 		// bind takes a send slot more.
-		if c.canSendData() && (x.mw == nil || c.sq.used()+1 < c.sq.depth) {
+		if c.canSendData() && (x.MW == nil || c.sq.Used()+1 < c.sq.Depth) {
 			break
 		}
 		c.mu.Unlock()
@@ -144,9 +145,9 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
 	c.talkedLocked()
-	c.stats.rndvSent++
-	if x.mw != nil {
-		c.stats.rndvWindowed++
+	c.stats.RndvSent++
+	if x.MW != nil {
+		c.stats.RndvWindowed++
 	}
 	c.unlockSubmit()
 	for {
@@ -198,7 +199,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		if err != nil {
 			return 0, c.opErr("read", err)
 		}
-		mr, dst = bounce.blk.mr, bounce.space(left)
+		mr, dst = bounce.MR(), bounce.Space(left)
 	}
 	if err := c.readRemote(mr, dst, addr, key); err != nil {
 		return 0, err
@@ -207,7 +208,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		return len(dst), nil
 	}
 	n := copy(b, dst)
-	c.zc.bounce.landed(n, len(dst)) // made by bounceBuf
+	c.zc.bounce.Landed(n, len(dst)) // made by bounceBuf
 	return n, nil
 }
 
@@ -234,7 +235,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 			c.mu.Unlock()
 			return c.opErr("read", os.ErrDeadlineExceeded)
 		}
-		if c.sq.hasRoom() {
+		if c.sq.HasRoom() {
 			break
 		}
 		c.mu.Unlock()
@@ -246,8 +247,8 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	// soft's TCP path (rdmaperf -buffers, 4 MiB: 256 KiB READs 1862 MiB/s,
 	// 1 MiB READs 2021, one READ 2418; medians of 5 interleaved rounds);
 	// on rxe a single 1 MiB READ (ReadRemote) runs at 0.92x ib_read_bw.
-	r := newRemoteOp()
-	c.sq.ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
+	r := sendq.NewOp()
+	c.sq.Ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
 	// The bytes count as read now (if the READ fails, so does the
 	// connection): the done message may then go in this post, and the
 	// peer's next descriptor, which may follow the done before this READ's
@@ -260,10 +261,10 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	disconnected := false
 	for {
 		c.mu.Lock()
-		if r.done {
-			st := r.status
+		if r.Done {
+			st := r.Status
 			c.mu.Unlock()
-			r.recycle()
+			r.Recycle()
 			if st != verbs.WCSuccess {
 				return c.remoteStatus("read", st)
 			}

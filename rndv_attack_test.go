@@ -15,6 +15,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/testsupport"
+	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -286,8 +287,8 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	if windows {
 		s.mu.Lock()
-		assert.Nil(t, s.zc.window.mw, "the window is deallocated when Write returns")
-		assert.Equal(t, windowsChecked, s.zc.window.mode, "the transfer used a window")
+		assert.Nil(t, s.zc.window.MW(), "the window is deallocated when Write returns")
+		assert.Equal(t, zerocopy.WindowsChecked, s.zc.window.Mode(), "the transfer used a window")
 		s.mu.Unlock()
 	} else {
 		assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
@@ -416,8 +417,8 @@ func TestRndvWindowRevoked(t *testing.T) {
 		require.NoError(t, <-errc)
 	}
 	s.mu.Lock()
-	require.Equal(t, windowsChecked, s.zc.window.mode, "the Writes used the window")
-	require.NotNil(t, s.zc.window.mw)
+	require.Equal(t, zerocopy.WindowsChecked, s.zc.window.Mode(), "the Writes used the window")
+	require.NotNil(t, s.zc.window.MW())
 	s.mu.Unlock()
 	assert.NotEqual(t, keys[0], keys[1], "each bind gives the window a new rkey")
 	// The Write returned: its rkey reaches nothing any more.

@@ -57,7 +57,7 @@ func TestRndvReads(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				clear(tc.dst)
-				sb := c.sb.tail
+				sb := c.sb.Tail
 				sent, recv := c.Stats().BytesSent, s.Stats().BytesReceived
 				errc := make(chan error, 1)
 				go func() {
@@ -71,7 +71,7 @@ func TestRndvReads(t *testing.T) {
 				}
 				require.NoError(t, <-errc)
 				require.True(t, bytes.Equal(src.Bytes(), tc.dst))
-				assert.Equal(t, sb, c.sb.tail, "the writer copied nothing")
+				assert.Equal(t, sb, c.sb.Tail, "the writer copied nothing")
 				// Stats count a rendezvous' bytes as a copied Write's.
 				assert.Equal(t, sent+uint64(len(src.Bytes())), c.Stats().BytesSent)
 				assert.Equal(t, recv+uint64(len(src.Bytes())), s.Stats().BytesReceived)
@@ -122,7 +122,7 @@ func TestBufferFreeBusy(t *testing.T) {
 	require.NoError(t, b.Free())
 	require.NoError(t, b.Free(), "twice is a no-op")
 	c.mu.Lock()
-	assert.Empty(t, c.zc.regs.mrs, "Free deregistered it from the conn")
+	assert.Zero(t, c.zc.regs.Len(), "Free deregistered it from the conn")
 	c.mu.Unlock()
 	_, err = c.Write([]byte("on"))
 	require.NoError(t, err)

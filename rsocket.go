@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -149,8 +151,8 @@ func (c *RsocketConn) start() {
 	if c.p.keepAlive > 0 {
 		next = time.Now().Add(c.p.keepAlive)
 	}
-	c.timed, c.cmDone = startWatch(c.ech, c, next) // keepalive.go
-	register(c)                                    // stats.go
+	c.watch = cmwatch.Start(c.ech, (*rsocketWatcher)(c), next)
+	register(c) // registry.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
@@ -238,7 +240,7 @@ func (c *RsocketConn) Read(b []byte) (int, error) {
 			copy(b[first:n], c.rbuf)
 			c.mu.Lock()
 			c.rx.Consume(uint64(n))
-			c.stats.readLocked(n) // stats.go
+			c.stats.ReadLocked(n) // stats.go
 			c.creditLocked()
 			c.mu.Unlock()
 			return n, nil
@@ -275,7 +277,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
 		if !ok {
-			c.stats.creditWaits++
+			c.stats.CreditWaits++
 			c.mu.Unlock()
 			c.poller().awaitRoom()
 			continue
@@ -296,9 +298,9 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 		}
 		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
-			c.stats.msgsSent++
+			c.stats.MsgsSent++
 			c.talkedLocked()
-			c.stats.wroteLocked(int(d.N), sent == int(d.N))
+			c.stats.WroteLocked(int(d.N), sent == int(d.N))
 		}
 		c.mu.Unlock()
 	}
@@ -463,7 +465,7 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	}
 	switch kind {
 	case rsocket.KindData:
-		c.stats.msgsRecv++
+		c.stats.MsgsRecv++
 		c.heardLocked()
 	case rsocket.KindDisconnect:
 		c.rdShut, c.peerGone = true, true
@@ -474,9 +476,9 @@ func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 }
 
 // onEvent handles a connection manager event of the established
-// connection (the watch, keepalive.go).
+// connection (the watch, internal/cmwatch).
 func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
-	if !actsOn(ev.Type) {
+	if !cmwatch.ActsOn(ev.Type) {
 		return
 	}
 	// rsocket.c takes a disconnect as the end of the stream. What
@@ -515,3 +517,29 @@ func (c *RsocketConn) releaseVerbs() {
 	c.release(c.poll.unacked)
 	c.poll.unacked = 0
 }
+
+// Stats returns what the connection has done so far. The rsocket wire has
+// no ring growth or heartbeats: those fields stay zero. Its Reads poll as
+// Conn's do and are counted the same way (at once, handed over, spun,
+// slept). A message is one data write on the wire
+// (rsocket.c's: at most a granted region's rest, the send buffer's
+// contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
+// that waited for a credit, a region, send buffer room or a queue slot.
+func (c *RsocketConn) Stats() ConnStats {
+	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connstats.Counters) error {
+		s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
+		_, buffered := c.rx.Buffered()
+		s.Buffered = int(buffered)
+		return c.err
+	})
+}
+
+// peerTakesRDMACM is false: rsocket's connection data has no such flag.
+func (c *RsocketConn) peerTakesRDMACM() bool { return false }
+
+// rsocketWatcher is an RsocketConn as its watch sees it (cmwatch.Watcher),
+// without methods of the public type's own.
+type rsocketWatcher RsocketConn
+
+func (w *rsocketWatcher) OnEvent(ev verbs.CMEvent)     { (*RsocketConn)(w).onEvent(ev) }
+func (w *rsocketWatcher) Tick(now time.Time) time.Time { return (*RsocketConn)(w).tick(now) }

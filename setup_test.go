@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -58,7 +60,7 @@ func TestFirstWritesShareAPage(t *testing.T) {
 			e := &cn.endpoint
 			assert.Equal(t, 1, residentPages(t, e.mem.Bytes()), "resident pages of a memory block")
 			page := uint64(os.Getpagesize())
-			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.buf)+sendStart(len(cn.sb.buf)))/page,
+			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.Buf)+sendq.Start(len(cn.sb.Buf)))/page,
 				"the ring's start and the first send position are one page")
 		}
 		// A write larger than what is left before the send buffer's end
@@ -126,12 +128,9 @@ func TestTimedWatchSleepsThroughEstablished(t *testing.T) {
 	require.NoError(t, err)
 	_, err = io.ReadFull(c, make([]byte, 1))
 	require.NoError(t, err) // s read it: the RTU before it, too
-	time.Sleep(20 * eventDelay)
+	time.Sleep(20 * cmwatch.EventDelay)
 	for _, conn := range []*Conn{c, s} {
-		conn.timed.mu.Lock()
-		runs := conn.timed.runs
-		conn.timed.mu.Unlock()
-		assert.Zero(t, runs, "the watch ran")
+		assert.Zero(t, conn.watch.Runs(), "the watch ran")
 	}
 }
 
@@ -160,14 +159,14 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection accepted")
 	}
-	require.NotNil(t, s.timed, "a soft connection's watch is the timer")
+	require.True(t, s.watch.Timed(), "a soft connection's watch is the timer")
 	s.mu.Lock()
-	posted := s.sq.posted
+	posted := s.sq.Posted
 	s.mu.Unlock()
 	require.NoError(t, r.id.Disconnect())
 	assert.Eventually(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.sq.posted > posted
+		return s.sq.Posted > posted
 	}, 5*time.Second, 5*time.Millisecond, "no probe after the peer's disconnect")
 }

@@ -1,9 +1,9 @@
 package rdma
 
 import (
-	"sync/atomic"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
@@ -118,49 +118,6 @@ type ConnStats struct {
 	RendezvousReceived uint64
 }
 
-// connStats is the counting a connection does on its data path. Read
-// counts as it consumes what it returns and Write as it queues each chunk,
-// both under the connection's mu, which they hold there anyway; the rest is
-// counted under mu too, where the code that moves it already runs, and
-// Stats reads it all under mu. The one-sided counters are atomics: those
-// operations take mu only where the operation itself does. Nothing here
-// allocates or takes a lock of its own on the paths of Read and Write, and
-// no clock is read per message: the time of the last message is when the
-// watch or Stats first saw its counter move (LastSeenStep).
-type connStats struct {
-	rdWait waitKind // the current Read's wait so far (the reader's, under rmu)
-	// One-sided operations: atomics, as they run beside Read and Write
-	// and take mu only where the operation itself does.
-	remoteWrites, remoteReads atomic.Uint64
-	remoteWritten, remoteRead atomic.Uint64
-	notesSent, notesRecv      atomic.Uint64
-	exposures                 atomic.Uint64
-
-	// Under mu: Read and Write count where they take it anyway, so the
-	// data path pays plain increments (atomics here cost a 64 B round
-	// trip on shared memory 4-5%).
-	bytesSent, bytesRecv                 uint64
-	writes                               uint64
-	reads                                [4]uint64 // Reads by how they waited (waitKind)
-	msgsSent, msgsRecv                   uint64
-	creditWaits, ringWaits, sendBufWaits uint64
-	writeWait                            time.Duration
-	readWaits                            uint64
-	spins, caught, sleeps                uint64 // the poll role's, copied when it is let go
-	ringGrowths, sendGrowths, trims      uint64
-	keepalives, pingsSent, pongsRecv     uint64
-	pingsRecv, pongsSent                 uint64
-	rndvSent, rndvWindowed, rndvRecv     uint64
-	seenSent, seenRecv                   uint64
-	seenSentAt, seenRecvAt               time.Time
-	opened                               time.Time
-}
-
-// newConnStats is a connection's counters. They live apart from the Conn
-// (one allocation per connection, with it), so that a Conn keeps to its
-// 2048-byte size class (TestConnFitsItsSizeClass) whatever else it holds.
-func newConnStats() *connStats { return new(connStats) }
-
 // setFallback records why an auto dial fell back to soft (under mu, as
 // Stats may read it from the registry already).
 func (f *connFace) setFallback(fb error) {
@@ -170,58 +127,11 @@ func (f *connFace) setFallback(fb error) {
 	logFallback(f.raddr, fb) // debuglog.go
 }
 
-// remoteDone counts a one-sided operation of opcode on n bytes, if *err
-// says it succeeded (deferred by oneSided).
-func (s *connStats) remoteDone(opcode verbs.Opcode, n int, err *error) {
-	if *err != nil {
-		return
-	}
-	switch opcode {
-	case verbs.OpRDMARead:
-		s.remoteReads.Add(1)
-		s.remoteRead.Add(uint64(n))
-	case verbs.OpRDMAWriteWithImm:
-		s.notesSent.Add(1)
-		fallthrough
-	default:
-		s.remoteWrites.Add(1)
-		s.remoteWritten.Add(uint64(n))
-	}
-}
-
-// waitKind is how a Read's data came, from the least to the most costly.
-type waitKind uint8
-
-const (
-	waitNone   waitKind = iota // there at once
-	waitHanded                 // another caller applied it
-	waitSpun                   // the reader's own spin caught it
-	waitSlept                  // the reader slept on the completion channel
-)
-
-// wroteLocked counts n bytes a Write queued, first saying they are the
-// Write's first (Write calls it as it queues each chunk: the sum is what
-// Write returns). Called with mu held.
-func (s *connStats) wroteLocked(n int, first bool) {
-	s.bytesSent += uint64(n)
-	if first {
-		s.writes++
-	}
-}
-
-// readLocked counts a Read that returns n bytes (n > 0), by how it waited.
-// Called with mu held, by the reader (rmu).
-func (s *connStats) readLocked(n int) {
-	s.bytesRecv += uint64(n)
-	s.reads[s.rdWait&3]++ // one per Read: Reads is their sum
-	s.rdWait = waitNone
-}
-
 // read is readLocked for a Read's rarer paths, which do not hold mu.
 func (f *connFace) read(n int) {
 	if n > 0 {
 		f.mu.Lock()
-		f.stats.readLocked(n)
+		f.stats.ReadLocked(n)
 		f.mu.Unlock()
 	}
 }
@@ -238,44 +148,26 @@ func (f *connFace) waitStart(dl *deadline) time.Time {
 
 // waitedLocked counts a wait that began at began and ended how, with mu
 // held.
-func (f *connFace) waitedLocked(dl *deadline, began time.Time, how waitKind) {
+func (f *connFace) waitedLocked(dl *deadline, began time.Time, how connstats.WaitKind) {
 	switch dl {
 	case &f.wdl:
-		f.stats.writeWait += time.Since(began)
+		f.stats.WriteWait += time.Since(began)
 	case &f.rdl:
-		f.stats.readWaits++
-		f.stats.rdWait = max(f.stats.rdWait, how)
+		f.stats.ReadWaits++
+		f.stats.ReadWait = max(f.stats.ReadWait, how)
 	}
 }
 
 // pollKind is how the poll role's holder got its completions, from its
 // counts before (sleeps, caught) and now.
-func (p *pollState) pollKind(sleeps, caught uint64) waitKind {
+func (p *pollState) pollKind(sleeps, caught uint64) connstats.WaitKind {
 	switch {
 	case p.sleeps != sleeps:
-		return waitSlept
+		return connstats.WaitSlept
 	case p.caught != caught:
-		return waitSpun
+		return connstats.WaitSpun
 	}
-	return waitHanded
-}
-
-// seeLocked notes, at now, whether messages moved since last seen: the
-// times of the last message each way are when they were first seen moved.
-func (s *connStats) seeLocked(now time.Time) {
-	if s.msgsSent != s.seenSent {
-		s.seenSent, s.seenSentAt = s.msgsSent, now
-	}
-	if s.msgsRecv != s.seenRecv {
-		s.seenRecv, s.seenRecvAt = s.msgsRecv, now
-	}
-}
-
-// observeStats is the watch's look at the counters (heartbeat.go's tick).
-func (c *Conn) observeStats(now time.Time) {
-	c.mu.Lock()
-	c.stats.seeLocked(now)
-	c.mu.Unlock()
+	return connstats.WaitHanded
 }
 
 func since(now, t time.Time) time.Duration {
@@ -289,7 +181,7 @@ func since(now, t time.Time) time.Duration {
 // then what the wire adds under mu (locked, which returns the wire's
 // failure, if any), then the path its queue pair runs on now, asked
 // after letting go of mu.
-func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, st *connStats) error) ConnStats {
+func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, st *connstats.Counters) error) ConnStats {
 	now := time.Now()
 	st := f.stats
 	s := ConnStats{
@@ -298,23 +190,23 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 		LocalAddr:  addrString(f.laddr), // debuglog.go
 		RemoteAddr: addrString(f.raddr),
 
-		RemoteWrites:       st.remoteWrites.Load(),
-		RemoteReads:        st.remoteReads.Load(),
-		RemoteBytesWritten: st.remoteWritten.Load(),
-		RemoteBytesRead:    st.remoteRead.Load(),
-		NotifiesSent:       st.notesSent.Load(),
-		NotifiesReceived:   st.notesRecv.Load(),
-		Exposures:          st.exposures.Load(),
+		RemoteWrites:       st.RemoteWrites.Load(),
+		RemoteReads:        st.RemoteReads.Load(),
+		RemoteBytesWritten: st.RemoteWritten.Load(),
+		RemoteBytesRead:    st.RemoteRead.Load(),
+		NotifiesSent:       st.NotesSent.Load(),
+		NotifiesReceived:   st.NotesRecv.Load(),
+		Exposures:          st.Exposures.Load(),
 	}
 	f.mu.Lock()
-	st.seeLocked(now)
-	s.BytesSent, s.BytesReceived, s.Writes = st.bytesSent, st.bytesRecv, st.writes
-	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.reads[waitNone], st.reads[waitHanded], st.reads[waitSpun], st.reads[waitSlept]
+	st.SeeLocked(now)
+	s.BytesSent, s.BytesReceived, s.Writes = st.BytesSent, st.BytesRecv, st.Writes
+	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.Reads[connstats.WaitNone], st.Reads[connstats.WaitHanded], st.Reads[connstats.WaitSpun], st.Reads[connstats.WaitSlept]
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
-	s.MessagesSent, s.MessagesReceived = st.msgsSent, st.msgsRecv
-	s.CreditWaits, s.WriteWaitTime = st.creditWaits, st.writeWait
-	s.Opened, s.Closed = st.opened, f.closed
-	s.SinceSent, s.SinceRecv = since(now, st.seenSentAt), since(now, st.seenRecvAt)
+	s.MessagesSent, s.MessagesReceived = st.MsgsSent, st.MsgsRecv
+	s.CreditWaits, s.WriteWaitTime = st.CreditWaits, st.WriteWait
+	s.Opened, s.Closed = st.Opened, f.closed
+	s.SinceSent, s.SinceRecv = since(now, st.SeenSentAt), since(now, st.SeenRecvAt)
 	if err := locked(&s, st); err != nil {
 		s.Err = err.Error()
 	}
@@ -329,49 +221,6 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	s.Path = pathOf(f.provider, qp)
 	s.RTT, s.Retransmits = transportInfo(f.provider, qp) // registry.go
 	return s
-}
-
-// Stats returns what the connection has done so far and its sizes now. It
-// takes the connection's lock briefly; the data path keeps running.
-func (c *Conn) Stats() ConnStats {
-	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connStats) error {
-		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
-		s.SendDepth, s.RecvDepth = int(c.sq.depth), c.recvWRs
-		s.SendsPending, s.RecvsPosted = int(c.sq.posted-c.sq.done), c.recvPosted
-		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-		s.SendBufferSize, s.SendBuffered = len(c.sb.buf), int(c.sb.inFlight())
-		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.ringGrowths, st.sendGrowths, st.trims
-		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.ringWaits, st.sendBufWaits, st.readWaits
-		s.Spins, s.SpinsCaught, s.Sleeps = st.spins, st.caught, st.sleeps
-		s.KeepAlives, s.PingsSent, s.PongsRecv = st.keepalives, st.pingsSent, st.pongsRecv
-		s.PingsRecv, s.PongsSent = st.pingsRecv, st.pongsSent
-		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.rndvSent, st.rndvWindowed, st.rndvRecv
-		if c.zc != nil {
-			s.Exposed = c.zc.exposures.live()
-		}
-		return c.failureLocked()
-	})
-	s.LastSeenStep = c.watchStep()
-	return s
-}
-
-// failureLocked is the connection's failure, if it failed: not the reset
-// that follows the peer's orderly close (its FIN, then its disconnect
-// flushes our queue), which ends every connection the peer closes.
-func (c *Conn) failureLocked() error {
-	if c.rx.FinRcvd && c.err == errReset {
-		return nil
-	}
-	return c.err
-}
-
-// watchStep is how often the watch looks at the counters, or 0.
-func (c *Conn) watchStep() time.Duration {
-	step := c.cfg.KeepAlive
-	if b := c.cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
-		step = b
-	}
-	return max(step, 0)
 }
 
 // pathOf names what carries a connection's bytes: its provider, and for
@@ -475,33 +324,4 @@ type ProcessStats struct {
 	Totals     ConnTotals     // over every connection, closed and open
 	Devices    []DeviceCounters
 	Soft       soft.Counters
-}
-
-// ReadProcessStats returns the totals over every connection the process
-// has had and the devices' counters (read from sysfs at each call).
-func ReadProcessStats() ProcessStats {
-	t, open := registry.totalsAndOpen() // registry.go
-	byPath := make(map[string]int)
-	for _, c := range open {
-		s := c.Stats()
-		t.add(s)
-		byPath[s.Path]++
-	}
-	return ProcessStats{Open: len(open), OpenByPath: byPath, Totals: t, Devices: ReadDeviceCounters(), Soft: soft.ReadCounters()}
-}
-
-// Stats returns what the connection has done so far. The rsocket wire has
-// no ring growth or heartbeats: those fields stay zero. Its Reads poll as
-// Conn's do and are counted the same way (at once, handed over, spun,
-// slept). A message is one data write on the wire
-// (rsocket.c's: at most a granted region's rest, the send buffer's
-// contiguous room and RS_MAX_TRANSFER), and CreditWaits counts Writes
-// that waited for a credit, a region, send buffer room or a queue slot.
-func (c *RsocketConn) Stats() ConnStats {
-	return c.snapshot(WireRsocket, &c.endpoint, func(s *ConnStats, _ *connStats) error {
-		s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
-		_, buffered := c.rx.Buffered()
-		s.Buffered = int(buffered)
-		return c.err
-	})
 }

@@ -3,6 +3,8 @@ package rdma
 import (
 	"net"
 
+	"github.com/rdmanet/rdma/internal/onesided"
+	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -12,11 +14,11 @@ import (
 // the lock, ask the part, and register or deregister memory on the
 // connection's protection domain.
 type zeroCopy struct {
-	regs      bufferRegs    // the Buffers registered for local access, and those held (mu)
-	exposures exposureTable // the ranges exposed to the peer (mu)
-	window    rndvWindow    // the rendezvous writer's memory window
-	bounce    bounceBuffer  // the rendezvous reader's bounce buffer (rmu)
-	ctlMR     verbs.MR      // the rendezvous descriptor staging's registration (the writer's, wmu)
+	regs      zerocopy.Regs[*Buffer]      // the Buffers registered for local access, and those held (mu)
+	exposures onesided.Exposures[*Buffer] // the ranges exposed to the peer (mu)
+	window    zerocopy.Window             // the rendezvous writer's memory window
+	bounce    zerocopy.Bounce             // the rendezvous reader's bounce buffer (rmu)
+	ctlMR     verbs.MR                    // the rendezvous descriptor staging's registration (the writer's, wmu)
 }
 
 // ctl is the registration of the rendezvous descriptor's staging (in pd),
@@ -54,7 +56,7 @@ func (c *Conn) zeroCopy() *zeroCopy {
 // that a Buffer put back and reused for many connections keeps none of the
 // old ones. Called with c's mu held.
 func (zc *zeroCopy) forgetIfUnused(b *Buffer, c *Conn) {
-	if zc.regs.lookup(b) != nil || zc.exposures.holds(b) {
+	if zc.regs.Lookup(b) != nil || zc.exposures.Holds(b) {
 		return
 	}
 	b.forgetConn(c)
@@ -64,11 +66,11 @@ func (zc *zeroCopy) forgetIfUnused(b *Buffer, c *Conn) {
 // c, whose zeroCopy this is. Called with c's mu held.
 func (zc *zeroCopy) drop(b *Buffer, c *Conn, exposuresOnly bool) {
 	if !exposuresOnly {
-		zc.regs.drop(b)
+		zc.regs.Drop(b)
 	}
 	// Its exposures end too: the dereg fence makes sure no access of the
 	// peer's touches the memory once Dereg returns, before Free unmaps it.
-	zc.exposures.endFor(b)
+	zc.exposures.EndFor(b)
 	zc.forgetIfUnused(b, c)
 }
 
@@ -77,12 +79,12 @@ func (zc *zeroCopy) drop(b *Buffer, c *Conn, exposuresOnly bool) {
 // each Buffer forgetting c. It returns the Buffers held until the queue
 // pair is gone. Called with c's mu held.
 func (zc *zeroCopy) endRegistrations(c *Conn) (held []*Buffer) {
-	if mw := zc.window.take(); mw != nil {
+	if mw := zc.window.Take(); mw != nil {
 		mw.Dealloc() // before the registrations it may be bound in
 	}
 	forget := func(b *Buffer) { b.forgetConn(c) }
-	zc.exposures.release(forget)
-	return zc.regs.release(forget)
+	zc.exposures.Release(forget)
+	return zc.regs.Release(forget)
 }
 
 // bufferMR is the connection's registration of b (which the caller
@@ -90,7 +92,7 @@ func (zc *zeroCopy) endRegistrations(c *Conn) (held []*Buffer) {
 // a READ's destination), never remote. Called with neither mu held.
 func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	c.mu.Lock()
-	mr := c.zeroCopyLocked().regs.lookup(b)
+	mr := c.zeroCopyLocked().regs.Lookup(b)
 	c.mu.Unlock()
 	if mr != nil {
 		return mr, nil
@@ -102,12 +104,12 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	// to the bytes it exposes, in this registration (rndvWindow).
 	access := verbs.AccessLocalWrite
 	c.mu.Lock()
-	if c.zeroCopyLocked().window.usedOn(c.id) {
+	if windowUsedOn(&c.zeroCopyLocked().window, c.id) {
 		access |= verbs.AccessMWBind
 	}
 	c.mu.Unlock()
 	return c.regMR(b, b.buf, access, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
-		return zc.regs.keep(b, mr)
+		return zc.regs.Keep(b, mr)
 	})
 }
 
@@ -168,7 +170,7 @@ func (c *Conn) holdUntilTeardown(buf *Buffer) {
 		return // cannot happen: the caller holds it
 	}
 	c.mu.Lock()
-	c.zeroCopyLocked().regs.hold(buf)
+	c.zeroCopyLocked().regs.Hold(buf)
 	c.mu.Unlock()
 }
 
@@ -193,7 +195,7 @@ func (c *Conn) releaseZeroCopy() (held []*Buffer) {
 	held = zc.endRegistrations(c)
 	c.zc = nil
 	c.mu.Unlock()
-	zc.bounce.release()
+	zc.bounce.Release()
 	if zc.ctlMR != nil {
 		zc.ctlMR.Dereg()
 	}

@@ -1,5 +1,10 @@
-// Package zerocopy holds what tests of any package tune in rdma.Conn's
-// zero-copy paths.
+// Package zerocopy holds rdma.Conn's zero-copy parts that own their rules
+// and do no I/O of their own: Regs, the Buffers registered on a connection
+// for local access; Window and RndvExposure, how a rendezvous Write
+// exposes its bytes (a memory window or a registration) and how that ends;
+// Bounce, the rendezvous reader's bounce buffer. The connection guards
+// them with its locks and does the verbs calls. It also holds what tests
+// of any package tune in the zero-copy paths (the rendezvous floor).
 package zerocopy
 
 import "sync/atomic"
