@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -50,15 +49,22 @@ type tcpTransport struct {
 	rgate    gateRef // the fence of the region a payload read fills (fence.go)
 
 	// Polling before a park (setSpin): spin is the budget; spinEnd the
-	// current wait's end of polling (monotime; 0: not polling yet, -1:
-	// parked); parkedAt when the reader last parked; and since setSpin,
-	// polled is the longest polling that input ended, parked the time
-	// parked.
-	spin     time.Duration
-	spinEnd  int64
-	parkedAt int64
-	polled   time.Duration
-	parked   time.Duration
+	// current wait's end of polling (spinGate.Now; 0: not polling yet, -1:
+	// parked); parkedAt when the reader last parked (monotime); and since
+	// setSpin, polled is the longest polling that input ended, parked the
+	// time parked. spinning: the spin limit (spinGate) whose place the
+	// polling holds; yielded when its last yield began, contended
+	// whether a yield found the CPU wanted; asleep: the reader is parked
+	// and counted as such by that limit's Sleeping.
+	spin      time.Duration
+	spinEnd   int64
+	parkedAt  int64
+	polled    time.Duration
+	parked    time.Duration
+	yielded   int64
+	spinning  spinLimit // the limit whose place the polling holds, or nil
+	contended bool
+	asleep    spinLimit // the limit that counts the parked reader, or nil
 
 	// The socket's read deadline is both the engine's deadline and, set
 	// in the past, interrupt's way to wake a parked read. dlMu orders the
@@ -175,6 +181,7 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 
 func (t *tcpTransport) doRead(fd uintptr) bool {
 	t.unparked()
+	t.awake()
 	for {
 		// The system call copies into the region only while it runs, and
 		// it never waits: the fence is held for that long only.
@@ -221,6 +228,10 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 					t.parkedAt, t.spinEnd = monotime(), -1
 				}
 				t.lend()
+				// A parked reader counts for the spin limit: its wake-up
+				// will want a CPU (spinGate.Yielded).
+				t.asleep = spinGate
+				t.asleep.Sleeping(1)
 				return false
 			}
 			t.rn = 0
@@ -233,20 +244,61 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 }
 
 // polling reports whether a read that found no input polls again rather
-// than parks: within the wait's budget, and no interrupt pending (the park
-// then returns at once). It yields the processor at each poll (a read
-// costs more than a yield), so that the program's other goroutines run
-// where it has few Ps.
+// than parks: within the wait's budget, with a place among the process's
+// spinners (spinGate), while no goroutine waits for a P, no yield found
+// the CPU wanted by many sleepers' wake-ups, and no interrupt is pending
+// (the park then returns at once). Between polls it yields the thread's
+// CPU (sched_yield), not only the goroutine's P: a yield of the P
+// (runtime.Gosched) keeps the CPU when no other goroutine is runnable,
+// and on a host whose CPUs are taken the peer that is to answer, in
+// another process or on another thread, then waits for the kernel to
+// preempt the poller. Both ends of a loopback connection polled that
+// way, each wait ran to its budget (which the poll role stretches to 8x
+// PollTime after waits that long), and a single connection's 64 B round
+// trips sat at 430-850 us p50 from run to run instead of 10-30 us.
+// Goroutines waiting for a P end the polling, so that its P goes to them.
 func (t *tcpTransport) polling() bool {
-	now := monotime()
+	now := spinGate.Now()
 	if t.spinEnd == 0 {
+		if !spinGate.EnterAt(now) {
+			return false
+		}
+		t.spinning, t.contended, t.yielded = spinGate, false, 0
 		t.spinEnd = now + int64(t.spin)
+	} else if t.yielded != 0 {
+		slow, stop := spinGate.Yielded(time.Duration(now - t.yielded))
+		if stop {
+			t.endSpin()
+			return false
+		}
+		t.contended = t.contended || slow
 	}
-	if now >= t.spinEnd || t.interruptPending() {
+	if now >= t.spinEnd || spinGate.CrowdedAt(now) || t.interruptPending() {
+		if t.contended && now >= t.spinEnd {
+			spinGate.Contended()
+		}
+		t.endSpin()
 		return false
 	}
-	runtime.Gosched()
+	t.yielded = now
+	schedYield()
 	return true
+}
+
+// endSpin gives back the polling's place among the process's spinners.
+func (t *tcpTransport) endSpin() {
+	if t.spinning != nil {
+		t.spinning.Leave()
+		t.spinning = nil
+	}
+}
+
+// awake ends the count of a parked reader (asleep).
+func (t *tcpTransport) awake() {
+	if t.asleep != nil {
+		t.asleep.Sleeping(-1)
+		t.asleep = nil
+	}
 }
 
 // interruptPending reports whether an interrupt waits for the reader.
@@ -268,7 +320,7 @@ func (t *tcpTransport) unparked() {
 // after it parked (-1).
 func (t *tcpTransport) caught() {
 	if t.spinEnd > 0 {
-		t.polled = max(t.polled, time.Duration(monotime()-(t.spinEnd-int64(t.spin))))
+		t.polled = max(t.polled, time.Duration(spinGate.Now()-(t.spinEnd-int64(t.spin))))
 	}
 	t.spinEnd = 0
 }
@@ -293,6 +345,8 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 		t.rwait, t.rn, t.rerr, t.idled, t.spinEnd = wait, 0, nil, false, 0
 		err := t.rc.Read(t.readFn)
 		t.unparked()
+		t.awake()
+		t.endSpin()
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 			// Either the engine's deadline passed, or interrupt moved it.
 			if !t.deadlinePassed() {
