@@ -45,26 +45,28 @@ type tcpTransport struct {
 	onIdle   func(boundary bool) bool
 	rwait    bool
 	idled    bool
-	boundary bool    // the current read is between frames
-	rgate    gateRef // the fence of the region a payload read fills (fence.go)
+	boundary bool // the current read is between frames
+	// The polling's state with the process's spin limit (spinGate), kept
+	// beside the flags above, where the struct has room: spinning, it
+	// holds a place among the spinners; contended, a yield found the CPU
+	// wanted; stopping, one that the limit ends the polling; asleep, the
+	// reader is parked and counted as asleep (Sleeping).
+	spinning  bool
+	contended bool
+	stopping  bool
+	asleep    bool
+	rgate     gateRef // the fence of the region a payload read fills (fence.go)
 
 	// Polling before a park (setSpin): spin is the budget; spinEnd the
 	// current wait's end of polling (spinGate.Now; 0: not polling yet, -1:
 	// parked); parkedAt when the reader last parked (monotime); and since
 	// setSpin, polled is the longest polling that input ended, parked the
-	// time parked. spinning: the spin limit (spinGate) whose place the
-	// polling holds; yielded when its last yield began, contended
-	// whether a yield found the CPU wanted; asleep: the reader is parked
-	// and counted as such by that limit's Sleeping.
-	spin      time.Duration
-	spinEnd   int64
-	parkedAt  int64
-	polled    time.Duration
-	parked    time.Duration
-	yielded   int64
-	spinning  spinLimit // the limit whose place the polling holds, or nil
-	contended bool
-	asleep    spinLimit // the limit that counts the parked reader, or nil
+	// time parked.
+	spin     time.Duration
+	spinEnd  int64
+	parkedAt int64
+	polled   time.Duration
+	parked   time.Duration
 
 	// The socket's read deadline is both the engine's deadline and, set
 	// in the past, interrupt's way to wake a parked read. dlMu orders the
@@ -230,8 +232,8 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 				t.lend()
 				// A parked reader counts for the spin limit: its wake-up
 				// will want a CPU (spinGate.Yielded).
-				t.asleep = spinGate
-				t.asleep.Sleeping(1)
+				t.asleep = true
+				spinGate.Sleeping(1)
 				return false
 			}
 			t.rn = 0
@@ -263,41 +265,39 @@ func (t *tcpTransport) polling() bool {
 		if !spinGate.EnterAt(now) {
 			return false
 		}
-		t.spinning, t.contended, t.yielded = spinGate, false, 0
+		t.spinning, t.contended, t.stopping = true, false, false
 		t.spinEnd = now + int64(t.spin)
-	} else if t.yielded != 0 {
-		slow, stop := spinGate.Yielded(time.Duration(now - t.yielded))
-		if stop {
-			t.endSpin()
-			return false
-		}
-		t.contended = t.contended || slow
 	}
-	if now >= t.spinEnd || spinGate.CrowdedAt(now) || t.interruptPending() {
+	if t.stopping || now >= t.spinEnd || spinGate.CrowdedAt(now) || t.interruptPending() {
 		if t.contended && now >= t.spinEnd {
 			spinGate.Contended()
 		}
 		t.endSpin()
 		return false
 	}
-	t.yielded = now
 	schedYield()
+	// The yield is timed here, with a second reading of the clock, which
+	// costs little beside the system calls: a field to time it from at
+	// the next poll would take the struct past its size class.
+	slow, stop := spinGate.Yielded(time.Duration(spinGate.Now() - now))
+	t.contended = t.contended || slow
+	t.stopping = stop // one more look, then park
 	return true
 }
 
 // endSpin gives back the polling's place among the process's spinners.
 func (t *tcpTransport) endSpin() {
-	if t.spinning != nil {
-		t.spinning.Leave()
-		t.spinning = nil
+	if t.spinning {
+		t.spinning = false
+		spinGate.Leave()
 	}
 }
 
 // awake ends the count of a parked reader (asleep).
 func (t *tcpTransport) awake() {
-	if t.asleep != nil {
-		t.asleep.Sleeping(-1)
-		t.asleep = nil
+	if t.asleep {
+		t.asleep = false
+		spinGate.Sleeping(-1)
 	}
 }
 
