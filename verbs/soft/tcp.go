@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -46,15 +48,13 @@ type tcpTransport struct {
 	rwait    bool
 	idled    bool
 	boundary bool // the current read is between frames
-	// The polling's state with the process's spin limit (spinGate), kept
-	// beside the flags above, where the struct has room: spinning, it
-	// holds a place among the spinners; contended, a yield found the CPU
-	// wanted; stopping, one that the limit ends the polling; asleep, the
-	// reader is parked and counted as asleep (Sleeping).
+	// The polling's state, kept beside the flags above, where the struct
+	// has room: spinning, it counts among tcpPollers; contended, a yield
+	// found the CPU wanted; stopping, one that the spin limit ends the
+	// polling.
 	spinning  bool
 	contended bool
 	stopping  bool
-	asleep    bool
 	rgate     gateRef // the fence of the region a payload read fills (fence.go)
 
 	// Polling before a park (setSpin): spin is the budget; spinEnd the
@@ -183,7 +183,6 @@ func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 
 func (t *tcpTransport) doRead(fd uintptr) bool {
 	t.unparked()
-	t.awake()
 	for {
 		// The system call copies into the region only while it runs, and
 		// it never waits: the fence is held for that long only.
@@ -230,10 +229,6 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 					t.parkedAt, t.spinEnd = monotime(), -1
 				}
 				t.lend()
-				// A parked reader counts for the spin limit: its wake-up
-				// will want a CPU (spinGate.Yielded).
-				t.asleep = true
-				spinGate.Sleeping(1)
 				return false
 			}
 			t.rn = 0
@@ -247,33 +242,40 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 
 // polling reports whether a read that found no input polls again rather
 // than parks: within the wait's budget, with a place among the process's
-// spinners (spinGate), while no goroutine waits for a P, no yield found
-// the CPU wanted by many sleepers' wake-ups, and no interrupt is pending
-// (the park then returns at once). Between polls it yields the thread's
-// CPU (sched_yield), not only the goroutine's P: a yield of the P
-// (runtime.Gosched) keeps the CPU when no other goroutine is runnable,
-// and on a host whose CPUs are taken the peer that is to answer, in
-// another process or on another thread, then waits for the kernel to
-// preempt the poller. Both ends of a loopback connection polled that
-// way, each wait ran to its budget (which the poll role stretches to 8x
-// PollTime after waits that long), and a single connection's 64 B round
-// trips sat at 430-850 us p50 from run to run instead of 10-30 us.
-// Goroutines waiting for a P end the polling, so that its P goes to them.
+// TCP pollers (tcpPollers), unless the spin limit (spinGate) found the
+// CPUs wanted lately (BusyAt) or a yield's timing says to stop (Yielded),
+// and with no interrupt pending (the park then returns at once). Between
+// polls it yields the thread's CPU (sched_yield), not only the
+// goroutine's P: a yield of the P (runtime.Gosched) keeps the CPU when no
+// other goroutine is runnable, and on a host whose CPUs are taken the
+// peer that is to answer, in another process or on another thread, then
+// waits for the kernel to preempt the poller. Both ends of a loopback
+// connection polled that way, each wait ran to its budget (which the poll
+// role stretches to 8x PollTime after waits that long), and a single
+// connection's 64 B round trips sat at 430-850 us p50 in some runs.
+// While goroutines wait for a P (Crowded) it yields the P instead, so
+// that they run, and polls on.
 func (t *tcpTransport) polling() bool {
 	now := spinGate.Now()
 	if t.spinEnd == 0 {
-		if !spinGate.EnterAt(now) {
+		if spinGate.BusyAt(now) || !enterTCPPoll() {
 			return false
 		}
 		t.spinning, t.contended, t.stopping = true, false, false
 		t.spinEnd = now + int64(t.spin)
 	}
-	if t.stopping || now >= t.spinEnd || spinGate.CrowdedAt(now) || t.interruptPending() {
+	if t.stopping || now >= t.spinEnd || t.interruptPending() {
 		if t.contended && now >= t.spinEnd {
 			spinGate.Contended()
 		}
 		t.endSpin()
 		return false
+	}
+	if spinGate.CrowdedAt(now) {
+		// Goroutines wait for a P: ours goes to them, and the polling
+		// carries on once they have run.
+		runtime.Gosched()
+		return true
 	}
 	schedYield()
 	// The yield is timed here, with a second reading of the clock, which
@@ -285,19 +287,35 @@ func (t *tcpTransport) polling() bool {
 	return true
 }
 
+// tcpPollers counts the reads of the process that poll their sockets, at
+// most GOMAXPROCS at once; the others park at once. With a poller per
+// connection (8 connections on 2 CPUs) the reading side made 26-62
+// read(2) calls a round trip, with this bound 4-5. They take no place
+// among the spin limit's spinners (GOMAXPROCS-1 of them): two ends of a
+// conversation in one process poll in turn, each for the other's answer,
+// and with one place the end that waited for an answer found it taken by
+// the other, waiting for the next question, and parked every time.
+var tcpPollers atomic.Int32
+
+// enterTCPPoll takes a place among tcpPollers, if there is one.
+func enterTCPPoll() bool {
+	limit := int32(runtime.GOMAXPROCS(0))
+	for {
+		n := tcpPollers.Load()
+		if n >= limit {
+			return false
+		}
+		if tcpPollers.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 // endSpin gives back the polling's place among the process's spinners.
 func (t *tcpTransport) endSpin() {
 	if t.spinning {
 		t.spinning = false
-		spinGate.Leave()
-	}
-}
-
-// awake ends the count of a parked reader (asleep).
-func (t *tcpTransport) awake() {
-	if t.asleep {
-		t.asleep = false
-		spinGate.Sleeping(-1)
+		tcpPollers.Add(-1)
 	}
 }
 
@@ -345,7 +363,6 @@ func (t *tcpTransport) readv(a, b []byte, wait bool) (int, error) {
 		t.rwait, t.rn, t.rerr, t.idled, t.spinEnd = wait, 0, nil, false, 0
 		err := t.rc.Read(t.readFn)
 		t.unparked()
-		t.awake()
 		t.endSpin()
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 			// Either the engine's deadline passed, or interrupt moved it.

@@ -3,6 +3,7 @@
 package soft
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -72,29 +73,33 @@ func useTCPSpinLimit(t *testing.T, l spinLimit) {
 	t.Cleanup(func() { spinGate = prev })
 }
 
-// The polling keeps to the process's spin limit: a wait that the limit
-// does not let in, or whose spin finds goroutines waiting for a P, or
-// whose yield finds the CPU wanted by sleepers' wake-ups, parks on the
-// poller at once instead of polling out its budget; every place it takes
-// among the spinners it gives back, and a parked reader counts as asleep
-// for as long as it is parked.
+// The polling keeps to the process's spin limit and to its own count of
+// pollers: a wait that begins while a yield found the CPU wanted (the
+// limit's BusyAt), or with GOMAXPROCS reads polling already, or whose
+// yield the limit says to stop at, parks on the poller at once (after one
+// more look) instead of polling out its budget; every place it takes
+// among the pollers it gives back.
 func TestTCPPollingKeepsToSpinLimit(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		set  func(l *testSpinLimit)
-		in   bool // the spin was let in
+		set  func(t *testing.T, l *testSpinLimit)
 	}{
-		{"refused", func(l *testSpinLimit) { l.refuse.Store(true) }, false},
-		{"crowded", func(l *testSpinLimit) { l.crowded.Store(true) }, true},
-		{"slow yield among sleepers", func(l *testSpinLimit) {
+		{"busy", func(_ *testing.T, l *testSpinLimit) { l.refuse.Store(true) }},
+		{"pollers all taken", func(t *testing.T, _ *testSpinLimit) {
+			n := int32(runtime.GOMAXPROCS(0))
+			tcpPollers.Add(n)
+			t.Cleanup(func() { tcpPollers.Add(-n) })
+		}},
+		{"slow yield among sleepers", func(_ *testing.T, l *testSpinLimit) {
 			l.slowYields.Store(true)
 			l.stopOnSlow.Store(true)
-		}, true},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &testSpinLimit{}
-			tc.set(l)
 			useTCPSpinLimit(t, l)
+			pollers := tcpPollers.Load()
+			tc.set(t, l)
 			a, b := tcpPair(t)
 			reader, err := newTCPTransport(a)
 			require.NoError(t, err)
@@ -105,32 +110,31 @@ func TestTCPPollingKeepsToSpinLimit(t *testing.T) {
 			done := make(chan error, 1)
 			var h [hdrLen]byte
 			go func() { done <- reader.readHeader(&h) }()
-			// The read parks within a fraction of its spin, and counts
-			// as asleep meanwhile.
-			deadline := time.Now().Add(5 * time.Second)
-			for l.sleepers.Load() == 0 && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			require.Equal(t, int32(1), l.sleepers.Load(), "parked, not polling its 10 s out")
+			// Input well after the read began, and long before its spin
+			// ends: a polling read would catch it.
+			time.Sleep(50 * time.Millisecond)
 			_, err = writer.writev([][]byte{make([]byte, hdrLen)}, nil, true)
 			require.NoError(t, err)
-			require.NoError(t, <-done)
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the read did not return")
+			}
 			polled, parked := reader.setSpin(0)
 			assert.Zero(t, polled, "not caught by polling")
 			assert.Positive(t, parked, "parked until the input came")
-			assert.Zero(t, l.sleepers.Load(), "awake: no longer counted")
-			if tc.in {
-				assert.Equal(t, int32(1), l.entered.Load(), "the spin was let in")
-			} else {
-				assert.Zero(t, l.entered.Load(), "refused: no spin")
+			if tc.name != "pollers all taken" {
+				assert.Equal(t, pollers, tcpPollers.Load(), "every place given back")
 			}
-			assert.Equal(t, l.entered.Load(), l.left.Load(), "every place given back")
 		})
 	}
 }
 
 // A spin that runs out after a slow yield tells the limit (Contended), as
-// the shared-memory reader's does, so that no spin begins for a while.
+// the shared-memory reader's does, so that no spin begins for a while; and
+// goroutines waiting for a P (Crowded) get it from the polling, which then
+// carries on: input within the spin is still caught.
 func TestTCPPollingReportsContention(t *testing.T) {
 	l := &testSpinLimit{}
 	l.slowYields.Store(true) // slow, but fewer sleepers than Ps: go on
@@ -144,14 +148,22 @@ func TestTCPPollingReportsContention(t *testing.T) {
 	done := make(chan error, 1)
 	var h [hdrLen]byte
 	go func() { done <- reader.readHeader(&h) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for l.sleepers.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	require.Equal(t, int32(1), l.sleepers.Load(), "parked once the spin ran out")
+	time.Sleep(20 * time.Millisecond)
 	_, err = writer.writev([][]byte{make([]byte, hdrLen)}, nil, true)
 	require.NoError(t, err)
 	require.NoError(t, <-done)
+	_, parked := reader.setSpin(0)
+	assert.Positive(t, parked, "parked once the spin ran out")
 	assert.Equal(t, int32(1), l.contended.Load(), "ran out after slow yields")
-	assert.Equal(t, int32(1), l.left.Load())
+
+	l.slowYields.Store(false)
+	l.crowded.Store(true)
+	reader.setSpin(10 * time.Second)
+	go func() { done <- reader.readHeader(&h) }()
+	time.Sleep(20 * time.Millisecond)
+	_, err = writer.writev([][]byte{make([]byte, hdrLen)}, nil, true)
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	_, parked = reader.setSpin(0)
+	assert.Zero(t, parked, "crowded: the polling gave its P away and went on")
 }
