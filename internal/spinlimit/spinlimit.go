@@ -114,6 +114,12 @@ func (l *Limit) EnterAt(now int64) bool {
 	}
 }
 
+// BusyAt reports, at now (a reading of Now), whether a yield found the
+// CPU wanted within busyFor, when no spin begins. For a poll that bounds
+// its pollers by a count of its own and takes no place here (soft's TCP
+// path, whose polls are system calls that yield the CPU).
+func (l *Limit) BusyAt(now int64) bool { return now < l.busyUntil.Load() }
+
 // Leave ends a spin that Enter allowed.
 func (l *Limit) Leave() { l.spinners.Add(-1) }
 

@@ -124,7 +124,9 @@ func TestSlowYieldStopsSpinning(t *testing.T) {
 
 	l.Contended()
 	assert.False(t, l.Enter(), "a spin ran out after a slow yield")
+	assert.True(t, l.BusyAt(l.Now()), "BusyAt says so too")
 	clock.Add(int64(busyFor))
+	assert.False(t, l.BusyAt(l.Now()))
 	assert.True(t, l.Enter())
 }
 

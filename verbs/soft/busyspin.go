@@ -18,6 +18,7 @@ var spinGate spinLimit = spinlimit.Process()
 type spinLimit interface {
 	Enter() bool
 	EnterAt(now int64) bool
+	BusyAt(now int64) bool
 	Leave()
 	Now() int64
 	Crowded() bool

@@ -335,8 +335,9 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 // GetEventSpin is GetEvent for a waiter that would rather poll than sleep
 // for a short while. When it reads the transport itself (the channel's CQs
 // are fed by one QP whose receive role is free), a read that finds no
-// input polls the TCP connection for up to spin before it parks on the
-// runtime's poller: input that comes within spin is seen without the
+// input polls the TCP connection for up to spin (as the process's spin
+// limit allows: tcpTransport.polling) before it parks on the runtime's
+// poller: input that comes within spin is seen without the
 // kernel's wake-up of a sleeping thread and the scheduler's of a parked
 // goroutine, which on a loopback connection cost more than the message.
 // Shared memory's reader spins by its own rule and ignores spin. It

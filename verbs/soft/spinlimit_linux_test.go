@@ -29,6 +29,8 @@ func (l *testSpinLimit) EnterAt(int64) bool {
 	return true
 }
 
+func (l *testSpinLimit) BusyAt(int64) bool { return l.refuse.Load() }
+
 func (l *testSpinLimit) Leave()               { l.left.Add(1) }
 func (l *testSpinLimit) Now() int64           { return monotime() }
 func (l *testSpinLimit) Crowded() bool        { return l.crowded.Load() }

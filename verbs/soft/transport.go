@@ -45,7 +45,8 @@ type transport interface {
 	// there, the hook returning true abandons the read with errInterrupted.
 	setIdle(f func(boundary bool) bool)
 	// setSpin sets how long a read that would block polls for input
-	// before it parks (0: it parks at once), and returns, since the last
+	// before it parks (0: it parks at once; the process's spin limit,
+	// spinGate, may refuse the polling or end it sooner), and returns, since the last
 	// setSpin, the longest polling that input ended (polled) and how long
 	// reads parked. A parked reader's wake-up goes through the kernel and
 	// the runtime's poller; a polling one sees the input as it lands
