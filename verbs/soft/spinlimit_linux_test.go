@@ -199,7 +199,14 @@ func TestShmReaderSpinReportsContention(t *testing.T) {
 			l := &testSpinLimit{}
 			l.slowYields.Store(tc.slow)
 			useSpinLimit(t, l)
-			SetSharedMemorySpin(20 * time.Millisecond)
+			// A spin that must catch its data lasts far longer than the
+			// writer can be kept from running on a loaded host; one that
+			// must run out, briefly.
+			spin := 20 * time.Millisecond
+			if !tc.late {
+				spin = time.Minute
+			}
+			SetSharedMemorySpin(spin)
 			a, b := shmPair(t)
 			done := readHeaderAsync(b)
 			if tc.late {
