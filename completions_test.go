@@ -278,7 +278,7 @@ func TestNoLostWakeupBetweenHolders(t *testing.T) {
 		}, 10*time.Second, time.Millisecond)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
 		c.await(c.rcvReady, &c.rdl, false)
-		require.False(t, c.rdl.passed(), "round %d: await slept past data already applied", i)
+		require.False(t, c.rdl.Passed(), "round %d: await slept past data already applied", i)
 		got := make([]byte, 1)
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err)

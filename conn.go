@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/debuglog"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/sendq"
@@ -323,7 +324,7 @@ func (c *Conn) Close() error { return closeConn(c) }
 
 // drain posts the FIN and waits until every posted send has completed, so
 // that the disconnect that follows loses nothing.
-func (c *Conn) drain(dl *deadline) {
+func (c *Conn) drain(dl *core.Deadline) {
 	for {
 		c.mu.Lock()
 		queued := false
@@ -352,7 +353,7 @@ func (c *Conn) drain(dl *deadline) {
 			c.submit()
 			continue
 		}
-		if dl.passed() {
+		if dl.Passed() {
 			return
 		}
 		c.await(c.sndReady, dl, true)

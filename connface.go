@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 )
 
 // connFace is what a connection of either wire (Conn, RsocketConn) shows
@@ -32,7 +33,7 @@ type connFace struct {
 	rcvReady chan struct{} // poked when the receive side changed
 	sndReady chan struct{} // poked when send resources were freed
 	closedCh chan struct{} // closed by Close
-	rdl, wdl deadline
+	rdl, wdl core.Deadline
 
 	// The watch (internal/cmwatch), stopped by Close.
 	watch cmwatch.Watch
@@ -69,7 +70,7 @@ func (f *connFace) init(provider string, r poller) {
 	f.rcvReady = make(chan struct{}, 1)
 	f.sndReady = make(chan struct{}, 1)
 	f.closedCh = make(chan struct{})
-	f.rdl, f.wdl = makeDeadline(), makeDeadline()
+	f.rdl, f.wdl = core.MakeDeadline(), core.MakeDeadline()
 	f.stats = new(connstats.Counters)
 }
 
@@ -96,11 +97,11 @@ func (f *connFace) markClosed() error {
 
 // stopErrLocked says why a Read (dl: rdl) or a Write (wdl) cannot go on
 // whatever the wire's state: Close, or the deadline passed.
-func (f *connFace) stopErrLocked(dl *deadline) error {
+func (f *connFace) stopErrLocked(dl *core.Deadline) error {
 	switch {
 	case f.closed:
 		return net.ErrClosed
-	case dl.passed():
+	case dl.Passed():
 		return os.ErrDeadlineExceeded
 	}
 	return nil
@@ -111,7 +112,7 @@ type closingConn interface {
 	statser // stats.go
 	poller() poller
 	drainTime() time.Duration // HandshakeTimeout
-	drain(dl *deadline)       // delivers what was written, within dl
+	drain(dl *core.Deadline)  // delivers what was written, within dl
 	releaseVerbs()            // once no post or poll is in flight
 }
 
@@ -131,17 +132,17 @@ func closeConn(c closingConn) error {
 	defer f.rmu.Unlock()
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
-	dl := makeDeadline()
-	dl.set(time.Now().Add(c.drainTime()))
+	dl := core.MakeDeadline()
+	dl.Set(time.Now().Add(c.drainTime()))
 	c.drain(&dl)
-	dl.stop()
+	dl.Stop()
 	_ = e.id.Disconnect()
 	c.releaseVerbs()
 	e.id.Destroy()
 	e.ech.Close() // ends cmLoop, or the timed watch's events
 	f.watch.Stop()
-	f.rdl.stop()
-	f.wdl.stop()
+	f.rdl.Stop()
+	f.wdl.Stop()
 	unregister(c) // registry.go
 	return nil
 }
@@ -176,13 +177,13 @@ func (f *connFace) SetWriteDeadline(t time.Time) error {
 	return f.setDeadlines("set write deadline", t, &f.wdl, nil)
 }
 
-func (f *connFace) setDeadlines(op string, t time.Time, a, b *deadline) error {
+func (f *connFace) setDeadlines(op string, t time.Time, a, b *core.Deadline) error {
 	if err := f.checkOpen(op); err != nil {
 		return err
 	}
-	a.set(t)
+	a.Set(t)
 	if b != nil {
-		b.set(t)
+		b.Set(t)
 	}
 	f.lookAgain()
 	return nil

@@ -131,7 +131,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			c.mu.Unlock()
 			return total, c.opErr("read", net.ErrClosed)
 		}
-		if c.rdl.passed() {
+		if c.rdl.Passed() {
 			c.mu.Unlock()
 			return total, c.opErr("read", os.ErrDeadlineExceeded)
 		}

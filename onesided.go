@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/verbs"
@@ -58,7 +59,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 			c.mu.Unlock()
 			return c.opErr(name, err)
 		}
-		if dl.passed() {
+		if dl.Passed() {
 			c.mu.Unlock()
 			return c.opErr(name, os.ErrDeadlineExceeded)
 		}
@@ -77,17 +78,17 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		if ctx.Done() != nil && wait == dl {
 			// A deadline of its own, the earlier of ctx's and the
 			// connection's, which ctx's end moves into the past.
-			own := makeDeadline()
-			_, at := dl.state()
+			own := core.MakeDeadline()
+			_, at := dl.State()
 			if cd, ok := ctx.Deadline(); ok && (at.IsZero() || cd.Before(at)) {
 				at = cd
 			}
 			if !at.IsZero() {
-				own.set(at)
+				own.Set(at)
 			}
-			defer own.stop()
+			defer own.Stop()
 			stop := context.AfterFunc(ctx, func() {
-				own.set(time.Unix(1, 0))
+				own.Set(time.Unix(1, 0))
 				c.poller().lookAgain()
 			})
 			defer stop()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -57,7 +58,7 @@ func (c *Conn) poller() poller { return poller{f: &c.connFace, e: &c.endpoint, p
 
 // await makes completions arrive (the poll role) for a caller that cannot
 // go on; see poller.await.
-func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
+func (c *Conn) await(ready chan struct{}, dl *core.Deadline, draining bool) {
 	c.poller().await(ready, dl, draining)
 }
 
@@ -72,7 +73,7 @@ func (c *Conn) tryPoll() { c.poller().tryPoll() }
 // returns for it to look again. ready is the caller's channel, dl its
 // deadline (nil: none); draining says the caller is Close's drain, which
 // runs after closedCh is closed.
-func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
+func (r poller) await(ready chan struct{}, dl *core.Deadline, draining bool) {
 	began := r.f.waitStart(dl) // stats.go
 	r.f.mu.Lock()
 	if r.f.torn {
@@ -95,7 +96,7 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 		r.f.mu.Unlock()
 		var dlc, closed chan struct{}
 		if dl != nil {
-			dlc = dl.wait()
+			dlc = dl.Wait()
 		}
 		if !draining {
 			closed = r.f.closedCh
@@ -199,7 +200,7 @@ func (r poller) settle(f func()) {
 // the connection failed, or the caller should look again (its deadline,
 // Close, an interrupt). spinOK says whether the wait may spin where the
 // channel does the spinning (spinningChannel).
-func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
+func (r poller) pollRole(dl *core.Deadline, draining, spinOK bool) {
 	if r.pollBatch() > 0 {
 		return
 	}
@@ -249,12 +250,12 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 		var at time.Time
 		if dl != nil {
 			var dlc chan struct{}
-			dlc, at = dl.state()
-			if isClosed(dlc) || !at.IsZero() && !time.Now().Before(at) {
+			dlc, at = dl.State()
+			if core.IsClosed(dlc) || !at.IsZero() && !time.Now().Before(at) {
 				return
 			}
 		}
-		if !draining && isClosed(r.f.closedCh) {
+		if !draining && core.IsClosed(r.f.closedCh) {
 			return
 		}
 		if at != p.chanAt || seq != p.chanSeq {
@@ -348,12 +349,12 @@ const (
 // spinFor polls the CQ until completions come, for at most budget (0:
 // without end), looking every spinCheck polls at what must end a wait
 // anyway, as the sleep does: the caller's deadline, Close, an interrupt.
-func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
+func (r poller) spinFor(dl *core.Deadline, draining bool, budget time.Duration) spinResult {
 	seq := r.p.intrSeq.Load()
 	var dlc chan struct{}
 	var at time.Time
 	if dl != nil {
-		dlc, at = dl.state()
+		dlc, at = dl.State()
 	}
 	start := time.Now()
 	yielded := start
@@ -364,7 +365,7 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 		if i%spinCheck != 0 {
 			continue
 		}
-		if r.p.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(r.f.closedCh) {
+		if r.p.intrSeq.Load() != seq || core.IsClosed(dlc) || !draining && core.IsClosed(r.f.closedCh) {
 			return spinLookAgain
 		}
 		now := time.Now()

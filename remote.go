@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
@@ -186,7 +187,7 @@ func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) 
 // os.ErrDeadlineExceeded, ctx's end its cause (context.DeadlineExceeded
 // for its deadline). Nothing is allocated unless it must wait.
 func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error) {
-	var dl *deadline
+	var dl *core.Deadline
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
 		c.mu.Lock()
@@ -216,7 +217,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			err = errNoMoreNotes
 		case ctx.Err() != nil:
 			err = context.Cause(ctx)
-		case dl != nil && dl.passed():
+		case dl != nil && dl.Passed():
 			// Perhaps before ctx's own timer fired.
 			err = timeout
 		}
@@ -225,20 +226,20 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			return 0, 0, err
 		}
 		if dl == nil {
-			d := makeDeadline()
+			d := core.MakeDeadline()
 			dl = &d
 			if cd, ok := ctx.Deadline(); ok && (at.IsZero() || cd.Before(at)) {
 				at, timeout = cd, context.DeadlineExceeded
 			}
 			if !at.IsZero() {
-				dl.set(at)
+				dl.Set(at)
 			}
-			defer dl.stop()
+			defer dl.Stop()
 			if ctx.Done() != nil {
 				// Cancellation moves the deadline into the past, which
 				// wakes a waiter and the poll role's holder alike.
 				stop := context.AfterFunc(ctx, func() {
-					dl.set(time.Unix(1, 0))
+					dl.Set(time.Unix(1, 0))
 					c.poller().lookAgain()
 				})
 				defer stop()

@@ -231,7 +231,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 			c.mu.Unlock()
 			return c.opErr("read", net.ErrClosed)
 		}
-		if c.rdl.passed() {
+		if c.rdl.Passed() {
 			c.mu.Unlock()
 			return c.opErr("read", os.ErrDeadlineExceeded)
 		}

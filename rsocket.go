@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -359,7 +360,7 @@ func (c *RsocketConn) Close() error { return closeConn(c) }
 
 // drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
 // waits until every posted send has completed.
-func (c *RsocketConn) drain(dl *deadline) {
+func (c *RsocketConn) drain(dl *core.Deadline) {
 	for {
 		c.mu.Lock()
 		if c.err != nil || c.peerGone || c.torn {
@@ -372,7 +373,7 @@ func (c *RsocketConn) drain(dl *deadline) {
 		}
 		done := c.discSent && c.tx.AllDone()
 		c.mu.Unlock()
-		if done || dl.passed() {
+		if done || dl.Passed() {
 			return
 		}
 		c.await(c.sndReady, dl, true)
@@ -394,7 +395,7 @@ func (c *RsocketConn) poller() poller {
 
 // await makes completions arrive for a caller that cannot go on (the poll
 // role, poller.go).
-func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
+func (c *RsocketConn) await(ready chan struct{}, dl *core.Deadline, draining bool) {
 	c.poller().await(ready, dl, draining)
 }
 

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
@@ -139,7 +140,7 @@ func (f *connFace) read(n int) {
 // waitStart is what await notes as a wait begins: the clock, for a
 // Write's (whose total wait is counted; a Read's wait is the peer's
 // business and is not timed).
-func (f *connFace) waitStart(dl *deadline) time.Time {
+func (f *connFace) waitStart(dl *core.Deadline) time.Time {
 	if dl == &f.wdl {
 		return time.Now()
 	}
@@ -148,7 +149,7 @@ func (f *connFace) waitStart(dl *deadline) time.Time {
 
 // waitedLocked counts a wait that began at began and ended how, with mu
 // held.
-func (f *connFace) waitedLocked(dl *deadline, began time.Time, how connstats.WaitKind) {
+func (f *connFace) waitedLocked(dl *core.Deadline, began time.Time, how connstats.WaitKind) {
 	switch dl {
 	case &f.wdl:
 		f.stats.WriteWait += time.Since(began)
