@@ -111,9 +111,9 @@ func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 // wait out a PeerTimeout of its own to blame this side, which answered
 // all along.
 func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
-	c.mu.Lock()
-	if c.closed || c.torn || c.err != nil {
-		c.mu.Unlock()
+	c.core.Mu.Lock()
+	if c.core.Closed || c.core.Torn || c.core.Err != nil {
+		c.core.Mu.Unlock()
 		return
 	}
 	gaveUp := false
@@ -121,7 +121,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
 			l.Pinged()
-			c.stats.PingsSent++
+			c.core.Counters.PingsSent++
 		}
 	case stream.Unresponsive:
 		c.failLocked(unresponsiveError(l.Timeout))
@@ -129,16 +129,16 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	}
 	c.unlockSubmit()
 	if gaveUp {
-		_ = c.id.Disconnect()
+		_ = c.ep.ID.Disconnect()
 	}
 }
 
 // pongLocked queues the pong that a ping asked for, unless the send queue
 // or the peer's receives are short (completions and credits retry it).
 func (c *Conn) pongLocked() {
-	if c.err == nil && !c.torn && c.controlLocked(stream.CtlPong) {
+	if c.core.Err == nil && !c.core.Torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
-		c.stats.PongsSent++
+		c.core.Counters.PongsSent++
 	}
 }
 

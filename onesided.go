@@ -48,19 +48,19 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 	// wait is for a send slot or, for a notification, a credit, which the
 	// peer's program returns only when it takes the notification: the
 	// deadline of the direction the bytes go bounds it.
-	dl := &c.wdl
+	dl := &c.core.WriteDL
 	if op == verbs.OpRDMARead {
-		dl = &c.rdl
+		dl = &c.core.ReadDL
 	}
 	wait := dl // what the wait below wakes for
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if err := c.remoteErrLocked(); err != nil {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return c.opErr(name, err)
 		}
 		if dl.Passed() {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return c.opErr(name, os.ErrDeadlineExceeded)
 		}
 		// A data write keeps one credit for the credit message that
@@ -71,7 +71,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		if c.sq.HasRoom() && (!credit || c.canSendNotify()) {
 			break
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		if ctx.Err() != nil {
 			return c.opErr(name, context.Cause(ctx)) // it would have to wait
 		}
@@ -89,13 +89,13 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 			defer own.Stop()
 			stop := context.AfterFunc(ctx, func() {
 				own.Set(time.Unix(1, 0))
-				c.poller().lookAgain()
+				c.poller().LookAgain()
 			})
 			defer stop()
 			wait = &own
 			continue
 		}
-		c.await(c.sndReady, wait, false)
+		c.await(c.core.SndReady, wait, false)
 	}
 	r := sendq.NewOp()
 	c.sq.Ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
@@ -106,7 +106,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 	st, err := c.awaitOp(r, func() {
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
-		if hold != nil && !c.torn && hold.acquire() == nil {
+		if hold != nil && !c.core.Torn && hold.acquire() == nil {
 			c.zeroCopyLocked().regs.Hold(hold)
 		}
 	})
@@ -123,16 +123,16 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 // pool, as a late completion may still fill it in.
 func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error) {
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if r.Done {
 			st := r.Status
 			// One poke of sndReady stands for a whole batch of
 			// completions, and several operations may wait on it: pass
 			// it on, so that the next waiter looks at its own.
-			if c.poll.waiters > 0 {
-				poke(c.sndReady)
+			if c.core.Poll.Waiters > 0 {
+				core.Poke(c.core.SndReady)
 			}
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			r.Recycle()
 			return st, nil
 		}
@@ -140,21 +140,21 @@ func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error)
 			if failedLocked != nil {
 				failedLocked()
 			}
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return 0, err
 		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.SndReady, nil, false)
 	}
 }
 
 // remoteErrLocked says why no one-sided operation can go on, or nil.
 func (c *Conn) remoteErrLocked() error {
 	switch {
-	case c.closed || c.torn:
+	case c.core.Closed || c.core.Torn:
 		return net.ErrClosed
-	case c.err != nil:
-		return c.err
+	case c.core.Err != nil:
+		return c.core.Err
 	}
 	return nil
 }
@@ -167,9 +167,9 @@ func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
 	case verbs.WCRemAccessErr:
 		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, errRemoteAccess))
 	case verbs.WCWRFlushErr:
-		c.mu.Lock()
-		err := c.err
-		c.mu.Unlock()
+		c.core.Mu.Lock()
+		err := c.core.Err
+		c.core.Mu.Unlock()
 		if err == nil {
 			err = errReset
 		}

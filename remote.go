@@ -131,7 +131,7 @@ func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte)
 // oneSided checks a one-sided operation locally and performs it; ctx bounds
 // its wait to be posted, besides the connection's deadline.
 func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
-	defer c.stats.RemoteDone(opcode, len(p), &err)
+	defer c.core.Counters.RemoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
 		return c.opErr(op, err)
@@ -190,7 +190,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 	var dl *core.Deadline
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if n, ok := c.notes.Pop(); ok {
 			// Its receive WR is credited now that it is taken: at once if
 			// it was reposted, else with its repost batch.
@@ -200,12 +200,12 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				c.rx.Owed++
 			}
 			c.creditLocked(false)
-			c.stats.NotesRecv.Add(1)
+			c.core.Counters.NotesRecv.Add(1)
 			// A poke of rcvReady may stand for several notifications,
 			// and other callers (a Read, another WaitNotify) may wait
 			// on it: pass it on.
-			if c.poll.waiters > 0 {
-				poke(c.rcvReady)
+			if c.core.Poll.Waiters > 0 {
+				core.Poke(c.core.RcvReady)
 			}
 			c.unlockSubmit()
 			return n.Value, int(n.N), nil
@@ -221,7 +221,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			// Perhaps before ctx's own timer fired.
 			err = timeout
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		if err != nil {
 			return 0, 0, err
 		}
@@ -240,12 +240,12 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				// wakes a waiter and the poll role's holder alike.
 				stop := context.AfterFunc(ctx, func() {
 					dl.Set(time.Unix(1, 0))
-					c.poller().lookAgain()
+					c.poller().LookAgain()
 				})
 				defer stop()
 			}
 			continue
 		}
-		c.await(c.rcvReady, dl, false)
+		c.await(c.core.RcvReady, dl, false)
 	}
 }
