@@ -40,19 +40,8 @@ func (f *connFace) init(provider string, r core.Poller) {
 // established.
 func (f *connFace) established(laddr, raddr *net.TCPAddr) {
 	f.laddr, f.raddr = fromTCPAddr(laddr), fromTCPAddr(raddr)
+	f.core.Local, f.core.Remote = f.laddr.netAddr(), f.raddr.netAddr()
 	f.core.Counters.Opened = time.Now()
-}
-
-// markClosed is Close's first step: it fails with net.ErrClosed on a
-// closed connection, else marks it closed and wakes what waits on
-// closedCh.
-func (f *connFace) markClosed() error {
-	f.core.Mu.Lock()
-	defer f.core.Mu.Unlock()
-	if !f.core.MarkClosedLocked() {
-		return f.opErr("close", net.ErrClosed)
-	}
-	return nil
 }
 
 // closingConn is a connection of either wire as Close sees it.
@@ -72,7 +61,7 @@ type closingConn interface {
 func closeConn(c closingConn) error {
 	f, r := c.face(), c.poller()
 	e := r.E
-	if err := f.markClosed(); err != nil {
+	if err := f.core.MarkClosed(); err != nil {
 		return err
 	}
 	r.LookAgain() // a sleeping poll role holder sees the Close
@@ -116,43 +105,21 @@ func (f *connFace) Fallback() error { return f.fallback }
 
 // SetDeadline sets the read and write deadlines.
 func (f *connFace) SetDeadline(t time.Time) error {
-	return f.setDeadlines("set deadline", t, &f.core.ReadDL, &f.core.WriteDL)
+	return f.core.SetDeadlines("set deadline", t, &f.core.ReadDL, &f.core.WriteDL)
 }
 
 // SetReadDeadline sets the deadline for Reads, pending ones included.
 func (f *connFace) SetReadDeadline(t time.Time) error {
-	return f.setDeadlines("set read deadline", t, &f.core.ReadDL, nil)
+	return f.core.SetDeadlines("set read deadline", t, &f.core.ReadDL, nil)
 }
 
 // SetWriteDeadline sets the deadline for Writes, pending ones included.
 func (f *connFace) SetWriteDeadline(t time.Time) error {
-	return f.setDeadlines("set write deadline", t, &f.core.WriteDL, nil)
+	return f.core.SetDeadlines("set write deadline", t, &f.core.WriteDL, nil)
 }
 
-func (f *connFace) setDeadlines(op string, t time.Time, a, b *core.Deadline) error {
-	if err := f.checkOpen(op); err != nil {
-		return err
-	}
-	a.Set(t)
-	if b != nil {
-		b.Set(t)
-	}
-	f.core.LookAgain()
-	return nil
-}
-
-func (f *connFace) checkOpen(op string) error {
-	f.core.Mu.Lock()
-	defer f.core.Mu.Unlock()
-	if f.core.Closed {
-		return f.opErr(op, net.ErrClosed)
-	}
-	return nil
-}
-
-func (f *connFace) opErr(op string, err error) error {
-	return opError(op, f.laddr.netAddr(), f.raddr.netAddr(), err)
-}
+// opErr is err as the *net.OpError of the connection's operation op.
+func (f *connFace) opErr(op string, err error) error { return f.core.OpErr(op, err) }
 
 // writeShutter is a wire's side of CloseWrite (closeWrite); its methods
 // but flush are called with mu held.
@@ -195,28 +162,6 @@ func closeWrite(f *connFace, r core.Poller, w writeShutter) error {
 		}
 		return nil
 	}
-}
-
-// writeOverLocked is a Write's look before each step, for either wire,
-// with mu held (it stays held): whether the Write is over, and its error.
-// The wire's writeErrLocked says why it cannot go on; else it is over once
-// it posted all of b (n bytes). A Write that posted all of a non-empty b
-// is over whatever happened to the connection since, and does not look.
-func (f *connFace) writeOverLocked(w interface{ writeErrLocked() error }, sent, n int) (bool, error) {
-	if err := w.writeErrLocked(); err != nil {
-		return true, f.opErr("write", err)
-	}
-	return sent == n, nil
-}
-
-// readStopLocked is a Read's look before each step, for either wire, with
-// mu held (it stays held): the error that ends the Read once Close or the
-// deadline has, else nil.
-func (f *connFace) readStopLocked() error {
-	if e := f.core.StopErrLocked(&f.core.ReadDL); e != nil {
-		return f.opErr("read", e)
-	}
-	return nil
 }
 
 // trafficClass is what either wire's TrafficClass reports: the traffic

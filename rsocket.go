@@ -217,7 +217,7 @@ func (c *RsocketConn) Read(b []byte) (int, error) {
 	defer c.core.ReadMu.Unlock()
 	for {
 		c.core.Mu.Lock()
-		if err := c.readStopLocked(); err != nil {
+		if err := c.core.ReadStopLocked(); err != nil {
 			c.core.Mu.Unlock()
 			return 0, err
 		}
@@ -266,7 +266,7 @@ func (c *RsocketConn) Write(b []byte) (int, error) {
 			return sent, nil
 		}
 		c.core.Mu.Lock()
-		if over, err := c.writeOverLocked(c, sent, len(b)); over {
+		if over, err := c.core.WriteOverLocked(c.writeErrLocked(), sent, len(b)); over {
 			c.core.Mu.Unlock()
 			return sent, err
 		}

@@ -42,6 +42,10 @@ type Conn struct {
 	// the peer's last such message arrived. Under Mu.
 	talked, heard uint32
 
+	// Local and Remote are the addresses the connection's *net.OpErrors
+	// name (nil until it is established).
+	Local, Remote net.Addr
+
 	// LookAgain is the wire's poller's: a deadline set while the poll
 	// role's holder sleeps on the completion channel wakes it to look.
 	LookAgain func()
@@ -67,16 +71,51 @@ func (c *Conn) HeardLocked() { c.heard = c.talked }
 // since it last heard one: a wait now is likely a wait for the answer.
 func (c *Conn) AnswerDueLocked() bool { return c.talked != c.heard }
 
-// MarkClosedLocked is Close's first step, with Mu held: false on a closed
-// connection, else it marks it closed, wakes what waits on ClosedCh and
-// reports true.
-func (c *Conn) MarkClosedLocked() bool {
+// Network is the root package's Network, which the connection's
+// *net.OpErrors name.
+const Network = "rdma"
+
+// OpErr is err as the *net.OpError of the connection's operation op.
+func (c *Conn) OpErr(op string, err error) error {
+	return &net.OpError{Op: op, Net: Network, Source: c.Local, Addr: c.Remote, Err: err}
+}
+
+// MarkClosed is Close's first step: it fails with net.ErrClosed on a
+// closed connection, else marks it closed and wakes what waits on
+// ClosedCh.
+func (c *Conn) MarkClosed() error {
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
 	if c.Closed {
-		return false
+		return c.OpErr("close", net.ErrClosed)
 	}
 	c.Closed = true
 	close(c.ClosedCh)
-	return true
+	return nil
+}
+
+// CheckOpen fails op with net.ErrClosed once the connection is closed.
+func (c *Conn) CheckOpen(op string) error {
+	c.Mu.Lock()
+	defer c.Mu.Unlock()
+	if c.Closed {
+		return c.OpErr(op, net.ErrClosed)
+	}
+	return nil
+}
+
+// SetDeadlines moves a (and b, unless nil) to t, for op (a SetDeadline of
+// the face), and has a sleeping poll role holder look at them.
+func (c *Conn) SetDeadlines(op string, t time.Time, a, b *Deadline) error {
+	if err := c.CheckOpen(op); err != nil {
+		return err
+	}
+	a.Set(t)
+	if b != nil {
+		b.Set(t)
+	}
+	c.LookAgain()
+	return nil
 }
 
 // StopErrLocked says why a Read (dl: ReadDL) or a Write (WriteDL) cannot
@@ -89,6 +128,29 @@ func (c *Conn) StopErrLocked(dl *Deadline) error {
 		return os.ErrDeadlineExceeded
 	}
 	return nil
+}
+
+// ReadStopLocked is a Read's look before each step, for either wire,
+// with Mu held (it stays held): the error that ends the Read once Close
+// or the deadline has, else nil.
+func (c *Conn) ReadStopLocked() error {
+	if e := c.StopErrLocked(&c.ReadDL); e != nil {
+		return c.OpErr("read", e)
+	}
+	return nil
+}
+
+// WriteOverLocked is a Write's look before each step, for either wire,
+// with Mu held (it stays held): whether the Write is over, and its error.
+// wireErr is why the wire says the Write cannot go on (its
+// writeErrLocked); else it is over once it posted all of b (n bytes). A
+// Write that posted all of a non-empty b is over whatever happened to the
+// connection since, and does not look.
+func (c *Conn) WriteOverLocked(wireErr error, sent, n int) (bool, error) {
+	if wireErr != nil {
+		return true, c.OpErr("write", wireErr)
+	}
+	return sent == n, nil
 }
 
 // WaitStart is what Await notes as a wait begins: the clock, for a
