@@ -152,7 +152,7 @@ func (c *Conn) start() {
 	c.established(c.ep.ID.LocalAddr(), c.ep.ID.RemoteAddr())
 	c.core.Poll.Configure(c.cfg.pollTime(), c.cfg.busyPoll(), c.provider == ProviderSoft)
 	w := c.newWatch(time.Now()) // heartbeat.go
-	c.watch = cmwatch.Start(c.ep.Events, w, w.next)
+	c.core.Watch = cmwatch.Start(c.ep.Events, w, w.next)
 	register(c) // registry.go
 	c.logEstablished()
 }
@@ -296,7 +296,7 @@ func (c *Conn) writeErrLocked() error {
 
 // CloseWrite shuts down the sending side, as (*net.TCPConn).CloseWrite does:
 // the peer reads what was written, then io.EOF; reading goes on.
-func (c *Conn) CloseWrite() error { return closeWrite(&c.connFace, c.poller(), c) }
+func (c *Conn) CloseWrite() error { return c.poller().CloseWrite((*connCore)(c)) }
 
 func (c *Conn) writeShutLocked() bool { return c.finSent }
 
@@ -315,7 +315,7 @@ func (c *Conn) drainTime() time.Duration { return c.cfg.HandshakeTimeout }
 // Close closes the connection. Bytes already written are delivered (within
 // HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
 // return net.ErrClosed.
-func (c *Conn) Close() error { return closeConn(c) }
+func (c *Conn) Close() error { return closeConn(c, c.poller(), (*connCore)(c)) }
 
 // drain posts the FIN and waits until every posted send has completed, so
 // that the disconnect that follows loses nothing.

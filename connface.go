@@ -4,7 +4,6 @@ import (
 	"net"
 	"time"
 
-	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/core"
 )
 
@@ -24,9 +23,6 @@ type connFace struct {
 	// The state the wires share (internal/core): locks, Close, the
 	// failure, deadlines, wake-ups, the poll role and the counters.
 	core core.Conn
-
-	// The watch (internal/cmwatch), stopped by Close.
-	watch cmwatch.Watch
 }
 
 // init readies the face of a connection carried by provider and polled by
@@ -44,49 +40,15 @@ func (f *connFace) established(laddr, raddr *net.TCPAddr) {
 	f.core.Counters.Opened = time.Now()
 }
 
-// closingConn is a connection of either wire as Close sees it.
-type closingConn interface {
-	statser // stats.go
-	face() *connFace
-	poller() core.Poller
-	drainTime() time.Duration // HandshakeTimeout
-	drain(dl *core.Deadline)  // delivers what was written, within dl
-	releaseVerbs()            // once no post or poll is in flight
-}
-
-// closeConn is Close for either wire: pending Reads and Writes return
-// net.ErrClosed, what was written is delivered (the wire's drain), then
-// the connection is disconnected and its verbs resources, ID, event
-// channel and watch released.
-func closeConn(c closingConn) error {
-	f, r := c.face(), c.poller()
-	e := r.E
-	if err := f.core.MarkClosed(); err != nil {
+// closeConn is Close for either wire (core's Poller.Close, over the
+// wire's steps w), and then the connection leaves the registry.
+func closeConn(c statser, r core.Poller, w core.ClosingWire) error {
+	if err := r.Close(w); err != nil {
 		return err
 	}
-	r.LookAgain() // a sleeping poll role holder sees the Close
-	// Wait for Reads and Writes in progress to leave the buffers.
-	f.core.ReadMu.Lock()
-	defer f.core.ReadMu.Unlock()
-	f.core.WriteMu.Lock()
-	defer f.core.WriteMu.Unlock()
-	dl := core.MakeDeadline()
-	dl.Set(time.Now().Add(c.drainTime()))
-	c.drain(&dl)
-	dl.Stop()
-	_ = e.ID.Disconnect()
-	c.releaseVerbs()
-	e.ID.Destroy()
-	e.Events.Close() // ends cmLoop, or the timed watch's events
-	f.watch.Stop()
-	f.core.ReadDL.Stop()
-	f.core.WriteDL.Stop()
 	unregister(c) // registry.go
 	return nil
 }
-
-// face is the connection's face, for closeConn.
-func (f *connFace) face() *connFace { return f }
 
 // LocalAddr returns the local address.
 func (f *connFace) LocalAddr() net.Addr { return f.laddr }
@@ -120,49 +82,6 @@ func (f *connFace) SetWriteDeadline(t time.Time) error {
 
 // opErr is err as the *net.OpError of the connection's operation op.
 func (f *connFace) opErr(op string, err error) error { return f.core.OpErr(op, err) }
-
-// writeShutter is a wire's side of CloseWrite (closeWrite); its methods
-// but flush are called with mu held.
-type writeShutter interface {
-	writeShutLocked() bool          // the sending side is shut already
-	shutWriteLocked() (bool, error) // shuts it if there is room: done, and the post's error
-	flush() error                   // posts what shutWriteLocked queued
-}
-
-// closeWrite is CloseWrite for either wire: it shuts the sending side once
-// there is room to say so, waiting for it as a Write does.
-func closeWrite(f *connFace, r core.Poller, w writeShutter) error {
-	f.core.WriteMu.Lock()
-	defer f.core.WriteMu.Unlock()
-	for {
-		f.core.Mu.Lock()
-		var err error
-		switch {
-		case f.core.Closed:
-			err = net.ErrClosed
-		case w.writeShutLocked():
-		case f.core.Err != nil:
-			err = f.core.Err
-		default:
-			done, perr := w.shutWriteLocked()
-			if !done {
-				f.core.Mu.Unlock()
-				r.Await(f.core.SndReady, nil, false)
-				continue
-			}
-			if err = perr; err == nil {
-				f.core.Mu.Unlock()
-				err = w.flush()
-				f.core.Mu.Lock()
-			}
-		}
-		f.core.Mu.Unlock()
-		if err != nil {
-			return f.opErr("close", err)
-		}
-		return nil
-	}
-}
 
 // trafficClass is what either wire's TrafficClass reports: the traffic
 // class e's queue pair says its packets carry.

@@ -146,7 +146,7 @@ func (c *RsocketConn) start() {
 	if c.p.keepAlive > 0 {
 		next = time.Now().Add(c.p.keepAlive)
 	}
-	c.watch = cmwatch.Start(c.ep.Events, (*rsocketWatcher)(c), next)
+	c.core.Watch = cmwatch.Start(c.ep.Events, (*rsocketWatcher)(c), next)
 	register(c) // registry.go
 }
 
@@ -318,7 +318,7 @@ func (c *RsocketConn) writeErrLocked() error {
 // CloseWrite shuts down the sending side, as rsockets' shutdown(SHUT_WR)
 // and (*net.TCPConn).CloseWrite do: the peer reads what was written, then
 // EOF; reading goes on.
-func (c *RsocketConn) CloseWrite() error { return closeWrite(&c.connFace, c.poller(), c) }
+func (c *RsocketConn) CloseWrite() error { return c.poller().CloseWrite((*rsocketCore)(c)) }
 
 // writeShutLocked: a peer that is gone takes writes no more either.
 func (c *RsocketConn) writeShutLocked() bool {
@@ -350,7 +350,7 @@ func (c *RsocketConn) drainTime() time.Duration { return c.p.handshakeTimeout }
 // Close closes the connection: the bytes written are delivered (within
 // Config.HandshakeTimeout), the peer is told DISCONNECT and reads EOF.
 // Pending Reads and Writes return net.ErrClosed.
-func (c *RsocketConn) Close() error { return closeConn(c) }
+func (c *RsocketConn) Close() error { return closeConn(c, c.poller(), (*rsocketCore)(c)) }
 
 // drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
 // waits until every posted send has completed.
@@ -384,7 +384,7 @@ func (c *RsocketConn) failLocked(err error) {
 }
 
 func (c *RsocketConn) poller() core.Poller {
-	return core.Poller{F: &c.core, E: &c.ep, W: (*polledRsocket)(c)}
+	return core.Poller{F: &c.core, E: &c.ep, W: (*rsocketCore)(c)}
 }
 
 // await makes completions arrive for a caller that cannot go on (the poll

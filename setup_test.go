@@ -130,7 +130,7 @@ func TestTimedWatchSleepsThroughEstablished(t *testing.T) {
 	require.NoError(t, err) // s read it: the RTU before it, too
 	time.Sleep(20 * cmwatch.EventDelay)
 	for _, conn := range []*Conn{c, s} {
-		assert.Zero(t, conn.watch.Runs(), "the watch ran")
+		assert.Zero(t, conn.core.Watch.Runs(), "the watch ran")
 	}
 }
 
@@ -159,7 +159,7 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection accepted")
 	}
-	require.True(t, s.watch.Timed(), "a soft connection's watch is the timer")
+	require.True(t, s.core.Watch.Timed(), "a soft connection's watch is the timer")
 	s.core.Mu.Lock()
 	posted := s.sq.Posted
 	s.core.Mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
 )
 
@@ -41,6 +42,9 @@ type Conn struct {
 	// rendezvous' descriptor and done), and heard is what talked was when
 	// the peer's last such message arrived. Under Mu.
 	talked, heard uint32
+
+	// The watch (internal/cmwatch), stopped by Close.
+	Watch cmwatch.Watch
 
 	// Local and Remote are the addresses the connection's *net.OpErrors
 	// name (nil until it is established).
