@@ -21,7 +21,7 @@ import (
 // concurrent use: Reads are serialised among themselves, Writes too, and a
 // Read and a Write run in parallel.
 type Conn struct {
-	// The net.Conn face (connface.go); its mu guards the fields below
+	// The net.Conn face (connface.go); its core.Mu guards the fields below
 	// it marks so.
 	connFace
 	endpoint // the verbs resources (endpoint.go), released by Close

@@ -9,10 +9,9 @@ import (
 
 // connFace is what a connection of either wire (Conn, RsocketConn) shows
 // as a net.Conn over the state both wires share (core, internal/core's
-// Conn: the locks, Close's flag, the failure, the deadlines, the wake-ups
-// of waiting Reads and Writes, the poll role's state): the provider and
-// fallback, the addresses, Close's and CloseWrite's steps (closeConn,
-// closeWrite), the watch, and the *net.OpError its errors come in.
+// Conn: the locks, Close's flag and steps, the failure, the deadlines,
+// the wake-ups of waiting Reads and Writes, the poll role's state, the
+// watch, the *net.OpErrors): the provider and fallback and the addresses.
 // core.Mu is the connection's lock: each wire's own state is guarded by
 // it too.
 type connFace struct {

@@ -21,7 +21,7 @@ import (
 // Reads are serialised among themselves, Writes too; a Read and a Write run
 // in parallel.
 type RsocketConn struct {
-	// The net.Conn face (connface.go); its mu guards the fields below
+	// The net.Conn face (connface.go); its core.Mu guards the fields below
 	// it marks so, and posting.
 	connFace
 	p rsParams

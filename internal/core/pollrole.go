@@ -10,9 +10,9 @@ import (
 )
 
 // Completions are driven by the callers that need them. A Read without
-// data, a Write without room, CloseWrite and Close's drain call await,
+// data, a Write without room, CloseWrite and Close's drain call Await,
 // and the first of them takes the poll role: on its own goroutine it polls
-// the CQ, busy-polls a little while (pollState.spin), then arms the CQ and
+// the CQ, busy-polls a little while (PollState.Spin), then arms the CQ and
 // sleeps on the completion channel, which parks on the runtime poller
 // (soft: reads its QP's transport), and applies what it polls. So on the
 // latency path the completion reaches the goroutine that wants it with no
@@ -27,7 +27,7 @@ import (
 // the holder look again.
 
 // PollState is the poll role: who holds it and who waits (under the
-// connection's mu), the interrupt sequence (atomic), and the holder's own
+// connection's Mu), the interrupt sequence (atomic), and the holder's own
 // state, which only the holder (or releaseVerbs, once nobody holds the
 // role) touches: the batch, the events to acknowledge, and how it spins.
 type PollState struct {
