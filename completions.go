@@ -27,7 +27,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 			c.recvPosted--
 			rcvChanged = true
 			if wc.Status != verbs.WCSuccess {
-				c.failLocked(wcError(wc.Status))
+				c.failLocked(core.WCError(wc.Status))
 				continue
 			}
 			reposts++
@@ -47,7 +47,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {
-			c.failLocked(wcError(wc.Status))
+			c.failLocked(core.WCError(wc.Status))
 		}
 	}
 	if perr != nil {
@@ -98,11 +98,11 @@ func (c *Conn) handle(wcs []verbs.WC) {
 // nothing more.
 func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		return breachError(stream.ErrNoImm)
+		return core.BreachError(stream.ErrNoImm)
 	}
 	kind, err := stream.Receive(&c.rx, &c.tx, wc.Imm, wc.ByteLen)
 	if err != nil {
-		return breachError(err)
+		return core.BreachError(err)
 	}
 	switch kind {
 	case stream.KindData:
@@ -121,7 +121,7 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 			err = c.tx.Offer(msg)
 		}
 		if err != nil {
-			return breachError(err)
+			return core.BreachError(err)
 		}
 		*sndChanged = true
 	case stream.KindCredit:
@@ -131,13 +131,13 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.core.HeardLocked()
 	case stream.KindRndv:
 		if err := c.rx.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
-			return breachError(err)
+			return core.BreachError(err)
 		}
 		c.core.HeardLocked()
 		c.core.Counters.RndvRecv++
 	case stream.KindNotify:
 		if !c.notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
-			return breachError(errNotifyOverflow)
+			return core.BreachError(errNotifyOverflow)
 		}
 		*held++
 	case stream.KindPing:
@@ -147,21 +147,6 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.core.Counters.PongsRecv++
 	}
 	return nil
-}
-
-// wcError turns a failed completion into the connection's error.
-func wcError(s verbs.WCStatus) error {
-	switch s {
-	case verbs.WCWRFlushErr:
-		return errReset
-	case verbs.WCRetryExcErr:
-		return errRetry
-	case verbs.WCRNRRetryExcErr:
-		return errRNR
-	case verbs.WCRemAccessErr:
-		return errRemoteAccess
-	}
-	return &connError{"work completion failed: " + s.String(), syscall.EIO}
 }
 
 // failLocked records why the connection failed (the first reason wins) and
@@ -174,6 +159,6 @@ func (c *Conn) failLocked(err error) {
 	c.poller().WakeLocked()
 }
 
-var errStraySend = &connError{"completion for a send that is not outstanding", syscall.EIO}
+var errStraySend = &core.Error{Msg: "completion for a send that is not outstanding", Errno: syscall.EIO}
 
 const recvWRID = 1 << 63 // set in the WR id of every receive

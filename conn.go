@@ -289,7 +289,7 @@ func (c *Conn) writeErrLocked() error {
 		return err
 	}
 	if c.finSent {
-		return errWriteClosed
+		return core.ErrWriteClosed
 	}
 	return c.core.Err
 }
@@ -396,7 +396,7 @@ func (c *Conn) Stats() ConnStats {
 // that follows the peer's orderly close (its FIN, then its disconnect
 // flushes our queue), which ends every connection the peer closes.
 func (c *Conn) failureLocked() error {
-	if c.rx.FinRcvd && c.core.Err == errReset {
+	if c.rx.FinRcvd && c.core.Err == core.ErrReset {
 		return nil
 	}
 	return c.core.Err

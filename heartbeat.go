@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -158,5 +159,5 @@ func (c *Conn) controlLocked(code uint32) bool {
 // unresponsiveError is the error of a connection whose peer was silent
 // for d, though pinged.
 func unresponsiveError(d time.Duration) error {
-	return &connError{fmt.Sprintf("peer unresponsive for %v", d), syscall.ETIMEDOUT}
+	return &core.Error{Msg: fmt.Sprintf("peer unresponsive for %v", d), Errno: syscall.ETIMEDOUT}
 }

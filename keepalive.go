@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -16,7 +17,7 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 		// poller; a probe makes sure of it even with none outstanding.
 		c.core.Mu.Lock()
 		if !c.core.Closed && !c.core.Torn && !c.postProbeLocked() && !c.rx.FinRcvd {
-			c.failLocked(errReset)
+			c.failLocked(core.ErrReset)
 		}
 		c.unlockSubmit()
 	}

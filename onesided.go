@@ -31,10 +31,7 @@ import (
 // device, moves both queue pairs to the error state: the connection fails
 // on both sides.
 
-var (
-	errNotifyOverflow = protoError("notification beyond the receive credit")
-	errRemoteAccess   = &connError{"the peer's device refused a one-sided access (remote access error)", syscall.EACCES}
-)
+var errNotifyOverflow = core.ProtoError("notification beyond the receive credit")
 
 // remote posts one one-sided WR and waits for its completion. local lies
 // in hold, when not nil, which the caller acquired: if remote must return
@@ -165,17 +162,17 @@ func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
 	case verbs.WCSuccess:
 		return nil
 	case verbs.WCRemAccessErr:
-		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, errRemoteAccess))
+		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, core.ErrRemoteAccess))
 	case verbs.WCWRFlushErr:
 		c.core.Mu.Lock()
 		err := c.core.Err
 		c.core.Mu.Unlock()
 		if err == nil {
-			err = errReset
+			err = core.ErrReset
 		}
 		return c.opErr(name, err)
 	}
-	return c.opErr(name, wcError(st))
+	return c.opErr(name, core.WCError(st))
 }
 
-var errNoMoreNotes = &connError{"the peer closed its sending side: no more notifications", syscall.EPIPE}
+var errNoMoreNotes = &core.Error{Msg: "the peer closed its sending side: no more notifications", Errno: syscall.EPIPE}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/zerocopy"
@@ -55,7 +56,7 @@ const rndvPiece = 4 << 20
 // worth, so that tiny Reads do not each pay a round trip.
 const rndvDirectMin = 16 << 10
 
-var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", syscall.ECONNABORTED}
+var errRndvAbandoned = &core.Error{Msg: "a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", Errno: syscall.ECONNABORTED}
 
 // rndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).

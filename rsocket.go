@@ -308,9 +308,9 @@ func (c *RsocketConn) writeErrLocked() error {
 	}
 	switch {
 	case c.wrShut || c.discSent:
-		return errWriteClosed
+		return core.ErrWriteClosed
 	case c.peerGone:
-		return errReset
+		return core.ErrReset
 	}
 	return c.core.Err
 }
@@ -414,7 +414,7 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 		if wc.WRID&rsRecvWRID != 0 {
 			if wc.Status != verbs.WCSuccess {
 				if !quiet() {
-					c.failLocked(wcError(wc.Status))
+					c.failLocked(core.WCError(wc.Status))
 				}
 				continue
 			}
@@ -425,10 +425,10 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 			continue
 		}
 		if err := c.tx.Completed(wc.WRID); err != nil && perr == nil {
-			perr = protoError(err.Error())
+			perr = core.ProtoError(err.Error())
 		}
 		if wc.Status != verbs.WCSuccess && !quiet() {
-			c.failLocked(wcError(wc.Status))
+			c.failLocked(core.WCError(wc.Status))
 		}
 	}
 	if perr != nil {
@@ -452,11 +452,11 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 // checked, and one that breaks the protocol fails the connection.
 func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		return protoError("rsocket message without immediate data")
+		return core.ProtoError("rsocket message without immediate data")
 	}
 	kind, err := rsocket.Receive(&c.rx, &c.tx, c.sgl, wc.Imm, wc.ByteLen, c.rdShut)
 	if err != nil {
-		return protoError(err.Error())
+		return core.ProtoError(err.Error())
 	}
 	switch kind {
 	case rsocket.KindData:
