@@ -152,7 +152,7 @@ func (c *Conn) start() {
 	c.established(c.ep.ID.LocalAddr(), c.ep.ID.RemoteAddr())
 	c.core.Poll.Configure(c.cfg.pollTime(), c.cfg.busyPoll(), c.provider == ProviderSoft)
 	w := c.newWatch(time.Now()) // heartbeat.go
-	c.core.Watch = cmwatch.Start(c.ep.Events, w, w.next)
+	c.core.Watch = cmwatch.Start(c.ep.Events, w, w.sched.Next)
 	register(c) // registry.go
 	c.logEstablished()
 }
@@ -426,13 +426,13 @@ func (c *Conn) logEstablished() {
 	qp := c.ep.QP
 	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
 		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,
-			"device", dev, "path", path, "local", addrString(c.laddr), "peer", addrString(c.raddr))
+			"device", dev, "path", path, "local", addrString(c.localAddr()), "peer", addrString(c.remoteAddr()))
 	}
 	if c.provider == ProviderSoft && debuglog.On(debuglog.Shm, slog.LevelInfo) {
 		if path == "soft-shm" {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.raddr))
+			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.remoteAddr()))
 		} else {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr, qp))
+			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.remoteAddr()), "reason", shmReason(c.localAddr(), c.remoteAddr(), qp))
 		}
 	}
 }
@@ -444,14 +444,14 @@ func (c *Conn) logFailure(err error) {
 	}
 	if debuglog.On(debuglog.Conn, slog.LevelWarn) {
 		debuglog.Log("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
-			"local", addrString(c.laddr), "peer", addrString(c.raddr), "err", err.Error())
+			"local", addrString(c.localAddr()), "peer", addrString(c.remoteAddr()), "err", err.Error())
 	}
 }
 
 // logGrowth logs a ring or send buffer moving to a larger one.
 func (c *Conn) logGrowth(what string, from, to int) {
 	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
-		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.raddr), "from", from, "to", to)
+		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.remoteAddr()), "from", from, "to", to)
 	}
 }
 

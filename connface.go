@@ -11,13 +11,12 @@ import (
 // as a net.Conn over the state both wires share (core, internal/core's
 // Conn: the locks, Close's flag and steps, the failure, the deadlines,
 // the wake-ups of waiting Reads and Writes, the poll role's state, the
-// watch, the *net.OpErrors): the provider and fallback and the addresses.
+// watch, the *net.OpErrors): the provider and fallback.
 // core.Mu is the connection's lock: each wire's own state is guarded by
 // it too.
 type connFace struct {
-	provider     string
-	fallback     error // why an auto dial fell back to soft (mixed.go)
-	laddr, raddr *Addr
+	provider string
+	fallback error // why an auto dial fell back to soft (mixed.go)
 
 	// The state the wires share (internal/core): locks, Close, the
 	// failure, deadlines, wake-ups, the poll role and the counters.
@@ -34,8 +33,7 @@ func (f *connFace) init(provider string, r core.Poller) {
 // established takes in the addresses of the connection on id, once it is
 // established.
 func (f *connFace) established(laddr, raddr *net.TCPAddr) {
-	f.laddr, f.raddr = fromTCPAddr(laddr), fromTCPAddr(raddr)
-	f.core.Local, f.core.Remote = f.laddr.netAddr(), f.raddr.netAddr()
+	f.core.Local, f.core.Remote = fromTCPAddr(laddr).netAddr(), fromTCPAddr(raddr).netAddr()
 	f.core.Counters.Opened = time.Now()
 }
 
@@ -50,10 +48,15 @@ func closeConn(c statser, r core.Poller, w core.ClosingWire) error {
 }
 
 // LocalAddr returns the local address.
-func (f *connFace) LocalAddr() net.Addr { return f.laddr }
+func (f *connFace) LocalAddr() net.Addr { return f.localAddr() }
 
 // RemoteAddr returns the peer's address.
-func (f *connFace) RemoteAddr() net.Addr { return f.raddr }
+func (f *connFace) RemoteAddr() net.Addr { return f.remoteAddr() }
+
+// localAddr and remoteAddr are the connection's addresses, which core
+// holds for its *net.OpErrors: nil until the connection is established.
+func (f *connFace) localAddr() *Addr  { a, _ := f.core.Local.(*Addr); return a }
+func (f *connFace) remoteAddr() *Addr { a, _ := f.core.Remote.(*Addr); return a }
 
 // Provider names the verbs provider that carries the connection: "soft" or
 // "rdmacore".

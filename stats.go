@@ -124,7 +124,7 @@ func (f *connFace) setFallback(fb error) {
 	f.core.Mu.Lock()
 	f.fallback = fb
 	f.core.Mu.Unlock()
-	logFallback(f.raddr, fb) // debuglog.go
+	logFallback(f.remoteAddr(), fb) // debuglog.go
 }
 
 // read is readLocked for a Read's rarer paths, which do not hold mu.
@@ -153,8 +153,8 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	s := ConnStats{
 		Provider:   f.provider,
 		Wire:       wire,
-		LocalAddr:  addrString(f.laddr), // debuglog.go
-		RemoteAddr: addrString(f.raddr),
+		LocalAddr:  addrString(f.localAddr()), // debuglog.go
+		RemoteAddr: addrString(f.remoteAddr()),
 
 		RemoteWrites:       st.RemoteWrites.Load(),
 		RemoteReads:        st.RemoteReads.Load(),
