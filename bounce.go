@@ -14,7 +14,7 @@ const rndvBounceSize = 1 << 20
 func (c *Conn) bounceBuf() (*zerocopy.Bounce, error) {
 	zc := c.zeroCopy()
 	if !zc.bounce.Made() {
-		b, err := regmem.New(c.pd, rndvBounceSize, 0, verbs.AccessLocalWrite)
+		b, err := regmem.New(c.ep.PD, rndvBounceSize, 0, verbs.AccessLocalWrite)
 		if err != nil {
 			return nil, err
 		}

@@ -38,10 +38,10 @@ func TestBusyPollRDMACore(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	c.mu.Lock()
-	assert.True(t, c.poll.busy)
-	assert.Zero(t, c.poll.sleeps, "a busy-polling conn slept on its channel")
-	c.mu.Unlock()
+	c.core.Mu.Lock()
+	assert.True(t, c.core.Poll.Busy)
+	assert.Zero(t, c.core.Poll.Sleeps, "a busy-polling conn slept on its channel")
+	c.core.Mu.Unlock()
 
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
 	_, err = c.Read(got)

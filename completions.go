@@ -3,13 +3,14 @@ package rdma
 import (
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
 
 // What rdma.Conn does with its completions, once the poll role
-// (pollrole.go, poller.go) has polled them: handle applies a batch (send
+// (internal/core's Poller) has polled them: handle applies a batch (send
 // completions retire send queue slots and send buffer bytes; receives are
 // reposted and credited as the credit rule says), and recvLocked applies
 // one message from the peer to the stream's windows.
@@ -19,18 +20,18 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	var rcvChanged, sndChanged bool
 	var perr error
 	reposts, held := 0, 0
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.WRID&recvWRID != 0 {
 			c.recvPosted--
 			rcvChanged = true
 			if wc.Status != verbs.WCSuccess {
-				c.failLocked(wcError(wc.Status))
+				c.failLocked(core.WCError(wc.Status))
 				continue
 			}
 			reposts++
-			if perr == nil && c.err == nil {
+			if perr == nil && c.core.Err == nil {
 				perr = c.recvLocked(wc, &sndChanged, &held)
 			}
 			continue
@@ -46,7 +47,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {
-			c.failLocked(wcError(wc.Status))
+			c.failLocked(core.WCError(wc.Status))
 		}
 	}
 	if perr != nil {
@@ -60,7 +61,7 @@ func (c *Conn) handle(wcs []verbs.WC) {
 	// back and credit with them: a notification's receive is credited
 	// once the program takes it (the notes held hold theirs).
 	starved := c.rx.Starved(c.recvPosted, c.notes.Len())
-	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.err == nil && !c.torn {
+	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.core.Err == nil && !c.core.Torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
 			c.failLocked(err)
 		} else {
@@ -80,15 +81,15 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		c.pongLocked()
 	}
 	if rcvChanged {
-		poke(c.rcvReady)
+		core.Poke(c.core.RcvReady)
 	}
 	if sndChanged {
-		poke(c.sndReady)
+		core.Poke(c.core.SndReady)
 	}
 	c.unlockSubmit()
 	if perr != nil {
 		// Tell the peer: it gets a disconnect, we keep our error.
-		_ = c.id.Disconnect()
+		_ = c.ep.ID.Disconnect()
 	}
 }
 
@@ -97,22 +98,22 @@ func (c *Conn) handle(wcs []verbs.WC) {
 // nothing more.
 func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		return breachError(stream.ErrNoImm)
+		return core.BreachError(stream.ErrNoImm)
 	}
 	kind, err := stream.Receive(&c.rx, &c.tx, wc.Imm, wc.ByteLen)
 	if err != nil {
-		return breachError(err)
+		return core.BreachError(err)
 	}
 	switch kind {
 	case stream.KindData:
-		c.stats.MsgsRecv++
-		c.heardLocked()
+		c.core.Counters.MsgsRecv++
+		c.core.HeardLocked()
 		if len(c.ring) < c.cfg.RingSize {
 			c.offerRingLocked() // ringgrowth.go
 		}
 	case stream.KindDataMoved:
-		c.stats.MsgsRecv++
-		c.heardLocked()
+		c.core.Counters.MsgsRecv++
+		c.core.HeardLocked()
 		c.ringMovedLocked()
 	case stream.KindRing:
 		msg, err := stream.ParseRingMsg(c.mailbox())
@@ -120,66 +121,44 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 			err = c.tx.Offer(msg)
 		}
 		if err != nil {
-			return breachError(err)
+			return core.BreachError(err)
 		}
 		*sndChanged = true
 	case stream.KindCredit:
 		*sndChanged = true
 	case stream.KindRndvDone:
 		*sndChanged = true
-		c.heardLocked()
+		c.core.HeardLocked()
 	case stream.KindRndv:
 		if err := c.rx.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
-			return breachError(err)
+			return core.BreachError(err)
 		}
-		c.heardLocked()
-		c.stats.RndvRecv++
+		c.core.HeardLocked()
+		c.core.Counters.RndvRecv++
 	case stream.KindNotify:
 		if !c.notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
-			return breachError(errNotifyOverflow)
+			return core.BreachError(errNotifyOverflow)
 		}
 		*held++
 	case stream.KindPing:
-		c.stats.PingsRecv++
+		c.core.Counters.PingsRecv++
 		c.pongDue = true
 	case stream.KindPong:
-		c.stats.PongsRecv++
+		c.core.Counters.PongsRecv++
 	}
 	return nil
-}
-
-// wcError turns a failed completion into the connection's error.
-func wcError(s verbs.WCStatus) error {
-	switch s {
-	case verbs.WCWRFlushErr:
-		return errReset
-	case verbs.WCRetryExcErr:
-		return errRetry
-	case verbs.WCRNRRetryExcErr:
-		return errRNR
-	case verbs.WCRemAccessErr:
-		return errRemoteAccess
-	}
-	return &connError{"work completion failed: " + s.String(), syscall.EIO}
 }
 
 // failLocked records why the connection failed (the first reason wins) and
 // wakes every waiter.
 func (c *Conn) failLocked(err error) {
-	if c.err == nil {
-		c.err = err
+	if c.core.Err == nil {
+		c.core.Err = err
 		c.logFailure(err) // conn.go
 	}
-	c.poller().wakeLocked()
+	c.poller().WakeLocked()
 }
 
-func poke(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-var errStraySend = &connError{"completion for a send that is not outstanding", syscall.EIO}
+var errStraySend = &core.Error{Msg: "completion for a send that is not outstanding", Errno: syscall.EIO}
 
 const recvWRID = 1 << 63 // set in the WR id of every receive

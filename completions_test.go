@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
 
@@ -114,7 +115,7 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 	cfg.PollTime = 50 * time.Microsecond
 	c, s := pair(t, cfg)
 	buf := make([]byte, 1)
-	for i := 0; i < spinMisses+1; i++ {
+	for i := 0; i < core.SpinMisses+1; i++ {
 		ask(t, c)
 		go func() {
 			time.Sleep(5 * time.Millisecond) // far beyond twice PollTime
@@ -123,10 +124,10 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 		_, err := io.ReadFull(c, buf)
 		require.NoError(t, err)
 	}
-	c.mu.Lock()
-	misses := c.poll.misses
-	c.mu.Unlock()
-	assert.Equal(t, spinMisses, misses, "long waits in a row")
+	c.core.Mu.Lock()
+	misses := c.core.Poll.Misses
+	c.core.Mu.Unlock()
+	assert.Equal(t, core.SpinMisses, misses, "long waits in a row")
 
 	// Negative: no polling anywhere; zero: each provider's default.
 	cfg2 := *cfg
@@ -143,12 +144,12 @@ func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
 	cfg := softConfig()
 	cfg.PollTime = 2 * time.Second // the probe's spin outlasts the peer's pause
 	c, s := pair(t, cfg)
-	c.mu.Lock()
-	c.poll.misses = spinMisses
-	spins := c.poll.spins
-	c.mu.Unlock()
+	c.core.Mu.Lock()
+	c.core.Poll.Misses = core.SpinMisses
+	spins := c.core.Poll.Spins
+	c.core.Mu.Unlock()
 	buf := make([]byte, 1)
-	for i := 0; i < spinProbe; i++ {
+	for i := 0; i < core.SpinProbe; i++ {
 		ask(t, c)
 		go func() {
 			time.Sleep(2 * time.Millisecond)
@@ -157,32 +158,32 @@ func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
 		_, err := io.ReadFull(c, buf)
 		require.NoError(t, err)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	assert.Equal(t, spins+1, c.poll.spins, "one probe in %d waits", spinProbe)
-	assert.Zero(t, c.poll.misses, "the probe caught the byte: spinning is back on")
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
+	assert.Equal(t, spins+1, c.core.Poll.Spins, "one probe in %d waits", core.SpinProbe)
+	assert.Zero(t, c.core.Poll.Misses, "the probe caught the byte: spinning is back on")
 }
 
 // The spin's budget follows the peer: waits a little longer than PollTime
 // stretch it (up to spinStretch times PollTime), a long one leaves it, and
 // quick ones bring it down, never below PollTime.
 func TestSpinBudgetLearnsThePeer(t *testing.T) {
-	p := pollState{spin: 50 * time.Microsecond, reach: 50 * time.Microsecond}
+	p := core.PollState{Spin: 50 * time.Microsecond, Reach: 50 * time.Microsecond}
 	for range 8 {
-		p.learn(90 * time.Microsecond)
+		p.Learn(90 * time.Microsecond)
 	}
-	assert.GreaterOrEqual(t, p.reach, 90*time.Microsecond, "a peer answering in 90 us is within reach")
-	assert.LessOrEqual(t, p.reach, spinStretch*p.spin)
+	assert.GreaterOrEqual(t, p.Reach, 90*time.Microsecond, "a peer answering in 90 us is within reach")
+	assert.LessOrEqual(t, p.Reach, core.SpinStretch*p.Spin)
 	for range 8 {
-		p.learn(spinStretch * p.spin * 9 / 10) // 1.5x that is past the bound
+		p.Learn(core.SpinStretch * p.Spin * 9 / 10) // 1.5x that is past the bound
 	}
-	assert.Equal(t, spinStretch*p.spin, p.reach, "never past spinStretch x PollTime")
-	p.learn(time.Millisecond)
-	assert.Equal(t, spinStretch*p.spin, p.reach, "a slow answer leaves the budget")
+	assert.Equal(t, core.SpinStretch*p.Spin, p.Reach, "never past spinStretch x PollTime")
+	p.Learn(time.Millisecond)
+	assert.Equal(t, core.SpinStretch*p.Spin, p.Reach, "a slow answer leaves the budget")
 	for range 40 {
-		p.learn(time.Microsecond)
+		p.Learn(time.Microsecond)
 	}
-	assert.Equal(t, p.spin, p.reach, "never below PollTime")
+	assert.Equal(t, p.Spin, p.Reach, "never below PollTime")
 }
 
 // A peer that answers a little after PollTime is caught by the stretched
@@ -212,9 +213,9 @@ func TestSpinCatchesAPeerSlowerThanPollTime(t *testing.T) {
 		require.NoError(t, err)
 	}
 	sleeps := func() uint64 {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.poll.sleeps
+		c.core.Mu.Lock()
+		defer c.core.Mu.Unlock()
+		return c.core.Poll.Sleeps
 	}
 	for range 6 {
 		round()
@@ -228,9 +229,9 @@ func TestSpinCatchesAPeerSlowerThanPollTime(t *testing.T) {
 		caught = sleeps() == before
 	}
 	assert.True(t, caught, "the stretched spin caught every answer of 3 rounds in a row")
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	assert.Greater(t, c.poll.reach, cfg.PollTime)
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
+	assert.Greater(t, c.core.Poll.Reach, cfg.PollTime)
 }
 
 // Soft ignores BusyPoll: its completions come from the transport, read by
@@ -244,9 +245,9 @@ func TestBusyPollIgnoredOnSoft(t *testing.T) {
 	require.NoError(t, err)
 	_, err = io.ReadFull(c, make([]byte, 1))
 	require.NoError(t, err)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	assert.False(t, c.poll.busy)
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
+	assert.False(t, c.core.Poll.Busy)
 }
 
 // RDMA_BUSY_POLL=1 turns BusyPoll on for a Config that leaves it off.
@@ -272,13 +273,13 @@ func TestNoLostWakeupBetweenHolders(t *testing.T) {
 		// data while the reader is between its look and await.
 		require.Eventually(t, func() bool {
 			c.tryPoll()
-			c.mu.Lock()
-			defer c.mu.Unlock()
+			c.core.Mu.Lock()
+			defer c.core.Mu.Unlock()
 			return c.rx.Buffered() > 0
 		}, 10*time.Second, time.Millisecond)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-		c.await(c.rcvReady, &c.rdl, false)
-		require.False(t, c.rdl.passed(), "round %d: await slept past data already applied", i)
+		c.await(c.core.RcvReady, &c.core.ReadDL, false)
+		require.False(t, c.core.ReadDL.Passed(), "round %d: await slept past data already applied", i)
 		got := make([]byte, 1)
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err)
@@ -296,9 +297,9 @@ func TestSoftTCPSpinsOnlyForAnswers(t *testing.T) {
 	cfg.KeepAlive, cfg.PeerTimeout = -1, -1
 	c, s := pair(t, cfg)
 	counts := func() (spins, caught, sleeps uint64) {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.poll.spins, c.poll.caught, c.poll.sleeps
+		c.core.Mu.Lock()
+		defer c.core.Mu.Unlock()
+		return c.core.Poll.Spins, c.core.Poll.Caught, c.core.Poll.Sleeps
 	}
 
 	// A conversation: every wait of c's is for s's answer.
@@ -342,18 +343,18 @@ func TestSoftTCPWriteWaitingForRoomDoesNotSpin(t *testing.T) {
 	cfg.PollTime = time.Second
 	cfg.KeepAlive, cfg.PeerTimeout = -1, -1
 	c, s := pair(t, cfg)
-	c.mu.Lock()
-	spins := c.poll.spins
+	c.core.Mu.Lock()
+	spins := c.core.Poll.Spins
 	ring := len(c.sb.Buf)
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	go func() {
 		time.Sleep(20 * time.Millisecond) // c fills the ring and waits
 		_, _ = io.Copy(io.Discard, s)
 	}()
 	_, err := c.Write(make([]byte, 4*ring))
 	require.NoError(t, err)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	assert.Equal(t, spins, c.poll.spins)
-	assert.NotZero(t, c.stats.CreditWaits+c.stats.RingWaits+c.stats.SendBufWaits, "the Write waited for room")
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
+	assert.Equal(t, spins, c.core.Poll.Spins)
+	assert.NotZero(t, c.core.Counters.CreditWaits+c.core.Counters.RingWaits+c.core.Counters.SendBufWaits, "the Write waited for room")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/debuglog"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/sendq"
@@ -20,7 +21,7 @@ import (
 // concurrent use: Reads are serialised among themselves, Writes too, and a
 // Read and a Write run in parallel.
 type Conn struct {
-	// The net.Conn face (connface.go); its mu guards the fields below
+	// The net.Conn face (connface.go); its core.Mu guards the fields below
 	// it marks so.
 	connFace
 	endpoint // the verbs resources (endpoint.go), released by Close
@@ -36,11 +37,6 @@ type Conn struct {
 	// progress outside mu (regMR).
 	zc          *zeroCopy
 	registering int
-
-	// The poll role (pollrole.go, poller.go): one caller at a time polls the CQ
-	// and sleeps on the completion channel; others wait on rcvReady or
-	// sndReady.
-	poll pollState
 }
 
 // sendSide is the half of a Conn that writes to the peer, guarded by mu:
@@ -109,8 +105,8 @@ func (c *Conn) hello() stream.Hello {
 	h := stream.Hello{
 		Version:   stream.Version,
 		RecvDepth: uint16(c.recvWRs),
-		RingAddr:  c.ringMR.Addr(),
-		RingKey:   c.ringMR.RKey(),
+		RingAddr:  c.ep.RingMR.Addr(),
+		RingKey:   c.ep.RingMR.RKey(),
 		RingLog:   stream.RingLog(len(c.ring)),
 		GrowLog:   c.rx.GrowLog,
 	}
@@ -153,10 +149,10 @@ func (c *Conn) takeAnswer(private []byte) error {
 
 // start runs the connection once it is established.
 func (c *Conn) start() {
-	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
-	c.poll.configure(&c.cfg, c.provider)
+	c.established(c.ep.ID.LocalAddr(), c.ep.ID.RemoteAddr())
+	c.core.Poll.Configure(c.cfg.pollTime(), c.cfg.busyPoll(), c.provider == ProviderSoft)
 	w := c.newWatch(time.Now()) // heartbeat.go
-	c.watch = cmwatch.Start(c.ech, w, w.next)
+	c.core.Watch = cmwatch.Start(c.ep.Events, w, w.sched.Next)
 	register(c) // registry.go
 	c.logEstablished()
 }
@@ -165,63 +161,63 @@ func (c *Conn) start() {
 // io.EOF once the peer has closed its sending side and everything before
 // that was read.
 func (c *Conn) Read(b []byte) (int, error) {
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
+	c.core.ReadMu.Lock()
+	defer c.core.ReadMu.Unlock()
 	for {
-		c.mu.Lock()
-		if err := c.readStopLocked(); err != nil {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if err := c.core.ReadStopLocked(); err != nil {
+			c.core.Mu.Unlock()
 			return 0, err
 		}
 		if zc := c.zc; zc != nil && zc.bounce.Pending() && len(b) > 0 {
 			// A rendezvous READ's bytes, before anything after it.
 			n := zc.bounce.Read(b)
-			c.stats.ReadLocked(n) // stats.go
-			c.mu.Unlock()
+			c.core.Counters.ReadLocked(n) // stats.go
+			c.core.Mu.Unlock()
 			return n, nil
 		}
 		if avail := c.rx.Buffered(); avail > 0 {
 			if len(b) == 0 {
-				c.mu.Unlock()
+				c.core.Mu.Unlock()
 				return 0, nil
 			}
 			ring, off, span := c.readRingLocked()
 			n := int(min(span, uint64(len(b))))
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			// The bytes are ours until we credit them back: no lock needed
 			// (and the previous ring is released by the reader only).
 			first := min(n, len(ring)-int(off))
 			copy(b, ring[off:int(off)+first])
 			copy(b[first:n], ring)
-			c.mu.Lock()
+			c.core.Mu.Lock()
 			c.rx.Consume(n)
-			c.stats.ReadLocked(n)
+			c.core.Counters.ReadLocked(n)
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
 			c.unlockSubmit()
 			return n, nil
 		}
 		if addr, key, left := c.rx.RndvNext(); left > 0 && len(b) > 0 {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			n, err := c.readRndv(b, addr, key, left)
 			c.read(n)
 			return n, err
 		}
 		if c.rx.FinRcvd {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return 0, io.EOF
 		}
-		if c.err != nil {
-			err := c.err
-			c.mu.Unlock()
+		if c.core.Err != nil {
+			err := c.core.Err
+			c.core.Mu.Unlock()
 			return 0, c.opErr("read", err)
 		}
 		if len(b) == 0 {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return 0, nil
 		}
-		c.mu.Unlock()
-		c.await(c.rcvReady, &c.rdl, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.RcvReady, &c.core.ReadDL, false)
 	}
 }
 
@@ -235,8 +231,8 @@ func (c *Conn) Read(b []byte) (int, error) {
 // deadlock (as MPI's rendezvous sends do). A deadline or Close that cuts
 // such a Write short fails the connection (the peer may be mid-read).
 func (c *Conn) Write(b []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.core.WriteMu.Lock()
+	defer c.core.WriteMu.Unlock()
 	if c.rndvMin > 0 && len(b) >= c.rndvMin {
 		if buf := bufferOf(b); buf != nil {
 			return c.writeRndv(b, buf) // rndv.go
@@ -246,14 +242,14 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if sent == len(b) && sent > 0 {
 			return sent, nil
 		}
-		c.mu.Lock()
-		if over, err := c.writeOverLocked(c, sent, len(b)); over {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if over, err := c.core.WriteOverLocked(c.writeErrLocked(), sent, len(b)); over {
+			c.core.Mu.Unlock()
 			return sent, err
 		}
 		n, at, inline := c.reserveLocked(len(b) - sent)
 		if n == 0 {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			c.awaitRoom()
 			continue
 		}
@@ -268,20 +264,20 @@ func (c *Conn) Write(b []byte) (int, error) {
 		} else {
 			buf = c.sb.Reserve(uint64(n))
 			c.sq.Reserved++
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			// The reserved bytes are the writer's alone until queued.
 			copy(buf, p)
-			c.mu.Lock()
+			c.core.Mu.Lock()
 			c.sq.Reserved--
 			// Reserved ring space must be filled, or the stream would
 			// desynchronise: only a failed connection stops it now.
-			if err := c.err; err != nil {
-				c.mu.Unlock()
+			if err := c.core.Err; err != nil {
+				c.core.Mu.Unlock()
 				return sent, c.opErr("write", err)
 			}
 		}
 		c.enqueueDataLocked(buf, at, flags, sent == 0)
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		c.submit()
 		sent += n
 	}
@@ -289,18 +285,18 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // writeErrLocked says why a Write cannot go on, or nil.
 func (c *Conn) writeErrLocked() error {
-	if err := c.stopErrLocked(&c.wdl); err != nil {
+	if err := c.core.StopErrLocked(&c.core.WriteDL); err != nil {
 		return err
 	}
 	if c.finSent {
-		return errWriteClosed
+		return core.ErrWriteClosed
 	}
-	return c.err
+	return c.core.Err
 }
 
 // CloseWrite shuts down the sending side, as (*net.TCPConn).CloseWrite does:
 // the peer reads what was written, then io.EOF; reading goes on.
-func (c *Conn) CloseWrite() error { return closeWrite(c.poller(), c) }
+func (c *Conn) CloseWrite() error { return c.poller().CloseWrite((*connCore)(c)) }
 
 func (c *Conn) writeShutLocked() bool { return c.finSent }
 
@@ -319,17 +315,17 @@ func (c *Conn) drainTime() time.Duration { return c.cfg.HandshakeTimeout }
 // Close closes the connection. Bytes already written are delivered (within
 // HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
 // return net.ErrClosed.
-func (c *Conn) Close() error { return closeConn(c) }
+func (c *Conn) Close() error { return closeConn(c, c.poller(), (*connCore)(c)) }
 
 // drain posts the FIN and waits until every posted send has completed, so
 // that the disconnect that follows loses nothing.
-func (c *Conn) drain(dl *deadline) {
+func (c *Conn) drain(dl *core.Deadline) {
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		queued := false
 		switch {
-		case c.err != nil:
-			c.mu.Unlock()
+		case c.core.Err != nil:
+			c.core.Mu.Unlock()
 			return
 		case !c.finSent:
 			if c.canSendData() { // no writer reserves: Close holds wmu
@@ -337,25 +333,25 @@ func (c *Conn) drain(dl *deadline) {
 				queued = true
 			}
 		case c.sq.Idle():
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return
 		case c.sq.Unsignaled > 0:
 			// The last send is unsignaled: nothing would report it.
 			if !c.postProbeLocked() {
-				c.mu.Unlock()
+				c.core.Mu.Unlock()
 				return
 			}
 			queued = true
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		if queued {
 			c.submit()
 			continue
 		}
-		if dl.passed() {
+		if dl.Passed() {
 			return
 		}
-		c.await(c.sndReady, dl, true)
+		c.await(c.core.SndReady, dl, true)
 	}
 }
 
@@ -367,9 +363,9 @@ func (c *Conn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) 
 
 // observeStats is the watch's look at the counters (heartbeat.go's tick).
 func (c *Conn) observeStats(now time.Time) {
-	c.mu.Lock()
-	c.stats.SeeLocked(now)
-	c.mu.Unlock()
+	c.core.Mu.Lock()
+	c.core.Counters.SeeLocked(now)
+	c.core.Mu.Unlock()
 }
 
 // Stats returns what the connection has done so far and its sizes now. It
@@ -400,10 +396,10 @@ func (c *Conn) Stats() ConnStats {
 // that follows the peer's orderly close (its FIN, then its disconnect
 // flushes our queue), which ends every connection the peer closes.
 func (c *Conn) failureLocked() error {
-	if c.rx.FinRcvd && c.err == errReset {
+	if c.rx.FinRcvd && c.core.Err == core.ErrReset {
 		return nil
 	}
-	return c.err
+	return c.core.Err
 }
 
 // watchStep is how often the watch looks at the counters, or 0.
@@ -423,20 +419,20 @@ func (c *Conn) logEstablished() {
 		return
 	}
 	dev := ""
-	if ctx := c.id.Context(); ctx != nil {
+	if ctx := c.ep.ID.Context(); ctx != nil {
 		dev = ctx.Name()
 	}
-	path := pathOf(c.provider, c.qp)
-	qp := c.qp
+	path := pathOf(c.provider, c.ep.QP)
+	qp := c.ep.QP
 	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
 		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,
-			"device", dev, "path", path, "local", addrString(c.laddr), "peer", addrString(c.raddr))
+			"device", dev, "path", path, "local", addrString(c.localAddr()), "peer", addrString(c.remoteAddr()))
 	}
 	if c.provider == ProviderSoft && debuglog.On(debuglog.Shm, slog.LevelInfo) {
 		if path == "soft-shm" {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.raddr))
+			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.remoteAddr()))
 		} else {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.raddr), "reason", shmReason(c.laddr, c.raddr, qp))
+			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.remoteAddr()), "reason", shmReason(c.localAddr(), c.remoteAddr(), qp))
 		}
 	}
 }
@@ -448,14 +444,14 @@ func (c *Conn) logFailure(err error) {
 	}
 	if debuglog.On(debuglog.Conn, slog.LevelWarn) {
 		debuglog.Log("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
-			"local", addrString(c.laddr), "peer", addrString(c.raddr), "err", err.Error())
+			"local", addrString(c.localAddr()), "peer", addrString(c.remoteAddr()), "err", err.Error())
 	}
 }
 
 // logGrowth logs a ring or send buffer moving to a larger one.
 func (c *Conn) logGrowth(what string, from, to int) {
 	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
-		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.raddr), "from", from, "to", to)
+		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.remoteAddr()), "from", from, "to", to)
 	}
 }
 
@@ -465,7 +461,7 @@ func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
 func (c *Conn) postRecvs(n int) error {
 	for n > 0 {
 		k := min(n, recvBatch)
-		if err := c.qp.PostRecv(recvWRs[:k]); err != nil {
+		if err := c.ep.QP.PostRecv(recvWRs[:k]); err != nil {
 			return err
 		}
 		n -= k
@@ -476,19 +472,19 @@ func (c *Conn) postRecvs(n int) error {
 // releaseVerbs destroys the connection's verbs objects once no post or
 // poll is in flight; none is started afterwards.
 func (c *Conn) releaseVerbs() {
-	c.mu.Lock()
-	c.torn = true
+	c.core.Mu.Lock()
+	c.core.Torn = true
 	// A post in flight, or a poll (the keepalive's), must finish before
 	// the QP and CQ go; a registration, before the protection domain.
-	for c.sq.Submitting || c.poll.held || c.registering > 0 {
-		c.mu.Unlock()
+	for c.sq.Submitting || c.core.Poll.Held || c.registering > 0 {
+		c.core.Mu.Unlock()
 		runtime.Gosched()
-		c.mu.Lock()
+		c.core.Mu.Lock()
 	}
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
-	c.endpoint.release(c.poll.unacked)
-	c.poll.unacked = 0
+	c.endpoint.release(c.core.Poll.Unacked)
+	c.core.Poll.Unacked = 0
 	for _, b := range held {
 		b.release()
 	}

@@ -2,155 +2,61 @@ package rdma
 
 import (
 	"net"
-	"os"
-	"sync"
 	"time"
 
-	"github.com/rdmanet/rdma/internal/cmwatch"
-	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 )
 
 // connFace is what a connection of either wire (Conn, RsocketConn) shows
-// as a net.Conn, and the state that goes with it: the provider and
-// fallback, the addresses, the serialisation of Reads and of Writes,
-// Close's flag and channel and its steps (closeConn), the connection's
-// failure, the deadlines, the wake-ups of waiting Reads and Writes, the
-// watch, and the *net.OpError its errors come in. Its mu is the
-// connection's lock: each wire's own state is guarded by it too.
+// as a net.Conn over the state both wires share (core, internal/core's
+// Conn: the locks, Close's flag and steps, the failure, the deadlines,
+// the wake-ups of waiting Reads and Writes, the poll role's state, the
+// watch, the *net.OpErrors): the provider and fallback.
+// core.Mu is the connection's lock: each wire's own state is guarded by
+// it too.
 type connFace struct {
-	provider     string
-	fallback     error // why an auto dial fell back to soft (mixed.go)
-	laddr, raddr *Addr
+	provider string
+	fallback error // why an auto dial fell back to soft (mixed.go)
 
-	rmu sync.Mutex // serialises Read
-	wmu sync.Mutex // serialises Write, CloseWrite and Close's drain
-
-	mu       sync.Mutex
-	closed   bool
-	torn     bool          // verbs objects destroyed
-	err      error         // why the connection failed; nil while healthy
-	rcvReady chan struct{} // poked when the receive side changed
-	sndReady chan struct{} // poked when send resources were freed
-	closedCh chan struct{} // closed by Close
-	rdl, wdl deadline
-
-	// The watch (internal/cmwatch), stopped by Close.
-	watch cmwatch.Watch
-
-	stats *connstats.Counters // apart from the Conn (one allocation with it), so that a Conn keeps to its size class
-
-	// The conversation, which decides whether a wait spins where the
-	// completion channel does the spinning (soft's; poller.go):
-	// talked counts the messages sent that the peer answers or acts on
-	// (data, a rendezvous' descriptor and done), and heard is what talked
-	// was when the peer's last such message arrived. Under mu.
-	talked, heard uint32
-
-	// lookAgain is the wire's poller's: a deadline set while the poll
-	// role's holder sleeps on the completion channel wakes it to look.
-	lookAgain func()
+	// The state the wires share (internal/core): locks, Close, the
+	// failure, deadlines, wake-ups, the poll role and the counters.
+	core core.Conn
 }
-
-// talkedLocked notes a message sent that the peer answers or acts on.
-func (f *connFace) talkedLocked() { f.talked++ }
-
-// heardLocked notes a message from the peer of that kind.
-func (f *connFace) heardLocked() { f.heard = f.talked }
-
-// answerDueLocked reports whether the connection has sent such a message
-// since it last heard one: a wait now is likely a wait for the answer.
-func (f *connFace) answerDueLocked() bool { return f.talked != f.heard }
 
 // init readies the face of a connection carried by provider and polled by
 // r.
-func (f *connFace) init(provider string, r poller) {
+func (f *connFace) init(provider string, r core.Poller) {
 	f.provider = provider
-	f.lookAgain = r.lookAgain
-	f.rcvReady = make(chan struct{}, 1)
-	f.sndReady = make(chan struct{}, 1)
-	f.closedCh = make(chan struct{})
-	f.rdl, f.wdl = makeDeadline(), makeDeadline()
-	f.stats = new(connstats.Counters)
+	f.core.Init(r)
 }
 
 // established takes in the addresses of the connection on id, once it is
 // established.
 func (f *connFace) established(laddr, raddr *net.TCPAddr) {
-	f.laddr, f.raddr = fromTCPAddr(laddr), fromTCPAddr(raddr)
-	f.stats.Opened = time.Now()
+	f.core.Local, f.core.Remote = fromTCPAddr(laddr).netAddr(), fromTCPAddr(raddr).netAddr()
+	f.core.Counters.Opened = time.Now()
 }
 
-// markClosed is Close's first step: it fails with net.ErrClosed on a
-// closed connection, else marks it closed and wakes what waits on
-// closedCh.
-func (f *connFace) markClosed() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return f.opErr("close", net.ErrClosed)
-	}
-	f.closed = true
-	close(f.closedCh)
-	return nil
-}
-
-// stopErrLocked says why a Read (dl: rdl) or a Write (wdl) cannot go on
-// whatever the wire's state: Close, or the deadline passed.
-func (f *connFace) stopErrLocked(dl *deadline) error {
-	switch {
-	case f.closed:
-		return net.ErrClosed
-	case dl.passed():
-		return os.ErrDeadlineExceeded
-	}
-	return nil
-}
-
-// closingConn is a connection of either wire as Close sees it.
-type closingConn interface {
-	statser // stats.go
-	poller() poller
-	drainTime() time.Duration // HandshakeTimeout
-	drain(dl *deadline)       // delivers what was written, within dl
-	releaseVerbs()            // once no post or poll is in flight
-}
-
-// closeConn is Close for either wire: pending Reads and Writes return
-// net.ErrClosed, what was written is delivered (the wire's drain), then
-// the connection is disconnected and its verbs resources, ID, event
-// channel and watch released.
-func closeConn(c closingConn) error {
-	r := c.poller()
-	f, e := r.f, r.e
-	if err := f.markClosed(); err != nil {
+// closeConn is Close for either wire (core's Poller.Close, over the
+// wire's steps w), and then the connection leaves the registry.
+func closeConn(c statser, r core.Poller, w core.ClosingWire) error {
+	if err := r.Close(w); err != nil {
 		return err
 	}
-	r.lookAgain() // a sleeping poll role holder sees the Close
-	// Wait for Reads and Writes in progress to leave the buffers.
-	f.rmu.Lock()
-	defer f.rmu.Unlock()
-	f.wmu.Lock()
-	defer f.wmu.Unlock()
-	dl := makeDeadline()
-	dl.set(time.Now().Add(c.drainTime()))
-	c.drain(&dl)
-	dl.stop()
-	_ = e.id.Disconnect()
-	c.releaseVerbs()
-	e.id.Destroy()
-	e.ech.Close() // ends cmLoop, or the timed watch's events
-	f.watch.Stop()
-	f.rdl.stop()
-	f.wdl.stop()
 	unregister(c) // registry.go
 	return nil
 }
 
 // LocalAddr returns the local address.
-func (f *connFace) LocalAddr() net.Addr { return f.laddr }
+func (f *connFace) LocalAddr() net.Addr { return f.localAddr() }
 
 // RemoteAddr returns the peer's address.
-func (f *connFace) RemoteAddr() net.Addr { return f.raddr }
+func (f *connFace) RemoteAddr() net.Addr { return f.remoteAddr() }
+
+// localAddr and remoteAddr are the connection's addresses, which core
+// holds for its *net.OpErrors: nil until the connection is established.
+func (f *connFace) localAddr() *Addr  { a, _ := f.core.Local.(*Addr); return a }
+func (f *connFace) remoteAddr() *Addr { a, _ := f.core.Remote.(*Addr); return a }
 
 // Provider names the verbs provider that carries the connection: "soft" or
 // "rdmacore".
@@ -163,119 +69,31 @@ func (f *connFace) Fallback() error { return f.fallback }
 
 // SetDeadline sets the read and write deadlines.
 func (f *connFace) SetDeadline(t time.Time) error {
-	return f.setDeadlines("set deadline", t, &f.rdl, &f.wdl)
+	return f.core.SetDeadlines("set deadline", t, &f.core.ReadDL, &f.core.WriteDL)
 }
 
 // SetReadDeadline sets the deadline for Reads, pending ones included.
 func (f *connFace) SetReadDeadline(t time.Time) error {
-	return f.setDeadlines("set read deadline", t, &f.rdl, nil)
+	return f.core.SetDeadlines("set read deadline", t, &f.core.ReadDL, nil)
 }
 
 // SetWriteDeadline sets the deadline for Writes, pending ones included.
 func (f *connFace) SetWriteDeadline(t time.Time) error {
-	return f.setDeadlines("set write deadline", t, &f.wdl, nil)
+	return f.core.SetDeadlines("set write deadline", t, &f.core.WriteDL, nil)
 }
 
-func (f *connFace) setDeadlines(op string, t time.Time, a, b *deadline) error {
-	if err := f.checkOpen(op); err != nil {
-		return err
-	}
-	a.set(t)
-	if b != nil {
-		b.set(t)
-	}
-	f.lookAgain()
-	return nil
-}
-
-func (f *connFace) checkOpen(op string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return f.opErr(op, net.ErrClosed)
-	}
-	return nil
-}
-
-func (f *connFace) opErr(op string, err error) error {
-	return opError(op, f.laddr.netAddr(), f.raddr.netAddr(), err)
-}
-
-// writeShutter is a wire's side of CloseWrite (closeWrite); its methods
-// but flush are called with mu held.
-type writeShutter interface {
-	writeShutLocked() bool          // the sending side is shut already
-	shutWriteLocked() (bool, error) // shuts it if there is room: done, and the post's error
-	flush() error                   // posts what shutWriteLocked queued
-}
-
-// closeWrite is CloseWrite for either wire: it shuts the sending side once
-// there is room to say so, waiting for it as a Write does.
-func closeWrite(r poller, w writeShutter) error {
-	f := r.f
-	f.wmu.Lock()
-	defer f.wmu.Unlock()
-	for {
-		f.mu.Lock()
-		var err error
-		switch {
-		case f.closed:
-			err = net.ErrClosed
-		case w.writeShutLocked():
-		case f.err != nil:
-			err = f.err
-		default:
-			done, perr := w.shutWriteLocked()
-			if !done {
-				f.mu.Unlock()
-				r.await(f.sndReady, nil, false)
-				continue
-			}
-			if err = perr; err == nil {
-				f.mu.Unlock()
-				err = w.flush()
-				f.mu.Lock()
-			}
-		}
-		f.mu.Unlock()
-		if err != nil {
-			return f.opErr("close", err)
-		}
-		return nil
-	}
-}
-
-// writeOverLocked is a Write's look before each step, for either wire,
-// with mu held (it stays held): whether the Write is over, and its error.
-// The wire's writeErrLocked says why it cannot go on; else it is over once
-// it posted all of b (n bytes). A Write that posted all of a non-empty b
-// is over whatever happened to the connection since, and does not look.
-func (f *connFace) writeOverLocked(w interface{ writeErrLocked() error }, sent, n int) (bool, error) {
-	if err := w.writeErrLocked(); err != nil {
-		return true, f.opErr("write", err)
-	}
-	return sent == n, nil
-}
-
-// readStopLocked is a Read's look before each step, for either wire, with
-// mu held (it stays held): the error that ends the Read once Close or the
-// deadline has, else nil.
-func (f *connFace) readStopLocked() error {
-	if e := f.stopErrLocked(&f.rdl); e != nil {
-		return f.opErr("read", e)
-	}
-	return nil
-}
+// opErr is err as the *net.OpError of the connection's operation op.
+func (f *connFace) opErr(op string, err error) error { return f.core.OpErr(op, err) }
 
 // trafficClass is what either wire's TrafficClass reports: the traffic
 // class e's queue pair says its packets carry.
 func (f *connFace) trafficClass(e *endpoint) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed || f.torn {
+	f.core.Mu.Lock()
+	defer f.core.Mu.Unlock()
+	if f.core.Closed || f.core.Torn {
 		return 0, f.opErr("traffic class", net.ErrClosed)
 	}
-	a, err := e.qp.Query()
+	a, err := e.ep.QP.Query()
 	if err != nil {
 		return 0, f.opErr("traffic class", err)
 	}

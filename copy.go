@@ -26,8 +26,8 @@ var (
 // written; an error of r's is returned as it is, one of the connection's as
 // Write's would be.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.core.WriteMu.Lock()
+	defer c.core.WriteMu.Unlock()
 	var total int64
 	for {
 		buf, err := c.sendSpace()
@@ -56,9 +56,9 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // row at the write position, and returns it (not yet reserved).
 func (c *Conn) sendSpace() ([]byte, error) {
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return nil, c.opErr("write", err)
 		}
 		want := uint64(c.chunk)
@@ -73,10 +73,10 @@ func (c *Conn) sendSpace() ([]byte, error) {
 		}
 		if contig >= want && free >= want {
 			buf := c.sb.Next(want)
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return buf, nil
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		c.awaitRoom()
 	}
 }
@@ -86,14 +86,14 @@ func (c *Conn) sendSpace() ([]byte, error) {
 func (c *Conn) postRead(p []byte) error {
 	first := true // each piece ReadFrom read counts as a Write (stats.go)
 	for len(p) > 0 {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return c.opErr("write", err)
 		}
 		n, at, inline := c.reserveLocked(len(p))
 		if n == 0 {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			c.awaitRoom()
 			continue
 		}
@@ -122,21 +122,21 @@ func (c *Conn) postRead(p []byte) error {
 // until the peer's FIN (then it returns nil, as io.Copy expects) or an
 // error, handing w the bytes in the receive ring itself.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
+	c.core.ReadMu.Lock()
+	defer c.core.ReadMu.Unlock()
 	var total int64
 	for {
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if c.core.Closed {
+			c.core.Mu.Unlock()
 			return total, c.opErr("read", net.ErrClosed)
 		}
-		if c.rdl.passed() {
-			c.mu.Unlock()
+		if c.core.ReadDL.Passed() {
+			c.core.Mu.Unlock()
 			return total, c.opErr("read", os.ErrDeadlineExceeded)
 		}
 		if zc := c.zc; zc != nil && zc.bounce.Pending() {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			n, err := w.Write(zc.bounce.Unread())
 			zc.bounce.Consumed(n)
 			c.read(n) // stats.go: each hand-over counts as a Read
@@ -148,13 +148,13 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		}
 		if c.rx.Buffered() > 0 {
 			ring, off, span := c.readRingLocked()
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			// The bytes are ours until credited back (Read's rule).
 			n, err := w.Write(ring[off : off+min(span, uint64(len(ring))-off)])
-			c.mu.Lock()
+			c.core.Mu.Lock()
 			c.rx.Consume(n)
 			if n > 0 {
-				c.stats.ReadLocked(n)
+				c.core.Counters.ReadLocked(n)
 			}
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
@@ -166,7 +166,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			continue
 		}
 		if addr, key, left := c.rx.RndvNext(); left > 0 {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			// Into the bounce buffer; the next turn hands it to w.
 			bounce, err := c.bounceBuf()
 			if err != nil {
@@ -180,15 +180,15 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			continue
 		}
 		if c.rx.FinRcvd {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return total, nil
 		}
-		if c.err != nil {
-			err := c.err
-			c.mu.Unlock()
+		if c.core.Err != nil {
+			err := c.core.Err
+			c.core.Mu.Unlock()
 			return total, c.opErr("read", err)
 		}
-		c.mu.Unlock()
-		c.await(c.rcvReady, &c.rdl, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.RcvReady, &c.core.ReadDL, false)
 	}
 }

@@ -3,76 +3,11 @@ package rdma
 import (
 	"os"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/regmem"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
-
-// deviceOf is the device id is bound to (route resolved, or a connect
-// request) and what it grants.
-func deviceOf(id verbs.CMID) (verbs.Context, verbs.DeviceAttr, error) {
-	ctx := id.Context()
-	if ctx == nil {
-		return nil, verbs.DeviceAttr{}, verbs.Errorf("rdma_create_qp", 0, "connection manager ID has no device")
-	}
-	attr, err := ctx.Query()
-	return ctx, attr, err
-}
-
-// fitQueues bounds a send queue of sq WRs (plus spare ones kept beside
-// them) and a receive queue of rq to what the device grants, the CQ
-// holding both.
-func fitQueues(attr verbs.DeviceAttr, sq, rq, spare int) (int, int) {
-	if attr.MaxQPWR > 0 {
-		sq, rq = min(sq, attr.MaxQPWR-spare), min(rq, attr.MaxQPWR)
-	}
-	if attr.MaxCQE > 0 && sq+spare+rq > attr.MaxCQE {
-		sq, rq = min(sq, attr.MaxCQE/2-spare), min(rq, attr.MaxCQE/2)
-	}
-	return sq, rq
-}
-
-// allocate allocates the memory block of size bytes.
-func (e *endpoint) allocate(size int) ([]byte, error) {
-	var err error
-	if e.mem, err = verbs.AllocMemory(size); err != nil {
-		return nil, err
-	}
-	return e.mem.Bytes(), nil
-}
-
-// register allocates the protection domain and registers ring (the
-// peer writes there) and send, parts of the block.
-func (e *endpoint) register(ctx verbs.Context, ring, send []byte) error {
-	var err error
-	if e.pd, err = ctx.AllocPD(); err != nil {
-		return err
-	}
-	if e.ringMR, err = e.pd.RegMR(ring, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return err
-	}
-	e.sendMR, err = e.pd.RegMR(send, verbs.AccessLocalWrite)
-	return err
-}
-
-// createQP creates the completion channel, a CQ for both queues and the
-// QP with the capacities asked for in qc, which it updates to what the
-// device granted.
-func (e *endpoint) createQP(ctx verbs.Context, qc *verbs.QPCap) error {
-	var err error
-	if e.cch, err = ctx.CreateCompChannel(); err != nil {
-		return err
-	}
-	if e.cq, err = ctx.CreateCQ(qc.MaxSendWR+qc.MaxRecvWR, e.cch); err != nil {
-		return err
-	}
-	qa := &verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: *qc}
-	if e.qp, err = e.id.CreateQP(e.pd, qa); err != nil {
-		return err
-	}
-	*qc = qa.Cap
-	return nil
-}
 
 // endpoint is one connection's verbs resources, of either wire: the
 // connection manager's ID and event channel, the protection domain, one
@@ -84,15 +19,9 @@ func (e *endpoint) createQP(ctx verbs.Context, qc *verbs.QPCap) error {
 // and the inline staging; for RsocketConn, newRsocketConn: the target SGL
 // and rbuf, the send buffer and the control staging.
 type endpoint struct {
-	ech    verbs.EventChannel
-	id     verbs.CMID
-	pd     verbs.PD
-	cch    verbs.CompChannel
-	cq     verbs.CQ
-	qp     verbs.QP
-	mem    *verbs.Memory
-	ringMR verbs.MR // what the peer writes into (remote write)
-	sendMR verbs.MR // what this side sends from (local access)
+	// The verbs objects (internal/core), created and released in the
+	// order the verbs require.
+	ep core.Endpoint
 
 	// Our receive ring, written by the peer; its mailbox (the peer's ring
 	// offers, ringgrowth.go) follows it, up to its capacity.
@@ -117,17 +46,17 @@ type endpoint struct {
 // Config's sizes under load. On failure it releases what it created (not
 // ech and id, which stay the caller's).
 func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (e endpoint, sbuf []byte, err error) {
-	e.ech, e.id = ech, id
+	e.ep.Events, e.ep.ID = ech, id
 	defer func() {
 		if err != nil {
 			e.release(0)
 		}
 	}()
-	ctx, attr, err := deviceOf(id)
+	ctx, attr, err := core.DeviceOf(id)
 	if err != nil {
 		return e, nil, err
 	}
-	sq, rq := fitQueues(attr, cfg.SendDepth, cfg.RecvDepth, 1)
+	sq, rq := core.FitQueues(attr, cfg.SendDepth, cfg.RecvDepth, 1)
 	if sq < 4 || rq < minDepth {
 		return e, nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
@@ -148,18 +77,18 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 	ibufSize := max(e.slots*inline, 64)
 	ringAt := ringOffset(ibufSize+ctlStaging, sbufSize)
 	ringEnd := ringAt + ringSize + stream.MailboxLen
-	all, err := e.allocate(ringEnd)
+	all, err := e.ep.Allocate(ringEnd)
 	if err != nil {
 		return e, nil, err
 	}
 	e.ibuf = all[:ibufSize:ibufSize]
 	sbuf = all[ringAt-sbufSize : ringAt : ringAt]
 	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
-	if err = e.register(ctx, all[ringAt:ringEnd], all[:ringAt]); err != nil {
+	if err = e.ep.Register(ctx, all[ringAt:ringEnd], all[:ringAt]); err != nil {
 		return e, nil, err
 	}
 	qc := verbs.QPCap{MaxSendWR: sq + 1, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}
-	if err = e.createQP(ctx, &qc); err != nil {
+	if err = e.ep.CreateQP(ctx, &qc); err != nil {
 		return e, nil, err
 	}
 	e.inline = min(inline, qc.MaxInlineData)
@@ -174,7 +103,7 @@ const ctlStaging = 32
 // ctlStagingBytes is that staging.
 func (e *endpoint) ctlStagingBytes() []byte {
 	at := len(e.ibuf)
-	return e.mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
+	return e.ep.Mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
 }
 
 // ringOffset places the receive ring in a connection's memory block,
@@ -197,33 +126,11 @@ func ringOffset(ibufSize, sbufSize int) int {
 // verbs require, after acknowledging the completion events taken and not
 // yet acknowledged. The ID and event channel are the caller's.
 func (e *endpoint) release(unacked int) {
-	if e.qp != nil {
-		e.qp.Destroy()
-	}
-	if e.cq != nil {
-		if unacked > 0 {
-			e.cch.AckEvents(e.cq, unacked)
-		}
-		e.cq.Destroy()
-	}
-	if e.cch != nil {
-		e.cch.Close()
-	}
+	e.ep.ReleaseQueues(unacked)
 	if e.grow != nil {
 		e.grow.release()
 	}
-	if e.sendMR != nil {
-		e.sendMR.Dereg()
-	}
-	if e.ringMR != nil {
-		e.ringMR.Dereg()
-	}
-	if e.pd != nil {
-		e.pd.Dealloc()
-	}
-	if e.mem != nil {
-		e.mem.Free()
-	}
+	e.ep.ReleaseMemory()
 	if e.grow != nil {
 		regmem.Free(e.grow.ringMem)
 		regmem.Free(e.grow.sendMem)

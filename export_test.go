@@ -12,9 +12,9 @@ import (
 func SoftCarrier(c net.Conn) string {
 	switch c := c.(type) {
 	case *Conn:
-		return soft.Carrier(c.qp)
+		return soft.Carrier(c.ep.QP)
 	case *RsocketConn:
-		return soft.Carrier(c.qp)
+		return soft.Carrier(c.ep.QP)
 	}
 	return ""
 }

@@ -47,7 +47,7 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 		return d, c.opErr(op, err)
 	}
 	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
-	c.stats.Exposures.Add(1)
+	c.core.Counters.Exposures.Add(1)
 	return d, nil
 }
 
@@ -67,15 +67,15 @@ func (c *Conn) Unexpose(d Desc) error {
 	// either gone or its own before the protection domain goes. The
 	// provider's dereg fence bounds the wait by memory copies in
 	// progress, never by the peer.
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	var e onesided.Exposure[*Buffer]
 	ok := false
 	if c.zc != nil {
 		e, ok = c.zc.exposures.Take(pd)
 	}
 	if !ok {
-		if c.closed || c.torn {
+		if c.core.Closed || c.core.Torn {
 			return c.opErr(op, net.ErrClosed)
 		}
 		return c.opErr(op, fmt.Errorf("%w: not a live exposure of this connection", ErrBadDesc))

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -26,10 +28,9 @@ import (
 // timer), with the timing of its ticks.
 type watch struct {
 	c       *Conn
-	period  time.Duration // between wake-ups; 0: none
-	next    time.Time     // the next wake-up; zero: none
-	probeAt time.Time     // when the keepalive probe is due
-	pinging bool          // the peer is held to PeerTimeout
+	sched   cmwatch.Schedule
+	probeAt time.Time // when the keepalive probe is due
+	pinging bool      // the peer is held to PeerTimeout
 	live    stream.Liveness
 	moved   uint64 // stream bytes moved by the previous tick (queuegrowth.go)
 	heard   uint64 // messages received when the keepalive was last due
@@ -40,24 +41,17 @@ type watch struct {
 // pings) and the peer's answer time (if the peer pings).
 func (c *Conn) newWatch(now time.Time) *watch {
 	w := &watch{c: c}
-	periods := []time.Duration{c.peerBeat}
+	var keepAlive, beat time.Duration
 	if c.cfg.KeepAlive > 0 {
-		periods = append(periods, c.cfg.KeepAlive)
+		keepAlive = c.cfg.KeepAlive
 		w.probeAt = now.Add(c.cfg.KeepAlive)
 	}
 	if c.rx.Pings && c.cfg.PeerTimeout > 0 {
 		w.pinging = true
 		w.live = stream.NewLiveness(c.cfg.PeerTimeout, now)
-		periods = append(periods, w.live.Interval())
+		beat = w.live.Interval()
 	}
-	for _, p := range periods {
-		if p > 0 && (w.period == 0 || p < w.period) {
-			w.period = p
-		}
-	}
-	if w.period > 0 {
-		w.next = now.Add(w.period)
-	}
+	w.sched = cmwatch.NewSchedule(now, c.peerBeat, keepAlive, beat)
 	return w
 }
 
@@ -73,7 +67,7 @@ func (c *Conn) newWatch(now time.Time) *watch {
 // a KeepAlive more: neither charges the pause to the peer.
 func (w *watch) Tick(now time.Time) time.Time {
 	c := w.c
-	late := !w.next.IsZero() && now.Sub(w.next) > w.period
+	late := w.sched.Late(now)
 	c.trimIdle(&w.moved)
 	c.tryPoll()
 	if w.pinging {
@@ -96,8 +90,7 @@ func (w *watch) Tick(now time.Time) time.Time {
 		w.probeAt = now.Add(c.cfg.KeepAlive)
 	}
 	c.observeStats(now) // conn.go
-	w.next = now.Add(w.period)
-	return w.next
+	return w.sched.Woke(now)
 }
 
 func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
@@ -111,9 +104,9 @@ func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 // wait out a PeerTimeout of its own to blame this side, which answered
 // all along.
 func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
-	c.mu.Lock()
-	if c.closed || c.torn || c.err != nil {
-		c.mu.Unlock()
+	c.core.Mu.Lock()
+	if c.core.Closed || c.core.Torn || c.core.Err != nil {
+		c.core.Mu.Unlock()
 		return
 	}
 	gaveUp := false
@@ -121,7 +114,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
 			l.Pinged()
-			c.stats.PingsSent++
+			c.core.Counters.PingsSent++
 		}
 	case stream.Unresponsive:
 		c.failLocked(unresponsiveError(l.Timeout))
@@ -129,16 +122,16 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	}
 	c.unlockSubmit()
 	if gaveUp {
-		_ = c.id.Disconnect()
+		_ = c.ep.ID.Disconnect()
 	}
 }
 
 // pongLocked queues the pong that a ping asked for, unless the send queue
 // or the peer's receives are short (completions and credits retry it).
 func (c *Conn) pongLocked() {
-	if c.err == nil && !c.torn && c.controlLocked(stream.CtlPong) {
+	if c.core.Err == nil && !c.core.Torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
-		c.stats.PongsSent++
+		c.core.Counters.PongsSent++
 	}
 }
 
@@ -158,5 +151,5 @@ func (c *Conn) controlLocked(code uint32) bool {
 // unresponsiveError is the error of a connection whose peer was silent
 // for d, though pinged.
 func unresponsiveError(d time.Duration) error {
-	return &connError{fmt.Sprintf("peer unresponsive for %v", d), syscall.ETIMEDOUT}
+	return &core.Error{Msg: fmt.Sprintf("peer unresponsive for %v", d), Errno: syscall.ETIMEDOUT}
 }

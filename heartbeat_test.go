@@ -191,9 +191,9 @@ func TestHeartbeatIdlePairStaysUp(t *testing.T) {
 				require.NoError(t, err)
 			}
 			for _, x := range []*Conn{c, s} {
-				x.mu.Lock()
-				received, failed := x.received, x.err
-				x.mu.Unlock()
+				x.core.Mu.Lock()
+				received, failed := x.received, x.core.Err
+				x.core.Mu.Unlock()
 				assert.NoError(t, failed)
 				assert.Greater(t, received, uint64(2), "heartbeats went both ways")
 			}

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -14,9 +15,9 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 	if cmwatch.ActsOn(ev.Type) {
 		// The QP is in error and its receives flush, which wakes the
 		// poller; a probe makes sure of it even with none outstanding.
-		c.mu.Lock()
-		if !c.closed && !c.torn && !c.postProbeLocked() && !c.rx.FinRcvd {
-			c.failLocked(errReset)
+		c.core.Mu.Lock()
+		if !c.core.Closed && !c.core.Torn && !c.postProbeLocked() && !c.rx.FinRcvd {
+			c.failLocked(core.ErrReset)
 		}
 		c.unlockSubmit()
 	}
@@ -25,9 +26,9 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 // heardSince reports whether a message came from the peer since *seen was
 // taken, and takes it again.
 func (c *Conn) heardSince(seen *uint64) bool {
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	r := c.received
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	heard := r != *seen
 	*seen = r
 	return heard
@@ -43,10 +44,10 @@ func (c *Conn) heardSince(seen *uint64) bool {
 // no caller holds the poll role, so that the keepalive's view of the send
 // queue is fresh.
 func (c *Conn) keepalive() {
-	c.mu.Lock()
-	if !c.closed && !c.torn && c.err == nil && c.sq.ProbeDue() {
+	c.core.Mu.Lock()
+	if !c.core.Closed && !c.core.Torn && c.core.Err == nil && c.sq.ProbeDue() {
 		if c.postProbeLocked() {
-			c.stats.Keepalives++
+			c.core.Counters.Keepalives++
 		}
 	}
 	c.unlockSubmit()

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/provider"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/internal/stream"
@@ -98,8 +99,8 @@ func listenOne(prov verbs.Provider, ta *net.TCPAddr) (listenSide, error) {
 // refused: a peer that runs this package on a device, so no reason to fall
 // back.
 var (
-	errRefusedHello = &connError{"the listener refused the handshake (malformed or unsupported version)", syscall.ECONNREFUSED}
-	errRefusedNoRes = &connError{"the listener could not set up the connection", syscall.ECONNREFUSED}
+	errRefusedHello = &core.Error{Msg: "the listener refused the handshake (malformed or unsupported version)", Errno: syscall.ECONNREFUSED}
+	errRefusedNoRes = &core.Error{Msg: "the listener could not set up the connection", Errno: syscall.ECONNREFUSED}
 )
 
 // FallbackError is what Conn.Fallback returns: why a dial whose provider is

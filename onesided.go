@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/verbs"
@@ -30,10 +31,7 @@ import (
 // device, moves both queue pairs to the error state: the connection fails
 // on both sides.
 
-var (
-	errNotifyOverflow = protoError("notification beyond the receive credit")
-	errRemoteAccess   = &connError{"the peer's device refused a one-sided access (remote access error)", syscall.EACCES}
-)
+var errNotifyOverflow = core.ProtoError("notification beyond the receive credit")
 
 // remote posts one one-sided WR and waits for its completion. local lies
 // in hold, when not nil, which the caller acquired: if remote must return
@@ -47,19 +45,19 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 	// wait is for a send slot or, for a notification, a credit, which the
 	// peer's program returns only when it takes the notification: the
 	// deadline of the direction the bytes go bounds it.
-	dl := &c.wdl
+	dl := &c.core.WriteDL
 	if op == verbs.OpRDMARead {
-		dl = &c.rdl
+		dl = &c.core.ReadDL
 	}
 	wait := dl // what the wait below wakes for
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if err := c.remoteErrLocked(); err != nil {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return c.opErr(name, err)
 		}
-		if dl.passed() {
-			c.mu.Unlock()
+		if dl.Passed() {
+			c.core.Mu.Unlock()
 			return c.opErr(name, os.ErrDeadlineExceeded)
 		}
 		// A data write keeps one credit for the credit message that
@@ -70,31 +68,31 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 		if c.sq.HasRoom() && (!credit || c.canSendNotify()) {
 			break
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		if ctx.Err() != nil {
 			return c.opErr(name, context.Cause(ctx)) // it would have to wait
 		}
 		if ctx.Done() != nil && wait == dl {
 			// A deadline of its own, the earlier of ctx's and the
 			// connection's, which ctx's end moves into the past.
-			own := makeDeadline()
-			_, at := dl.state()
+			own := core.MakeDeadline()
+			_, at := dl.State()
 			if cd, ok := ctx.Deadline(); ok && (at.IsZero() || cd.Before(at)) {
 				at = cd
 			}
 			if !at.IsZero() {
-				own.set(at)
+				own.Set(at)
 			}
-			defer own.stop()
+			defer own.Stop()
 			stop := context.AfterFunc(ctx, func() {
-				own.set(time.Unix(1, 0))
-				c.poller().lookAgain()
+				own.Set(time.Unix(1, 0))
+				c.poller().LookAgain()
 			})
 			defer stop()
 			wait = &own
 			continue
 		}
-		c.await(c.sndReady, wait, false)
+		c.await(c.core.SndReady, wait, false)
 	}
 	r := sendq.NewOp()
 	c.sq.Ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
@@ -105,7 +103,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 	st, err := c.awaitOp(r, func() {
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
-		if hold != nil && !c.torn && hold.acquire() == nil {
+		if hold != nil && !c.core.Torn && hold.acquire() == nil {
 			c.zeroCopyLocked().regs.Hold(hold)
 		}
 	})
@@ -122,16 +120,16 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 // pool, as a late completion may still fill it in.
 func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error) {
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if r.Done {
 			st := r.Status
 			// One poke of sndReady stands for a whole batch of
 			// completions, and several operations may wait on it: pass
 			// it on, so that the next waiter looks at its own.
-			if c.poll.waiters > 0 {
-				poke(c.sndReady)
+			if c.core.Poll.Waiters > 0 {
+				core.Poke(c.core.SndReady)
 			}
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			r.Recycle()
 			return st, nil
 		}
@@ -139,21 +137,21 @@ func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error)
 			if failedLocked != nil {
 				failedLocked()
 			}
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return 0, err
 		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.SndReady, nil, false)
 	}
 }
 
 // remoteErrLocked says why no one-sided operation can go on, or nil.
 func (c *Conn) remoteErrLocked() error {
 	switch {
-	case c.closed || c.torn:
+	case c.core.Closed || c.core.Torn:
 		return net.ErrClosed
-	case c.err != nil:
-		return c.err
+	case c.core.Err != nil:
+		return c.core.Err
 	}
 	return nil
 }
@@ -164,17 +162,17 @@ func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
 	case verbs.WCSuccess:
 		return nil
 	case verbs.WCRemAccessErr:
-		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, errRemoteAccess))
+		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, core.ErrRemoteAccess))
 	case verbs.WCWRFlushErr:
-		c.mu.Lock()
-		err := c.err
-		c.mu.Unlock()
+		c.core.Mu.Lock()
+		err := c.core.Err
+		c.core.Mu.Unlock()
 		if err == nil {
-			err = errReset
+			err = core.ErrReset
 		}
 		return c.opErr(name, err)
 	}
-	return c.opErr(name, wcError(st))
+	return c.opErr(name, core.WCError(st))
 }
 
-var errNoMoreNotes = &connError{"the peer closed its sending side: no more notifications", syscall.EPIPE}
+var errNoMoreNotes = &core.Error{Msg: "the peer closed its sending side: no more notifications", Errno: syscall.EPIPE}

@@ -1,6 +1,8 @@
 package rdma
 
-import "github.com/rdmanet/rdma/internal/sendq"
+import (
+	"github.com/rdmanet/rdma/internal/sendq"
+)
 
 // A Conn's per-WR arrays follow its traffic: a server holds thousands of
 // idle connections, so the send queue's slots (the WRs, their SGEs, the
@@ -18,23 +20,23 @@ import "github.com/rdmanet/rdma/internal/sendq"
 // back to its starting slots and an empty notification ring is dropped. A
 // connection that moves data between ticks keeps what it has grown.
 func (c *Conn) trimIdle(moved *uint64) {
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	m := c.tx.Tail + c.rx.Tail
 	idle := m == *moved
 	*moved = m
 	grown := len(c.sq.WRs) > sendq.StartSlots || c.notes.Idle()
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	if !idle || !grown {
 		return
 	}
 	c.tryPoll() // apply the completions that wait, the last probe's say
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.torn || c.tx.Tail+c.rx.Tail != m {
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
+	if c.core.Torn || c.tx.Tail+c.rx.Tail != m {
 		return
 	}
 	if c.sq.Trim() {
-		c.stats.Trims++
+		c.core.Counters.Trims++
 	}
 	c.notes.Trim()
 }

@@ -19,8 +19,8 @@ import (
 // sendSlots is the length of c's per-slot send queue arrays, checked to
 // move together.
 func sendSlots(t *testing.T, c *Conn) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	n := len(c.sq.WRs)
 	require.Len(t, c.sq.SGEs, n)
 	require.Len(t, c.sq.Ends, n)
@@ -63,9 +63,9 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		for _, e := range []*Conn{c, s} {
 			assert.Equal(t, sendq.StartSlots, sendSlots(t, e), "an idle conn's send slots")
 			assert.Greater(t, e.slots, 4*sendq.StartSlots, "the default depth is far above what idle holds")
-			e.mu.Lock()
+			e.core.Mu.Lock()
 			assert.Zero(t, e.notes.Slots(), "no notification ring before a notification")
-			e.mu.Unlock()
+			e.core.Mu.Unlock()
 		}
 		noSenders(t, "an idle conn's QP has no sender goroutine")
 
@@ -128,8 +128,8 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		c.keepalive() // a signaled probe behind any unsignaled tail
 		assert.Eventually(t, func() bool {
 			c.trimIdle(&moved)
-			c.mu.Lock()
-			defer c.mu.Unlock()
+			c.core.Mu.Lock()
+			defer c.core.Mu.Unlock()
 			return len(c.sq.WRs) == sendq.StartSlots && len(c.sq.Ends) == sendq.StartSlots
 		}, 10*time.Second, 5*time.Millisecond, "a quiet conn trims its send queue")
 		for range 100 {

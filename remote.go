@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/onesided"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
@@ -130,7 +131,7 @@ func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte)
 // oneSided checks a one-sided operation locally and performs it; ctx bounds
 // its wait to be posted, besides the connection's deadline.
 func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
-	defer c.stats.RemoteDone(opcode, len(p), &err)
+	defer c.core.Counters.RemoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
 		return c.opErr(op, err)
@@ -186,10 +187,10 @@ func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) 
 // os.ErrDeadlineExceeded, ctx's end its cause (context.DeadlineExceeded
 // for its deadline). Nothing is allocated unless it must wait.
 func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error) {
-	var dl *deadline
+	var dl *core.Deadline
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if n, ok := c.notes.Pop(); ok {
 			// Its receive WR is credited now that it is taken: at once if
 			// it was reposted, else with its repost batch.
@@ -199,12 +200,12 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 				c.rx.Owed++
 			}
 			c.creditLocked(false)
-			c.stats.NotesRecv.Add(1)
+			c.core.Counters.NotesRecv.Add(1)
 			// A poke of rcvReady may stand for several notifications,
 			// and other callers (a Read, another WaitNotify) may wait
 			// on it: pass it on.
-			if c.poll.waiters > 0 {
-				poke(c.rcvReady)
+			if c.core.Poll.Waiters > 0 {
+				core.Poke(c.core.RcvReady)
 			}
 			c.unlockSubmit()
 			return n.Value, int(n.N), nil
@@ -216,35 +217,35 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			err = errNoMoreNotes
 		case ctx.Err() != nil:
 			err = context.Cause(ctx)
-		case dl != nil && dl.passed():
+		case dl != nil && dl.Passed():
 			// Perhaps before ctx's own timer fired.
 			err = timeout
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		if err != nil {
 			return 0, 0, err
 		}
 		if dl == nil {
-			d := makeDeadline()
+			d := core.MakeDeadline()
 			dl = &d
 			if cd, ok := ctx.Deadline(); ok && (at.IsZero() || cd.Before(at)) {
 				at, timeout = cd, context.DeadlineExceeded
 			}
 			if !at.IsZero() {
-				dl.set(at)
+				dl.Set(at)
 			}
-			defer dl.stop()
+			defer dl.Stop()
 			if ctx.Done() != nil {
 				// Cancellation moves the deadline into the past, which
 				// wakes a waiter and the poll role's holder alike.
 				stop := context.AfterFunc(ctx, func() {
-					dl.set(time.Unix(1, 0))
-					c.poller().lookAgain()
+					dl.Set(time.Unix(1, 0))
+					c.poller().LookAgain()
 				})
 				defer stop()
 			}
 			continue
 		}
-		c.await(c.rcvReady, dl, false)
+		c.await(c.core.RcvReady, dl, false)
 	}
 }

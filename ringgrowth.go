@@ -93,7 +93,7 @@ func (c *Conn) offerRingLocked() {
 		return
 	}
 	g := c.growthLocked()
-	b, err := regmem.New(c.pd, c.cfg.RingSize, stream.MailboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	b, err := regmem.New(c.ep.PD, c.cfg.RingSize, stream.MailboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		g.failed = true
 		return
@@ -113,10 +113,10 @@ func (c *Conn) offerRingLocked() {
 // its end (Read) before it goes.
 func (c *Conn) ringMovedLocked() {
 	g := c.grow
-	g.prev = regmem.Block{Mem: g.ringMem, MR: c.ringMR, Buf: c.ring}
-	g.ringMem, c.ringMR, c.ring = g.next.Mem, g.next.MR, g.next.Buf
+	g.prev = regmem.Block{Mem: g.ringMem, MR: c.ep.RingMR, Buf: c.ring}
+	g.ringMem, c.ep.RingMR, c.ring = g.next.Mem, g.next.MR, g.next.Buf
 	g.next = regmem.Block{}
-	c.stats.RingGrowths++
+	c.core.Counters.RingGrowths++
 	c.logGrowth("receive ring", len(g.prev.Buf), len(c.ring))
 	// A reader that had read everything is not in the old ring (one
 	// copying from it has not consumed what it copies, so it is InPrev).
@@ -162,16 +162,16 @@ func (c *Conn) growSendLocked() bool {
 		return false
 	}
 	g := c.growthLocked()
-	b, err := regmem.New(c.pd, c.cfg.SendBufferSize, 0, verbs.AccessLocalWrite)
+	b, err := regmem.New(c.ep.PD, c.cfg.SendBufferSize, 0, verbs.AccessLocalWrite)
 	if err != nil {
 		g.failed = true
 		return false
 	}
-	g.prevSend, g.prevSendSeq = regmem.Block{Mem: g.sendMem, MR: c.sendMR, Buf: c.sb.Buf}, c.sq.Posted
-	g.sendMem, c.sendMR = b.Mem, b.MR
+	g.prevSend, g.prevSendSeq = regmem.Block{Mem: g.sendMem, MR: c.ep.SendMR, Buf: c.sb.Buf}, c.sq.Posted
+	g.sendMem, c.ep.SendMR = b.Mem, b.MR
 	c.sb.MoveTo(b.Buf)
 	c.setChunkLocked()
-	c.stats.SendGrowths++
+	c.core.Counters.SendGrowths++
 	c.logGrowth("send buffer", len(g.prevSend.Buf), len(c.sb.Buf))
 	return true
 }

@@ -15,8 +15,8 @@ import (
 // ringSizes is what a connection has registered for its ring and send
 // buffer now, and whether an old ring or send buffer is still held.
 func ringSizes(c *Conn) (ring, sbuf int, held bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	held = c.grow != nil && (c.grow.prev.MR != nil || c.grow.prevSend.MR != nil || c.grow.next.MR != nil)
 	return len(c.ring), len(c.sb.Buf), held
 }
@@ -44,9 +44,9 @@ func TestRingsGrowUnderLoad(t *testing.T) {
 		_, err = io.ReadFull(c, msg)
 		require.NoError(t, err)
 	}
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	assert.Nil(t, c.grow, "a few messages do not grow a connection")
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 
 	// A stream through the echo: every byte comes back in order, across
 	// the moves.
@@ -141,8 +141,8 @@ func TestRingOfferTaken(t *testing.T) {
 	// The offer is taken once applied: wait for the listener to see it.
 	require.Eventually(t, func() bool {
 		s.tryPoll()
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.core.Mu.Lock()
+		defer s.core.Mu.Unlock()
 		return s.tx.Next.Log == 14
 	}, 5*time.Second, time.Millisecond)
 	_, err := s.Write([]byte("moved"))
@@ -161,8 +161,8 @@ func TestRingOfferTaken(t *testing.T) {
 // the other mailbox and the peer failed the connection.
 func TestOfferWaitsForReservedWrite(t *testing.T) {
 	c, _ := pair(t, nil)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	c.rx.Tail = growAfterRings * c.rx.Size // as if the peer had streamed
 	c.rx.Head, c.rx.Credited = c.rx.Tail, c.rx.Tail
 	posted := c.sq.Posted

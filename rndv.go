@@ -5,6 +5,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/zerocopy"
@@ -55,7 +56,7 @@ const rndvPiece = 4 << 20
 // worth, so that tiny Reads do not each pay a round trip.
 const rndvDirectMin = 16 << 10
 
-var errRndvAbandoned = &connError{"a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", syscall.ECONNABORTED}
+var errRndvAbandoned = &core.Error{Msg: "a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", Errno: syscall.ECONNABORTED}
 
 // rndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).
@@ -101,9 +102,9 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 		if err := c.rndvOne(b[sent:sent+n], buf); err != nil {
 			return sent, err
 		}
-		c.mu.Lock()
-		c.stats.WroteLocked(n, sent == 0)
-		c.mu.Unlock()
+		c.core.Mu.Lock()
+		c.core.Counters.WroteLocked(n, sent == 0)
+		c.core.Mu.Unlock()
 		sent += n
 	}
 	return sent, nil
@@ -112,7 +113,7 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 // rndvOne exposes p (in buf) to the peer, announces it and waits until the
 // peer has read it all; p's registration is gone when it returns.
 func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
-	ctl, err := c.zeroCopy().ctl(c.pd, c.ctlStagingBytes())
+	ctl, err := c.zeroCopy().ctl(c.ep.PD, c.ctlStagingBytes())
 	if err != nil {
 		return c.opErr("write", err)
 	}
@@ -121,9 +122,9 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		return c.opErr("write", err)
 	}
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			c.revokeRndv(x, true)
 			return c.opErr("write", err)
 		}
@@ -132,8 +133,8 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 		if c.canSendData() && (x.MW == nil || c.sq.Used()+1 < c.sq.Depth) {
 			break
 		}
-		c.mu.Unlock()
-		c.await(c.sndReady, &c.wdl, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.SndReady, &c.core.WriteDL, false)
 	}
 	key := c.announceLocked(&x, p)
 	msg := c.ctlStagingBytes()[:stream.RndvMsgLen]
@@ -144,30 +145,30 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), ctl, msg,
 		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
 	c.tx.RndvSent()
-	c.talkedLocked()
-	c.stats.RndvSent++
+	c.core.TalkedLocked()
+	c.core.Counters.RndvSent++
 	if x.MW != nil {
-		c.stats.RndvWindowed++
+		c.core.Counters.RndvWindowed++
 	}
 	c.unlockSubmit()
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if !c.tx.Rndv.Out {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			c.revokeRndv(x, false)
 			return nil
 		}
 		if err := c.writeErrLocked(); err != nil {
-			abandon := c.err == nil
+			abandon := c.core.Err == nil
 			if abandon {
 				c.failLocked(errRndvAbandoned)
 			}
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			// Revoked before the Write returns; a READ the peer has under
 			// way fails with a remote access error.
 			c.revokeRndv(x, true)
 			if abandon {
-				_ = c.id.Disconnect()
+				_ = c.ep.ID.Disconnect()
 			}
 			// A READ response the provider queued before the revocation
 			// may still be on its way out of p: Free must not unmap buf
@@ -175,8 +176,8 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 			c.holdUntilTeardown(buf)
 			return c.opErr("write", err)
 		}
-		c.mu.Unlock()
-		c.await(c.sndReady, &c.wdl, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.SndReady, &c.core.WriteDL, false)
 	}
 }
 
@@ -221,25 +222,25 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 // done message is queued behind the READ, fenced (sendRndvDoneLocked).
 func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) error {
 	for {
-		c.mu.Lock()
-		if c.err != nil {
-			err := c.err
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if c.core.Err != nil {
+			err := c.core.Err
+			c.core.Mu.Unlock()
 			return c.opErr("read", err)
 		}
-		if c.closed {
-			c.mu.Unlock()
+		if c.core.Closed {
+			c.core.Mu.Unlock()
 			return c.opErr("read", net.ErrClosed)
 		}
-		if c.rdl.passed() {
-			c.mu.Unlock()
+		if c.core.ReadDL.Passed() {
+			c.core.Mu.Unlock()
 			return c.opErr("read", os.ErrDeadlineExceeded)
 		}
 		if c.sq.HasRoom() {
 			break
 		}
-		c.mu.Unlock()
-		c.await(c.sndReady, &c.rdl, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.SndReady, &c.core.ReadDL, false)
 	}
 	// One READ for the piece. Split into several READs in flight it was
 	// no faster on soft's shared memory (the responder's copy into the
@@ -260,26 +261,26 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	c.unlockSubmit()
 	disconnected := false
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if r.Done {
 			st := r.Status
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			r.Recycle()
 			if st != verbs.WCSuccess {
 				return c.remoteStatus("read", st)
 			}
 			return nil
 		}
-		failed := c.err != nil
-		c.mu.Unlock()
+		failed := c.core.Err != nil
+		c.core.Mu.Unlock()
 		if failed && !disconnected {
 			// A failed connection's QP flushes what is outstanding; make
 			// sure it is failing, not just marked so (a heartbeat's
 			// verdict leaves the QP up).
-			_ = c.id.Disconnect()
+			_ = c.ep.ID.Disconnect()
 			disconnected = true
 		}
-		c.await(c.sndReady, nil, true)
+		c.await(c.core.SndReady, nil, true)
 	}
 }
 
@@ -294,7 +295,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 // the Soft-RoCE guest, 1 MiB from and into Buffers: 1.03x the throughput
 // of a done posted after the completion; docs/design.md).
 func (c *Conn) sendRndvDoneLocked() {
-	if !c.rndvDoneDue || c.err != nil || c.torn {
+	if !c.rndvDoneDue || c.core.Err != nil || c.core.Torn {
 		return
 	}
 	if !c.canSendData() {
@@ -303,5 +304,5 @@ func (c *Conn) sendRndvDoneLocked() {
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.tx.Addr, verbs.SendFence, false)
 	c.tx.Spend()
 	c.rndvDoneDue = false
-	c.talkedLocked()
+	c.core.TalkedLocked()
 }

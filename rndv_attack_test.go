@@ -195,10 +195,10 @@ func TestRndvRawPeer(t *testing.T) {
 			r, s := acceptRaw(t, ln, marshalHello)
 			// Hold the reader back until the whole play has landed, so
 			// that the breach is seen, not raced by the Read's READ.
-			s.mu.Lock()
+			s.core.Mu.Lock()
 			tc.play(t, r)
 			time.Sleep(50 * time.Millisecond)
-			s.mu.Unlock()
+			s.core.Mu.Unlock()
 			readProtocolError(t, s)
 		})
 	}
@@ -252,11 +252,11 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
 	s.rndvMin = s.rndvThreshold(stream.Version)
-	pd := &trackingPD{PD: s.pd, live: map[verbs.MR]verbs.Access{}}
+	pd := &trackingPD{PD: s.ep.PD, live: map[verbs.MR]verbs.Access{}}
 	if !windows {
 		prev := setNoWindows(true)
 		t.Cleanup(func() { setNoWindows(prev) })
-		s.pd = pd
+		s.ep.PD = pd
 	}
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
@@ -286,10 +286,10 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	err = <-errc
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	if windows {
-		s.mu.Lock()
+		s.core.Mu.Lock()
 		assert.Nil(t, s.zc.window.MW(), "the window is deallocated when Write returns")
 		assert.Equal(t, zerocopy.WindowsChecked, s.zc.window.Mode(), "the transfer used a window")
-		s.mu.Unlock()
+		s.core.Mu.Unlock()
 	} else {
 		assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
 	}
@@ -416,10 +416,10 @@ func TestRndvWindowRevoked(t *testing.T) {
 		r.write(t, 0, nil, immCtl(stream.CtlRndvDone))
 		require.NoError(t, <-errc)
 	}
-	s.mu.Lock()
+	s.core.Mu.Lock()
 	require.Equal(t, zerocopy.WindowsChecked, s.zc.window.Mode(), "the Writes used the window")
 	require.NotNil(t, s.zc.window.MW())
-	s.mu.Unlock()
+	s.core.Mu.Unlock()
 	assert.NotEqual(t, keys[0], keys[1], "each bind gives the window a new rkey")
 	// The Write returned: its rkey reaches nothing any more.
 	clear(dstMem.Bytes())

@@ -109,8 +109,8 @@ func TestBufferFreeBusy(t *testing.T) {
 	}()
 	// The Write waits for the reader: the Buffer is in use.
 	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.core.Mu.Lock()
+		defer c.core.Mu.Unlock()
 		return c.tx.Rndv.Out
 	}, 5*time.Second, time.Millisecond)
 	err = b.Free()
@@ -121,9 +121,9 @@ func TestBufferFreeBusy(t *testing.T) {
 	require.NoError(t, <-errc)
 	require.NoError(t, b.Free())
 	require.NoError(t, b.Free(), "twice is a no-op")
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	assert.Zero(t, c.zc.regs.Len(), "Free deregistered it from the conn")
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	_, err = c.Write([]byte("on"))
 	require.NoError(t, err)
 	_, err = io.ReadFull(s, make([]byte, 2))
@@ -164,8 +164,8 @@ func TestRndvCloseMidTransfer(t *testing.T) {
 		errc <- err
 	}()
 	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.core.Mu.Lock()
+		defer c.core.Mu.Unlock()
 		return c.tx.Rndv.Out
 	}, 5*time.Second, time.Millisecond)
 	c.Close()

@@ -3,6 +3,7 @@ package rdma
 import (
 	"os"
 
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
@@ -29,7 +30,7 @@ var envWindows = os.Getenv(WindowsEnv)
 // mu held.
 func windowUsedOn(w *zerocopy.Window, id verbs.CMID) bool {
 	if !w.Decided() {
-		_, attr, err := deviceOf(id)
+		_, attr, err := core.DeviceOf(id)
 		env := envWindows
 		if testNoWindows {
 			env = "0"
@@ -43,11 +44,11 @@ func windowUsedOn(w *zerocopy.Window, id verbs.CMID) bool {
 // and buf's registration to bind it in; nil, nil when the Write registers
 // what it exposes instead. Writer-owned (wmu).
 func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	zc := c.zeroCopyLocked()
-	windowUsedOn(&zc.window, c.id)
+	windowUsedOn(&zc.window, c.ep.ID)
 	ok, mw := zc.window.Fits(p, len(buf.buf)), zc.window.MW()
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	if !ok {
 		return nil, nil
 	}
@@ -56,21 +57,21 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 		return nil, nil
 	}
 	if mw == nil {
-		w, err := c.pd.AllocMW()
+		w, err := c.ep.PD.AllocMW()
 		if err != nil {
-			c.mu.Lock()
+			c.core.Mu.Lock()
 			zc.window.UseRegistrations()
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return nil, nil
 		}
-		c.mu.Lock()
-		if c.torn || c.zc != zc {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if c.core.Torn || c.zc != zc {
+			c.core.Mu.Unlock()
 			w.Dealloc()
 			return nil, nil
 		}
 		zc.window.Allocated(w)
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		mw = w
 	}
 	return mw, mr
@@ -82,7 +83,7 @@ func (c *Conn) exposeRndv(p []byte, buf *Buffer) (zerocopy.RndvExposure, error) 
 	if mw, bufMR := c.rndvWindow(p, buf); mw != nil {
 		return zerocopy.RndvExposure{MW: mw, BufMR: bufMR}, nil
 	}
-	mr, err := c.pd.RegMR(p, verbs.AccessRemoteRead)
+	mr, err := c.ep.PD.RegMR(p, verbs.AccessRemoteRead)
 	return zerocopy.RndvExposure{MR: mr}, err
 }
 
@@ -115,17 +116,17 @@ func (c *Conn) revokeRndv(x zerocopy.RndvExposure, gaveUp bool) {
 // revokes it too.
 func (c *Conn) invalidateWindow(rkey uint32) {
 	for {
-		c.mu.Lock()
+		c.core.Mu.Lock()
 		if c.remoteErrLocked() != nil {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			c.dropWindow()
 			return
 		}
 		if c.sq.HasRoom() {
 			break
 		}
-		c.mu.Unlock()
-		c.await(c.sndReady, nil, false)
+		c.core.Mu.Unlock()
+		c.await(c.core.SndReady, nil, false)
 	}
 	r := sendq.NewOp()
 	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
@@ -140,12 +141,12 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 // dropWindow deallocates the connection's window, which revokes it at
 // once; a later rendezvous allocates another.
 func (c *Conn) dropWindow() {
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	var mw verbs.MW
 	if zc := c.zc; zc != nil {
 		mw = zc.window.Take()
 	}
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	if mw != nil {
 		mw.Dealloc()
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/cmwatch"
 	"github.com/rdmanet/rdma/internal/connstats"
+	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/rsocket"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -20,7 +21,7 @@ import (
 // Reads are serialised among themselves, Writes too; a Read and a Write run
 // in parallel.
 type RsocketConn struct {
-	// The net.Conn face (connface.go); its mu guards the fields below
+	// The net.Conn face (connface.go); its core.Mu guards the fields below
 	// it marks so, and posting.
 	connFace
 	p rsParams
@@ -46,12 +47,6 @@ type RsocketConn struct {
 	swr      [1]verbs.SendWR
 	ssge     [2]verbs.SGE
 	rwrs     []verbs.RecvWR
-
-	// The poll role (pollrole.go, poller.go), as rdma.Conn's: Reads, Writes and
-	// Close's drain that cannot go on poll the CQ themselves, spinning
-	// (Config.PollTime, BusyPoll) before they sleep on the completion
-	// channel.
-	poll pollState
 }
 
 const rsRecvWRID = 1 << 63 // set in the WR id of every receive
@@ -61,7 +56,7 @@ const rsRecvWRID = 1 << 63 // set in the WR id of every receive
 func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rsParams) (_ *RsocketConn, err error) {
 	c := &RsocketConn{
 		p:        p,
-		endpoint: endpoint{ech: ech, id: id},
+		endpoint: endpoint{ep: core.Endpoint{Events: ech, ID: id}},
 	}
 	c.init(provider, c.poller())
 	defer func() {
@@ -69,18 +64,18 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 			c.releaseVerbs()
 		}
 	}()
-	ctx, attr, err := deviceOf(id)
+	ctx, attr, err := core.DeviceOf(id)
 	if err != nil {
 		return nil, err
 	}
-	sq, rq := fitQueues(attr, p.sqSize, p.rqSize, 0)
+	sq, rq := core.FitQueues(attr, p.sqSize, p.rqSize, 0)
 	if sq < rsocket.MinQueue || rq < rsocket.MinQueue {
 		return nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small for rsocket (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
 	inline := min(p.inline, attr.MaxInlineData)
 	sglLen := rsocket.SGLSize * rsocket.SGELen
 	ctrlLen := rsocket.CtrlSlots * rsocket.SGELen
-	all, err := c.allocate(sglLen + p.rbufSize + p.sbufSize + ctrlLen)
+	all, err := c.ep.Allocate(sglLen + p.rbufSize + p.sbufSize + ctrlLen)
 	if err != nil {
 		return nil, err
 	}
@@ -90,11 +85,11 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 	send := all[len(recv) : len(recv)+p.sbufSize+ctrlLen]
 	c.sbuf = send[:p.sbufSize:p.sbufSize]
 	c.ctrl = send[p.sbufSize:]
-	if err = c.register(ctx, recv, send); err != nil {
+	if err = c.ep.Register(ctx, recv, send); err != nil {
 		return nil, err
 	}
 	qc := verbs.QPCap{MaxSendWR: sq, MaxRecvWR: rq, MaxSendSGE: 2, MaxRecvSGE: 1, MaxInlineData: inline}
-	if err = c.createQP(ctx, &qc); err != nil {
+	if err = c.ep.CreateQP(ctx, &qc); err != nil {
 		return nil, err
 	}
 	c.inline = min(inline, qc.MaxInlineData)
@@ -103,7 +98,7 @@ func newRsocketConn(provider string, ech verbs.EventChannel, id verbs.CMID, p rs
 	for i := range c.rwrs {
 		c.rwrs[i].WRID = rsRecvWRID
 	}
-	if err = c.qp.PostRecv(c.rwrs); err != nil {
+	if err = c.ep.QP.PostRecv(c.rwrs); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -115,8 +110,8 @@ func (c *RsocketConn) connData() []byte {
 	cd := rsocket.ConnData{
 		Version:   rsocket.Version,
 		Credits:   uint16(c.p.rqSize),
-		TargetSGL: rsocket.SGE{Addr: c.ringMR.Addr(), Key: c.ringMR.RKey(), Length: rsocket.SGLSize},
-		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey()),
+		TargetSGL: rsocket.SGE{Addr: c.ep.RingMR.Addr(), Key: c.ep.RingMR.RKey(), Length: rsocket.SGLSize},
+		DataBuf:   rsocket.FirstRegion(len(c.rbuf), c.ep.RingMR.Addr()+uint64(len(c.sgl)), c.ep.RingMR.RKey()),
 	}
 	b := make([]byte, rsocket.ConnDataLen)
 	cd.Marshal(b)
@@ -127,7 +122,7 @@ func (c *RsocketConn) connData() []byte {
 func (c *RsocketConn) setPeer(peer rsocket.ConnData) {
 	c.peer = peer
 	c.tx.Init(peer, c.p.sqSize, len(c.sbuf))
-	c.rx.Init(len(c.rbuf), c.ringMR.Addr()+uint64(len(c.sgl)), c.ringMR.RKey(), uint16(c.p.rqSize), peer)
+	c.rx.Init(len(c.rbuf), c.ep.RingMR.Addr()+uint64(len(c.sgl)), c.ep.RingMR.RKey(), uint16(c.p.rqSize), peer)
 }
 
 // takeAnswer takes in the listener's connection data.
@@ -142,23 +137,23 @@ func (c *RsocketConn) takeAnswer(private []byte) error {
 
 // start runs the connection once it is established.
 func (c *RsocketConn) start() {
-	c.established(c.id.LocalAddr(), c.id.RemoteAddr())
-	c.mu.Lock()
+	c.established(c.ep.ID.LocalAddr(), c.ep.ID.RemoteAddr())
+	c.core.Mu.Lock()
 	c.creditLocked() // the second half of the rbuf, at once, as rsocket.c does
-	c.mu.Unlock()
-	c.poll.configure(&c.p.poll, c.provider)
+	c.core.Mu.Unlock()
+	c.core.Poll.Configure(c.p.poll.pollTime(), c.p.poll.busyPoll(), c.provider == ProviderSoft)
 	var next time.Time
 	if c.p.keepAlive > 0 {
 		next = time.Now().Add(c.p.keepAlive)
 	}
-	c.watch = cmwatch.Start(c.ech, (*rsocketWatcher)(c), next)
+	c.core.Watch = cmwatch.Start(c.ep.Events, (*rsocketWatcher)(c), next)
 	register(c) // registry.go
 }
 
 // postLocked posts one signaled send (rsocket.c signals every send); its WR
 // id is the message's immediate, which is how its completion is accounted.
 func (c *RsocketConn) postLocked(op verbs.Opcode, msg uint32, sg []verbs.SGE, addr uint64, rkey uint32) error {
-	if c.torn {
+	if c.core.Torn {
 		return verbs.ErrClosed
 	}
 	flags := verbs.SendSignaled
@@ -170,7 +165,7 @@ func (c *RsocketConn) postLocked(op verbs.Opcode, msg uint32, sg []verbs.SGE, ad
 		flags |= verbs.SendInline
 	}
 	c.swr[0] = verbs.SendWR{WRID: uint64(msg), Opcode: op, Flags: flags, SG: sg, Imm: msg, RemoteAddr: addr, RKey: rkey}
-	if err := c.qp.PostSend(c.swr[:]); err != nil {
+	if err := c.ep.QP.PostSend(c.swr[:]); err != nil {
 		c.failLocked(err)
 		return err
 	}
@@ -179,7 +174,7 @@ func (c *RsocketConn) postLocked(op verbs.Opcode, msg uint32, sg []verbs.SGE, ad
 
 // canCtrlLocked reports whether a credit or control message may go now.
 func (c *RsocketConn) canCtrlLocked() bool {
-	return c.err == nil && !c.torn && !c.peerGone && !c.discSent && c.tx.CtrlAvail()
+	return c.core.Err == nil && !c.core.Torn && !c.peerGone && !c.discSent && c.tx.CtrlAvail()
 }
 
 // postCtrlLocked sends a control message (a zero-length write with
@@ -199,7 +194,7 @@ func (c *RsocketConn) creditLocked() {
 		var sg []verbs.SGE
 		addr, key := c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key
 		if cr.WithSGE {
-			c.ssge[0] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: c.sendMR.LKey()}
+			c.ssge[0] = verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: c.ep.SendMR.LKey()}
 			sg = c.ssge[:1]
 			addr, key = cr.Addr, cr.Key
 		}
@@ -218,112 +213,112 @@ func (c *RsocketConn) TrafficClass() (int, error) { return c.trafficClass(&c.end
 // io.EOF once the peer has shut down its sending side (or closed, or
 // disconnected) and everything before that was read.
 func (c *RsocketConn) Read(b []byte) (int, error) {
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
+	c.core.ReadMu.Lock()
+	defer c.core.ReadMu.Unlock()
 	for {
-		c.mu.Lock()
-		if err := c.readStopLocked(); err != nil {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if err := c.core.ReadStopLocked(); err != nil {
+			c.core.Mu.Unlock()
 			return 0, err
 		}
 		off, avail := c.rx.Buffered()
 		if avail > 0 {
 			if len(b) == 0 {
-				c.mu.Unlock()
+				c.core.Mu.Unlock()
 				return 0, nil
 			}
 			n := int(min(avail, uint64(len(b))))
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			// The bytes are ours until consumed and credited back.
 			first := min(n, len(c.rbuf)-int(off))
 			copy(b, c.rbuf[off:int(off)+first])
 			copy(b[first:n], c.rbuf)
-			c.mu.Lock()
+			c.core.Mu.Lock()
 			c.rx.Consume(uint64(n))
-			c.stats.ReadLocked(n) // stats.go
+			c.core.Counters.ReadLocked(n) // stats.go
 			c.creditLocked()
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return n, nil
 		}
 		if c.rdShut {
-			c.mu.Unlock()
+			c.core.Mu.Unlock()
 			return 0, io.EOF
 		}
-		if err := c.err; err != nil {
-			c.mu.Unlock()
+		if err := c.core.Err; err != nil {
+			c.core.Mu.Unlock()
 			return 0, c.opErr("read", err)
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		if len(b) == 0 {
 			return 0, nil
 		}
-		c.await(c.rcvReady, &c.rdl, false)
+		c.await(c.core.RcvReady, &c.core.ReadDL, false)
 	}
 }
 
 // Write writes b. It returns once all of b is posted (copied into
 // registered memory), or with an error and the count posted before it.
 func (c *RsocketConn) Write(b []byte) (int, error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
+	c.core.WriteMu.Lock()
+	defer c.core.WriteMu.Unlock()
 	for sent := 0; ; {
 		if sent == len(b) && sent > 0 {
 			return sent, nil
 		}
-		c.mu.Lock()
-		if over, err := c.writeOverLocked(c, sent, len(b)); over {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if over, err := c.core.WriteOverLocked(c.writeErrLocked(), sent, len(b)); over {
+			c.core.Mu.Unlock()
 			return sent, err
 		}
 		d, ok := c.tx.NextData(len(b) - sent)
 		if !ok {
-			c.stats.CreditWaits++
-			c.mu.Unlock()
-			c.poller().awaitRoom()
+			c.core.Counters.CreditWaits++
+			c.core.Mu.Unlock()
+			c.poller().AwaitRoom()
 			continue
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		// The reserved send buffer bytes are this writer's alone.
 		p := b[sent : sent+int(d.N)]
 		first := min(len(p), len(c.sbuf)-int(d.Off))
 		copy(c.sbuf[d.Off:], p[:first])
 		copy(c.sbuf, p[first:])
-		c.mu.Lock()
-		lkey := c.sendMR.LKey()
+		c.core.Mu.Lock()
+		lkey := c.ep.SendMR.LKey()
 		c.ssge[0] = verbs.SGE{Addr: verbs.AddrOf(c.sbuf[d.Off:]), Length: uint32(first), LKey: lkey}
 		sg := c.ssge[:1]
 		if first < len(p) {
 			c.ssge[1] = verbs.SGE{Addr: verbs.AddrOf(c.sbuf), Length: uint32(len(p) - first), LKey: lkey}
 			sg = c.ssge[:2]
 		}
-		if c.err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
+		if c.core.Err == nil && c.postLocked(verbs.OpRDMAWriteWithImm, d.Imm, sg, d.Addr, d.Key) == nil {
 			sent += int(d.N)
-			c.stats.MsgsSent++
-			c.talkedLocked()
-			c.stats.WroteLocked(int(d.N), sent == int(d.N))
+			c.core.Counters.MsgsSent++
+			c.core.TalkedLocked()
+			c.core.Counters.WroteLocked(int(d.N), sent == int(d.N))
 		}
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 	}
 }
 
 // writeErrLocked says why a Write cannot go on, or nil.
 func (c *RsocketConn) writeErrLocked() error {
-	if err := c.stopErrLocked(&c.wdl); err != nil {
+	if err := c.core.StopErrLocked(&c.core.WriteDL); err != nil {
 		return err
 	}
 	switch {
 	case c.wrShut || c.discSent:
-		return errWriteClosed
+		return core.ErrWriteClosed
 	case c.peerGone:
-		return errReset
+		return core.ErrReset
 	}
-	return c.err
+	return c.core.Err
 }
 
 // CloseWrite shuts down the sending side, as rsockets' shutdown(SHUT_WR)
 // and (*net.TCPConn).CloseWrite do: the peer reads what was written, then
 // EOF; reading goes on.
-func (c *RsocketConn) CloseWrite() error { return closeWrite(c.poller(), c) }
+func (c *RsocketConn) CloseWrite() error { return c.poller().CloseWrite((*rsocketCore)(c)) }
 
 // writeShutLocked: a peer that is gone takes writes no more either.
 func (c *RsocketConn) writeShutLocked() bool {
@@ -355,15 +350,15 @@ func (c *RsocketConn) drainTime() time.Duration { return c.p.handshakeTimeout }
 // Close closes the connection: the bytes written are delivered (within
 // Config.HandshakeTimeout), the peer is told DISCONNECT and reads EOF.
 // Pending Reads and Writes return net.ErrClosed.
-func (c *RsocketConn) Close() error { return closeConn(c) }
+func (c *RsocketConn) Close() error { return closeConn(c, c.poller(), (*rsocketCore)(c)) }
 
 // drain sends DISCONNECT (rsocket.c's rclose: shutdown(SHUT_RDWR)) and
 // waits until every posted send has completed.
-func (c *RsocketConn) drain(dl *deadline) {
+func (c *RsocketConn) drain(dl *core.Deadline) {
 	for {
-		c.mu.Lock()
-		if c.err != nil || c.peerGone || c.torn {
-			c.mu.Unlock()
+		c.core.Mu.Lock()
+		if c.core.Err != nil || c.peerGone || c.core.Torn {
+			c.core.Mu.Unlock()
 			return
 		}
 		if !c.discSent && c.canCtrlLocked() {
@@ -371,44 +366,44 @@ func (c *RsocketConn) drain(dl *deadline) {
 			c.postCtrlLocked(rsocket.CtrlDisconnect)
 		}
 		done := c.discSent && c.tx.AllDone()
-		c.mu.Unlock()
-		if done || dl.passed() {
+		c.core.Mu.Unlock()
+		if done || dl.Passed() {
 			return
 		}
-		c.await(c.sndReady, dl, true)
+		c.await(c.core.SndReady, dl, true)
 	}
 }
 
 // failLocked records why the connection failed (the first reason wins) and
 // wakes every waiter.
 func (c *RsocketConn) failLocked(err error) {
-	if c.err == nil {
-		c.err = err
+	if c.core.Err == nil {
+		c.core.Err = err
 	}
-	c.poller().wakeLocked()
+	c.poller().WakeLocked()
 }
 
-func (c *RsocketConn) poller() poller {
-	return poller{f: &c.connFace, e: &c.endpoint, p: &c.poll, w: c}
+func (c *RsocketConn) poller() core.Poller {
+	return core.Poller{F: &c.core, E: &c.ep, W: (*rsocketCore)(c)}
 }
 
 // await makes completions arrive for a caller that cannot go on (the poll
-// role, poller.go).
-func (c *RsocketConn) await(ready chan struct{}, dl *deadline, draining bool) {
-	c.poller().await(ready, dl, draining)
+// role, internal/core's Poller).
+func (c *RsocketConn) await(ready chan struct{}, dl *core.Deadline, draining bool) {
+	c.poller().Await(ready, dl, draining)
 }
 
 // handle applies a batch of completions.
 func (c *RsocketConn) handle(wcs []verbs.WC) {
 	var perr error
 	reposts := 0
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	// After Close or the peer's disconnect, flushed work requests are
 	// expected: they are not the connection's failure.
-	quiet := func() bool { return c.closed || c.peerGone || c.discSent }
+	quiet := func() bool { return c.core.Closed || c.peerGone || c.discSent }
 	for i := range wcs {
 		wc := &wcs[i]
-		if wc.Status == verbs.WCWRFlushErr && !quiet() && c.err == nil {
+		if wc.Status == verbs.WCWRFlushErr && !quiet() && c.core.Err == nil {
 			// Flushed with nothing failed before: the QP went to error
 			// because the peer disconnected (a dead peer's kernel sends the
 			// DREQ), and the CM's event may come after the flush. rsocket.c
@@ -419,37 +414,37 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 		if wc.WRID&rsRecvWRID != 0 {
 			if wc.Status != verbs.WCSuccess {
 				if !quiet() {
-					c.failLocked(wcError(wc.Status))
+					c.failLocked(core.WCError(wc.Status))
 				}
 				continue
 			}
 			reposts++
-			if perr == nil && c.err == nil {
+			if perr == nil && c.core.Err == nil {
 				perr = c.recvLocked(wc)
 			}
 			continue
 		}
 		if err := c.tx.Completed(wc.WRID); err != nil && perr == nil {
-			perr = protoError(err.Error())
+			perr = core.ProtoError(err.Error())
 		}
 		if wc.Status != verbs.WCSuccess && !quiet() {
-			c.failLocked(wcError(wc.Status))
+			c.failLocked(core.WCError(wc.Status))
 		}
 	}
 	if perr != nil {
 		c.failLocked(perr)
 	}
-	if reposts > 0 && c.err == nil && !c.torn {
-		if err := c.qp.PostRecv(c.rwrs[:reposts]); err != nil {
+	if reposts > 0 && c.core.Err == nil && !c.core.Torn {
+		if err := c.ep.QP.PostRecv(c.rwrs[:reposts]); err != nil {
 			c.failLocked(err)
 		}
 	}
 	c.creditLocked()
-	c.mu.Unlock()
-	poke(c.rcvReady)
-	poke(c.sndReady)
+	c.core.Mu.Unlock()
+	core.Poke(c.core.RcvReady)
+	core.Poke(c.core.SndReady)
 	if perr != nil {
-		_ = c.id.Disconnect() // the peer broke the protocol: it gets a disconnect
+		_ = c.ep.ID.Disconnect() // the peer broke the protocol: it gets a disconnect
 	}
 }
 
@@ -457,16 +452,16 @@ func (c *RsocketConn) handle(wcs []verbs.WC) {
 // checked, and one that breaks the protocol fails the connection.
 func (c *RsocketConn) recvLocked(wc *verbs.WC) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
-		return protoError("rsocket message without immediate data")
+		return core.ProtoError("rsocket message without immediate data")
 	}
 	kind, err := rsocket.Receive(&c.rx, &c.tx, c.sgl, wc.Imm, wc.ByteLen, c.rdShut)
 	if err != nil {
-		return protoError(err.Error())
+		return core.ProtoError(err.Error())
 	}
 	switch kind {
 	case rsocket.KindData:
-		c.stats.MsgsRecv++
-		c.heardLocked()
+		c.core.Counters.MsgsRecv++
+		c.core.HeardLocked()
 	case rsocket.KindDisconnect:
 		c.rdShut, c.peerGone = true, true
 	case rsocket.KindShutdown:
@@ -485,37 +480,37 @@ func (c *RsocketConn) onEvent(ev verbs.CMEvent) {
 	// landed before it is applied first, so that Read returns it before
 	// io.EOF (settle takes the poll role from a holder that has not
 	// polled it yet).
-	c.poller().settle(func() { c.rdShut, c.peerGone = true, true })
+	c.poller().Settle(func() { c.rdShut, c.peerGone = true, true })
 }
 
 // tick is a wake-up of the watch: on an idle connection, a keepalive (a
 // zero-length RDMA WRITE, as rsocket.c's).
 func (c *RsocketConn) tick(now time.Time) time.Time {
-	c.poller().tryPoll() // an idle connection's completions wait in the CQ
-	c.mu.Lock()
-	if !c.closed && c.canCtrlLocked() && c.tx.AllDone() {
+	c.poller().TryPoll() // an idle connection's completions wait in the CQ
+	c.core.Mu.Lock()
+	if !c.core.Closed && c.canCtrlLocked() && c.tx.AllDone() {
 		c.tx.TakeCtrl()
 		c.postLocked(verbs.OpRDMAWrite, rsocket.Msg(rsocket.OpCtrl, rsocket.CtrlKeepalive), nil, c.peer.TargetSGL.Addr, c.peer.TargetSGL.Key)
 	}
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	return now.Add(c.p.keepAlive)
 }
 
 // releaseVerbs destroys what newRsocketConn created, in the order the
 // verbs require.
 func (c *RsocketConn) releaseVerbs() {
-	c.mu.Lock()
-	c.torn = true
+	c.core.Mu.Lock()
+	c.core.Torn = true
 	// A poll in flight (the watch's) must finish before the CQ goes;
 	// none starts afterwards. Posts are made under mu.
-	for c.poll.held {
-		c.mu.Unlock()
+	for c.core.Poll.Held {
+		c.core.Mu.Unlock()
 		runtime.Gosched()
-		c.mu.Lock()
+		c.core.Mu.Lock()
 	}
-	c.mu.Unlock()
-	c.release(c.poll.unacked)
-	c.poll.unacked = 0
+	c.core.Mu.Unlock()
+	c.release(c.core.Poll.Unacked)
+	c.core.Poll.Unacked = 0
 }
 
 // Stats returns what the connection has done so far. The rsocket wire has
@@ -530,7 +525,7 @@ func (c *RsocketConn) Stats() ConnStats {
 		s.RingSize, s.SendBufferSize = len(c.rbuf), len(c.sbuf)
 		_, buffered := c.rx.Buffered()
 		s.Buffered = int(buffered)
-		return c.err
+		return c.core.Err
 	})
 }
 

@@ -37,7 +37,7 @@ func rsPingPongSpins(t *testing.T, poll time.Duration) uint64 {
 		require.NoError(t, err)
 	}
 	require.NoError(t, <-echoed)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.poll.spins
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
+	return c.core.Poll.Spins
 }

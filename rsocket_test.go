@@ -374,9 +374,9 @@ func TestRsocketDeadlineMovedWhileBlocked(t *testing.T) {
 // in for a reader that the disconnect's wake-up reaches before it polled.
 func TestRsocketDisconnectAfterDataWhileRoleHeld(t *testing.T) {
 	c, s := rsPair(t, nil)
-	s.mu.Lock()
-	require.True(t, s.poll.takeLocked())
-	s.mu.Unlock()
+	s.core.Mu.Lock()
+	require.True(t, s.core.Poll.TakeLocked())
+	s.core.Mu.Unlock()
 	msg := make([]byte, 3000)
 	rand.New(rand.NewSource(1)).Read(msg)
 	_, err := c.Write(msg)
@@ -385,13 +385,13 @@ func TestRsocketDisconnectAfterDataWhileRoleHeld(t *testing.T) {
 	// Wait until the disconnect reached s's watch: it ends the stream
 	// (peerGone), or waits to take the role from the holder (claimed).
 	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.peerGone || s.poll.claimed
+		s.core.Mu.Lock()
+		defer s.core.Mu.Unlock()
+		return s.peerGone || s.core.Poll.Claimed
 	}, 10*time.Second, time.Millisecond)
-	s.mu.Lock()
-	s.poll.releaseLocked()
-	s.mu.Unlock()
+	s.core.Mu.Lock()
+	s.core.Poll.ReleaseLocked()
+	s.core.Mu.Unlock()
 	require.NoError(t, s.SetReadDeadline(time.Now().Add(10*time.Second)))
 	got, err := io.ReadAll(s)
 	require.NoError(t, err)

@@ -30,13 +30,13 @@ func (c *Conn) canSendCredit() bool { return c.tx.MayCredit() && c.sq.HasRoom() 
 // buffer is more than half full every send is signaled.
 func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	if !c.canSendData() {
-		c.stats.CreditWaits++
+		c.core.Counters.CreditWaits++
 		return 0, 0, false
 	}
 	n64 := min(uint64(want), uint64(c.chunk))
 	free, toEnd := c.tx.Room()
 	if free < n64 {
-		c.stats.RingWaits++
+		c.core.Counters.RingWaits++
 		return 0, 0, false
 	}
 	n64 = min(n64, toEnd) // one write does not wrap the ring
@@ -50,7 +50,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 			pad = contig // skip the buffer's tail rather than post a sliver from it
 		}
 		if free < pad+n64 {
-			c.stats.SendBufWaits++
+			c.core.Counters.SendBufWaits++
 			return 0, 0, false
 		}
 		c.sb.Pad(pad)
@@ -80,10 +80,10 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, f
 	if flags&verbs.SendInline == 0 {
 		c.sb.Post(n)
 	}
-	c.talkedLocked()
+	c.core.TalkedLocked()
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
-	c.stats.MsgsSent++
-	c.stats.WroteLocked(len(buf), first)
+	c.core.Counters.MsgsSent++
+	c.core.Counters.WroteLocked(len(buf), first)
 }
 
 // enqueueLocked queues one send WR into the peer ring (data, credit,
@@ -91,7 +91,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, f
 // hands the queue to the QP outside mu, so that a post (which on soft
 // writes to a socket) never holds up completion processing or Read.
 func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
-	c.enqueueWRLocked(op, imm, c.sendMR, buf, addr, c.tx.RKey, flags, signal)
+	c.enqueueWRLocked(op, imm, c.ep.SendMR, buf, addr, c.tx.RKey, flags, signal)
 }
 
 // enqueueWRLocked queues one send WR of buf (inside mr) to addr under
@@ -112,21 +112,21 @@ func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []b
 // the role; WRs queued meanwhile by others are posted by it. It returns the
 // error of a post this call made.
 func (c *Conn) submit() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	if c.sq.Submitting {
 		return nil
 	}
 	c.sq.Submitting = true
 	defer func() { c.sq.Submitting = false }()
 	for c.sq.Submitted != c.sq.Posted {
-		if c.torn {
+		if c.core.Torn {
 			return verbs.ErrClosed
 		}
 		batch := c.sq.Unsubmitted()
-		c.mu.Unlock()
-		err := c.qp.PostSend(batch)
-		c.mu.Lock()
+		c.core.Mu.Unlock()
+		err := c.ep.QP.PostSend(batch)
+		c.core.Mu.Lock()
 		c.sq.Submitted += uint64(len(batch))
 		if err != nil {
 			c.failLocked(err)
@@ -140,7 +140,7 @@ func (c *Conn) submit() error {
 // submit in progress will.
 func (c *Conn) unlockSubmit() {
 	pending := c.sq.Submitted != c.sq.Posted && !c.sq.Submitting
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	if pending {
 		c.submit()
 	}
@@ -149,7 +149,7 @@ func (c *Conn) unlockSubmit() {
 // creditLocked returns ring and receive credit to the peer when a quarter of
 // either window is owed (or when force and anything is).
 func (c *Conn) creditLocked(force bool) {
-	if c.err != nil || c.torn {
+	if c.core.Err != nil || c.core.Torn {
 		return
 	}
 	recvs, units, due := c.rx.CreditDue(force)
@@ -180,7 +180,7 @@ func (c *Conn) sendFinLocked() {
 // dead peer (keepalive), drains the send queue (Close) and, on a QP in
 // error, completes with a flush error that wakes the poller.
 func (c *Conn) postProbeLocked() bool {
-	if c.torn || !c.sq.ProbeRoom() {
+	if c.core.Torn || !c.sq.ProbeRoom() {
 		return false
 	}
 	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.tx.Addr, 0, true)

@@ -58,7 +58,7 @@ func TestFirstWritesShareAPage(t *testing.T) {
 		for _, conn := range []net.Conn{c, s} {
 			cn := conn.(*Conn)
 			e := &cn.endpoint
-			assert.Equal(t, 1, residentPages(t, e.mem.Bytes()), "resident pages of a memory block")
+			assert.Equal(t, 1, residentPages(t, e.ep.Mem.Bytes()), "resident pages of a memory block")
 			page := uint64(os.Getpagesize())
 			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.Buf)+sendq.Start(len(cn.sb.Buf)))/page,
 				"the ring's start and the first send position are one page")
@@ -130,7 +130,7 @@ func TestTimedWatchSleepsThroughEstablished(t *testing.T) {
 	require.NoError(t, err) // s read it: the RTU before it, too
 	time.Sleep(20 * cmwatch.EventDelay)
 	for _, conn := range []*Conn{c, s} {
-		assert.Zero(t, conn.watch.Runs(), "the watch ran")
+		assert.Zero(t, conn.core.Watch.Runs(), "the watch ran")
 	}
 }
 
@@ -159,14 +159,14 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection accepted")
 	}
-	require.True(t, s.watch.Timed(), "a soft connection's watch is the timer")
-	s.mu.Lock()
+	require.True(t, s.core.Watch.Timed(), "a soft connection's watch is the timer")
+	s.core.Mu.Lock()
 	posted := s.sq.Posted
-	s.mu.Unlock()
+	s.core.Mu.Unlock()
 	require.NoError(t, r.id.Disconnect())
 	assert.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.core.Mu.Lock()
+		defer s.core.Mu.Unlock()
 		return s.sq.Posted > posted
 	}, 5*time.Second, 5*time.Millisecond, "no probe after the peer's disconnect")
 }

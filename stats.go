@@ -121,53 +121,19 @@ type ConnStats struct {
 // setFallback records why an auto dial fell back to soft (under mu, as
 // Stats may read it from the registry already).
 func (f *connFace) setFallback(fb error) {
-	f.mu.Lock()
+	f.core.Mu.Lock()
 	f.fallback = fb
-	f.mu.Unlock()
-	logFallback(f.raddr, fb) // debuglog.go
+	f.core.Mu.Unlock()
+	logFallback(f.remoteAddr(), fb) // debuglog.go
 }
 
 // read is readLocked for a Read's rarer paths, which do not hold mu.
 func (f *connFace) read(n int) {
 	if n > 0 {
-		f.mu.Lock()
-		f.stats.ReadLocked(n)
-		f.mu.Unlock()
+		f.core.Mu.Lock()
+		f.core.Counters.ReadLocked(n)
+		f.core.Mu.Unlock()
 	}
-}
-
-// waitStart is what await notes as a wait begins: the clock, for a
-// Write's (whose total wait is counted; a Read's wait is the peer's
-// business and is not timed).
-func (f *connFace) waitStart(dl *deadline) time.Time {
-	if dl == &f.wdl {
-		return time.Now()
-	}
-	return time.Time{}
-}
-
-// waitedLocked counts a wait that began at began and ended how, with mu
-// held.
-func (f *connFace) waitedLocked(dl *deadline, began time.Time, how connstats.WaitKind) {
-	switch dl {
-	case &f.wdl:
-		f.stats.WriteWait += time.Since(began)
-	case &f.rdl:
-		f.stats.ReadWaits++
-		f.stats.ReadWait = max(f.stats.ReadWait, how)
-	}
-}
-
-// pollKind is how the poll role's holder got its completions, from its
-// counts before (sleeps, caught) and now.
-func (p *pollState) pollKind(sleeps, caught uint64) connstats.WaitKind {
-	switch {
-	case p.sleeps != sleeps:
-		return connstats.WaitSlept
-	case p.caught != caught:
-		return connstats.WaitSpun
-	}
-	return connstats.WaitHanded
 }
 
 func since(now, t time.Time) time.Duration {
@@ -183,12 +149,12 @@ func since(now, t time.Time) time.Duration {
 // after letting go of mu.
 func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, st *connstats.Counters) error) ConnStats {
 	now := time.Now()
-	st := f.stats
+	st := f.core.Counters
 	s := ConnStats{
 		Provider:   f.provider,
 		Wire:       wire,
-		LocalAddr:  addrString(f.laddr), // debuglog.go
-		RemoteAddr: addrString(f.raddr),
+		LocalAddr:  addrString(f.localAddr()), // debuglog.go
+		RemoteAddr: addrString(f.remoteAddr()),
 
 		RemoteWrites:       st.RemoteWrites.Load(),
 		RemoteReads:        st.RemoteReads.Load(),
@@ -198,14 +164,14 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 		NotifiesReceived:   st.NotesRecv.Load(),
 		Exposures:          st.Exposures.Load(),
 	}
-	f.mu.Lock()
+	f.core.Mu.Lock()
 	st.SeeLocked(now)
 	s.BytesSent, s.BytesReceived, s.Writes = st.BytesSent, st.BytesRecv, st.Writes
 	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.Reads[connstats.WaitNone], st.Reads[connstats.WaitHanded], st.Reads[connstats.WaitSpun], st.Reads[connstats.WaitSlept]
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	s.MessagesSent, s.MessagesReceived = st.MsgsSent, st.MsgsRecv
 	s.CreditWaits, s.WriteWaitTime = st.CreditWaits, st.WriteWait
-	s.Opened, s.Closed = st.Opened, f.closed
+	s.Opened, s.Closed = st.Opened, f.core.Closed
 	s.SinceSent, s.SinceRecv = since(now, st.SeenSentAt), since(now, st.SeenRecvAt)
 	if err := locked(&s, st); err != nil {
 		s.Err = err.Error()
@@ -213,11 +179,11 @@ func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, 
 	if f.fallback != nil {
 		s.Fallback = f.fallback.Error()
 	}
-	qp := e.qp
-	if f.torn {
+	qp := e.ep.QP
+	if f.core.Torn {
 		qp = nil
 	}
-	f.mu.Unlock()
+	f.core.Mu.Unlock()
 	s.Path = pathOf(f.provider, qp)
 	s.RTT, s.Retransmits = transportInfo(f.provider, qp) // registry.go
 	return s

@@ -46,8 +46,8 @@ func (c *Conn) zeroCopyLocked() *zeroCopy {
 
 // zeroCopy is zeroCopyLocked for a caller without mu.
 func (c *Conn) zeroCopy() *zeroCopy {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	return c.zeroCopyLocked()
 }
 
@@ -91,9 +91,9 @@ func (zc *zeroCopy) endRegistrations(c *Conn) (held []*Buffer) {
 // acquired), made on the first use: local access only (a send's source,
 // a READ's destination), never remote. Called with neither mu held.
 func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	mr := c.zeroCopyLocked().regs.Lookup(b)
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	if mr != nil {
 		return mr, nil
 	}
@@ -103,11 +103,11 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	// Where the device has memory windows, a rendezvous Write binds one
 	// to the bytes it exposes, in this registration (rndvWindow).
 	access := verbs.AccessLocalWrite
-	c.mu.Lock()
-	if windowUsedOn(&c.zeroCopyLocked().window, c.id) {
+	c.core.Mu.Lock()
+	if windowUsedOn(&c.zeroCopyLocked().window, c.ep.ID) {
 		access |= verbs.AccessMWBind
 	}
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	return c.regMR(b, b.buf, access, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
 		return zc.regs.Keep(b, mr)
 	})
@@ -121,21 +121,21 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 // mu, records the registration in zc and returns the one to use (another
 // one, when a concurrent caller registered first; then this one goes).
 func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zeroCopy, mr verbs.MR) verbs.MR) (verbs.MR, error) {
-	c.mu.Lock()
-	if c.closed || c.torn {
-		c.mu.Unlock()
+	c.core.Mu.Lock()
+	if c.core.Closed || c.core.Torn {
+		c.core.Mu.Unlock()
 		return nil, net.ErrClosed
 	}
 	c.registering++
-	c.mu.Unlock()
-	mr, err := c.pd.RegMR(p, access)
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Unlock()
+	mr, err := c.ep.PD.RegMR(p, access)
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	c.registering--
 	if err != nil {
 		return nil, err
 	}
-	if c.closed || c.torn {
+	if c.core.Closed || c.core.Torn {
 		mr.Dereg()
 		return nil, net.ErrClosed
 	}
@@ -156,8 +156,8 @@ func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zer
 // b on the connection gone once the first returns, so that neither Free
 // nor Put goes on while an MR of the connection still covers b.
 func (c *Conn) dropBuffer(b *Buffer, exposuresOnly bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.core.Mu.Lock()
+	defer c.core.Mu.Unlock()
 	if c.zc != nil {
 		c.zc.drop(b, c, exposuresOnly)
 	}
@@ -169,9 +169,9 @@ func (c *Conn) holdUntilTeardown(buf *Buffer) {
 	if buf.acquire() != nil {
 		return // cannot happen: the caller holds it
 	}
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	c.zeroCopyLocked().regs.Hold(buf)
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 }
 
 // releaseZeroCopy deregisters every Buffer registered on the connection
@@ -186,15 +186,15 @@ func (c *Conn) holdUntilTeardown(buf *Buffer) {
 // connection still covers. Each Dereg waits only for memory copies in
 // progress (the dereg fence), never on the peer.
 func (c *Conn) releaseZeroCopy() (held []*Buffer) {
-	c.mu.Lock()
+	c.core.Mu.Lock()
 	zc := c.zc
 	if zc == nil {
-		c.mu.Unlock()
+		c.core.Mu.Unlock()
 		return nil
 	}
 	held = zc.endRegistrations(c)
 	c.zc = nil
-	c.mu.Unlock()
+	c.core.Mu.Unlock()
 	zc.bounce.Release()
 	if zc.ctlMR != nil {
 		zc.ctlMR.Dereg()

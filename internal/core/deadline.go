@@ -1,4 +1,4 @@
-package rdma
+package core
 
 import (
 	"sync"
@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// deadline is one direction's deadline, modelled on net.Pipe's: a channel
-// that is closed once the deadline passes, remade when the deadline is moved.
+// Deadline is one direction's Deadline, modelled on net.Pipe's: a channel
+// that is closed once the Deadline passes, remade when the Deadline is moved.
 // Waiting on it allocates nothing; only SetDeadline does.
-type deadline struct {
+type Deadline struct {
 	mu     sync.Mutex
 	timer  *time.Timer
 	at     time.Time     // the deadline; zero: none
@@ -20,10 +20,10 @@ type deadline struct {
 	armed atomic.Bool
 }
 
-func makeDeadline() deadline { return deadline{cancel: make(chan struct{})} }
+func MakeDeadline() Deadline { return Deadline{cancel: make(chan struct{})} }
 
-// set moves the deadline to t; the zero time means none.
-func (d *deadline) set(t time.Time) {
+// Set moves the deadline to t; the zero time means none.
+func (d *Deadline) Set(t time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.timer != nil && !d.timer.Stop() {
@@ -32,7 +32,7 @@ func (d *deadline) set(t time.Time) {
 	d.timer = nil
 	d.at = t
 	d.armed.Store(!t.IsZero())
-	closed := isClosed(d.cancel)
+	closed := IsClosed(d.cancel)
 	dur := time.Until(t)
 	if !t.IsZero() && dur <= 0 { // passed already
 		if !closed {
@@ -49,33 +49,33 @@ func (d *deadline) set(t time.Time) {
 	}
 }
 
-// wait returns a channel that is closed once the deadline has passed.
-func (d *deadline) wait() chan struct{} {
+// Wait returns a channel that is closed once the deadline has passed.
+func (d *Deadline) Wait() chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.cancel
 }
 
-// state returns the channel wait returns, and the deadline's time (zero:
+// State returns the channel wait returns, and the deadline's time (zero:
 // none), in one look.
-func (d *deadline) state() (chan struct{}, time.Time) {
+func (d *Deadline) State() (chan struct{}, time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.cancel, d.at
 }
 
-// passed reports whether the deadline has passed, by the clock as well as
+// Passed reports whether the deadline has Passed, by the clock as well as
 // by its timer (which may not have run yet).
-func (d *deadline) passed() bool {
+func (d *Deadline) Passed() bool {
 	if !d.armed.Load() {
 		return false // no deadline, so cancel is open (set remade it)
 	}
-	ch, at := d.state()
-	return isClosed(ch) || !at.IsZero() && !time.Now().Before(at)
+	ch, at := d.State()
+	return IsClosed(ch) || !at.IsZero() && !time.Now().Before(at)
 }
 
-// stop releases the timer.
-func (d *deadline) stop() {
+// Stop releases the timer.
+func (d *Deadline) Stop() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.timer != nil {
@@ -84,7 +84,7 @@ func (d *deadline) stop() {
 	}
 }
 
-func isClosed(c chan struct{}) bool {
+func IsClosed(c chan struct{}) bool {
 	select {
 	case <-c:
 		return true

@@ -1,4 +1,4 @@
-package rdma
+package core
 
 import (
 	"sync/atomic"
@@ -14,48 +14,48 @@ import (
 // The poll role is held by one caller at a time; letting it go says
 // whether callers wait for it.
 func TestPollRoleTakeRelease(t *testing.T) {
-	var p pollState
-	assert.True(t, p.takeLocked())
-	assert.False(t, p.takeLocked(), "held")
-	assert.False(t, p.releaseLocked(), "nobody waits")
-	assert.True(t, p.takeLocked(), "free again")
-	p.waiters = 2
-	assert.True(t, p.releaseLocked(), "callers wait: one takes it over")
-	assert.False(t, p.held)
+	var p PollState
+	assert.True(t, p.TakeLocked())
+	assert.False(t, p.TakeLocked(), "held")
+	assert.False(t, p.ReleaseLocked(), "nobody waits")
+	assert.True(t, p.TakeLocked(), "free again")
+	p.Waiters = 2
+	assert.True(t, p.ReleaseLocked(), "callers wait: one takes it over")
+	assert.False(t, p.Held)
 }
 
 // A connection without PollTime never spins; one with it spins until
 // spinMisses spins in a row missed, then every spinProbe-th wait, and a
 // spin that catches completions turns spinning back on.
 func TestPollRoleSpinDecision(t *testing.T) {
-	var p pollState
+	var p PollState
 	assert.False(t, p.spinNext(), "no PollTime")
 
-	p.spin, p.reach = 10*time.Microsecond, 10*time.Microsecond
-	for range spinMisses {
+	p.Spin, p.Reach = 10*time.Microsecond, 10*time.Microsecond
+	for range SpinMisses {
 		assert.True(t, p.spinNext())
 		p.sleptAfterSpin(time.Second) // a long sleep: the spin missed
 	}
-	assert.Equal(t, spinMisses, p.misses)
-	for i := 1; i < spinProbe; i++ {
+	assert.Equal(t, SpinMisses, p.Misses)
+	for i := 1; i < SpinProbe; i++ {
 		assert.False(t, p.spinNext(), "wait %d after spinning turned off", i)
 	}
 	assert.True(t, p.spinNext(), "the probe")
 	p.spinCaught(time.Now())
-	assert.Zero(t, p.misses)
-	assert.Equal(t, uint64(1), p.caught)
+	assert.Zero(t, p.Misses)
+	assert.Equal(t, uint64(1), p.Caught)
 	assert.True(t, p.spinNext(), "spinning is back on")
 }
 
 // A sleep short enough for a spin a little longer to have caught it
 // counts as no miss.
 func TestPollRoleShortSleep(t *testing.T) {
-	p := pollState{spin: 10 * time.Microsecond, reach: 10 * time.Microsecond, misses: 2}
+	p := PollState{Spin: 10 * time.Microsecond, Reach: 10 * time.Microsecond, Misses: 2}
 	p.sleptAfterSpin(15 * time.Microsecond)
-	assert.Zero(t, p.misses)
-	p.misses = spinMisses
+	assert.Zero(t, p.Misses)
+	p.Misses = SpinMisses
 	p.sleptAfterSpin(time.Second)
-	assert.Equal(t, spinMisses, p.misses, "misses stay at their bound")
+	assert.Equal(t, SpinMisses, p.Misses, "misses stay at their bound")
 }
 
 // The spin's budget follows the peer up to spinStretch times PollTime at
@@ -63,15 +63,15 @@ func TestPollRoleShortSleep(t *testing.T) {
 // than that (a miss, which spinMisses in a row turn spinning off).
 func TestPollRoleLearn(t *testing.T) {
 	spin := 10 * time.Microsecond
-	p := pollState{spin: spin, reach: spin}
-	p.learn(20 * time.Microsecond)
-	assert.Equal(t, 30*time.Microsecond, p.reach, "up at once, with half again as margin")
-	p.learn(time.Microsecond)
-	assert.Equal(t, 20*time.Microsecond, p.reach, "down halfway")
-	p.learn(70 * time.Microsecond)
-	assert.Equal(t, spinStretch*spin, p.reach, "no more than spinStretch times PollTime")
-	p.learn(spinStretch*spin + 1)
-	assert.Equal(t, spinStretch*spin, p.reach, "a slow answer leaves the budget")
+	p := PollState{Spin: spin, Reach: spin}
+	p.Learn(20 * time.Microsecond)
+	assert.Equal(t, 30*time.Microsecond, p.Reach, "up at once, with half again as margin")
+	p.Learn(time.Microsecond)
+	assert.Equal(t, 20*time.Microsecond, p.Reach, "down halfway")
+	p.Learn(70 * time.Microsecond)
+	assert.Equal(t, SpinStretch*spin, p.Reach, "no more than spinStretch times PollTime")
+	p.Learn(SpinStretch*spin + 1)
+	assert.Equal(t, SpinStretch*spin, p.Reach, "a slow answer leaves the budget")
 }
 
 // Once spins keep missing, spinning turns off, and the probe spins with
@@ -80,20 +80,20 @@ func TestPollRoleLearn(t *testing.T) {
 // alone would miss it for good.
 func TestPollRoleProbeKeepsTheBudget(t *testing.T) {
 	spin := 10 * time.Microsecond
-	p := pollState{spin: spin, reach: spin}
-	p.learn(50 * time.Microsecond) // the peer answered in 50 us
-	learned := p.reach
+	p := PollState{Spin: spin, Reach: spin}
+	p.Learn(50 * time.Microsecond) // the peer answered in 50 us
+	learned := p.Reach
 	require.Greater(t, learned, 50*time.Microsecond)
-	for range spinMisses { // then the peer slept: long waits
+	for range SpinMisses { // then the peer slept: long waits
 		require.True(t, p.spinNext())
 		p.sleptAfterSpin(time.Second)
-		p.learn(time.Second)
+		p.Learn(time.Second)
 	}
-	for i := 1; i < spinProbe; i++ {
+	for i := 1; i < SpinProbe; i++ {
 		require.False(t, p.spinNext())
 	}
 	require.True(t, p.spinNext(), "the probe")
-	assert.Equal(t, learned, p.reach, "the probe spins with the budget that caught the peer")
+	assert.Equal(t, learned, p.Reach, "the probe spins with the budget that caught the peer")
 }
 
 // emptyCQ is a CQ that never has a completion.
@@ -106,8 +106,8 @@ func (emptyCQ) Cap() int                     { return 16 }
 func (emptyCQ) Destroy() error               { return nil }
 
 // newEmptyPoller is the poll role of a connection whose CQ stays empty.
-func newEmptyPoller() poller {
-	return poller{f: &connFace{closedCh: make(chan struct{})}, e: &endpoint{cq: emptyCQ{}}, p: &pollState{}}
+func newEmptyPoller() Poller {
+	return Poller{F: &Conn{ClosedCh: make(chan struct{})}, E: &Endpoint{CQ: emptyCQ{}}}
 }
 
 // testSpinLimit is a spin limit that a test sets: whether Enter refuses
@@ -149,7 +149,7 @@ func TestSpinGivesWayWhenCrowded(t *testing.T) {
 
 	go func() {
 		time.Sleep(20 * time.Millisecond)
-		r.p.intrSeq.Add(1)
+		r.F.Poll.intrSeq.Add(1)
 	}()
 	assert.Equal(t, spinLookAgain, r.spinFor(nil, true, 0), "BusyPoll: polled on until interrupted")
 }

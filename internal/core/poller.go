@@ -1,4 +1,4 @@
-package rdma
+package core
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// The poll role's work, for either wire (pollState, in pollrole.go, is its
+// The poll role's work, for either wire (PollState, in pollrole.go, is its
 // state): await and tryPoll, the holder's loop of polling, spinning and
 // sleeping (pollRole, spinFor), and the wake-ups of the callers that wait.
 
@@ -27,109 +27,93 @@ const (
 	spinYield = 10 * time.Microsecond
 )
 
-// poller is one call into the poll role of a connection of either wire:
+// Poller is one call into the poll role of a connection of either wire:
 // the parts of the connection it works on, and the wire's own steps.
-type poller struct {
-	f *connFace
-	e *endpoint
-	p *pollState
-	w polledConn
+type Poller struct {
+	F *Conn
+	E *Endpoint
+	W PolledConn
 
 	room bool // the caller is a writer waiting for room (awaitRoom)
 }
 
-// awaitRoom is await for a Write that waits for room (send buffer,
+// AwaitRoom is await for a Write that waits for room (send buffer,
 // credits, send slots) while its data is in flight: the wait lasts as long
 // as the peer takes to consume, the stream's own pace, so where the
 // channel spins (soft) it does not (see spinningChannel).
-func (r poller) awaitRoom() {
+func (r Poller) AwaitRoom() {
 	r.room = true
-	r.await(r.f.sndReady, &r.f.wdl, false)
+	r.Await(r.F.SndReady, &r.F.WriteDL, false)
 }
 
-// polledConn is what the poll role asks of a connection's wire.
-type polledConn interface {
-	handle(wcs []verbs.WC) // applies a batch of completions
-	failLocked(err error)  // records a failure and wakes every waiter
+// PolledConn is what the poll role asks of a connection's wire.
+type PolledConn interface {
+	Handle(wcs []verbs.WC) // applies a batch of completions
+	FailLocked(err error)  // records a failure and wakes every waiter
 }
 
-func (c *Conn) poller() poller { return poller{f: &c.connFace, e: &c.endpoint, p: &c.poll, w: c} }
-
-// await makes completions arrive (the poll role) for a caller that cannot
-// go on; see poller.await.
-func (c *Conn) await(ready chan struct{}, dl *deadline, draining bool) {
-	c.poller().await(ready, dl, draining)
-}
-
-// awaitRoom is await for a Write waiting for room; see poller.awaitRoom.
-func (c *Conn) awaitRoom() { c.poller().awaitRoom() }
-
-// tryPoll applies the completions queued, unless the role is held; see
-// poller.tryPoll.
-func (c *Conn) tryPoll() { c.poller().tryPoll() }
-
-// await makes completions arrive for a caller that cannot go on, and
+// Await makes completions arrive for a caller that cannot go on, and
 // returns for it to look again. ready is the caller's channel, dl its
 // deadline (nil: none); draining says the caller is Close's drain, which
-// runs after closedCh is closed.
-func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
-	began := r.f.waitStart(dl) // stats.go
-	r.f.mu.Lock()
-	if r.f.torn {
-		r.f.mu.Unlock()
+// runs after ClosedCh is closed.
+func (r Poller) Await(ready chan struct{}, dl *Deadline, draining bool) {
+	began := r.F.WaitStart(dl)
+	r.F.Mu.Lock()
+	if r.F.Torn {
+		r.F.Mu.Unlock()
 		return
 	}
 	select {
 	case <-ready:
-		r.f.waitedLocked(dl, began, connstats.WaitHanded)
+		r.F.WaitedLocked(dl, began, connstats.WaitHanded)
 		// What the caller waits for may have come since it looked: another
 		// holder applied completions meanwhile (and poked ready, under mu).
 		// Without this look, the caller could take the role with the CQ
 		// already drained and sleep past what it waits for.
-		r.f.mu.Unlock()
+		r.F.Mu.Unlock()
 		return
 	default:
 	}
-	if !r.p.takeLocked() {
-		r.p.waiters++
-		r.f.mu.Unlock()
+	if !r.F.Poll.TakeLocked() {
+		r.F.Poll.Waiters++
+		r.F.Mu.Unlock()
 		var dlc, closed chan struct{}
 		if dl != nil {
-			dlc = dl.wait()
+			dlc = dl.Wait()
 		}
 		if !draining {
-			closed = r.f.closedCh
+			closed = r.F.ClosedCh
 		}
 		select {
 		case <-ready:
 		case <-dlc:
 		case <-closed:
 		}
-		r.f.mu.Lock()
-		r.p.waiters--
-		r.f.waitedLocked(dl, began, connstats.WaitHanded)
-		r.f.mu.Unlock()
+		r.F.Mu.Lock()
+		r.F.Poll.Waiters--
+		r.F.WaitedLocked(dl, began, connstats.WaitHanded)
+		r.F.Mu.Unlock()
 		return
 	}
-	spinOK := !r.room && r.f.answerDueLocked()
-	r.f.mu.Unlock()
-	sleeps, caught := r.p.sleeps, r.p.caught
+	spinOK := !r.room && r.F.AnswerDueLocked()
+	r.F.Mu.Unlock()
+	sleeps, caught := r.F.Poll.Sleeps, r.F.Poll.Caught
 	r.pollRole(dl, draining, spinOK)
-	r.f.mu.Lock()
-	othersWait := r.p.releaseLocked()
-	r.f.waitedLocked(dl, began, r.p.pollKind(sleeps, caught))
+	r.F.Mu.Lock()
+	othersWait := r.F.Poll.ReleaseLocked()
+	r.F.WaitedLocked(dl, began, r.F.Poll.pollKind(sleeps, caught))
 	// The role's counts, which only its holder touches, for Stats.
-	st := r.f.stats
-	st.Spins, st.Caught, st.Sleeps = r.p.spins, r.p.caught, r.p.sleeps
+	st := r.F.Counters
+	st.Spins, st.Caught, st.Sleeps = r.F.Poll.Spins, r.F.Poll.Caught, r.F.Poll.Sleeps
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:
 	}
 	if othersWait {
-		poke(r.f.rcvReady)
-		poke(r.f.sndReady)
+		Poke(r.F.RcvReady)
+		Poke(r.F.SndReady)
 	}
-	r.f.mu.Unlock()
+	r.F.Mu.Unlock()
 }
 
 // maxPollBatches bounds one tryPoll: what a CQ of the deepest queues
@@ -137,89 +121,89 @@ func (r poller) await(ready chan struct{}, dl *deadline, draining bool) {
 // keep the watch's tick from its other work.
 const maxPollBatches = 64
 
-// tryPoll applies the completions queued in the CQ, unless a caller holds
+// TryPoll applies the completions queued in the CQ, unless a caller holds
 // the poll role (and will).
-func (r poller) tryPoll() {
-	r.f.mu.Lock()
-	if r.f.torn || !r.p.takeLocked() {
-		r.f.mu.Unlock()
+func (r Poller) TryPoll() {
+	r.F.Mu.Lock()
+	if r.F.Torn || !r.F.Poll.TakeLocked() {
+		r.F.Mu.Unlock()
 		return
 	}
-	r.f.mu.Unlock()
+	r.F.Mu.Unlock()
 	r.pollAll()
-	r.f.mu.Lock()
-	if r.p.releaseLocked() {
-		poke(r.f.rcvReady)
-		poke(r.f.sndReady)
+	r.F.Mu.Lock()
+	if r.F.Poll.ReleaseLocked() {
+		Poke(r.F.RcvReady)
+		Poke(r.F.SndReady)
 	}
-	r.f.mu.Unlock()
+	r.F.Mu.Unlock()
 }
 
 // pollAll applies everything that waits in the CQ, not one batch (a ping
 // to answer may sit behind a queue's worth of notifications the program
 // has not taken), up to maxPollBatches. The caller holds the role.
-func (r poller) pollAll() {
-	for i := 0; i < maxPollBatches && r.pollBatch() == len(r.p.wcs); i++ {
+func (r Poller) pollAll() {
+	for i := 0; i < maxPollBatches && r.pollBatch() == len(r.F.Poll.wcs); i++ {
 	}
 }
 
-// settle applies every completion the CQ holds and then, still holding
+// Settle applies every completion the CQ holds and then, still holding
 // the poll role, runs f under mu; then it wakes every waiter. So what came
 // before an event on another channel (a disconnect's, from the CM) is
 // applied before what f makes of it (the end of the stream): otherwise a
 // holder asleep on the completion channel, woken by the event's wake-up
 // before it polled, would leave the last data in the CQ while its caller
-// already saw the end. A holder is interrupted and settle takes the role
+// already saw the end. A holder is interrupted and Settle takes the role
 // when it lets go; meanwhile nobody else takes it.
-func (r poller) settle(f func()) {
-	r.f.mu.Lock()
-	if r.p.held && !r.f.torn {
-		r.p.claimed = true
+func (r Poller) Settle(f func()) {
+	r.F.Mu.Lock()
+	if r.F.Poll.Held && !r.F.Torn {
+		r.F.Poll.Claimed = true
 		r.interrupt()
-		for r.p.held && !r.f.torn {
-			r.f.mu.Unlock()
+		for r.F.Poll.Held && !r.F.Torn {
+			r.F.Mu.Unlock()
 			runtime.Gosched()
-			r.f.mu.Lock()
+			r.F.Mu.Lock()
 		}
-		r.p.claimed = false
+		r.F.Poll.Claimed = false
 	}
-	if !r.f.torn {
-		r.p.held = true
-		r.f.mu.Unlock()
+	if !r.F.Torn {
+		r.F.Poll.Held = true
+		r.F.Mu.Unlock()
 		r.pollAll()
-		r.f.mu.Lock()
-		r.p.releaseLocked()
+		r.F.Mu.Lock()
+		r.F.Poll.ReleaseLocked()
 	}
 	f()
-	r.wakeLocked()
-	r.f.mu.Unlock()
+	r.WakeLocked()
+	r.F.Mu.Unlock()
 }
 
 // pollRole is the holder's work: return once completions were applied,
 // the connection failed, or the caller should look again (its deadline,
 // Close, an interrupt). spinOK says whether the wait may spin where the
 // channel does the spinning (spinningChannel).
-func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
+func (r Poller) pollRole(dl *Deadline, draining, spinOK bool) {
 	if r.pollBatch() > 0 {
 		return
 	}
-	p := r.p
-	if p.busy {
+	p := &r.F.Poll
+	if p.Busy {
 		r.spinFor(dl, draining, 0)
 		return
 	}
 	// A spinning channel times its own waits (only those it polls in).
 	var began time.Time
-	sc, chanSpins := r.e.cch.(spinningChannel)
-	if p.spin > 0 && !chanSpins {
+	sc, chanSpins := r.E.CompCh.(spinningChannel)
+	if p.Spin > 0 && !chanSpins {
 		began = time.Now()
 	}
 	spun := (spinOK || !chanSpins) && p.spinNext() && spinAllowed(chanSpins)
 	if spun {
-		p.spins++
+		p.Spins++
 	}
 	if spun && !chanSpins {
-		res := r.spinFor(dl, draining, p.reach)
+		res := r.spinFor(dl, draining, p.Reach)
 		spinLimit.Leave()
 		switch res {
 		case spinCaught:
@@ -234,7 +218,7 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 	armed := false
 	for {
 		if !armed {
-			if err := r.e.cq.ReqNotify(false); err != nil {
+			if err := r.E.CQ.ReqNotify(false); err != nil {
 				r.fail(err)
 				return
 			}
@@ -245,32 +229,32 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 				return
 			}
 		}
-		seq := r.p.intrSeq.Load()
+		seq := r.F.Poll.intrSeq.Load()
 		var at time.Time
 		if dl != nil {
 			var dlc chan struct{}
-			dlc, at = dl.state()
-			if isClosed(dlc) || !at.IsZero() && !time.Now().Before(at) {
+			dlc, at = dl.State()
+			if IsClosed(dlc) || !at.IsZero() && !time.Now().Before(at) {
 				return
 			}
 		}
-		if !draining && isClosed(r.f.closedCh) {
+		if !draining && IsClosed(r.F.ClosedCh) {
 			return
 		}
 		if at != p.chanAt || seq != p.chanSeq {
-			if err := r.e.cch.SetDeadline(at); err != nil {
+			if err := r.E.CompCh.SetDeadline(at); err != nil {
 				r.fail(err)
 				return
 			}
 			p.chanAt, p.chanSeq = at, seq
-			if r.p.intrSeq.Load() != seq {
+			if r.F.Poll.intrSeq.Load() != seq {
 				continue // interrupted meanwhile: look again
 			}
 		}
 		var err error
 		if spun && chanSpins {
 			var polled, parked time.Duration
-			_, polled, parked, err = sc.GetEventSpin(p.reach)
+			_, polled, parked, err = sc.GetEventSpin(p.Reach)
 			p.channelSpun(polled, parked)
 			spun = false
 		} else {
@@ -278,8 +262,8 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 			if spun {
 				slept = time.Now()
 			}
-			p.sleeps++
-			_, err = r.e.cch.GetEvent()
+			p.Sleeps++
+			_, err = r.E.CompCh.GetEvent()
 			if spun {
 				p.sleptAfterSpin(time.Since(slept))
 				spun = false
@@ -292,9 +276,9 @@ func (r poller) pollRole(dl *deadline, draining, spinOK bool) {
 			r.fail(err)
 			return
 		}
-		if p.unacked++; p.unacked >= 64 {
-			r.e.cch.AckEvents(r.e.cq, p.unacked)
-			p.unacked = 0
+		if p.Unacked++; p.Unacked >= 64 {
+			r.E.CompCh.AckEvents(r.E.CQ, p.Unacked)
+			p.Unacked = 0
 		}
 		armed = false
 		if r.pollBatch() > 0 {
@@ -348,12 +332,12 @@ const (
 // spinFor polls the CQ until completions come, for at most budget (0:
 // without end), looking every spinCheck polls at what must end a wait
 // anyway, as the sleep does: the caller's deadline, Close, an interrupt.
-func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinResult {
-	seq := r.p.intrSeq.Load()
+func (r Poller) spinFor(dl *Deadline, draining bool, budget time.Duration) spinResult {
+	seq := r.F.Poll.intrSeq.Load()
 	var dlc chan struct{}
 	var at time.Time
 	if dl != nil {
-		dlc, at = dl.state()
+		dlc, at = dl.State()
 	}
 	start := time.Now()
 	yielded := start
@@ -364,7 +348,7 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 		if i%spinCheck != 0 {
 			continue
 		}
-		if r.p.intrSeq.Load() != seq || isClosed(dlc) || !draining && isClosed(r.f.closedCh) {
+		if r.F.Poll.intrSeq.Load() != seq || IsClosed(dlc) || !draining && IsClosed(r.F.ClosedCh) {
 			return spinLookAgain
 		}
 		now := time.Now()
@@ -389,10 +373,10 @@ func (r poller) spinFor(dl *deadline, draining bool, budget time.Duration) spinR
 // pollBatch polls one batch of completions and has the wire apply it; a
 // failed poll fails the connection. It returns how many it applied, or 1
 // after a failure so that the caller looks at the connection again.
-func (r poller) pollBatch() int {
-	n, err := r.e.cq.Poll(r.p.wcs[:])
+func (r Poller) pollBatch() int {
+	n, err := r.E.CQ.Poll(r.F.Poll.wcs[:])
 	if n > 0 {
-		r.w.handle(r.p.wcs[:n])
+		r.W.Handle(r.F.Poll.wcs[:n])
 	}
 	if err != nil {
 		r.fail(err)
@@ -402,43 +386,43 @@ func (r poller) pollBatch() int {
 }
 
 // fail records err as the connection's failure, unless it is closed.
-func (r poller) fail(err error) {
-	r.f.mu.Lock()
-	if !r.f.closed {
-		r.w.failLocked(err)
+func (r Poller) fail(err error) {
+	r.F.Mu.Lock()
+	if !r.F.Closed {
+		r.W.FailLocked(err)
 	}
-	r.f.mu.Unlock()
+	r.F.Mu.Unlock()
 }
 
 // interrupt makes the poll role's holder look again at once: a sleeping
 // holder wakes (the channel's deadline moves into the past), and one about
-// to sleep sees intrSeq move and does not. Called with mu held.
-func (r poller) interrupt() {
-	if r.e.cch == nil || r.f.torn {
+// to sleep sees intrSeq move and does not. Called with Mu held.
+func (r Poller) interrupt() {
+	if r.E.CompCh == nil || r.F.Torn {
 		return
 	}
-	r.p.intrSeq.Add(1)
-	_ = r.e.cch.SetDeadline(time.Unix(1, 0))
+	r.F.Poll.intrSeq.Add(1)
+	_ = r.E.CompCh.SetDeadline(time.Unix(1, 0))
 }
 
-// wakeLocked wakes every waiter, the poll role's holder included, to look
-// at the connection again. Called with mu held.
-func (r poller) wakeLocked() {
-	poke(r.f.rcvReady)
-	poke(r.f.sndReady)
-	if r.p.held {
+// WakeLocked wakes every waiter, the poll role's holder included, to look
+// at the connection again. Called with Mu held.
+func (r Poller) WakeLocked() {
+	Poke(r.F.RcvReady)
+	Poke(r.F.SndReady)
+	if r.F.Poll.Held {
 		r.interrupt()
 	}
 }
 
-// lookAgain makes a sleeping holder look again: at a new deadline, or at
+// LookAgain makes a sleeping holder look again: at a new deadline, or at
 // Close. (A caller waiting for the holder watches its deadline's channel,
 // which is only ever replaced after it was closed, which woke that
 // caller.)
-func (r poller) lookAgain() {
-	r.f.mu.Lock()
-	if r.p.held {
+func (r Poller) LookAgain() {
+	r.F.Mu.Lock()
+	if r.F.Poll.Held {
 		r.interrupt()
 	}
-	r.f.mu.Unlock()
+	r.F.Mu.Unlock()
 }
