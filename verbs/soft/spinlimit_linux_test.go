@@ -17,6 +17,7 @@ import (
 type testSpinLimit struct {
 	refuse, crowded, slowYields, stopOnSlow atomic.Bool
 	entered, left, contended, sleepers      atomic.Int32
+	yields                                  atomic.Int32 // timed yields (Yielded)
 }
 
 func (l *testSpinLimit) Enter() bool { return l.EnterAt(0) }
@@ -38,6 +39,7 @@ func (l *testSpinLimit) CrowdedAt(int64) bool { return l.crowded.Load() }
 func (l *testSpinLimit) Contended()           { l.contended.Add(1) }
 func (l *testSpinLimit) Sleeping(delta int32) { l.sleepers.Add(delta) }
 func (l *testSpinLimit) Yielded(time.Duration) (slow, stop bool) {
+	l.yields.Add(1)
 	slow = l.slowYields.Load()
 	return slow, slow && l.stopOnSlow.Load()
 }

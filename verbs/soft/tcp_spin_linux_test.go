@@ -167,3 +167,23 @@ func TestTCPPollingReportsContention(t *testing.T) {
 	_, parked = reader.setSpin(0)
 	assert.Zero(t, parked, "crowded: the polling gave its P away and went on")
 }
+
+// A wait's polling gives up only its P for its first tcpPollGoschedFor
+// (where a quiet host's answers come: a sched_yield per poll there halved
+// one connection's round trips), and yields the thread's CPU, timed for
+// the limit, after that.
+func TestTCPPollingYieldsTheCPUOnlyLater(t *testing.T) {
+	l := &testSpinLimit{}
+	useTCPSpinLimit(t, l)
+	a, _ := tcpPair(t)
+	tr, err := newTCPTransport(a)
+	require.NoError(t, err)
+	tr.setSpin(10 * time.Second)
+	t.Cleanup(tr.endSpin)
+	require.True(t, tr.polling(), "the wait polls")
+	require.True(t, tr.polling())
+	assert.Zero(t, l.yields.Load(), "no CPU yield in the wait's first moments")
+	time.Sleep(2 * tcpPollGoschedFor)
+	require.True(t, tr.polling())
+	assert.Equal(t, int32(1), l.yields.Load(), "past them, the poll yields the CPU and times it")
+}
