@@ -185,7 +185,14 @@ func (s *suite) resources(t testing.TB, e *endpoint, o *pairOpts) {
 	}
 	e.qp, err = e.id.CreateQP(e.pd, &verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: o.cap, SignalAll: o.signalAll})
 	require.NoError(t, err)
-	// Freed by release, after the MR over it (Free refuses before).
+	e.registerMemory(t, o)
+}
+
+// registerMemory gives e its buffer of o.memSize bytes, registered on its
+// PD with o.access. Freed by release, after the MR over it (Free refuses
+// before).
+func (e *endpoint) registerMemory(t testing.TB, o *pairOpts) {
+	var err error
 	e.mem, err = verbs.AllocMemory(o.memSize)
 	require.NoError(t, err)
 	e.buf = e.mem.Bytes()[:o.memSize]

@@ -81,11 +81,7 @@ func (s *suite) sharedResources(t testing.TB, sd *sharedSide, e *endpoint, cqe i
 	require.NoError(t, err)
 	e.qp, err = e.id.CreateQP(e.pd, &verbs.QPInitAttr{SendCQ: sd.cq, RecvCQ: sd.cq, Cap: o.cap, SignalAll: o.signalAll})
 	require.NoError(t, err)
-	e.mem, err = verbs.AllocMemory(o.memSize)
-	require.NoError(t, err)
-	e.buf = e.mem.Bytes()[:o.memSize]
-	e.mr, err = e.pd.RegMR(e.buf, o.access)
-	require.NoError(t, err)
+	e.registerMemory(t, o)
 	_, dup := sd.byQPN[e.qp.Num()]
 	require.False(t, dup, "QP number %d given twice", e.qp.Num())
 	sd.byQPN[e.qp.Num()] = len(sd.eps)
