@@ -108,7 +108,7 @@ func (f *fifo) advance() {
 
 // ISend starts sending data as one message to peer idx and returns at once.
 func (c *Context) ISend(idx int, data []byte) (*Request, error) {
-	p, err := c.peer("isend to", idx)
+	p, err := c.peers.live("isend to", idx)
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +116,8 @@ func (c *Context) ISend(idx int, data []byte) (*Request, error) {
 		return nil, fmt.Errorf("capi: isend to peer %d: %w: %d bytes exceed the context's buffer size of %d bytes",
 			idx, ErrMessageTooLong, len(data), c.bufSize)
 	}
-	return c.start("isend to", p, &p.sendFIFO, func() (int, error) {
-		if err := c.send(p, data); err != nil {
+	return c.requests.start("isend to", p, &p.sendFIFO, func() (int, error) {
+		if err := p.send(data); err != nil {
 			return -1, err
 		}
 		return len(data), nil
@@ -127,31 +127,43 @@ func (c *Context) ISend(idx int, data []byte) (*Request, error) {
 // IRecv starts receiving the next message of peer idx into buf and
 // returns at once. The request's result is as Recv's.
 func (c *Context) IRecv(idx int, buf []byte) (*Request, error) {
-	p, err := c.peer("irecv from", idx)
+	p, err := c.peers.live("irecv from", idx)
 	if err != nil {
 		return nil, err
 	}
-	return c.start("irecv from", p, &p.recvFIFO, func() (int, error) {
-		return c.recv(p, buf, nil)
+	return c.requests.start("irecv from", p, &p.recvFIFO, func() (int, error) {
+		return p.recv(buf, nil)
 	}, nil)
 }
 
-// start runs run as a request, after the requests before it in f (nil: in
-// no order). cancel, if not nil, is called instead of run when the request
-// is cancelled.
-func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error), cancel func()) (*Request, error) {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+// requestQueue runs a context's asynchronous requests, each on a goroutine
+// of its own: it bounds them (MaxInFlight), cancels those that had not
+// started when it is closed, and lets Close wait for them all.
+type requestQueue struct {
+	mu       sync.Mutex
+	inFlight int            // requests not completed
+	running  sync.WaitGroup // their goroutines
+	closed   bool
+}
+
+func newRequestQueue() *requestQueue { return &requestQueue{} }
+
+// start runs run as a request on p, after the requests before it in f (nil:
+// in no order). cancel, if not nil, is called instead of run when the
+// request is cancelled.
+func (q *requestQueue) start(op string, p *peer, f *fifo, run func() (int, error), cancel func()) (*Request, error) {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
 		return nil, fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrClosed)
 	}
-	if c.inFlight >= MaxInFlight {
-		c.mu.Unlock()
+	if q.inFlight >= MaxInFlight {
+		q.mu.Unlock()
 		return nil, fmt.Errorf("capi: %s peer %d: %w (%d)", op, p.idx, ErrBusy, MaxInFlight)
 	}
-	c.inFlight++
-	c.async.Add(1)
-	c.mu.Unlock()
+	q.inFlight++
+	q.running.Add(1)
+	q.mu.Unlock()
 
 	r := &Request{done: make(chan struct{})}
 	var ticket uint64
@@ -159,25 +171,41 @@ func (c *Context) start(op string, p *peer, f *fifo, run func() (int, error), ca
 		ticket = f.take()
 	}
 	go func() {
-		defer c.async.Done()
+		defer q.running.Done()
 		if f != nil {
 			f.await(ticket)
 		}
-		if c.isClosed() {
+		if q.isClosed() {
 			if cancel != nil {
 				cancel()
 			}
 			r.n, r.err = -1, fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrCanceled)
-		} else if r.n, r.err = run(); r.err != nil && c.isClosed() {
+		} else if r.n, r.err = run(); r.err != nil && q.isClosed() {
 			r.err = fmt.Errorf("%w (%w)", r.err, ErrCanceled)
 		}
 		if f != nil {
 			f.advance()
 		}
-		c.mu.Lock()
-		c.inFlight--
-		c.mu.Unlock()
+		q.mu.Lock()
+		q.inFlight--
+		q.mu.Unlock()
 		close(r.done)
 	}()
 	return r, nil
 }
+
+func (q *requestQueue) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// close refuses new requests and cancels those that have not started.
+func (q *requestQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+}
+
+// wait returns once every request has completed.
+func (q *requestQueue) wait() { q.running.Wait() }

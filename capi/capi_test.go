@@ -297,7 +297,7 @@ func TestClientSourceAddress(t *testing.T) {
 	forEachTransport(t, func(t *testing.T, tr transport) {
 		s := newStar(t, tr, 2, 64)
 		for i, want := range []string{"127.0.0.2", "127.0.0.3"} {
-			p, err := s.server.peer("test", i)
+			p, err := s.server.peers.live("test", i)
 			require.NoError(t, err)
 			host, _, err := net.SplitHostPort(p.conn.RemoteAddr().String())
 			require.NoError(t, err)
@@ -567,7 +567,7 @@ func block(msgSize, p, round int) []byte {
 func TestDefaultTransportIsRDMA(t *testing.T) {
 	s := newStar(t, defaultTransport, 1, 64)
 	for _, c := range []*Context{s.server, s.clients[0]} {
-		p, err := c.peer("test", 0)
+		p, err := c.peers.live("test", 0)
 		require.NoError(t, err)
 		conn, ok := p.conn.(*rdma.Conn)
 		require.True(t, ok, "a %T, not an *rdma.Conn", p.conn)

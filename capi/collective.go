@@ -12,7 +12,7 @@ import (
 func (c *Context) Broadcast(data []byte) error {
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
-	live, err := c.livePeers("broadcast", c.live[:0])
+	live, err := c.peers.livePeers("broadcast", c.live[:0])
 	c.live = live
 	if err != nil {
 		return err
@@ -23,7 +23,7 @@ func (c *Context) Broadcast(data []byte) error {
 	}
 	var failed error
 	for _, p := range live {
-		if err := c.send(p, data); err != nil && failed == nil {
+		if err := p.send(data); err != nil && failed == nil {
 			failed = err
 		}
 	}
@@ -62,7 +62,7 @@ func (c *Context) SequentialAllToAll(send, recv []byte, msgSize int) error {
 	}
 	c.collMu.Lock()
 	defer c.collMu.Unlock()
-	live, err := c.livePeers("all-to-all", c.live[:0])
+	live, err := c.peers.livePeers("all-to-all", c.live[:0])
 	c.live = live
 	if err != nil {
 		return err
@@ -107,7 +107,7 @@ func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int
 	for _, p := range clients {
 		at := len(kept) + 1
 		block := recv[at*msgSize : (at+1)*msgSize]
-		if _, err := c.recv(p, block, exactly(msgSize)); err != nil {
+		if _, err := p.recv(block, exactly(msgSize)); err != nil {
 			if errors.Is(err, ErrPeerGone) {
 				continue
 			}
@@ -122,7 +122,7 @@ func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int
 	sent := 0
 	var failed error
 	for i, p := range kept {
-		err := c.send(p, recv[:total])
+		err := p.send(recv[:total])
 		switch {
 		case err == nil:
 			sent++
@@ -143,7 +143,7 @@ func (c *Context) allToAllServer(clients []*peer, send, recv []byte, msgSize int
 // allToAllClient runs a client's side: it returns the number of participants
 // and how much of recv it wrote, to be cleared on failure.
 func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) (parts, written int, err error) {
-	if err := c.send(server, send); err != nil {
+	if err := server.send(send); err != nil {
 		return 0, 0, within("all-to-all", err)
 	}
 	// The length is vetted before a byte of the message is read: a server
@@ -161,7 +161,7 @@ func (c *Context) allToAllClient(server *peer, send, recv []byte, msgSize int) (
 		vetted = n
 		return nil
 	}
-	n, err := c.recv(server, recv, check)
+	n, err := server.recv(recv, check)
 	if err != nil {
 		// A read that failed midway may have written up to the vetted
 		// length; a refused message wrote nothing.

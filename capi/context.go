@@ -1,22 +1,25 @@
 package capi
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
-	"slices"
 	"sync"
 	"sync/atomic"
-
-	"github.com/rdmanet/rdma/collectives"
 )
 
 // Context is one endpoint of the C-style API: a server that accepts peers or
 // a client that connects to them. Create it with Init and release it with
 // Close.
 type Context struct {
+	// A context is a face over parts that own their state: the peer table
+	// (peers.go; indexes, and whether the context is closed), each peer's
+	// message framing (message.go), the asynchronous requests (async.go),
+	// the one-sided memory and exposures (onesided.go) and the collectives
+	// group (group.go). It holds itself what makes connections (its
+	// transport, address, listener and traffic class) and the scratch
+	// state of Broadcast and SequentialAllToAll (collective.go).
+
 	tr       transport
 	ip       net.IP
 	bufSize  int
@@ -27,30 +30,33 @@ type Context struct {
 	// indexes in accept order.
 	acceptMu sync.Mutex
 
-	// groupMu serializes GroupInit and the group's collectives; groupRef
-	// lets Close end a group whose operation holds groupMu.
-	groupMu  sync.Mutex
-	group    *collectives.Group
-	groupRef atomic.Pointer[collectives.Group]
+	trafficClass atomic.Int32 // SetTrafficClass's (qos.go)
+
+	peers    *peerTable
+	requests *requestQueue
+	remote   *remoteMemory
+	group    *membership
 
 	// collMu serializes collectives, which share the scratch list live.
 	collMu sync.Mutex
 	live   []*peer
 	parts  int // participants in the last all-to-all
+}
 
-	mu        sync.Mutex
-	peers     []*peer // by index; never shrinks, a disconnected peer stays
-	reserved  int     // connections under way, counted against MaxPeers
-	replacing map[int]bool
-	inFlight  int            // asynchronous requests not completed
-	async     sync.WaitGroup // their goroutines
-	closed    bool
-
-	trafficClass atomic.Int32 // SetTrafficClass's (qos.go)
-
-	// One-sided memory and exposures (onesided.go).
-	mems      map[*Mem]struct{}
-	exposures map[Desc]*exposure
+// newContext makes a context's parts; it neither listens nor connects.
+func newContext(tr transport, ip net.IP, bufSize int, isServer bool) *Context {
+	peers := newPeerTable(bufSize)
+	requests := newRequestQueue()
+	return &Context{
+		tr:       tr,
+		ip:       ip,
+		bufSize:  bufSize,
+		isServer: isServer,
+		peers:    peers,
+		requests: requests,
+		remote:   newRemoteMemory(peers, requests),
+		group:    newMembership(peers.isClosed),
+	}
 }
 
 // Init creates a context. A server (isServer) listens on ip:port at once; a
@@ -72,7 +78,7 @@ func initWith(tr transport, ip string, port int, bufSize int, isServer bool) (*C
 	if bufSize <= 0 || bufSize > MaxBufSize {
 		return nil, fmt.Errorf("capi: init: %w: buffer size %d is not in 1..%d", ErrInvalidArgument, bufSize, MaxBufSize)
 	}
-	c := &Context{tr: tr, ip: addr, bufSize: bufSize, isServer: isServer}
+	c := newContext(tr, addr, bufSize, isServer)
 	if isServer {
 		if port < 0 || port > 65535 {
 			return nil, fmt.Errorf("capi: init: %w: port %d is not in 0..65535", ErrInvalidArgument, port)
@@ -104,24 +110,31 @@ func (c *Context) IsServer() bool { return c.isServer }
 // ConnectPeer connects to a server context at ip:port, from the context's own
 // IP, and returns the new peer's index. It gives up after DialTimeout.
 func (c *Context) ConnectPeer(ip string, port int) (int, error) {
-	addr := net.ParseIP(ip)
-	if addr == nil {
-		return -1, fmt.Errorf("capi: connect: %w: %q is not an IP address", ErrInvalidArgument, ip)
-	}
-	if port <= 0 || port > 65535 {
-		return -1, fmt.Errorf("capi: connect: %w: port %d is not in 1..65535", ErrInvalidArgument, port)
-	}
-	if err := c.reserve("connect"); err != nil {
+	addr, err := serverAddress("connect", ip, port)
+	if err != nil {
 		return -1, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
-	defer cancel()
-	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port), int(c.trafficClass.Load()))
-	if err != nil {
-		c.unreserve()
-		return -1, fmt.Errorf("capi: connect to %s from %s: %w", joinHostPort(addr, port), c.ip, connectError{err})
+	if err := c.peers.reserve("connect"); err != nil {
+		return -1, err
 	}
-	return c.add("connect", conn)
+	conn, err := c.tr.connect(c.ip, addr, int(c.trafficClass.Load()))
+	if err != nil {
+		c.peers.unreserve()
+		return -1, fmt.Errorf("capi: connect to %s from %s: %w", addr, c.ip, connectError{err})
+	}
+	return c.peers.add("connect", conn)
+}
+
+// serverAddress checks the address of a server to connect to.
+func serverAddress(op, ip string, port int) (string, error) {
+	addr := net.ParseIP(ip)
+	if addr == nil {
+		return "", fmt.Errorf("capi: %s: %w: %q is not an IP address", op, ErrInvalidArgument, ip)
+	}
+	if port <= 0 || port > 65535 {
+		return "", fmt.Errorf("capi: %s: %w: port %d is not in 1..65535", op, ErrInvalidArgument, port)
+	}
+	return joinHostPort(addr, port), nil
 }
 
 // AcceptPeer waits for the next client of a server context and returns its
@@ -132,77 +145,37 @@ func (c *Context) AcceptPeer() (int, error) {
 	}
 	c.acceptMu.Lock()
 	defer c.acceptMu.Unlock()
-	if err := c.reserve("accept"); err != nil {
+	if err := c.peers.reserve("accept"); err != nil {
 		return -1, err
 	}
 	conn, err := c.ln.Accept()
 	if err != nil {
-		c.unreserve()
-		if c.isClosed() || errors.Is(err, net.ErrClosed) {
+		c.peers.unreserve()
+		if c.peers.isClosed() || errors.Is(err, net.ErrClosed) {
 			return -1, fmt.Errorf("capi: accept: %w", ErrClosed)
 		}
 		return -1, fmt.Errorf("capi: accept: %w", err)
 	}
-	return c.add("accept", conn)
-}
-
-// reserve claims room for one more peer before a connection is made, so that
-// concurrent connects cannot exceed MaxPeers.
-func (c *Context) reserve(op string) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("capi: %s: %w", op, ErrClosed)
-	}
-	if len(c.peers)+c.reserved >= MaxPeers {
-		return fmt.Errorf("capi: %s: %w", op, ErrTooManyPeers)
-	}
-	c.reserved++
-	return nil
-}
-
-func (c *Context) unreserve() {
-	c.mu.Lock()
-	c.reserved--
-	c.mu.Unlock()
-}
-
-// add gives a new connection the next peer index.
-func (c *Context) add(op string, conn net.Conn) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.reserved--
-	if c.closed {
-		conn.Close()
-		return -1, fmt.Errorf("capi: %s: %w", op, ErrClosed)
-	}
-	p := newPeer(len(c.peers), conn, c.bufSize)
-	c.peers = append(c.peers, p)
-	return p.idx, nil
+	return c.peers.add("accept", conn)
 }
 
 // ReconnectPeer connects again to a server at ip:port, from the context's
 // IP, as peer idx: an index whose peer is gone (its connection failed) or
 // was disconnected. The context's other peers are untouched.
 func (c *Context) ReconnectPeer(idx int, ip string, port int) error {
-	addr := net.ParseIP(ip)
-	if addr == nil {
-		return fmt.Errorf("capi: reconnect: %w: %q is not an IP address", ErrInvalidArgument, ip)
-	}
-	if port <= 0 || port > 65535 {
-		return fmt.Errorf("capi: reconnect: %w: port %d is not in 1..65535", ErrInvalidArgument, port)
-	}
-	if err := c.claim("reconnect", idx); err != nil {
+	addr, err := serverAddress("reconnect", ip, port)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
-	defer cancel()
-	conn, err := c.tr.dial(ctx, c.ip, joinHostPort(addr, port), int(c.trafficClass.Load()))
-	if err != nil {
-		c.release(idx, nil)
-		return fmt.Errorf("capi: reconnect peer %d to %s from %s: %w", idx, joinHostPort(addr, port), c.ip, connectError{err})
+	if err := c.peers.claim("reconnect", idx); err != nil {
+		return err
 	}
-	return c.release(idx, conn)
+	conn, err := c.tr.connect(c.ip, addr, int(c.trafficClass.Load()))
+	if err != nil {
+		c.peers.release(idx, nil)
+		return fmt.Errorf("capi: reconnect peer %d to %s from %s: %w", idx, addr, c.ip, connectError{err})
+	}
+	return c.peers.release(idx, conn)
 }
 
 // AcceptPeerAt waits for the next client of a server context and makes it
@@ -214,57 +187,18 @@ func (c *Context) AcceptPeerAt(idx int) error {
 	}
 	c.acceptMu.Lock()
 	defer c.acceptMu.Unlock()
-	if err := c.claim("accept at", idx); err != nil {
+	if err := c.peers.claim("accept at", idx); err != nil {
 		return err
 	}
 	conn, err := c.ln.Accept()
 	if err != nil {
-		c.release(idx, nil)
-		if c.isClosed() || errors.Is(err, net.ErrClosed) {
+		c.peers.release(idx, nil)
+		if c.peers.isClosed() || errors.Is(err, net.ErrClosed) {
 			return fmt.Errorf("capi: accept at peer %d: %w", idx, ErrClosed)
 		}
 		return fmt.Errorf("capi: accept at peer %d: %w", idx, err)
 	}
-	return c.release(idx, conn)
-}
-
-// claim reserves index idx, whose peer must be gone or disconnected, for a
-// new connection.
-func (c *Context) claim(op string, idx int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return fmt.Errorf("capi: %s: %w", op, ErrClosed)
-	case idx < 0 || idx >= len(c.peers):
-		return fmt.Errorf("capi: %s peer %d: %w (the context has %d peers)", op, idx, ErrNoSuchPeer, len(c.peers))
-	case c.replacing[idx]:
-		return fmt.Errorf("capi: %s peer %d: %w: another call is connecting it", op, idx, ErrPeerConnected)
-	case !c.peers[idx].isClosed():
-		return fmt.Errorf("capi: %s peer %d: %w: the peer is connected (disconnect it first)", op, idx, ErrPeerConnected)
-	}
-	if c.replacing == nil {
-		c.replacing = map[int]bool{}
-	}
-	c.replacing[idx] = true
-	return nil
-}
-
-// release ends a claim on idx: with conn, the new connection becomes peer
-// idx.
-func (c *Context) release(idx int, conn net.Conn) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.replacing, idx)
-	if conn == nil {
-		return nil
-	}
-	if c.closed {
-		conn.Close()
-		return fmt.Errorf("capi: connect peer %d: %w", idx, ErrClosed)
-	}
-	c.peers[idx] = newPeer(idx, conn, c.bufSize)
-	return nil
+	return c.peers.release(idx, conn)
 }
 
 // DisconnectPeer closes the connection to peer idx, or acknowledges that a
@@ -272,7 +206,7 @@ func (c *Context) release(idx int, conn net.Conn) error {
 // ErrPeerDisconnected until ReconnectPeer or AcceptPeerAt gives it a new
 // connection.
 func (c *Context) DisconnectPeer(idx int) error {
-	p, err := c.slot("disconnect", idx)
+	p, err := c.peers.slot("disconnect", idx)
 	if err != nil {
 		return err
 	}
@@ -282,75 +216,16 @@ func (c *Context) DisconnectPeer(idx int) error {
 	return nil
 }
 
-// peer returns the live peer idx, or an error that says why there is none.
-func (c *Context) peer(op string, idx int) (*peer, error) {
-	p, err := c.slot(op, idx)
-	switch {
-	case err != nil:
-		return nil, err
-	case p.state.Load() == peerGone:
-		return nil, p.goneError(op)
-	case p.isClosed():
-		return nil, fmt.Errorf("capi: %s peer %d: %w", op, idx, ErrPeerDisconnected)
-	}
-	return p, nil
-}
-
-// slot returns the peer at index idx whatever its state, or an error if
-// the context is closed or has no peer there.
-func (c *Context) slot(op string, idx int) (*peer, error) {
-	c.mu.Lock()
-	closed, n := c.closed, len(c.peers)
-	var p *peer
-	if idx >= 0 && idx < n {
-		p = c.peers[idx]
-	}
-	c.mu.Unlock()
-	switch {
-	case closed:
-		return nil, fmt.Errorf("capi: %s: %w", op, ErrClosed)
-	case p == nil:
-		return nil, fmt.Errorf("capi: %s peer %d: %w (the context has %d peers)", op, idx, ErrNoSuchPeer, n)
-	}
-	return p, nil
-}
-
-// livePeers returns the connected peers in index order, appended to dst.
-func (c *Context) livePeers(op string, dst []*peer) ([]*peer, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return dst, fmt.Errorf("capi: %s: %w", op, ErrClosed)
-	}
-	for _, p := range c.peers {
-		if !p.isClosed() {
-			dst = append(dst, p)
-		}
-	}
-	if len(dst) == 0 {
-		return dst, fmt.Errorf("capi: %s: %w", op, ErrNoPeers)
-	}
-	return dst, nil
-}
-
-func (c *Context) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
 // Close stops listening and closes every peer connection; blocked calls
 // return ErrClosed or ErrPeerDisconnected, and pending asynchronous requests
 // complete with errors that match ErrCanceled. Closing twice is a no-op.
 func (c *Context) Close() error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	peers, ok := c.peers.close()
+	if !ok {
 		return nil
 	}
-	c.closed = true
-	peers := c.peers
-	c.mu.Unlock()
+	c.requests.close()
+	c.remote.close()
 
 	var first error
 	if c.ln != nil {
@@ -358,21 +233,14 @@ func (c *Context) Close() error {
 			first = err
 		}
 	}
-	if g := c.groupRef.Load(); g != nil {
-		g.Close()
-	}
+	c.group.close()
 	for _, p := range peers {
 		p.disconnect()
 	}
 	// Every pending request ends now: those under way fail as their conns
 	// close, the others are cancelled before they start.
-	c.async.Wait()
-	c.mu.Lock()
-	mems := slices.Collect(maps.Keys(c.mems))
-	c.mu.Unlock()
-	for _, m := range mems {
-		m.freeOnClose()
-	}
+	c.requests.wait()
+	c.remote.freeAll()
 	if first != nil {
 		return fmt.Errorf("capi: close: %w", first)
 	}

@@ -39,13 +39,13 @@ func FuzzRecv(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 2}, uint16(8))
 	f.Add([]byte{0, 0, 0}, uint16(1))
 	f.Fuzz(func(t *testing.T, input []byte, bufLen uint16) {
-		c := &Context{bufSize: BufferSize}
-		c.peers = []*peer{newPeer(0, byteConn{bytes.NewReader(input)}, c.bufSize)}
+		c := newContext(tcpTransport, net.IPv4(127, 0, 0, 1), BufferSize, false)
+		c.peers.peers = []*peer{newPeer(0, byteConn{bytes.NewReader(input)}, c.bufSize, c.peers.isClosed)}
 		buf := make([]byte, bufLen)
 		for range len(input) + 1 {
 			n, err := c.Recv(0, buf)
 			if errors.Is(err, ErrMessageTooLong) {
-				pending := c.peers[0].pending
+				pending := c.peers.peers[0].pending
 				if pending <= len(buf) {
 					t.Fatalf("too long for %d bytes, but %d are pending", len(buf), pending)
 				}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmanet/rdma/collectives"
@@ -86,48 +88,83 @@ func parseInvite(b []byte) (inv invite, err error) {
 // collectives' bootstrap (a mesh of its own conns; a client's first
 // connected peer must be the server). A second GroupInit replaces the group.
 func (c *Context) GroupInit() (int, error) {
-	c.groupMu.Lock()
-	defer c.groupMu.Unlock()
-	if c.group != nil {
-		c.group.Close()
-		c.group = nil
-		c.groupRef.Store(nil)
+	b := collectives.Bootstrap{LocalAddr: c.ip.String(), TCP: c.tr.name == tcpTransport.name}
+	return c.group.join(b, func() (invite, error) {
+		// Collectives share the scratch list, and the invitations must
+		// not interleave with their messages.
+		c.collMu.Lock()
+		defer c.collMu.Unlock()
+		live, err := c.peers.livePeers("group init", c.live[:0])
+		c.live = live
+		switch {
+		case err != nil:
+			return invite{}, err
+		case c.isServer:
+			return sendInvites(live, c.ip)
+		}
+		return receiveInvite(live[0])
+	})
+}
+
+// membership is a context's collectives group, from GroupInit on.
+type membership struct {
+	closed func() bool // whether the context is closed
+
+	// mu serializes join and the group's collectives; ref lets close end
+	// a group whose operation holds mu.
+	mu  sync.Mutex
+	g   *collectives.Group
+	ref atomic.Pointer[collectives.Group]
+}
+
+func newMembership(closed func() bool) *membership {
+	return &membership{closed: closed}
+}
+
+// join ends the group there is and builds a new one with b, from the
+// invitation invited gets.
+func (m *membership) join(b collectives.Bootstrap, invited func() (invite, error)) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.g != nil {
+		m.g.Close()
+		m.g = nil
+		m.ref.Store(nil)
 	}
-	c.collMu.Lock()
-	live, err := c.livePeers("group init", c.live[:0])
-	c.live = live
-	var inv invite
-	if err == nil && c.isServer {
-		inv, err = c.invite(live)
-	} else if err == nil {
-		inv, err = c.invited(live[0])
-	}
-	c.collMu.Unlock()
+	inv, err := invited()
 	if err != nil {
 		return -1, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), GroupJoinTimeout)
 	defer cancel()
-	b := collectives.Bootstrap{Secret: inv.secret, LocalAddr: c.ip.String(), TCP: c.tr.name == tcpTransport.name}
+	b.Secret = inv.secret
 	g, err := b.Join(ctx, inv.rank, inv.size, inv.root)
 	if err != nil {
 		return -1, fmt.Errorf("capi: group init: %w", err)
 	}
-	c.group = g
-	c.groupRef.Store(g)
-	if c.isClosed() { // Close ran meanwhile and could not see g
+	m.g = g
+	m.ref.Store(g)
+	if m.closed() { // the context's Close ran meanwhile and could not see g
 		g.Close()
 	}
 	return inv.rank, nil
 }
 
-// invite sends every client its invitation.
-func (c *Context) invite(clients []*peer) (invite, error) {
+// close ends the group, whatever holds it.
+func (m *membership) close() {
+	if g := m.ref.Load(); g != nil {
+		g.Close()
+	}
+}
+
+// sendInvites sends every client its invitation to a group whose root
+// listens on ip, and returns the server's own.
+func sendInvites(clients []*peer, ip net.IP) (invite, error) {
 	secret := make([]byte, secretLen)
 	if _, err := crand.Read(secret); err != nil {
 		return invite{}, err
 	}
-	root, err := freePort(c.ip)
+	root, err := freePort(ip)
 	if err != nil {
 		return invite{}, fmt.Errorf("capi: group init: %w", err)
 	}
@@ -135,17 +172,17 @@ func (c *Context) invite(clients []*peer) (invite, error) {
 	var msg []byte
 	for i, p := range clients {
 		msg = appendInvite(msg[:0], invite{rank: i + 1, size: inv.size, secret: secret, root: root})
-		if err := c.send(p, msg); err != nil {
+		if err := p.send(msg); err != nil {
 			return invite{}, within("group init", err)
 		}
 	}
 	return inv, nil
 }
 
-// invited receives the server's invitation.
-func (c *Context) invited(server *peer) (invite, error) {
+// receiveInvite receives the server's invitation.
+func receiveInvite(server *peer) (invite, error) {
 	buf := make([]byte, maxInvite)
-	n, err := c.recv(server, buf, nil)
+	n, err := server.recv(buf, nil)
 	if err != nil {
 		return invite{}, within("group init", err)
 	}
@@ -167,68 +204,71 @@ func freePort(ip net.IP) (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// withGroup runs op on the context's group, one collective at a time.
-func (c *Context) withGroup(name string, op func(ctx context.Context, g *collectives.Group) error) error {
-	c.groupMu.Lock()
-	defer c.groupMu.Unlock()
-	if c.isClosed() {
+// with runs op on the group, one collective at a time.
+func (m *membership) with(name string, op func(ctx context.Context, g *collectives.Group) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed() {
 		return fmt.Errorf("capi: %s: %w", name, ErrClosed)
 	}
-	if c.group == nil {
+	if m.g == nil {
 		return fmt.Errorf("capi: %s: %w", name, ErrNoGroup)
 	}
-	if err := op(context.Background(), c.group); err != nil {
+	if err := op(context.Background(), m.g); err != nil {
 		return fmt.Errorf("capi: %s: %w", name, err)
 	}
 	return nil
 }
 
+// shape returns the group's size and this context's rank in it: 0 and -1
+// before a group is joined.
+func (m *membership) shape() (size, rank int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.g == nil {
+		return 0, -1
+	}
+	return m.g.Size(), m.g.Rank()
+}
+
 // GroupSize is the size of the context's group, or 0 before GroupInit.
 func (c *Context) GroupSize() int {
-	c.groupMu.Lock()
-	defer c.groupMu.Unlock()
-	if c.group == nil {
-		return 0
-	}
-	return c.group.Size()
+	size, _ := c.group.shape()
+	return size
 }
 
 // GroupRank is this context's rank in its group, or -1 before GroupInit.
 func (c *Context) GroupRank() int {
-	c.groupMu.Lock()
-	defer c.groupMu.Unlock()
-	if c.group == nil {
-		return -1
-	}
-	return c.group.Rank()
+	_, rank := c.group.shape()
+	return rank
 }
 
 // Barrier returns once every rank of the group has called it.
 func (c *Context) Barrier() error {
-	return c.withGroup("barrier", func(ctx context.Context, g *collectives.Group) error { return g.Barrier(ctx) })
+	return c.group.with("barrier", func(ctx context.Context, g *collectives.Group) error { return g.Barrier(ctx) })
 }
 
 // Bcast sends root's buf to every rank's buf (the same length everywhere).
 func (c *Context) Bcast(buf []byte, root int) error {
-	return c.withGroup("bcast", func(ctx context.Context, g *collectives.Group) error { return g.Broadcast(ctx, root, buf) })
+	return c.group.with("bcast", func(ctx context.Context, g *collectives.Group) error { return g.Broadcast(ctx, root, buf) })
 }
 
 // AllGather gathers every rank's send into every rank's recv, in rank
 // order: len(recv) == size*len(send).
 func (c *Context) AllGather(send, recv []byte) error {
-	return c.withGroup("allgather", func(ctx context.Context, g *collectives.Group) error { return g.AllGather(ctx, send, recv) })
+	return c.group.with("allgather", func(ctx context.Context, g *collectives.Group) error { return g.AllGather(ctx, send, recv) })
 }
 
 // AllReduce is collectives.AllReduce on the context's group.
 func AllReduce[T collectives.Number](c *Context, send, recv []T, op collectives.Op) error {
-	return c.withGroup("allreduce", func(ctx context.Context, g *collectives.Group) error {
+	return c.group.with("allreduce", func(ctx context.Context, g *collectives.Group) error {
 		return collectives.AllReduce(ctx, g, send, recv, op)
 	})
 }
 
 // Reduce is collectives.Reduce on the context's group.
 func Reduce[T collectives.Number](c *Context, root int, send, recv []T, op collectives.Op) error {
-	return c.withGroup("reduce", func(ctx context.Context, g *collectives.Group) error {
+	return c.group.with("reduce", func(ctx context.Context, g *collectives.Group) error {
 		return collectives.Reduce(ctx, g, root, send, recv, op)
 	})
 }

@@ -33,12 +33,15 @@ const (
 	peerDisconnected
 )
 
-// peer is one connection and its framing state.
+// peer is one connection and its framing state: it sends and receives
+// whole messages on it.
 type peer struct {
-	idx   int
-	conn  net.Conn
-	state atomic.Int32
-	cause atomic.Pointer[error] // why a gone peer went
+	idx     int
+	conn    net.Conn
+	bufSize int         // the longest message it sends
+	closing func() bool // whether its context is closed (its table's isClosed)
+	state   atomic.Int32
+	cause   atomic.Pointer[error] // why a gone peer went
 
 	sendMu sync.Mutex
 	wbuf   []byte // header + payload of messages up to cap(wbuf)-headerLen
@@ -52,10 +55,12 @@ type peer struct {
 	pending int // length of the next message once its header is read, else noMessage
 }
 
-func newPeer(idx int, conn net.Conn, bufSize int) *peer {
+func newPeer(idx int, conn net.Conn, bufSize int, closing func() bool) *peer {
 	p := &peer{
 		idx:     idx,
 		conn:    conn,
+		bufSize: bufSize,
+		closing: closing,
 		wbuf:    make([]byte, headerLen+min(bufSize, maxCoalesce)),
 		r:       bufio.NewReaderSize(conn, readBufSize),
 		pending: noMessage,
@@ -98,20 +103,32 @@ func (p *peer) goneError(op string) error {
 // Send sends data as one message to peer idx and returns len(data). A message
 // longer than the context's buffer size fails with ErrMessageTooLong.
 func (c *Context) Send(idx int, data []byte) (int, error) {
-	p, err := c.peer("send to", idx)
+	p, err := c.peers.live("send to", idx)
 	if err != nil {
 		return -1, err
 	}
-	if err := c.send(p, data); err != nil {
+	if err := p.send(data); err != nil {
 		return -1, err
 	}
 	return len(data), nil
 }
 
-func (c *Context) send(p *peer, data []byte) error {
-	if len(data) > c.bufSize {
+// Recv receives one whole message from peer idx into buf and returns its
+// length. A message longer than buf fails with ErrMessageTooLong and stays
+// queued: a later Recv with a big enough buffer receives it.
+func (c *Context) Recv(idx int, buf []byte) (int, error) {
+	p, err := c.peers.live("recv from", idx)
+	if err != nil {
+		return -1, err
+	}
+	return p.recv(buf, nil)
+}
+
+// send sends data as one message.
+func (p *peer) send(data []byte) error {
+	if len(data) > p.bufSize {
 		return fmt.Errorf("capi: send to peer %d: %w: %d bytes exceed the context's buffer size of %d bytes",
-			p.idx, ErrMessageTooLong, len(data), c.bufSize)
+			p.idx, ErrMessageTooLong, len(data), p.bufSize)
 	}
 	p.sendMu.Lock()
 	defer p.sendMu.Unlock()
@@ -124,30 +141,19 @@ func (c *Context) send(p *peer, data []byte) error {
 		_, err = p.conn.Write(data)
 	}
 	if err != nil {
-		return c.ioError("send to", p, err)
+		return p.ioError("send to", err)
 	}
 	return nil
 }
 
-// Recv receives one whole message from peer idx into buf and returns its
-// length. A message longer than buf fails with ErrMessageTooLong and stays
-// queued: a later Recv with a big enough buffer receives it.
-func (c *Context) Recv(idx int, buf []byte) (int, error) {
-	p, err := c.peer("recv from", idx)
-	if err != nil {
-		return -1, err
-	}
-	return c.recv(p, buf, nil)
-}
-
-// recv receives the next message of p. check, if not nil, vets the message
+// recv receives the next message. check, if not nil, vets the message
 // length before anything is consumed; a refused message stays queued.
-func (c *Context) recv(p *peer, buf []byte, check func(n int) error) (int, error) {
+func (p *peer) recv(buf []byte, check func(n int) error) (int, error) {
 	p.recvMu.Lock()
 	defer p.recvMu.Unlock()
 	if p.pending == noMessage {
 		if _, err := io.ReadFull(p.r, p.hdr[:]); err != nil {
-			return -1, c.ioError("recv from", p, err)
+			return -1, p.ioError("recv from", err)
 		}
 		n := binary.BigEndian.Uint32(p.hdr[:])
 		if n > MaxBufSize {
@@ -170,7 +176,7 @@ func (c *Context) recv(p *peer, buf []byte, check func(n int) error) (int, error
 			p.idx, ErrMessageTooLong, n, len(buf))
 	}
 	if _, err := io.ReadFull(p.r, buf[:n]); err != nil {
-		return -1, c.ioError("recv from", p, err)
+		return -1, p.ioError("recv from", err)
 	}
 	p.pending = noMessage
 	return n, nil
@@ -179,9 +185,9 @@ func (c *Context) recv(p *peer, buf []byte, check func(n int) error) (int, error
 // ioError explains a failed read or write on p's connection. Unless this
 // side closed it, the peer is gone: its connection is closed, and later
 // calls on it fail with ErrPeerGone until it is replaced.
-func (c *Context) ioError(op string, p *peer, err error) error {
+func (p *peer) ioError(op string, err error) error {
 	switch {
-	case c.isClosed():
+	case p.closing():
 		return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrClosed)
 	case p.state.Load() == peerDisconnected:
 		return fmt.Errorf("capi: %s peer %d: %w", op, p.idx, ErrPeerDisconnected)

@@ -52,9 +52,9 @@ func TestMixedPeersRDMACore(t *testing.T) {
 	defer sw.Close()
 
 	provider := func(c *Context, idx int) string {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.peers[idx].conn.(*rdma.Conn).Provider()
+		p, err := c.peers.slot("test", idx)
+		require.NoError(t, err)
+		return p.conn.(*rdma.Conn).Provider()
 	}
 	assert.Equal(t, rdma.ProviderRDMACore, provider(srv, hwIdx))
 	assert.Equal(t, rdma.ProviderSoft, provider(srv, swIdx))

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -80,9 +82,9 @@ var (
 // zero-copy path (the peer RDMA READs them; rdma.Config's
 // RendezvousThreshold).
 type Mem struct {
-	ctx *Context
-	mem *rdma.Buffer
-	buf []byte
+	owner *remoteMemory
+	mem   *rdma.Buffer
+	buf   []byte
 
 	// users counts the operations that use the memory now (use,
 	// unuse); Free fails while there are any, and waits for none.
@@ -99,9 +101,33 @@ type exposure struct {
 	conn *rdma.Conn
 }
 
+// remoteMemory is a context's one-sided part: the memory it allocated, the
+// ranges of it exposed to peers, and the operations on the ranges peers
+// exposed.
+type remoteMemory struct {
+	peers    *peerTable
+	requests *requestQueue
+
+	mu        sync.Mutex
+	closed    bool
+	mems      map[*Mem]struct{}
+	exposures map[Desc]*exposure
+}
+
+func newRemoteMemory(peers *peerTable, requests *requestQueue) *remoteMemory {
+	return &remoteMemory{
+		peers:     peers,
+		requests:  requests,
+		mems:      map[*Mem]struct{}{},
+		exposures: map[Desc]*exposure{},
+	}
+}
+
 // Alloc allocates size bytes (1..MaxMemSize) of zeroed memory for one-sided
 // operations.
-func (c *Context) Alloc(size int) (*Mem, error) {
+func (c *Context) Alloc(size int) (*Mem, error) { return c.remote.alloc(size) }
+
+func (r *remoteMemory) alloc(size int) (*Mem, error) {
 	if size <= 0 || size > MaxMemSize {
 		return nil, fmt.Errorf("capi: alloc: %w: size %d is not in 1..%d", ErrInvalidArgument, size, MaxMemSize)
 	}
@@ -109,18 +135,56 @@ func (c *Context) Alloc(size int) (*Mem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("capi: alloc: %w", err)
 	}
-	m := &Mem{ctx: c, mem: b, buf: b.Bytes()}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
+	m := &Mem{owner: r, mem: b, buf: b.Bytes()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
 		b.Free()
 		return nil, fmt.Errorf("capi: alloc: %w", ErrClosed)
 	}
-	if c.mems == nil {
-		c.mems = map[*Mem]struct{}{}
-	}
-	c.mems[m] = struct{}{}
+	r.mems[m] = struct{}{}
 	return m, nil
+}
+
+// endExposures forgets m's exposures and returns them with their
+// connections, to unexpose.
+func (r *remoteMemory) endExposures(m *Mem) ([]Desc, []*rdma.Conn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var exps []Desc
+	var conns []*rdma.Conn
+	for d, e := range r.exposures {
+		if e.mem == m {
+			delete(r.exposures, d)
+			exps, conns = append(exps, d), append(conns, e.conn)
+		}
+	}
+	return exps, conns
+}
+
+// forget drops freed memory.
+func (r *remoteMemory) forget(m *Mem) {
+	r.mu.Lock()
+	delete(r.mems, m)
+	r.mu.Unlock()
+}
+
+// close refuses new memory and exposures.
+func (r *remoteMemory) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+}
+
+// freeAll frees the memory left, for the context's Close once its peers
+// are disconnected and its requests complete.
+func (r *remoteMemory) freeAll() {
+	r.mu.Lock()
+	mems := slices.Collect(maps.Keys(r.mems))
+	r.mu.Unlock()
+	for _, m := range mems {
+		m.freeOnClose()
+	}
 }
 
 // Bytes is the memory. It stays valid until Free, or the context's Close.
@@ -149,17 +213,7 @@ func (m *Mem) Free() error {
 	}
 	m.freeing = true
 	m.mu.Unlock()
-	c := m.ctx
-	c.mu.Lock()
-	var exps []Desc
-	var conns []*rdma.Conn
-	for d, e := range c.exposures {
-		if e.mem == m {
-			delete(c.exposures, d)
-			exps, conns = append(exps, d), append(conns, e.conn)
-		}
-	}
-	c.mu.Unlock()
+	exps, conns := m.owner.endExposures(m)
 	// The exposures end first, whatever happens to the memory: the
 	// Buffer's Free, which would end them too, changes nothing while a
 	// transfer that gave up on its WR holds the Buffer (until that
@@ -177,9 +231,7 @@ func (m *Mem) Free() error {
 	m.freed = err == nil
 	m.mu.Unlock()
 	if err == nil {
-		c.mu.Lock()
-		delete(c.mems, m)
-		c.mu.Unlock()
+		m.owner.forget(m)
 	} else {
 		if errors.Is(err, syscall.EBUSY) {
 			err = fmt.Errorf("%w: %w", ErrMemBusy, err)
@@ -194,11 +246,11 @@ func (m *Mem) Free() error {
 
 // use checks that m is the context's own live memory and holds it for an
 // operation; the caller calls m.unuse when done.
-func (c *Context) use(op string, m *Mem) error {
+func (r *remoteMemory) use(op string, m *Mem) error {
 	if m == nil {
 		return fmt.Errorf("capi: %s: %w: memory is nil", op, ErrInvalidArgument)
 	}
-	if m.ctx != c {
+	if m.owner != r {
 		return fmt.Errorf("capi: %s: %w: the memory belongs to another context", op, ErrInvalidArgument)
 	}
 	m.mu.Lock()
@@ -242,12 +294,16 @@ func span(op, what string, off, n, size int) error {
 // Expose registers n bytes of m at offset off for peer idx with access and
 // returns their descriptor, for that peer only. Unexpose (or Free) ends it.
 func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, error) {
+	return c.remote.expose(idx, m, off, n, access)
+}
+
+func (r *remoteMemory) expose(idx int, m *Mem, off, n int, access Access) (Desc, error) {
 	const op = "expose"
 	var d Desc
 	if access&^(AccessRead|AccessWrite) != 0 || access == 0 {
 		return d, fmt.Errorf("capi: %s: %w: access %d is not AccessRead, AccessWrite or both", op, ErrInvalidArgument, access)
 	}
-	if err := c.use(op, m); err != nil {
+	if err := r.use(op, m); err != nil {
 		return d, err
 	}
 	defer m.unuse()
@@ -257,26 +313,23 @@ func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, erro
 	if err := span(op, "the memory", off, n, len(m.buf)); err != nil {
 		return d, err
 	}
-	p, conn, err := c.connOf(op, idx)
+	p, conn, err := r.connOf(op, idx)
 	if err != nil {
 		return d, err
 	}
 	rd, err := conn.Expose(m.mem, off, n, rdma.Access(access))
 	if err != nil {
-		return d, c.ioError(op, p, err)
+		return d, p.ioError(op, err)
 	}
 	d = Desc(rd)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
 		conn.Unexpose(rd)
 		return Desc{}, fmt.Errorf("capi: %s: %w", op, ErrClosed)
 	}
-	if c.exposures == nil {
-		c.exposures = map[Desc]*exposure{}
-	}
-	c.exposures[d] = &exposure{mem: m, conn: conn}
-	c.mu.Unlock()
+	r.exposures[d] = &exposure{mem: m, conn: conn}
+	r.mu.Unlock()
 	return d, nil
 }
 
@@ -285,23 +338,25 @@ func (c *Context) Expose(idx int, m *Mem, off, n int, access Access) (Desc, erro
 // bytes for that exposure any more, even for an access the peer had under
 // way: such an access finished before, or fails at the peer (ErrRemoteAccess
 // or a broken connection). A stalled peer cannot make Unexpose wait.
-func (c *Context) Unexpose(d Desc) error {
+func (c *Context) Unexpose(d Desc) error { return c.remote.unexpose(d) }
+
+func (r *remoteMemory) unexpose(d Desc) error {
 	const op = "unexpose"
 	if _, err := onesided.Parse(d[:]); err != nil {
 		return fmt.Errorf("capi: %s: %w", op, err)
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
 		return fmt.Errorf("capi: %s: %w", op, ErrClosed)
 	}
-	e := c.exposures[d]
+	e := r.exposures[d]
 	if e == nil {
-		c.mu.Unlock()
+		r.mu.Unlock()
 		return fmt.Errorf("capi: %s: %w: not a live exposure of this context", op, ErrBadDesc)
 	}
-	delete(c.exposures, d)
-	c.mu.Unlock()
+	delete(r.exposures, d)
+	r.mu.Unlock()
 	// A closed connection ended the exposure already.
 	if err := e.conn.Unexpose(rdma.Desc(d)); err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("capi: %s: %w", op, err)
@@ -311,8 +366,8 @@ func (c *Context) Unexpose(d Desc) error {
 
 // connOf returns live peer idx and its connection, when that has a queue
 // pair.
-func (c *Context) connOf(op string, idx int) (*peer, *rdma.Conn, error) {
-	p, err := c.peer(op, idx)
+func (r *remoteMemory) connOf(op string, idx int) (*peer, *rdma.Conn, error) {
+	p, err := r.peers.live(op, idx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -334,7 +389,7 @@ func (c *Context) Write(idx int, remote *Desc, remoteOff int, local *Mem, localO
 // posted, a write runs to its completion, which the transport's retry
 // timeout bounds.
 func (c *Context) WriteTimeout(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, timeout time.Duration) (int, error) {
-	return c.oneSided(kindWrite, idx, remote, remoteOff, local, localOff, n, 0, timeout)
+	return c.remote.do(kindWrite, idx, remote, remoteOff, local, localOff, n, 0, timeout)
 }
 
 // WriteNotify is Write, and the peer's WaitNotify then returns value (at
@@ -350,7 +405,7 @@ func (c *Context) WriteNotifyTimeout(idx int, remote *Desc, remoteOff int, local
 	if value > NotifyValueMax {
 		return -1, fmt.Errorf("capi: write to peer %d: %w: notification value %d exceeds %d", idx, ErrInvalidArgument, value, NotifyValueMax)
 	}
-	return c.oneSided(kindWriteNotify, idx, remote, remoteOff, local, localOff, n, value, timeout)
+	return c.remote.do(kindWriteNotify, idx, remote, remoteOff, local, localOff, n, value, timeout)
 }
 
 // Read reads n bytes of the range remote describes, at remoteOff, into
@@ -362,7 +417,7 @@ func (c *Context) Read(idx int, remote *Desc, remoteOff int, local *Mem, localOf
 // ReadTimeout is Read that waits at most timeout (negative: no limit) to be
 // posted, as WriteTimeout.
 func (c *Context) ReadTimeout(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, timeout time.Duration) (int, error) {
-	return c.oneSided(kindRead, idx, remote, remoteOff, local, localOff, n, 0, timeout)
+	return c.remote.do(kindRead, idx, remote, remoteOff, local, localOff, n, 0, timeout)
 }
 
 type oneSidedKind int
@@ -395,8 +450,9 @@ type oneSidedOp struct {
 	timeout time.Duration
 }
 
-func (c *Context) oneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32, timeout time.Duration) (int, error) {
-	o, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, value)
+// do runs a one-sided operation and returns its length.
+func (r *remoteMemory) do(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32, timeout time.Duration) (int, error) {
+	o, err := r.prepare(kind, idx, remote, remoteOff, local, localOff, n, value)
 	if err != nil {
 		return -1, err
 	}
@@ -406,13 +462,13 @@ func (c *Context) oneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff i
 		defer cancel()
 		o.ctx, o.timeout = ctx, timeout
 	}
-	return c.run(&o)
+	return o.run()
 }
 
 // prepare checks a one-sided operation's arguments in capi's terms (the
 // connection checks the descriptor again, as a Desc, when it runs) and
 // holds its local memory until release.
-func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (oneSidedOp, error) {
+func (r *remoteMemory) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int, value uint32) (oneSidedOp, error) {
 	op := kind.op()
 	if remote == nil {
 		return oneSidedOp{}, fmt.Errorf("capi: %s peer %d: %w: descriptor is nil", op, idx, ErrInvalidArgument)
@@ -431,7 +487,7 @@ func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff in
 	if _, err := d.Check(uint64(remoteOff), uint64(n), want); err != nil {
 		return oneSidedOp{}, fmt.Errorf("capi: %s peer %d: %w", op, idx, err)
 	}
-	p, conn, err := c.connOf(op, idx)
+	p, conn, err := r.connOf(op, idx)
 	if err != nil {
 		return oneSidedOp{}, err
 	}
@@ -439,7 +495,7 @@ func (c *Context) prepare(kind oneSidedKind, idx int, remote *Desc, remoteOff in
 	if n == 0 && local == nil {
 		return o, nil
 	}
-	if err := c.use(op, local); err != nil {
+	if err := r.use(op, local); err != nil {
 		return oneSidedOp{}, err
 	}
 	if err := span(op, "the local memory", localOff, n, len(local.buf)); err != nil {
@@ -460,7 +516,7 @@ func (o *oneSidedOp) release() {
 }
 
 // run performs o on its connection and returns its length.
-func (c *Context) run(o *oneSidedOp) (int, error) {
+func (o *oneSidedOp) run() (int, error) {
 	var err error
 	switch {
 	case o.ctx != nil && o.kind == kindRead:
@@ -480,7 +536,7 @@ func (c *Context) run(o *oneSidedOp) (int, error) {
 		if o.ctx != nil && errors.Is(err, context.DeadlineExceeded) {
 			return -1, fmt.Errorf("capi: %s peer %d: %w (after %v)", o.kind.op(), o.p.idx, ErrTimeout, o.timeout)
 		}
-		return -1, c.ioError(o.kind.op(), o.p, err)
+		return -1, o.p.ioError(o.kind.op(), err)
 	}
 	return len(o.buf), nil
 }
@@ -488,38 +544,42 @@ func (c *Context) run(o *oneSidedOp) (int, error) {
 // IWrite starts Write and returns at once; the request's result is
 // Write's. local belongs to the request until it completes.
 func (c *Context) IWrite(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
-	return c.iOneSided(kindWrite, idx, remote, remoteOff, local, localOff, n)
+	return c.remote.start(kindWrite, idx, remote, remoteOff, local, localOff, n)
 }
 
 // IRead starts Read and returns at once; the request's result is Read's.
 func (c *Context) IRead(idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
-	return c.iOneSided(kindRead, idx, remote, remoteOff, local, localOff, n)
+	return c.remote.start(kindRead, idx, remote, remoteOff, local, localOff, n)
 }
 
-// iOneSided runs a one-sided operation as a request. Requests of one peer
-// are not ordered among themselves: each completes when its own WR does.
-func (c *Context) iOneSided(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
-	o, err := c.prepare(kind, idx, remote, remoteOff, local, localOff, n, 0)
+// start runs a one-sided operation as a request. Requests of one peer are
+// not ordered among themselves: each completes when its own WR does.
+func (r *remoteMemory) start(kind oneSidedKind, idx int, remote *Desc, remoteOff int, local *Mem, localOff, n int) (*Request, error) {
+	o, err := r.prepare(kind, idx, remote, remoteOff, local, localOff, n, 0)
 	if err != nil {
 		return nil, err
 	}
 	release := o.release // run and cancel are exclusive: it runs once
-	r, err := c.start("i"+kind.op(), o.p, nil, func() (int, error) {
+	req, err := r.requests.start("i"+kind.op(), o.p, nil, func() (int, error) {
 		defer release()
-		return c.run(&o)
+		return o.run()
 	}, release)
 	if err != nil {
 		release()
 	}
-	return r, err
+	return req, err
 }
 
 // WaitNotify waits for the next notification from peer idx (WriteNotify's
 // on its side), for at most timeout (negative: no limit), and returns its
 // value and the length of its write.
 func (c *Context) WaitNotify(idx int, timeout time.Duration) (uint32, int, error) {
+	return c.remote.waitNotify(idx, timeout)
+}
+
+func (r *remoteMemory) waitNotify(idx int, timeout time.Duration) (uint32, int, error) {
 	const op = "wait notify from"
-	p, conn, err := c.connOf(op, idx)
+	p, conn, err := r.connOf(op, idx)
 	if err != nil {
 		return 0, -1, err
 	}
@@ -534,7 +594,7 @@ func (c *Context) WaitNotify(idx int, timeout time.Duration) (uint32, int, error
 		if errors.Is(err, context.DeadlineExceeded) {
 			return 0, -1, fmt.Errorf("capi: %s peer %d: %w (after %v)", op, idx, ErrTimeout, timeout)
 		}
-		return 0, -1, c.ioError(op, p, err)
+		return 0, -1, p.ioError(op, err)
 	}
 	return v, n, nil
 }

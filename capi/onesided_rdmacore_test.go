@@ -37,7 +37,7 @@ func TestOneSidedRDMACore(t *testing.T) {
 	_, err = cl.ConnectPeer(ip, port)
 	require.NoError(t, err)
 	require.NoError(t, <-accepted)
-	assert.Equal(t, rdma.ProviderRDMACore, cl.peers[0].conn.(*rdma.Conn).Provider())
+	assert.Equal(t, rdma.ProviderRDMACore, cl.peers.peers[0].conn.(*rdma.Conn).Provider())
 	tc, err := cl.TrafficClass(0)
 	require.NoError(t, err)
 	assert.Equal(t, 0xb8, tc, "the QP's traffic class (ibv_query_qp) after rdma_set_option(TOS)")

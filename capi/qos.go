@@ -18,7 +18,7 @@ func (c *Context) SetTrafficClass(tc int) error {
 	if c.tr.setTrafficClass == nil {
 		return fmt.Errorf("capi: set traffic class: %w (transport %s)", ErrNotSupported, c.tr.name)
 	}
-	if c.isClosed() {
+	if c.peers.isClosed() {
 		return fmt.Errorf("capi: set traffic class: %w", ErrClosed)
 	}
 	if c.ln != nil {
@@ -36,12 +36,12 @@ func (c *Context) SetTrafficClass(tc int) error {
 func (c *Context) TrafficClass(idx int) (int, error) {
 	const op = "traffic class of"
 	if idx == -1 {
-		if c.isClosed() {
+		if c.peers.isClosed() {
 			return -1, fmt.Errorf("capi: %s: %w", op, ErrClosed)
 		}
 		return int(c.trafficClass.Load()), nil
 	}
-	p, err := c.peer(op, idx)
+	p, err := c.peers.live(op, idx)
 	if err != nil {
 		return -1, err
 	}

@@ -36,6 +36,14 @@ var tcpTransport = transport{
 	},
 }
 
+// connect dials address from the source IP local with traffic class tc,
+// giving up after DialTimeout.
+func (tr transport) connect(local net.IP, address string, tc int) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DialTimeout)
+	defer cancel()
+	return tr.dial(ctx, local, address, tc)
+}
+
 // defaultTransport is what Init uses: rdma conns.
 var defaultTransport = rdmaTransport
 
