@@ -89,37 +89,67 @@ func deregTarget(t *testing.T, sv *endpoint) {
 	fillByte(sv.buf, fenceSecret)
 }
 
+// fence is one way to end the peer's access to sv's memory at addr and
+// rkey: deregistering the region, or invalidating a window over it. cut
+// ends the access and fills the memory with the secret; mem and after name
+// the memory and the moment the fence holds, for the failures' messages.
+type fence struct {
+	addr  uint64
+	rkey  uint32
+	cut   func()
+	mem   string
+	after string
+}
+
 func testDeregFenceWrite(t *testing.T, s *suite) {
 	c, sv := s.pair(t, fenceOpts())
+	s.fenceWrite(t, c, sv, fence{addr: sv.mr.Addr(), rkey: sv.mr.RKey(), cut: func() { deregTarget(t, sv) },
+		mem: "the deregistered region", after: "Dereg returned"})
+}
+
+func testDeregFenceRead(t *testing.T, s *suite) {
+	c, sv := s.pair(t, fenceOpts())
+	s.fenceRead(t, c, sv, fence{addr: sv.mr.Addr(), rkey: sv.mr.RKey(), cut: func() { deregTarget(t, sv) },
+		mem: "the region", after: "Dereg returned"})
+}
+
+// fenceWrite has c WRITE all its memory through f, cuts the access once it
+// has started to land (or has landed), and checks that nothing of it
+// landed afterwards.
+func (s *suite) fenceWrite(t *testing.T, c, sv *endpoint, f fence) {
+	t.Helper()
 	fillByte(c.buf, fenceSent)
 	fillByte(sv.buf, fencePublic)
 	postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: sv.mr.Addr(), RKey: sv.mr.RKey()})
-	// Deregister once the WRITE has started to land (or has landed).
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: f.addr, RKey: f.rkey})
 	deadline := time.Now().Add(s.cfg.Timeout)
 	for sv.buf[0] != fenceSent && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Microsecond)
 	}
-	deregTarget(t, sv)
+	f.cut()
 	// Whatever its status, once the WRITE completed at the requester no
 	// more of it is on its way.
 	wc, _ := s.fenceCompletion(t, c.scq, true)
 	require.Equal(t, uint64(1), wc.WRID)
 	require.Contains(t, []verbs.WCStatus{verbs.WCSuccess, verbs.WCRemAccessErr, verbs.WCRetryExcErr, verbs.WCWRFlushErr}, wc.Status)
+	t.Logf("WRITE %v", wc.Status)
 	time.Sleep(20 * time.Millisecond)
 	if i := indexOther(sv.buf, fenceSecret); i >= 0 {
-		t.Fatalf("byte %d of the deregistered region changed after Dereg returned (WRITE %v)", i, wc.Status)
+		t.Fatalf("byte %d of %s changed after %s (WRITE %v)", i, f.mem, f.after, wc.Status)
 	}
 }
 
-func testDeregFenceRead(t *testing.T, s *suite) {
-	c, sv := s.pair(t, fenceOpts())
+// fenceRead has c READ all of sv's memory through f, cuts the access while
+// the response is under way (or done), and checks that nothing of the
+// secret reached c.
+func (s *suite) fenceRead(t *testing.T, c, sv *endpoint, f fence) {
+	t.Helper()
 	fillByte(c.buf, 0)
 	fillByte(sv.buf, fencePublic)
 	postSend(t, c, verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: sv.mr.Addr(), RKey: sv.mr.RKey()})
-	time.Sleep(time.Millisecond) // the response is under way, or done
-	deregTarget(t, sv)
+		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: f.addr, RKey: f.rkey})
+	time.Sleep(time.Millisecond)
+	f.cut()
 	wc, ok := s.fenceCompletion(t, c.scq, s.cfg.DeregReadStalls == "")
 	if !ok {
 		t.Logf("no completion for the READ: %s; flushing it", s.cfg.DeregReadStalls)
@@ -127,11 +157,12 @@ func testDeregFenceRead(t *testing.T, s *suite) {
 		wc, _ = s.fenceCompletion(t, c.scq, true)
 	}
 	require.Equal(t, uint64(2), wc.WRID)
+	t.Logf("READ %v", wc.Status)
 	require.Contains(t, []verbs.WCStatus{verbs.WCSuccess, verbs.WCRemAccessErr, verbs.WCRetryExcErr, verbs.WCWRFlushErr, verbs.WCRemOpErr}, wc.Status)
 	if i := bytes.IndexByte(c.buf, fenceSecret); i >= 0 {
-		t.Fatalf("the requester received byte %d of what the region held after Dereg returned (READ %v)", i, wc.Status)
+		t.Fatalf("the requester received byte %d of what %s held after %s (READ %v)", i, f.mem, f.after, wc.Status)
 	}
 	if wc.Status == verbs.WCSuccess {
-		require.Equal(t, -1, indexOther(c.buf, fencePublic), "a READ that succeeded carries the region as it was")
+		require.Equal(t, -1, indexOther(c.buf, fencePublic), "a READ that succeeded carries %s as it was", f.mem)
 	}
 }

@@ -1,12 +1,9 @@
 package verbstest
 
 import (
-	"bytes"
 	"encoding/binary"
-	"runtime"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -408,53 +405,18 @@ func testMWFenceRead(t *testing.T, s *suite) {
 	s.needMW(t)
 	c, sv := s.pair(t, mwFenceOpts())
 	w := allocMW(t, sv)
-	fillByte(c.buf, 0)
-	fillByte(sv.buf, fencePublic)
 	rkey := s.bind(t, sv, w, sv.buf, verbs.AccessRemoteRead)
-	postSend(t, c, verbs.SendWR{WRID: 2, Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: rkey})
-	time.Sleep(time.Millisecond) // the response is under way, or done
-	s.invalidateTarget(t, sv, rkey)
-	wc, ok := s.fenceCompletion(t, c.scq, s.cfg.DeregReadStalls == "")
-	if !ok {
-		t.Logf("no completion for the READ: %s; flushing it", s.cfg.DeregReadStalls)
-		require.NoError(t, c.qp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.QPAttrState))
-		wc, _ = s.fenceCompletion(t, c.scq, true)
-	}
-	require.Equal(t, uint64(2), wc.WRID)
-	t.Logf("READ %v", wc.Status)
-	require.Contains(t, []verbs.WCStatus{verbs.WCSuccess, verbs.WCRemAccessErr, verbs.WCRetryExcErr, verbs.WCWRFlushErr, verbs.WCRemOpErr}, wc.Status)
-	if i := bytes.IndexByte(c.buf, fenceSecret); i >= 0 {
-		t.Fatalf("the requester received byte %d of what the memory held after the invalidation completed (READ %v)", i, wc.Status)
-	}
-	if wc.Status == verbs.WCSuccess {
-		require.Equal(t, -1, indexOther(c.buf, fencePublic), "a READ that succeeded carries the memory as it was")
-	}
+	s.fenceRead(t, c, sv, fence{addr: verbs.AddrOf(sv.buf), rkey: rkey, cut: func() { s.invalidateTarget(t, sv, rkey) },
+		mem: "the memory", after: "the invalidation completed"})
 }
 
 func testMWFenceWrite(t *testing.T, s *suite) {
 	s.needMW(t)
 	c, sv := s.pair(t, mwFenceOpts())
 	w := allocMW(t, sv)
-	fillByte(c.buf, fenceSent)
-	fillByte(sv.buf, fencePublic)
 	rkey := s.bind(t, sv, w, sv.buf, verbs.AccessRemoteWrite)
-	postSend(t, c, verbs.SendWR{WRID: 1, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf)}, RemoteAddr: verbs.AddrOf(sv.buf), RKey: rkey})
-	// Invalidate once the WRITE has started to land (or has landed).
-	deadline := time.Now().Add(s.cfg.Timeout)
-	for sv.buf[0] != fenceSent && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Microsecond)
-	}
-	s.invalidateTarget(t, sv, rkey)
-	wc, _ := s.fenceCompletion(t, c.scq, true)
-	require.Equal(t, uint64(1), wc.WRID)
-	require.Contains(t, []verbs.WCStatus{verbs.WCSuccess, verbs.WCRemAccessErr, verbs.WCRetryExcErr, verbs.WCWRFlushErr}, wc.Status)
-	t.Logf("WRITE %v", wc.Status)
-	time.Sleep(20 * time.Millisecond)
-	if i := indexOther(sv.buf, fenceSecret); i >= 0 {
-		t.Fatalf("byte %d of the window changed after its invalidation completed (WRITE %v)", i, wc.Status)
-	}
+	s.fenceWrite(t, c, sv, fence{addr: verbs.AddrOf(sv.buf), rkey: rkey, cut: func() { s.invalidateTarget(t, sv, rkey) },
+		mem: "the window", after: "its invalidation completed"})
 }
 
 func testMWZeroAllocDataPath(t *testing.T, s *suite) {
@@ -470,24 +432,12 @@ func testMWZeroAllocDataPath(t *testing.T, s *suite) {
 	read := []verbs.SendWR{{Opcode: verbs.OpRDMARead, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[4096:8192])},
 		RemoteAddr: verbs.AddrOf(win) + 4096, RKey: rkey}}
 	wc := make([]verbs.WC, 8)
-	wait := func() {
-		for {
-			n, err := c.scq.Poll(wc)
-			if err != nil || n > 0 {
-				if err != nil || wc[0].Status != verbs.WCSuccess {
-					panic("completion failed")
-				}
-				return
-			}
-			runtime.Gosched() // let the provider's goroutines run
-		}
-	}
 	round := func() {
 		for _, wr := range [][]verbs.SendWR{write, read} {
 			if err := c.qp.PostSend(wr); err != nil {
 				panic(err)
 			}
-			wait()
+			spinOne(c.scq, wc)
 		}
 	}
 	// Warm up past what a provider sets up once a connection has carried
