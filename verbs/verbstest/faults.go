@@ -134,13 +134,22 @@ func (s *suite) remoteFaultNoRecv(t *testing.T, c *endpoint, wr verbs.SendWR) {
 	t.Helper()
 	wr.WRID = 7
 	wr.Flags = verbs.SendSignaled
-	postSend(t, c, wr)
-	postSend(t, c, verbs.SendWR{WRID: 8, Opcode: verbs.OpSend, SG: []verbs.SGE{verbs.SGEOf(c.mr, c.buf[:4])}})
-	wcs := s.poll(t, c.scq, 2)
-	require.Equal(t, verbs.WCRNRRetryExcErr, wcs[0].Status, "got %v", wcs[0].Status)
-	require.Equal(t, uint64(7), wcs[0].WRID)
+	s.failThenFlush(t, c, wr, verbs.WCRNRRetryExcErr)
+}
+
+// failThenFlush posts wr, which must fail with status, and a SEND behind it
+// on e, and checks the completions: wr's error, then the SEND flushed; the
+// QP is in ERR.
+func (s *suite) failThenFlush(t *testing.T, e *endpoint, wr verbs.SendWR, status verbs.WCStatus) {
+	t.Helper()
+	require.NoError(t, e.qp.PostSend([]verbs.SendWR{wr,
+		{WRID: wr.WRID + 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[:4])}}}))
+	wcs := s.poll(t, e.scq, 2)
+	require.Equal(t, wr.WRID, wcs[0].WRID)
+	require.Equal(t, status, wcs[0].Status, "got %v", wcs[0].Status)
+	require.Equal(t, wr.WRID+1, wcs[1].WRID)
 	require.Equal(t, verbs.WCWRFlushErr, wcs[1].Status)
-	a, err := c.qp.Query()
+	a, err := e.qp.Query()
 	require.NoError(t, err)
 	require.Equal(t, verbs.QPSErr, a.State)
 }

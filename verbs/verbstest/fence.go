@@ -102,15 +102,21 @@ type fence struct {
 }
 
 func testDeregFenceWrite(t *testing.T, s *suite) {
-	c, sv := s.pair(t, fenceOpts())
-	s.fenceWrite(t, c, sv, fence{addr: sv.mr.Addr(), rkey: sv.mr.RKey(), cut: func() { deregTarget(t, sv) },
-		mem: "the deregistered region", after: "Dereg returned"})
+	c, sv, f := s.deregFence(t)
+	s.fenceWrite(t, c, sv, f)
 }
 
 func testDeregFenceRead(t *testing.T, s *suite) {
-	c, sv := s.pair(t, fenceOpts())
-	s.fenceRead(t, c, sv, fence{addr: sv.mr.Addr(), rkey: sv.mr.RKey(), cut: func() { deregTarget(t, sv) },
-		mem: "the region", after: "Dereg returned"})
+	c, sv, f := s.deregFence(t)
+	s.fenceRead(t, c, sv, f)
+}
+
+// deregFence makes a pair and the fence that deregisters the server's
+// region.
+func (s *suite) deregFence(t *testing.T) (c, sv *endpoint, f fence) {
+	c, sv = s.pair(t, fenceOpts())
+	return c, sv, fence{addr: sv.mr.Addr(), rkey: sv.mr.RKey(), cut: func() { deregTarget(t, sv) },
+		mem: "the region", after: "Dereg returned"}
 }
 
 // fenceWrite has c WRITE all its memory through f, cuts the access once it

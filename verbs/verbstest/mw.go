@@ -298,16 +298,7 @@ func testMWOtherQP(t *testing.T, s *suite) {
 // where a bind posted afterwards is flushed.
 func (s *suite) bindFails(t *testing.T, e *endpoint, wr verbs.SendWR) {
 	t.Helper()
-	require.NoError(t, e.qp.PostSend([]verbs.SendWR{wr,
-		{WRID: 1, Opcode: verbs.OpSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.buf[:4])}}}))
-	wcs := s.poll(t, e.scq, 2)
-	require.Equal(t, wr.WRID, wcs[0].WRID)
-	require.Equal(t, verbs.WCMWBindErr, wcs[0].Status, "got %v", wcs[0].Status)
-	require.Equal(t, uint64(1), wcs[1].WRID)
-	require.Equal(t, verbs.WCWRFlushErr, wcs[1].Status)
-	a, err := e.qp.Query()
-	require.NoError(t, err)
-	require.Equal(t, verbs.QPSErr, a.State)
+	s.failThenFlush(t, e, wr, verbs.WCMWBindErr)
 	wr.WRID = 2
 	postSend(t, e, wr)
 	wc := s.poll(t, e.scq, 1)[0]
@@ -402,21 +393,23 @@ func mwFenceOpts() pairOpts {
 }
 
 func testMWFenceRead(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwFenceOpts())
-	w := allocMW(t, sv)
-	rkey := s.bind(t, sv, w, sv.buf, verbs.AccessRemoteRead)
-	s.fenceRead(t, c, sv, fence{addr: verbs.AddrOf(sv.buf), rkey: rkey, cut: func() { s.invalidateTarget(t, sv, rkey) },
-		mem: "the memory", after: "the invalidation completed"})
+	c, sv, f := s.windowFence(t, verbs.AccessRemoteRead)
+	s.fenceRead(t, c, sv, f)
 }
 
 func testMWFenceWrite(t *testing.T, s *suite) {
+	c, sv, f := s.windowFence(t, verbs.AccessRemoteWrite)
+	s.fenceWrite(t, c, sv, f)
+}
+
+// windowFence makes a pair whose server has a window with access over all
+// its memory, and the fence that invalidates the window.
+func (s *suite) windowFence(t *testing.T, access verbs.Access) (c, sv *endpoint, f fence) {
 	s.needMW(t)
-	c, sv := s.pair(t, mwFenceOpts())
-	w := allocMW(t, sv)
-	rkey := s.bind(t, sv, w, sv.buf, verbs.AccessRemoteWrite)
-	s.fenceWrite(t, c, sv, fence{addr: verbs.AddrOf(sv.buf), rkey: rkey, cut: func() { s.invalidateTarget(t, sv, rkey) },
-		mem: "the window", after: "its invalidation completed"})
+	c, sv = s.pair(t, mwFenceOpts())
+	rkey := s.bind(t, sv, allocMW(t, sv), sv.buf, access)
+	return c, sv, fence{addr: verbs.AddrOf(sv.buf), rkey: rkey, cut: func() { s.invalidateTarget(t, sv, rkey) },
+		mem: "the window's memory", after: "the invalidation completed"}
 }
 
 func testMWZeroAllocDataPath(t *testing.T, s *suite) {
