@@ -58,6 +58,15 @@ func mwOpts() pairOpts {
 
 // allocMW allocates a window in e's PD, deallocated at cleanup (before
 // the endpoints are released) unless the test did.
+// windowPair makes a pair for the window cases and a window in the
+// server's PD; it skips the test on a provider without windows.
+func (s *suite) windowPair(t *testing.T) (c, sv *endpoint, w verbs.MW) {
+	t.Helper()
+	s.needMW(t)
+	c, sv = s.pair(t, mwOpts())
+	return c, sv, allocMW(t, sv)
+}
+
 func allocMW(t *testing.T, e *endpoint) verbs.MW {
 	t.Helper()
 	w, err := e.pd.AllocMW()
@@ -134,9 +143,7 @@ func testMWAllocDealloc(t *testing.T, s *suite) {
 }
 
 func testMWRead(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[8192 : 8192+10000]
 	fill(win, 3)
 	postRecv(t, c, 1, 0, 64)
@@ -173,9 +180,7 @@ func testMWRead(t *testing.T, s *suite) {
 }
 
 func testMWWrite(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[16384 : 16384+8000]
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteWrite)
 	src := c.buf[:5000]
@@ -189,9 +194,7 @@ func testMWWrite(t *testing.T, s *suite) {
 }
 
 func testMWBounds(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[8192 : 8192+4096]
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteRead)
 	s.readVia(t, c, c.buf[:4096], verbs.AddrOf(win), rkey, verbs.WCSuccess)
@@ -216,9 +219,7 @@ func testMWBounds(t *testing.T, s *suite) {
 const rxeVendorID = 0xffffff
 
 func testMWAccess(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[:4096]
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteRead)
 	// A window bound for READ takes no WRITE.
@@ -227,9 +228,7 @@ func testMWAccess(t *testing.T, s *suite) {
 }
 
 func testMWNotALocalKey(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[:4096]
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteRead|verbs.AccessRemoteWrite)
 	postRecv(t, c, 1, 0, 64)
@@ -243,9 +242,7 @@ func testMWNotALocalKey(t *testing.T, s *suite) {
 }
 
 func testMWInvalidate(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[4096 : 4096+4096]
 	fill(win, 1)
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteRead)
@@ -256,9 +253,7 @@ func testMWInvalidate(t *testing.T, s *suite) {
 }
 
 func testMWRebind(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[:4096]
 	k1 := s.bind(t, sv, w, win, verbs.AccessRemoteRead)
 	s.readVia(t, c, c.buf[:64], verbs.AddrOf(win), k1, verbs.WCSuccess)
@@ -314,27 +309,21 @@ func testMWBindNoMWBindAccess(t *testing.T, s *suite) {
 }
 
 func testMWBindBound(t *testing.T, s *suite) {
-	s.needMW(t)
-	_, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	_, sv, w := s.windowPair(t)
 	s.bind(t, sv, w, sv.buf[:4096], verbs.AccessRemoteRead)
 	// A type 2 window binds only while it is free (IBA o10-37.2.30).
 	s.bindFails(t, sv, bindWR(sv, w, 10, sv.buf[4096:8192], verbs.AccessRemoteRead))
 }
 
 func testMWBindZeroLength(t *testing.T, s *suite) {
-	s.needMW(t)
-	_, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	_, sv, w := s.windowPair(t)
 	// Binding no bytes is not how a type 2 window is unbound (IBA
 	// o10-37.2.40): OpLocalInv is.
 	s.bindFails(t, sv, bindWR(sv, w, 10, sv.buf[:0], verbs.AccessRemoteRead))
 }
 
 func testMWDealloc(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[:4096]
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteRead)
 	s.readVia(t, c, c.buf[:64], verbs.AddrOf(win), rkey, verbs.WCSuccess)
@@ -343,9 +332,7 @@ func testMWDealloc(t *testing.T, s *suite) {
 }
 
 func testMWDeregBound(t *testing.T, s *suite) {
-	s.needMW(t)
-	c, sv := s.pair(t, mwOpts())
-	w := allocMW(t, sv)
+	c, sv, w := s.windowPair(t)
 	win := sv.buf[:4096]
 	fill(win, 9)
 	rkey := s.bind(t, sv, w, win, verbs.AccessRemoteRead)
