@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -76,4 +77,54 @@ func TestAsyncSendRecv(t *testing.T) {
 		_, err = s.server.IRecv(1, b0)
 		require.ErrorIs(t, err, ErrClosed)
 	})
+}
+
+// The request queue bounds the requests in flight, cancels on close those
+// that have not started, and marks those that fail as it closes.
+func TestRequestQueue(t *testing.T) {
+	p := newPeer(0, pipeConn(t), 64, func() bool { return false })
+	q := newRequestQueue()
+	release := make(chan struct{})
+	blocked := func() (int, error) { <-release; return 1, nil }
+	reqs := make([]*Request, 0, MaxInFlight)
+	for range MaxInFlight {
+		r, err := q.start("isend to", p, nil, blocked, nil)
+		require.NoError(t, err)
+		reqs = append(reqs, r)
+	}
+	_, err := q.start("isend to", p, nil, blocked, nil)
+	assert.ErrorIs(t, err, ErrBusy)
+	close(release)
+	for _, r := range reqs {
+		n, err := r.Wait()
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	}
+
+	// Behind a request under way in its fifo, one that has not started
+	// is cancelled by close: cancel runs instead of run.
+	var f fifo
+	f.init()
+	started, finish := make(chan struct{}), make(chan struct{})
+	first, err := q.start("isend to", p, &f, func() (int, error) {
+		close(started)
+		<-finish
+		return -1, errors.New("connection closed")
+	}, nil)
+	require.NoError(t, err)
+	<-started
+	ran, cancelled := false, false
+	second, err := q.start("isend to", p, &f, func() (int, error) { ran = true; return 1, nil }, func() { cancelled = true })
+	require.NoError(t, err)
+	q.close()
+	close(finish)
+	q.wait()
+	_, err = first.Wait()
+	assert.ErrorIs(t, err, ErrCanceled, "a request that fails as the queue closes")
+	_, err = second.Wait()
+	assert.ErrorIs(t, err, ErrCanceled)
+	assert.True(t, cancelled)
+	assert.False(t, ran)
+	_, err = q.start("isend to", p, nil, blocked, nil)
+	assert.ErrorIs(t, err, ErrClosed)
 }
