@@ -16,7 +16,7 @@ type Context struct {
 	// (peers.go; indexes, and whether the context is closed), each peer's
 	// message framing (message.go), the asynchronous requests (async.go),
 	// the one-sided memory and exposures (onesided.go) and the collectives
-	// group (group.go). It holds itself what makes connections (its
+	// group (group.go). The context keeps what makes connections (its
 	// transport, address, listener and traffic class) and the scratch
 	// state of Broadcast and SequentialAllToAll (collective.go).
 
