@@ -187,6 +187,10 @@ func (r Poller) pollRole(dl *Deadline, draining, spinOK bool) {
 	if r.pollBatch() > 0 {
 		return
 	}
+	// The process's spins keep to the count of its waits (ManyWaits),
+	// soft's transports' polls among them.
+	spinLimit.Waiting(1)
+	defer spinLimit.Waiting(-1)
 	p := &r.F.Poll
 	if p.Busy {
 		r.spinFor(dl, draining, 0)
@@ -359,9 +363,10 @@ func (r Poller) spinFor(dl *Deadline, draining bool, budget time.Duration) spinR
 			return spinTimedOut
 		}
 		if now.Sub(yielded) >= spinYield {
-			// A bounded spin gives way to goroutines that wait for a P
-			// (BusyPoll's, which never sleeps, yields to them instead).
-			if budget > 0 && spinLimit.Crowded() {
+			// A bounded spin gives way to goroutines that wait for a P,
+			// and to more waits than Ps (BusyPoll's, which never sleeps,
+			// yields to them instead).
+			if budget > 0 && (spinLimit.Crowded() || spinLimit.ManyWaits()) {
 				return spinGaveWay
 			}
 			runtime.Gosched()

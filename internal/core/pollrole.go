@@ -55,12 +55,15 @@ type PollState struct {
 
 // spinLimiter is what the poll role's spins ask of the process's spin
 // limit (internal/spinlimit): a place among the spinners (Enter, Leave),
-// and whether goroutines wait for a P (Crowded), for whom a spin gives
-// way. A variable so that tests can give the spins a limit of their own.
+// whether goroutines wait for a P (Crowded), for whom a spin gives way,
+// and the count of the process's waits (Waiting), past GOMAXPROCS of
+// which no spin runs (ManyWaits). A variable so that tests can give the spins a limit of their own.
 type spinLimiter interface {
 	Enter() bool
 	Leave()
 	Crowded() bool
+	Waiting(delta int32)
+	ManyWaits() bool
 }
 
 var spinLimit spinLimiter = spinlimit.Process()

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,14 +114,21 @@ func newEmptyPoller() Poller {
 // testSpinLimit is a spin limit that a test sets: whether Enter refuses
 // and what Crowded answers; it counts the places asked for and left.
 type testSpinLimit struct {
-	refuse        bool
-	crowded       atomic.Bool
-	entered, left int
+	refuse          bool
+	crowded, many   atomic.Bool
+	entered, left   int
+	waits, mostWait atomic.Int32
 }
 
-func (l *testSpinLimit) Enter() bool   { l.entered++; return !l.refuse }
-func (l *testSpinLimit) Leave()        { l.left++ }
-func (l *testSpinLimit) Crowded() bool { return l.crowded.Load() }
+func (l *testSpinLimit) Enter() bool     { l.entered++; return !l.refuse }
+func (l *testSpinLimit) Leave()          { l.left++ }
+func (l *testSpinLimit) Crowded() bool   { return l.crowded.Load() }
+func (l *testSpinLimit) ManyWaits() bool { return l.many.Load() }
+func (l *testSpinLimit) Waiting(delta int32) {
+	if n := l.waits.Add(delta); n > l.mostWait.Load() {
+		l.mostWait.Store(n)
+	}
+}
 
 // useSpinLimit gives the poll role's spins l until the test ends.
 func useSpinLimit(t *testing.T, l spinLimiter) {
@@ -167,4 +175,50 @@ func TestSpinAllowed(t *testing.T) {
 	l.crowded.Store(true)
 	assert.True(t, spinAllowed(true), "the channel's spin is the channel's to limit")
 	assert.Equal(t, 2, l.entered, "a channel's spin takes no place")
+}
+
+// A spin with a budget gives way as soon as the process's waits outnumber
+// its Ps, as it does for goroutines waiting for a P.
+func TestSpinGivesWayToManyWaits(t *testing.T) {
+	l := &testSpinLimit{}
+	useSpinLimit(t, l)
+	r := newEmptyPoller()
+	l.many.Store(true)
+	began := time.Now()
+	assert.Equal(t, spinGaveWay, r.spinFor(nil, true, time.Second))
+	assert.Less(t, time.Since(began), 500*time.Millisecond, "gave way long before the budget")
+}
+
+// deadlineChannel is a completion channel without events: GetEvent
+// returns when its deadline passes, and notes the process's waits that
+// the spin limit counted meanwhile.
+type deadlineChannel struct {
+	l       *testSpinLimit
+	at      time.Time
+	waiting int32
+}
+
+func (c *deadlineChannel) GetEvent() (verbs.CQ, error) {
+	c.waiting = c.l.waits.Load()
+	time.Sleep(time.Until(c.at))
+	return nil, os.ErrDeadlineExceeded
+}
+func (c *deadlineChannel) SetDeadline(t time.Time) error { c.at = t; return nil }
+func (c *deadlineChannel) AckEvents(verbs.CQ, int)       {}
+func (c *deadlineChannel) Close() error                  { return nil }
+
+// The poll role's holder counts as one of the process's waits while it
+// waits for completions (which ManyWaits weighs), and no longer after.
+func TestPollRoleCountsItsWait(t *testing.T) {
+	l := &testSpinLimit{}
+	useSpinLimit(t, l)
+	r := newEmptyPoller()
+	ch := &deadlineChannel{l: l}
+	r.E.CompCh = ch
+	dl := new(Deadline)
+	*dl = MakeDeadline()
+	dl.Set(time.Now().Add(5 * time.Millisecond))
+	r.pollRole(dl, true, false)
+	assert.Equal(t, int32(1), ch.waiting, "counted while it slept")
+	assert.Zero(t, l.waits.Load(), "uncounted once it returned")
 }

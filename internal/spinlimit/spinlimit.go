@@ -62,6 +62,7 @@ type Limit struct {
 	sampling  atomic.Bool  // a caller is looking: the others take the last look
 	busyUntil atomic.Int64 // no spin begins before this (ns since base): a yield found its CPU wanted
 	sleepers  atomic.Int32 // readers asleep (Sleeping)
+	waits     atomic.Int32 // connections' waits for completions (Waiting)
 	procsSeen atomic.Int32 // GOMAXPROCS at the last look
 
 	base     time.Time
@@ -92,7 +93,8 @@ func (l *Limit) setProcs(procs int) {
 	l.max.Store(int32(maxSpinners(procs)))
 }
 
-// Enter asks to begin a spin. It refuses when goroutines wait for a P,
+// Enter asks to begin a spin. It refuses when more waits run than the
+// process has Ps (ManyWaits), when goroutines wait for a P,
 // when a spinner's yield found its CPU wanted less than busyFor ago, and
 // when as many goroutines spin already as the limit allows; the caller
 // then sleeps at once instead. A true Enter is paired with Leave.
@@ -100,7 +102,7 @@ func (l *Limit) Enter() bool { return l.EnterAt(l.now()) }
 
 // EnterAt is Enter at now, a reading of Now.
 func (l *Limit) EnterAt(now int64) bool {
-	if l.crowdedAt(now) || now < l.busyUntil.Load() {
+	if l.ManyWaits() || l.crowdedAt(now) || now < l.busyUntil.Load() {
 		return false
 	}
 	for {
@@ -181,6 +183,25 @@ func (l *Limit) Yielded(d time.Duration) (slow, stop bool) {
 // for after a slow yield: no spin of the process begins for busyFor.
 func (l *Limit) Contended() { l.busyUntil.Store(l.now() + int64(busyFor)) }
 
+// Waiting counts the waits of the process's connections for completions
+// or input (+1 as one begins, -1 as it ends), whether they spin or sleep.
+func (l *Limit) Waiting(delta int32) { l.waits.Add(delta) }
+
+// ManyWaits reports whether more waits run (Waiting) than the process
+// has Ps. Then no spin begins and a running one stops: each wait's
+// answer wants a CPU when it comes, so the CPUs have work without the
+// spins, and a spin's time is taken from the answers. Worse, a waiter
+// that sleeps is parked on the runtime's network poller, which the
+// scheduler looks at only when a P has nothing else to run (or sysmon,
+// every 10 ms at most): spinners that keep every P busy delay those
+// wake-ups, and the sleepers' round trips took milliseconds. rdmaperf
+// -test latency -sizes 64 -P 8 on soft's TCP path, spinning beside
+// many waits against none: 60-61k round trips/s against 91-111k, p99
+// 4.1 ms against 0.24-0.46 ms, 32 us of CPU a round trip against 17-21
+// (docs/measurements/2026-11-29-many-waits.md). A single connection, or
+// a few, keep their spins.
+func (l *Limit) ManyWaits() bool { return l.waits.Load() > l.procsSeen.Load() }
+
 // Sleeping counts the readers that sleep (+1 as a sleep begins, -1 as it
 // ends).
 func (l *Limit) Sleeping(delta int32) { l.sleepers.Add(delta) }
@@ -226,6 +247,9 @@ func Yielded(d time.Duration) (slow, stop bool) { return process.Yielded(d) }
 // Contended takes in a spin of the process that ran out after a slow
 // yield (Limit.Contended).
 func Contended() { process.Contended() }
+
+// Waiting counts a wait of the process's connections (Limit.Waiting).
+func Waiting(delta int32) { process.Waiting(delta) }
 
 // Sleeping counts a reader of the process that sleeps (Limit.Sleeping).
 func Sleeping(delta int32) { process.Sleeping(delta) }

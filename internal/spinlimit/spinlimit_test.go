@@ -146,3 +146,21 @@ func TestProcessLimitAllocs(t *testing.T) {
 	assert.Zero(t, allocs)
 	assert.Equal(t, int32(maxSpinners(runtime.GOMAXPROCS(0))), process.max.Load())
 }
+
+// More waits than Ps make Enter refuse; as waits end, spinning is allowed
+// again.
+func TestManyWaitsRefuseSpins(t *testing.T) {
+	var runnable atomic.Uint64
+	var looks atomic.Int64
+	l, _ := testLimit(2, &runnable, &looks)
+	l.Waiting(2)
+	assert.False(t, l.ManyWaits(), "as many waits as Ps")
+	require.True(t, l.Enter())
+	l.Leave()
+	l.Waiting(1)
+	assert.True(t, l.ManyWaits())
+	assert.False(t, l.Enter(), "three waits on two Ps")
+	l.Waiting(-1)
+	assert.True(t, l.Enter(), "two again")
+	l.Leave()
+}

@@ -23,6 +23,7 @@ type spinLimit interface {
 	Now() int64
 	Crowded() bool
 	CrowdedAt(now int64) bool
+	ManyWaits() bool
 	Yielded(d time.Duration) (slow, stop bool)
 	Contended()
 	Sleeping(delta int32)

@@ -543,7 +543,8 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 // start (a reading of spinGate.Now), which the process's spin limit
 // allowed (spinGate.EnterAt). It returns when data came, or to sleep:
 // the spin ran out, the transport closed or was interrupted, goroutines
-// wait for a P (spinGate.CrowdedAt), whom the sleep gives it, or a slow
+// wait for a P (spinGate.CrowdedAt), whom the sleep gives it, more waits
+// run than Ps (spinGate.ManyWaits), or a slow
 // yield among many sleeping readers (spinGate.Yielded). A spin that ran
 // out after a slow yield tells spinGate.Contended.
 func (t *shmTransport) spinRead(start, spin int64) {
@@ -588,7 +589,7 @@ func (t *shmTransport) spinRead(start, spin int64) {
 			// keeps its P beside them starves them (a crowded stop is no
 			// failure of the spin: it records nothing).
 			if now-start >= busy {
-				if spinGate.CrowdedAt(now) {
+				if spinGate.CrowdedAt(now) || spinGate.ManyWaits() {
 					return
 				}
 				schedYield()

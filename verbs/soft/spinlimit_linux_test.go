@@ -16,6 +16,7 @@ import (
 // reported contended, and the readers asleep.
 type testSpinLimit struct {
 	refuse, crowded, slowYields, stopOnSlow atomic.Bool
+	manyWaits                               atomic.Bool
 	entered, left, contended, sleepers      atomic.Int32
 	yields                                  atomic.Int32 // timed yields (Yielded)
 }
@@ -37,6 +38,7 @@ func (l *testSpinLimit) Now() int64           { return monotime() }
 func (l *testSpinLimit) Crowded() bool        { return l.crowded.Load() }
 func (l *testSpinLimit) CrowdedAt(int64) bool { return l.crowded.Load() }
 func (l *testSpinLimit) Contended()           { l.contended.Add(1) }
+func (l *testSpinLimit) ManyWaits() bool      { return l.manyWaits.Load() }
 func (l *testSpinLimit) Sleeping(delta int32) { l.sleepers.Add(delta) }
 func (l *testSpinLimit) Yielded(time.Duration) (slow, stop bool) {
 	l.yields.Add(1)

@@ -243,7 +243,8 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 // polling reports whether a read that found no input polls again rather
 // than parks: within the wait's budget, with a place among the process's
 // TCP pollers (tcpPollers), unless the spin limit (spinGate) found the
-// CPUs wanted lately (BusyAt) or a yield's timing says to stop (Yielded),
+// CPUs wanted lately (BusyAt), the process's waits outnumber its Ps
+// (ManyWaits) or a yield's timing says to stop (Yielded),
 // and with no interrupt pending (the park then returns at once). Between
 // polls it yields the thread's CPU (sched_yield), not only the
 // goroutine's P: a yield of the P (runtime.Gosched) keeps the CPU when no
@@ -258,13 +259,13 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 func (t *tcpTransport) polling() bool {
 	now := spinGate.Now()
 	if t.spinEnd == 0 {
-		if spinGate.BusyAt(now) || !enterTCPPoll() {
+		if spinGate.ManyWaits() || spinGate.BusyAt(now) || !enterTCPPoll() {
 			return false
 		}
 		t.spinning, t.contended, t.stopping = true, false, false
 		t.spinEnd = now + int64(t.spin)
 	}
-	if t.stopping || now >= t.spinEnd || t.interruptPending() {
+	if t.stopping || now >= t.spinEnd || spinGate.ManyWaits() || t.interruptPending() {
 		if t.contended && now >= t.spinEnd {
 			spinGate.Contended()
 		}

@@ -75,7 +75,8 @@ func useTCPSpinLimit(t *testing.T, l spinLimit) {
 
 // The polling keeps to the process's spin limit and to its own count of
 // pollers: a wait that begins while a yield found the CPU wanted (the
-// limit's BusyAt), or with GOMAXPROCS reads polling already, or whose
+// limit's BusyAt) or while the process's waits outnumber its Ps (ManyWaits),
+// or with GOMAXPROCS reads polling already, or whose
 // yield the limit says to stop at, parks on the poller at once (after one
 // more look) instead of polling out its budget; every place it takes
 // among the pollers it gives back.
@@ -85,6 +86,7 @@ func TestTCPPollingKeepsToSpinLimit(t *testing.T) {
 		set  func(t *testing.T, l *testSpinLimit)
 	}{
 		{"busy", func(_ *testing.T, l *testSpinLimit) { l.refuse.Store(true) }},
+		{"more waits than Ps", func(_ *testing.T, l *testSpinLimit) { l.manyWaits.Store(true) }},
 		{"pollers all taken", func(t *testing.T, _ *testSpinLimit) {
 			n := int32(runtime.GOMAXPROCS(0))
 			tcpPollers.Add(n)
