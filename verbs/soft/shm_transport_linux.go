@@ -34,11 +34,7 @@ type shmTransport struct {
 	myEv   int // its descriptor, valid until free
 	peerEv int // the peer's: we signal it
 
-	// The read deadline (UnixNano, 0: none), and the timer that wakes a
-	// reader when it passes (made on first use).
-	rdl     atomic.Int64
-	rdlMu   sync.Mutex
-	rdlTime *time.Timer
+	rdl shmReadDeadline
 
 	// Read side (one goroutine at a time).
 	rhead   uint64
@@ -102,6 +98,12 @@ func newShmTransport(c *net.TCPConn, l *shmLocal, p *shmPeer) (*shmTransport, er
 		peerEv: p.ev, watchDone: make(chan struct{})}
 	t.size = uint64(len(t.tx.data))
 	t.myEv = l.ev
+	t.rdl.wake = func() {
+		if t.enter() {
+			signalFD(t.myEv)
+			t.exit()
+		}
+	}
 	t.ev = os.NewFile(uintptr(l.ev), "eventfd")
 	unix.Close(l.ringFD)
 	l.ring, l.ringFD, l.ev = nil, -1, -1
@@ -160,11 +162,7 @@ func (t *shmTransport) close() error {
 		return nil
 	}
 	t.tcp.Close()
-	t.rdlMu.Lock()
-	if t.rdlTime != nil {
-		t.rdlTime.Stop()
-	}
-	t.rdlMu.Unlock()
+	t.rdl.stop()
 	if t.enter() {
 		signalFD(t.myEv)
 		t.exit()
@@ -197,38 +195,57 @@ func (t *shmTransport) interrupt() {
 // setReadDeadline bounds the reader's waits from now on and wakes a
 // reader asleep when it passes.
 func (t *shmTransport) setReadDeadline(d time.Time) error {
-	t.rdlMu.Lock()
-	defer t.rdlMu.Unlock()
-	if d.IsZero() {
-		t.rdl.Store(0)
-		if t.rdlTime != nil {
-			t.rdlTime.Stop()
-		}
-		return nil
-	}
-	t.rdl.Store(max(d.UnixNano(), 1))
-	if t.closed.Load() {
-		return nil
-	}
-	if t.rdlTime == nil {
-		t.rdlTime = time.AfterFunc(time.Until(d), t.deadlinePassed)
-	} else {
-		t.rdlTime.Reset(time.Until(d))
-	}
+	t.rdl.set(d)
 	return nil
 }
 
-func (t *shmTransport) deadlinePassed() {
-	if t.enter() {
-		signalFD(t.myEv)
-		t.exit()
+// shmReadDeadline is the shared-memory reader's deadline: when it passes
+// (UnixNano, 0: none), which every wait of the reader checks (passed),
+// and the timer that wakes a reader asleep then (made on first use).
+// After stop no timer fires again.
+type shmReadDeadline struct {
+	at      atomic.Int64
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	wake    func() // wakes the reader (set once, before use)
+}
+
+func (d *shmReadDeadline) set(at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if at.IsZero() {
+		d.at.Store(0)
+		if d.timer != nil {
+			d.timer.Stop()
+		}
+		return
+	}
+	d.at.Store(max(at.UnixNano(), 1))
+	if d.stopped {
+		return
+	}
+	if d.timer == nil {
+		d.timer = time.AfterFunc(time.Until(at), d.wake)
+	} else {
+		d.timer.Reset(time.Until(at))
 	}
 }
 
-// readExpired reports whether the read deadline has passed.
-func (t *shmTransport) readExpired() bool {
-	d := t.rdl.Load()
-	return d != 0 && time.Now().UnixNano() >= d
+// passed reports whether the deadline has passed.
+func (d *shmReadDeadline) passed() bool {
+	at := d.at.Load()
+	return at != 0 && time.Now().UnixNano() >= at
+}
+
+// stop stops the timer for good (the transport closes).
+func (d *shmReadDeadline) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.mu.Unlock()
 }
 
 // The two waiters on our eventfd.
@@ -241,7 +258,7 @@ const (
 // from atomics only, so that either waiter can look on the other's behalf.
 func (t *shmTransport) readable() bool {
 	return t.rx.tail.Load() != t.rx.head.Load() || t.rx.wclosed.Load() != 0 || t.gone.Load() ||
-		t.closed.Load() || t.intr.Load() || t.readExpired()
+		t.closed.Load() || t.intr.Load() || t.rdl.passed()
 }
 
 func (t *shmTransport) writable() bool {
@@ -483,7 +500,7 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	if boundary && t.intr.Swap(false) {
 		return errInterrupted
 	}
-	if t.readExpired() {
+	if t.rdl.passed() {
 		return os.ErrDeadlineExceeded
 	}
 	switch *stage {
