@@ -222,3 +222,57 @@ func TestPollRoleCountsItsWait(t *testing.T) {
 	assert.Equal(t, int32(1), ch.waiting, "counted while it slept")
 	assert.Zero(t, l.waits.Load(), "uncounted once it returned")
 }
+
+// While spinning is on, every SleepProbe-th wait sleeps instead, marked as
+// a probe; the others spin.
+func TestSleepProbeEverySleepProbeWaits(t *testing.T) {
+	p := PollState{Spin: 50 * time.Microsecond}
+	sleeps := 0
+	for i := 0; i < 3*SleepProbe; i++ {
+		if !p.spinNext() {
+			sleeps++
+			assert.True(t, p.probing, "a wait without a spin while spinning is on is a probe")
+		} else {
+			assert.False(t, p.probing)
+		}
+	}
+	assert.Equal(t, 3, sleeps)
+}
+
+// A spin that catches its answer no sooner than a sleep would turns off
+// at the sleep probe; one that beats the sleep stays on.
+func TestSpinWeighedAgainstASleep(t *testing.T) {
+	late := PollState{Spin: 50 * time.Microsecond}
+	for range 8 {
+		late.caughtOne(150 * time.Microsecond)
+	}
+	require.Less(t, late.Misses, SpinMisses, "no sleep timed yet: the spin is taken to pay")
+	late.sleepProbed(30 * time.Microsecond)
+	assert.Equal(t, SpinMisses, late.Misses, "a 30 us sleep beats 150 us spins: off")
+	for i := 1; i < SpinProbe; i++ {
+		require.False(t, late.spinNext())
+	}
+	require.True(t, late.spinNext(), "the probe spin while off")
+	late.caughtOne(10 * time.Microsecond)
+	assert.Equal(t, SpinMisses, late.Misses, "one quick catch does not outweigh the late ones")
+
+	quick := PollState{Spin: 50 * time.Microsecond}
+	for range 8 {
+		quick.caughtOne(8 * time.Microsecond)
+	}
+	quick.sleepProbed(30 * time.Microsecond)
+	assert.Zero(t, quick.Misses, "8 us spins beat a 30 us sleep: on")
+	assert.True(t, quick.spinNext())
+}
+
+// While spinning is off, spins that beat the sleep turn it back on.
+func TestSpinBackOnWhenItBeatsASleepAgain(t *testing.T) {
+	p := PollState{Spin: 50 * time.Microsecond}
+	p.caughtOne(150 * time.Microsecond)
+	p.sleepProbed(30 * time.Microsecond)
+	require.Equal(t, SpinMisses, p.Misses)
+	for range 8 {
+		p.caughtOne(5 * time.Microsecond)
+	}
+	assert.Zero(t, p.Misses, "the answers now come well within a sleep's time")
+}
