@@ -512,7 +512,9 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		return nil
 	case 1:
 		*stage = 2
-		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && t.rSpin.try() {
+		// ManyWaits first: with many connections no spin begins, and
+		// the clock read that EnterAt wants would be spent for nothing.
+		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && !spinGate.ManyWaits() && t.rSpin.try() {
 			if start := spinGate.Now(); spinGate.EnterAt(start) {
 				t.spinRead(start, spin)
 				spinGate.Leave()

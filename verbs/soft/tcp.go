@@ -257,9 +257,12 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 // While goroutines wait for a P (Crowded) it yields the P instead, so
 // that they run, and polls on.
 func (t *tcpTransport) polling() bool {
+	if t.spinEnd == 0 && spinGate.ManyWaits() {
+		return false // before the clock read, spent for nothing here
+	}
 	now := spinGate.Now()
 	if t.spinEnd == 0 {
-		if spinGate.ManyWaits() || spinGate.BusyAt(now) || !enterTCPPoll() {
+		if spinGate.BusyAt(now) || !enterTCPPoll() {
 			return false
 		}
 		t.spinning, t.contended, t.stopping = true, false, false
