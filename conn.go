@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/internal/cmwatch"
+	"github.com/rdmanet/rdma/internal/connface"
 	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/internal/core"
 	"github.com/rdmanet/rdma/internal/debuglog"
@@ -371,7 +372,7 @@ func (c *Conn) observeStats(now time.Time) {
 // Stats returns what the connection has done so far and its sizes now. It
 // takes the connection's lock briefly; the data path keeps running.
 func (c *Conn) Stats() ConnStats {
-	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connstats.Counters) error {
+	s := c.snapshot("stream", &c.endpoint, func(s *connstats.Snapshot, st *connstats.Counters) error {
 		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
 		s.SendDepth, s.RecvDepth = int(c.sq.Depth), c.recvWRs
 		s.SendsPending, s.RecvsPosted = int(c.sq.Posted-c.sq.Done), c.recvPosted
@@ -422,7 +423,7 @@ func (c *Conn) logEstablished() {
 	if ctx := c.ep.ID.Context(); ctx != nil {
 		dev = ctx.Name()
 	}
-	path := pathOf(c.provider, c.ep.QP)
+	path := connface.PathOf(c.provider, c.ep.QP)
 	qp := c.ep.QP
 	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
 		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,

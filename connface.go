@@ -40,12 +40,22 @@ func (f *connFace) established(laddr, raddr *net.TCPAddr) {
 // closeConn is Close for either wire (core's Poller.Close, over the
 // wire's steps w), and then the connection leaves the registry.
 func closeConn(c statser, r core.Poller, w core.ClosingWire) error {
-	if err := r.Close(w); err != nil {
+	return closed(c, r.Close(w))
+}
+
+// closed is what follows a wire's Close (its error err): a connection that
+// closed leaves the registry.
+func closed(c statser, err error) error {
+	if err != nil {
 		return err
 	}
 	unregister(c) // registry.go
 	return nil
 }
+
+// asAddr is a connection's address as its face shows it (nil until
+// established).
+func asAddr(a net.Addr) *Addr { r, _ := a.(*Addr); return r }
 
 // LocalAddr returns the local address.
 func (f *connFace) LocalAddr() net.Addr { return f.localAddr() }
@@ -55,8 +65,8 @@ func (f *connFace) RemoteAddr() net.Addr { return f.remoteAddr() }
 
 // localAddr and remoteAddr are the connection's addresses, which core
 // holds for its *net.OpErrors: nil until the connection is established.
-func (f *connFace) localAddr() *Addr  { a, _ := f.core.Local.(*Addr); return a }
-func (f *connFace) remoteAddr() *Addr { a, _ := f.core.Remote.(*Addr); return a }
+func (f *connFace) localAddr() *Addr  { return asAddr(f.core.Local) }
+func (f *connFace) remoteAddr() *Addr { return asAddr(f.core.Remote) }
 
 // Provider names the verbs provider that carries the connection: "soft" or
 // "rdmacore".

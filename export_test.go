@@ -14,7 +14,7 @@ func SoftCarrier(c net.Conn) string {
 	case *Conn:
 		return soft.Carrier(c.ep.QP)
 	case *RsocketConn:
-		return soft.Carrier(c.ep.QP)
+		return soft.Carrier(c.c.QP())
 	}
 	return ""
 }

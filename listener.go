@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/internal/phase"
+	"github.com/rdmanet/rdma/internal/rsocketconn"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -31,8 +32,8 @@ type ListenConfig struct {
 type Listener struct {
 	provider string
 	cfg      Config
-	sides    []listenSide // the provider's own first, then soft's (mixed.go)
-	rs       *rsParams    // rsocket mode (rsocket_dial.go), else nil
+	sides    []listenSide        // the provider's own first, then soft's (mixed.go)
+	rs       *rsocketconn.Params // rsocket mode (rsocket_dial.go), else nil
 	addr     *Addr
 
 	ready     chan net.Conn // established connections waiting for Accept

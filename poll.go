@@ -28,28 +28,17 @@ func (c *Conn) awaitRoom() { c.poller().AwaitRoom() }
 // core.Poller.TryPoll.
 func (c *Conn) tryPoll() { c.poller().TryPoll() }
 
-// connCore and rsocketCore are each wire as internal/core sees it (its
-// poll role, core.PolledConn; Close, core.ClosingWire; CloseWrite,
+// connCore is the wire as internal/core sees it (its poll role,
+// core.PolledConn; Close, core.ClosingWire; CloseWrite,
 // core.WriteShutter): the same connection, with the wire's steps under
-// exported names that stay out of the public types' method sets.
-type (
-	connCore    Conn
-	rsocketCore RsocketConn
-)
+// exported names that stay out of the public type's method set.
+type connCore Conn
 
-func (p *connCore) Handle(wcs []verbs.WC)             { (*Conn)(p).handle(wcs) }
-func (p *connCore) FailLocked(err error)              { (*Conn)(p).failLocked(err) }
-func (p *connCore) DrainTime() time.Duration          { return (*Conn)(p).drainTime() }
-func (p *connCore) Drain(dl *core.Deadline)           { (*Conn)(p).drain(dl) }
-func (p *connCore) ReleaseVerbs()                     { (*Conn)(p).releaseVerbs() }
-func (p *connCore) WriteShutLocked() bool             { return (*Conn)(p).writeShutLocked() }
-func (p *connCore) ShutWriteLocked() (bool, error)    { return (*Conn)(p).shutWriteLocked() }
-func (p *connCore) Flush() error                      { return (*Conn)(p).flush() }
-func (p *rsocketCore) Handle(wcs []verbs.WC)          { (*RsocketConn)(p).handle(wcs) }
-func (p *rsocketCore) FailLocked(err error)           { (*RsocketConn)(p).failLocked(err) }
-func (p *rsocketCore) DrainTime() time.Duration       { return (*RsocketConn)(p).drainTime() }
-func (p *rsocketCore) Drain(dl *core.Deadline)        { (*RsocketConn)(p).drain(dl) }
-func (p *rsocketCore) ReleaseVerbs()                  { (*RsocketConn)(p).releaseVerbs() }
-func (p *rsocketCore) WriteShutLocked() bool          { return (*RsocketConn)(p).writeShutLocked() }
-func (p *rsocketCore) ShutWriteLocked() (bool, error) { return (*RsocketConn)(p).shutWriteLocked() }
-func (p *rsocketCore) Flush() error                   { return (*RsocketConn)(p).flush() }
+func (p *connCore) Handle(wcs []verbs.WC)          { (*Conn)(p).handle(wcs) }
+func (p *connCore) FailLocked(err error)           { (*Conn)(p).failLocked(err) }
+func (p *connCore) DrainTime() time.Duration       { return (*Conn)(p).drainTime() }
+func (p *connCore) Drain(dl *core.Deadline)        { (*Conn)(p).drain(dl) }
+func (p *connCore) ReleaseVerbs()                  { (*Conn)(p).releaseVerbs() }
+func (p *connCore) WriteShutLocked() bool          { return (*Conn)(p).writeShutLocked() }
+func (p *connCore) ShutWriteLocked() (bool, error) { return (*Conn)(p).shutWriteLocked() }
+func (p *connCore) Flush() error                   { return (*Conn)(p).flush() }
