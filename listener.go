@@ -257,7 +257,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		if len(l.sides) > 1 && prov.Name() == ProviderSoft {
 			h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
 		}
-		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
+		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom(), InitiatorDepth: c.rdAtom(), RetryCount: 7, RNRRetryCount: 7}, nil
 	})
 }
 

@@ -3,8 +3,6 @@ package rdma
 import (
 	"time"
 
-	"github.com/rdmanet/rdma/internal/connface"
-	"github.com/rdmanet/rdma/internal/connstats"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
 
@@ -116,32 +114,6 @@ type ConnStats struct {
 	RendezvousSent     uint64
 	RendezvousWindowed uint64
 	RendezvousReceived uint64
-}
-
-// setFallback records why an auto dial fell back to soft (under mu, as
-// Stats may read it from the registry already).
-func (f *connFace) setFallback(fb error) {
-	f.core.Mu.Lock()
-	f.fallback = fb
-	f.core.Mu.Unlock()
-	logFallback(f.remoteAddr(), fb) // debuglog.go
-}
-
-// read is readLocked for a Read's rarer paths, which do not hold mu.
-func (f *connFace) read(n int) {
-	if n > 0 {
-		f.core.Mu.Lock()
-		f.core.Counters.ReadLocked(n)
-		f.core.Mu.Unlock()
-	}
-}
-
-// snapshot is Stats for rdma.Conn (connface.Snapshot, which the rsocket
-// wire's engine uses as well): what both wires count and their state,
-// then what the wire adds under mu (locked, which returns the wire's
-// failure, if any), then the path its queue pair runs on now.
-func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *connstats.Snapshot, st *connstats.Counters) error) ConnStats {
-	return ConnStats(connface.Snapshot(&f.core, f.provider, &f.fallback, wire, &e.ep, locked))
 }
 
 // ConnTotals sums the counters of connections: ProcessStats holds them

@@ -104,24 +104,19 @@ func (f *Face) CountRead(n int) {
 	}
 }
 
-// Snapshot is Stats for either wire (see Snapshot, the function).
+// Snapshot is Stats for either wire: what both count and their state,
+// then what the wire adds under mu (locked, which returns the wire's
+// failure, if any), then the path its queue pair e.QP runs on now, asked
+// after letting go of mu.
 func (f *Face) Snapshot(wire string, e *core.Endpoint, locked func(s *connstats.Snapshot, st *connstats.Counters) error) connstats.Snapshot {
-	return Snapshot(&f.Core, f.Prov, &f.FellBack, wire, e, locked)
-}
-
-// Snapshot is Stats for either wire over the shared state c of a
-// connection carried by provider: what both count and their state, then
-// what the wire adds under mu (locked, which returns the wire's failure,
-// if any), then the path its queue pair runs on now, asked after letting
-// go of mu. fallback is read under mu.
-func Snapshot(c *core.Conn, provider string, fallback *error, wire string, e *core.Endpoint, locked func(s *connstats.Snapshot, st *connstats.Counters) error) connstats.Snapshot {
+	c, provider := &f.Core, f.Prov
 	now := time.Now()
 	st := c.Counters
 	s := connstats.Snapshot{
 		Provider:   provider,
 		Wire:       wire,
-		LocalAddr:  addrString(c.Local),
-		RemoteAddr: addrString(c.Remote),
+		LocalAddr:  AddrString(c.Local),
+		RemoteAddr: AddrString(c.Remote),
 
 		RemoteWrites:       st.RemoteWrites.Load(),
 		RemoteReads:        st.RemoteReads.Load(),
@@ -143,8 +138,8 @@ func Snapshot(c *core.Conn, provider string, fallback *error, wire string, e *co
 	if err := locked(&s, st); err != nil {
 		s.Err = err.Error()
 	}
-	if *fallback != nil {
-		s.Fallback = (*fallback).Error()
+	if f.FellBack != nil {
+		s.Fallback = f.FellBack.Error()
 	}
 	qp := e.QP
 	if c.Torn {
@@ -163,8 +158,8 @@ func since(now, t time.Time) time.Duration {
 	return now.Sub(t)
 }
 
-// addrString is a, or "" for none.
-func addrString(a net.Addr) string {
+// AddrString is a, or "" for none.
+func AddrString(a net.Addr) string {
 	if a == nil {
 		return ""
 	}

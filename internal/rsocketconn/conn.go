@@ -252,7 +252,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 			copy(b[first:n], c.rbuf)
 			c.Core.Mu.Lock()
 			c.rx.Consume(uint64(n))
-			c.Core.Counters.ReadLocked(n) // stats.go
+			c.Core.Counters.ReadLocked(n) // internal/connstats
 			c.creditLocked()
 			c.Core.Mu.Unlock()
 			return n, nil
