@@ -9,15 +9,13 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// endpoint is one connection's verbs resources, of either wire: the
-// connection manager's ID and event channel, the protection domain, one
-// block of registered memory with its two MRs, the completion channel,
-// the CQ and the QP. Both wires create them in the same dependency order
-// (deviceOf, fitQueues, allocate, register, createQP) and release them in
-// the order the verbs require (release); what they put in the memory
-// differs. For rdma.Conn, newEndpoint: the receive ring, the send buffer
-// and the inline staging; for RsocketConn, newRsocketConn: the target SGL
-// and rbuf, the send buffer and the control staging.
+// endpoint is rdma.Conn's memory layout on its verbs objects (Conn.EP,
+// internal/core's Endpoint, which creates them in the verbs' dependency
+// order and releases them in the order the verbs require): in the one
+// block of registered memory, the receive ring, the send buffer and the
+// inline staging; the queue depths the device granted; and the ring and
+// send buffer once they have grown. The rsocket wire lays out its own
+// (internal/rsocketconn).
 type endpoint struct {
 	// Our receive ring, written by the peer; its mailbox (the peer's ring
 	// offers, ringgrowth.go) follows it, up to its capacity.
