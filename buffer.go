@@ -1,11 +1,10 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
-	"sync"
 	"syscall"
 
+	"github.com/rdmanet/rdma/internal/streamconn"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -24,27 +23,12 @@ import (
 // are the caller's to synchronise, as any memory's. Free it when done:
 // the memory is not garbage collected.
 type Buffer struct {
-	mem *verbs.Memory
-	buf []byte
-
-	mu     sync.Mutex
-	busy   int                // Writes and Reads using it now
-	freed  bool               // Free succeeded: no more uses
-	pooled bool               // in a BufferPool's free list: no use until Get
-	regs   map[*Conn]struct{} // connections holding a registration of it
+	b streamconn.Buffer // its state (internal/streamconn), which connections register
 }
 
 // ErrBufferBusy is Free's error while a Write or Read is using the
 // Buffer: nothing was freed (the caller frees it once they returned).
 var ErrBufferBusy = &bufferError{"buffer in use by a transfer", syscall.EBUSY}
-
-// errBufferFreed is the error of a use after Free (a Write or Read whose
-// slice lies in a freed Buffer cannot reach here: its memory is unmapped).
-var errBufferFreed = errors.New("rdma: buffer freed")
-
-// errBufferPooled is the error of a use after BufferPool.Put, until Get
-// hands the Buffer out again.
-var errBufferPooled = errors.New("rdma: buffer given back to its pool")
 
 type bufferError struct {
 	msg   string
@@ -54,10 +38,6 @@ type bufferError struct {
 func (e *bufferError) Error() string        { return "rdma: " + e.msg }
 func (e *bufferError) Is(target error) bool { return target == e.errno }
 func (e *bufferError) Unwrap() error        { return e.errno }
-
-// buffers maps each live Buffer's memory to it, so that a slice can be
-// traced to its Buffer (bufferOf).
-var buffers sync.Map // *verbs.Memory -> *Buffer
 
 // AllocBuffer allocates size bytes of registrable memory (rounded up to
 // whole pages; Bytes has exactly size bytes), zeroed.
@@ -69,14 +49,14 @@ func AllocBuffer(size int) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Buffer{mem: mem, buf: mem.Bytes()[:size:size]}
-	buffers.Store(mem, b)
+	b := new(Buffer)
+	b.b.Init(mem, size)
 	return b, nil
 }
 
 // Bytes is the Buffer's memory. It stays valid until Free; using it
 // afterwards faults.
-func (b *Buffer) Bytes() []byte { return b.buf }
+func (b *Buffer) Bytes() []byte { return b.b.Bytes() }
 
 // Free ends every exposure of the Buffer (Conn.Expose) on every
 // connection, deregisters it from every connection that used it and
@@ -90,105 +70,20 @@ func (b *Buffer) Bytes() []byte { return b.buf }
 // still covers, whatever runs beside it (a Close, an Unexpose, a Put):
 // verbs.Memory.Free refuses that too (EBUSY, and then Free changes
 // nothing). Free twice is a no-op.
-func (b *Buffer) Free() error {
-	b.mu.Lock()
-	if b.freed {
-		b.mu.Unlock()
-		return nil
-	}
-	if b.busy > 0 {
-		b.mu.Unlock()
+func (b *Buffer) Free() error { return bufferErr(b.b.Free()) }
+
+// bufferErr is err as the public package names it (ErrBufferBusy).
+func bufferErr(err error) error {
+	if err == streamconn.ErrBufferBusy {
 		return ErrBufferBusy
 	}
-	if b.pooled {
-		// Its pool's now, which may hand it out again: not the caller's
-		// to unmap.
-		b.mu.Unlock()
-		return errBufferPooled
-	}
-	b.freed = true
-	regs := b.regs
-	b.regs = nil
-	b.mu.Unlock()
-	for c := range regs {
-		c.dropBuffer(b, false)
-	}
-	buffers.Delete(b.mem)
-	if err := b.mem.Free(); err != nil {
-		// A registration still covers it (which the above rules out):
-		// it stays the caller's, to Free again.
-		buffers.Store(b.mem, b)
-		b.mu.Lock()
-		b.freed = false
-		b.mu.Unlock()
-		return err
-	}
-	return nil
+	return err
 }
 
-// bufferOf returns the Buffer that holds all of p, or nil.
-func bufferOf(p []byte) *Buffer {
-	m, _ := verbs.MemoryOf(p)
-	if m == nil {
+// engine is b's state, or nil for no Buffer.
+func (b *Buffer) engine() *streamconn.Buffer {
+	if b == nil {
 		return nil
 	}
-	if b, ok := buffers.Load(m); ok {
-		return b.(*Buffer)
-	}
-	return nil
-}
-
-// acquire marks the Buffer in use by a transfer, unless it was freed or
-// given back to its pool.
-func (b *Buffer) acquire() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch {
-	case b.freed:
-		return errBufferFreed
-	case b.pooled:
-		return errBufferPooled
-	}
-	b.busy++
-	return nil
-}
-
-// unexposeAll ends every exposure of b, which is pooled (no use can
-// acquire it), on every connection: BufferPool.Put's revocation. Its
-// registrations for local use stay, as a pooled Buffer's should.
-func (b *Buffer) unexposeAll() {
-	var few [8]*Conn // no allocation for a Buffer of a few connections
-	b.mu.Lock()
-	conns := few[:0]
-	for c := range b.regs {
-		conns = append(conns, c)
-	}
-	b.mu.Unlock()
-	for _, c := range conns {
-		c.dropBuffer(b, true)
-	}
-}
-
-// release ends a transfer's use.
-func (b *Buffer) release() {
-	b.mu.Lock()
-	b.busy--
-	b.mu.Unlock()
-}
-
-// noteConn records that c holds a registration of b, for b's Free to end.
-func (b *Buffer) noteConn(c *Conn) {
-	b.mu.Lock()
-	if b.regs == nil {
-		b.regs = map[*Conn]struct{}{}
-	}
-	b.regs[c] = struct{}{}
-	b.mu.Unlock()
-}
-
-// forgetConn records that c holds no registration of b any more.
-func (b *Buffer) forgetConn(c *Conn) {
-	b.mu.Lock()
-	delete(b.regs, c)
-	b.mu.Unlock()
+	return &b.b
 }

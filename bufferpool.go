@@ -56,9 +56,7 @@ func (p *BufferPool) Get() (*Buffer, error) {
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
 		p.mu.Unlock()
-		b.mu.Lock()
-		b.pooled = false
-		b.mu.Unlock()
+		b.b.Unpool()
 		return b, nil
 	}
 	p.mu.Unlock()
@@ -75,25 +73,12 @@ func (p *BufferPool) Get() (*Buffer, error) {
 // exposures untouched: the caller still owns it); the caller must not use
 // it afterwards (a one-sided call or Expose with it fails until Get).
 func (p *BufferPool) Put(b *Buffer) error {
-	if b == nil || len(b.buf) != p.size {
+	if b == nil || len(b.Bytes()) != p.size {
 		return fmt.Errorf("rdma: buffer pool of %d-byte buffers: cannot take this buffer", p.size)
 	}
-	b.mu.Lock()
-	switch {
-	case b.freed:
-		b.mu.Unlock()
-		return errBufferFreed
-	case b.pooled:
-		b.mu.Unlock()
-		return errBufferPooled
-	case b.busy > 0:
-		b.mu.Unlock()
-		return ErrBufferBusy
+	if err := b.b.Pool(); err != nil {
+		return bufferErr(err)
 	}
-	// From here no use can take it (acquire), so no exposure starts.
-	b.pooled = true
-	b.mu.Unlock()
-	b.unexposeAll()
 	p.mu.Lock()
 	if !p.closed && len(p.free) < p.max {
 		p.free = append(p.free, b)
@@ -101,9 +86,7 @@ func (p *BufferPool) Put(b *Buffer) error {
 		return nil
 	}
 	p.mu.Unlock()
-	b.mu.Lock()
-	b.pooled = false // Free's now
-	b.mu.Unlock()
+	b.b.Unpool() // Free's now
 	return b.Free()
 }
 
@@ -117,9 +100,7 @@ func (p *BufferPool) Close() error {
 	p.mu.Unlock()
 	var errs []error
 	for _, b := range free {
-		b.mu.Lock()
-		b.pooled = false
-		b.mu.Unlock()
+		b.b.Unpool()
 		errs = append(errs, b.Free())
 	}
 	return errors.Join(errs...)

@@ -32,9 +32,7 @@ func TestBufferPool(t *testing.T) {
 	require.NoError(t, p.Put(a))
 	require.NoError(t, p.Put(b))
 	require.NoError(t, p.Put(c)) // beyond keep: freed
-	c.mu.Lock()
-	assert.True(t, c.freed, "the third is freed, not kept")
-	c.mu.Unlock()
+	assert.True(t, c.b.Freed(), "the third is freed, not kept")
 	got, err := p.Get()
 	require.NoError(t, err)
 	assert.Same(t, b, got, "last put, first out")
@@ -46,9 +44,9 @@ func TestBufferPool(t *testing.T) {
 	other := allocBuffer(t, 4096)
 	assert.Error(t, p.Put(other), "another size")
 	assert.Error(t, p.Put(nil))
-	require.NoError(t, got.acquire())
+	require.NoError(t, got.b.Acquire())
 	assert.ErrorIs(t, p.Put(got), ErrBufferBusy)
-	got.release()
+	got.b.Release()
 	require.NoError(t, got.Free())
 	assert.Error(t, p.Put(got), "a freed buffer")
 
@@ -59,16 +57,12 @@ func TestBufferPool(t *testing.T) {
 	})
 	assert.Zero(t, allocs, "a Get and Put of a kept Buffer allocate nothing")
 	require.NoError(t, p.Close())
-	got2.mu.Lock()
-	assert.True(t, got2.freed, "Close frees what the pool kept")
-	got2.mu.Unlock()
+	assert.True(t, got2.b.Freed(), "Close frees what the pool kept")
 	_, err = p.Get()
 	assert.Error(t, err)
 	d := allocBuffer(t, 64<<10)
 	require.NoError(t, p.Put(d), "after Close, Put frees")
-	d.mu.Lock()
-	assert.True(t, d.freed)
-	d.mu.Unlock()
+	assert.True(t, d.b.Freed())
 }
 
 // Buffers from a pool carry a connection's Writes (the rendezvous, at this

@@ -38,10 +38,10 @@ func TestBusyPollRDMACore(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	}
-	c.core.Mu.Lock()
-	assert.True(t, c.core.Poll.Busy)
-	assert.Zero(t, c.core.Poll.Sleeps, "a busy-polling conn slept on its channel")
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	assert.True(t, c.c.Core.Poll.Busy)
+	assert.Zero(t, c.c.Core.Poll.Sleeps, "a busy-polling conn slept on its channel")
+	c.c.Core.Mu.Unlock()
 
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
 	_, err = c.Read(got)

@@ -124,9 +124,9 @@ func TestSpinTurnsOffWhenIdle(t *testing.T) {
 		_, err := io.ReadFull(c, buf)
 		require.NoError(t, err)
 	}
-	c.core.Mu.Lock()
-	misses := c.core.Poll.Misses
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	misses := c.c.Core.Poll.Misses
+	c.c.Core.Mu.Unlock()
 	assert.Equal(t, core.SpinMisses, misses, "long waits in a row")
 
 	// Negative: no polling anywhere; zero: each provider's default.
@@ -144,10 +144,10 @@ func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
 	cfg := softConfig()
 	cfg.PollTime = 2 * time.Second // the probe's spin outlasts the peer's pause
 	c, s := pair(t, cfg)
-	c.core.Mu.Lock()
-	c.core.Poll.Misses = core.SpinMisses
-	spins := c.core.Poll.Spins
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	c.c.Core.Poll.Misses = core.SpinMisses
+	spins := c.c.Core.Poll.Spins
+	c.c.Core.Mu.Unlock()
 	buf := make([]byte, 1)
 	for i := 0; i < core.SpinProbe; i++ {
 		ask(t, c)
@@ -158,10 +158,10 @@ func TestSpinProbeTurnsSpinningBackOn(t *testing.T) {
 		_, err := io.ReadFull(c, buf)
 		require.NoError(t, err)
 	}
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	assert.Equal(t, spins+1, c.core.Poll.Spins, "one probe in %d waits", core.SpinProbe)
-	assert.Zero(t, c.core.Poll.Misses, "the probe caught the byte: spinning is back on")
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	assert.Equal(t, spins+1, c.c.Core.Poll.Spins, "one probe in %d waits", core.SpinProbe)
+	assert.Zero(t, c.c.Core.Poll.Misses, "the probe caught the byte: spinning is back on")
 }
 
 // The spin's budget follows the peer: waits a little longer than PollTime
@@ -213,9 +213,9 @@ func TestSpinCatchesAPeerSlowerThanPollTime(t *testing.T) {
 		require.NoError(t, err)
 	}
 	sleeps := func() uint64 {
-		c.core.Mu.Lock()
-		defer c.core.Mu.Unlock()
-		return c.core.Poll.Sleeps
+		c.c.Core.Mu.Lock()
+		defer c.c.Core.Mu.Unlock()
+		return c.c.Core.Poll.Sleeps
 	}
 	for range 6 {
 		round()
@@ -229,9 +229,9 @@ func TestSpinCatchesAPeerSlowerThanPollTime(t *testing.T) {
 		caught = sleeps() == before
 	}
 	assert.True(t, caught, "the stretched spin caught every answer of 3 rounds in a row")
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	assert.Greater(t, c.core.Poll.Reach, cfg.PollTime)
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	assert.Greater(t, c.c.Core.Poll.Reach, cfg.PollTime)
 }
 
 // Soft ignores BusyPoll: its completions come from the transport, read by
@@ -245,9 +245,9 @@ func TestBusyPollIgnoredOnSoft(t *testing.T) {
 	require.NoError(t, err)
 	_, err = io.ReadFull(c, make([]byte, 1))
 	require.NoError(t, err)
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	assert.False(t, c.core.Poll.Busy)
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	assert.False(t, c.c.Core.Poll.Busy)
 }
 
 // RDMA_BUSY_POLL=1 turns BusyPoll on for a Config that leaves it off.
@@ -272,14 +272,14 @@ func TestNoLostWakeupBetweenHolders(t *testing.T) {
 		// Another holder (as a Write or the keepalive would) applies the
 		// data while the reader is between its look and await.
 		require.Eventually(t, func() bool {
-			c.tryPoll()
-			c.core.Mu.Lock()
-			defer c.core.Mu.Unlock()
-			return c.rx.Buffered() > 0
+			c.c.TryPoll()
+			c.c.Core.Mu.Lock()
+			defer c.c.Core.Mu.Unlock()
+			return c.c.RX.Buffered() > 0
 		}, 10*time.Second, time.Millisecond)
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
-		c.await(c.core.RcvReady, &c.core.ReadDL, false)
-		require.False(t, c.core.ReadDL.Passed(), "round %d: await slept past data already applied", i)
+		c.c.Await(c.c.Core.RcvReady, &c.c.Core.ReadDL, false)
+		require.False(t, c.c.Core.ReadDL.Passed(), "round %d: await slept past data already applied", i)
 		got := make([]byte, 1)
 		_, err = io.ReadFull(c, got)
 		require.NoError(t, err)
@@ -297,9 +297,9 @@ func TestSoftTCPSpinsOnlyForAnswers(t *testing.T) {
 	cfg.KeepAlive, cfg.PeerTimeout = -1, -1
 	c, s := pair(t, cfg)
 	counts := func() (spins, caught, sleeps uint64) {
-		c.core.Mu.Lock()
-		defer c.core.Mu.Unlock()
-		return c.core.Poll.Spins, c.core.Poll.Caught, c.core.Poll.Sleeps
+		c.c.Core.Mu.Lock()
+		defer c.c.Core.Mu.Unlock()
+		return c.c.Core.Poll.Spins, c.c.Core.Poll.Caught, c.c.Core.Poll.Sleeps
 	}
 
 	// A conversation: every wait of c's is for s's answer.
@@ -343,18 +343,18 @@ func TestSoftTCPWriteWaitingForRoomDoesNotSpin(t *testing.T) {
 	cfg.PollTime = time.Second
 	cfg.KeepAlive, cfg.PeerTimeout = -1, -1
 	c, s := pair(t, cfg)
-	c.core.Mu.Lock()
-	spins := c.core.Poll.Spins
-	ring := len(c.sb.Buf)
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	spins := c.c.Core.Poll.Spins
+	ring := len(c.c.SB.Buf)
+	c.c.Core.Mu.Unlock()
 	go func() {
 		time.Sleep(20 * time.Millisecond) // c fills the ring and waits
 		_, _ = io.Copy(io.Discard, s)
 	}()
 	_, err := c.Write(make([]byte, 4*ring))
 	require.NoError(t, err)
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	assert.Equal(t, spins, c.core.Poll.Spins)
-	assert.NotZero(t, c.core.Counters.CreditWaits+c.core.Counters.RingWaits+c.core.Counters.SendBufWaits, "the Write waited for room")
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	assert.Equal(t, spins, c.c.Core.Poll.Spins)
+	assert.NotZero(t, c.c.Core.Counters.CreditWaits+c.c.Core.Counters.RingWaits+c.c.Core.Counters.SendBufWaits, "the Write waited for room")
 }

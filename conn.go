@@ -1,19 +1,13 @@
 package rdma
 
 import (
-	"fmt"
+	"context"
 	"io"
-	"log/slog"
-	"runtime"
+	"net"
 	"time"
 
-	"github.com/rdmanet/rdma/internal/cmwatch"
-	"github.com/rdmanet/rdma/internal/connstats"
-	"github.com/rdmanet/rdma/internal/core"
-	"github.com/rdmanet/rdma/internal/debuglog"
-	"github.com/rdmanet/rdma/internal/onesided"
-	"github.com/rdmanet/rdma/internal/sendq"
 	"github.com/rdmanet/rdma/internal/stream"
+	"github.com/rdmanet/rdma/internal/streamconn"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -21,205 +15,25 @@ import (
 // concurrent use: Reads are serialised among themselves, Writes too, and a
 // Read and a Write run in parallel.
 type Conn struct {
-	// The net.Conn face (connface.go); its core.Mu guards the fields below
-	// it marks so.
-	connFace
-	endpoint // the verbs resources (endpoint.go), released by Close
-
-	cfg        Config
-	peerRDMACM bool // the listener said it takes RDMA CM connections too (mixed.go)
-
-	sendSide // what this side writes to the peer, and owes it (under mu)
-	recvSide // what the peer writes to this side (under mu)
-
-	// The state of a connection that used Buffers, exposures or the
-	// rendezvous (zerocopy.go; nil until then), and the registrations in
-	// progress outside mu (regMR).
-	zc          *zeroCopy
-	registering int
-}
-
-// sendSide is the half of a Conn that writes to the peer, guarded by mu:
-// what it may write into the peer's ring (the stream's send window), the
-// send staging and queue (internal/sendq), and the messages it owes.
-type sendSide struct {
-	tx    stream.Send
-	sb    sendq.Buffer // the send staging
-	sq    sendq.Queue  // the send queue
-	chunk int          // largest single RDMA write
-
-	// The rendezvous threshold agreed (0: none; rndv.go), and how soon the
-	// peer wants its pings answered (0: it sends none; heartbeat.go).
-	rndvMin  int
-	peerBeat time.Duration
-
-	creditWant  bool // a credit update is due but could not be queued
-	rndvDoneDue bool // a rendezvous' done message is owed to the peer (rndv.go)
-	pongDue     bool // a ping waits for its pong to be queued (heartbeat.go)
-	finSent     bool
-}
-
-// recvSide is the half of a Conn that the peer writes to, guarded by mu:
-// what the peer may write into our ring (the stream's receive window), the
-// receive WRs and their reposting, and the notifications held.
-type recvSide struct {
-	rx         stream.Recv
-	recvPosted int // receive WRs outstanding on the QP
-	// Receives are reposted in batches of repostBatch (a post is a call
-	// into the provider, on the path from a message's arrival to the Read
-	// that returns it): repostDue consumed since the last batch, of which
-	// repostHeld carried notifications.
-	repostDue, repostHeld, repostBatch int
-
-	// Notifications from the peer, not yet taken: each holds back the
-	// credit of its receive WR until then.
-	notes onesided.NoteQueue
-
-	// The messages received so far: each is a sign of life (heartbeat.go).
-	received uint64
+	c streamconn.Conn // the wire's engine (internal/streamconn)
 }
 
 // newConn sets up a connection on id: its verbs resources, and its
-// receives posted.
+// receives posted (streamconn.Conn.Init, with cfg as the engine takes it).
 func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (*Conn, error) {
-	e, sbuf, err := newEndpoint(provider, ech, id, cfg, grow)
-	if err != nil {
+	ec := streamconn.Config(cfg)
+	ec.PollTime, ec.BusyPoll = cfg.pollTime(), cfg.busyPoll()
+	c := new(Conn)
+	if err := c.c.Init(provider, ech, id, ec, grow); err != nil {
 		return nil, err
 	}
-	c := &Conn{endpoint: e, cfg: cfg}
-	c.init(provider, c.poller())
-	c.sb = sendq.NewBuffer(sbuf)
-	c.sq = sendq.NewQueue(e.sendWRs, e.slots)
-	if err = c.postRecvs(e.recvWRs); err != nil {
-		c.releaseVerbs()
-		return nil, err
-	}
-	c.recvPosted = e.recvWRs
-	c.repostBatch = max(e.recvWRs/16, 1)
-	c.rx = stream.NewRecv(stream.RingLog(len(c.ring)), stream.RingLog(cfg.RingSize), e.recvWRs)
 	return c, nil
-}
-
-// hello is this side's half of the handshake.
-func (c *Conn) hello() stream.Hello {
-	h := stream.Hello{
-		Version:   stream.Version,
-		RecvDepth: uint16(c.recvWRs),
-		RingAddr:  c.ep.RingMR.Addr(),
-		RingKey:   c.ep.RingMR.RKey(),
-		RingLog:   stream.RingLog(len(c.ring)),
-		GrowLog:   c.rx.GrowLog,
-	}
-	if c.cfg.PeerTimeout > 0 {
-		l := stream.NewLiveness(c.cfg.PeerTimeout, time.Time{})
-		h.Heartbeat = l.Heartbeat()
-	}
-	return h
-}
-
-// setPeer takes in the peer's hello; the version agreed is the lower of
-// the two.
-func (c *Conn) setPeer(h stream.Hello) {
-	agreed := min(h.Version, stream.Version)
-	c.rx.Agree(agreed)
-	c.tx = stream.NewSend(h, agreed)
-	stream.AgreeRndv(&c.rx, &c.tx, agreed)
-	c.rndvMin = c.rndvThreshold(agreed)
-	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
-	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
-	if agreed >= stream.VersionHeartbeat {
-		c.rx.Pings = true
-		c.peerBeat = stream.AnswerWithin(h.Heartbeat)
-	}
-}
-
-// takeAnswer takes in the listener's hello.
-func (c *Conn) takeAnswer(private []byte) error {
-	peer, err := stream.ParseHello(private)
-	switch {
-	case err != nil:
-		return err
-	case peer.Version > stream.Version:
-		// A listener answers with the lower of the two versions.
-		return fmt.Errorf("%w: the listener answered with version %d, above ours (%d)", stream.ErrHello, peer.Version, stream.Version)
-	}
-	c.setPeer(peer)
-	return nil
-}
-
-// start runs the connection once it is established.
-func (c *Conn) start() {
-	c.established(c.ep.ID.LocalAddr(), c.ep.ID.RemoteAddr())
-	c.core.Poll.Configure(c.cfg.pollTime(), c.cfg.busyPoll(), c.provider == ProviderSoft)
-	w := c.newWatch(time.Now()) // heartbeat.go
-	c.core.Watch = cmwatch.Start(c.ep.Events, w, w.sched.Next)
-	register(c) // registry.go
-	c.logEstablished()
 }
 
 // Read reads data the peer wrote. It returns as soon as any data is there;
 // io.EOF once the peer has closed its sending side and everything before
 // that was read.
-func (c *Conn) Read(b []byte) (int, error) {
-	c.core.ReadMu.Lock()
-	defer c.core.ReadMu.Unlock()
-	for {
-		c.core.Mu.Lock()
-		if err := c.core.ReadStopLocked(); err != nil {
-			c.core.Mu.Unlock()
-			return 0, err
-		}
-		if zc := c.zc; zc != nil && zc.bounce.Pending() && len(b) > 0 {
-			// A rendezvous READ's bytes, before anything after it.
-			n := zc.bounce.Read(b)
-			c.core.Counters.ReadLocked(n) // stats.go
-			c.core.Mu.Unlock()
-			return n, nil
-		}
-		if avail := c.rx.Buffered(); avail > 0 {
-			if len(b) == 0 {
-				c.core.Mu.Unlock()
-				return 0, nil
-			}
-			ring, off, span := c.readRingLocked()
-			n := int(min(span, uint64(len(b))))
-			c.core.Mu.Unlock()
-			// The bytes are ours until we credit them back: no lock needed
-			// (and the previous ring is released by the reader only).
-			first := min(n, len(ring)-int(off))
-			copy(b, ring[off:int(off)+first])
-			copy(b[first:n], ring)
-			c.core.Mu.Lock()
-			c.rx.Consume(n)
-			c.core.Counters.ReadLocked(n)
-			c.leftPrevRingLocked()
-			c.creditLocked(false)
-			c.unlockSubmit()
-			return n, nil
-		}
-		if addr, key, left := c.rx.RndvNext(); left > 0 && len(b) > 0 {
-			c.core.Mu.Unlock()
-			n, err := c.readRndv(b, addr, key, left)
-			c.read(n)
-			return n, err
-		}
-		if c.rx.FinRcvd {
-			c.core.Mu.Unlock()
-			return 0, io.EOF
-		}
-		if c.core.Err != nil {
-			err := c.core.Err
-			c.core.Mu.Unlock()
-			return 0, c.opErr("read", err)
-		}
-		if len(b) == 0 {
-			c.core.Mu.Unlock()
-			return 0, nil
-		}
-		c.core.Mu.Unlock()
-		c.await(c.core.RcvReady, &c.core.ReadDL, false)
-	}
-}
+func (c *Conn) Read(b []byte) (int, error) { return c.c.Read(b) }
 
 // Write writes b to the connection. It returns once all of b is posted to the
 // send queue (copied into registered memory, so b may be reused), or with an
@@ -230,262 +44,171 @@ func (c *Conn) Read(b []byte) (int, error) {
 // for the peer's Read, so two ends that both write one before reading
 // deadlock (as MPI's rendezvous sends do). A deadline or Close that cuts
 // such a Write short fails the connection (the peer may be mid-read).
-func (c *Conn) Write(b []byte) (int, error) {
-	c.core.WriteMu.Lock()
-	defer c.core.WriteMu.Unlock()
-	if c.rndvMin > 0 && len(b) >= c.rndvMin {
-		if buf := bufferOf(b); buf != nil {
-			return c.writeRndv(b, buf) // rndv.go
-		}
-	}
-	for sent := 0; ; {
-		if sent == len(b) && sent > 0 {
-			return sent, nil
-		}
-		c.core.Mu.Lock()
-		if over, err := c.core.WriteOverLocked(c.writeErrLocked(), sent, len(b)); over {
-			c.core.Mu.Unlock()
-			return sent, err
-		}
-		n, at, inline := c.reserveLocked(len(b) - sent)
-		if n == 0 {
-			c.core.Mu.Unlock()
-			c.awaitRoom()
-			continue
-		}
-		p := b[sent : sent+n]
-		var buf []byte
-		var flags verbs.SendFlags
-		if inline {
-			// Each queue slot has its own inline staging, so the bytes
-			// stay put until whoever posts the queue gets to them.
-			buf, flags = c.inlineSlotLocked(n), verbs.SendInline
-			copy(buf, p)
-		} else {
-			buf = c.sb.Reserve(uint64(n))
-			c.sq.Reserved++
-			c.core.Mu.Unlock()
-			// The reserved bytes are the writer's alone until queued.
-			copy(buf, p)
-			c.core.Mu.Lock()
-			c.sq.Reserved--
-			// Reserved ring space must be filled, or the stream would
-			// desynchronise: only a failed connection stops it now.
-			if err := c.core.Err; err != nil {
-				c.core.Mu.Unlock()
-				return sent, c.opErr("write", err)
-			}
-		}
-		c.enqueueDataLocked(buf, at, flags, sent == 0)
-		c.core.Mu.Unlock()
-		c.submit()
-		sent += n
-	}
-}
-
-// writeErrLocked says why a Write cannot go on, or nil.
-func (c *Conn) writeErrLocked() error {
-	if err := c.core.StopErrLocked(&c.core.WriteDL); err != nil {
-		return err
-	}
-	if c.finSent {
-		return core.ErrWriteClosed
-	}
-	return c.core.Err
-}
+func (c *Conn) Write(b []byte) (int, error) { return c.c.Write(b) }
 
 // CloseWrite shuts down the sending side, as (*net.TCPConn).CloseWrite does:
 // the peer reads what was written, then io.EOF; reading goes on.
-func (c *Conn) CloseWrite() error { return c.poller().CloseWrite((*connCore)(c)) }
-
-func (c *Conn) writeShutLocked() bool { return c.finSent }
-
-func (c *Conn) shutWriteLocked() (bool, error) {
-	if !c.canSendData() {
-		return false, nil
-	}
-	c.sendFinLocked()
-	return true, nil
-}
-
-func (c *Conn) flush() error { return c.submit() }
-
-func (c *Conn) drainTime() time.Duration { return c.cfg.HandshakeTimeout }
+func (c *Conn) CloseWrite() error { return c.c.CloseWrite() }
 
 // Close closes the connection. Bytes already written are delivered (within
 // HandshakeTimeout), then the peer reads io.EOF. Pending Reads and Writes
 // return net.ErrClosed.
-func (c *Conn) Close() error { return closeConn(c, c.poller(), (*connCore)(c)) }
-
-// drain posts the FIN and waits until every posted send has completed, so
-// that the disconnect that follows loses nothing.
-func (c *Conn) drain(dl *core.Deadline) {
-	for {
-		c.core.Mu.Lock()
-		queued := false
-		switch {
-		case c.core.Err != nil:
-			c.core.Mu.Unlock()
-			return
-		case !c.finSent:
-			if c.canSendData() { // no writer reserves: Close holds wmu
-				c.sendFinLocked()
-				queued = true
-			}
-		case c.sq.Idle():
-			c.core.Mu.Unlock()
-			return
-		case c.sq.Unsignaled > 0:
-			// The last send is unsignaled: nothing would report it.
-			if !c.postProbeLocked() {
-				c.core.Mu.Unlock()
-				return
-			}
-			queued = true
-		}
-		c.core.Mu.Unlock()
-		if queued {
-			c.submit()
-			continue
-		}
-		if dl.Passed() {
-			return
-		}
-		c.await(c.core.SndReady, dl, true)
-	}
-}
+func (c *Conn) Close() error { return closed(c, c.c.Close()) }
 
 // TrafficClass is the traffic class (IP type of service) the connection's
 // packets carry, as its queue pair reports it: the address vector's on
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
 // Config.TrafficClass.
-func (c *Conn) TrafficClass() (int, error) { return c.trafficClass(&c.endpoint) }
-
-// observeStats is the watch's look at the counters (heartbeat.go's tick).
-func (c *Conn) observeStats(now time.Time) {
-	c.core.Mu.Lock()
-	c.core.Counters.SeeLocked(now)
-	c.core.Mu.Unlock()
-}
+func (c *Conn) TrafficClass() (int, error) { return c.c.TrafficClass() }
 
 // Stats returns what the connection has done so far and its sizes now. It
 // takes the connection's lock briefly; the data path keeps running.
-func (c *Conn) Stats() ConnStats {
-	s := c.snapshot("stream", &c.endpoint, func(s *ConnStats, st *connstats.Counters) error {
-		s.RingSize, s.PeerRingSize = len(c.ring), int(c.tx.Size)
-		s.SendDepth, s.RecvDepth = int(c.sq.Depth), c.recvWRs
-		s.SendsPending, s.RecvsPosted = int(c.sq.Posted-c.sq.Done), c.recvPosted
-		s.Credits, s.Buffered = c.tx.Credits, int(c.rx.Buffered())
-		s.SendBufferSize, s.SendBuffered = len(c.sb.Buf), int(c.sb.InFlight())
-		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.RingGrowths, st.SendGrowths, st.Trims
-		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.RingWaits, st.SendBufWaits, st.ReadWaits
-		s.Spins, s.SpinsCaught, s.Sleeps = st.Spins, st.Caught, st.Sleeps
-		s.KeepAlives, s.PingsSent, s.PongsRecv = st.Keepalives, st.PingsSent, st.PongsRecv
-		s.PingsRecv, s.PongsSent = st.PingsRecv, st.PongsSent
-		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.RndvSent, st.RndvWindowed, st.RndvRecv
-		if c.zc != nil {
-			s.Exposed = c.zc.exposures.Live()
-		}
-		return c.failureLocked()
-	})
-	s.LastSeenStep = c.watchStep()
-	return s
+func (c *Conn) Stats() ConnStats { return ConnStats(c.c.Stats()) }
+
+// LocalAddr returns the local address.
+func (f *Conn) LocalAddr() net.Addr { return asAddr(f.c.LocalAddr()) }
+
+// RemoteAddr returns the peer's address.
+func (f *Conn) RemoteAddr() net.Addr { return asAddr(f.c.RemoteAddr()) }
+
+// Provider names the verbs provider that carries the connection: "soft" or
+// "rdmacore".
+func (f *Conn) Provider() string { return f.c.Provider() }
+
+// Fallback returns a *FallbackError when the connection was dialed with
+// provider auto on a host with an RDMA device and is carried by soft because
+// the peer did not answer over the RDMA connection manager; else nil.
+func (f *Conn) Fallback() error { return f.c.Fallback() }
+
+// SetDeadline sets the read and write deadlines.
+func (f *Conn) SetDeadline(t time.Time) error { return f.c.SetDeadline(t) }
+
+// SetReadDeadline sets the deadline for Reads, pending ones included.
+func (f *Conn) SetReadDeadline(t time.Time) error { return f.c.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the deadline for Writes, pending ones included.
+func (f *Conn) SetWriteDeadline(t time.Time) error { return f.c.SetWriteDeadline(t) }
+
+// Expose registers n bytes of b at offset off on the connection for the
+// peer to access (access: AccessRead, AccessWrite or both) and returns
+// their Desc, which only this connection's peer can use. The exposure ends
+// with Unexpose, b's Free or the connection's Close, whichever comes first.
+func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
+	d, err := c.c.Expose(b.engine(), off, n, streamconn.Access(access))
+	return Desc(d), err
 }
 
-// failureLocked is the connection's failure, if it failed: not the reset
-// that follows the peer's orderly close (its FIN, then its disconnect
-// flushes our queue), which ends every connection the peer closes.
-func (c *Conn) failureLocked() error {
-	if c.rx.FinRcvd && c.core.Err == core.ErrReset {
-		return nil
-	}
-	return c.core.Err
+// Unexpose ends the exposure d, which Expose on this connection returned.
+// Once it returns, nothing touches the range for the peer any more, even
+// for an access the peer had under way: that access finished before, or
+// fails at the peer (ErrRemoteAccess, or its connection broken). A stalled
+// peer cannot make Unexpose wait. A Desc that is not a live exposure of
+// this connection fails with ErrBadDesc.
+func (c *Conn) Unexpose(d Desc) error { return c.c.Unexpose(streamconn.Desc(d)) }
+
+// WriteRemote RDMA-writes p, which lies in a Buffer, into the range d
+// describes at offset off, and returns once the peer's device has the
+// bytes. d must allow AccessWrite and hold len(p) bytes at off.
+func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
+	return c.c.WriteRemote(streamconn.Desc(d), off, p)
 }
 
-// watchStep is how often the watch looks at the counters, or 0.
-func (c *Conn) watchStep() time.Duration {
-	step := c.cfg.KeepAlive
-	if b := c.cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
-		step = b
-	}
-	return max(step, 0)
+// WriteRemoteContext is WriteRemote whose wait for a send slot also ends
+// when ctx is done (its error then, context.DeadlineExceeded for its
+// deadline), having posted nothing. Once posted, the write runs to its
+// completion, which the transport's retry timeout bounds.
+func (c *Conn) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
+	return c.c.WriteRemoteContext(ctx, streamconn.Desc(d), off, p)
 }
 
-// logEstablished logs what carries a new connection: the provider, the
-// device and, on soft, the path and why it is not shared memory when it
-// is not.
-func (c *Conn) logEstablished() {
-	if !debuglog.On(debuglog.Dial, slog.LevelInfo) && !debuglog.On(debuglog.Shm, slog.LevelInfo) {
-		return
-	}
-	dev := ""
-	if ctx := c.ep.ID.Context(); ctx != nil {
-		dev = ctx.Name()
-	}
-	path := pathOf(c.provider, c.ep.QP)
-	qp := c.ep.QP
-	if debuglog.On(debuglog.Dial, slog.LevelInfo) {
-		debuglog.Log("dial", slog.LevelInfo, "connection established", "provider", c.provider,
-			"device", dev, "path", path, "local", addrString(c.localAddr()), "peer", addrString(c.remoteAddr()))
-	}
-	if c.provider == ProviderSoft && debuglog.On(debuglog.Shm, slog.LevelInfo) {
-		if path == "soft-shm" {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory in use", "peer", addrString(c.remoteAddr()))
-		} else {
-			debuglog.Log("shm", slog.LevelInfo, "shared memory not used", "peer", addrString(c.remoteAddr()), "reason", shmReason(c.localAddr(), c.remoteAddr(), qp))
-		}
-	}
+// WriteRemoteNotify is WriteRemote, and then the peer's WaitNotify returns
+// value (at most NotifyValueMax) and len(p), once the bytes have landed. p
+// may be empty: a notification alone. Each notification takes one of the
+// peer's receive credits until the peer takes it, so a writer that runs
+// ahead of the peer's WaitNotify waits, as a Write waits for a reader, until
+// the write deadline (SetWriteDeadline), having then posted nothing.
+// (WriteRemote and ReadRemote wait for a send slot the same way, under the
+// write and the read deadline; once posted, an operation runs to its
+// completion, which the transport's retry timeout bounds.)
+func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error {
+	return c.c.WriteRemoteNotify(streamconn.Desc(d), off, p, value)
 }
 
-// logFailure logs a connection's failure and its cause (with mu held).
-func (c *Conn) logFailure(err error) {
-	if c.failureLocked() == nil {
-		return // the peer closed
-	}
-	if debuglog.On(debuglog.Conn, slog.LevelWarn) {
-		debuglog.Log("conn", slog.LevelWarn, "connection failed", "provider", c.provider,
-			"local", addrString(c.localAddr()), "peer", addrString(c.remoteAddr()), "err", err.Error())
-	}
+// WriteRemoteNotifyContext is WriteRemoteNotify whose wait for the peer's
+// credit (and a send slot) also ends when ctx is done (its error then,
+// context.DeadlineExceeded for its deadline), having posted nothing: a
+// peer that never takes its notifications holds the caller no longer.
+func (c *Conn) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p []byte, value uint32) error {
+	return c.c.WriteRemoteNotifyContext(ctx, streamconn.Desc(d), off, p, value)
 }
 
-// logGrowth logs a ring or send buffer moving to a larger one.
-func (c *Conn) logGrowth(what string, from, to int) {
-	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
-		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", addrString(c.remoteAddr()), "from", from, "to", to)
-	}
+// ReadRemote RDMA-reads len(p) bytes of the range d describes, at offset
+// off, into p, which lies in a Buffer. d must allow AccessRead.
+func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
+	return c.c.ReadRemote(streamconn.Desc(d), off, p)
 }
 
-func (c *Conn) peerTakesRDMACM() bool { return c.peerRDMACM }
+// ReadRemoteContext is ReadRemote whose wait for a send slot also ends
+// when ctx is done, as WriteRemoteContext's.
+func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
+	return c.c.ReadRemoteContext(ctx, streamconn.Desc(d), off, p)
+}
 
-// postRecvs posts n receive WRs.
-func (c *Conn) postRecvs(n int) error {
-	for n > 0 {
-		k := min(n, recvBatch)
-		if err := c.ep.QP.PostRecv(recvWRs[:k]); err != nil {
-			return err
-		}
-		n -= k
+// WaitNotify returns the next notification from the peer (its
+// WriteRemoteNotify's value and length), in arrival order, waiting for one
+// until ctx is done. It fails once the connection is closed or broken, or
+// the peer closed its sending side and no notification is left.
+func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) {
+	return c.c.WaitNotify(ctx)
+}
+
+// ReadFrom implements io.ReaderFrom: it reads r until io.EOF (or an error)
+// into the connection's send buffer, a chunk at a time, and writes what it
+// read as Write would, without copying it again. It returns the bytes
+// written; an error of r's is returned as it is, one of the connection's as
+// Write's would be.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) { return c.c.ReadFrom(r) }
+
+// WriteTo implements io.WriterTo: it writes everything the peer sends to w
+// until the peer's FIN (then it returns nil, as io.Copy expects) or an
+// error, handing w the bytes in the receive ring itself.
+func (c *Conn) WriteTo(w io.Writer) (int64, error) { return c.c.WriteTo(w) }
+
+// The steps of the dial and the accept (establishing, dialing, wireConn).
+
+func (c *Conn) hello() stream.Hello             { return c.c.Hello() }
+func (c *Conn) setPeer(h stream.Hello)          { c.c.SetPeer(h) }
+func (c *Conn) takeAnswer(private []byte) error { return c.c.TakeAnswer(private) }
+func (c *Conn) rdAtom() int                     { return c.c.RdAtom() }
+func (c *Conn) releaseVerbs()                   { c.c.ReleaseVerbs() }
+func (c *Conn) peerTakesRDMACM() bool           { return c.c.PeerTakesRDMACM() }
+
+// start runs the connection once it is established, and enters it into
+// the registry.
+func (c *Conn) start() {
+	c.c.Start(netAddrOf)
+	register(c) // registry.go
+}
+
+// setFallback records why an auto dial fell back to soft.
+func (c *Conn) setFallback(fb error) {
+	c.c.SetFallback(fb)
+	logFallback(asAddr(c.c.RemoteAddr()), fb) // debuglog.go
+}
+
+// closed is what follows a wire's Close (its error err): a connection that
+// closed leaves the registry.
+func closed(c statser, err error) error {
+	if err != nil {
+		return err
 	}
+	unregister(c) // registry.go
 	return nil
 }
 
-// releaseVerbs destroys the connection's verbs objects once no post or
-// poll is in flight; none is started afterwards.
-func (c *Conn) releaseVerbs() {
-	c.core.Mu.Lock()
-	c.core.Torn = true
-	// A post in flight, or a poll (the keepalive's), must finish before
-	// the QP and CQ go; a registration, before the protection domain.
-	for c.sq.Submitting || c.core.Poll.Held || c.registering > 0 {
-		c.core.Mu.Unlock()
-		runtime.Gosched()
-		c.core.Mu.Lock()
-	}
-	c.core.Mu.Unlock()
-	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
-	c.endpoint.release(c.core.Poll.Unacked)
-	c.core.Poll.Unacked = 0
-	for _, b := range held {
-		b.release()
-	}
-}
+// asAddr is a connection's address as its face shows it (nil until
+// established).
+func asAddr(a net.Addr) *Addr { r, _ := a.(*Addr); return r }
+
+// netAddrOf is a connection manager address as a connection shows it.
+func netAddrOf(a *net.TCPAddr) net.Addr { return fromTCPAddr(a).netAddr() }

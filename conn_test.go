@@ -29,9 +29,9 @@ func TestNoSliverWrites(t *testing.T) {
 	}()
 	_, err := io.ReadFull(s, make([]byte, size*count))
 	require.NoError(t, err)
-	c.core.Mu.Lock()
-	posted := c.sq.Posted
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	posted := c.c.SQ.Posted
+	c.c.Core.Mu.Unlock()
 	// One write per chunk (a 64 KiB chunk holds a whole write), a piece at
 	// each ring wrap, and credit updates: far below two per write.
 	assert.Less(t, posted, uint64(2*count), "send WRs for %d writes", count)
@@ -74,7 +74,7 @@ func echoStream(t *testing.T, c net.Conn, n, chunk int) {
 func TestConnTransportTimeout(t *testing.T) {
 	client, server := pair(t, softConfig())
 	for _, c := range []*Conn{client, server} {
-		a, err := c.ep.QP.Query()
+		a, err := c.c.EP.QP.Query()
 		require.NoError(t, err)
 		assert.Equal(t, ackTimeoutExp, a.Timeout)
 		assert.Equal(t, 7, a.RetryCnt)

@@ -12,9 +12,9 @@ import (
 func SoftCarrier(c net.Conn) string {
 	switch c := c.(type) {
 	case *Conn:
-		return soft.Carrier(c.ep.QP)
+		return soft.Carrier(c.c.EP.QP)
 	case *RsocketConn:
-		return soft.Carrier(c.ep.QP)
+		return soft.Carrier(c.c.QP())
 	}
 	return ""
 }

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"errors"
+	"github.com/rdmanet/rdma/internal/streamconn"
 	"io"
 	"net"
 	"os"
@@ -191,9 +192,9 @@ func TestHeartbeatIdlePairStaysUp(t *testing.T) {
 				require.NoError(t, err)
 			}
 			for _, x := range []*Conn{c, s} {
-				x.core.Mu.Lock()
-				received, failed := x.received, x.core.Err
-				x.core.Mu.Unlock()
+				x.c.Core.Mu.Lock()
+				received, failed := x.c.Received, x.c.Core.Err
+				x.c.Core.Mu.Unlock()
 				assert.NoError(t, failed)
 				assert.Greater(t, received, uint64(2), "heartbeats went both ways")
 			}
@@ -205,7 +206,7 @@ func TestPeerTimeoutDefaults(t *testing.T) {
 	assert.Zero(t, (&Config{}).withDefaults().PeerTimeout, "default: no heartbeat of its own, as TCP")
 	assert.Equal(t, 100*time.Millisecond, (&Config{PeerTimeout: time.Millisecond}).withDefaults().PeerTimeout)
 	assert.Equal(t, -time.Second, (&Config{PeerTimeout: -time.Second}).withDefaults().PeerTimeout)
-	assert.True(t, errors.Is(unresponsiveError(time.Second), syscall.ETIMEDOUT))
+	assert.True(t, errors.Is(streamconn.UnresponsiveError(time.Second), syscall.ETIMEDOUT))
 }
 
 // An idle pair whose heartbeats run sends pings and pongs, not keepalive

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/internal/phase"
+	"github.com/rdmanet/rdma/internal/rsocketconn"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
 )
@@ -31,8 +32,8 @@ type ListenConfig struct {
 type Listener struct {
 	provider string
 	cfg      Config
-	sides    []listenSide // the provider's own first, then soft's (mixed.go)
-	rs       *rsParams    // rsocket mode (rsocket_dial.go), else nil
+	sides    []listenSide        // the provider's own first, then soft's (mixed.go)
+	rs       *rsocketconn.Params // rsocket mode (rsocket_dial.go), else nil
 	addr     *Addr
 
 	ready     chan net.Conn // established connections waiting for Accept
@@ -256,7 +257,7 @@ func (l *Listener) handshake(prov verbs.Provider, ev verbs.CMEvent) {
 		if len(l.sides) > 1 && prov.Name() == ProviderSoft {
 			h.Flags |= stream.FlagRDMACM // the soft side of a mixed listener
 		}
-		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom, InitiatorDepth: c.rdAtom, RetryCount: 7, RNRRetryCount: 7}, nil
+		return c, &verbs.ConnParam{PrivateData: h.Marshal(), ResponderResources: c.rdAtom(), InitiatorDepth: c.rdAtom(), RetryCount: 7, RNRRetryCount: 7}, nil
 	})
 }
 

@@ -91,7 +91,7 @@ func TestAutoDialForgetsPeerWithRDMASide(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ProviderSoft, c.Provider())
 	assert.Equal(t, ProviderSoft, <-provs)
-	assert.True(t, c.peerRDMACM, "the soft side of a mixed listener says so")
+	assert.True(t, c.c.PeerTakesRDMACM(), "the soft side of a mixed listener says so")
 	_, ok := softOnlyPeers.Recall(addr, time.Now())
 	assert.False(t, ok, "a mixed listener is not remembered as soft-only")
 

@@ -19,12 +19,12 @@ import (
 // sendSlots is the length of c's per-slot send queue arrays, checked to
 // move together.
 func sendSlots(t *testing.T, c *Conn) int {
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	n := len(c.sq.WRs)
-	require.Len(t, c.sq.SGEs, n)
-	require.Len(t, c.sq.Ends, n)
-	require.Len(t, c.sq.Ops, n)
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	n := len(c.c.SQ.WRs)
+	require.Len(t, c.c.SQ.SGEs, n)
+	require.Len(t, c.c.SQ.Ends, n)
+	require.Len(t, c.c.SQ.Ops, n)
 	return n
 }
 
@@ -62,10 +62,10 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		require.NoError(t, err)
 		for _, e := range []*Conn{c, s} {
 			assert.Equal(t, sendq.StartSlots, sendSlots(t, e), "an idle conn's send slots")
-			assert.Greater(t, e.slots, 4*sendq.StartSlots, "the default depth is far above what idle holds")
-			e.core.Mu.Lock()
-			assert.Zero(t, e.notes.Slots(), "no notification ring before a notification")
-			e.core.Mu.Unlock()
+			assert.Greater(t, e.c.Slots, 4*sendq.StartSlots, "the default depth is far above what idle holds")
+			e.c.Core.Mu.Lock()
+			assert.Zero(t, e.c.Notes.Slots(), "no notification ring before a notification")
+			e.c.Core.Mu.Unlock()
 		}
 		noSenders(t, "an idle conn's QP has no sender goroutine")
 
@@ -100,7 +100,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		}
 		n := sendSlots(t, c)
 		assert.Greater(t, n, sendq.StartSlots, "the burst grew the send queue")
-		assert.LessOrEqual(t, n, c.slots, "no further than the endpoint's slots")
+		assert.LessOrEqual(t, n, c.c.Slots, "no further than the endpoint's slots")
 		noSenders(t, "the senders end once the burst is written")
 
 		wbuf, small := make([]byte, 4096), make([]byte, 64)
@@ -125,12 +125,12 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 
 		// Quiet again: the watch's next ticks give the slots back.
 		var moved uint64
-		c.keepalive() // a signaled probe behind any unsignaled tail
+		c.c.Keepalive() // a signaled probe behind any unsignaled tail
 		assert.Eventually(t, func() bool {
-			c.trimIdle(&moved)
-			c.core.Mu.Lock()
-			defer c.core.Mu.Unlock()
-			return len(c.sq.WRs) == sendq.StartSlots && len(c.sq.Ends) == sendq.StartSlots
+			c.c.TrimIdle(&moved)
+			c.c.Core.Mu.Lock()
+			defer c.c.Core.Mu.Unlock()
+			return len(c.c.SQ.WRs) == sendq.StartSlots && len(c.c.SQ.Ends) == sendq.StartSlots
 		}, 10*time.Second, 5*time.Millisecond, "a quiet conn trims its send queue")
 		for range 100 {
 			round() // and grows again as traffic needs

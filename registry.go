@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/internal/registry"
-	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
 
@@ -104,16 +103,6 @@ func OpenListenerStats() []ListenerStats {
 			Opened: rl.Opened, Accepted: rl.Accepted, Open: rl.Open, Backlog: len(l.ready), Capacity: cap(l.ready)}
 	}
 	return out
-}
-
-// transportInfo is what the transport under qp says of itself: on soft's
-// TCP path the kernel's round-trip time and retransmits (TCP_INFO).
-func transportInfo(provider string, qp verbs.QP) (time.Duration, uint64) {
-	if provider != ProviderSoft || qp == nil || soft.Carrier(qp) != "tcp" {
-		return 0, 0
-	}
-	rtt, retrans, _ := soft.TCPInfo(qp)
-	return rtt, retrans
 }
 
 // ReadProcessStats returns the totals over every connection the process

@@ -322,7 +322,7 @@ func closeFreeRound(t *testing.T, i int) error {
 			}
 			// Put returned: no exposure covers it. A Buffer Get hands
 			// out again keeps at most its local registration.
-			if n := p.mem.Registered(); n > 1 {
+			if n := p.b.Memory().Registered(); n > 1 {
 				report("round %d: %d MRs cover a pooled Buffer after Put", i, n)
 			}
 		})
@@ -336,7 +336,7 @@ func closeFreeRound(t *testing.T, i int) error {
 	wg.Wait()
 	s.Close()
 	for k, b := range freed {
-		if n := b.mem.Registered(); n != 0 {
+		if n := b.b.Memory().Registered(); n != 0 {
 			report("round %d: %d MRs cover freed Buffer %d", i, n, k)
 		}
 	}
@@ -354,13 +354,13 @@ func TestMemoryFreeRefusedWhileRegistered(t *testing.T) {
 	require.NoError(t, err)
 	d2, err := c.Expose(b, 100, 200, AccessWrite)
 	require.NoError(t, err)
-	err = b.mem.Free()
+	err = b.b.Memory().Free()
 	require.ErrorIs(t, err, syscall.EBUSY)
 	require.ErrorIs(t, err, verbs.ErrMemoryRegistered)
 	require.NoError(t, s.Unexpose(d1))
-	require.ErrorIs(t, b.mem.Free(), syscall.EBUSY, "the other connection's MR still covers it")
+	require.ErrorIs(t, b.b.Memory().Free(), syscall.EBUSY, "the other connection's MR still covers it")
 	require.NoError(t, c.Unexpose(d2))
-	assert.Equal(t, 0, b.mem.Registered())
+	assert.Equal(t, 0, b.b.Memory().Registered())
 	// Still usable: nothing was freed.
 	copy(b.Bytes(), "alive")
 	assert.True(t, bytes.HasPrefix(b.Bytes(), []byte("alive")))
@@ -424,11 +424,7 @@ func TestBufferForgetsConnections(t *testing.T) {
 		c, s := pair(t, nil)
 		d, err := s.Expose(b, 0, 4096, AccessRead)
 		require.NoError(t, err)
-		regs := func() int {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			return len(b.regs)
-		}
+		regs := b.b.Holders
 		if i%2 == 0 {
 			require.NoError(t, s.Unexpose(d))
 			assert.Zero(t, regs(), "round %d: connections kept after Unexpose", i)

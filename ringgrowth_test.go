@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"github.com/rdmanet/rdma/internal/streamconn"
 	"io"
 	"testing"
 	"time"
@@ -15,10 +16,10 @@ import (
 // ringSizes is what a connection has registered for its ring and send
 // buffer now, and whether an old ring or send buffer is still held.
 func ringSizes(c *Conn) (ring, sbuf int, held bool) {
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	held = c.grow != nil && (c.grow.prev.MR != nil || c.grow.prevSend.MR != nil || c.grow.next.MR != nil)
-	return len(c.ring), len(c.sb.Buf), held
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	held = c.c.Grow != nil && c.c.Grow.Held()
+	return len(c.c.Ring), len(c.c.SB.Buf), held
 }
 
 // A connection starts small, stays small while it exchanges a few
@@ -29,10 +30,10 @@ func TestRingsGrowUnderLoad(t *testing.T) {
 	mem0 := verbs.MemoryInUse()
 	c, s := pair(t, nil)
 	perEndpoint := (verbs.MemoryInUse() - mem0) / 2
-	assert.LessOrEqual(t, perEndpoint, int64(2*growStart+16<<10), "registered per idle endpoint")
+	assert.LessOrEqual(t, perEndpoint, int64(2*streamconn.GrowStart+16<<10), "registered per idle endpoint")
 	for _, x := range []*Conn{c, s} {
 		ring, sbuf, _ := ringSizes(x)
-		assert.Equal(t, [2]int{growStart, growStart}, [2]int{ring, sbuf})
+		assert.Equal(t, [2]int{streamconn.GrowStart, streamconn.GrowStart}, [2]int{ring, sbuf})
 	}
 
 	// Small messages back and forth: nothing grows.
@@ -44,9 +45,9 @@ func TestRingsGrowUnderLoad(t *testing.T) {
 		_, err = io.ReadFull(c, msg)
 		require.NoError(t, err)
 	}
-	c.core.Mu.Lock()
-	assert.Nil(t, c.grow, "a few messages do not grow a connection")
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	assert.Nil(t, c.c.Grow, "a few messages do not grow a connection")
+	c.c.Core.Mu.Unlock()
 
 	// A stream through the echo: every byte comes back in order, across
 	// the moves.
@@ -101,18 +102,18 @@ func TestBadRingOffers(t *testing.T) {
 	}
 	cases := map[string]func(r *rawPeer) []step{
 		"larger than announced": func(r *rawPeer) []step {
-			return []step{{growStart, offer(r, rawRingLog+1), immCtl(stream.CtlRing)}}
+			return []step{{streamconn.GrowStart, offer(r, rawRingLog+1), immCtl(stream.CtlRing)}}
 		},
 		"offer while one is pending": func(r *rawPeer) []step {
 			return []step{
-				{growStart, offer(r, rawRingLog-2), immCtl(stream.CtlRing)},
-				{growStart, offer(r, rawRingLog-2), immCtl(stream.CtlRing)},
+				{streamconn.GrowStart, offer(r, rawRingLog-2), immCtl(stream.CtlRing)},
+				{streamconn.GrowStart, offer(r, rawRingLog-2), immCtl(stream.CtlRing)},
 			}
 		},
 		"reserved bytes": func(r *rawPeer) []step {
 			m := offer(r, rawRingLog-2)
 			m[15] = 1
-			return []step{{growStart, m, immCtl(stream.CtlRing)}}
+			return []step{{streamconn.GrowStart, m, immCtl(stream.CtlRing)}}
 		},
 		"data into a ring not offered": func(r *rawPeer) []step {
 			return []step{{0, []byte("hello"), immData(5) | stream.ImmDataGen}}
@@ -137,13 +138,13 @@ func TestRingOfferTaken(t *testing.T) {
 	const at = 32 << 10 // the new ring: 16 KiB and its mailbox, inside the raw peer's memory
 	var m [stream.RingMsgLen]byte
 	stream.RingMsg{Addr: r.mr.Addr() + at, Key: r.mr.RKey(), Log: 14}.Marshal(m[:])
-	r.write(t, growStart, m[:], immCtl(stream.CtlRing))
+	r.write(t, streamconn.GrowStart, m[:], immCtl(stream.CtlRing))
 	// The offer is taken once applied: wait for the listener to see it.
 	require.Eventually(t, func() bool {
-		s.tryPoll()
-		s.core.Mu.Lock()
-		defer s.core.Mu.Unlock()
-		return s.tx.Next.Log == 14
+		s.c.TryPoll()
+		s.c.Core.Mu.Lock()
+		defer s.c.Core.Mu.Unlock()
+		return s.c.TX.Next.Log == 14
 	}, 5*time.Second, time.Millisecond)
 	_, err := s.Write([]byte("moved"))
 	require.NoError(t, err)
@@ -161,17 +162,17 @@ func TestRingOfferTaken(t *testing.T) {
 // the other mailbox and the peer failed the connection.
 func TestOfferWaitsForReservedWrite(t *testing.T) {
 	c, _ := pair(t, nil)
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	c.rx.Tail = growAfterRings * c.rx.Size // as if the peer had streamed
-	c.rx.Head, c.rx.Credited = c.rx.Tail, c.rx.Tail
-	posted := c.sq.Posted
-	c.sq.Reserved++ // a Write between its reservation and its queueing
-	c.offerRingLocked()
-	assert.Zero(t, c.rx.Next, "no offer while a write is reserved")
-	assert.Equal(t, posted, c.sq.Posted)
-	c.sq.Reserved--
-	c.offerRingLocked()
-	assert.Equal(t, uint64(defaultRingSize), c.rx.Next, "offered once the write is queued")
-	assert.Equal(t, posted+1, c.sq.Posted)
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	c.c.RX.Tail = streamconn.GrowAfterRings * c.c.RX.Size // as if the peer had streamed
+	c.c.RX.Head, c.c.RX.Credited = c.c.RX.Tail, c.c.RX.Tail
+	posted := c.c.SQ.Posted
+	c.c.SQ.Reserved++ // a Write between its reservation and its queueing
+	c.c.OfferRingLocked()
+	assert.Zero(t, c.c.RX.Next, "no offer while a write is reserved")
+	assert.Equal(t, posted, c.c.SQ.Posted)
+	c.c.SQ.Reserved--
+	c.c.OfferRingLocked()
+	assert.Equal(t, uint64(defaultRingSize), c.c.RX.Next, "offered once the write is queued")
+	assert.Equal(t, posted+1, c.c.SQ.Posted)
 }

@@ -3,6 +3,7 @@ package rdma
 import (
 	"bytes"
 	"errors"
+	"github.com/rdmanet/rdma/internal/streamconn"
 	"io"
 	"os"
 	"sync"
@@ -93,7 +94,7 @@ func TestRndvRawPeer(t *testing.T) {
 
 	t.Run("honest", func(t *testing.T) {
 		r, s := acceptRaw(t, ln, marshalHello)
-		assert.Equal(t, softRndvThreshold, s.rndvMin, "version 4 agreed: soft's threshold")
+		assert.Equal(t, streamconn.SoftRndvThreshold, s.c.RndvMin, "version 4 agreed: soft's threshold")
 		mr := r.expose(t, payload, verbs.AccessRemoteRead)
 		r.write(t, 0, []byte("head"), immData(4))
 		r.sendRndv(t, stream.RndvMsg{Addr: mr.Addr(), Len: uint32(len(payload)), Key: mr.RKey()})
@@ -195,10 +196,10 @@ func TestRndvRawPeer(t *testing.T) {
 			r, s := acceptRaw(t, ln, marshalHello)
 			// Hold the reader back until the whole play has landed, so
 			// that the breach is seen, not raced by the Read's READ.
-			s.core.Mu.Lock()
+			s.c.Core.Mu.Lock()
 			tc.play(t, r)
 			time.Sleep(50 * time.Millisecond)
-			s.core.Mu.Unlock()
+			s.c.Core.Mu.Unlock()
 			readProtocolError(t, s)
 		})
 	}
@@ -210,7 +211,7 @@ func TestRndvRawPeer(t *testing.T) {
 			h.version = 3
 			return h.marshal()
 		})
-		assert.Zero(t, s.rndvMin, "no rendezvous toward a version 3 peer")
+		assert.Zero(t, s.c.RndvMin, "no rendezvous toward a version 3 peer")
 		src := allocBuffer(t, 8<<10)
 		_, err := s.Write(src.Bytes())
 		require.NoError(t, err)
@@ -250,13 +251,13 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	cfg := lowRndv(t)
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
-	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
-	s.rndvMin = s.rndvThreshold(stream.Version)
-	pd := &trackingPD{PD: s.ep.PD, live: map[verbs.MR]verbs.Access{}}
+	s.c.Cfg.RendezvousThreshold = cfg.RendezvousThreshold
+	s.c.RndvMin = s.c.RndvThreshold(stream.Version)
+	pd := &trackingPD{PD: s.c.EP.PD, live: map[verbs.MR]verbs.Access{}}
 	if !windows {
 		prev := setNoWindows(true)
 		t.Cleanup(func() { setNoWindows(prev) })
-		s.ep.PD = pd
+		s.c.EP.PD = pd
 	}
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
@@ -286,10 +287,10 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	err = <-errc
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 	if windows {
-		s.core.Mu.Lock()
-		assert.Nil(t, s.zc.window.MW(), "the window is deallocated when Write returns")
-		assert.Equal(t, zerocopy.WindowsChecked, s.zc.window.Mode(), "the transfer used a window")
-		s.core.Mu.Unlock()
+		s.c.Core.Mu.Lock()
+		assert.Nil(t, s.c.ZC.Window.MW(), "the window is deallocated when Write returns")
+		assert.Equal(t, zerocopy.WindowsChecked, s.c.ZC.Window.Mode(), "the transfer used a window")
+		s.c.Core.Mu.Unlock()
 	} else {
 		assert.Zero(t, pd.remote(), "the range exposed to the peer is deregistered when Write returns")
 	}
@@ -383,8 +384,8 @@ func TestRndvWindowRevoked(t *testing.T) {
 	cfg := lowRndv(t)
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
-	s.cfg.RendezvousThreshold = cfg.RendezvousThreshold
-	s.rndvMin = s.rndvThreshold(stream.Version)
+	s.c.Cfg.RendezvousThreshold = cfg.RendezvousThreshold
+	s.c.RndvMin = s.c.RndvThreshold(stream.Version)
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i * 7)
@@ -416,10 +417,10 @@ func TestRndvWindowRevoked(t *testing.T) {
 		r.write(t, 0, nil, immCtl(stream.CtlRndvDone))
 		require.NoError(t, <-errc)
 	}
-	s.core.Mu.Lock()
-	require.Equal(t, zerocopy.WindowsChecked, s.zc.window.Mode(), "the Writes used the window")
-	require.NotNil(t, s.zc.window.MW())
-	s.core.Mu.Unlock()
+	s.c.Core.Mu.Lock()
+	require.Equal(t, zerocopy.WindowsChecked, s.c.ZC.Window.Mode(), "the Writes used the window")
+	require.NotNil(t, s.c.ZC.Window.MW())
+	s.c.Core.Mu.Unlock()
 	assert.NotEqual(t, keys[0], keys[1], "each bind gives the window a new rkey")
 	// The Write returned: its rkey reaches nothing any more.
 	clear(dstMem.Bytes())

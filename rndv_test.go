@@ -4,6 +4,7 @@ import (
 	"bytes"
 	crand "crypto/rand"
 	"errors"
+	"github.com/rdmanet/rdma/internal/streamconn"
 	"io"
 	"os"
 	"syscall"
@@ -57,7 +58,7 @@ func TestRndvReads(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				clear(tc.dst)
-				sb := c.sb.Tail
+				sb := c.c.SB.Tail
 				sent, recv := c.Stats().BytesSent, s.Stats().BytesReceived
 				errc := make(chan error, 1)
 				go func() {
@@ -71,7 +72,7 @@ func TestRndvReads(t *testing.T) {
 				}
 				require.NoError(t, <-errc)
 				require.True(t, bytes.Equal(src.Bytes(), tc.dst))
-				assert.Equal(t, sb, c.sb.Tail, "the writer copied nothing")
+				assert.Equal(t, sb, c.c.SB.Tail, "the writer copied nothing")
 				// Stats count a rendezvous' bytes as a copied Write's.
 				assert.Equal(t, sent+uint64(len(src.Bytes())), c.Stats().BytesSent)
 				assert.Equal(t, recv+uint64(len(src.Bytes())), s.Stats().BytesReceived)
@@ -109,9 +110,9 @@ func TestBufferFreeBusy(t *testing.T) {
 	}()
 	// The Write waits for the reader: the Buffer is in use.
 	require.Eventually(t, func() bool {
-		c.core.Mu.Lock()
-		defer c.core.Mu.Unlock()
-		return c.tx.Rndv.Out
+		c.c.Core.Mu.Lock()
+		defer c.c.Core.Mu.Unlock()
+		return c.c.TX.Rndv.Out
 	}, 5*time.Second, time.Millisecond)
 	err = b.Free()
 	assert.ErrorIs(t, err, ErrBufferBusy)
@@ -121,9 +122,9 @@ func TestBufferFreeBusy(t *testing.T) {
 	require.NoError(t, <-errc)
 	require.NoError(t, b.Free())
 	require.NoError(t, b.Free(), "twice is a no-op")
-	c.core.Mu.Lock()
-	assert.Zero(t, c.zc.regs.Len(), "Free deregistered it from the conn")
-	c.core.Mu.Unlock()
+	c.c.Core.Mu.Lock()
+	assert.Zero(t, c.c.ZC.Regs.Len(), "Free deregistered it from the conn")
+	c.c.Core.Mu.Unlock()
 	_, err = c.Write([]byte("on"))
 	require.NoError(t, err)
 	_, err = io.ReadFull(s, make([]byte, 2))
@@ -164,9 +165,9 @@ func TestRndvCloseMidTransfer(t *testing.T) {
 		errc <- err
 	}()
 	require.Eventually(t, func() bool {
-		c.core.Mu.Lock()
-		defer c.core.Mu.Unlock()
-		return c.tx.Rndv.Out
+		c.c.Core.Mu.Lock()
+		defer c.c.Core.Mu.Unlock()
+		return c.c.TX.Rndv.Out
 	}, 5*time.Second, time.Millisecond)
 	c.Close()
 	err := <-errc
@@ -274,7 +275,7 @@ func TestRndvSoftThreshold(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, <-done)
 			require.Equal(t, src.Bytes()[:n], got[:n])
-			if n >= softRndvThreshold {
+			if n >= streamconn.SoftRndvThreshold {
 				sent++
 			}
 			assert.Equal(t, sent, c.Stats().RendezvousSent, "%s, %d KiB", want, n>>10)

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"time"
 
 	"github.com/rdmanet/rdma/internal/rsocket"
+	"github.com/rdmanet/rdma/internal/rsocketconn"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -38,41 +38,34 @@ func wireOf(c *Config) (string, error) {
 	return "", fmt.Errorf("rdma: %s=%q: unknown wire protocol (want %q or %q)", source, w, WireRDMA, WireRsocket)
 }
 
-// rsParams are a connection's sizes in rsocket mode: rsocket.c's defaults
-// (rbuf and send buffer 128 KiB, 384-deep queues, 64 bytes inline) unless
-// the Config sets them.
-type rsParams struct {
-	rbufSize, sbufSize int
-	sqSize, rqSize     int
-	inline             int
-	keepAlive          time.Duration
-	handshakeTimeout   time.Duration
-	poll               Config // PollTime and BusyPoll, as rdma.Conn takes them
-	trafficClass       int    // Config.TrafficClass, for the dial (a listener has its own)
-}
-
-func rsocketParams(c *Config) rsParams {
+// rsocketParams are a connection's sizes in rsocket mode
+// (rsocketconn.Params): rsocket.c's defaults (rbuf and send buffer 128
+// KiB, 384-deep queues, 64 bytes inline) unless the Config sets them.
+func rsocketParams(c *Config) rsocketconn.Params {
 	var r Config
 	if c != nil {
 		r = *c
 	}
-	d := r.withDefaults() // keep-alive and timeouts as in the default mode
-	p := rsParams{
-		rbufSize:         pow2Clamp(positive(r.RingSize, rsocket.DefaultRecvBuf), rsocket.MinBuf, rsocket.MaxBuf),
-		sbufSize:         pow2Clamp(positive(r.SendBufferSize, rsocket.DefaultSendBuf), rsocket.MinBuf, rsocket.MaxBuf),
-		sqSize:           clamp(positive(r.SendDepth, rsocket.DefaultQueue), rsocket.MinQueue, rsocket.MaxQueue),
-		rqSize:           clamp(positive(r.RecvDepth, rsocket.DefaultQueue), rsocket.MinQueue, rsocket.MaxQueue),
-		inline:           rsocket.DefaultInline,
-		keepAlive:        d.KeepAlive,
-		handshakeTimeout: d.HandshakeTimeout,
-		poll:             Config{PollTime: d.PollTime, BusyPoll: d.BusyPoll},
-		trafficClass:     d.TrafficClass,
+	d := r.withDefaults()                                       // keep-alive and timeouts as in the default mode
+	poll := &Config{PollTime: d.PollTime, BusyPoll: d.BusyPoll} // as rdma.Conn takes them
+	p := rsocketconn.Params{
+		RbufSize:         pow2Clamp(positive(r.RingSize, rsocket.DefaultRecvBuf), rsocket.MinBuf, rsocket.MaxBuf),
+		SbufSize:         pow2Clamp(positive(r.SendBufferSize, rsocket.DefaultSendBuf), rsocket.MinBuf, rsocket.MaxBuf),
+		SQSize:           clamp(positive(r.SendDepth, rsocket.DefaultQueue), rsocket.MinQueue, rsocket.MaxQueue),
+		RQSize:           clamp(positive(r.RecvDepth, rsocket.DefaultQueue), rsocket.MinQueue, rsocket.MaxQueue),
+		Inline:           rsocket.DefaultInline,
+		KeepAlive:        d.KeepAlive,
+		HandshakeTimeout: d.HandshakeTimeout,
+		PollTime:         poll.pollTime(),
+		BusyPoll:         poll.busyPoll,
+		TrafficClass:     d.TrafficClass,
+		Addr:             func(a *net.TCPAddr) net.Addr { return fromTCPAddr(a).netAddr() },
 	}
 	switch {
 	case r.InlineThreshold < 0:
-		p.inline = 0
+		p.Inline = 0
 	case r.InlineThreshold > 0:
-		p.inline = min(r.InlineThreshold, 1024)
+		p.Inline = min(r.InlineThreshold, 1024)
 	}
 	return p
 }
@@ -80,21 +73,21 @@ func rsocketParams(c *Config) rsParams {
 // connectRsocket is the dial of a connection of sizes p as rsocket.c's
 // rs_do_connect runs it: resolve, create the endpoint, connect with
 // rs_conn_data as private data, take the peer's from the accept.
-func connectRsocket(p rsParams) connectFunc[*RsocketConn] {
+func connectRsocket(p rsocketconn.Params) connectFunc[*RsocketConn] {
 	return func(ctx context.Context, prov verbs.Provider, src, dst *net.TCPAddr, _ Config) (*RsocketConn, error) {
-		return connectSteps(ctx, prov, src, dst, p.trafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
+		return connectSteps(ctx, prov, src, dst, p.TrafficClass, func(ech verbs.EventChannel, id verbs.CMID) (*RsocketConn, *verbs.ConnParam, error) {
 			c, err := newRsocketConn(prov.Name(), ech, id, p)
 			if err != nil {
 				return nil, nil, err
 			}
-			return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+			return c, &verbs.ConnParam{PrivateData: c.c.ConnData(), RetryCount: 7, RNRRetryCount: 7}, nil
 		})
 	}
 }
 
 // newRsListen returns a Listener's rsocket sizes, or nil unless c asks
 // for rsocket mode.
-func newRsListen(c *Config) (*rsParams, error) {
+func newRsListen(c *Config) (*rsocketconn.Params, error) {
 	w, err := wireOf(c)
 	if err != nil || w != WireRsocket {
 		return nil, err
@@ -119,7 +112,7 @@ func (l *Listener) handshakeRsocket(prov verbs.Provider, ev verbs.CMEvent) {
 		if err != nil {
 			return nil, nil, err
 		}
-		c.setPeer(peer)
-		return c, &verbs.ConnParam{PrivateData: c.connData(), RetryCount: 7, RNRRetryCount: 7}, nil
+		c.c.SetPeer(peer)
+		return c, &verbs.ConnParam{PrivateData: c.c.ConnData(), RetryCount: 7, RNRRetryCount: 7}, nil
 	})
 }

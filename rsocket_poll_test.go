@@ -37,7 +37,7 @@ func rsPingPongSpins(t *testing.T, poll time.Duration) uint64 {
 		require.NoError(t, err)
 	}
 	require.NoError(t, <-echoed)
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	return c.core.Poll.Spins
+	c.c.Core.Mu.Lock()
+	defer c.c.Core.Mu.Unlock()
+	return c.c.Core.Poll.Spins
 }

@@ -374,9 +374,9 @@ func TestRsocketDeadlineMovedWhileBlocked(t *testing.T) {
 // in for a reader that the disconnect's wake-up reaches before it polled.
 func TestRsocketDisconnectAfterDataWhileRoleHeld(t *testing.T) {
 	c, s := rsPair(t, nil)
-	s.core.Mu.Lock()
-	require.True(t, s.core.Poll.TakeLocked())
-	s.core.Mu.Unlock()
+	s.c.Core.Mu.Lock()
+	require.True(t, s.c.Core.Poll.TakeLocked())
+	s.c.Core.Mu.Unlock()
 	msg := make([]byte, 3000)
 	rand.New(rand.NewSource(1)).Read(msg)
 	_, err := c.Write(msg)
@@ -385,13 +385,13 @@ func TestRsocketDisconnectAfterDataWhileRoleHeld(t *testing.T) {
 	// Wait until the disconnect reached s's watch: it ends the stream
 	// (peerGone), or waits to take the role from the holder (claimed).
 	require.Eventually(t, func() bool {
-		s.core.Mu.Lock()
-		defer s.core.Mu.Unlock()
-		return s.peerGone || s.core.Poll.Claimed
+		s.c.Core.Mu.Lock()
+		defer s.c.Core.Mu.Unlock()
+		return s.c.PeerGoneLocked() || s.c.Core.Poll.Claimed
 	}, 10*time.Second, time.Millisecond)
-	s.core.Mu.Lock()
-	s.core.Poll.ReleaseLocked()
-	s.core.Mu.Unlock()
+	s.c.Core.Mu.Lock()
+	s.c.Core.Poll.ReleaseLocked()
+	s.c.Core.Mu.Unlock()
 	require.NoError(t, s.SetReadDeadline(time.Now().Add(10*time.Second)))
 	got, err := io.ReadAll(s)
 	require.NoError(t, err)

@@ -12,21 +12,21 @@ import (
 // queue's room: a data write keeps the last credit for a credit message.
 func TestSendQueueCreditChecks(t *testing.T) {
 	c := new(Conn)
-	c.sq = sendq.NewQueue(4, 6)
-	c.tx.Credits = 2
-	assert.True(t, c.canSendData())
-	assert.True(t, c.canSendCredit())
+	c.c.SQ = sendq.NewQueue(4, 6)
+	c.c.TX.Credits = 2
+	assert.True(t, c.c.CanSendData())
+	assert.True(t, c.c.CanSendCredit())
 
-	c.sq.Posted, c.sq.Done = 4, 0 // full
-	assert.False(t, c.canSendData())
-	assert.False(t, c.canSendCredit())
-	assert.False(t, c.canSendNotify())
+	c.c.SQ.Posted, c.c.SQ.Done = 4, 0 // full
+	assert.False(t, c.c.CanSendData())
+	assert.False(t, c.c.CanSendCredit())
+	assert.False(t, c.c.CanSendNotify())
 
-	c.sq.Done = 3
-	assert.True(t, c.canSendData())
-	c.tx.Credits = 1
-	assert.False(t, c.canSendData(), "the last credit is kept for a credit message")
-	assert.True(t, c.canSendCredit())
-	c.tx.Credits = 0
-	assert.False(t, c.canSendCredit())
+	c.c.SQ.Done = 3
+	assert.True(t, c.c.CanSendData())
+	c.c.TX.Credits = 1
+	assert.False(t, c.c.CanSendData(), "the last credit is kept for a credit message")
+	assert.True(t, c.c.CanSendCredit())
+	c.c.TX.Credits = 0
+	assert.False(t, c.c.CanSendCredit())
 }

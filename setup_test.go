@@ -57,10 +57,9 @@ func TestFirstWritesShareAPage(t *testing.T) {
 		}
 		for _, conn := range []net.Conn{c, s} {
 			cn := conn.(*Conn)
-			e := &cn.endpoint
-			assert.Equal(t, 1, residentPages(t, e.ep.Mem.Bytes()), "resident pages of a memory block")
+			assert.Equal(t, 1, residentPages(t, cn.c.EP.Mem.Bytes()), "resident pages of a memory block")
 			page := uint64(os.Getpagesize())
-			assert.Equal(t, verbs.AddrOf(e.ring)/page, (verbs.AddrOf(cn.sb.Buf)+sendq.Start(len(cn.sb.Buf)))/page,
+			assert.Equal(t, verbs.AddrOf(cn.c.Ring)/page, (verbs.AddrOf(cn.c.SB.Buf)+sendq.Start(len(cn.c.SB.Buf)))/page,
 				"the ring's start and the first send position are one page")
 		}
 		// A write larger than what is left before the send buffer's end
@@ -130,7 +129,7 @@ func TestTimedWatchSleepsThroughEstablished(t *testing.T) {
 	require.NoError(t, err) // s read it: the RTU before it, too
 	time.Sleep(20 * cmwatch.EventDelay)
 	for _, conn := range []*Conn{c, s} {
-		assert.Zero(t, conn.core.Watch.Runs(), "the watch ran")
+		assert.Zero(t, conn.c.Core.Watch.Runs(), "the watch ran")
 	}
 }
 
@@ -159,14 +158,14 @@ func TestTimedWatchTakesDisconnect(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no connection accepted")
 	}
-	require.True(t, s.core.Watch.Timed(), "a soft connection's watch is the timer")
-	s.core.Mu.Lock()
-	posted := s.sq.Posted
-	s.core.Mu.Unlock()
+	require.True(t, s.c.Core.Watch.Timed(), "a soft connection's watch is the timer")
+	s.c.Core.Mu.Lock()
+	posted := s.c.SQ.Posted
+	s.c.Core.Mu.Unlock()
 	require.NoError(t, r.id.Disconnect())
 	assert.Eventually(t, func() bool {
-		s.core.Mu.Lock()
-		defer s.core.Mu.Unlock()
-		return s.sq.Posted > posted
+		s.c.Core.Mu.Lock()
+		defer s.c.Core.Mu.Unlock()
+		return s.c.SQ.Posted > posted
 	}, 5*time.Second, 5*time.Millisecond, "no probe after the peer's disconnect")
 }

@@ -3,8 +3,6 @@ package rdma
 import (
 	"time"
 
-	"github.com/rdmanet/rdma/internal/connstats"
-	"github.com/rdmanet/rdma/verbs"
 	"github.com/rdmanet/rdma/verbs/soft"
 )
 
@@ -116,93 +114,6 @@ type ConnStats struct {
 	RendezvousSent     uint64
 	RendezvousWindowed uint64
 	RendezvousReceived uint64
-}
-
-// setFallback records why an auto dial fell back to soft (under mu, as
-// Stats may read it from the registry already).
-func (f *connFace) setFallback(fb error) {
-	f.core.Mu.Lock()
-	f.fallback = fb
-	f.core.Mu.Unlock()
-	logFallback(f.remoteAddr(), fb) // debuglog.go
-}
-
-// read is readLocked for a Read's rarer paths, which do not hold mu.
-func (f *connFace) read(n int) {
-	if n > 0 {
-		f.core.Mu.Lock()
-		f.core.Counters.ReadLocked(n)
-		f.core.Mu.Unlock()
-	}
-}
-
-func since(now, t time.Time) time.Duration {
-	if t.IsZero() {
-		return -1
-	}
-	return now.Sub(t)
-}
-
-// snapshot is Stats for either wire: what both count and their state,
-// then what the wire adds under mu (locked, which returns the wire's
-// failure, if any), then the path its queue pair runs on now, asked
-// after letting go of mu.
-func (f *connFace) snapshot(wire string, e *endpoint, locked func(s *ConnStats, st *connstats.Counters) error) ConnStats {
-	now := time.Now()
-	st := f.core.Counters
-	s := ConnStats{
-		Provider:   f.provider,
-		Wire:       wire,
-		LocalAddr:  addrString(f.localAddr()), // debuglog.go
-		RemoteAddr: addrString(f.remoteAddr()),
-
-		RemoteWrites:       st.RemoteWrites.Load(),
-		RemoteReads:        st.RemoteReads.Load(),
-		RemoteBytesWritten: st.RemoteWritten.Load(),
-		RemoteBytesRead:    st.RemoteRead.Load(),
-		NotifiesSent:       st.NotesSent.Load(),
-		NotifiesReceived:   st.NotesRecv.Load(),
-		Exposures:          st.Exposures.Load(),
-	}
-	f.core.Mu.Lock()
-	st.SeeLocked(now)
-	s.BytesSent, s.BytesReceived, s.Writes = st.BytesSent, st.BytesRecv, st.Writes
-	s.ReadsAtOnce, s.ReadsHanded, s.ReadsSpun, s.ReadsSlept = st.Reads[connstats.WaitNone], st.Reads[connstats.WaitHanded], st.Reads[connstats.WaitSpun], st.Reads[connstats.WaitSlept]
-	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
-	s.MessagesSent, s.MessagesReceived = st.MsgsSent, st.MsgsRecv
-	s.CreditWaits, s.WriteWaitTime = st.CreditWaits, st.WriteWait
-	s.Opened, s.Closed = st.Opened, f.core.Closed
-	s.SinceSent, s.SinceRecv = since(now, st.SeenSentAt), since(now, st.SeenRecvAt)
-	if err := locked(&s, st); err != nil {
-		s.Err = err.Error()
-	}
-	if f.fallback != nil {
-		s.Fallback = f.fallback.Error()
-	}
-	qp := e.ep.QP
-	if f.core.Torn {
-		qp = nil
-	}
-	f.core.Mu.Unlock()
-	s.Path = pathOf(f.provider, qp)
-	s.RTT, s.Retransmits = transportInfo(f.provider, qp) // registry.go
-	return s
-}
-
-// pathOf names what carries a connection's bytes: its provider, and for
-// soft the transport its QP runs on now (shared memory or TCP; a
-// connection may switch to shared memory after its handshake).
-func pathOf(provider string, qp verbs.QP) string {
-	if provider != ProviderSoft {
-		return provider
-	}
-	if qp == nil {
-		return ""
-	}
-	if c := soft.Carrier(qp); c != "" {
-		return "soft-" + c
-	}
-	return ProviderSoft
 }
 
 // ConnTotals sums the counters of connections: ProcessStats holds them

@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"fmt"
@@ -21,14 +21,14 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 	var d Desc
 	switch {
 	case access <= 0 || access&^(AccessRead|AccessWrite) != 0:
-		return d, c.opErr(op, invalid("access %d is not AccessRead, AccessWrite or both", int(access)))
+		return d, c.Core.OpErr(op, invalid("access %d is not AccessRead, AccessWrite or both", int(access)))
 	case b == nil:
-		return d, c.opErr(op, invalid("nil Buffer"))
+		return d, c.Core.OpErr(op, invalid("nil Buffer"))
 	case off < 0 || n <= 0 || off > len(b.buf) || n > len(b.buf)-off:
-		return d, c.opErr(op, invalid("%d bytes at offset %d are not a non-empty range of the Buffer's %d", n, off, len(b.buf)))
+		return d, c.Core.OpErr(op, invalid("%d bytes at offset %d are not a non-empty range of the Buffer's %d", n, off, len(b.buf)))
 	}
 	if err := b.acquire(); err != nil {
-		return d, c.opErr(op, err)
+		return d, c.Core.OpErr(op, err)
 	}
 	defer b.release()
 	va := verbs.Access(0)
@@ -44,10 +44,10 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 		return mr
 	})
 	if err != nil {
-		return d, c.opErr(op, err)
+		return d, c.Core.OpErr(op, err)
 	}
 	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
-	c.core.Counters.Exposures.Add(1)
+	c.Core.Counters.Exposures.Add(1)
 	return d, nil
 }
 
@@ -56,33 +56,33 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 // for an access the peer had under way: that access finished before, or
 // fails at the peer (ErrRemoteAccess, or its connection broken). A stalled
 // peer cannot make Unexpose wait. A Desc that is not a live exposure of
-// this connection fails with ErrBadDesc.
+// this connection fails with onesided.ErrDesc.
 func (c *Conn) Unexpose(d Desc) error {
 	const op = "unexpose"
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
-		return c.opErr(op, err)
+		return c.Core.OpErr(op, err)
 	}
 	// Deregistered under mu, so that Close's release finds every exposure
 	// either gone or its own before the protection domain goes. The
 	// provider's dereg fence bounds the wait by memory copies in
 	// progress, never by the peer.
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	defer c.Core.Mu.Unlock()
 	var e onesided.Exposure[*Buffer]
 	ok := false
-	if c.zc != nil {
-		e, ok = c.zc.exposures.Take(pd)
+	if c.ZC != nil {
+		e, ok = c.ZC.exposures.Take(pd)
 	}
 	if !ok {
-		if c.core.Closed || c.core.Torn {
-			return c.opErr(op, net.ErrClosed)
+		if c.Core.Closed || c.Core.Torn {
+			return c.Core.OpErr(op, net.ErrClosed)
 		}
-		return c.opErr(op, fmt.Errorf("%w: not a live exposure of this connection", ErrBadDesc))
+		return c.Core.OpErr(op, fmt.Errorf("%w: not a live exposure of this connection", onesided.ErrDesc))
 	}
 	if err := e.MR.Dereg(); err != nil {
-		return c.opErr(op, err)
+		return c.Core.OpErr(op, err)
 	}
-	c.zc.forgetIfUnused(e.Buf, c)
+	c.ZC.forgetIfUnused(e.Buf, c)
 	return nil
 }

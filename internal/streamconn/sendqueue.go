@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"github.com/rdmanet/rdma/internal/stream"
@@ -8,15 +8,15 @@ import (
 // The connection's checks of what may be queued: the credit rule's
 // answer (internal/stream/credits.go) and a queue slot.
 
-// canSendData reports whether a data write or a control message (FIN,
+// CanSendData reports whether a data write or a control message (FIN,
 // heartbeat, a rendezvous's, a ring offer) may be queued.
-func (c *Conn) canSendData() bool { return c.tx.MayData() && c.sq.HasRoom() }
+func (c *Conn) CanSendData() bool { return c.TX.MayData() && c.SQ.HasRoom() }
 
-// canSendNotify reports whether a one-sided notification may be queued.
-func (c *Conn) canSendNotify() bool { return c.tx.MayNotify() && c.sq.HasRoom() }
+// CanSendNotify reports whether a one-sided notification may be queued.
+func (c *Conn) CanSendNotify() bool { return c.TX.MayNotify() && c.SQ.HasRoom() }
 
-// canSendCredit reports whether a credit message may be queued.
-func (c *Conn) canSendCredit() bool { return c.tx.MayCredit() && c.sq.HasRoom() }
+// CanSendCredit reports whether a credit message may be queued.
+func (c *Conn) CanSendCredit() bool { return c.TX.MayCredit() && c.SQ.HasRoom() }
 
 // reserveLocked claims room for the next RDMA write of at most want bytes:
 // peer ring space, a message credit and a send queue slot, and send buffer
@@ -29,34 +29,34 @@ func (c *Conn) canSendCredit() bool { return c.tx.MayCredit() && c.sq.HasRoom() 
 // ends: ring credit comes back in quarter-ring steps, and when the send
 // buffer is more than half full every send is signaled.
 func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
-	if !c.canSendData() {
-		c.core.Counters.CreditWaits++
+	if !c.CanSendData() {
+		c.Core.Counters.CreditWaits++
 		return 0, 0, false
 	}
 	n64 := min(uint64(want), uint64(c.chunk))
-	free, toEnd := c.tx.Room()
+	free, toEnd := c.TX.Room()
 	if free < n64 {
-		c.core.Counters.RingWaits++
+		c.Core.Counters.RingWaits++
 		return 0, 0, false
 	}
 	n64 = min(n64, toEnd) // one write does not wrap the ring
 	if int(n64) > c.inline {
-		free, contig := c.sb.Room()
+		free, contig := c.SB.Room()
 		if free < n64 && c.growSendLocked() { // ringgrowth.go
-			free, contig = c.sb.Room()
+			free, contig = c.SB.Room()
 		}
 		pad := uint64(0)
 		if contig < n64 {
 			pad = contig // skip the buffer's tail rather than post a sliver from it
 		}
 		if free < pad+n64 {
-			c.core.Counters.SendBufWaits++
+			c.Core.Counters.SendBufWaits++
 			return 0, 0, false
 		}
-		c.sb.Pad(pad)
+		c.SB.Pad(pad)
 	}
 	n = int(n64)
-	at, moved := c.tx.Reserve(n64)
+	at, moved := c.TX.Reserve(n64)
 	if moved {
 		c.setChunkLocked() // the peer's ring grew (ringgrowth.go)
 	}
@@ -68,7 +68,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 // grow, the staging does not), so the bytes stay put until whoever posts
 // the queue gets to them.
 func (c *Conn) inlineSlotLocked(n int) []byte {
-	slot := int(c.sq.Posted % uint64(c.slots))
+	slot := int(c.SQ.Posted % uint64(c.Slots))
 	return c.ibuf[slot*c.inline : slot*c.inline+n]
 }
 
@@ -78,12 +78,12 @@ func (c *Conn) inlineSlotLocked(n int) []byte {
 func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, first bool) {
 	n := uint64(len(buf))
 	if flags&verbs.SendInline == 0 {
-		c.sb.Post(n)
+		c.SB.Post(n)
 	}
-	c.core.TalkedLocked()
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.tx.ImmData(int(n)), buf, at, flags, false)
-	c.core.Counters.MsgsSent++
-	c.core.Counters.WroteLocked(len(buf), first)
+	c.Core.TalkedLocked()
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, c.TX.ImmData(int(n)), buf, at, flags, false)
+	c.Core.Counters.MsgsSent++
+	c.Core.Counters.WroteLocked(len(buf), first)
 }
 
 // enqueueLocked queues one send WR into the peer ring (data, credit,
@@ -91,7 +91,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, f
 // hands the queue to the QP outside mu, so that a post (which on soft
 // writes to a socket) never holds up completion processing or Read.
 func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
-	c.enqueueWRLocked(op, imm, c.ep.SendMR, buf, addr, c.tx.RKey, flags, signal)
+	c.enqueueWRLocked(op, imm, c.EP.SendMR, buf, addr, c.TX.RKey, flags, signal)
 }
 
 // enqueueWRLocked queues one send WR of buf (inside mr) to addr under
@@ -99,37 +99,37 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 // slot, where a caller puts what the WR carries beyond these (a bind, the
 // operation waiting for its completion).
 func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) uint64 {
-	signal = signal || c.sb.HalfFull()
+	signal = signal || c.SB.HalfFull()
 	wr := verbs.SendWR{Opcode: op, Flags: flags, Imm: imm, RemoteAddr: addr, RKey: rkey}
 	if len(buf) == 0 {
-		return c.sq.Push(wr, nil, c.sb.Posted, signal)
+		return c.SQ.Push(wr, nil, c.SB.Posted, signal)
 	}
 	sge := verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: mr.LKey()}
-	return c.sq.Push(wr, &sge, c.sb.Posted, signal)
+	return c.SQ.Push(wr, &sge, c.SB.Posted, signal)
 }
 
 // submit posts the queued send WRs, in order. One goroutine at a time holds
 // the role; WRs queued meanwhile by others are posted by it. It returns the
 // error of a post this call made.
 func (c *Conn) submit() error {
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	if c.sq.Submitting {
+	c.Core.Mu.Lock()
+	defer c.Core.Mu.Unlock()
+	if c.SQ.Submitting {
 		return nil
 	}
-	c.sq.Submitting = true
-	defer func() { c.sq.Submitting = false }()
-	for c.sq.Submitted != c.sq.Posted {
-		if c.core.Torn {
+	c.SQ.Submitting = true
+	defer func() { c.SQ.Submitting = false }()
+	for c.SQ.Submitted != c.SQ.Posted {
+		if c.Core.Torn {
 			return verbs.ErrClosed
 		}
-		batch := c.sq.Unsubmitted()
-		c.core.Mu.Unlock()
-		err := c.ep.QP.PostSend(batch)
-		c.core.Mu.Lock()
-		c.sq.Submitted += uint64(len(batch))
+		batch := c.SQ.Unsubmitted()
+		c.Core.Mu.Unlock()
+		err := c.EP.QP.PostSend(batch)
+		c.Core.Mu.Lock()
+		c.SQ.Submitted += uint64(len(batch))
 		if err != nil {
-			c.failLocked(err)
+			c.FailLocked(err)
 			return err
 		}
 	}
@@ -139,8 +139,8 @@ func (c *Conn) submit() error {
 // unlockSubmit releases mu and submits what was queued under it, unless a
 // submit in progress will.
 func (c *Conn) unlockSubmit() {
-	pending := c.sq.Submitted != c.sq.Posted && !c.sq.Submitting
-	c.core.Mu.Unlock()
+	pending := c.SQ.Submitted != c.SQ.Posted && !c.SQ.Submitting
+	c.Core.Mu.Unlock()
 	if pending {
 		c.submit()
 	}
@@ -149,30 +149,30 @@ func (c *Conn) unlockSubmit() {
 // creditLocked returns ring and receive credit to the peer when a quarter of
 // either window is owed (or when force and anything is).
 func (c *Conn) creditLocked(force bool) {
-	if c.core.Err != nil || c.core.Torn {
+	if c.Core.Err != nil || c.Core.Torn {
 		return
 	}
-	recvs, units, due := c.rx.CreditDue(force)
+	recvs, units, due := c.RX.CreditDue(force)
 	if !due {
 		c.creditWant = false
 		return
 	}
-	if !c.canSendCredit() {
+	if !c.CanSendCredit() {
 		c.creditWant = true // retried when completions free what is missing
 		return
 	}
 	c.creditWant = false
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCredit(recvs, units), nil, c.tx.Addr, 0, false)
-	c.tx.Spend()
-	c.rx.Credit(recvs, units)
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCredit(recvs, units), nil, c.TX.Addr, 0, false)
+	c.TX.Spend()
+	c.RX.Credit(recvs, units)
 }
 
 // sendFinLocked queues the FIN. The caller made sure a queue slot and two
 // message credits are free, and submits afterwards.
 func (c *Conn) sendFinLocked() {
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlFin), nil, c.tx.Addr, 0, true)
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlFin), nil, c.TX.Addr, 0, true)
 	c.finSent = true
-	c.tx.Spend()
+	c.TX.Spend()
 }
 
 // postProbeLocked queues a signaled zero-length RDMA write: no receive is
@@ -180,9 +180,9 @@ func (c *Conn) sendFinLocked() {
 // dead peer (keepalive), drains the send queue (Close) and, on a QP in
 // error, completes with a flush error that wakes the poller.
 func (c *Conn) postProbeLocked() bool {
-	if c.core.Torn || !c.sq.ProbeRoom() {
+	if c.Core.Torn || !c.SQ.ProbeRoom() {
 		return false
 	}
-	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.tx.Addr, 0, true)
+	c.enqueueLocked(verbs.OpRDMAWrite, 0, nil, c.TX.Addr, 0, true)
 	return true
 }

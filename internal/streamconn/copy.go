@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"io"
@@ -26,8 +26,8 @@ var (
 // written; an error of r's is returned as it is, one of the connection's as
 // Write's would be.
 func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
-	c.core.WriteMu.Lock()
-	defer c.core.WriteMu.Unlock()
+	c.Core.WriteMu.Lock()
+	defer c.Core.WriteMu.Unlock()
 	var total int64
 	for {
 		buf, err := c.sendSpace()
@@ -56,27 +56,27 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 // row at the write position, and returns it (not yet reserved).
 func (c *Conn) sendSpace() ([]byte, error) {
 	for {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
-			c.core.Mu.Unlock()
-			return nil, c.opErr("write", err)
+			c.Core.Mu.Unlock()
+			return nil, c.Core.OpErr("write", err)
 		}
 		want := uint64(c.chunk)
-		free, contig := c.sb.Room()
+		free, contig := c.SB.Room()
 		if free < want && c.growSendLocked() { // ringgrowth.go
-			free, contig = c.sb.Room()
+			free, contig = c.SB.Room()
 		}
 		if contig < want && free >= contig+want {
 			// Skip the buffer's tail, as reserveLocked does.
-			c.sb.Pad(contig)
-			free, contig = c.sb.Room()
+			c.SB.Pad(contig)
+			free, contig = c.SB.Room()
 		}
 		if contig >= want && free >= want {
-			buf := c.sb.Next(want)
-			c.core.Mu.Unlock()
+			buf := c.SB.Next(want)
+			c.Core.Mu.Unlock()
 			return buf, nil
 		}
-		c.core.Mu.Unlock()
+		c.Core.Mu.Unlock()
 		c.awaitRoom()
 	}
 }
@@ -84,16 +84,16 @@ func (c *Conn) sendSpace() ([]byte, error) {
 // postRead writes p, which ReadFrom read into the send buffer at its write
 // position, as Write writes what it copied there.
 func (c *Conn) postRead(p []byte) error {
-	first := true // each piece ReadFrom read counts as a Write (stats.go)
+	first := true // each piece ReadFrom read counts as a Write (internal/connstats)
 	for len(p) > 0 {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
-			c.core.Mu.Unlock()
-			return c.opErr("write", err)
+			c.Core.Mu.Unlock()
+			return c.Core.OpErr("write", err)
 		}
 		n, at, inline := c.reserveLocked(len(p))
 		if n == 0 {
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			c.awaitRoom()
 			continue
 		}
@@ -108,7 +108,7 @@ func (c *Conn) postRead(p []byte) error {
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
-			c.sb.Reserve(uint64(n))
+			c.SB.Reserve(uint64(n))
 			c.enqueueDataLocked(p[:n], at, 0, first)
 			first = false
 			p = p[n:]
@@ -122,39 +122,39 @@ func (c *Conn) postRead(p []byte) error {
 // until the peer's FIN (then it returns nil, as io.Copy expects) or an
 // error, handing w the bytes in the receive ring itself.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
-	c.core.ReadMu.Lock()
-	defer c.core.ReadMu.Unlock()
+	c.Core.ReadMu.Lock()
+	defer c.Core.ReadMu.Unlock()
 	var total int64
 	for {
-		c.core.Mu.Lock()
-		if c.core.Closed {
-			c.core.Mu.Unlock()
-			return total, c.opErr("read", net.ErrClosed)
+		c.Core.Mu.Lock()
+		if c.Core.Closed {
+			c.Core.Mu.Unlock()
+			return total, c.Core.OpErr("read", net.ErrClosed)
 		}
-		if c.core.ReadDL.Passed() {
-			c.core.Mu.Unlock()
-			return total, c.opErr("read", os.ErrDeadlineExceeded)
+		if c.Core.ReadDL.Passed() {
+			c.Core.Mu.Unlock()
+			return total, c.Core.OpErr("read", os.ErrDeadlineExceeded)
 		}
-		if zc := c.zc; zc != nil && zc.bounce.Pending() {
-			c.core.Mu.Unlock()
+		if zc := c.ZC; zc != nil && zc.bounce.Pending() {
+			c.Core.Mu.Unlock()
 			n, err := w.Write(zc.bounce.Unread())
 			zc.bounce.Consumed(n)
-			c.read(n) // stats.go: each hand-over counts as a Read
+			c.CountRead(n) // each hand-over counts as a Read
 			total += int64(n)
 			if err != nil {
 				return total, err
 			}
 			continue
 		}
-		if c.rx.Buffered() > 0 {
+		if c.RX.Buffered() > 0 {
 			ring, off, span := c.readRingLocked()
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			// The bytes are ours until credited back (Read's rule).
 			n, err := w.Write(ring[off : off+min(span, uint64(len(ring))-off)])
-			c.core.Mu.Lock()
-			c.rx.Consume(n)
+			c.Core.Mu.Lock()
+			c.RX.Consume(n)
 			if n > 0 {
-				c.core.Counters.ReadLocked(n)
+				c.Core.Counters.ReadLocked(n)
 			}
 			c.leftPrevRingLocked()
 			c.creditLocked(false)
@@ -165,12 +165,12 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			}
 			continue
 		}
-		if addr, key, left := c.rx.RndvNext(); left > 0 {
-			c.core.Mu.Unlock()
+		if addr, key, left := c.RX.RndvNext(); left > 0 {
+			c.Core.Mu.Unlock()
 			// Into the bounce buffer; the next turn hands it to w.
 			bounce, err := c.bounceBuf()
 			if err != nil {
-				return total, c.opErr("read", err)
+				return total, c.Core.OpErr("read", err)
 			}
 			dst := bounce.Space(left)
 			if err := c.readRemote(bounce.MR(), dst, addr, key); err != nil {
@@ -179,16 +179,16 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 			bounce.Landed(0, len(dst)) // reader-owned (rmu)
 			continue
 		}
-		if c.rx.FinRcvd {
-			c.core.Mu.Unlock()
+		if c.RX.FinRcvd {
+			c.Core.Mu.Unlock()
 			return total, nil
 		}
-		if c.core.Err != nil {
-			err := c.core.Err
-			c.core.Mu.Unlock()
-			return total, c.opErr("read", err)
+		if c.Core.Err != nil {
+			err := c.Core.Err
+			c.Core.Mu.Unlock()
+			return total, c.Core.OpErr("read", err)
 		}
-		c.core.Mu.Unlock()
-		c.await(c.core.RcvReady, &c.core.ReadDL, false)
+		c.Core.Mu.Unlock()
+		c.Await(c.Core.RcvReady, &c.Core.ReadDL, false)
 	}
 }

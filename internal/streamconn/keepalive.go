@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"github.com/rdmanet/rdma/internal/cmwatch"
@@ -15,9 +15,9 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 	if cmwatch.ActsOn(ev.Type) {
 		// The QP is in error and its receives flush, which wakes the
 		// poller; a probe makes sure of it even with none outstanding.
-		c.core.Mu.Lock()
-		if !c.core.Closed && !c.core.Torn && !c.postProbeLocked() && !c.rx.FinRcvd {
-			c.failLocked(core.ErrReset)
+		c.Core.Mu.Lock()
+		if !c.Core.Closed && !c.Core.Torn && !c.postProbeLocked() && !c.RX.FinRcvd {
+			c.FailLocked(core.ErrReset)
 		}
 		c.unlockSubmit()
 	}
@@ -26,15 +26,15 @@ func (c *Conn) onEvent(ev verbs.CMEvent) {
 // heardSince reports whether a message came from the peer since *seen was
 // taken, and takes it again.
 func (c *Conn) heardSince(seen *uint64) bool {
-	c.core.Mu.Lock()
-	r := c.received
-	c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	r := c.Received
+	c.Core.Mu.Unlock()
 	heard := r != *seen
 	*seen = r
 	return heard
 }
 
-// keepalive probes the peer when no signaled send is outstanding (if one
+// Keepalive probes the peer when no signaled send is outstanding (if one
 // is, the transport's retry timeout already watches the peer). Unsignaled
 // sends at the tail do not count: the transport may have delivered them long
 // ago and watch nothing, and only a signaled WR behind them reports them.
@@ -43,11 +43,11 @@ func (c *Conn) heardSince(seen *uint64) bool {
 // CQ for the next Read or Write; the watch's tick applies them first, when
 // no caller holds the poll role, so that the keepalive's view of the send
 // queue is fresh.
-func (c *Conn) keepalive() {
-	c.core.Mu.Lock()
-	if !c.core.Closed && !c.core.Torn && c.core.Err == nil && c.sq.ProbeDue() {
+func (c *Conn) Keepalive() {
+	c.Core.Mu.Lock()
+	if !c.Core.Closed && !c.Core.Torn && c.Core.Err == nil && c.SQ.ProbeDue() {
 		if c.postProbeLocked() {
-			c.core.Counters.Keepalives++
+			c.Core.Counters.Keepalives++
 		}
 	}
 	c.unlockSubmit()

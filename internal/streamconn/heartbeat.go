@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"fmt"
@@ -42,13 +42,13 @@ type watch struct {
 func (c *Conn) newWatch(now time.Time) *watch {
 	w := &watch{c: c}
 	var keepAlive, beat time.Duration
-	if c.cfg.KeepAlive > 0 {
-		keepAlive = c.cfg.KeepAlive
-		w.probeAt = now.Add(c.cfg.KeepAlive)
+	if c.Cfg.KeepAlive > 0 {
+		keepAlive = c.Cfg.KeepAlive
+		w.probeAt = now.Add(c.Cfg.KeepAlive)
 	}
-	if c.rx.Pings && c.cfg.PeerTimeout > 0 {
+	if c.RX.Pings && c.Cfg.PeerTimeout > 0 {
 		w.pinging = true
-		w.live = stream.NewLiveness(c.cfg.PeerTimeout, now)
+		w.live = stream.NewLiveness(c.Cfg.PeerTimeout, now)
 		beat = w.live.Interval()
 	}
 	w.sched = cmwatch.NewSchedule(now, c.peerBeat, keepAlive, beat)
@@ -68,13 +68,13 @@ func (c *Conn) newWatch(now time.Time) *watch {
 func (w *watch) Tick(now time.Time) time.Time {
 	c := w.c
 	late := w.sched.Late(now)
-	c.trimIdle(&w.moved)
-	c.tryPoll()
+	c.TrimIdle(&w.moved)
+	c.TryPoll()
 	if w.pinging {
 		c.heartbeat(&w.live, now)
 	}
 	if late && !w.probeAt.IsZero() {
-		w.probeAt = now.Add(c.cfg.KeepAlive)
+		w.probeAt = now.Add(c.Cfg.KeepAlive)
 		c.heardSince(&w.heard)
 	}
 	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
@@ -85,9 +85,9 @@ func (w *watch) Tick(now time.Time) time.Time {
 		// (keepalive skips a busy queue). So an idle connection whose
 		// heartbeat runs sends pings only, not probes as well.
 		if !c.heardSince(&w.heard) {
-			c.keepalive()
+			c.Keepalive()
 		}
-		w.probeAt = now.Add(c.cfg.KeepAlive)
+		w.probeAt = now.Add(c.Cfg.KeepAlive)
 	}
 	c.observeStats(now) // conn.go
 	return w.sched.Woke(now)
@@ -104,34 +104,34 @@ func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 // wait out a PeerTimeout of its own to blame this side, which answered
 // all along.
 func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
-	c.core.Mu.Lock()
-	if c.core.Closed || c.core.Torn || c.core.Err != nil {
-		c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	if c.Core.Closed || c.Core.Torn || c.Core.Err != nil {
+		c.Core.Mu.Unlock()
 		return
 	}
 	gaveUp := false
-	switch l.Tick(now, c.received) {
+	switch l.Tick(now, c.Received) {
 	case stream.PingDue:
 		if c.controlLocked(stream.CtlPing) {
 			l.Pinged()
-			c.core.Counters.PingsSent++
+			c.Core.Counters.PingsSent++
 		}
 	case stream.Unresponsive:
-		c.failLocked(unresponsiveError(l.Timeout))
+		c.FailLocked(UnresponsiveError(l.Timeout))
 		gaveUp = true
 	}
 	c.unlockSubmit()
 	if gaveUp {
-		_ = c.ep.ID.Disconnect()
+		_ = c.EP.ID.Disconnect()
 	}
 }
 
 // pongLocked queues the pong that a ping asked for, unless the send queue
 // or the peer's receives are short (completions and credits retry it).
 func (c *Conn) pongLocked() {
-	if c.core.Err == nil && !c.core.Torn && c.controlLocked(stream.CtlPong) {
+	if c.Core.Err == nil && !c.Core.Torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
-		c.core.Counters.PongsSent++
+		c.Core.Counters.PongsSent++
 	}
 }
 
@@ -140,16 +140,16 @@ func (c *Conn) pongLocked() {
 // does. It is signaled, so that the idle connection it travels on keeps no
 // unsignaled tail for the keepalive to probe.
 func (c *Conn) controlLocked(code uint32) bool {
-	if !c.canSendData() {
+	if !c.CanSendData() {
 		return false
 	}
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(code), nil, c.tx.Addr, 0, true)
-	c.tx.Spend()
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(code), nil, c.TX.Addr, 0, true)
+	c.TX.Spend()
 	return true
 }
 
-// unresponsiveError is the error of a connection whose peer was silent
+// UnresponsiveError is the error of a connection whose peer was silent
 // for d, though pinged.
-func unresponsiveError(d time.Duration) error {
+func UnresponsiveError(d time.Duration) error {
 	return &core.Error{Msg: fmt.Sprintf("peer unresponsive for %v", d), Errno: syscall.ETIMEDOUT}
 }

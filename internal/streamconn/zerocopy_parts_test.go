@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"testing"
@@ -39,7 +39,7 @@ func TestRndvThreshold(t *testing.T) {
 		{"configured before it", 1 << 20, false, stream.VersionRndv - 1, 0},
 		{"turned off", -1, true, stream.VersionRndv, 0},
 		{"default", 0, false, stream.VersionRndv, defaultRndvThreshold},
-		{"soft's default", 0, true, stream.VersionRndv, softRndvThreshold},
+		{"soft's default", 0, true, stream.VersionRndv, SoftRndvThreshold},
 		{"configured", 1 << 20, true, stream.VersionRndv, 1 << 20},
 		{"below the floor", 1 << 10, false, stream.VersionRndv, 64 << 10},
 	} {
@@ -62,7 +62,7 @@ func TestZeroCopyDropEndsWhatPutAndFreeEnd(t *testing.T) {
 	b, other := new(Buffer), new(Buffer)
 	var zc zeroCopy
 	reg, exp, otherExp := &fakeMR{}, &fakeMR{}, &fakeMR{}
-	zc.regs.Keep(b, reg)
+	zc.Regs.Keep(b, reg)
 	zc.exposures.Add(b, exp)
 	zc.exposures.Add(other, otherExp)
 	b.noteConn(c)
@@ -112,23 +112,23 @@ func TestZeroCopyEndRegistrations(t *testing.T) {
 	c := new(Conn) // a key only: no verbs
 	mw := &fakeMW{}
 	var zc zeroCopy
-	zc.window.Allocated(mw)
+	zc.Window.Allocated(mw)
 	b, exposed, held := new(Buffer), new(Buffer), new(Buffer)
 	reg := &deallocOrderMR{t: t, mw: mw}
 	exp := &deallocOrderMR{t: t, mw: mw}
-	zc.regs.Keep(b, reg)
+	zc.Regs.Keep(b, reg)
 	zc.exposures.Add(exposed, exp)
-	zc.regs.Hold(held)
+	zc.Regs.Hold(held)
 	for _, x := range []*Buffer{b, exposed} {
 		x.noteConn(c)
 	}
 	assert.Equal(t, []*Buffer{held}, zc.endRegistrations(c), "the held Buffers go to the caller")
 	assert.Equal(t, 1, mw.deallocs)
-	assert.Nil(t, zc.window.MW())
+	assert.Nil(t, zc.Window.MW())
 	assert.Equal(t, 1, reg.deregs)
 	assert.Equal(t, 1, exp.deregs)
 	assert.NotContains(t, b.regs, c, "each Buffer forgets the connection")
 	assert.NotContains(t, exposed.regs, c)
 	assert.Zero(t, zc.exposures.Live())
-	assert.Nil(t, zc.regs.Lookup(b))
+	assert.Nil(t, zc.Regs.Lookup(b))
 }

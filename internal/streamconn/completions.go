@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"syscall"
@@ -15,61 +15,61 @@ import (
 // reposted and credited as the credit rule says), and recvLocked applies
 // one message from the peer to the stream's windows.
 
-// handle applies a batch of completions.
-func (c *Conn) handle(wcs []verbs.WC) {
+// Handle applies a batch of completions.
+func (c *Conn) Handle(wcs []verbs.WC) {
 	var rcvChanged, sndChanged bool
 	var perr error
 	reposts, held := 0, 0
-	c.core.Mu.Lock()
+	c.Core.Mu.Lock()
 	for i := range wcs {
 		wc := &wcs[i]
 		if wc.WRID&recvWRID != 0 {
 			c.recvPosted--
 			rcvChanged = true
 			if wc.Status != verbs.WCSuccess {
-				c.failLocked(core.WCError(wc.Status))
+				c.FailLocked(core.WCError(wc.Status))
 				continue
 			}
 			reposts++
-			if perr == nil && c.core.Err == nil {
+			if perr == nil && c.Core.Err == nil {
 				perr = c.recvLocked(wc, &sndChanged, &held)
 			}
 			continue
 		}
-		end, op, ok := c.sq.Complete(wc.WRID)
+		end, op, ok := c.SQ.Complete(wc.WRID)
 		if !ok {
-			c.failLocked(errStraySend)
+			c.FailLocked(errStraySend)
 			continue
 		}
-		c.sb.Retire(end)
+		c.SB.Retire(end)
 		if op != nil {
 			op.Status, op.Done = wc.Status, true
 		}
 		sndChanged = true
 		if wc.Status != verbs.WCSuccess {
-			c.failLocked(core.WCError(wc.Status))
+			c.FailLocked(core.WCError(wc.Status))
 		}
 	}
 	if perr != nil {
-		c.failLocked(perr)
+		c.FailLocked(perr)
 	}
 	c.retireSendLocked() // ringgrowth.go
-	c.received += uint64(reposts)
+	c.Received += uint64(reposts)
 	c.repostDue += reposts
 	c.repostHeld += held
 	// The credit rule (internal/stream/credits.go) says when receives go
 	// back and credit with them: a notification's receive is credited
 	// once the program takes it (the notes held hold theirs).
-	starved := c.rx.Starved(c.recvPosted, c.notes.Len())
-	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.core.Err == nil && !c.core.Torn {
+	starved := c.RX.Starved(c.recvPosted, c.Notes.Len())
+	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.Core.Err == nil && !c.Core.Torn {
 		if err := c.postRecvs(c.repostDue); err != nil {
-			c.failLocked(err)
+			c.FailLocked(err)
 		} else {
 			c.recvPosted += c.repostDue
 			// Only a posted receive is credited to the peer (so a batch
 			// waiting here is never written to), and a notification's once
 			// it is taken.
-			c.rx.Owed += c.repostDue - c.repostHeld
+			c.RX.Owed += c.repostDue - c.repostHeld
 			c.repostDue, c.repostHeld = 0, 0
 		}
 	}
@@ -81,15 +81,15 @@ func (c *Conn) handle(wcs []verbs.WC) {
 		c.pongLocked()
 	}
 	if rcvChanged {
-		core.Poke(c.core.RcvReady)
+		core.Poke(c.Core.RcvReady)
 	}
 	if sndChanged {
-		core.Poke(c.core.SndReady)
+		core.Poke(c.Core.SndReady)
 	}
 	c.unlockSubmit()
 	if perr != nil {
 		// Tell the peer: it gets a disconnect, we keep our error.
-		_ = c.ep.ID.Disconnect()
+		_ = c.EP.ID.Disconnect()
 	}
 }
 
@@ -100,25 +100,25 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
 		return core.BreachError(stream.ErrNoImm)
 	}
-	kind, err := stream.Receive(&c.rx, &c.tx, wc.Imm, wc.ByteLen)
+	kind, err := stream.Receive(&c.RX, &c.TX, wc.Imm, wc.ByteLen)
 	if err != nil {
 		return core.BreachError(err)
 	}
 	switch kind {
 	case stream.KindData:
-		c.core.Counters.MsgsRecv++
-		c.core.HeardLocked()
-		if len(c.ring) < c.cfg.RingSize {
-			c.offerRingLocked() // ringgrowth.go
+		c.Core.Counters.MsgsRecv++
+		c.Core.HeardLocked()
+		if len(c.Ring) < c.Cfg.RingSize {
+			c.OfferRingLocked() // ringgrowth.go
 		}
 	case stream.KindDataMoved:
-		c.core.Counters.MsgsRecv++
-		c.core.HeardLocked()
+		c.Core.Counters.MsgsRecv++
+		c.Core.HeardLocked()
 		c.ringMovedLocked()
 	case stream.KindRing:
 		msg, err := stream.ParseRingMsg(c.mailbox())
 		if err == nil {
-			err = c.tx.Offer(msg)
+			err = c.TX.Offer(msg)
 		}
 		if err != nil {
 			return core.BreachError(err)
@@ -128,32 +128,32 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		*sndChanged = true
 	case stream.KindRndvDone:
 		*sndChanged = true
-		c.core.HeardLocked()
+		c.Core.HeardLocked()
 	case stream.KindRndv:
-		if err := c.rx.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
+		if err := c.RX.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
 			return core.BreachError(err)
 		}
-		c.core.HeardLocked()
-		c.core.Counters.RndvRecv++
+		c.Core.HeardLocked()
+		c.Core.Counters.RndvRecv++
 	case stream.KindNotify:
-		if !c.notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
+		if !c.Notes.Push(onesided.Note{Value: stream.NotifyValue(wc.Imm), N: wc.ByteLen}, c.recvWRs) {
 			return core.BreachError(errNotifyOverflow)
 		}
 		*held++
 	case stream.KindPing:
-		c.core.Counters.PingsRecv++
+		c.Core.Counters.PingsRecv++
 		c.pongDue = true
 	case stream.KindPong:
-		c.core.Counters.PongsRecv++
+		c.Core.Counters.PongsRecv++
 	}
 	return nil
 }
 
-// failLocked records why the connection failed (the first reason wins) and
+// FailLocked records why the connection failed (the first reason wins) and
 // wakes every waiter.
-func (c *Conn) failLocked(err error) {
-	if c.core.Err == nil {
-		c.core.Err = err
+func (c *Conn) FailLocked(err error) {
+	if c.Core.Err == nil {
+		c.Core.Err = err
 		c.logFailure(err) // conn.go
 	}
 	c.poller().WakeLocked()

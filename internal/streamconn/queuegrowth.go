@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"github.com/rdmanet/rdma/internal/sendq"
@@ -14,29 +14,29 @@ import (
 // allocating. One that then goes quiet gives the memory back (trimIdle), so
 // that what idle connections hold does not creep up to what busy ones need.
 
-// trimIdle runs at each tick of the connection's watch (heartbeat.go):
+// TrimIdle runs at each tick of the connection's watch (heartbeat.go):
 // when no stream data moved either way since the previous tick (moved
 // holds the count then) and no send WR is outstanding, the send queue goes
 // back to its starting slots and an empty notification ring is dropped. A
 // connection that moves data between ticks keeps what it has grown.
-func (c *Conn) trimIdle(moved *uint64) {
-	c.core.Mu.Lock()
-	m := c.tx.Tail + c.rx.Tail
+func (c *Conn) TrimIdle(moved *uint64) {
+	c.Core.Mu.Lock()
+	m := c.TX.Tail + c.RX.Tail
 	idle := m == *moved
 	*moved = m
-	grown := len(c.sq.WRs) > sendq.StartSlots || c.notes.Idle()
-	c.core.Mu.Unlock()
+	grown := len(c.SQ.WRs) > sendq.StartSlots || c.Notes.Idle()
+	c.Core.Mu.Unlock()
 	if !idle || !grown {
 		return
 	}
-	c.tryPoll() // apply the completions that wait, the last probe's say
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	if c.core.Torn || c.tx.Tail+c.rx.Tail != m {
+	c.TryPoll() // apply the completions that wait, the last probe's say
+	c.Core.Mu.Lock()
+	defer c.Core.Mu.Unlock()
+	if c.Core.Torn || c.TX.Tail+c.RX.Tail != m {
 		return
 	}
-	if c.sq.Trim() {
-		c.core.Counters.Trims++
+	if c.SQ.Trim() {
+		c.Core.Counters.Trims++
 	}
-	c.notes.Trim()
+	c.Notes.Trim()
 }

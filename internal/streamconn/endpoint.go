@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"os"
@@ -9,47 +9,41 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
-// endpoint is one connection's verbs resources, of either wire: the
-// connection manager's ID and event channel, the protection domain, one
-// block of registered memory with its two MRs, the completion channel,
-// the CQ and the QP. Both wires create them in the same dependency order
-// (deviceOf, fitQueues, allocate, register, createQP) and release them in
-// the order the verbs require (release); what they put in the memory
-// differs. For rdma.Conn, newEndpoint: the receive ring, the send buffer
-// and the inline staging; for RsocketConn, newRsocketConn: the target SGL
-// and rbuf, the send buffer and the control staging.
+// endpoint is rdma.Conn's memory layout on its verbs objects (Conn.EP,
+// internal/core's Endpoint, which creates them in the verbs' dependency
+// order and releases them in the order the verbs require): in the one
+// block of registered memory, the receive ring, the send buffer and the
+// inline staging; the queue depths the device granted; and the ring and
+// send buffer once they have grown. The rsocket wire lays out its own
+// (internal/rsocketconn).
 type endpoint struct {
-	// The verbs objects (internal/core), created and released in the
-	// order the verbs require.
-	ep core.Endpoint
-
 	// Our receive ring, written by the peer; its mailbox (the peer's ring
 	// offers, ringgrowth.go) follows it, up to its capacity.
-	ring    []byte
+	Ring    []byte
 	ibuf    []byte // staging for inline sends: one slot of inline bytes per send WR
 	inline  int    // largest write sent inline
 	sendWRs int    // send WRs data and credits may occupy (rdma.Conn's QP has one more, for probes)
 	recvWRs int    // receive WRs
 	// rdma.Conn's alone:
-	slots  int // send WRs that can be outstanding (sq, plus a probe), and a spare
+	Slots  int // send WRs that can be outstanding (sq, plus a probe), and a spare
 	rdAtom int // RDMA READs in flight, as initiator and as responder (ConnParam)
 
 	// The ring and send buffer once they have grown (ringgrowth.go):
 	// nil until the first growth.
-	grow *growth
+	Grow *growth
 }
 
 // newEndpoint creates a connection's verbs resources on id (whose device
 // is known: route resolved, or a connect request). The send buffer starts
-// at growStart bytes at most, and so does the ring if grow (the peer
+// at GrowStart bytes at most, and so does the ring if grow (the peer
 // speaks a protocol whose rings move; ringgrowth.go); they grow to
 // Config's sizes under load. On failure it releases what it created (not
 // ech and id, which stay the caller's).
-func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (e endpoint, sbuf []byte, err error) {
-	e.ep.Events, e.ep.ID = ech, id
+func newEndpoint(ep *core.Endpoint, provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (e endpoint, sbuf []byte, err error) {
+	ep.Events, ep.ID = ech, id
 	defer func() {
 		if err != nil {
-			e.release(0)
+			e.release(ep, 0)
 		}
 	}()
 	ctx, attr, err := core.DeviceOf(id)
@@ -57,7 +51,7 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 		return e, nil, err
 	}
 	sq, rq := core.FitQueues(attr, cfg.SendDepth, cfg.RecvDepth, 1)
-	if sq < 4 || rq < minDepth {
+	if sq < 4 || rq < stream.MinRecvDepth {
 		return e, nil, verbs.Errorf("ibv_create_qp", 0, "device queues too small (max WR %d, max CQE %d)", attr.MaxQPWR, attr.MaxCQE)
 	}
 	inline := min(cfg.InlineThreshold, attr.MaxInlineData)
@@ -69,26 +63,26 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 		inline = 0
 	}
 
-	ringSize, sbufSize := cfg.RingSize, min(cfg.SendBufferSize, growStart)
+	ringSize, sbufSize := cfg.RingSize, min(cfg.SendBufferSize, GrowStart)
 	if grow {
-		ringSize = min(ringSize, growStart)
+		ringSize = min(ringSize, GrowStart)
 	}
-	e.slots = sq + 2
-	ibufSize := max(e.slots*inline, 64)
+	e.Slots = sq + 2
+	ibufSize := max(e.Slots*inline, 64)
 	ringAt := ringOffset(ibufSize+ctlStaging, sbufSize)
 	ringEnd := ringAt + ringSize + stream.MailboxLen
-	all, err := e.ep.Allocate(ringEnd)
+	all, err := ep.Allocate(ringEnd)
 	if err != nil {
 		return e, nil, err
 	}
 	e.ibuf = all[:ibufSize:ibufSize]
 	sbuf = all[ringAt-sbufSize : ringAt : ringAt]
-	e.ring = all[ringAt : ringAt+ringSize : ringEnd]
-	if err = e.ep.Register(ctx, all[ringAt:ringEnd], all[:ringAt]); err != nil {
+	e.Ring = all[ringAt : ringAt+ringSize : ringEnd]
+	if err = ep.Register(ctx, all[ringAt:ringEnd], all[:ringAt]); err != nil {
 		return e, nil, err
 	}
 	qc := verbs.QPCap{MaxSendWR: sq + 1, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: inline}
-	if err = e.ep.CreateQP(ctx, &qc); err != nil {
+	if err = ep.CreateQP(ctx, &qc); err != nil {
 		return e, nil, err
 	}
 	e.inline = min(inline, qc.MaxInlineData)
@@ -101,9 +95,9 @@ func newEndpoint(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Con
 const ctlStaging = 32
 
 // ctlStagingBytes is that staging.
-func (e *endpoint) ctlStagingBytes() []byte {
-	at := len(e.ibuf)
-	return e.ep.Mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
+func (c *Conn) ctlStagingBytes() []byte {
+	at := len(c.ibuf)
+	return c.EP.Mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
 }
 
 // ringOffset places the receive ring in a connection's memory block,
@@ -125,16 +119,16 @@ func ringOffset(ibufSize, sbufSize int) int {
 // release destroys the verbs objects newEndpoint created, in the order the
 // verbs require, after acknowledging the completion events taken and not
 // yet acknowledged. The ID and event channel are the caller's.
-func (e *endpoint) release(unacked int) {
-	e.ep.ReleaseQueues(unacked)
-	if e.grow != nil {
-		e.grow.release()
+func (e *endpoint) release(ep *core.Endpoint, unacked int) {
+	ep.ReleaseQueues(unacked)
+	if e.Grow != nil {
+		e.Grow.release()
 	}
-	e.ep.ReleaseMemory()
-	if e.grow != nil {
-		regmem.Free(e.grow.ringMem)
-		regmem.Free(e.grow.sendMem)
-		e.grow = nil
+	ep.ReleaseMemory()
+	if e.Grow != nil {
+		regmem.Free(e.Grow.ringMem)
+		regmem.Free(e.Grow.sendMem)
+		e.Grow = nil
 	}
 }
 
@@ -150,13 +144,6 @@ var recvWRs = func() (w [recvBatch]verbs.RecvWR) {
 	}
 	return w
 }()
-
-// ackTimeoutExp is the QP's transport timeout exponent, set with
-// rdma_set_option before Connect and Accept (an RTS QP refuses it): a peer
-// that stops answering is declared dead within a few seconds, 4.096 us *
-// 2^16 = 268 ms per try, 8 tries with the connection parameters' retry
-// count of 7, instead of rdma_cm's default (2^20: 4.3 s per try, 34 s).
-const ackTimeoutExp = 16
 
 // maxRdAtom bounds the RDMA READs a connection has in flight, each way
 // (the device may grant fewer).

@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"context"
@@ -45,32 +45,32 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 	// wait is for a send slot or, for a notification, a credit, which the
 	// peer's program returns only when it takes the notification: the
 	// deadline of the direction the bytes go bounds it.
-	dl := &c.core.WriteDL
+	dl := &c.Core.WriteDL
 	if op == verbs.OpRDMARead {
-		dl = &c.core.ReadDL
+		dl = &c.Core.ReadDL
 	}
 	wait := dl // what the wait below wakes for
 	for {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if err := c.remoteErrLocked(); err != nil {
-			c.core.Mu.Unlock()
-			return c.opErr(name, err)
+			c.Core.Mu.Unlock()
+			return c.Core.OpErr(name, err)
 		}
 		if dl.Passed() {
-			c.core.Mu.Unlock()
-			return c.opErr(name, os.ErrDeadlineExceeded)
+			c.Core.Mu.Unlock()
+			return c.Core.OpErr(name, os.ErrDeadlineExceeded)
 		}
 		// A data write keeps one credit for the credit message that
 		// unblocks the peer's writer; a notification, which holds its
 		// credit until the peer's program takes it, also keeps one for the
 		// heartbeat's ping, so that a peer that takes none for a while is
 		// not found unresponsive.
-		if c.sq.HasRoom() && (!credit || c.canSendNotify()) {
+		if c.SQ.HasRoom() && (!credit || c.CanSendNotify()) {
 			break
 		}
-		c.core.Mu.Unlock()
+		c.Core.Mu.Unlock()
 		if ctx.Err() != nil {
-			return c.opErr(name, context.Cause(ctx)) // it would have to wait
+			return c.Core.OpErr(name, context.Cause(ctx)) // it would have to wait
 		}
 		if ctx.Done() != nil && wait == dl {
 			// A deadline of its own, the earlier of ctx's and the
@@ -92,23 +92,23 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 			wait = &own
 			continue
 		}
-		c.await(c.core.SndReady, wait, false)
+		c.Await(c.Core.SndReady, wait, false)
 	}
 	r := sendq.NewOp()
-	c.sq.Ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
+	c.SQ.Ops[c.enqueueWRLocked(op, imm, mr, local, raddr, rkey, 0, true)] = r
 	if credit {
-		c.tx.Spend()
+		c.TX.Spend()
 	}
 	c.unlockSubmit()
 	st, err := c.awaitOp(r, func() {
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
-		if hold != nil && !c.core.Torn && hold.acquire() == nil {
-			c.zeroCopyLocked().regs.Hold(hold)
+		if hold != nil && !c.Core.Torn && hold.acquire() == nil {
+			c.zeroCopyLocked().Regs.Hold(hold)
 		}
 	})
 	if err != nil {
-		return c.opErr(name, err)
+		return c.Core.OpErr(name, err)
 	}
 	return c.remoteStatus(name, st)
 }
@@ -120,16 +120,16 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 // pool, as a late completion may still fill it in.
 func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error) {
 	for {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if r.Done {
 			st := r.Status
 			// One poke of sndReady stands for a whole batch of
 			// completions, and several operations may wait on it: pass
 			// it on, so that the next waiter looks at its own.
-			if c.core.Poll.Waiters > 0 {
-				core.Poke(c.core.SndReady)
+			if c.Core.Poll.Waiters > 0 {
+				core.Poke(c.Core.SndReady)
 			}
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			r.Recycle()
 			return st, nil
 		}
@@ -137,21 +137,21 @@ func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error)
 			if failedLocked != nil {
 				failedLocked()
 			}
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			return 0, err
 		}
-		c.core.Mu.Unlock()
-		c.await(c.core.SndReady, nil, false)
+		c.Core.Mu.Unlock()
+		c.Await(c.Core.SndReady, nil, false)
 	}
 }
 
 // remoteErrLocked says why no one-sided operation can go on, or nil.
 func (c *Conn) remoteErrLocked() error {
 	switch {
-	case c.core.Closed || c.core.Torn:
+	case c.Core.Closed || c.Core.Torn:
 		return net.ErrClosed
-	case c.core.Err != nil:
-		return c.core.Err
+	case c.Core.Err != nil:
+		return c.Core.Err
 	}
 	return nil
 }
@@ -162,17 +162,17 @@ func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
 	case verbs.WCSuccess:
 		return nil
 	case verbs.WCRemAccessErr:
-		return c.opErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, core.ErrRemoteAccess))
+		return c.Core.OpErr(name, fmt.Errorf("%w: %w", onesided.ErrRemoteAccess, core.ErrRemoteAccess))
 	case verbs.WCWRFlushErr:
-		c.core.Mu.Lock()
-		err := c.core.Err
-		c.core.Mu.Unlock()
+		c.Core.Mu.Lock()
+		err := c.Core.Err
+		c.Core.Mu.Unlock()
 		if err == nil {
 			err = core.ErrReset
 		}
-		return c.opErr(name, err)
+		return c.Core.OpErr(name, err)
 	}
-	return c.opErr(name, core.WCError(st))
+	return c.Core.OpErr(name, core.WCError(st))
 }
 
 var errNoMoreNotes = &core.Error{Msg: "the peer closed its sending side: no more notifications", Errno: syscall.EPIPE}

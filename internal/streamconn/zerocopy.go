@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"net"
@@ -14,9 +14,9 @@ import (
 // the lock, ask the part, and register or deregister memory on the
 // connection's protection domain.
 type zeroCopy struct {
-	regs      zerocopy.Regs[*Buffer]      // the Buffers registered for local access, and those held (mu)
+	Regs      zerocopy.Regs[*Buffer]      // the Buffers registered for local access, and those held (mu)
 	exposures onesided.Exposures[*Buffer] // the ranges exposed to the peer (mu)
-	window    zerocopy.Window             // the rendezvous writer's memory window
+	Window    zerocopy.Window             // the rendezvous writer's memory window
 	bounce    zerocopy.Bounce             // the rendezvous reader's bounce buffer (rmu)
 	ctlMR     verbs.MR                    // the rendezvous descriptor staging's registration (the writer's, wmu)
 }
@@ -38,16 +38,16 @@ func (zc *zeroCopy) ctl(pd verbs.PD, staging []byte) (verbs.MR, error) {
 
 // zeroCopyLocked is the connection's zeroCopy, made on the first use.
 func (c *Conn) zeroCopyLocked() *zeroCopy {
-	if c.zc == nil {
-		c.zc = new(zeroCopy)
+	if c.ZC == nil {
+		c.ZC = new(zeroCopy)
 	}
-	return c.zc
+	return c.ZC
 }
 
 // zeroCopy is zeroCopyLocked for a caller without mu.
 func (c *Conn) zeroCopy() *zeroCopy {
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	defer c.Core.Mu.Unlock()
 	return c.zeroCopyLocked()
 }
 
@@ -56,7 +56,7 @@ func (c *Conn) zeroCopy() *zeroCopy {
 // that a Buffer put back and reused for many connections keeps none of the
 // old ones. Called with c's mu held.
 func (zc *zeroCopy) forgetIfUnused(b *Buffer, c *Conn) {
-	if zc.regs.Lookup(b) != nil || zc.exposures.Holds(b) {
+	if zc.Regs.Lookup(b) != nil || zc.exposures.Holds(b) {
 		return
 	}
 	b.forgetConn(c)
@@ -66,7 +66,7 @@ func (zc *zeroCopy) forgetIfUnused(b *Buffer, c *Conn) {
 // c, whose zeroCopy this is. Called with c's mu held.
 func (zc *zeroCopy) drop(b *Buffer, c *Conn, exposuresOnly bool) {
 	if !exposuresOnly {
-		zc.regs.Drop(b)
+		zc.Regs.Drop(b)
 	}
 	// Its exposures end too: the dereg fence makes sure no access of the
 	// peer's touches the memory once Dereg returns, before Free unmaps it.
@@ -79,21 +79,21 @@ func (zc *zeroCopy) drop(b *Buffer, c *Conn, exposuresOnly bool) {
 // each Buffer forgetting c. It returns the Buffers held until the queue
 // pair is gone. Called with c's mu held.
 func (zc *zeroCopy) endRegistrations(c *Conn) (held []*Buffer) {
-	if mw := zc.window.Take(); mw != nil {
+	if mw := zc.Window.Take(); mw != nil {
 		mw.Dealloc() // before the registrations it may be bound in
 	}
 	forget := func(b *Buffer) { b.forgetConn(c) }
 	zc.exposures.Release(forget)
-	return zc.regs.Release(forget)
+	return zc.Regs.Release(forget)
 }
 
 // bufferMR is the connection's registration of b (which the caller
 // acquired), made on the first use: local access only (a send's source,
 // a READ's destination), never remote. Called with neither mu held.
 func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
-	c.core.Mu.Lock()
-	mr := c.zeroCopyLocked().regs.Lookup(b)
-	c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	mr := c.zeroCopyLocked().Regs.Lookup(b)
+	c.Core.Mu.Unlock()
 	if mr != nil {
 		return mr, nil
 	}
@@ -103,13 +103,13 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 	// Where the device has memory windows, a rendezvous Write binds one
 	// to the bytes it exposes, in this registration (rndvWindow).
 	access := verbs.AccessLocalWrite
-	c.core.Mu.Lock()
-	if windowUsedOn(&c.zeroCopyLocked().window, c.ep.ID) {
+	c.Core.Mu.Lock()
+	if windowUsedOn(&c.zeroCopyLocked().Window, c.EP.ID) {
 		access |= verbs.AccessMWBind
 	}
-	c.core.Mu.Unlock()
+	c.Core.Mu.Unlock()
 	return c.regMR(b, b.buf, access, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
-		return zc.regs.Keep(b, mr)
+		return zc.Regs.Keep(b, mr)
 	})
 }
 
@@ -121,21 +121,21 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 // mu, records the registration in zc and returns the one to use (another
 // one, when a concurrent caller registered first; then this one goes).
 func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zeroCopy, mr verbs.MR) verbs.MR) (verbs.MR, error) {
-	c.core.Mu.Lock()
-	if c.core.Closed || c.core.Torn {
-		c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	if c.Core.Closed || c.Core.Torn {
+		c.Core.Mu.Unlock()
 		return nil, net.ErrClosed
 	}
 	c.registering++
-	c.core.Mu.Unlock()
-	mr, err := c.ep.PD.RegMR(p, access)
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
+	c.Core.Mu.Unlock()
+	mr, err := c.EP.PD.RegMR(p, access)
+	c.Core.Mu.Lock()
+	defer c.Core.Mu.Unlock()
 	c.registering--
 	if err != nil {
 		return nil, err
 	}
-	if c.core.Closed || c.core.Torn {
+	if c.Core.Closed || c.Core.Torn {
 		mr.Dereg()
 		return nil, net.ErrClosed
 	}
@@ -156,10 +156,10 @@ func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zer
 // b on the connection gone once the first returns, so that neither Free
 // nor Put goes on while an MR of the connection still covers b.
 func (c *Conn) dropBuffer(b *Buffer, exposuresOnly bool) {
-	c.core.Mu.Lock()
-	defer c.core.Mu.Unlock()
-	if c.zc != nil {
-		c.zc.drop(b, c, exposuresOnly)
+	c.Core.Mu.Lock()
+	defer c.Core.Mu.Unlock()
+	if c.ZC != nil {
+		c.ZC.drop(b, c, exposuresOnly)
 	}
 }
 
@@ -169,9 +169,9 @@ func (c *Conn) holdUntilTeardown(buf *Buffer) {
 	if buf.acquire() != nil {
 		return // cannot happen: the caller holds it
 	}
-	c.core.Mu.Lock()
-	c.zeroCopyLocked().regs.Hold(buf)
-	c.core.Mu.Unlock()
+	c.Core.Mu.Lock()
+	c.zeroCopyLocked().Regs.Hold(buf)
+	c.Core.Mu.Unlock()
 }
 
 // releaseZeroCopy deregisters every Buffer registered on the connection
@@ -179,22 +179,22 @@ func (c *Conn) holdUntilTeardown(buf *Buffer) {
 // (releaseVerbs); it returns the Buffers held until the queue pair is
 // gone, for the caller to release then.
 //
-// The Buffers' registrations and exposures go under mu, before c.zc is
+// The Buffers' registrations and exposures go under mu, before c.ZC is
 // cleared: a Buffer's Free (or a Put) that runs beside finds them either
 // still there, and ends them itself (dropBuffer, under mu), or already
 // gone, never half way, so it cannot unmap a Buffer that an MR of this
 // connection still covers. Each Dereg waits only for memory copies in
 // progress (the dereg fence), never on the peer.
 func (c *Conn) releaseZeroCopy() (held []*Buffer) {
-	c.core.Mu.Lock()
-	zc := c.zc
+	c.Core.Mu.Lock()
+	zc := c.ZC
 	if zc == nil {
-		c.core.Mu.Unlock()
+		c.Core.Mu.Unlock()
 		return nil
 	}
 	held = zc.endRegistrations(c)
-	c.zc = nil
-	c.core.Mu.Unlock()
+	c.ZC = nil
+	c.Core.Mu.Unlock()
 	zc.bounce.Release()
 	if zc.ctlMR != nil {
 		zc.ctlMR.Dereg()

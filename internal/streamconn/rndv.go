@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"net"
@@ -10,6 +10,7 @@ import (
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/internal/zerocopy"
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // Rendezvous (protocol version 4; internal/stream/rndv.go has the wire
@@ -36,7 +37,7 @@ import (
 // docs/design.md, "When a Write copies", for the measurements.
 const defaultRndvThreshold = 128 << 10
 
-// softRndvThreshold is soft's default. Its transports copy the bytes on
+// SoftRndvThreshold is soft's default. Its transports copy the bytes on
 // either path, so the rendezvous saves only the copies into the send
 // buffer and out of the ring, and pays a round trip and two messages more
 // a Write; below 512 KiB that costs more than the copies, on both paths
@@ -44,7 +45,7 @@ const defaultRndvThreshold = 128 << 10
 // shared memory 256 KiB 0.91x the copying path's throughput at the same
 // CPU a message, 512 KiB 1.16x at 0.8x; TCP, its waits polling the socket,
 // 256 KiB 0.96x at 1.07x, 512 KiB 1.3x at 0.77x).
-const softRndvThreshold = 512 << 10
+const SoftRndvThreshold = 512 << 10
 
 // rndvPiece bounds one RDMA READ of a rendezvous: a Read waits for its
 // READ to complete whatever its deadline says (the bytes land in its
@@ -58,10 +59,10 @@ const rndvDirectMin = 16 << 10
 
 var errRndvAbandoned = &core.Error{Msg: "a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", Errno: syscall.ECONNABORTED}
 
-// rndvThreshold is the threshold for a connection of the version agreed
+// RndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).
-func (c *Conn) rndvThreshold(agreed uint8) int {
-	return rndvThresholdFor(c.cfg.RendezvousThreshold, c.provider == ProviderSoft, agreed)
+func (c *Conn) RndvThreshold(agreed uint8) int {
+	return rndvThresholdFor(c.Cfg.RendezvousThreshold, c.Prov == soft.Name, agreed)
 }
 
 // rndvThresholdFor is the threshold configured as t (Config's: 0 the
@@ -75,7 +76,7 @@ func rndvThresholdFor(t int, soft bool, agreed uint8) int {
 	case t > 0:
 		return max(t, zerocopy.RendezvousFloor())
 	case soft:
-		return softRndvThreshold
+		return SoftRndvThreshold
 	}
 	return defaultRndvThreshold
 }
@@ -93,7 +94,7 @@ func directLen(n int, left uint64) int {
 // writeRndv writes b, which lies in buf, by rendezvous.
 func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 	if err := buf.acquire(); err != nil {
-		return 0, c.opErr("write", err)
+		return 0, c.Core.OpErr("write", err)
 	}
 	defer buf.release()
 	sent := 0
@@ -102,9 +103,9 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 		if err := c.rndvOne(b[sent:sent+n], buf); err != nil {
 			return sent, err
 		}
-		c.core.Mu.Lock()
-		c.core.Counters.WroteLocked(n, sent == 0)
-		c.core.Mu.Unlock()
+		c.Core.Mu.Lock()
+		c.Core.Counters.WroteLocked(n, sent == 0)
+		c.Core.Mu.Unlock()
 		sent += n
 	}
 	return sent, nil
@@ -113,28 +114,28 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 // rndvOne exposes p (in buf) to the peer, announces it and waits until the
 // peer has read it all; p's registration is gone when it returns.
 func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
-	ctl, err := c.zeroCopy().ctl(c.ep.PD, c.ctlStagingBytes())
+	ctl, err := c.zeroCopy().ctl(c.EP.PD, c.ctlStagingBytes())
 	if err != nil {
-		return c.opErr("write", err)
+		return c.Core.OpErr("write", err)
 	}
 	x, err := c.exposeRndv(p, buf)
 	if err != nil {
-		return c.opErr("write", err)
+		return c.Core.OpErr("write", err)
 	}
 	for {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			c.revokeRndv(x, true)
-			return c.opErr("write", err)
+			return c.Core.OpErr("write", err)
 		}
 		// As a data write: one credit stays for the credit message. A
 		// bind takes a send slot more.
-		if c.canSendData() && (x.MW == nil || c.sq.Used()+1 < c.sq.Depth) {
+		if c.CanSendData() && (x.MW == nil || c.SQ.Used()+1 < c.SQ.Depth) {
 			break
 		}
-		c.core.Mu.Unlock()
-		c.await(c.core.SndReady, &c.core.WriteDL, false)
+		c.Core.Mu.Unlock()
+		c.Await(c.Core.SndReady, &c.Core.WriteDL, false)
 	}
 	key := c.announceLocked(&x, p)
 	msg := c.ctlStagingBytes()[:stream.RndvMsgLen]
@@ -143,41 +144,41 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	// and we have not moved to yet is not read until our next data write,
 	// which comes after this rendezvous).
 	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndv), ctl, msg,
-		c.tx.Addr+c.tx.Size+stream.RndvMsgAt, c.tx.RKey, 0, false)
-	c.tx.RndvSent()
-	c.core.TalkedLocked()
-	c.core.Counters.RndvSent++
+		c.TX.Addr+c.TX.Size+stream.RndvMsgAt, c.TX.RKey, 0, false)
+	c.TX.RndvSent()
+	c.Core.TalkedLocked()
+	c.Core.Counters.RndvSent++
 	if x.MW != nil {
-		c.core.Counters.RndvWindowed++
+		c.Core.Counters.RndvWindowed++
 	}
 	c.unlockSubmit()
 	for {
-		c.core.Mu.Lock()
-		if !c.tx.Rndv.Out {
-			c.core.Mu.Unlock()
+		c.Core.Mu.Lock()
+		if !c.TX.Rndv.Out {
+			c.Core.Mu.Unlock()
 			c.revokeRndv(x, false)
 			return nil
 		}
 		if err := c.writeErrLocked(); err != nil {
-			abandon := c.core.Err == nil
+			abandon := c.Core.Err == nil
 			if abandon {
-				c.failLocked(errRndvAbandoned)
+				c.FailLocked(errRndvAbandoned)
 			}
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			// Revoked before the Write returns; a READ the peer has under
 			// way fails with a remote access error.
 			c.revokeRndv(x, true)
 			if abandon {
-				_ = c.ep.ID.Disconnect()
+				_ = c.EP.ID.Disconnect()
 			}
 			// A READ response the provider queued before the revocation
 			// may still be on its way out of p: Free must not unmap buf
 			// until the queue pair is gone (ErrBufferBusy until Close).
 			c.holdUntilTeardown(buf)
-			return c.opErr("write", err)
+			return c.Core.OpErr("write", err)
 		}
-		c.core.Mu.Unlock()
-		c.await(c.core.SndReady, &c.core.WriteDL, false)
+		c.Core.Mu.Unlock()
+		c.Await(c.Core.SndReady, &c.Core.WriteDL, false)
 	}
 }
 
@@ -198,7 +199,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 	if !direct {
 		bounce, err := c.bounceBuf()
 		if err != nil {
-			return 0, c.opErr("read", err)
+			return 0, c.Core.OpErr("read", err)
 		}
 		mr, dst = bounce.MR(), bounce.Space(left)
 	}
@@ -209,7 +210,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 		return len(dst), nil
 	}
 	n := copy(b, dst)
-	c.zc.bounce.Landed(n, len(dst)) // made by bounceBuf
+	c.ZC.bounce.Landed(n, len(dst)) // made by bounceBuf
 	return n, nil
 }
 
@@ -222,25 +223,25 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 // done message is queued behind the READ, fenced (sendRndvDoneLocked).
 func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) error {
 	for {
-		c.core.Mu.Lock()
-		if c.core.Err != nil {
-			err := c.core.Err
-			c.core.Mu.Unlock()
-			return c.opErr("read", err)
+		c.Core.Mu.Lock()
+		if c.Core.Err != nil {
+			err := c.Core.Err
+			c.Core.Mu.Unlock()
+			return c.Core.OpErr("read", err)
 		}
-		if c.core.Closed {
-			c.core.Mu.Unlock()
-			return c.opErr("read", net.ErrClosed)
+		if c.Core.Closed {
+			c.Core.Mu.Unlock()
+			return c.Core.OpErr("read", net.ErrClosed)
 		}
-		if c.core.ReadDL.Passed() {
-			c.core.Mu.Unlock()
-			return c.opErr("read", os.ErrDeadlineExceeded)
+		if c.Core.ReadDL.Passed() {
+			c.Core.Mu.Unlock()
+			return c.Core.OpErr("read", os.ErrDeadlineExceeded)
 		}
-		if c.sq.HasRoom() {
+		if c.SQ.HasRoom() {
 			break
 		}
-		c.core.Mu.Unlock()
-		c.await(c.core.SndReady, &c.core.ReadDL, false)
+		c.Core.Mu.Unlock()
+		c.Await(c.Core.SndReady, &c.Core.ReadDL, false)
 	}
 	// One READ for the piece. Split into several READs in flight it was
 	// no faster on soft's shared memory (the responder's copy into the
@@ -249,38 +250,38 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 	// 1 MiB READs 2021, one READ 2418; medians of 5 interleaved rounds);
 	// on rxe a single 1 MiB READ (ReadRemote) runs at 0.92x ib_read_bw.
 	r := sendq.NewOp()
-	c.sq.Ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
+	c.SQ.Ops[c.enqueueWRLocked(verbs.OpRDMARead, 0, mr, dst, addr, key, 0, true)] = r
 	// The bytes count as read now (if the READ fails, so does the
 	// connection): the done message may then go in this post, and the
 	// peer's next descriptor, which may follow the done before this READ's
 	// completion is taken, finds the rendezvous over.
-	if c.rx.RndvRead(uint64(len(dst))) {
+	if c.RX.RndvRead(uint64(len(dst))) {
 		c.rndvDoneDue = true
 		c.sendRndvDoneLocked()
 	}
 	c.unlockSubmit()
 	disconnected := false
 	for {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if r.Done {
 			st := r.Status
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			r.Recycle()
 			if st != verbs.WCSuccess {
 				return c.remoteStatus("read", st)
 			}
 			return nil
 		}
-		failed := c.core.Err != nil
-		c.core.Mu.Unlock()
+		failed := c.Core.Err != nil
+		c.Core.Mu.Unlock()
 		if failed && !disconnected {
 			// A failed connection's QP flushes what is outstanding; make
 			// sure it is failing, not just marked so (a heartbeat's
 			// verdict leaves the QP up).
-			_ = c.ep.ID.Disconnect()
+			_ = c.EP.ID.Disconnect()
 			disconnected = true
 		}
-		c.await(c.core.SndReady, nil, true)
+		c.Await(c.Core.SndReady, nil, true)
 	}
 }
 
@@ -295,14 +296,14 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 // the Soft-RoCE guest, 1 MiB from and into Buffers: 1.03x the throughput
 // of a done posted after the completion; docs/design.md).
 func (c *Conn) sendRndvDoneLocked() {
-	if !c.rndvDoneDue || c.core.Err != nil || c.core.Torn {
+	if !c.rndvDoneDue || c.Core.Err != nil || c.Core.Torn {
 		return
 	}
-	if !c.canSendData() {
+	if !c.CanSendData() {
 		return
 	}
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.tx.Addr, verbs.SendFence, false)
-	c.tx.Spend()
+	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.TX.Addr, verbs.SendFence, false)
+	c.TX.Spend()
 	c.rndvDoneDue = false
-	c.core.TalkedLocked()
+	c.Core.TalkedLocked()
 }

@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"os"
@@ -13,17 +13,17 @@ import (
 // RndvExposure) says how a rendezvous Write exposes its bytes; here the
 // connection allocates, binds, invalidates and drops the window.
 
-// testNoWindows makes rendezvous Writes register what they expose, as on
-// a device without windows (tests of both paths on one provider).
-var testNoWindows bool
+// NoWindows, when it points to true, makes rendezvous Writes register
+// what they expose, as on a device without windows (tests of both paths on
+// one provider; the root package points it at its tests' switch).
+var NoWindows = new(bool)
 
-// WindowsEnv chooses how rendezvous Writes expose their bytes: 0 always
-// by a registration (a way around a device whose windows misbehave, and to
-// compare the two), 1 through a memory window wherever the device has
-// them, rxe included; unset, through windows except on rxe.
-const WindowsEnv = "RDMA_MEMORY_WINDOWS"
+// windowsEnv is the public WindowsEnv: how rendezvous Writes expose their
+// bytes (0: always by a registration; 1: through a memory window wherever
+// the device has them, rxe included; unset: through windows except on rxe).
+const windowsEnv = "RDMA_MEMORY_WINDOWS"
 
-var envWindows = os.Getenv(WindowsEnv)
+var envWindows = os.Getenv(windowsEnv)
 
 // windowUsedOn reports whether rendezvous Writes on the connection of id
 // use the window w, asking its device once. Called with the connection's
@@ -32,7 +32,7 @@ func windowUsedOn(w *zerocopy.Window, id verbs.CMID) bool {
 	if !w.Decided() {
 		_, attr, err := core.DeviceOf(id)
 		env := envWindows
-		if testNoWindows {
+		if *NoWindows {
 			env = "0"
 		}
 		w.Decide(attr, err, env)
@@ -44,11 +44,11 @@ func windowUsedOn(w *zerocopy.Window, id verbs.CMID) bool {
 // and buf's registration to bind it in; nil, nil when the Write registers
 // what it exposes instead. Writer-owned (wmu).
 func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
-	c.core.Mu.Lock()
+	c.Core.Mu.Lock()
 	zc := c.zeroCopyLocked()
-	windowUsedOn(&zc.window, c.ep.ID)
-	ok, mw := zc.window.Fits(p, len(buf.buf)), zc.window.MW()
-	c.core.Mu.Unlock()
+	windowUsedOn(&zc.Window, c.EP.ID)
+	ok, mw := zc.Window.Fits(p, len(buf.buf)), zc.Window.MW()
+	c.Core.Mu.Unlock()
 	if !ok {
 		return nil, nil
 	}
@@ -57,21 +57,21 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 		return nil, nil
 	}
 	if mw == nil {
-		w, err := c.ep.PD.AllocMW()
+		w, err := c.EP.PD.AllocMW()
 		if err != nil {
-			c.core.Mu.Lock()
-			zc.window.UseRegistrations()
-			c.core.Mu.Unlock()
+			c.Core.Mu.Lock()
+			zc.Window.UseRegistrations()
+			c.Core.Mu.Unlock()
 			return nil, nil
 		}
-		c.core.Mu.Lock()
-		if c.core.Torn || c.zc != zc {
-			c.core.Mu.Unlock()
+		c.Core.Mu.Lock()
+		if c.Core.Torn || c.ZC != zc {
+			c.Core.Mu.Unlock()
 			w.Dealloc()
 			return nil, nil
 		}
-		zc.window.Allocated(w)
-		c.core.Mu.Unlock()
+		zc.Window.Allocated(w)
+		c.Core.Mu.Unlock()
 		mw = w
 	}
 	return mw, mr
@@ -83,7 +83,7 @@ func (c *Conn) exposeRndv(p []byte, buf *Buffer) (zerocopy.RndvExposure, error) 
 	if mw, bufMR := c.rndvWindow(p, buf); mw != nil {
 		return zerocopy.RndvExposure{MW: mw, BufMR: bufMR}, nil
 	}
-	mr, err := c.ep.PD.RegMR(p, verbs.AccessRemoteRead)
+	mr, err := c.EP.PD.RegMR(p, verbs.AccessRemoteRead)
 	return zerocopy.RndvExposure{MR: mr}, err
 }
 
@@ -91,9 +91,9 @@ func (c *Conn) exposeRndv(p []byte, buf *Buffer) (zerocopy.RndvExposure, error) 
 // descriptor carries, queueing the window's bind. Called with mu held and
 // the bind's send slot free.
 func (c *Conn) announceLocked(x *zerocopy.RndvExposure, p []byte) uint32 {
-	bind, key := x.Announce(&c.zc.window, p)
+	bind, key := x.Announce(&c.ZC.Window, p)
 	if bind != nil {
-		c.sq.WRs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
+		c.SQ.WRs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
 	}
 	return key
 }
@@ -116,22 +116,22 @@ func (c *Conn) revokeRndv(x zerocopy.RndvExposure, gaveUp bool) {
 // revokes it too.
 func (c *Conn) invalidateWindow(rkey uint32) {
 	for {
-		c.core.Mu.Lock()
+		c.Core.Mu.Lock()
 		if c.remoteErrLocked() != nil {
-			c.core.Mu.Unlock()
+			c.Core.Mu.Unlock()
 			c.dropWindow()
 			return
 		}
-		if c.sq.HasRoom() {
+		if c.SQ.HasRoom() {
 			break
 		}
-		c.core.Mu.Unlock()
-		c.await(c.core.SndReady, nil, false)
+		c.Core.Mu.Unlock()
+		c.Await(c.Core.SndReady, nil, false)
 	}
 	r := sendq.NewOp()
 	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
-	c.sq.WRs[s].InvalidateRKey = rkey
-	c.sq.Ops[s] = r
+	c.SQ.WRs[s].InvalidateRKey = rkey
+	c.SQ.Ops[s] = r
 	c.unlockSubmit()
 	if st, err := c.awaitOp(r, nil); err != nil || st != verbs.WCSuccess {
 		c.dropWindow()
@@ -141,12 +141,12 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 // dropWindow deallocates the connection's window, which revokes it at
 // once; a later rendezvous allocates another.
 func (c *Conn) dropWindow() {
-	c.core.Mu.Lock()
+	c.Core.Mu.Lock()
 	var mw verbs.MW
-	if zc := c.zc; zc != nil {
-		mw = zc.window.Take()
+	if zc := c.ZC; zc != nil {
+		mw = zc.Window.Take()
 	}
-	c.core.Mu.Unlock()
+	c.Core.Mu.Unlock()
 	if mw != nil {
 		mw.Dealloc()
 	}

@@ -1,7 +1,8 @@
-package rdma
+package streamconn
 
 import (
 	"fmt"
+	"net"
 	"os"
 
 	"github.com/rdmanet/rdma/internal/hostaddr"
@@ -16,7 +17,7 @@ import (
 // /proc/net/tcp*, is owned by it), which shared memory is never offered
 // to, a move still to come (it starts on TCP and moves once it talks);
 // what is left is the peer's decision. Only debug logging calls this.
-func shmReason(laddr, raddr *Addr, qp verbs.QP) string {
+func shmReason(laddr, raddr *net.TCPAddr, qp verbs.QP) string {
 	if laddr == nil || raddr == nil {
 		return "unknown"
 	}
@@ -26,7 +27,7 @@ func shmReason(laddr, raddr *Addr, qp verbs.QP) string {
 	if !hostaddr.Local(raddr.IP) {
 		return "the peer " + raddr.IP.String() + " is not an address of this host"
 	}
-	if uid, ok := hostaddr.SocketUID(raddr.tcpAddr(), laddr.tcpAddr()); ok && uid != os.Geteuid() {
+	if uid, ok := hostaddr.SocketUID(raddr, laddr); ok && uid != os.Geteuid() {
 		return fmt.Sprintf("the peer runs as uid %d and this process as uid %d: shared memory is only offered between processes of one uid", uid, os.Geteuid())
 	}
 	if qp != nil && soft.SwitchPending(qp) {

@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"github.com/rdmanet/rdma/internal/regmem"
@@ -7,7 +7,7 @@ import (
 )
 
 // Rings and send buffers that grow with the load. A connection starts with
-// a receive ring and a send buffer of growStart bytes at most, one small
+// a receive ring and a send buffer of GrowStart bytes at most, one small
 // block of registered memory, and moves to Config's sizes (RingSize,
 // SendBufferSize) once traffic needs them: an idle connection registers
 // about 130 KiB, not 2 MiB (what a NIC pins, and on soft what decides how
@@ -31,14 +31,14 @@ import (
 // buffer that cannot be had (registration refused) leaves the connection
 // as it is, at the size it has.
 
-// growStart is the size rings and send buffers start at (Config's, if
+// GrowStart is the size rings and send buffers start at (Config's, if
 // smaller): 64 KiB is what one chunk of a stream fills (maxChunk), so a
 // connection's small messages never wait for room.
-const growStart = 64 << 10
+const GrowStart = 64 << 10
 
-// growAfterRings is how many rings' worth of data the peer writes before
+// GrowAfterRings is how many rings' worth of data the peer writes before
 // its ring grows, whatever our reader does: a stream, not a few messages.
-const growAfterRings = 4
+const GrowAfterRings = 4
 
 // growth is a connection's state once its ring or send buffer grew; only
 // connections that moved data get one.
@@ -55,6 +55,12 @@ type growth struct {
 	failed      bool // a block could not be had: no more tries
 }
 
+// Held reports whether an old ring or send buffer, or one offered, is
+// still held.
+func (g *growth) Held() bool {
+	return g.prev.MR != nil || g.prevSend.MR != nil || g.next.MR != nil
+}
+
 func (g *growth) release() {
 	g.next.Release()
 	g.prev.Release()
@@ -63,37 +69,37 @@ func (g *growth) release() {
 
 // growthLocked is the connection's growth state, made on the first use.
 func (c *Conn) growthLocked() *growth {
-	if c.grow == nil {
-		c.grow = new(growth)
+	if c.Grow == nil {
+		c.Grow = new(growth)
 	}
-	return c.grow
+	return c.Grow
 }
 
 // mailbox is where the peer writes its ring offers: after our current ring.
-func (c *Conn) mailbox() []byte { return c.ring[len(c.ring):cap(c.ring)] }
+func (c *Conn) mailbox() []byte { return c.Ring[len(c.Ring):cap(c.Ring)] }
 
-// offerRingLocked offers the peer a ring of RingSize when the one it writes
+// OfferRingLocked offers the peer a ring of RingSize when the one it writes
 // into is small and the peer streams: it has written four rings' worth
 // into it, or more than half of it is in the peer's hands (landed, not yet
 // credited back: our reader lags). A message credit and a send slot must
 // be free for the offer. The caller checked that the ring is smaller than
 // RingSize.
-func (c *Conn) offerRingLocked() {
-	if c.rx.Tail-c.rx.Base < growAfterRings*c.rx.Size && c.rx.Tail-c.rx.Credited <= c.rx.Size/2 {
+func (c *Conn) OfferRingLocked() {
+	if c.RX.Tail-c.RX.Base < GrowAfterRings*c.RX.Size && c.RX.Tail-c.RX.Credited <= c.RX.Size/2 {
 		return
 	}
-	log := stream.RingLog(c.cfg.RingSize)
+	log := stream.RingLog(c.Cfg.RingSize)
 	// Not while a data write is reserved and not yet queued: its
 	// reservation may have moved us to a ring the peer offered, and the
 	// peer learns of that move from that write, so an offer queued before
 	// it would land in a mailbox the peer does not look in yet. The next
 	// data that arrives tries again.
-	if !c.rx.CanOffer(log) || c.sq.Reserved > 0 || !c.canSendData() ||
-		c.grow != nil && c.grow.failed {
+	if !c.RX.CanOffer(log) || c.SQ.Reserved > 0 || !c.CanSendData() ||
+		c.Grow != nil && c.Grow.failed {
 		return
 	}
 	g := c.growthLocked()
-	b, err := regmem.New(c.ep.PD, c.cfg.RingSize, stream.MailboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	b, err := regmem.New(c.EP.PD, c.Cfg.RingSize, stream.MailboxLen, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	if err != nil {
 		g.failed = true
 		return
@@ -102,9 +108,9 @@ func (c *Conn) offerRingLocked() {
 	// there only after it has taken the offer, which it read from there.
 	msg := b.Buf[len(b.Buf):cap(b.Buf)][:stream.RingMsgLen]
 	stream.RingMsg{Addr: b.MR.Addr(), Key: b.MR.RKey(), Log: log}.Marshal(msg)
-	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRing), b.MR, msg, c.tx.Addr+c.tx.Size, c.tx.RKey, 0, false)
-	c.tx.Spend()
-	c.rx.Offer(log)
+	c.enqueueWRLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRing), b.MR, msg, c.TX.Addr+c.TX.Size, c.TX.RKey, 0, false)
+	c.TX.Spend()
+	c.RX.Offer(log)
 	g.next = b
 }
 
@@ -112,12 +118,12 @@ func (c *Conn) offerRingLocked() {
 // offered: that ring is ours from now on, and the previous one is read to
 // its end (Read) before it goes.
 func (c *Conn) ringMovedLocked() {
-	g := c.grow
-	g.prev = regmem.Block{Mem: g.ringMem, MR: c.ep.RingMR, Buf: c.ring}
-	g.ringMem, c.ep.RingMR, c.ring = g.next.Mem, g.next.MR, g.next.Buf
+	g := c.Grow
+	g.prev = regmem.Block{Mem: g.ringMem, MR: c.EP.RingMR, Buf: c.Ring}
+	g.ringMem, c.EP.RingMR, c.Ring = g.next.Mem, g.next.MR, g.next.Buf
 	g.next = regmem.Block{}
-	c.core.Counters.RingGrowths++
-	c.logGrowth("receive ring", len(g.prev.Buf), len(c.ring))
+	c.Core.Counters.RingGrowths++
+	c.logGrowth("receive ring", len(g.prev.Buf), len(c.Ring))
 	// A reader that had read everything is not in the old ring (one
 	// copying from it has not consumed what it copies, so it is InPrev).
 	c.leftPrevRingLocked()
@@ -127,19 +133,19 @@ func (c *Conn) ringMovedLocked() {
 // follow there: the previous ring, until the reader has read it to where
 // the peer moved on.
 func (c *Conn) readRingLocked() (ring []byte, off, n uint64) {
-	off, n, prev := c.rx.Readable()
+	off, n, prev := c.RX.Readable()
 	if prev {
-		return c.grow.prev.Buf, off, n
+		return c.Grow.prev.Buf, off, n
 	}
-	return c.ring, off, n
+	return c.Ring, off, n
 }
 
 // leftPrevRingLocked deregisters and frees the previous ring once the
 // reader has read it all (the peer no longer writes there), and nobody
 // copies from it: Read calls it after consuming what it copied.
 func (c *Conn) leftPrevRingLocked() {
-	if c.grow != nil { // inlined: a connection that never grew pays one test
-		c.grow.leftPrev(&c.rx)
+	if c.Grow != nil { // inlined: a connection that never grew pays one test
+		c.Grow.leftPrev(&c.RX)
 	}
 }
 
@@ -158,29 +164,29 @@ func (g *growth) leftPrev(rx *stream.Recv) {
 // stay where they are, and new ones start at the new buffer's start. It
 // says whether it did.
 func (c *Conn) growSendLocked() bool {
-	if len(c.sb.Buf) >= c.cfg.SendBufferSize || c.grow != nil && (c.grow.failed || c.grow.prevSend.MR != nil) {
+	if len(c.SB.Buf) >= c.Cfg.SendBufferSize || c.Grow != nil && (c.Grow.failed || c.Grow.prevSend.MR != nil) {
 		return false
 	}
 	g := c.growthLocked()
-	b, err := regmem.New(c.ep.PD, c.cfg.SendBufferSize, 0, verbs.AccessLocalWrite)
+	b, err := regmem.New(c.EP.PD, c.Cfg.SendBufferSize, 0, verbs.AccessLocalWrite)
 	if err != nil {
 		g.failed = true
 		return false
 	}
-	g.prevSend, g.prevSendSeq = regmem.Block{Mem: g.sendMem, MR: c.ep.SendMR, Buf: c.sb.Buf}, c.sq.Posted
-	g.sendMem, c.ep.SendMR = b.Mem, b.MR
-	c.sb.MoveTo(b.Buf)
+	g.prevSend, g.prevSendSeq = regmem.Block{Mem: g.sendMem, MR: c.EP.SendMR, Buf: c.SB.Buf}, c.SQ.Posted
+	g.sendMem, c.EP.SendMR = b.Mem, b.MR
+	c.SB.MoveTo(b.Buf)
 	c.setChunkLocked()
-	c.core.Counters.SendGrowths++
-	c.logGrowth("send buffer", len(g.prevSend.Buf), len(c.sb.Buf))
+	c.Core.Counters.SendGrowths++
+	c.logGrowth("send buffer", len(g.prevSend.Buf), len(c.SB.Buf))
 	return true
 }
 
 // retireSendLocked deregisters and frees the previous send buffer once
 // every send WR posted from it has completed.
 func (c *Conn) retireSendLocked() {
-	if c.grow != nil { // inlined, as leftPrevRingLocked
-		c.grow.retireSend(c.sq.Done)
+	if c.Grow != nil { // inlined, as leftPrevRingLocked
+		c.Grow.retireSend(c.SQ.Done)
 	}
 }
 
@@ -196,5 +202,5 @@ func (g *growth) retireSend(sqDone uint64) {
 // setChunkLocked bounds a single RDMA write by a quarter of the peer's
 // ring and of the send buffer (and maxChunk), as they are now.
 func (c *Conn) setChunkLocked() {
-	c.chunk = min(maxChunk, int(c.tx.Size/4), len(c.sb.Buf)/4)
+	c.chunk = min(maxChunk, int(c.TX.Size/4), len(c.SB.Buf)/4)
 }

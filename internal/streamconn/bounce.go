@@ -1,4 +1,4 @@
-package rdma
+package streamconn
 
 import (
 	"github.com/rdmanet/rdma/internal/regmem"
@@ -14,7 +14,7 @@ const rndvBounceSize = 1 << 20
 func (c *Conn) bounceBuf() (*zerocopy.Bounce, error) {
 	zc := c.zeroCopy()
 	if !zc.bounce.Made() {
-		b, err := regmem.New(c.ep.PD, rndvBounceSize, 0, verbs.AccessLocalWrite)
+		b, err := regmem.New(c.EP.PD, rndvBounceSize, 0, verbs.AccessLocalWrite)
 		if err != nil {
 			return nil, err
 		}
