@@ -269,6 +269,9 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 	}
 	sleeps := t.sleeps[q]
 	var spinUntil int64
+	// This rank's CPU is published while it waits, and only then: a stale
+	// CPU read by a peer would make it move, or sleep, for nothing.
+	defer t.ctrl[t.me].cpu.Store(0)
 	for i := 1; ; i++ {
 		if word.Load() >= want {
 			return nil
@@ -549,12 +552,13 @@ func (g *Group) shmGather(root int, send, recv []byte) error {
 }
 
 // shmAllToAll: in each step a rank's buffer holds the next piece of every
-// one of its n blocks, side by side; rank q takes piece q of each buffer.
-// Scatter is the same with only the root's buffer used (root >= 0).
+// one of its blocks for the other ranks, side by side (slotOf); rank q
+// takes its piece from each buffer. Scatter is the same with only the
+// root's buffer used (root >= 0).
 func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
 	t := g.shm
 	n := t.n
-	per := shmChunk / n &^ 7
+	per := shmChunk / max(1, n-1) &^ 7
 	op := opWord(g.cur)
 	for i, steps := 0, chunks(blk, per); i < steps; i++ {
 		lo := i * per
@@ -566,7 +570,8 @@ func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
 		if root < 0 || t.me == root {
 			for j := range n {
 				if j != t.me {
-					copy(mine[j*per:j*per+c], send[j*blk+lo:])
+					s := slotOf(j, t.me) * per
+					copy(mine[s:s+c], send[j*blk+lo:])
 				}
 			}
 		}
@@ -578,13 +583,23 @@ func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
 		case root < 0:
 			for q := range n {
 				if q != t.me {
-					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][t.me*per:])
+					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][slotOf(t.me, q)*per:])
 				}
 			}
 		case t.me != root:
-			copy(recv[lo:lo+c], t.bufs[root][k&1][t.me*per:])
+			copy(recv[lo:lo+c], t.bufs[root][k&1][slotOf(t.me, root)*per:])
 		}
 		t.done(k)
 	}
 	return nil
+}
+
+// slotOf is the place of rank to's piece in rank from's buffer during an
+// all-to-all step: the ranks other than from, in order (from keeps its own
+// block, so its buffer has n-1 pieces).
+func slotOf(to, from int) int {
+	if to > from {
+		return to - 1
+	}
+	return to
 }
