@@ -30,6 +30,8 @@ func AllReduce[T Number](ctx context.Context, g *Group, send, recv []T, op Op) e
 	}
 	g.red = reducerFor[T](op)
 	switch {
+	case g.shm != nil && g.shm.single && len(sb)/g.shm.n >= shmSingleMin:
+		return g.end(g.shmAllReduceSingle(sb, rb))
 	case g.shm != nil:
 		return g.end(g.shmAllReduce(sb, rb))
 	case g.hier != nil:

@@ -69,8 +69,11 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 	if err := g.checkRoot(root); err != nil {
 		return g.end(err)
 	}
-	if g.shm != nil {
-		return g.end(g.shmBroadcast(g.shm, root, buf))
+	if t := g.shm; t != nil {
+		if t.single && len(buf) >= shmSingleMin {
+			return g.end(g.shmBroadcastSingle(t, root, buf))
+		}
+		return g.end(g.shmBroadcast(t, root, buf))
 	}
 	return g.end(g.broadcast(root, buf))
 }
@@ -242,6 +245,8 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte) error {
 	switch {
 	case n == 1:
 		return g.end(nil)
+	case g.shm != nil && g.shm.single && blk >= shmSingleMin:
+		return g.end(g.shmAllGatherSingle(send, recv))
 	case g.shm != nil:
 		return g.end(g.shmAllGather(send, recv))
 	case n*blk <= allGatherShort:
@@ -309,6 +314,8 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte) error {
 	switch {
 	case n == 1:
 		return g.end(nil)
+	case g.shm != nil && g.shm.single && blk >= shmSingleMin:
+		return g.end(g.shmAllToAllSingle(send, recv, blk))
 	case g.shm != nil:
 		return g.end(g.shmAllToAll(-1, send, recv, blk))
 	case blk <= bruckBlockMax && n >= 4:

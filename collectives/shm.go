@@ -68,15 +68,18 @@ const shmTextMax = 200
 type shmCtrl struct {
 	posted atomic.Uint64 // last step whose contribution is in the buffer; a futex word (low half)
 	_      [56]byte
-	// desc[k%2] describes step k: step, operation word, length.
+	// desc[k%2] describes step k: step, operation word, length, and for a
+	// single-copy step the address of the buffer it reads from.
 	desc     [2][4]atomic.Uint64
 	readDone atomic.Uint64 // last step whose peers' buffers this rank read; a futex word (low half)
 	_        [56]byte
 	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
 	textLen  atomic.Uint64 // bytes of text, at most shmTextMax
 	text     [shmTextMax]byte
-	cpu      atomic.Uint32 // 1 + the CPU this rank last waited on; 0: not known
-	_        [36]byte
+	cpu      atomic.Uint32 // 1 + the CPU this rank waits on; 0: not waiting or not known
+	_        [4]byte
+	base     atomic.Uint64 // where this rank's process mapped the segment (shm_single.go)
+	_        [24]byte
 	// How many ranks sleep on posted and on readDone: the owner wakes them
 	// after a store only if there are any.
 	sleepPosted atomic.Uint32
@@ -139,6 +142,14 @@ type shmTeam struct {
 	// the earliest unix ns of the next such move.
 	spreads  bool
 	nextMove int64
+	// single: every rank can read the others' memory (process_vm_readv),
+	// so large operations copy once, from the caller's buffer on one rank
+	// to the caller's buffer on another (shm_single.go).
+	single bool
+	// lent holds the caller's buffers whose addresses a single-copy
+	// operation posts, for its duration: stored here, they escape to the
+	// heap, where nothing moves them (a goroutine's stack moves).
+	lent [2][]byte
 }
 
 // Spin budgets of a wait before it sleeps. With a CPU for every rank, the
@@ -213,11 +224,16 @@ func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
 }
 
 // post publishes this rank's contribution to step k.
-func (t *shmTeam) post(k, op, nbytes uint64) {
+func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0) }
+
+// postAt is post with an address in this process for the peers to read
+// from (shm_single.go).
+func (t *shmTeam) postAt(k, op, nbytes, addr uint64) {
 	c := t.ctrl[t.me]
 	d := &c.desc[k&1]
 	d[1].Store(op)
 	d[2].Store(nbytes)
+	d[3].Store(addr)
 	d[0].Store(k)
 	c.posted.Store(k)
 	if c.sleepPosted.Load() != 0 {

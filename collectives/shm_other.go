@@ -4,6 +4,7 @@ package collectives
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,6 +33,10 @@ func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) er
 type shmLiveness struct{}
 
 func (*shmLiveness) dead(int) bool { return false }
+
+func (*shmLiveness) pid(int) int { return 0 }
+
+func readPeer(int, []byte, uint64) error { return errors.ErrUnsupported }
 
 func osYield() { runtime.Gosched() }
 
