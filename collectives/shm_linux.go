@@ -177,7 +177,16 @@ func (g *Group) attachShmAs(ctx context.Context, conns []net.Conn, mode string, 
 		return nil
 	}
 	if hosts != nil {
-		g.hier = newHierarchy(hosts, g.rank, team)
+		h := newHierarchy(hosts, g.rank, team)
+		split := []int32{h.canSplit()}
+		if err := AllReduce(ctx, g, split, split, Min); err != nil {
+			if team != nil {
+				team.free()
+			}
+			return err
+		}
+		h.split = split[0] == 1
+		g.hier = h
 		return nil
 	}
 	g.shm = team

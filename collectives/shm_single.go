@@ -196,29 +196,40 @@ func (g *Group) shmAllToAllSingle(send, recv []byte, blk int) error {
 	return t.awaitRead(g, k)
 }
 
-// shmAllReduceSingle: a reduce-scatter, then an all-gather, each one step.
-// In the first every rank posts send's address and computes its block of
-// the result into recv (blockRange over the elements), reading the other
-// ranks' pieces of that block into its own segment buffers (free in this
-// step: every rank posted it, so every rank read the steps before) and
-// combining the n contributions in rank order, as the two-copy path does;
-// in the second it posts recv's address and reads every other block from
-// the rank that computed it. Each block is computed once, so every rank
-// gets it bitwise the same. recv may be send: a rank writes only its own
-// block of recv in the first step, which no other rank reads of its send
-// (each reads its own block), and its own piece is kept aside first.
+// shmAllReduceSingle: a reduce-scatter, then an all-gather, each one step
+// (see shmReduceScatterSingle and shmAllGatherBlocksSingle).
 func (g *Group) shmAllReduceSingle(send, recv []byte) error {
 	t := g.shm
+	defer t.unlend()
+	if err := g.shmReduceScatterSingle(t, send, recv); err != nil {
+		return err
+	}
+	return g.shmAllGatherBlocksSingle(t, recv)
+}
+
+// singleBlock is member i's block of an n-member reduce-scatter of nbytes
+// of elements of e bytes.
+func singleBlock(nbytes, e, n, i int) (lo, hi int) {
+	lo, hi = blockRange(nbytes/e, n, i)
+	return lo * e, hi * e
+}
+
+// shmReduceScatterSingle is one step in which every member of t posts
+// send's address and computes its block of the result into recv
+// (singleBlock), reading the other members' pieces of that block into its
+// own segment buffers (free in this step: every member posted it, so every
+// member read the steps before) and combining the contributions in member
+// order, as the two-copy path does. Each block is computed once, so that
+// every member gets it bitwise the same. recv may be send: a member writes
+// only its own block of recv, which no other member reads of its send
+// (each reads its own block), and keeps its own piece aside first. The
+// members may still read send when it returns; shmAllGatherBlocksSingle
+// waits for them, and the caller unlends both.
+func (g *Group) shmReduceScatterSingle(t *shmTeam, send, recv []byte) error {
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(send))
-	block := func(i int) (lo, hi int) {
-		lo, hi = blockRange(len(send)/e, n, i)
-		return lo * e, hi * e
-	}
 	inPlace := unsafe.SliceData(send) == unsafe.SliceData(recv)
-	sendAddr, recvAddr := t.lend(send, recv)
-	defer t.unlend()
-
+	sendAddr, _ := t.lend(send, recv)
 	k, _, err := t.begin(g)
 	if err != nil {
 		return err
@@ -230,7 +241,7 @@ func (g *Group) shmAllReduceSingle(send, recv []byte) error {
 	const piece = shmChunk / 2
 	a, b := t.bufs[t.me][0][:piece], t.bufs[t.me][0][piece:]
 	own := t.bufs[t.me][1][:piece]
-	lo, hi := block(t.me)
+	lo, hi := singleBlock(len(send), e, n, t.me)
 	for p := lo; p < hi; p += piece {
 		pe := min(hi, p+piece)
 		dst := recv[p:pe]
@@ -263,8 +274,18 @@ func (g *Group) shmAllReduceSingle(send, recv []byte) error {
 		}
 	}
 	t.done(k)
+	return nil
+}
 
-	k, _, err = t.begin(g)
+// shmAllGatherBlocksSingle is one step in which every member of t posts
+// recv's address, reads every other member's block (singleBlock) from it,
+// and waits until the others read its own: send and recv of the step
+// before are the caller's again.
+func (g *Group) shmAllGatherBlocksSingle(t *shmTeam, recv []byte) error {
+	n, e := t.n, g.red.elem
+	op, nb := opWord(g.cur), uint64(len(recv))
+	_, recvAddr := t.lend(t.lent[0], recv)
+	k, _, err := t.begin(g)
 	if err != nil {
 		return err
 	}
@@ -274,7 +295,7 @@ func (g *Group) shmAllReduceSingle(send, recv []byte) error {
 	}
 	for i := 1; i < n; i++ {
 		q := (t.me + i) % n
-		lo, hi := block(q)
+		lo, hi := singleBlock(len(recv), e, n, q)
 		if err := t.readFrom(g, q, recv[lo:hi], t.addrPosted(q, k)+uint64(lo)); err != nil {
 			return err
 		}

@@ -161,4 +161,3 @@ func TestSingleCopyBadAddress(t *testing.T) {
 	require.Contains(t, err.Error(), "reading its buffer")
 	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
 }
-
