@@ -45,7 +45,8 @@ import (
 //
 // Nothing a peer writes into the segment is used as a length, an offset or
 // a count: every size comes from the local call and the segment's layout is
-// computed by each rank from the group size alone. How the segment is
+// computed by each rank from the group size alone. (A single-copy step's
+// address is used only to read that peer's own memory: shm_single.go.) How the segment is
 // created and shared (a sealed memfd passed over a unix socket whose name
 // each side derives itself, to processes of the same user only) is in
 // shm_linux.go.
