@@ -97,7 +97,7 @@ func newEngineGroups(t testing.TB, n int, engine string) []*Group {
 	}
 	t.Cleanup(func() { closeAll(gs) })
 	if n > 1 {
-		mustAll(t, gs, func(g *Group) error { return g.attachShm(testCtx(t), conns[g.Rank()], "shm") })
+		mustAll(t, gs, func(g *Group) error { return attachShm(testCtx(t), g, conns[g.Rank()], "shm") })
 	}
 	return gs
 }

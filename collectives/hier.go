@@ -80,26 +80,25 @@ func (h *hierarchy) canSplit() int32 {
 	return h.team.probeSingleCopy()
 }
 
-// hierAllReduce runs AllReduce of send into recv (g.red) over g.hier.
-func (g *Group) hierAllReduce(send, recv []byte) error {
-	h := g.hier
+// allReduce runs AllReduce of send into recv (g.red) over h.
+func (h *hierarchy) allReduce(g *Group, send, recv []byte) error {
 	if h.split && len(send)/h.team.n >= shmSingleMin {
-		return g.hierAllReduceSplit(send, recv)
+		return h.allReduceSplit(g, send, recv)
 	}
 	if h.team != nil {
-		if err := g.shmReduceTo(h.team, 0, send, recv); err != nil {
+		if err := h.team.reduceTo(g, 0, send, recv); err != nil {
 			return err
 		}
 	} else {
 		copy(recv, send)
 	}
 	if h.lead >= 0 && len(h.leaders) > 1 {
-		if err := g.allReduceAmong(h.leaders, h.lead, recv); err != nil {
+		if err := allReduceAmong(g, h.leaders, h.lead, recv); err != nil {
 			return err
 		}
 	}
 	if h.team != nil {
-		return g.shmBroadcast(h.team, 0, recv)
+		return h.team.broadcast(g, 0, recv)
 	}
 	return nil
 }
@@ -108,7 +107,7 @@ func (g *Group) hierAllReduce(send, recv []byte) error {
 // members[me]) over their conns. With fewer elements than members, the
 // first member combines the others' in member order and sends the result
 // back; else a ring reduce-scatter and all-gather.
-func (g *Group) allReduceAmong(members []int, me int, buf []byte) error {
+func allReduceAmong(g *Group, members []int, me int, buf []byte) error {
 	m := len(members)
 	if len(buf)/g.red.elem < m {
 		if me != 0 {
@@ -157,17 +156,17 @@ func (g *Group) allReduceAmong(members []int, me int, buf []byte) error {
 	return nil
 }
 
-// hierAllReduceSplit: reduce-scatter on the host, all-reduce of this
-// rank's block with its counterparts, all-gather on the host (see above).
-func (g *Group) hierAllReduceSplit(send, recv []byte) error {
-	h, t := g.hier, g.hier.team
+// allReduceSplit: reduce-scatter on the host, all-reduce of this rank's
+// block with its counterparts, all-gather on the host (see above).
+func (h *hierarchy) allReduceSplit(g *Group, send, recv []byte) error {
+	t := h.team
 	defer t.unlend()
-	if err := g.shmReduceScatterSingle(t, send, recv); err != nil {
+	if err := t.reduceScatterSingle(g, send, recv); err != nil {
 		return err
 	}
 	lo, hi := singleBlock(len(recv), g.red.elem, t.n, t.me)
-	if err := g.allReduceAmong(h.peers, h.hostIdx, recv[lo:hi]); err != nil {
+	if err := allReduceAmong(g, h.peers, h.hostIdx, recv[lo:hi]); err != nil {
 		return err
 	}
-	return g.shmAllGatherBlocksSingle(t, recv)
+	return t.allGatherBlocksSingle(g, recv)
 }

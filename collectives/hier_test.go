@@ -24,7 +24,7 @@ func newHierGroups(t testing.TB, n int, hostOf func(r int) byte) []*Group {
 	}
 	t.Cleanup(func() { closeAll(gs) })
 	mustAll(t, gs, func(g *Group) error {
-		return g.attachShmAs(testCtx(t), conns[g.Rank()], "auto", [32]byte{hostOf(g.Rank())})
+		return attachShmAs(testCtx(t), g, conns[g.Rank()], "auto", [32]byte{hostOf(g.Rank())})
 	})
 	return gs
 }

@@ -439,8 +439,7 @@ func (t *shmTeam) wakeAll() {
 
 func chunks(nbytes, per int) int { return max(1, (nbytes+per-1)/per) }
 
-func (g *Group) shmBarrier() error {
-	t := g.shm
+func (t *shmTeam) barrier(g *Group) error {
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -454,7 +453,7 @@ func (g *Group) shmBarrier() error {
 	return nil
 }
 
-func (g *Group) shmBroadcast(t *shmTeam, root int, buf []byte) error {
+func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
 	op, nb := opWord(g.cur), uint64(len(buf))
 	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -478,15 +477,11 @@ func (g *Group) shmBroadcast(t *shmTeam, root int, buf []byte) error {
 	return nil
 }
 
-// shmAllReduce: every rank copies its chunk into its buffer, then computes
-// the whole chunk from the n buffers in rank order, into recv.
-func (g *Group) shmAllReduce(send, recv []byte) error {
-	return g.shmReduceTo(g.shm, -1, send, recv)
-}
-
-// shmReduceTo reduces send into recv at root, or at every rank (root -1),
-// over team t (ranks and root are t's).
-func (g *Group) shmReduceTo(t *shmTeam, root int, send, recv []byte) error {
+// reduceTo reduces send into recv at root, or at every rank (root -1):
+// every rank copies its chunk into its buffer, then the ranks that want
+// the result compute the whole chunk from the n buffers in rank order,
+// into recv. Ranks and root are t's.
+func (t *shmTeam) reduceTo(g *Group, root int, send, recv []byte) error {
 	op, nb := opWord(g.cur), uint64(len(send))
 	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -512,8 +507,7 @@ func (g *Group) shmReduceTo(t *shmTeam, root int, send, recv []byte) error {
 	return nil
 }
 
-func (g *Group) shmAllGather(send, recv []byte) error {
-	t := g.shm
+func (t *shmTeam) allGather(g *Group, send, recv []byte) error {
 	op, blk := opWord(g.cur), len(send)
 	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -537,10 +531,9 @@ func (g *Group) shmAllGather(send, recv []byte) error {
 	return nil
 }
 
-// shmGather: every rank posts its chunk, root collects (root -1: nobody,
-// see shmAllGather).
-func (g *Group) shmGather(root int, send, recv []byte) error {
-	t := g.shm
+// gather: every rank posts its chunk, root collects (root -1: nobody,
+// see allGather).
+func (t *shmTeam) gather(g *Group, root int, send, recv []byte) error {
 	op, blk := opWord(g.cur), len(send)
 	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -568,12 +561,11 @@ func (g *Group) shmGather(root int, send, recv []byte) error {
 	return nil
 }
 
-// shmAllToAll: in each step a rank's buffer holds the next piece of every
+// allToAll: in each step a rank's buffer holds the next piece of every
 // one of its blocks for the other ranks, side by side (slotOf); rank q
 // takes its piece from each buffer. Scatter is the same with only the
 // root's buffer used (root >= 0).
-func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
-	t := g.shm
+func (t *shmTeam) allToAll(g *Group, root int, send, recv []byte, blk int) error {
 	n := t.n
 	per := shmChunk / max(1, n-1) &^ 7
 	op := opWord(g.cur)

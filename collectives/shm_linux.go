@@ -85,28 +85,28 @@ func hostIdentity() [32]byte {
 
 // setupShm attaches the group to a same-host segment if every rank can;
 // see above. An error means the group itself failed (it is broken).
-func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
+func setupShm(ctx context.Context, g *Group, conns []net.Conn) error {
 	mode, err := shmMode()
 	if err != nil {
 		return err
 	}
-	return g.attachShm(ctx, conns, mode)
+	return attachShm(ctx, g, conns, mode)
 }
 
 // attachShm is setupShm in mode ("auto", "stream" or "shm").
-func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
+func attachShm(ctx context.Context, g *Group, conns []net.Conn, mode string) error {
 	var id [32]byte
 	if mode != "stream" && g.size <= shmMaxRanks {
 		id = hostIdentity()
 	}
-	return g.attachShmAs(ctx, conns, mode, id)
+	return attachShmAs(ctx, g, conns, mode, id)
 }
 
 // attachShmAs is attachShm with this rank's host identity id (zero: no
 // segment for this rank). A group whose ranks are all on one host gets one
 // segment; in mode "auto" a group spread over hosts gets one per host
 // with two ranks or more, and runs AllReduce hierarchically (hier.go).
-func (g *Group) attachShmAs(ctx context.Context, conns []net.Conn, mode string, id [32]byte) error {
+func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, id [32]byte) error {
 	n := g.size
 	ids := make([]byte, 32*n)
 	if err := g.AllGather(ctx, id[:], ids); err != nil {

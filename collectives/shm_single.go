@@ -118,9 +118,9 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 	return nil
 }
 
-// shmBroadcastSingle: the root posts buf's address, every other rank reads
+// broadcastSingle: the root posts buf's address, every other rank reads
 // buf from it.
-func (g *Group) shmBroadcastSingle(t *shmTeam, root int, buf []byte) error {
+func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
 	op, nb := opWord(g.cur), uint64(len(buf))
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -146,10 +146,9 @@ func (g *Group) shmBroadcastSingle(t *shmTeam, root int, buf []byte) error {
 	return t.awaitRead(g, k)
 }
 
-// shmAllGatherSingle: every rank posts send's address and reads the
+// allGatherSingle: every rank posts send's address and reads the
 // others' blocks from theirs.
-func (g *Group) shmAllGatherSingle(send, recv []byte) error {
-	t := g.shm
+func (t *shmTeam) allGatherSingle(g *Group, send, recv []byte) error {
 	op, blk := opWord(g.cur), len(send)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -171,10 +170,9 @@ func (g *Group) shmAllGatherSingle(send, recv []byte) error {
 	return t.awaitRead(g, k)
 }
 
-// shmAllToAllSingle: every rank posts send's address; rank r reads block r
+// allToAllSingle: every rank posts send's address; rank r reads block r
 // of every other rank's send.
-func (g *Group) shmAllToAllSingle(send, recv []byte, blk int) error {
-	t := g.shm
+func (t *shmTeam) allToAllSingle(g *Group, send, recv []byte, blk int) error {
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -196,15 +194,14 @@ func (g *Group) shmAllToAllSingle(send, recv []byte, blk int) error {
 	return t.awaitRead(g, k)
 }
 
-// shmAllReduceSingle: a reduce-scatter, then an all-gather, each one step
-// (see shmReduceScatterSingle and shmAllGatherBlocksSingle).
-func (g *Group) shmAllReduceSingle(send, recv []byte) error {
-	t := g.shm
+// allReduceSingle: a reduce-scatter, then an all-gather, each one step
+// (see reduceScatterSingle and allGatherBlocksSingle).
+func (t *shmTeam) allReduceSingle(g *Group, send, recv []byte) error {
 	defer t.unlend()
-	if err := g.shmReduceScatterSingle(t, send, recv); err != nil {
+	if err := t.reduceScatterSingle(g, send, recv); err != nil {
 		return err
 	}
-	return g.shmAllGatherBlocksSingle(t, recv)
+	return t.allGatherBlocksSingle(g, recv)
 }
 
 // singleBlock is member i's block of an n-member reduce-scatter of nbytes
@@ -214,7 +211,7 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 	return lo * e, hi * e
 }
 
-// shmReduceScatterSingle is one step in which every member of t posts
+// reduceScatterSingle is one step in which every member of t posts
 // send's address and computes its block of the result into recv
 // (singleBlock), reading the other members' pieces of that block into its
 // own segment buffers (free in this step: every member posted it, so every
@@ -223,9 +220,9 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 // every member gets it bitwise the same. recv may be send: a member writes
 // only its own block of recv, which no other member reads of its send
 // (each reads its own block), and keeps its own piece aside first. The
-// members may still read send when it returns; shmAllGatherBlocksSingle
+// members may still read send when it returns; allGatherBlocksSingle
 // waits for them, and the caller unlends both.
-func (g *Group) shmReduceScatterSingle(t *shmTeam, send, recv []byte) error {
+func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte) error {
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(send))
 	inPlace := unsafe.SliceData(send) == unsafe.SliceData(recv)
@@ -277,11 +274,11 @@ func (g *Group) shmReduceScatterSingle(t *shmTeam, send, recv []byte) error {
 	return nil
 }
 
-// shmAllGatherBlocksSingle is one step in which every member of t posts
+// allGatherBlocksSingle is one step in which every member of t posts
 // recv's address, reads every other member's block (singleBlock) from it,
 // and waits until the others read its own: send and recv of the step
 // before are the caller's again.
-func (g *Group) shmAllGatherBlocksSingle(t *shmTeam, recv []byte) error {
+func (t *shmTeam) allGatherBlocksSingle(g *Group, recv []byte) error {
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(recv))
 	_, recvAddr := t.lend(t.lent[0], recv)
