@@ -108,6 +108,9 @@ func attachShm(ctx context.Context, g *Group, conns []net.Conn, mode string) err
 // with two ranks or more, and runs AllReduce hierarchically (hier.go).
 func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, id [32]byte) error {
 	n := g.size
+	if n < 2 {
+		return nil // nothing to share; the operations are copies
+	}
 	ids := make([]byte, 32*n)
 	if err := g.AllGather(ctx, id[:], ids); err != nil {
 		return err

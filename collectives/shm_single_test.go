@@ -5,6 +5,7 @@ package collectives
 import (
 	"bytes"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -160,4 +161,24 @@ func TestSingleCopyBadAddress(t *testing.T) {
 	requireRank(t, err, 1)
 	require.Contains(t, err.Error(), "reading its buffer")
 	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// A group of one rank, set up as Join does, runs every operation (it
+// shares nothing: a team of one has no second buffer to reduce with).
+func TestOneRankGroup(t *testing.T) {
+	g, err := NewGroup(0, make([]net.Conn, 1))
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, attachShm(testCtx(t), g, make([]net.Conn, 1), "auto"))
+	for _, count := range []int{1 << 10, 1 << 17} {
+		b := make([]float32, count)
+		b[count-1] = 3
+		require.NoError(t, AllReduce(testCtx(t), g, b, b, Sum))
+		require.Equal(t, float32(3), b[count-1])
+		require.NoError(t, Reduce(testCtx(t), g, 0, b, b, Max))
+		require.NoError(t, g.Broadcast(testCtx(t), 0, make([]byte, 4*count)))
+		require.NoError(t, g.AllGather(testCtx(t), make([]byte, count), make([]byte, count)))
+		require.NoError(t, g.AllToAll(testCtx(t), make([]byte, count), make([]byte, count)))
+	}
+	require.NoError(t, g.Barrier(testCtx(t)))
 }
