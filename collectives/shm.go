@@ -147,6 +147,10 @@ type shmTeam struct {
 	// so large operations copy once, from the caller's buffer on one rank
 	// to the caller's buffer on another (shm_single.go).
 	single bool
+	// singleReduce: AllReduce copies once too (up to shmSingleReduceMax),
+	// agreed where every rank has a CPU of its own (spreads): with more
+	// ranks than CPUs its extra waits cost more than the copy it saves.
+	singleReduce bool
 	// lent holds the caller's buffers whose addresses a single-copy
 	// operation posts, for its duration: stored here, they escape to the
 	// heap, where nothing moves them (a goroutine's stack moves).

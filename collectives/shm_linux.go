@@ -195,12 +195,17 @@ func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, i
 	g.shm = team
 	// Every rank published where it mapped the segment before the
 	// agreement above: each tries to read the others' memory, and large
-	// operations copy once only if every rank can.
-	single := []int32{team.probeSingleCopy()}
-	if err := AllReduce(ctx, g, single, single, Min); err != nil {
+	// operations copy once only if every rank can (AllReduce only if
+	// every rank also has a CPU of its own).
+	votes := []int32{team.probeSingleCopy(), 0}
+	if team.spreads {
+		votes[1] = 1
+	}
+	if err := AllReduce(ctx, g, votes, votes, Min); err != nil {
 		return err
 	}
-	team.single = single[0] == 1
+	team.single = votes[0] == 1
+	team.singleReduce = team.single && votes[1] == 1
 	return nil
 }
 

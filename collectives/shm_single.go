@@ -47,7 +47,8 @@ const shmSingleMin = 64 << 10
 // its own data from its cache into the segment, where the rank reading it
 // finds it a chunk at a time, while a single copy reads all of it across
 // cores. 2 ranks, 4 MiB, every run's data written just before: 0.73 ms
-// with two copies, 0.94 with one.
+// with two copies, 0.94 with one. With more ranks than CPUs
+// (singleReduce false) two copies were faster at every size.
 const shmSingleReduceMax = 1 << 20
 
 // shmSinglePiece bounds one read, so that a failure elsewhere in the

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"math"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -13,17 +14,19 @@ import (
 )
 
 // The ranks of one process can read each other's memory, so a test group
-// copies once for large operations; with RDMA_COLL_SINGLE=0 on a rank it
-// does not, on every rank.
+// copies once for large operations (AllReduce too where there is a CPU
+// per rank); with RDMA_COLL_SINGLE=0 on a rank it does not, on every rank.
 func TestSingleCopyAgreed(t *testing.T) {
 	gs := newEngineGroups(t, 3, "shm")
 	for _, g := range gs {
 		require.True(t, g.shm.single, "rank %d", g.Rank())
+		require.Equal(t, 3 <= runtime.NumCPU(), g.shm.singleReduce, "rank %d", g.Rank())
 	}
 	t.Setenv(singleCopyEnv, "0")
 	gs = newEngineGroups(t, 3, "shm")
 	for _, g := range gs {
 		require.False(t, g.shm.single, "rank %d", g.Rank())
+		require.False(t, g.shm.singleReduce, "rank %d", g.Rank())
 	}
 }
 
@@ -36,6 +39,10 @@ func TestSingleCopyResults(t *testing.T) {
 		t.Run(name("n=", n), func(t *testing.T) {
 			gs := newEngineGroups(t, n, "shm")
 			require.True(t, gs[0].shm.single)
+			for _, g := range gs {
+				// As if each rank had a CPU: AllReduce copies once too.
+				g.shm.singleReduce = true
+			}
 			ctx := testCtx(t)
 			blk := shmSingleMin + 4*shmChunk/3 + 3
 
@@ -104,6 +111,9 @@ func TestSingleCopyResults(t *testing.T) {
 func TestSingleCopyDoesNotAllocate(t *testing.T) {
 	const n = 2
 	gs := newEngineGroups(t, n, "shm")
+	for _, g := range gs {
+		g.shm.singleReduce = true
+	}
 	d := newDriver(gs)
 	defer d.stop()
 	ctx := testCtx(t)
