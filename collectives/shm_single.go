@@ -26,6 +26,11 @@ import (
 //   - The address a peer posts is used for nothing but reading that peer's
 //     own memory: a bad one fails the read (EFAULT), which breaks the group
 //     with an error naming the peer. Every length comes from the local call.
+//     Reads go a piece at a time with the group's checks between pieces;
+//     one piece is not bounded by ctx, so a peer whose memory there stalls
+//     the kernel (a mapping of a file system that does not answer) holds
+//     this rank for as long. The peer is a process of the same user, which
+//     can stop this one by other means anyway.
 //   - A read names the peer by its process id, which the kernel gave at
 //     setup; after each read the peer's pidfd is checked: while it has not
 //     exited, the id was still its process (the pidfd keeps the id from
