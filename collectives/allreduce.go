@@ -30,10 +30,12 @@ func AllReduce[T Number](ctx context.Context, g *Group, send, recv []T, op Op) e
 	}
 	g.red = reducerFor[T](op)
 	switch {
+	case g.shm != nil && g.shm.singleReduce && len(sb)/g.shm.n >= shmSingleMin && len(sb) <= shmSingleReduceMax:
+		return g.end(g.shm.allReduceSingle(g, sb, rb))
 	case g.shm != nil:
-		return g.end(g.shmAllReduce(sb, rb))
+		return g.end(g.shm.reduceTo(g, -1, sb, rb))
 	case g.hier != nil:
-		return g.end(g.hierAllReduce(sb, rb))
+		return g.end(g.hier.allReduce(g, sb, rb))
 	}
 	return g.end(g.allReduce(rb))
 }
@@ -45,7 +47,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 	if err := g.begin(ctx, kindReduce, root, typeArg[T](op)); err != nil {
 		return err
 	}
-	if err := g.checkRoot(root); err != nil {
+	if err := checkRoot(root, g.size); err != nil {
 		return g.end(err)
 	}
 	if !op.valid() {
@@ -63,7 +65,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 			if unsafe.SliceData(sb) != unsafe.SliceData(work) && overlap(sb, work) {
 				return g.badArg("send and recv overlap without being the same slice")
 			}
-			return g.end(g.shmReduceTo(g.shm, root, sb, work))
+			return g.end(g.shm.reduceTo(g, root, sb, work))
 		}
 		if unsafe.SliceData(sb) != unsafe.SliceData(work) {
 			if overlap(sb, work) {
@@ -72,7 +74,7 @@ func Reduce[T Number](ctx context.Context, g *Group, root int, send, recv []T, o
 			copy(work, sb)
 		}
 	} else if g.shm != nil {
-		return g.end(g.shmReduceTo(g.shm, root, sb, nil))
+		return g.end(g.shm.reduceTo(g, root, sb, nil))
 	} else {
 		work = g.scratch(slotWork, len(sb))
 		copy(work, sb)
@@ -155,9 +157,8 @@ func (g *Group) allReduceRecDoubling(buf []byte) error {
 }
 
 // elemBlock is block i of buf split into n blocks of whole elements.
-func (g *Group) elemBlock(buf []byte, i int) []byte {
-	e := g.red.elem
-	lo, hi := blockRange(len(buf)/e, g.size, i)
+func elemBlock(buf []byte, e, n, i int) []byte {
+	lo, hi := blockRange(len(buf)/e, n, i)
 	return buf[lo*e : hi*e]
 }
 
@@ -170,10 +171,10 @@ func (g *Group) reduceScatterRing(buf []byte, tag0 uint32) error {
 	right, left := mod(r+1, n), mod(r-1, n)
 	for s := 0; s < n-1; s++ {
 		tag := tag0 + uint32(s)
-		if err := g.send(right, tag, g.elemBlock(buf, mod(r-s, n))); err != nil {
+		if err := g.send(right, tag, elemBlock(buf, g.red.elem, n, mod(r-s, n))); err != nil {
 			return err
 		}
-		if err := g.recvReduce(left, tag, g.elemBlock(buf, mod(r-s-1, n)), true); err != nil {
+		if err := g.recvReduce(left, tag, elemBlock(buf, g.red.elem, n, mod(r-s-1, n)), true); err != nil {
 			return err
 		}
 		if err := g.waitSends(); err != nil {
@@ -190,7 +191,7 @@ func (g *Group) allGatherRingOwned(buf []byte, tag0 uint32) error {
 	right, left := mod(r+1, n), mod(r-1, n)
 	for s := 0; s < n-1; s++ {
 		err := g.exchange(right, left, tag0+uint32(s),
-			g.elemBlock(buf, mod(r+1-s, n)), g.elemBlock(buf, mod(r-s, n)))
+			elemBlock(buf, g.red.elem, n, mod(r+1-s, n)), elemBlock(buf, g.red.elem, n, mod(r-s, n)))
 		if err != nil {
 			return err
 		}
@@ -213,14 +214,14 @@ func (g *Group) reduce(root int, work []byte) error {
 		}
 		tag := uint32(n)
 		if g.rank != root {
-			if err := g.send(root, tag, g.elemBlock(work, mod(g.rank+1, n))); err != nil {
+			if err := g.send(root, tag, elemBlock(work, g.red.elem, n, mod(g.rank+1, n))); err != nil {
 				return err
 			}
 			return g.waitSends()
 		}
 		for q := 0; q < n; q++ {
 			if q != root {
-				if err := g.recv(q, tag, g.elemBlock(work, mod(q+1, n))); err != nil {
+				if err := g.recv(q, tag, elemBlock(work, g.red.elem, n, mod(q+1, n))); err != nil {
 					return err
 				}
 			}

@@ -127,7 +127,7 @@ func join(ctx context.Context, tr transport, secret []byte, rank, size int, root
 	}
 	// Then, where every rank is on this host, the same-host segment; the
 	// ranks agree on it before any returns.
-	if err := g.setupShm(ctx, peers); err != nil {
+	if err := setupShm(ctx, g, peers); err != nil {
 		g.Close()
 		return nil, err
 	}

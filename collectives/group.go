@@ -62,9 +62,9 @@ type Group struct {
 	hier *hierarchy
 }
 
-// segment is the team over this host's shared segment: the group's, or
+// segmentOf is the team over this host's shared segment: the group's, or
 // this host's part of it; nil if none.
-func (g *Group) segment() *shmTeam {
+func segmentOf(g *Group) *shmTeam {
 	if g.shm != nil {
 		return g.shm
 	}
@@ -208,7 +208,7 @@ func (g *Group) linger() {
 // microseconds. If one does not within shmReleaseWait (a caller stuck
 // elsewhere), the mapping stays rather than being pulled from under it.
 func (g *Group) releaseShm() {
-	t := g.segment()
+	t := segmentOf(g)
 	if t == nil {
 		return
 	}
@@ -245,7 +245,7 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if !first {
 		return
 	}
-	if t := g.segment(); t != nil && !notify {
+	if t := segmentOf(g); t != nil && !notify {
 		t.closed()
 	}
 	if !notify {
@@ -268,7 +268,7 @@ func (g *Group) fail(err error, notify, closeConns bool) {
 	if len(text) > abortTextMax {
 		text = text[:abortTextMax]
 	}
-	if t := g.segment(); t != nil {
+	if t := segmentOf(g); t != nil {
 		t.abort(blamed, text)
 	}
 	msg := make([]byte, hdrLen+len(text))
@@ -351,9 +351,9 @@ func (g *Group) badArg(format string, args ...any) error {
 	return g.end(fmt.Errorf(format, args...))
 }
 
-func (g *Group) checkRoot(root int) error {
-	if root < 0 || root >= g.size {
-		return fmt.Errorf("root %d out of range [0, %d)", root, g.size)
+func checkRoot(root, size int) error {
+	if root < 0 || root >= size {
+		return fmt.Errorf("root %d out of range [0, %d)", root, size)
 	}
 	return nil
 }

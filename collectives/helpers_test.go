@@ -82,8 +82,11 @@ var engines = []string{"stream", "shm"}
 // newEngineGroups makes n ranks on engine: "stream" over net.Pipes, "shm"
 // over TCP conns on loopback with the segment set up as Join does (required).
 func newEngineGroups(t testing.TB, n int, engine string) []*Group {
-	if engine == "stream" {
+	switch engine {
+	case "stream":
 		return newGroups(t, n, pipeMesh)
+	case "tcp":
+		return newGroups(t, n, tcpMesh)
 	}
 	conns := tcpMesh(t, n)
 	gs := make([]*Group, n)
@@ -94,7 +97,7 @@ func newEngineGroups(t testing.TB, n int, engine string) []*Group {
 	}
 	t.Cleanup(func() { closeAll(gs) })
 	if n > 1 {
-		mustAll(t, gs, func(g *Group) error { return g.attachShm(testCtx(t), conns[g.Rank()], "shm") })
+		mustAll(t, gs, func(g *Group) error { return attachShm(testCtx(t), g, conns[g.Rank()], "shm") })
 	}
 	return gs
 }

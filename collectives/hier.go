@@ -9,47 +9,96 @@ package collectives
 // the leaders' data crosses hosts, once each way per byte, instead of
 // every rank's. Every rank gets the leaders' result, bit for bit.
 
+//
+// Where every host has the same number of ranks and they can read each
+// other's memory (shm_single.go), a large AllReduce splits the work among
+// all of them, as NCCL's rings do: the host's ranks reduce-scatter through
+// single copies (local rank j computes block j of the host's sum), each
+// rank all-reduces its block with the ranks of the same local index on the
+// other hosts (its counterparts), all pairs of hosts' links at once, and the
+// host's ranks all-gather the blocks. Each host link then carries 1/L of
+// the data, L streams side by side.
+
 // hierarchy is this rank's place in a group spread over hosts.
 type hierarchy struct {
 	team    *shmTeam // this host's ranks; nil when this rank is alone on its host
 	leaders []int    // each host's lowest rank, ascending
 	lead    int      // this rank's index in leaders, or -1
+	// peers: the ranks with this rank's index on their host, one a host in
+	// the leaders' order, when every host has as many ranks as this one
+	// (nil otherwise); hostIdx is this rank's host's index in it.
+	peers   []int
+	hostIdx int
+	// split: every rank agreed to split large AllReduces (see above).
+	split bool
 }
 
 // newHierarchy places rank among hosts, given each rank's host (equal
 // values: same host) and this host's team (nil if alone).
 func newHierarchy[K comparable](host []K, rank int, team *shmTeam) *hierarchy {
 	h := &hierarchy{team: team, lead: -1}
-	seen := make(map[K]bool)
+	index := make(map[K]int) // host -> its index in leaders
+	var members [][]int      // each host's ranks, ascending
 	for r, k := range host {
-		if !seen[k] {
-			seen[k] = true
+		i, seen := index[k]
+		if !seen {
+			i = len(h.leaders)
+			index[k] = i
 			if r == rank {
-				h.lead = len(h.leaders)
+				h.lead = i
 			}
 			h.leaders = append(h.leaders, r)
+			members = append(members, nil)
 		}
+		members[i] = append(members[i], r)
+	}
+	h.hostIdx = index[host[rank]]
+	local := -1
+	for j, r := range members[h.hostIdx] {
+		if r == rank {
+			local = j
+		}
+	}
+	for _, m := range members {
+		if len(m) != len(members[h.hostIdx]) {
+			return h
+		}
+	}
+	h.peers = make([]int, len(members))
+	for i, m := range members {
+		h.peers[i] = m[local]
 	}
 	return h
 }
 
-// hierAllReduce runs AllReduce of send into recv (g.red) over g.hier.
-func (g *Group) hierAllReduce(send, recv []byte) error {
-	h := g.hier
+// canSplit is this rank's vote on split: every host as big as this one,
+// with a team whose members can read each other's memory.
+func (h *hierarchy) canSplit() int32 {
+	if h.peers == nil || h.team == nil {
+		return 0
+	}
+	return h.team.probeSingleCopy()
+}
+
+// allReduce runs AllReduce of send into recv (g.red) over h.
+func (h *hierarchy) allReduce(g *Group, send, recv []byte) error {
+	if h.split && len(send)/h.team.n >= shmSingleMin {
+		return h.allReduceSplit(g, send, recv)
+	}
 	if h.team != nil {
-		if err := g.shmReduceTo(h.team, 0, send, recv); err != nil {
+		if err := h.team.reduceTo(g, 0, send, recv); err != nil {
 			return err
 		}
 	} else {
 		copy(recv, send)
 	}
 	if h.lead >= 0 && len(h.leaders) > 1 {
-		if err := g.allReduceAmong(h.leaders, h.lead, recv); err != nil {
+		if err := allReduceAmong(g, h.leaders, h.lead, recv); err != nil {
 			return err
 		}
 	}
 	if h.team != nil {
-		return g.shmBroadcast(h.team, 0, recv)
+		return h.team.broadcast(g, 0, recv)
 	}
 	return nil
 }
@@ -58,7 +107,7 @@ func (g *Group) hierAllReduce(send, recv []byte) error {
 // members[me]) over their conns. With fewer elements than members, the
 // first member combines the others' in member order and sends the result
 // back; else a ring reduce-scatter and all-gather.
-func (g *Group) allReduceAmong(members []int, me int, buf []byte) error {
+func allReduceAmong(g *Group, members []int, me int, buf []byte) error {
 	m := len(members)
 	if len(buf)/g.red.elem < m {
 		if me != 0 {
@@ -105,4 +154,19 @@ func (g *Group) allReduceAmong(members []int, me int, buf []byte) error {
 		}
 	}
 	return nil
+}
+
+// allReduceSplit: reduce-scatter on the host, all-reduce of this rank's
+// block with its counterparts, all-gather on the host (see above).
+func (h *hierarchy) allReduceSplit(g *Group, send, recv []byte) error {
+	t := h.team
+	defer t.unlend()
+	if err := t.reduceScatterSingle(g, send, recv); err != nil {
+		return err
+	}
+	lo, hi := singleBlock(len(recv), g.red.elem, t.n, t.me)
+	if err := allReduceAmong(g, h.peers, h.hostIdx, recv[lo:hi]); err != nil {
+		return err
+	}
+	return t.allGatherBlocksSingle(g, recv)
 }

@@ -5,8 +5,10 @@ package collectives
 import (
 	"context"
 	"math"
+	"os"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,7 +26,7 @@ func newHierGroups(t testing.TB, n int, hostOf func(r int) byte) []*Group {
 	}
 	t.Cleanup(func() { closeAll(gs) })
 	mustAll(t, gs, func(g *Group) error {
-		return g.attachShmAs(testCtx(t), conns[g.Rank()], "auto", [32]byte{hostOf(g.Rank())})
+		return attachShmAs(testCtx(t), g, conns[g.Rank()], "auto", [32]byte{hostOf(g.Rank())})
 	})
 	return gs
 }
@@ -32,8 +34,8 @@ func newHierGroups(t testing.TB, n int, hostOf func(r int) byte) []*Group {
 // Two hosts, ranks 0 and 2 on one and 1 and 3 on the other: each host
 // shares a segment, the leaders are ranks 0 and 1, and AllReduce gives
 // every rank the same bits, right, at the sizes of both of the leaders'
-// algorithms and of several segment chunks. The other operations still run
-// over the conns.
+// algorithms, of several segment chunks and of the split among all ranks
+// (100,003 elements). The other operations still run over the conns.
 func TestHierarchicalAllReduce(t *testing.T) {
 	const n = 4
 	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
@@ -43,6 +45,13 @@ func TestHierarchicalAllReduce(t *testing.T) {
 		require.NotNil(t, g.hier.team, "rank %d", r)
 		assert.Equal(t, []int{0, 1}, g.hier.leaders, "rank %d", r)
 		assert.Equal(t, map[bool]int{true: r, false: -1}[r < 2], g.hier.lead, "rank %d", r)
+		// Large AllReduces split where ranks can read each other's memory:
+		// rank r works with the rank of its local index on the other host.
+		var b [2]byte
+		canRead := readPeer(os.Getpid(), b[:1], uint64(uintptr(unsafe.Pointer(&b[1])))) == nil
+		assert.Equal(t, canRead, g.hier.split, "rank %d", r)
+		assert.Equal(t, []int{r / 2 * 2, r/2*2 + 1}, g.hier.peers, "rank %d", r)
+		assert.Equal(t, r%2, g.hier.hostIdx, "rank %d", r)
 	}
 	ctx := testCtx(t)
 	for _, count := range []int{1, 7, 1000, 100_003} {

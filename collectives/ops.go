@@ -45,7 +45,7 @@ func (g *Group) Barrier(ctx context.Context) error {
 		return err
 	}
 	if g.shm != nil {
-		return g.end(g.shmBarrier())
+		return g.end(g.shm.barrier(g))
 	}
 	return g.end(g.barrier())
 }
@@ -66,11 +66,14 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 	if err := g.begin(ctx, kindBroadcast, root, 0); err != nil {
 		return err
 	}
-	if err := g.checkRoot(root); err != nil {
+	if err := checkRoot(root, g.size); err != nil {
 		return g.end(err)
 	}
-	if g.shm != nil {
-		return g.end(g.shmBroadcast(g.shm, root, buf))
+	if t := g.shm; t != nil {
+		if t.single && len(buf) >= shmSingleMin {
+			return g.end(t.broadcastSingle(g, root, buf))
+		}
+		return g.end(t.broadcast(g, root, buf))
 	}
 	return g.end(g.broadcast(root, buf))
 }
@@ -156,13 +159,13 @@ func (g *Group) Scatter(ctx context.Context, root int, send, recv []byte) error 
 	if err := g.begin(ctx, kindScatter, root, 0); err != nil {
 		return err
 	}
-	if err := g.checkRoot(root); err != nil {
+	if err := checkRoot(root, g.size); err != nil {
 		return g.end(err)
 	}
 	blk := len(recv)
 	if g.rank != root {
 		if g.shm != nil {
-			return g.end(g.shmAllToAll(root, nil, recv, blk))
+			return g.end(g.shm.allToAll(g, root, nil, recv, blk))
 		}
 		return g.end(g.recv(root, 0, recv))
 	}
@@ -181,7 +184,7 @@ func (g *Group) Scatter(ctx context.Context, root int, send, recv []byte) error 
 	}
 	copy(recv, send[root*blk:(root+1)*blk])
 	if g.shm != nil {
-		return g.end(g.shmAllToAll(root, send, recv, blk))
+		return g.end(g.shm.allToAll(g, root, send, recv, blk))
 	}
 	return g.end(g.waitSends())
 }
@@ -192,13 +195,13 @@ func (g *Group) Gather(ctx context.Context, root int, send, recv []byte) error {
 	if err := g.begin(ctx, kindGather, root, 0); err != nil {
 		return err
 	}
-	if err := g.checkRoot(root); err != nil {
+	if err := checkRoot(root, g.size); err != nil {
 		return g.end(err)
 	}
 	blk := len(send)
 	if g.rank != root {
 		if g.shm != nil {
-			return g.end(g.shmGather(root, send, nil))
+			return g.end(g.shm.gather(g, root, send, nil))
 		}
 		if err := g.send(root, 0, send); err != nil {
 			return g.end(err)
@@ -213,7 +216,7 @@ func (g *Group) Gather(ctx context.Context, root int, send, recv []byte) error {
 	}
 	copy(recv[root*blk:], send)
 	if g.shm != nil {
-		return g.end(g.shmGather(root, send, recv))
+		return g.end(g.shm.gather(g, root, send, recv))
 	}
 	for i := 0; i < g.size; i++ {
 		if i != root {
@@ -242,8 +245,10 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte) error {
 	switch {
 	case n == 1:
 		return g.end(nil)
+	case g.shm != nil && g.shm.single && blk >= shmSingleMin:
+		return g.end(g.shm.allGatherSingle(g, send, recv))
 	case g.shm != nil:
-		return g.end(g.shmAllGather(send, recv))
+		return g.end(g.shm.allGather(g, send, recv))
 	case n*blk <= allGatherShort:
 		return g.end(g.allGatherBruck(send, recv))
 	default:
@@ -309,8 +314,10 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte) error {
 	switch {
 	case n == 1:
 		return g.end(nil)
+	case g.shm != nil && g.shm.single && blk >= shmSingleMin:
+		return g.end(g.shm.allToAllSingle(g, send, recv, blk))
 	case g.shm != nil:
-		return g.end(g.shmAllToAll(-1, send, recv, blk))
+		return g.end(g.shm.allToAll(g, -1, send, recv, blk))
 	case blk <= bruckBlockMax && n >= 4:
 		return g.end(g.allToAllBruck(send, recv, blk))
 	default:

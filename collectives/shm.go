@@ -45,7 +45,8 @@ import (
 //
 // Nothing a peer writes into the segment is used as a length, an offset or
 // a count: every size comes from the local call and the segment's layout is
-// computed by each rank from the group size alone. How the segment is
+// computed by each rank from the group size alone. (A single-copy step's
+// address is used only to read that peer's own memory: shm_single.go.) How the segment is
 // created and shared (a sealed memfd passed over a unix socket whose name
 // each side derives itself, to processes of the same user only) is in
 // shm_linux.go.
@@ -68,15 +69,18 @@ const shmTextMax = 200
 type shmCtrl struct {
 	posted atomic.Uint64 // last step whose contribution is in the buffer; a futex word (low half)
 	_      [56]byte
-	// desc[k%2] describes step k: step, operation word, length.
+	// desc[k%2] describes step k: step, operation word, length, and for a
+	// single-copy step the address of the buffer it reads from.
 	desc     [2][4]atomic.Uint64
 	readDone atomic.Uint64 // last step whose peers' buffers this rank read; a futex word (low half)
 	_        [56]byte
 	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
 	textLen  atomic.Uint64 // bytes of text, at most shmTextMax
 	text     [shmTextMax]byte
-	cpu      atomic.Uint32 // 1 + the CPU this rank last waited on; 0: not known
-	_        [36]byte
+	cpu      atomic.Uint32 // 1 + the CPU this rank waits on; 0: not waiting or not known
+	_        [4]byte
+	base     atomic.Uint64 // where this rank's process mapped the segment (shm_single.go)
+	_        [24]byte
 	// How many ranks sleep on posted and on readDone: the owner wakes them
 	// after a store only if there are any.
 	sleepPosted atomic.Uint32
@@ -139,6 +143,18 @@ type shmTeam struct {
 	// the earliest unix ns of the next such move.
 	spreads  bool
 	nextMove int64
+	// single: every rank can read the others' memory (process_vm_readv),
+	// so large operations copy once, from the caller's buffer on one rank
+	// to the caller's buffer on another (shm_single.go).
+	single bool
+	// singleReduce: AllReduce copies once too (up to shmSingleReduceMax),
+	// agreed where every rank has a CPU of its own (spreads): with more
+	// ranks than CPUs its extra waits cost more than the copy it saves.
+	singleReduce bool
+	// lent holds the caller's buffers whose addresses a single-copy
+	// operation posts, for its duration: stored here, they escape to the
+	// heap, where nothing moves them (a goroutine's stack moves).
+	lent [2][]byte
 }
 
 // Spin budgets of a wait before it sleeps. With a CPU for every rank, the
@@ -213,11 +229,16 @@ func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
 }
 
 // post publishes this rank's contribution to step k.
-func (t *shmTeam) post(k, op, nbytes uint64) {
+func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0) }
+
+// postAt is post with an address in this process for the peers to read
+// from (shm_single.go).
+func (t *shmTeam) postAt(k, op, nbytes, addr uint64) {
 	c := t.ctrl[t.me]
 	d := &c.desc[k&1]
 	d[1].Store(op)
 	d[2].Store(nbytes)
+	d[3].Store(addr)
 	d[0].Store(k)
 	c.posted.Store(k)
 	if c.sleepPosted.Load() != 0 {
@@ -269,6 +290,9 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 	}
 	sleeps := t.sleeps[q]
 	var spinUntil int64
+	// This rank's CPU is published while it waits, and only then: a stale
+	// CPU read by a peer would make it move, or sleep, for nothing.
+	defer t.ctrl[t.me].cpu.Store(0)
 	for i := 1; ; i++ {
 		if word.Load() >= want {
 			return nil
@@ -419,8 +443,7 @@ func (t *shmTeam) wakeAll() {
 
 func chunks(nbytes, per int) int { return max(1, (nbytes+per-1)/per) }
 
-func (g *Group) shmBarrier() error {
-	t := g.shm
+func (t *shmTeam) barrier(g *Group) error {
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -434,7 +457,7 @@ func (g *Group) shmBarrier() error {
 	return nil
 }
 
-func (g *Group) shmBroadcast(t *shmTeam, root int, buf []byte) error {
+func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
 	op, nb := opWord(g.cur), uint64(len(buf))
 	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -458,15 +481,11 @@ func (g *Group) shmBroadcast(t *shmTeam, root int, buf []byte) error {
 	return nil
 }
 
-// shmAllReduce: every rank copies its chunk into its buffer, then computes
-// the whole chunk from the n buffers in rank order, into recv.
-func (g *Group) shmAllReduce(send, recv []byte) error {
-	return g.shmReduceTo(g.shm, -1, send, recv)
-}
-
-// shmReduceTo reduces send into recv at root, or at every rank (root -1),
-// over team t (ranks and root are t's).
-func (g *Group) shmReduceTo(t *shmTeam, root int, send, recv []byte) error {
+// reduceTo reduces send into recv at root, or at every rank (root -1):
+// every rank copies its chunk into its buffer, then the ranks that want
+// the result compute the whole chunk from the n buffers in rank order,
+// into recv. Ranks and root are t's.
+func (t *shmTeam) reduceTo(g *Group, root int, send, recv []byte) error {
 	op, nb := opWord(g.cur), uint64(len(send))
 	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -492,8 +511,7 @@ func (g *Group) shmReduceTo(t *shmTeam, root int, send, recv []byte) error {
 	return nil
 }
 
-func (g *Group) shmAllGather(send, recv []byte) error {
-	t := g.shm
+func (t *shmTeam) allGather(g *Group, send, recv []byte) error {
 	op, blk := opWord(g.cur), len(send)
 	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -517,10 +535,9 @@ func (g *Group) shmAllGather(send, recv []byte) error {
 	return nil
 }
 
-// shmGather: every rank posts its chunk, root collects (root -1: nobody,
-// see shmAllGather).
-func (g *Group) shmGather(root int, send, recv []byte) error {
-	t := g.shm
+// gather: every rank posts its chunk, root collects (root -1: nobody,
+// see allGather).
+func (t *shmTeam) gather(g *Group, root int, send, recv []byte) error {
 	op, blk := opWord(g.cur), len(send)
 	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
 		lo := i * shmChunk
@@ -548,13 +565,13 @@ func (g *Group) shmGather(root int, send, recv []byte) error {
 	return nil
 }
 
-// shmAllToAll: in each step a rank's buffer holds the next piece of every
-// one of its n blocks, side by side; rank q takes piece q of each buffer.
-// Scatter is the same with only the root's buffer used (root >= 0).
-func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
-	t := g.shm
+// allToAll: in each step a rank's buffer holds the next piece of every
+// one of its blocks for the other ranks, side by side (slotOf); rank q
+// takes its piece from each buffer. Scatter is the same with only the
+// root's buffer used (root >= 0).
+func (t *shmTeam) allToAll(g *Group, root int, send, recv []byte, blk int) error {
 	n := t.n
-	per := shmChunk / n &^ 7
+	per := shmChunk / max(1, n-1) &^ 7
 	op := opWord(g.cur)
 	for i, steps := 0, chunks(blk, per); i < steps; i++ {
 		lo := i * per
@@ -566,7 +583,8 @@ func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
 		if root < 0 || t.me == root {
 			for j := range n {
 				if j != t.me {
-					copy(mine[j*per:j*per+c], send[j*blk+lo:])
+					s := slotOf(j, t.me) * per
+					copy(mine[s:s+c], send[j*blk+lo:])
 				}
 			}
 		}
@@ -578,13 +596,23 @@ func (g *Group) shmAllToAll(root int, send, recv []byte, blk int) error {
 		case root < 0:
 			for q := range n {
 				if q != t.me {
-					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][t.me*per:])
+					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][slotOf(t.me, q)*per:])
 				}
 			}
 		case t.me != root:
-			copy(recv[lo:lo+c], t.bufs[root][k&1][t.me*per:])
+			copy(recv[lo:lo+c], t.bufs[root][k&1][slotOf(t.me, root)*per:])
 		}
 		t.done(k)
 	}
 	return nil
+}
+
+// slotOf is the place of rank to's piece in rank from's buffer during an
+// all-to-all step: the ranks other than from, in order (from keeps its own
+// block, so its buffer has n-1 pieces).
+func slotOf(to, from int) int {
+	if to > from {
+		return to - 1
+	}
+	return to
 }

@@ -85,29 +85,32 @@ func hostIdentity() [32]byte {
 
 // setupShm attaches the group to a same-host segment if every rank can;
 // see above. An error means the group itself failed (it is broken).
-func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
+func setupShm(ctx context.Context, g *Group, conns []net.Conn) error {
 	mode, err := shmMode()
 	if err != nil {
 		return err
 	}
-	return g.attachShm(ctx, conns, mode)
+	return attachShm(ctx, g, conns, mode)
 }
 
 // attachShm is setupShm in mode ("auto", "stream" or "shm").
-func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
+func attachShm(ctx context.Context, g *Group, conns []net.Conn, mode string) error {
 	var id [32]byte
 	if mode != "stream" && g.size <= shmMaxRanks {
 		id = hostIdentity()
 	}
-	return g.attachShmAs(ctx, conns, mode, id)
+	return attachShmAs(ctx, g, conns, mode, id)
 }
 
 // attachShmAs is attachShm with this rank's host identity id (zero: no
 // segment for this rank). A group whose ranks are all on one host gets one
 // segment; in mode "auto" a group spread over hosts gets one per host
 // with two ranks or more, and runs AllReduce hierarchically (hier.go).
-func (g *Group) attachShmAs(ctx context.Context, conns []net.Conn, mode string, id [32]byte) error {
+func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, id [32]byte) error {
 	n := g.size
+	if n < 2 {
+		return nil // nothing to share; the operations are copies
+	}
 	ids := make([]byte, 32*n)
 	if err := g.AllGather(ctx, id[:], ids); err != nil {
 		return err
@@ -177,10 +180,32 @@ func (g *Group) attachShmAs(ctx context.Context, conns []net.Conn, mode string, 
 		return nil
 	}
 	if hosts != nil {
-		g.hier = newHierarchy(hosts, g.rank, team)
+		h := newHierarchy(hosts, g.rank, team)
+		split := []int32{h.canSplit()}
+		if err := AllReduce(ctx, g, split, split, Min); err != nil {
+			if team != nil {
+				team.free()
+			}
+			return err
+		}
+		h.split = split[0] == 1
+		g.hier = h
 		return nil
 	}
 	g.shm = team
+	// Every rank published where it mapped the segment before the
+	// agreement above: each tries to read the others' memory, and large
+	// operations copy once only if every rank can (AllReduce only if
+	// every rank also has a CPU of its own).
+	votes := []int32{team.probeSingleCopy(), 0}
+	if team.spreads {
+		votes[1] = 1
+	}
+	if err := AllReduce(ctx, g, votes, votes, Min); err != nil {
+		return err
+	}
+	team.single = votes[0] == 1
+	team.singleReduce = team.single && votes[1] == 1
 	return nil
 }
 
@@ -306,6 +331,7 @@ func buildTeam(ctx context.Context, rank, n int, conns []net.Conn) (*shmTeam, er
 func teamOver(seg []byte, n, me int, live *shmLiveness) *shmTeam {
 	t := newShmTeam(seg, n, me)
 	t.live = live
+	t.ctrl[me].base.Store(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(seg)))))
 	for q := range n {
 		t.sleeps[q] = live.of[q] >= 0 // another process
 	}
@@ -521,14 +547,20 @@ func mapSegment(fd, size int) ([]byte, error) {
 
 // shmLiveness watches the group's other processes through pidfds.
 type shmLiveness struct {
-	fds []unix.PollFd
-	of  []int // of[rank]: the index in fds of rank's process, or -1 (ours)
+	fds  []unix.PollFd
+	of   []int // of[rank]: the index in fds of rank's process, or -1 (ours)
+	pids []int // pids[rank]: its process
 }
+
+// pid is rank's process id. While dead(rank) is false after a use of it,
+// the id was rank's process during that use (its pidfd keeps it from
+// being given to another process before this one saw it exit).
+func (l *shmLiveness) pid(rank int) int { return l.pids[rank] }
 
 // openLiveness opens a pidfd for every process of pids but ours (ranks of
 // one process share it).
 func openLiveness(pids []int, me int) (*shmLiveness, error) {
-	l := &shmLiveness{of: make([]int, len(pids))}
+	l := &shmLiveness{of: make([]int, len(pids)), pids: pids}
 	index := map[int]int{pids[me]: -1}
 	for r, p := range pids {
 		if i, ok := index[p]; ok {
@@ -585,6 +617,27 @@ func futexWait(word *atomic.Uint64, val uint32, d time.Duration) {
 // futexWake wakes every rank asleep on word.
 func futexWake(word *atomic.Uint64) {
 	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWakeOp, math.MaxInt32, 0, 0, 0)
+}
+
+// readPeer copies len(dst) bytes at addr in process pid's memory into dst
+// (process_vm_readv: allowed for a process of the same user, as the
+// group's are). A bad address fails (EFAULT) without touching dst
+// beyond what was read.
+func readPeer(pid int, dst []byte, addr uint64) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	local := unix.Iovec{Base: unsafe.SliceData(dst), Len: uint64(len(dst))}
+	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(dst)}
+	n, _, e := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1,
+		uintptr(unsafe.Pointer(&remote)), 1, 0)
+	switch {
+	case e != 0:
+		return e
+	case int(n) != len(dst):
+		return fmt.Errorf("read %d of %d bytes", n, len(dst))
+	}
+	return nil
 }
 
 // currentCPU is the CPU this thread runs on.

@@ -4,6 +4,7 @@ package collectives
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,11 +19,11 @@ const AlgoEnv = "RDMA_COLL_ALGO"
 
 // setupShm: the same-host segment needs memfds, descriptor passing and
 // pidfds; elsewhere the group runs over its conns.
-func (g *Group) setupShm(ctx context.Context, conns []net.Conn) error {
-	return g.attachShm(ctx, conns, os.Getenv(AlgoEnv))
+func setupShm(ctx context.Context, g *Group, conns []net.Conn) error {
+	return attachShm(ctx, g, conns, os.Getenv(AlgoEnv))
 }
 
-func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) error {
+func attachShm(ctx context.Context, g *Group, conns []net.Conn, mode string) error {
 	if mode == "shm" {
 		return fmt.Errorf("%s=shm: no shared segment on %s", AlgoEnv, runtime.GOOS)
 	}
@@ -32,6 +33,10 @@ func (g *Group) attachShm(ctx context.Context, conns []net.Conn, mode string) er
 type shmLiveness struct{}
 
 func (*shmLiveness) dead(int) bool { return false }
+
+func (*shmLiveness) pid(int) int { return 0 }
+
+func readPeer(int, []byte, uint64) error { return errors.ErrUnsupported }
 
 func osYield() { runtime.Gosched() }
 

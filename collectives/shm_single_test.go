@@ -1,0 +1,211 @@
+//go:build linux
+
+package collectives
+
+import (
+	"bytes"
+	"math"
+	"net"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// needSingleCopy skips t where this host refuses process_vm_readv (a
+// container's seccomp profile without CAP_SYS_PTRACE does): groups there
+// run on two copies, which the other tests cover.
+func needSingleCopy(t testing.TB) {
+	t.Helper()
+	var b [8]byte
+	if err := readPeer(os.Getpid(), b[:1], uint64(uintptr(unsafe.Pointer(&b[1])))); err != nil {
+		t.Skipf("process_vm_readv is refused on this host: %v", err)
+	}
+}
+
+// The ranks of one process can read each other's memory, so a test group
+// copies once for large operations (AllReduce too where there is a CPU
+// per rank); with RDMA_COLL_SINGLE=0 on a rank it does not, on every rank.
+func TestSingleCopyAgreed(t *testing.T) {
+	needSingleCopy(t)
+	gs := newEngineGroups(t, 3, "shm")
+	for _, g := range gs {
+		require.True(t, g.shm.single, "rank %d", g.Rank())
+		require.Equal(t, 3 <= runtime.NumCPU(), g.shm.singleReduce, "rank %d", g.Rank())
+	}
+	t.Setenv(singleCopyEnv, "0")
+	gs = newEngineGroups(t, 3, "shm")
+	for _, g := range gs {
+		require.False(t, g.shm.single, "rank %d", g.Rank())
+		require.False(t, g.shm.singleReduce, "rank %d", g.Rank())
+	}
+}
+
+// Results by single copy, at sizes that are not multiples of the pieces:
+// Broadcast, AllGather and AllToAll exact, AllReduce of floats whose sums
+// depend on the order bitwise equal to the serial sum in rank order (each
+// block is computed once, in rank order), in place and not.
+func TestSingleCopyResults(t *testing.T) {
+	needSingleCopy(t)
+	for _, n := range []int{2, 3} {
+		t.Run(name("n=", n), func(t *testing.T) {
+			gs := newEngineGroups(t, n, "shm")
+			require.True(t, gs[0].shm.single)
+			for _, g := range gs {
+				// As if each rank had a CPU: AllReduce copies once too.
+				g.shm.singleReduce = true
+			}
+			ctx := testCtx(t)
+			blk := shmSingleMin + 4*shmChunk/3 + 3
+
+			want := pattern(n*blk, keyOf(21, n))
+			bc := make([][]byte, n)
+			mustAll(t, gs, func(g *Group) error {
+				bc[g.Rank()] = make([]byte, n*blk)
+				if g.Rank() == 1 {
+					copy(bc[1], want)
+				}
+				return g.Broadcast(ctx, 1, bc[g.Rank()])
+			})
+			for r := range bc {
+				require.True(t, bytes.Equal(want, bc[r]), "broadcast rank %d", r)
+			}
+
+			sends := make([][]byte, n)
+			for r := range sends {
+				sends[r] = pattern(n*blk, keyOf(22, r))
+			}
+			ag, a2a := make([][]byte, n), make([][]byte, n)
+			mustAll(t, gs, func(g *Group) error {
+				r := g.Rank()
+				ag[r], a2a[r] = make([]byte, n*blk), make([]byte, n*blk)
+				if err := g.AllGather(ctx, sends[r][:blk], ag[r]); err != nil {
+					return err
+				}
+				return g.AllToAll(ctx, sends[r], a2a[r])
+			})
+			for r := range n {
+				for j := range n {
+					require.True(t, bytes.Equal(sends[j][:blk], ag[r][j*blk:(j+1)*blk]), "allgather rank %d block %d", r, j)
+					require.True(t, bytes.Equal(sends[j][r*blk:(r+1)*blk], a2a[r][j*blk:(j+1)*blk]), "alltoall rank %d from %d", r, j)
+				}
+			}
+
+			count := n*blk/8 + 1
+			in := make([][]float64, n)
+			for r := range in {
+				in[r] = make([]float64, count)
+				for i := range in[r] {
+					in[r][i] = float64(splitmix64(keyOf(23, r, i))>>11) * 0x1p-53 * math.Pow(10, float64(i%7))
+				}
+			}
+			wantF := serialReduce(in, Sum)
+			for _, inPlace := range []bool{false, true} {
+				out := make([][]float64, n)
+				mustAll(t, gs, func(g *Group) error {
+					r := g.Rank()
+					send := append([]float64(nil), in[r]...)
+					out[r] = send
+					if !inPlace {
+						out[r] = make([]float64, count)
+					}
+					return AllReduce(ctx, g, send, out[r], Sum)
+				})
+				for r := range out {
+					require.Equal(t, wantF, out[r], "allreduce rank %d in place %v", r, inPlace)
+				}
+			}
+		})
+	}
+}
+
+// Single-copy operations allocate nothing either.
+func TestSingleCopyDoesNotAllocate(t *testing.T) {
+	needSingleCopy(t)
+	const n = 2
+	gs := newEngineGroups(t, n, "shm")
+	for _, g := range gs {
+		g.shm.singleReduce = true
+	}
+	d := newDriver(gs)
+	defer d.stop()
+	ctx := testCtx(t)
+	size := 4 * shmSingleMin
+	f32 := make([][]float32, n)
+	in, out := make([][]byte, n), make([][]byte, n)
+	for r := range n {
+		f32[r] = make([]float32, size)
+		in[r], out[r] = make([]byte, n*size), make([]byte, n*size)
+	}
+	ops := map[string]func(g *Group) error{
+		"AllReduce": func(g *Group) error { b := f32[g.Rank()]; return AllReduce(ctx, g, b, b, Sum) },
+		"Broadcast": func(g *Group) error { return g.Broadcast(ctx, 1, in[g.Rank()]) },
+		"AllGather": func(g *Group) error { return g.AllGather(ctx, in[g.Rank()][:size], out[g.Rank()]) },
+		"AllToAll":  func(g *Group) error { return g.AllToAll(ctx, in[g.Rank()], out[g.Rank()]) },
+	}
+	for name, op := range ops {
+		require.NoError(t, d.run(op), name)
+		allocs := testing.AllocsPerRun(5, func() {
+			if err := d.run(op); err != nil {
+				t.Error(err)
+			}
+		})
+		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
+	}
+}
+
+// A peer that posts an address its process has not mapped breaks the
+// group with an error naming it; nothing waits on it. Rank 1 is played
+// by the test, which writes its step into the segment as a hostile
+// process could.
+func TestSingleCopyBadAddress(t *testing.T) {
+	needSingleCopy(t)
+	gs := newEngineGroups(t, 2, "shm")
+	t0, c1 := gs[0].shm, gs[0].shm.ctrl[1]
+	k := t0.ctrl[0].posted.Load() + 1
+	buf := make([]byte, 2*shmSingleMin)
+	errc := make(chan error, 1)
+	go func() { errc <- gs[0].Broadcast(testCtx(t), 1, buf) }()
+	mine := &t0.ctrl[0].desc[k&1]
+	for t0.ctrl[0].posted.Load() < k {
+		time.Sleep(time.Millisecond)
+	}
+	d := &c1.desc[k&1]
+	d[1].Store(mine[1].Load())
+	d[2].Store(mine[2].Load())
+	d[3].Store(1 << 62) // nothing is mapped there
+	d[0].Store(k)
+	c1.posted.Store(k)
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(time.Minute):
+		t.Fatal("the reader of a bad address still waits")
+	}
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "reading its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// A group of one rank, set up as Join does, runs every operation (it
+// shares nothing: a team of one has no second buffer to reduce with).
+func TestOneRankGroup(t *testing.T) {
+	g, err := NewGroup(0, make([]net.Conn, 1))
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, attachShm(testCtx(t), g, make([]net.Conn, 1), "auto"))
+	for _, count := range []int{1 << 10, 1 << 17} {
+		b := make([]float32, count)
+		b[count-1] = 3
+		require.NoError(t, AllReduce(testCtx(t), g, b, b, Sum))
+		require.Equal(t, float32(3), b[count-1])
+		require.NoError(t, Reduce(testCtx(t), g, 0, b, b, Max))
+		require.NoError(t, g.Broadcast(testCtx(t), 0, make([]byte, 4*count)))
+		require.NoError(t, g.AllGather(testCtx(t), make([]byte, count), make([]byte, count)))
+		require.NoError(t, g.AllToAll(testCtx(t), make([]byte, count), make([]byte, count)))
+	}
+	require.NoError(t, g.Barrier(testCtx(t)))
+}
