@@ -270,7 +270,8 @@ func (s *suite) pausedPastTimeout(t *testing.T) error {
 // sides with cfg.RDMA's PeerTimeout (0: none, as TCP), and every conn must
 // carry data afterwards, what was written during the pause included.
 func PausedFor(t *testing.T, cfg Config, d time.Duration) {
-	s := &suite{cfg: cfg}
+	stack := rootStack(t, cfg)
+	s := &suite{cfg: cfg, stack: stack, tuned: stack.Tuning(cfg.RDMA)}
 	c := s.config()
 	c.KeepAlive = pauseKeepAlive
 	ln := s.listen(t, c)

@@ -99,10 +99,7 @@ func Names() []string { return tests.Names() }
 
 // Run runs the whole suite; each behaviour is a subtest.
 func Run(t *testing.T, cfg Config) {
-	stack := rootstack.Root()
-	require.NotNil(t, stack, "the root package, which sets the suite's stack at init, is not in the binary")
-	require.IsType(t, cfg.RDMA, stack.Tune(nil, rootstack.Tuning{}), "Config.RDMA is an rdma.Config")
-	require.NotEmpty(t, stack.Tuning(cfg.RDMA).Provider, "Config.RDMA.Provider names the provider under test")
+	stack := rootStack(t, cfg)
 	require.NotNil(t, net.ParseIP(cfg.Host), "Config.Host %q is not an IP address", cfg.Host)
 	if cfg.DetectWithin == 0 {
 		cfg.DetectWithin = 10 * time.Second
@@ -128,6 +125,16 @@ func Run(t *testing.T, cfg Config) {
 	}
 	s := &suite{cfg: cfg, stack: stack, tuned: stack.Tuning(cfg.RDMA)}
 	tests.Run(t, s, cfg.Skip)
+}
+
+// rootStack is the root package's stack, once cfg.RDMA is checked.
+func rootStack(t testing.TB, cfg Config) rootstack.Stack {
+	t.Helper()
+	stack := rootstack.Root()
+	require.NotNil(t, stack, "the root package, which sets the suite's stack at init, is not in the binary")
+	require.IsType(t, stack.Tune(nil, rootstack.Tuning{}), cfg.RDMA, "Config.RDMA is an rdma.Config")
+	require.NotEmpty(t, stack.Tuning(cfg.RDMA).Provider, "Config.RDMA.Provider names the provider under test")
+	return stack
 }
 
 // scale is n, or n/div on a small machine (at least 1).
