@@ -94,7 +94,7 @@ func (f *Conn) SetWriteDeadline(t time.Time) error { return f.c.SetWriteDeadline
 // their Desc, which only this connection's peer can use. The exposure ends
 // with Unexpose, b's Free or the connection's Close, whichever comes first.
 func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
-	d, err := c.c.Expose(b.engine(), off, n, streamconn.Access(access))
+	d, err := c.c.Remote().Expose(b.engine(), off, n, streamconn.Access(access))
 	return Desc(d), err
 }
 
@@ -104,13 +104,13 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 // fails at the peer (ErrRemoteAccess, or its connection broken). A stalled
 // peer cannot make Unexpose wait. A Desc that is not a live exposure of
 // this connection fails with ErrBadDesc.
-func (c *Conn) Unexpose(d Desc) error { return c.c.Unexpose(streamconn.Desc(d)) }
+func (c *Conn) Unexpose(d Desc) error { return c.c.Remote().Unexpose(streamconn.Desc(d)) }
 
 // WriteRemote RDMA-writes p, which lies in a Buffer, into the range d
 // describes at offset off, and returns once the peer's device has the
 // bytes. d must allow AccessWrite and hold len(p) bytes at off.
 func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
-	return c.c.WriteRemote(streamconn.Desc(d), off, p)
+	return c.c.Remote().WriteRemote(streamconn.Desc(d), off, p)
 }
 
 // WriteRemoteContext is WriteRemote whose wait for a send slot also ends
@@ -118,7 +118,7 @@ func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
 // deadline), having posted nothing. Once posted, the write runs to its
 // completion, which the transport's retry timeout bounds.
 func (c *Conn) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
-	return c.c.WriteRemoteContext(ctx, streamconn.Desc(d), off, p)
+	return c.c.Remote().WriteRemoteContext(ctx, streamconn.Desc(d), off, p)
 }
 
 // WriteRemoteNotify is WriteRemote, and then the peer's WaitNotify returns
@@ -131,7 +131,7 @@ func (c *Conn) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte
 // write and the read deadline; once posted, an operation runs to its
 // completion, which the transport's retry timeout bounds.)
 func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error {
-	return c.c.WriteRemoteNotify(streamconn.Desc(d), off, p, value)
+	return c.c.Remote().WriteRemoteNotify(streamconn.Desc(d), off, p, value)
 }
 
 // WriteRemoteNotifyContext is WriteRemoteNotify whose wait for the peer's
@@ -139,19 +139,19 @@ func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error 
 // context.DeadlineExceeded for its deadline), having posted nothing: a
 // peer that never takes its notifications holds the caller no longer.
 func (c *Conn) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p []byte, value uint32) error {
-	return c.c.WriteRemoteNotifyContext(ctx, streamconn.Desc(d), off, p, value)
+	return c.c.Remote().WriteRemoteNotifyContext(ctx, streamconn.Desc(d), off, p, value)
 }
 
 // ReadRemote RDMA-reads len(p) bytes of the range d describes, at offset
 // off, into p, which lies in a Buffer. d must allow AccessRead.
 func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
-	return c.c.ReadRemote(streamconn.Desc(d), off, p)
+	return c.c.Remote().ReadRemote(streamconn.Desc(d), off, p)
 }
 
 // ReadRemoteContext is ReadRemote whose wait for a send slot also ends
 // when ctx is done, as WriteRemoteContext's.
 func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
-	return c.c.ReadRemoteContext(ctx, streamconn.Desc(d), off, p)
+	return c.c.Remote().ReadRemoteContext(ctx, streamconn.Desc(d), off, p)
 }
 
 // WaitNotify returns the next notification from the peer (its
@@ -159,7 +159,7 @@ func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte)
 // until ctx is done. It fails once the connection is closed or broken, or
 // the peer closed its sending side and no notification is left.
 func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) {
-	return c.c.WaitNotify(ctx)
+	return c.c.Remote().WaitNotify(ctx)
 }
 
 // ReadFrom implements io.ReaderFrom: it reads r until io.EOF (or an error)
@@ -176,9 +176,9 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) { return c.c.WriteTo(w) }
 
 // The steps of the dial and the accept (establishing, dialing, wireConn).
 
-func (c *Conn) hello() stream.Hello             { return c.c.Hello() }
-func (c *Conn) setPeer(h stream.Hello)          { c.c.SetPeer(h) }
-func (c *Conn) takeAnswer(private []byte) error { return c.c.TakeAnswer(private) }
+func (c *Conn) hello() stream.Hello             { return c.c.Handshake().Hello() }
+func (c *Conn) setPeer(h stream.Hello)          { c.c.Handshake().SetPeer(h) }
+func (c *Conn) takeAnswer(private []byte) error { return c.c.Handshake().TakeAnswer(private) }
 func (c *Conn) rdAtom() int                     { return c.c.RdAtom() }
 func (c *Conn) releaseVerbs()                   { c.c.ReleaseVerbs() }
 func (c *Conn) peerTakesRDMACM() bool           { return c.c.PeerTakesRDMACM() }

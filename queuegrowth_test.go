@@ -127,7 +127,7 @@ func TestIdleConnQueuesFollowTraffic(t *testing.T) {
 		var moved uint64
 		c.c.Keepalive() // a signaled probe behind any unsignaled tail
 		assert.Eventually(t, func() bool {
-			c.c.TrimIdle(&moved)
+			c.c.Growing().TrimIdle(&moved)
 			c.c.Core.Mu.Lock()
 			defer c.c.Core.Mu.Unlock()
 			return len(c.c.SQ.WRs) == sendq.StartSlots && len(c.c.SQ.Ends) == sendq.StartSlots

@@ -168,11 +168,11 @@ func TestOfferWaitsForReservedWrite(t *testing.T) {
 	c.c.RX.Head, c.c.RX.Credited = c.c.RX.Tail, c.c.RX.Tail
 	posted := c.c.SQ.Posted
 	c.c.SQ.Reserved++ // a Write between its reservation and its queueing
-	c.c.OfferRingLocked()
+	c.c.Growing().OfferRingLocked()
 	assert.Zero(t, c.c.RX.Next, "no offer while a write is reserved")
 	assert.Equal(t, posted, c.c.SQ.Posted)
 	c.c.SQ.Reserved--
-	c.c.OfferRingLocked()
+	c.c.Growing().OfferRingLocked()
 	assert.Equal(t, uint64(defaultRingSize), c.c.RX.Next, "offered once the write is queued")
 	assert.Equal(t, posted+1, c.c.SQ.Posted)
 }

@@ -252,7 +252,7 @@ func testRndvStalledReader(t *testing.T, windows bool) {
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.c.Cfg.RendezvousThreshold = cfg.RendezvousThreshold
-	s.c.RndvMin = s.c.RndvThreshold(stream.Version)
+	s.c.RndvMin = s.c.Handshake().RndvThreshold(stream.Version)
 	pd := &trackingPD{PD: s.c.EP.PD, live: map[verbs.MR]verbs.Access{}}
 	if !windows {
 		prev := setNoWindows(true)
@@ -385,7 +385,7 @@ func TestRndvWindowRevoked(t *testing.T) {
 	ln := listen(t, softConfig())
 	r, s := acceptRaw(t, ln, marshalHello)
 	s.c.Cfg.RendezvousThreshold = cfg.RendezvousThreshold
-	s.c.RndvMin = s.c.RndvThreshold(stream.Version)
+	s.c.RndvMin = s.c.Handshake().RndvThreshold(stream.Version)
 	src := allocBuffer(t, 64<<10)
 	for i := range src.Bytes() {
 		src.Bytes()[i] = byte(i * 7)

@@ -4,7 +4,7 @@ import (
 	"net"
 	"sync"
 
-	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/rootstack"
 )
 
 // bufConn runs a conn's Writes from and Reads into rdma.Buffers, so that
@@ -14,9 +14,10 @@ import (
 // test's; what the suite checks is the conn's behaviour on those paths.
 type bufConn struct {
 	Conn
+	stack    rootstack.Stack
 	rmu, wmu sync.Mutex
-	rbuf     *rdma.Buffer
-	wbuf     *rdma.Buffer
+	rbuf     rootstack.Buffer
+	wbuf     rootstack.Buffer
 	close    sync.Once
 	freed    bool // Close freed the Buffers: later calls go to the conn as they are
 }
@@ -26,7 +27,7 @@ func (s *suite) wrap(c Conn) Conn {
 	if !s.cfg.Buffers {
 		return c
 	}
-	return &bufConn{Conn: c}
+	return &bufConn{Conn: c, stack: s.stack}
 }
 
 // unwrap is the conn under a bufConn.
@@ -38,7 +39,7 @@ func unwrap(c net.Conn) net.Conn {
 }
 
 // grow makes *b hold at least n bytes.
-func grow(b **rdma.Buffer, n int) ([]byte, error) {
+func (c *bufConn) grow(b *rootstack.Buffer, n int) ([]byte, error) {
 	if *b != nil && len((*b).Bytes()) >= n {
 		return (*b).Bytes()[:n], nil
 	}
@@ -48,7 +49,7 @@ func grow(b **rdma.Buffer, n int) ([]byte, error) {
 		}
 		*b = nil
 	}
-	nb, err := rdma.AllocBuffer(max(n, 64<<10))
+	nb, err := c.stack.AllocBuffer(max(n, 64<<10))
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +63,7 @@ func (c *bufConn) Write(p []byte) (int, error) {
 	if c.freed {
 		return c.Conn.Write(p)
 	}
-	buf, err := grow(&c.wbuf, len(p))
+	buf, err := c.grow(&c.wbuf, len(p))
 	if err != nil {
 		return 0, err
 	}
@@ -76,7 +77,7 @@ func (c *bufConn) Read(p []byte) (int, error) {
 	if c.freed {
 		return c.Conn.Read(p)
 	}
-	buf, err := grow(&c.rbuf, len(p))
+	buf, err := c.grow(&c.rbuf, len(p))
 	if err != nil {
 		return 0, err
 	}
@@ -94,7 +95,7 @@ func (c *bufConn) Close() error {
 		c.wmu.Lock()
 		defer c.rmu.Unlock()
 		defer c.wmu.Unlock()
-		for _, b := range []*rdma.Buffer{c.rbuf, c.wbuf} {
+		for _, b := range []rootstack.Buffer{c.rbuf, c.wbuf} {
 			if b != nil {
 				b.Free()
 			}

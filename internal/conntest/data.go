@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/nettest"
 
-	"github.com/rdmanet/rdma"
 	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
@@ -43,13 +42,13 @@ func testNettest(t *testing.T, s *suite) {
 // whole, on a conn whose ends name each other and the provider.
 func testEcho(t *testing.T, s *suite) {
 	c, sv := s.pair(t, nil)
-	p := s.cfg.RDMA.Provider
+	p := s.tuned.Provider
 	assert.Equal(t, p, c.Provider())
 	assert.Equal(t, p, sv.Provider())
 	s.checkTransport(t, c)
 	s.checkTransport(t, sv)
-	assert.Equal(t, rdma.Network, c.LocalAddr().Network())
-	assert.Equal(t, rdma.Network, c.RemoteAddr().Network())
+	assert.Equal(t, network, c.LocalAddr().Network())
+	assert.Equal(t, network, c.RemoteAddr().Network())
 	assert.Equal(t, sv.LocalAddr().String(), c.RemoteAddr().String())
 	assert.Equal(t, c.LocalAddr().String(), sv.RemoteAddr().String())
 
@@ -174,10 +173,9 @@ func testZeroAllocs(t *testing.T, s *suite) {
 	allocs := testing.AllocsPerRun(runs, round)
 	assert.Zero(t, allocs, "allocations per Write/Read round")
 	require.NoError(t, <-peer)
-	if st, ok := unwrap(c).(interface{ Stats() rdma.ConnStats }); ok && s.cfg.Buffers {
+	if sent, windowed, ok := s.stack.Rendezvous(unwrap(c)); ok && s.cfg.Buffers {
 		// Not vacuous: the Writes took the rendezvous.
-		cs := st.Stats()
-		t.Logf("rendezvous: %d sent, %d through a window", cs.RendezvousSent, cs.RendezvousWindowed)
-		assert.GreaterOrEqual(t, cs.RendezvousSent, uint64(warm+1+runs), "every round's Write took the rendezvous")
+		t.Logf("rendezvous: %d sent, %d through a window", sent, windowed)
+		assert.GreaterOrEqual(t, sent, uint64(warm+1+runs), "every round's Write took the rendezvous")
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rdmanet/rdma"
 	"github.com/rdmanet/rdma/verbs"
 )
 
@@ -33,7 +32,7 @@ type heldListener struct {
 
 func (s *suite) heldListener(t *testing.T) *heldListener {
 	t.Helper()
-	p, err := verbs.Lookup(s.cfg.RDMA.Provider)
+	p, err := verbs.Lookup(s.tuned.Provider)
 	require.NoError(t, err)
 	ech, err := p.CreateEventChannel()
 	require.NoError(t, err)
@@ -89,9 +88,8 @@ func testDialHeldRequest(t *testing.T, s *suite) {
 	// deadline or the cancel timer: measured from inside, the time spent
 	// between setting the deadline and dialing (milliseconds on a loaded
 	// machine) would count against the dial and read as an early end.
-	dial := func(d rdma.Dialer, ctx context.Context, start time.Time) (time.Duration, error) {
-		d.Config = s.config()
-		c, err := d.DialContext(ctx, rdma.Network, h.addr)
+	dial := func(timeout time.Duration, ctx context.Context, start time.Time) (time.Duration, error) {
+		c, err := s.stack.Dial(ctx, s.rdma(nil), h.addr, timeout)
 		if c != nil {
 			c.Close()
 		}
@@ -111,7 +109,7 @@ func testDialHeldRequest(t *testing.T, s *suite) {
 	}
 
 	t.Run("Timeout", func(t *testing.T) {
-		took, err := dial(rdma.Dialer{Timeout: bound}, context.Background(), time.Now())
+		took, err := dial(bound, context.Background(), time.Now())
 		checkTimeout(t, took, err)
 		assert.Equal(t, 1, h.taken(), "the request reached the listener")
 	})
@@ -119,7 +117,7 @@ func testDialHeldRequest(t *testing.T, s *suite) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
-		took, err := dial(rdma.Dialer{}, ctx, start)
+		took, err := dial(0, ctx, start)
 		checkTimeout(t, took, err)
 		assert.Equal(t, 2, h.taken())
 	})
@@ -128,7 +126,7 @@ func testDialHeldRequest(t *testing.T, s *suite) {
 		start := time.Now()
 		timer := time.AfterFunc(bound, cancel)
 		defer timer.Stop()
-		took, err := dial(rdma.Dialer{}, ctx, start)
+		took, err := dial(0, ctx, start)
 		require.Error(t, err)
 		checkOpError(t, err, "dial")
 		assert.ErrorIs(t, err, context.Canceled)

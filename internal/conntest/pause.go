@@ -3,8 +3,10 @@ package conntest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -15,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/rootstack"
 	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
@@ -66,12 +68,16 @@ func runPausePeer(args []string) int {
 		fmt.Fprintln(os.Stderr, "conntest pause peer: bad duration:", args[3:])
 		return 2
 	}
-	cfg := &rdma.Config{Provider: args[0], Wire: args[1], PeerTimeout: peerTimeout, KeepAlive: keepAlive}
-	d := rdma.Dialer{Config: cfg, Timeout: time.Minute}
+	stack := rootstack.Root()
+	if stack == nil {
+		fmt.Fprintln(os.Stderr, "conntest peer: the root package is not in the binary")
+		return 2
+	}
+	cfg := stack.Tune(nil, rootstack.Tuning{Provider: args[0], Wire: args[1], PeerTimeout: peerTimeout, KeepAlive: keepAlive})
 	var wg sync.WaitGroup
 	var out sync.Mutex
 	for i := 0; i < pauseConns; i++ {
-		c, err := d.Dial(rdma.Network, args[2])
+		c, err := stack.Dial(context.Background(), cfg, args[2], time.Minute)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "conntest pause peer:", err)
 			return 3
@@ -103,8 +109,8 @@ type pausedPeer struct {
 
 // startPausePeer starts the paused peer with its PeerTimeout and
 // KeepAlive, accepts its conns on ln, and checks that each echoes.
-func (s *suite) startPausePeer(t *testing.T, ln *rdma.Listener, peerTimeout, keepAlive time.Duration) *pausedPeer {
-	cmd := testsupport.PeerCommand(pausePeerName, s.cfg.RDMA.Provider, s.cfg.RDMA.Wire, ln.Addr().String(),
+func (s *suite) startPausePeer(t *testing.T, ln net.Listener, peerTimeout, keepAlive time.Duration) *pausedPeer {
+	cmd := testsupport.PeerCommand(pausePeerName, s.tuned.Provider, s.tuned.Wire, ln.Addr().String(),
 		peerTimeout.String(), keepAlive.String())
 	cmd.Env = append(cmd.Env, s.cfg.PeerEnv...)
 	cmd.Stderr = os.Stderr
@@ -264,7 +270,8 @@ func (s *suite) pausedPastTimeout(t *testing.T) error {
 // sides with cfg.RDMA's PeerTimeout (0: none, as TCP), and every conn must
 // carry data afterwards, what was written during the pause included.
 func PausedFor(t *testing.T, cfg Config, d time.Duration) {
-	s := &suite{cfg: cfg}
+	stack := rootStack(t, cfg)
+	s := &suite{cfg: cfg, stack: stack, tuned: stack.Tuning(cfg.RDMA)}
 	c := s.config()
 	c.KeepAlive = pauseKeepAlive
 	ln := s.listen(t, c)

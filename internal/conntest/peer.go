@@ -1,8 +1,10 @@
 package conntest
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"syscall"
 	"testing"
@@ -11,7 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/rootstack"
 	"github.com/rdmanet/rdma/internal/testsupport"
 )
 
@@ -32,8 +34,13 @@ func runPeer(args []string) int {
 		return 2
 	}
 	mode, provider, wire, addr := args[0], args[1], args[2], args[3]
-	d := rdma.Dialer{Config: &rdma.Config{Provider: provider, Wire: wire}, Timeout: time.Minute}
-	c, err := d.Dial(rdma.Network, addr)
+	stack := rootstack.Root()
+	if stack == nil {
+		fmt.Fprintln(os.Stderr, "conntest peer: the root package is not in the binary")
+		return 2
+	}
+	cfg := stack.Tune(nil, rootstack.Tuning{Provider: provider, Wire: wire})
+	c, err := stack.Dial(context.Background(), cfg, addr, time.Minute)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conntest peer:", err)
 		return 3
@@ -52,14 +59,14 @@ func runPeer(args []string) int {
 
 // startPeer starts a peer process in mode that dials ln, and accepts its
 // conn.
-func (s *suite) startPeer(t *testing.T, mode string, ln *rdma.Listener) (*os.Process, Conn) {
-	cmd := testsupport.StartPeer(t, peerName, s.cfg.PeerEnv, mode, s.cfg.RDMA.Provider, s.cfg.RDMA.Wire, ln.Addr().String())
+func (s *suite) startPeer(t *testing.T, mode string, ln net.Listener) (*os.Process, Conn) {
+	cmd := testsupport.StartPeer(t, peerName, s.cfg.PeerEnv, mode, s.tuned.Provider, s.tuned.Wire, ln.Addr().String())
 	a, err := ln.Accept()
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
 	c := s.wrap(a.(Conn))
 	t.Cleanup(func() { c.Close() })
-	assert.Equal(t, s.cfg.RDMA.Provider, c.Provider())
+	assert.Equal(t, s.tuned.Provider, c.Provider())
 	s.checkTransport(t, c)
 	return cmd.Process, c
 }

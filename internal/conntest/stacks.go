@@ -25,8 +25,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	"github.com/rdmanet/rdma"
 )
 
 // What people run over a net.Conn, unchanged.
@@ -104,7 +102,10 @@ func testHTTP(t *testing.T, s *suite) {
 	go srv.Serve(ln)
 	defer srv.Close()
 
-	tr := &http.Transport{DialContext: (&rdma.Dialer{Config: s.config(), Timeout: time.Minute}).DialContext}
+	cfg := s.rdma(nil)
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+		return s.stack.Dial(ctx, cfg, addr, time.Minute)
+	}}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: time.Minute}
 	for i := 0; i < s.scale(20, 4); i++ {
@@ -129,11 +130,11 @@ func testGRPC(t *testing.T, s *suite) {
 	go srv.Serve(ln)
 	defer srv.Stop()
 
-	d := &rdma.Dialer{Config: s.config()}
+	cfg := s.rdma(nil)
 	cc, err := grpc.NewClient("passthrough:///"+ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return d.DialContext(ctx, rdma.Network, addr)
+			return s.stack.Dial(ctx, cfg, addr, 0)
 		}))
 	require.NoError(t, err)
 	defer cc.Close()

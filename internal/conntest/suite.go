@@ -18,16 +18,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/rdmanet/rdma"
+	"github.com/rdmanet/rdma/internal/rootstack"
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/internal/zerocopy"
 )
 
 // Config says which provider to test, where, and what does not apply.
 type Config struct {
-	// RDMA is the configuration of every listener and dialer (copied
-	// before use); its Provider must name the provider under test.
-	RDMA rdma.Config
+	// RDMA is the configuration of every listener and dialer, an
+	// rdma.Config (copied before use; the suite cannot import the root
+	// package, which it reaches through internal/rootstack); its Provider
+	// must name the provider under test.
+	RDMA any
 	// Host is the IP address listeners bind: 127.0.0.1 for soft, the RDMA
 	// device's address inside the Soft-RoCE VM. The suite uses no other.
 	Host string
@@ -73,8 +75,20 @@ type Conn interface {
 const BuffersThreshold = 4 << 10
 
 type suite struct {
-	cfg Config
+	cfg   Config
+	stack rootstack.Stack
+	tuned rootstack.Tuning // cfg.RDMA's
 }
+
+// rdmaConfig is a copy of the configuration under test that a subtest
+// tunes: rdma.Config's fields the suite changes, over the rest of it.
+type rdmaConfig struct {
+	base any
+	rootstack.Tuning
+}
+
+// network is the root package's Network.
+const network = "rdma"
 
 var tests testsupport.Subtests[*suite]
 
@@ -85,7 +99,7 @@ func Names() []string { return tests.Names() }
 
 // Run runs the whole suite; each behaviour is a subtest.
 func Run(t *testing.T, cfg Config) {
-	require.NotEmpty(t, cfg.RDMA.Provider, "Config.RDMA.Provider names the provider under test")
+	stack := rootStack(t, cfg)
 	require.NotNil(t, net.ParseIP(cfg.Host), "Config.Host %q is not an IP address", cfg.Host)
 	if cfg.DetectWithin == 0 {
 		cfg.DetectWithin = 10 * time.Second
@@ -105,10 +119,22 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.Buffers {
 		prev := zerocopy.SetRendezvousFloor(BuffersThreshold)
 		defer zerocopy.SetRendezvousFloor(prev)
-		cfg.RDMA.RendezvousThreshold = BuffersThreshold
+		tuned := stack.Tuning(cfg.RDMA)
+		tuned.RendezvousThreshold = BuffersThreshold
+		cfg.RDMA = stack.Tune(cfg.RDMA, tuned)
 	}
-	s := &suite{cfg: cfg}
+	s := &suite{cfg: cfg, stack: stack, tuned: stack.Tuning(cfg.RDMA)}
 	tests.Run(t, s, cfg.Skip)
+}
+
+// rootStack is the root package's stack, once cfg.RDMA is checked.
+func rootStack(t testing.TB, cfg Config) rootstack.Stack {
+	t.Helper()
+	stack := rootstack.Root()
+	require.NotNil(t, stack, "the root package, which sets the suite's stack at init, is not in the binary")
+	require.IsType(t, stack.Tune(nil, rootstack.Tuning{}), cfg.RDMA, "Config.RDMA is an rdma.Config")
+	require.NotEmpty(t, stack.Tuning(cfg.RDMA).Provider, "Config.RDMA.Provider names the provider under test")
+	return stack
 }
 
 // scale is n, or n/div on a small machine (at least 1).
@@ -120,36 +146,39 @@ func (s *suite) scale(n, div int) int {
 }
 
 // config is a fresh copy of the configuration under test.
-func (s *suite) config() *rdma.Config {
-	c := s.cfg.RDMA
-	return &c
+func (s *suite) config() *rdmaConfig {
+	return &rdmaConfig{base: s.cfg.RDMA, Tuning: s.tuned}
+}
+
+// rdma is cfg (nil: the configuration under test) as an rdma.Config.
+func (s *suite) rdma(cfg *rdmaConfig) any {
+	if cfg == nil {
+		cfg = s.config()
+	}
+	return s.stack.Tune(cfg.base, cfg.Tuning)
 }
 
 // listen starts a listener with cfg (nil: the configuration under test) on
 // a free port, closed at cleanup.
-func (s *suite) listen(t testing.TB, cfg *rdma.Config) *rdma.Listener {
+func (s *suite) listen(t testing.TB, cfg *rdmaConfig) net.Listener {
 	t.Helper()
-	if cfg == nil {
-		cfg = s.config()
-	}
-	ln, err := (&rdma.ListenConfig{Config: cfg}).Listen(context.Background(), rdma.Network, net.JoinHostPort(s.cfg.Host, "0"))
+	ln, err := s.stack.Listen(context.Background(), s.rdma(cfg), net.JoinHostPort(s.cfg.Host, "0"))
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
-	return ln.(*rdma.Listener)
+	return ln
 }
 
 // dialer dials with cfg (nil: the configuration under test).
-func (s *suite) dialer(cfg *rdma.Config) func(addr string) (net.Conn, error) {
-	if cfg == nil {
-		cfg = s.config()
+func (s *suite) dialer(cfg *rdmaConfig) func(addr string) (net.Conn, error) {
+	c := s.rdma(cfg)
+	return func(addr string) (net.Conn, error) {
+		return s.stack.Dial(context.Background(), c, addr, time.Minute)
 	}
-	d := rdma.Dialer{Config: cfg, Timeout: time.Minute}
-	return func(addr string) (net.Conn, error) { return d.Dial(rdma.Network, addr) }
 }
 
 // pair returns both ends of a conn made with cfg (nil: the configuration
 // under test), closed at cleanup.
-func (s *suite) pair(t testing.TB, cfg *rdma.Config) (client, server Conn) {
+func (s *suite) pair(t testing.TB, cfg *rdmaConfig) (client, server Conn) {
 	t.Helper()
 	c, sv := testsupport.Connect(t, s.listen(t, cfg), s.dialer(cfg))
 	client, server = s.wrap(c.(Conn)), s.wrap(sv.(Conn))

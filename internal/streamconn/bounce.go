@@ -11,8 +11,8 @@ const rndvBounceSize = 1 << 20
 
 // bounceBuf is the connection's bounce buffer, made on first use.
 // Reader-owned (rmu); released with the endpoint (releaseZeroCopy).
-func (c *Conn) bounceBuf() (*zerocopy.Bounce, error) {
-	zc := c.zeroCopy()
+func (c rendezvous) bounceBuf() (*zerocopy.Bounce, error) {
+	zc := c.regs().zeroCopy()
 	if !zc.bounce.Made() {
 		b, err := regmem.New(c.EP.PD, rndvBounceSize, 0, verbs.AccessLocalWrite)
 		if err != nil {

@@ -87,7 +87,7 @@ func (b *Buffer) Free() error {
 	b.regs = nil
 	b.mu.Unlock()
 	for c := range regs {
-		c.dropBuffer(b, false)
+		c.regs().dropBuffer(b, false)
 	}
 	buffers.Delete(b.mem)
 	if err := b.mem.Free(); err != nil {
@@ -172,7 +172,7 @@ func (b *Buffer) unexposeAll() {
 	}
 	b.mu.Unlock()
 	for _, c := range conns {
-		c.dropBuffer(b, true)
+		c.regs().dropBuffer(b, true)
 	}
 }
 

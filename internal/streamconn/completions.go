@@ -32,7 +32,7 @@ func (c *Conn) Handle(wcs []verbs.WC) {
 			}
 			reposts++
 			if perr == nil && c.Core.Err == nil {
-				perr = c.recvLocked(wc, &sndChanged, &held)
+				perr = c.recv().recvLocked(wc, &sndChanged, &held)
 			}
 			continue
 		}
@@ -62,7 +62,7 @@ func (c *Conn) Handle(wcs []verbs.WC) {
 	// once the program takes it (the notes held hold theirs).
 	starved := c.RX.Starved(c.recvPosted, c.Notes.Len())
 	if stream.RepostNow(c.repostDue, c.repostBatch, starved) && c.Core.Err == nil && !c.Core.Torn {
-		if err := c.postRecvs(c.repostDue); err != nil {
+		if err := c.recv().postRecvs(c.repostDue); err != nil {
 			c.FailLocked(err)
 		} else {
 			c.recvPosted += c.repostDue
@@ -73,12 +73,12 @@ func (c *Conn) Handle(wcs []verbs.WC) {
 			c.repostDue, c.repostHeld = 0, 0
 		}
 	}
-	c.creditLocked(starved)
+	c.send().creditLocked(starved)
 	if c.rndvDoneDue {
-		c.sendRndvDoneLocked() // rndv.go
+		c.rndv().sendRndvDoneLocked() // rndv.go
 	}
 	if c.pongDue {
-		c.pongLocked()
+		c.send().pongLocked()
 	}
 	if rcvChanged {
 		core.Poke(c.Core.RcvReady)
@@ -86,17 +86,25 @@ func (c *Conn) Handle(wcs []verbs.WC) {
 	if sndChanged {
 		core.Poke(c.Core.SndReady)
 	}
-	c.unlockSubmit()
+	c.send().unlockSubmit()
 	if perr != nil {
 		// Tell the peer: it gets a disconnect, we keep our error.
 		_ = c.EP.ID.Disconnect()
 	}
 }
 
+// receiver is the connection's receive side at work: it takes in what
+// the peer's messages say (recvLocked) and keeps receive WRs posted
+// (postRecvs). Its state is recvSide (the stream's receive window, the
+// receives posted and their reposting, the notifications held).
+type receiver struct{ *Conn }
+
+func (c *Conn) recv() receiver { return receiver{c} }
+
 // recvLocked applies one message from the peer; the stream's rules check
 // every value in it: a peer that breaks them gets its connection failed,
 // nothing more.
-func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
+func (c receiver) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 	if wc.Opcode != verbs.WCRecvRDMAWithImm || wc.Flags&verbs.WCWithImm == 0 {
 		return core.BreachError(stream.ErrNoImm)
 	}
@@ -109,14 +117,14 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		c.Core.Counters.MsgsRecv++
 		c.Core.HeardLocked()
 		if len(c.Ring) < c.Cfg.RingSize {
-			c.OfferRingLocked() // ringgrowth.go
+			c.Growing().OfferRingLocked() // ringgrowth.go
 		}
 	case stream.KindDataMoved:
 		c.Core.Counters.MsgsRecv++
 		c.Core.HeardLocked()
-		c.ringMovedLocked()
+		c.Growing().ringMovedLocked()
 	case stream.KindRing:
-		msg, err := stream.ParseRingMsg(c.mailbox())
+		msg, err := stream.ParseRingMsg(c.Growing().mailbox())
 		if err == nil {
 			err = c.TX.Offer(msg)
 		}
@@ -130,7 +138,7 @@ func (c *Conn) recvLocked(wc *verbs.WC, sndChanged *bool, held *int) error {
 		*sndChanged = true
 		c.Core.HeardLocked()
 	case stream.KindRndv:
-		if err := c.RX.TakeRndv(c.mailbox()[stream.RndvMsgAt:]); err != nil {
+		if err := c.RX.TakeRndv(c.Growing().mailbox()[stream.RndvMsgAt:]); err != nil {
 			return core.BreachError(err)
 		}
 		c.Core.HeardLocked()

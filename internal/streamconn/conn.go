@@ -97,7 +97,7 @@ func (c *Conn) Init(provider string, ech verbs.EventChannel, id verbs.CMID, cfg 
 	c.Face.Init(provider, c.poller())
 	c.SB = sendq.NewBuffer(sbuf)
 	c.SQ = sendq.NewQueue(e.sendWRs, e.Slots)
-	if err = c.postRecvs(e.recvWRs); err != nil {
+	if err = c.recv().postRecvs(e.recvWRs); err != nil {
 		c.ReleaseVerbs()
 		return err
 	}
@@ -107,8 +107,16 @@ func (c *Conn) Init(provider string, ech verbs.EventChannel, id verbs.CMID, cfg 
 	return nil
 }
 
+// handshake is the connection's part that speaks the hello (ours, the
+// peer's, the listener's answer) and sets up the send and receive sides
+// by what was agreed.
+type handshake struct{ *Conn }
+
+// Handshake is the connection's hello part.
+func (c *Conn) Handshake() handshake { return handshake{c} }
+
 // Hello is this side's half of the handshake.
-func (c *Conn) Hello() stream.Hello {
+func (c handshake) Hello() stream.Hello {
 	h := stream.Hello{
 		Version:   stream.Version,
 		RecvDepth: uint16(c.recvWRs),
@@ -126,13 +134,13 @@ func (c *Conn) Hello() stream.Hello {
 
 // SetPeer takes in the peer's hello; the version agreed is the lower of
 // the two.
-func (c *Conn) SetPeer(h stream.Hello) {
+func (c handshake) SetPeer(h stream.Hello) {
 	agreed := min(h.Version, stream.Version)
 	c.RX.Agree(agreed)
 	c.TX = stream.NewSend(h, agreed)
 	stream.AgreeRndv(&c.RX, &c.TX, agreed)
 	c.RndvMin = c.RndvThreshold(agreed)
-	c.setChunkLocked() // the first bound on a write: the peer's ring is known now
+	c.send().setChunkLocked() // the first bound on a write: the peer's ring is known now
 	c.peerRDMACM = h.Flags&stream.FlagRDMACM != 0
 	if agreed >= stream.VersionHeartbeat {
 		c.RX.Pings = true
@@ -141,7 +149,7 @@ func (c *Conn) SetPeer(h stream.Hello) {
 }
 
 // TakeAnswer takes in the listener's hello.
-func (c *Conn) TakeAnswer(private []byte) error {
+func (c handshake) TakeAnswer(private []byte) error {
 	peer, err := stream.ParseHello(private)
 	switch {
 	case err != nil:
@@ -159,7 +167,7 @@ func (c *Conn) TakeAnswer(private []byte) error {
 func (c *Conn) Start(addr func(*net.TCPAddr) net.Addr) {
 	c.Established(addr(c.EP.ID.LocalAddr()), addr(c.EP.ID.RemoteAddr()))
 	c.Core.Poll.Configure(c.Cfg.PollTime, c.Cfg.BusyPoll, c.Prov == soft.Name)
-	w := c.newWatch(time.Now()) // heartbeat.go
+	w := newWatch(c, time.Now()) // heartbeat.go
 	c.Core.Watch = cmwatch.Start(c.EP.Events, w, w.sched.Next)
 	c.logEstablished()
 }
@@ -204,13 +212,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 			c.RX.Consume(n)
 			c.Core.Counters.ReadLocked(n)
 			c.leftPrevRingLocked()
-			c.creditLocked(false)
-			c.unlockSubmit()
+			c.send().creditLocked(false)
+			c.send().unlockSubmit()
 			return n, nil
 		}
 		if addr, key, left := c.RX.RndvNext(); left > 0 && len(b) > 0 {
 			c.Core.Mu.Unlock()
-			n, err := c.readRndv(b, addr, key, left)
+			n, err := c.rndv().readRndv(b, addr, key, left)
 			c.CountRead(n)
 			return n, err
 		}
@@ -246,7 +254,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	defer c.Core.WriteMu.Unlock()
 	if c.RndvMin > 0 && len(b) >= c.RndvMin {
 		if buf := bufferOf(b); buf != nil {
-			return c.writeRndv(b, buf) // rndv.go
+			return c.rndv().writeRndv(b, buf) // rndv.go
 		}
 	}
 	for sent := 0; ; {
@@ -258,7 +266,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			c.Core.Mu.Unlock()
 			return sent, err
 		}
-		n, at, inline := c.reserveLocked(len(b) - sent)
+		n, at, inline := c.send().reserveLocked(len(b) - sent)
 		if n == 0 {
 			c.Core.Mu.Unlock()
 			c.awaitRoom()
@@ -270,7 +278,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		if inline {
 			// Each queue slot has its own inline staging, so the bytes
 			// stay put until whoever posts the queue gets to them.
-			buf, flags = c.inlineSlotLocked(n), verbs.SendInline
+			buf, flags = c.send().inlineSlotLocked(n), verbs.SendInline
 			copy(buf, p)
 		} else {
 			buf = c.SB.Reserve(uint64(n))
@@ -287,9 +295,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 				return sent, c.Core.OpErr("write", err)
 			}
 		}
-		c.enqueueDataLocked(buf, at, flags, sent == 0)
+		c.send().enqueueDataLocked(buf, at, flags, sent == 0)
 		c.Core.Mu.Unlock()
-		c.submit()
+		c.send().submit()
 		sent += n
 	}
 }
@@ -309,17 +317,17 @@ func (c *Conn) writeErrLocked() error {
 // the peer reads what was written, then io.EOF; reading goes on.
 func (c *Conn) CloseWrite() error { return c.poller().CloseWrite(c) }
 
-func (c *Conn) WriteShutLocked() bool { return c.finSent }
+func (c *sendSide) WriteShutLocked() bool { return c.finSent }
 
 func (c *Conn) ShutWriteLocked() (bool, error) {
 	if !c.CanSendData() {
 		return false, nil
 	}
-	c.sendFinLocked()
+	c.send().sendFinLocked()
 	return true, nil
 }
 
-func (c *Conn) Flush() error { return c.submit() }
+func (c *Conn) Flush() error { return c.send().submit() }
 
 func (c *Conn) DrainTime() time.Duration { return c.Cfg.HandshakeTimeout }
 
@@ -340,7 +348,7 @@ func (c *Conn) Drain(dl *core.Deadline) {
 			return
 		case !c.finSent:
 			if c.CanSendData() { // no writer reserves: Close holds wmu
-				c.sendFinLocked()
+				c.send().sendFinLocked()
 				queued = true
 			}
 		case c.SQ.Idle():
@@ -348,7 +356,7 @@ func (c *Conn) Drain(dl *core.Deadline) {
 			return
 		case c.SQ.Unsignaled > 0:
 			// The last send is unsignaled: nothing would report it.
-			if !c.postProbeLocked() {
+			if !c.send().postProbeLocked() {
 				c.Core.Mu.Unlock()
 				return
 			}
@@ -356,7 +364,7 @@ func (c *Conn) Drain(dl *core.Deadline) {
 		}
 		c.Core.Mu.Unlock()
 		if queued {
-			c.submit()
+			c.send().submit()
 			continue
 		}
 		if dl.Passed() {
@@ -371,13 +379,6 @@ func (c *Conn) Drain(dl *core.Deadline) {
 // rdmacore, the TCP socket's IP_TOS read back on soft. See
 // Config.TrafficClass.
 func (c *Conn) TrafficClass() (int, error) { return c.Face.TrafficClass(&c.EP) }
-
-// observeStats is the watch's look at the counters (heartbeat.go's tick).
-func (c *Conn) observeStats(now time.Time) {
-	c.Core.Mu.Lock()
-	c.Core.Counters.SeeLocked(now)
-	c.Core.Mu.Unlock()
-}
 
 // Stats returns what the connection has done so far and its sizes now. It
 // takes the connection's lock briefly; the data path keeps running.
@@ -399,7 +400,7 @@ func (c *Conn) Stats() connstats.Snapshot {
 		}
 		return c.failureLocked()
 	})
-	s.LastSeenStep = c.watchStep()
+	s.LastSeenStep = watchStep(c.Cfg)
 	return s
 }
 
@@ -414,9 +415,9 @@ func (c *Conn) failureLocked() error {
 }
 
 // watchStep is how often the watch looks at the counters, or 0.
-func (c *Conn) watchStep() time.Duration {
-	step := c.Cfg.KeepAlive
-	if b := c.Cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
+func watchStep(cfg Config) time.Duration {
+	step := cfg.KeepAlive
+	if b := cfg.PeerTimeout / 5; b > 0 && (step <= 0 || b < step) {
 		step = b
 	}
 	return max(step, 0)
@@ -460,7 +461,7 @@ func (c *Conn) logFailure(err error) {
 }
 
 // logGrowth logs a ring or send buffer moving to a larger one.
-func (c *Conn) logGrowth(what string, from, to int) {
+func (c growing) logGrowth(what string, from, to int) {
 	if debuglog.On(debuglog.Ring, slog.LevelInfo) {
 		debuglog.Log("ring", slog.LevelInfo, what+" grew", "peer", connface.AddrString(c.RemoteAddr()), "from", from, "to", to)
 	}
@@ -469,7 +470,7 @@ func (c *Conn) logGrowth(what string, from, to int) {
 func (c *Conn) PeerTakesRDMACM() bool { return c.peerRDMACM }
 
 // postRecvs posts n receive WRs.
-func (c *Conn) postRecvs(n int) error {
+func (c receiver) postRecvs(n int) error {
 	for n > 0 {
 		k := min(n, recvBatch)
 		if err := c.EP.QP.PostRecv(recvWRs[:k]); err != nil {
@@ -493,7 +494,7 @@ func (c *Conn) ReleaseVerbs() {
 		c.Core.Mu.Lock()
 	}
 	c.Core.Mu.Unlock()
-	held := c.releaseZeroCopy() // zerocopy.go: before the protection domain goes
+	held := c.regs().releaseZeroCopy() // zerocopy.go: before the protection domain goes
 	c.endpoint.release(&c.EP, c.Core.Poll.Unacked)
 	c.Core.Poll.Unacked = 0
 	for _, b := range held {

@@ -20,6 +20,12 @@ var (
 	_ io.WriterTo   = (*Conn)(nil)
 )
 
+// copying is the part of ReadFrom and WriteTo that reaches into the send
+// buffer and the rendezvous' bounce buffer directly.
+type copying struct{ *Conn }
+
+func (c *Conn) copying() copying { return copying{c} }
+
 // ReadFrom implements io.ReaderFrom: it reads r until io.EOF (or an error)
 // into the connection's send buffer, a chunk at a time, and writes what it
 // read as Write would, without copying it again. It returns the bytes
@@ -30,7 +36,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 	defer c.Core.WriteMu.Unlock()
 	var total int64
 	for {
-		buf, err := c.sendSpace()
+		buf, err := c.copying().sendSpace()
 		if err != nil {
 			return total, err
 		}
@@ -38,7 +44,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 		// reserves send buffer bytes, and completions only free more.
 		k, rerr := r.Read(buf)
 		if k > 0 {
-			if err := c.postRead(buf[:k]); err != nil {
+			if err := c.copying().postRead(buf[:k]); err != nil {
 				return total, err
 			}
 			total += int64(k)
@@ -54,7 +60,7 @@ func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
 
 // sendSpace waits until a chunk's worth of the send buffer is free in a
 // row at the write position, and returns it (not yet reserved).
-func (c *Conn) sendSpace() ([]byte, error) {
+func (c copying) sendSpace() ([]byte, error) {
 	for {
 		c.Core.Mu.Lock()
 		if err := c.writeErrLocked(); err != nil {
@@ -63,7 +69,7 @@ func (c *Conn) sendSpace() ([]byte, error) {
 		}
 		want := uint64(c.chunk)
 		free, contig := c.SB.Room()
-		if free < want && c.growSendLocked() { // ringgrowth.go
+		if free < want && c.Growing().growSendLocked() { // ringgrowth.go
 			free, contig = c.SB.Room()
 		}
 		if contig < want && free >= contig+want {
@@ -83,7 +89,7 @@ func (c *Conn) sendSpace() ([]byte, error) {
 
 // postRead writes p, which ReadFrom read into the send buffer at its write
 // position, as Write writes what it copied there.
-func (c *Conn) postRead(p []byte) error {
+func (c copying) postRead(p []byte) error {
 	first := true // each piece ReadFrom read counts as a Write (internal/connstats)
 	for len(p) > 0 {
 		c.Core.Mu.Lock()
@@ -91,7 +97,7 @@ func (c *Conn) postRead(p []byte) error {
 			c.Core.Mu.Unlock()
 			return c.Core.OpErr("write", err)
 		}
-		n, at, inline := c.reserveLocked(len(p))
+		n, at, inline := c.send().reserveLocked(len(p))
 		if n == 0 {
 			c.Core.Mu.Unlock()
 			c.awaitRoom()
@@ -100,20 +106,20 @@ func (c *Conn) postRead(p []byte) error {
 		if inline {
 			// A sliver that goes inline takes no send buffer room: the
 			// rest moves down to the write position.
-			buf := c.inlineSlotLocked(n)
+			buf := c.send().inlineSlotLocked(n)
 			copy(buf, p[:n])
-			c.enqueueDataLocked(buf, at, verbs.SendInline, first)
+			c.send().enqueueDataLocked(buf, at, verbs.SendInline, first)
 			first = false
 			p = p[:copy(p, p[n:])]
 		} else {
 			// reserveLocked reserved the bytes where p starts: the space
 			// was free in a row (sendSpace), so it padded nothing.
 			c.SB.Reserve(uint64(n))
-			c.enqueueDataLocked(p[:n], at, 0, first)
+			c.send().enqueueDataLocked(p[:n], at, 0, first)
 			first = false
 			p = p[n:]
 		}
-		c.unlockSubmit()
+		c.send().unlockSubmit()
 	}
 	return nil
 }
@@ -157,8 +163,8 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 				c.Core.Counters.ReadLocked(n)
 			}
 			c.leftPrevRingLocked()
-			c.creditLocked(false)
-			c.unlockSubmit()
+			c.send().creditLocked(false)
+			c.send().unlockSubmit()
 			total += int64(n)
 			if err != nil {
 				return total, err
@@ -168,12 +174,12 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 		if addr, key, left := c.RX.RndvNext(); left > 0 {
 			c.Core.Mu.Unlock()
 			// Into the bounce buffer; the next turn hands it to w.
-			bounce, err := c.bounceBuf()
+			bounce, err := c.rndv().bounceBuf()
 			if err != nil {
 				return total, c.Core.OpErr("read", err)
 			}
 			dst := bounce.Space(left)
-			if err := c.readRemote(bounce.MR(), dst, addr, key); err != nil {
+			if err := c.rndv().readRemote(bounce.MR(), dst, addr, key); err != nil {
 				return total, err
 			}
 			bounce.Landed(0, len(dst)) // reader-owned (rmu)

@@ -95,7 +95,7 @@ func newEndpoint(ep *core.Endpoint, provider string, ech verbs.EventChannel, id 
 const ctlStaging = 32
 
 // ctlStagingBytes is that staging.
-func (c *Conn) ctlStagingBytes() []byte {
+func (c rendezvous) ctlStagingBytes() []byte {
 	at := len(c.ibuf)
 	return c.EP.Mem.Bytes()[at : at+ctlStaging : at+ctlStaging]
 }

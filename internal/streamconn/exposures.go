@@ -16,7 +16,7 @@ import (
 // peer to access (access: AccessRead, AccessWrite or both) and returns
 // their Desc, which only this connection's peer can use. The exposure ends
 // with Unexpose, b's Free or the connection's Close, whichever comes first.
-func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
+func (c remoteOps) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 	const op = "expose"
 	var d Desc
 	switch {
@@ -39,7 +39,7 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 		va |= verbs.AccessRemoteRead
 	}
 	var id uint32
-	mr, err := c.regMR(b, b.buf[off:off+n], va, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
+	mr, err := c.regs().regMR(b, b.buf[off:off+n], va, func(zc *zeroCopy, mr verbs.MR) verbs.MR {
 		id = zc.exposures.Add(b, mr)
 		return mr
 	})
@@ -57,7 +57,7 @@ func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 // fails at the peer (ErrRemoteAccess, or its connection broken). A stalled
 // peer cannot make Unexpose wait. A Desc that is not a live exposure of
 // this connection fails with onesided.ErrDesc.
-func (c *Conn) Unexpose(d Desc) error {
+func (c remoteOps) Unexpose(d Desc) error {
 	const op = "unexpose"
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
@@ -83,6 +83,6 @@ func (c *Conn) Unexpose(d Desc) error {
 	if err := e.MR.Dereg(); err != nil {
 		return c.Core.OpErr(op, err)
 	}
-	c.ZC.forgetIfUnused(e.Buf, c)
+	c.ZC.forgetIfUnused(e.Buf, c.Conn)
 	return nil
 }

@@ -39,7 +39,7 @@ type watch struct {
 // newWatch is the timing of a connection established at now: it wakes as
 // often as the shortest of KeepAlive, the heartbeat's interval (if it
 // pings) and the peer's answer time (if the peer pings).
-func (c *Conn) newWatch(now time.Time) *watch {
+func newWatch(c *Conn, now time.Time) *watch {
 	w := &watch{c: c}
 	var keepAlive, beat time.Duration
 	if c.Cfg.KeepAlive > 0 {
@@ -68,14 +68,14 @@ func (c *Conn) newWatch(now time.Time) *watch {
 func (w *watch) Tick(now time.Time) time.Time {
 	c := w.c
 	late := w.sched.Late(now)
-	c.TrimIdle(&w.moved)
+	c.Growing().TrimIdle(&w.moved)
 	c.TryPoll()
 	if w.pinging {
-		c.heartbeat(&w.live, now)
+		w.heartbeat(now)
 	}
 	if late && !w.probeAt.IsZero() {
 		w.probeAt = now.Add(c.Cfg.KeepAlive)
-		c.heardSince(&w.heard)
+		w.heardSince()
 	}
 	if !w.probeAt.IsZero() && !now.Before(w.probeAt) {
 		// A peer heard from since the last probe was due is there: its
@@ -84,16 +84,16 @@ func (w *watch) Tick(now time.Time) time.Time {
 		// a signaled send the transport watches as it would a probe
 		// (keepalive skips a busy queue). So an idle connection whose
 		// heartbeat runs sends pings only, not probes as well.
-		if !c.heardSince(&w.heard) {
+		if !w.heardSince() {
 			c.Keepalive()
 		}
 		w.probeAt = now.Add(c.Cfg.KeepAlive)
 	}
-	c.observeStats(now) // conn.go
+	w.observeStats(now)
 	return w.sched.Woke(now)
 }
 
-func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
+func (w *watch) OnEvent(ev verbs.CMEvent) { w.onEvent(ev) }
 
 // heartbeat is a tick of the peer's watch: ping a silent peer, fail the
 // connection when the peer has been silent for PeerTimeout.
@@ -103,7 +103,8 @@ func (w *watch) OnEvent(ev verbs.CMEvent) { w.c.onEvent(ev) }
 // finds its connection reset by this side (the verdict), and does not
 // wait out a PeerTimeout of its own to blame this side, which answered
 // all along.
-func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
+func (w *watch) heartbeat(now time.Time) {
+	c, l := w.c, &w.live
 	c.Core.Mu.Lock()
 	if c.Core.Closed || c.Core.Torn || c.Core.Err != nil {
 		c.Core.Mu.Unlock()
@@ -112,7 +113,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 	gaveUp := false
 	switch l.Tick(now, c.Received) {
 	case stream.PingDue:
-		if c.controlLocked(stream.CtlPing) {
+		if c.send().controlLocked(stream.CtlPing) {
 			l.Pinged()
 			c.Core.Counters.PingsSent++
 		}
@@ -120,7 +121,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 		c.FailLocked(UnresponsiveError(l.Timeout))
 		gaveUp = true
 	}
-	c.unlockSubmit()
+	c.send().unlockSubmit()
 	if gaveUp {
 		_ = c.EP.ID.Disconnect()
 	}
@@ -128,7 +129,7 @@ func (c *Conn) heartbeat(l *stream.Liveness, now time.Time) {
 
 // pongLocked queues the pong that a ping asked for, unless the send queue
 // or the peer's receives are short (completions and credits retry it).
-func (c *Conn) pongLocked() {
+func (c sender) pongLocked() {
 	if c.Core.Err == nil && !c.Core.Torn && c.controlLocked(stream.CtlPong) {
 		c.pongDue = false
 		c.Core.Counters.PongsSent++
@@ -139,7 +140,7 @@ func (c *Conn) pongLocked() {
 // credit are free, keeping the last credit for a credit message, as data
 // does. It is signaled, so that the idle connection it travels on keeps no
 // unsignaled tail for the keepalive to probe.
-func (c *Conn) controlLocked(code uint32) bool {
+func (c sender) controlLocked(code uint32) bool {
 	if !c.CanSendData() {
 		return false
 	}
@@ -152,4 +153,12 @@ func (c *Conn) controlLocked(code uint32) bool {
 // for d, though pinged.
 func UnresponsiveError(d time.Duration) error {
 	return &core.Error{Msg: fmt.Sprintf("peer unresponsive for %v", d), Errno: syscall.ETIMEDOUT}
+}
+
+// observeStats is the watch's look at the counters.
+func (w *watch) observeStats(now time.Time) {
+	c := w.c
+	c.Core.Mu.Lock()
+	c.Core.Counters.SeeLocked(now)
+	c.Core.Mu.Unlock()
 }

@@ -11,21 +11,23 @@ import (
 
 // onEvent handles a connection manager event of the established
 // connection.
-func (c *Conn) onEvent(ev verbs.CMEvent) {
+func (w *watch) onEvent(ev verbs.CMEvent) {
+	c := w.c
 	if cmwatch.ActsOn(ev.Type) {
 		// The QP is in error and its receives flush, which wakes the
 		// poller; a probe makes sure of it even with none outstanding.
 		c.Core.Mu.Lock()
-		if !c.Core.Closed && !c.Core.Torn && !c.postProbeLocked() && !c.RX.FinRcvd {
+		if !c.Core.Closed && !c.Core.Torn && !c.send().postProbeLocked() && !c.RX.FinRcvd {
 			c.FailLocked(core.ErrReset)
 		}
-		c.unlockSubmit()
+		c.send().unlockSubmit()
 	}
 }
 
-// heardSince reports whether a message came from the peer since *seen was
-// taken, and takes it again.
-func (c *Conn) heardSince(seen *uint64) bool {
+// heardSince reports whether a message came from the peer since the
+// count in heard was taken, and takes it again.
+func (w *watch) heardSince() bool {
+	c, seen := w.c, &w.heard
 	c.Core.Mu.Lock()
 	r := c.Received
 	c.Core.Mu.Unlock()
@@ -46,9 +48,9 @@ func (c *Conn) heardSince(seen *uint64) bool {
 func (c *Conn) Keepalive() {
 	c.Core.Mu.Lock()
 	if !c.Core.Closed && !c.Core.Torn && c.Core.Err == nil && c.SQ.ProbeDue() {
-		if c.postProbeLocked() {
+		if c.send().postProbeLocked() {
 			c.Core.Counters.Keepalives++
 		}
 	}
-	c.unlockSubmit()
+	c.send().unlockSubmit()
 }

@@ -39,7 +39,7 @@ var errNotifyOverflow = core.ProtoError("notification beyond the receive credit"
 // destroyed, as the device may still be moving local's bytes. ctx ends the
 // wait to be posted too (context.Background: only the connection's
 // deadline does).
-func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
+func (c remoteOps) remote(ctx context.Context, name string, op verbs.Opcode, imm uint32, mr verbs.MR, local []byte, raddr uint64, rkey uint32, hold *Buffer) error {
 	credit := op == verbs.OpRDMAWriteWithImm
 	// Until the WR is posted the call may give up: nothing has moved. The
 	// wait is for a send slot or, for a notification, a credit, which the
@@ -99,12 +99,12 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 	if credit {
 		c.TX.Spend()
 	}
-	c.unlockSubmit()
+	c.send().unlockSubmit()
 	st, err := c.awaitOp(r, func() {
 		// The WR may still move local's bytes until the queue pair is
 		// gone: so hold stays in use.
 		if hold != nil && !c.Core.Torn && hold.acquire() == nil {
-			c.zeroCopyLocked().Regs.Hold(hold)
+			c.regs().zeroCopyLocked().Regs.Hold(hold)
 		}
 	})
 	if err != nil {
@@ -118,7 +118,7 @@ func (c *Conn) remote(ctx context.Context, name string, op verbs.Opcode, imm uin
 // first (perhaps no completion will come), it returns that error after
 // running failedLocked (nil: nothing) under mu; r then stays out of the
 // pool, as a late completion may still fill it in.
-func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error) {
+func (c remoteOps) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error) {
 	for {
 		c.Core.Mu.Lock()
 		if r.Done {
@@ -146,7 +146,7 @@ func (c *Conn) awaitOp(r *sendq.Op, failedLocked func()) (verbs.WCStatus, error)
 }
 
 // remoteErrLocked says why no one-sided operation can go on, or nil.
-func (c *Conn) remoteErrLocked() error {
+func (c remoteOps) remoteErrLocked() error {
 	switch {
 	case c.Core.Closed || c.Core.Torn:
 		return net.ErrClosed
@@ -157,7 +157,7 @@ func (c *Conn) remoteErrLocked() error {
 }
 
 // remoteStatus is the result of a one-sided WR that completed with st.
-func (c *Conn) remoteStatus(name string, st verbs.WCStatus) error {
+func (c remoteOps) remoteStatus(name string, st verbs.WCStatus) error {
 	switch st {
 	case verbs.WCSuccess:
 		return nil

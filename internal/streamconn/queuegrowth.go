@@ -19,7 +19,7 @@ import (
 // holds the count then) and no send WR is outstanding, the send queue goes
 // back to its starting slots and an empty notification ring is dropped. A
 // connection that moves data between ticks keeps what it has grown.
-func (c *Conn) TrimIdle(moved *uint64) {
+func (c growing) TrimIdle(moved *uint64) {
 	c.Core.Mu.Lock()
 	m := c.TX.Tail + c.RX.Tail
 	idle := m == *moved

@@ -36,10 +36,20 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), syscall.EINVAL)
 }
 
+// remoteOps is the connection's one-sided part: WriteRemote, ReadRemote,
+// the notifications and the exposures (exposures.go), with their checks
+// (onesided.go). Its state is the exposures (zeroCopy's) and the
+// notifications held (recvSide's Notes); the Conn's lock, send queue and
+// protection domain are shared with the stream.
+type remoteOps struct{ *Conn }
+
+// Remote is the connection's one-sided part.
+func (c *Conn) Remote() remoteOps { return remoteOps{c} }
+
 // WriteRemote RDMA-writes p, which lies in a Buffer, into the range d
 // describes at offset off, and returns once the peer's device has the
 // bytes. d must allow AccessWrite and hold len(p) bytes at off.
-func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
+func (c remoteOps) WriteRemote(d Desc, off int, p []byte) error {
 	return c.oneSided(context.Background(), "rdma write", verbs.OpRDMAWrite, d, off, p, 0)
 }
 
@@ -47,7 +57,7 @@ func (c *Conn) WriteRemote(d Desc, off int, p []byte) error {
 // when ctx is done (its error then, context.DeadlineExceeded for its
 // deadline), having posted nothing. Once posted, the write runs to its
 // completion, which the transport's retry timeout bounds.
-func (c *Conn) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
+func (c remoteOps) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
 	return c.oneSided(ctx, "rdma write", verbs.OpRDMAWrite, d, off, p, 0)
 }
 
@@ -60,7 +70,7 @@ func (c *Conn) WriteRemoteContext(ctx context.Context, d Desc, off int, p []byte
 // (WriteRemote and ReadRemote wait for a send slot the same way, under the
 // write and the read deadline; once posted, an operation runs to its
 // completion, which the transport's retry timeout bounds.)
-func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error {
+func (c remoteOps) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error {
 	if value > onesided.NotifyValueMax {
 		return c.Core.OpErr("rdma write", invalid("notification value %d exceeds %d", value, onesided.NotifyValueMax))
 	}
@@ -71,7 +81,7 @@ func (c *Conn) WriteRemoteNotify(d Desc, off int, p []byte, value uint32) error 
 // credit (and a send slot) also ends when ctx is done (its error then,
 // context.DeadlineExceeded for its deadline), having posted nothing: a
 // peer that never takes its notifications holds the caller no longer.
-func (c *Conn) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p []byte, value uint32) error {
+func (c remoteOps) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p []byte, value uint32) error {
 	if value > onesided.NotifyValueMax {
 		return c.Core.OpErr("rdma write", invalid("notification value %d exceeds %d", value, onesided.NotifyValueMax))
 	}
@@ -80,19 +90,19 @@ func (c *Conn) WriteRemoteNotifyContext(ctx context.Context, d Desc, off int, p 
 
 // ReadRemote RDMA-reads len(p) bytes of the range d describes, at offset
 // off, into p, which lies in a Buffer. d must allow AccessRead.
-func (c *Conn) ReadRemote(d Desc, off int, p []byte) error {
+func (c remoteOps) ReadRemote(d Desc, off int, p []byte) error {
 	return c.oneSided(context.Background(), "rdma read", verbs.OpRDMARead, d, off, p, 0)
 }
 
 // ReadRemoteContext is ReadRemote whose wait for a send slot also ends
 // when ctx is done, as WriteRemoteContext's.
-func (c *Conn) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
+func (c remoteOps) ReadRemoteContext(ctx context.Context, d Desc, off int, p []byte) error {
 	return c.oneSided(ctx, "rdma read", verbs.OpRDMARead, d, off, p, 0)
 }
 
 // oneSided checks a one-sided operation locally and performs it; ctx bounds
 // its wait to be posted, besides the connection's deadline.
-func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
+func (c remoteOps) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d Desc, off int, p []byte, imm uint32) (err error) {
 	defer c.Core.Counters.RemoteDone(opcode, len(p), &err)
 	pd, err := onesided.Parse(d[:])
 	if err != nil {
@@ -125,7 +135,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d D
 		return c.Core.OpErr(op, err)
 	}
 	defer b.release()
-	mr, err := c.bufferMR(b)
+	mr, err := c.regs().bufferMR(b)
 	if err != nil {
 		return c.Core.OpErr(op, err)
 	}
@@ -136,7 +146,7 @@ func (c *Conn) oneSided(ctx context.Context, op string, opcode verbs.Opcode, d D
 // WriteRemoteNotify's value and length), in arrival order, waiting for one
 // until ctx is done. It fails once the connection is closed or broken, or
 // the peer closed its sending side and no notification is left.
-func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) {
+func (c remoteOps) WaitNotify(ctx context.Context) (value uint32, n int, err error) {
 	value, n, err = c.waitNotify(ctx, time.Time{})
 	if err != nil {
 		return 0, 0, c.Core.OpErr("wait notify", err)
@@ -148,7 +158,7 @@ func (c *Conn) WaitNotify(ctx context.Context) (value uint32, n int, err error) 
 // at passes (zero: never), whichever comes first; at's passing is
 // os.ErrDeadlineExceeded, ctx's end its cause (context.DeadlineExceeded
 // for its deadline). Nothing is allocated unless it must wait.
-func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error) {
+func (c remoteOps) waitNotify(ctx context.Context, at time.Time) (uint32, int, error) {
 	var dl *core.Deadline
 	timeout := os.ErrDeadlineExceeded // at's passing
 	for {
@@ -161,7 +171,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			} else {
 				c.RX.Owed++
 			}
-			c.creditLocked(false)
+			c.send().creditLocked(false)
 			c.Core.Counters.NotesRecv.Add(1)
 			// A poke of rcvReady may stand for several notifications,
 			// and other callers (a Read, another WaitNotify) may wait
@@ -169,7 +179,7 @@ func (c *Conn) waitNotify(ctx context.Context, at time.Time) (uint32, int, error
 			if c.Core.Poll.Waiters > 0 {
 				core.Poke(c.Core.RcvReady)
 			}
-			c.unlockSubmit()
+			c.send().unlockSubmit()
 			return n.Value, int(n.N), nil
 		}
 		err := c.remoteErrLocked()

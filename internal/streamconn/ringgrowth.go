@@ -67,8 +67,17 @@ func (g *growth) release() {
 	g.prevSend.Release()
 }
 
+// growing is the connection's part that moves its receive ring and send
+// buffer to larger ones (and trims the send queue back, queuegrowth.go):
+// its state is growth (Conn.Grow). What a Read and a completion ask of the
+// rings on every message (readRingLocked, leftPrevRingLocked,
+// retireSendLocked) stays on Conn, where it inlines.
+type growing struct{ *Conn }
+
+func (c *Conn) Growing() growing { return growing{c} }
+
 // growthLocked is the connection's growth state, made on the first use.
-func (c *Conn) growthLocked() *growth {
+func (c growing) growthLocked() *growth {
 	if c.Grow == nil {
 		c.Grow = new(growth)
 	}
@@ -76,7 +85,7 @@ func (c *Conn) growthLocked() *growth {
 }
 
 // mailbox is where the peer writes its ring offers: after our current ring.
-func (c *Conn) mailbox() []byte { return c.Ring[len(c.Ring):cap(c.Ring)] }
+func (c growing) mailbox() []byte { return c.Ring[len(c.Ring):cap(c.Ring)] }
 
 // OfferRingLocked offers the peer a ring of RingSize when the one it writes
 // into is small and the peer streams: it has written four rings' worth
@@ -84,7 +93,7 @@ func (c *Conn) mailbox() []byte { return c.Ring[len(c.Ring):cap(c.Ring)] }
 // credited back: our reader lags). A message credit and a send slot must
 // be free for the offer. The caller checked that the ring is smaller than
 // RingSize.
-func (c *Conn) OfferRingLocked() {
+func (c growing) OfferRingLocked() {
 	if c.RX.Tail-c.RX.Base < GrowAfterRings*c.RX.Size && c.RX.Tail-c.RX.Credited <= c.RX.Size/2 {
 		return
 	}
@@ -117,7 +126,7 @@ func (c *Conn) OfferRingLocked() {
 // ringMovedLocked takes in the peer's first write into the ring we
 // offered: that ring is ours from now on, and the previous one is read to
 // its end (Read) before it goes.
-func (c *Conn) ringMovedLocked() {
+func (c growing) ringMovedLocked() {
 	g := c.Grow
 	g.prev = regmem.Block{Mem: g.ringMem, MR: c.EP.RingMR, Buf: c.Ring}
 	g.ringMem, c.EP.RingMR, c.Ring = g.next.Mem, g.next.MR, g.next.Buf
@@ -163,7 +172,7 @@ func (g *growth) leftPrev(rx *stream.Recv) {
 // if it is smaller and the last replaced one is gone; the bytes in flight
 // stay where they are, and new ones start at the new buffer's start. It
 // says whether it did.
-func (c *Conn) growSendLocked() bool {
+func (c growing) growSendLocked() bool {
 	if len(c.SB.Buf) >= c.Cfg.SendBufferSize || c.Grow != nil && (c.Grow.failed || c.Grow.prevSend.MR != nil) {
 		return false
 	}
@@ -176,7 +185,7 @@ func (c *Conn) growSendLocked() bool {
 	g.prevSend, g.prevSendSeq = regmem.Block{Mem: g.sendMem, MR: c.EP.SendMR, Buf: c.SB.Buf}, c.SQ.Posted
 	g.sendMem, c.EP.SendMR = b.Mem, b.MR
 	c.SB.MoveTo(b.Buf)
-	c.setChunkLocked()
+	c.send().setChunkLocked()
 	c.Core.Counters.SendGrowths++
 	c.logGrowth("send buffer", len(g.prevSend.Buf), len(c.SB.Buf))
 	return true
@@ -201,6 +210,6 @@ func (g *growth) retireSend(sqDone uint64) {
 
 // setChunkLocked bounds a single RDMA write by a quarter of the peer's
 // ring and of the send buffer (and maxChunk), as they are now.
-func (c *Conn) setChunkLocked() {
+func (c sender) setChunkLocked() {
 	c.chunk = min(maxChunk, int(c.TX.Size/4), len(c.SB.Buf)/4)
 }

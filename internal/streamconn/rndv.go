@@ -59,9 +59,17 @@ const rndvDirectMin = 16 << 10
 
 var errRndvAbandoned = &core.Error{Msg: "a Write gave up during a rendezvous (deadline or Close): the stream cannot go on", Errno: syscall.ECONNABORTED}
 
+// rendezvous is the connection's rendezvous part: the writer's exposure
+// and wait (rndvOne, rndvwindow.go), the reader's READs (readRndv) and
+// the bounce buffer (bounce.go). Its state is zeroCopy's Window, bounce
+// and ctlMR; the credit and send-slot checks are the send side's.
+type rendezvous struct{ *Conn }
+
+func (c *Conn) rndv() rendezvous { return rendezvous{c} }
+
 // RndvThreshold is the threshold for a connection of the version agreed
 // (0: no rendezvous).
-func (c *Conn) RndvThreshold(agreed uint8) int {
+func (c handshake) RndvThreshold(agreed uint8) int {
 	return rndvThresholdFor(c.Cfg.RendezvousThreshold, c.Prov == soft.Name, agreed)
 }
 
@@ -92,7 +100,7 @@ func directLen(n int, left uint64) int {
 }
 
 // writeRndv writes b, which lies in buf, by rendezvous.
-func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
+func (c rendezvous) writeRndv(b []byte, buf *Buffer) (int, error) {
 	if err := buf.acquire(); err != nil {
 		return 0, c.Core.OpErr("write", err)
 	}
@@ -113,8 +121,8 @@ func (c *Conn) writeRndv(b []byte, buf *Buffer) (int, error) {
 
 // rndvOne exposes p (in buf) to the peer, announces it and waits until the
 // peer has read it all; p's registration is gone when it returns.
-func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
-	ctl, err := c.zeroCopy().ctl(c.EP.PD, c.ctlStagingBytes())
+func (c rendezvous) rndvOne(p []byte, buf *Buffer) error {
+	ctl, err := c.regs().zeroCopy().ctl(c.EP.PD, c.ctlStagingBytes())
 	if err != nil {
 		return c.Core.OpErr("write", err)
 	}
@@ -151,7 +159,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 	if x.MW != nil {
 		c.Core.Counters.RndvWindowed++
 	}
-	c.unlockSubmit()
+	c.send().unlockSubmit()
 	for {
 		c.Core.Mu.Lock()
 		if !c.TX.Rndv.Out {
@@ -174,7 +182,7 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 			// A READ response the provider queued before the revocation
 			// may still be on its way out of p: Free must not unmap buf
 			// until the queue pair is gone (ErrBufferBusy until Close).
-			c.holdUntilTeardown(buf)
+			c.regs().holdUntilTeardown(buf)
 			return c.Core.OpErr("write", err)
 		}
 		c.Core.Mu.Unlock()
@@ -184,13 +192,13 @@ func (c *Conn) rndvOne(p []byte, buf *Buffer) error {
 
 // readRndv reads the next piece of the pending rendezvous (left bytes at
 // the peer's addr under key) into b (len(b) > 0). Called with rmu held.
-func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, error) {
+func (c rendezvous) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, error) {
 	var dst []byte
 	var mr verbs.MR
 	if want := directLen(len(b), left); want > 0 {
 		if buf := bufferOf(b); buf != nil && buf.acquire() == nil {
 			defer buf.release()
-			if m, err := c.bufferMR(buf); err == nil {
+			if m, err := c.regs().bufferMR(buf); err == nil {
 				mr, dst = m, b[:want]
 			}
 		}
@@ -221,7 +229,7 @@ func (c *Conn) readRndv(b []byte, addr uint64, key uint32, left uint64) (int, er
 // wait is bounded by the transport: a peer that stops answering fails the
 // READ with a retry error. When they are the rendezvous's last bytes, the
 // done message is queued behind the READ, fenced (sendRndvDoneLocked).
-func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) error {
+func (c rendezvous) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) error {
 	for {
 		c.Core.Mu.Lock()
 		if c.Core.Err != nil {
@@ -259,7 +267,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 		c.rndvDoneDue = true
 		c.sendRndvDoneLocked()
 	}
-	c.unlockSubmit()
+	c.send().unlockSubmit()
 	disconnected := false
 	for {
 		c.Core.Mu.Lock()
@@ -268,7 +276,7 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 			c.Core.Mu.Unlock()
 			r.Recycle()
 			if st != verbs.WCSuccess {
-				return c.remoteStatus("read", st)
+				return c.Remote().remoteStatus("read", st)
 			}
 			return nil
 		}
@@ -295,14 +303,14 @@ func (c *Conn) readRemote(mr verbs.MR, dst []byte, addr uint64, key uint32) erro
 // waiting for the reader to be woken by the completion and post it (in
 // the Soft-RoCE guest, 1 MiB from and into Buffers: 1.03x the throughput
 // of a done posted after the completion; docs/design.md).
-func (c *Conn) sendRndvDoneLocked() {
+func (c rendezvous) sendRndvDoneLocked() {
 	if !c.rndvDoneDue || c.Core.Err != nil || c.Core.Torn {
 		return
 	}
 	if !c.CanSendData() {
 		return
 	}
-	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.TX.Addr, verbs.SendFence, false)
+	c.send().enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlRndvDone), nil, c.TX.Addr, verbs.SendFence, false)
 	c.TX.Spend()
 	c.rndvDoneDue = false
 	c.Core.TalkedLocked()

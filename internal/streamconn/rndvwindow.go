@@ -43,16 +43,16 @@ func windowUsedOn(w *zerocopy.Window, id verbs.CMID) bool {
 // rndvWindow returns the window a rendezvous Write of p from buf binds,
 // and buf's registration to bind it in; nil, nil when the Write registers
 // what it exposes instead. Writer-owned (wmu).
-func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
+func (c rendezvous) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 	c.Core.Mu.Lock()
-	zc := c.zeroCopyLocked()
+	zc := c.regs().zeroCopyLocked()
 	windowUsedOn(&zc.Window, c.EP.ID)
 	ok, mw := zc.Window.Fits(p, len(buf.buf)), zc.Window.MW()
 	c.Core.Mu.Unlock()
 	if !ok {
 		return nil, nil
 	}
-	mr, err := c.bufferMR(buf)
+	mr, err := c.regs().bufferMR(buf)
 	if err != nil || mr.Access()&verbs.AccessMWBind == 0 {
 		return nil, nil
 	}
@@ -79,7 +79,7 @@ func (c *Conn) rndvWindow(p []byte, buf *Buffer) (verbs.MW, verbs.MR) {
 
 // exposeRndv prepares the exposure of p (in buf): the window where the
 // connection uses one, else a registration of p for remote READ.
-func (c *Conn) exposeRndv(p []byte, buf *Buffer) (zerocopy.RndvExposure, error) {
+func (c rendezvous) exposeRndv(p []byte, buf *Buffer) (zerocopy.RndvExposure, error) {
 	if mw, bufMR := c.rndvWindow(p, buf); mw != nil {
 		return zerocopy.RndvExposure{MW: mw, BufMR: bufMR}, nil
 	}
@@ -90,7 +90,7 @@ func (c *Conn) exposeRndv(p []byte, buf *Buffer) (zerocopy.RndvExposure, error) 
 // announceLocked makes the exposure reachable and returns the rkey the
 // descriptor carries, queueing the window's bind. Called with mu held and
 // the bind's send slot free.
-func (c *Conn) announceLocked(x *zerocopy.RndvExposure, p []byte) uint32 {
+func (c rendezvous) announceLocked(x *zerocopy.RndvExposure, p []byte) uint32 {
 	bind, key := x.Announce(&c.ZC.Window, p)
 	if bind != nil {
 		c.SQ.WRs[c.enqueueWRLocked(verbs.OpBindMW, 0, nil, nil, 0, 0, 0, false)].Bind = bind
@@ -99,7 +99,7 @@ func (c *Conn) announceLocked(x *zerocopy.RndvExposure, p []byte) uint32 {
 }
 
 // revokeRndv ends the exposure before the Write returns (revocation).
-func (c *Conn) revokeRndv(x zerocopy.RndvExposure, gaveUp bool) {
+func (c rendezvous) revokeRndv(x zerocopy.RndvExposure, gaveUp bool) {
 	switch x.Revocation(gaveUp) {
 	case zerocopy.RevokeDereg:
 		x.MR.Dereg()
@@ -114,10 +114,10 @@ func (c *Conn) revokeRndv(x zerocopy.RndvExposure, gaveUp bool) {
 // invalidation completed: from then on the peer reaches nothing through
 // it. If the connection fails first, the window is deallocated, which
 // revokes it too.
-func (c *Conn) invalidateWindow(rkey uint32) {
+func (c rendezvous) invalidateWindow(rkey uint32) {
 	for {
 		c.Core.Mu.Lock()
-		if c.remoteErrLocked() != nil {
+		if c.Remote().remoteErrLocked() != nil {
 			c.Core.Mu.Unlock()
 			c.dropWindow()
 			return
@@ -132,15 +132,15 @@ func (c *Conn) invalidateWindow(rkey uint32) {
 	s := c.enqueueWRLocked(verbs.OpLocalInv, 0, nil, nil, 0, 0, 0, true)
 	c.SQ.WRs[s].InvalidateRKey = rkey
 	c.SQ.Ops[s] = r
-	c.unlockSubmit()
-	if st, err := c.awaitOp(r, nil); err != nil || st != verbs.WCSuccess {
+	c.send().unlockSubmit()
+	if st, err := c.Remote().awaitOp(r, nil); err != nil || st != verbs.WCSuccess {
 		c.dropWindow()
 	}
 }
 
 // dropWindow deallocates the connection's window, which revokes it at
 // once; a later rendezvous allocates another.
-func (c *Conn) dropWindow() {
+func (c rendezvous) dropWindow() {
 	c.Core.Mu.Lock()
 	var mw verbs.MW
 	if zc := c.ZC; zc != nil {

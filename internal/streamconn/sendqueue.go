@@ -8,15 +8,24 @@ import (
 // The connection's checks of what may be queued: the credit rule's
 // answer (internal/stream/credits.go) and a queue slot.
 
+// sender is the connection's send side at work: it claims room (the
+// credit rule's answer, the peer's ring, a queue slot, send buffer
+// space), queues WRs and posts them (submit), and returns credit. Its
+// state is sendSide (the stream's send window, the send staging and
+// queue); what it checks is sendSide's (CanSendData and the others).
+type sender struct{ *Conn }
+
+func (c *Conn) send() sender { return sender{c} }
+
 // CanSendData reports whether a data write or a control message (FIN,
 // heartbeat, a rendezvous's, a ring offer) may be queued.
-func (c *Conn) CanSendData() bool { return c.TX.MayData() && c.SQ.HasRoom() }
+func (c *sendSide) CanSendData() bool { return c.TX.MayData() && c.SQ.HasRoom() }
 
 // CanSendNotify reports whether a one-sided notification may be queued.
-func (c *Conn) CanSendNotify() bool { return c.TX.MayNotify() && c.SQ.HasRoom() }
+func (c *sendSide) CanSendNotify() bool { return c.TX.MayNotify() && c.SQ.HasRoom() }
 
 // CanSendCredit reports whether a credit message may be queued.
-func (c *Conn) CanSendCredit() bool { return c.TX.MayCredit() && c.SQ.HasRoom() }
+func (c *sendSide) CanSendCredit() bool { return c.TX.MayCredit() && c.SQ.HasRoom() }
 
 // reserveLocked claims room for the next RDMA write of at most want bytes:
 // peer ring space, a message credit and a send queue slot, and send buffer
@@ -28,7 +37,7 @@ func (c *Conn) CanSendCredit() bool { return c.TX.MayCredit() && c.SQ.HasRoom() 
 // shred a stream into tiny writes (silly window syndrome). The wait always
 // ends: ring credit comes back in quarter-ring steps, and when the send
 // buffer is more than half full every send is signaled.
-func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
+func (c sender) reserveLocked(want int) (n int, at uint64, inline bool) {
 	if !c.CanSendData() {
 		c.Core.Counters.CreditWaits++
 		return 0, 0, false
@@ -42,7 +51,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 	n64 = min(n64, toEnd) // one write does not wrap the ring
 	if int(n64) > c.inline {
 		free, contig := c.SB.Room()
-		if free < n64 && c.growSendLocked() { // ringgrowth.go
+		if free < n64 && c.Growing().growSendLocked() { // ringgrowth.go
 			free, contig = c.SB.Room()
 		}
 		pad := uint64(0)
@@ -67,7 +76,7 @@ func (c *Conn) reserveLocked(want int) (n int, at uint64, inline bool) {
 // it: each queue slot has its own (the send queue's first slots: those
 // grow, the staging does not), so the bytes stay put until whoever posts
 // the queue gets to them.
-func (c *Conn) inlineSlotLocked(n int) []byte {
+func (c sender) inlineSlotLocked(n int) []byte {
 	slot := int(c.SQ.Posted % uint64(c.Slots))
 	return c.ibuf[slot*c.inline : slot*c.inline+n]
 }
@@ -75,7 +84,7 @@ func (c *Conn) inlineSlotLocked(n int) []byte {
 // enqueueDataLocked queues the data write of buf (in the send buffer or an
 // inline slot) to peer address at, and counts it: a message, and buf's
 // bytes for the Write (or ReadFrom) whose first bytes they are when first.
-func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, first bool) {
+func (c sender) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, first bool) {
 	n := uint64(len(buf))
 	if flags&verbs.SendInline == 0 {
 		c.SB.Post(n)
@@ -90,7 +99,7 @@ func (c *Conn) enqueueDataLocked(buf []byte, at uint64, flags verbs.SendFlags, f
 // control, probe), signaled when due, and counts it as posted. submit then
 // hands the queue to the QP outside mu, so that a post (which on soft
 // writes to a socket) never holds up completion processing or Read.
-func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
+func (c sender) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint64, flags verbs.SendFlags, signal bool) {
 	c.enqueueWRLocked(op, imm, c.EP.SendMR, buf, addr, c.TX.RKey, flags, signal)
 }
 
@@ -98,7 +107,7 @@ func (c *Conn) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint6
 // rkey: enqueueLocked's, or a one-sided operation's. It returns the WR's
 // slot, where a caller puts what the WR carries beyond these (a bind, the
 // operation waiting for its completion).
-func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) uint64 {
+func (c *sendSide) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) uint64 {
 	signal = signal || c.SB.HalfFull()
 	wr := verbs.SendWR{Opcode: op, Flags: flags, Imm: imm, RemoteAddr: addr, RKey: rkey}
 	if len(buf) == 0 {
@@ -111,7 +120,7 @@ func (c *Conn) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []b
 // submit posts the queued send WRs, in order. One goroutine at a time holds
 // the role; WRs queued meanwhile by others are posted by it. It returns the
 // error of a post this call made.
-func (c *Conn) submit() error {
+func (c sender) submit() error {
 	c.Core.Mu.Lock()
 	defer c.Core.Mu.Unlock()
 	if c.SQ.Submitting {
@@ -138,7 +147,7 @@ func (c *Conn) submit() error {
 
 // unlockSubmit releases mu and submits what was queued under it, unless a
 // submit in progress will.
-func (c *Conn) unlockSubmit() {
+func (c sender) unlockSubmit() {
 	pending := c.SQ.Submitted != c.SQ.Posted && !c.SQ.Submitting
 	c.Core.Mu.Unlock()
 	if pending {
@@ -148,7 +157,7 @@ func (c *Conn) unlockSubmit() {
 
 // creditLocked returns ring and receive credit to the peer when a quarter of
 // either window is owed (or when force and anything is).
-func (c *Conn) creditLocked(force bool) {
+func (c sender) creditLocked(force bool) {
 	if c.Core.Err != nil || c.Core.Torn {
 		return
 	}
@@ -169,7 +178,7 @@ func (c *Conn) creditLocked(force bool) {
 
 // sendFinLocked queues the FIN. The caller made sure a queue slot and two
 // message credits are free, and submits afterwards.
-func (c *Conn) sendFinLocked() {
+func (c sender) sendFinLocked() {
 	c.enqueueLocked(verbs.OpRDMAWriteWithImm, stream.ImmCtl(stream.CtlFin), nil, c.TX.Addr, 0, true)
 	c.finSent = true
 	c.TX.Spend()
@@ -179,7 +188,7 @@ func (c *Conn) sendFinLocked() {
 // consumed at the peer, yet the transport must deliver it, so it detects a
 // dead peer (keepalive), drains the send queue (Close) and, on a QP in
 // error, completes with a flush error that wakes the poller.
-func (c *Conn) postProbeLocked() bool {
+func (c sender) postProbeLocked() bool {
 	if c.Core.Torn || !c.SQ.ProbeRoom() {
 		return false
 	}

@@ -37,7 +37,7 @@ func (zc *zeroCopy) ctl(pd verbs.PD, staging []byte) (verbs.MR, error) {
 }
 
 // zeroCopyLocked is the connection's zeroCopy, made on the first use.
-func (c *Conn) zeroCopyLocked() *zeroCopy {
+func (c registrations) zeroCopyLocked() *zeroCopy {
 	if c.ZC == nil {
 		c.ZC = new(zeroCopy)
 	}
@@ -45,7 +45,7 @@ func (c *Conn) zeroCopyLocked() *zeroCopy {
 }
 
 // zeroCopy is zeroCopyLocked for a caller without mu.
-func (c *Conn) zeroCopy() *zeroCopy {
+func (c registrations) zeroCopy() *zeroCopy {
 	c.Core.Mu.Lock()
 	defer c.Core.Mu.Unlock()
 	return c.zeroCopyLocked()
@@ -87,10 +87,18 @@ func (zc *zeroCopy) endRegistrations(c *Conn) (held []*Buffer) {
 	return zc.Regs.Release(forget)
 }
 
+// registrations is the connection's part that registers Buffers on its
+// protection domain (for local access, for an exposure) and deregisters
+// them (a Buffer's Free, the connection's release): the registrations
+// themselves are zeroCopy's Regs.
+type registrations struct{ *Conn }
+
+func (c *Conn) regs() registrations { return registrations{c} }
+
 // bufferMR is the connection's registration of b (which the caller
 // acquired), made on the first use: local access only (a send's source,
 // a READ's destination), never remote. Called with neither mu held.
-func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
+func (c registrations) bufferMR(b *Buffer) (verbs.MR, error) {
 	c.Core.Mu.Lock()
 	mr := c.zeroCopyLocked().Regs.Lookup(b)
 	c.Core.Mu.Unlock()
@@ -120,7 +128,7 @@ func (c *Conn) bufferMR(b *Buffer) (verbs.MR, error) {
 // one that finds the connection closed after it undoes itself. keep, under
 // mu, records the registration in zc and returns the one to use (another
 // one, when a concurrent caller registered first; then this one goes).
-func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zeroCopy, mr verbs.MR) verbs.MR) (verbs.MR, error) {
+func (c registrations) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zeroCopy, mr verbs.MR) verbs.MR) (verbs.MR, error) {
 	c.Core.Mu.Lock()
 	if c.Core.Closed || c.Core.Torn {
 		c.Core.Mu.Unlock()
@@ -145,7 +153,7 @@ func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zer
 	}
 	// For b's Free to end. b is acquired, so Free cannot be past its look
 	// at its connections.
-	b.noteConn(c)
+	b.noteConn(c.Conn)
 	return use, nil
 }
 
@@ -155,17 +163,17 @@ func (c *Conn) regMR(b *Buffer, p []byte, access verbs.Access, keep func(zc *zer
 // this under mu too: whichever comes second finds every registration of
 // b on the connection gone once the first returns, so that neither Free
 // nor Put goes on while an MR of the connection still covers b.
-func (c *Conn) dropBuffer(b *Buffer, exposuresOnly bool) {
+func (c registrations) dropBuffer(b *Buffer, exposuresOnly bool) {
 	c.Core.Mu.Lock()
 	defer c.Core.Mu.Unlock()
 	if c.ZC != nil {
-		c.ZC.drop(b, c, exposuresOnly)
+		c.ZC.drop(b, c.Conn, exposuresOnly)
 	}
 }
 
 // holdUntilTeardown keeps buf in use until the connection's verbs objects
 // are destroyed (releaseVerbs).
-func (c *Conn) holdUntilTeardown(buf *Buffer) {
+func (c registrations) holdUntilTeardown(buf *Buffer) {
 	if buf.acquire() != nil {
 		return // cannot happen: the caller holds it
 	}
@@ -185,14 +193,14 @@ func (c *Conn) holdUntilTeardown(buf *Buffer) {
 // gone, never half way, so it cannot unmap a Buffer that an MR of this
 // connection still covers. Each Dereg waits only for memory copies in
 // progress (the dereg fence), never on the peer.
-func (c *Conn) releaseZeroCopy() (held []*Buffer) {
+func (c registrations) releaseZeroCopy() (held []*Buffer) {
 	c.Core.Mu.Lock()
 	zc := c.ZC
 	if zc == nil {
 		c.Core.Mu.Unlock()
 		return nil
 	}
-	held = zc.endRegistrations(c)
+	held = zc.endRegistrations(c.Conn)
 	c.ZC = nil
 	c.Core.Mu.Unlock()
 	zc.bounce.Release()
