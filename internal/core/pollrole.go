@@ -228,11 +228,7 @@ func (p *PollState) spinCaught(began time.Time) {
 // peer running).
 func (p *PollState) caughtOne(w time.Duration) {
 	p.Caught++
-	if w <= 0 {
-		// Not timed: the channel spins by its own rule (soft's shared
-		// memory), and there is nothing to weigh against a sleep.
-		p.spunUS = 0
-	} else {
+	if w > 0 {
 		us := int32(min(w, time.Second) / time.Microsecond)
 		p.spunUS = movingAvg(p.spunUS, us)
 		if !spinPays(p.spunUS, p.sleptUS) {
