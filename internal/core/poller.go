@@ -205,9 +205,6 @@ func (r Poller) pollRole(dl *Deadline, draining, spinOK bool) {
 	spun := (spinOK || !chanSpins) && p.spinNext() && spinAllowed(chanSpins)
 	if spun {
 		p.Spins++
-	} else if p.probing && (spinOK || !chanSpins) {
-		// A sleep probe: how long a wait that sleeps lasts.
-		defer p.probeSlept(time.Now())
 	}
 	if spun && !chanSpins {
 		res := r.spinFor(dl, draining, p.Reach)
@@ -248,12 +245,12 @@ func (r Poller) pollRole(dl *Deadline, draining, spinOK bool) {
 		if !draining && IsClosed(r.F.ClosedCh) {
 			return
 		}
-		if key := deadlineKey(at); key != p.chanAt || seq != p.chanSeq {
+		if at != p.chanAt || seq != p.chanSeq {
 			if err := r.E.CompCh.SetDeadline(at); err != nil {
 				r.fail(err)
 				return
 			}
-			p.chanAt, p.chanSeq = key, seq
+			p.chanAt, p.chanSeq = at, seq
 			if r.F.Poll.intrSeq.Load() != seq {
 				continue // interrupted meanwhile: look again
 			}

@@ -44,27 +44,13 @@ type PollState struct {
 	Busy    bool          // Config.BusyPoll: poll until something arrives, never sleep
 	Held    bool          // a caller holds the role (under mu)
 	Claimed bool          // settle waits to take the role: nobody else takes it (under mu)
-	probing bool          // this wait sleeps to time a sleep (sleepProbe)
 	Misses  int           // waits in a row that a spin did not catch
-	skipped int32         // waits without a spin since spinning turned off
-	unslept int32         // spinning waits since the last sleep probe
-	spunUS  int32         // how long a wait that a spin caught lasts (us, moving average)
-	sleptUS int32         // how long a wait that slept lasts (us, moving average of the probes)
+	skipped int           // waits without a spin since spinning turned off
 	Spins   uint64        // spins begun (for tests)
 	Sleeps  uint64        // sleeps on the channel (for tests)
 	Caught  uint64        // spins that caught completions (the root's Stats)
-	chanAt  int64         // the deadline last set on the channel (deadlineKey)
+	chanAt  time.Time     // the deadline last set on the channel
 	chanSeq uint64        // intrSeq when it was set
-}
-
-// deadlineKey is a deadline as the channel's was last set: UnixNano, 0
-// for none (8 bytes where a time.Time takes 24: the Conn stays in its
-// size class).
-func deadlineKey(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
 }
 
 // spinLimiter is what the poll role's spins ask of the process's spin
@@ -166,41 +152,14 @@ func (p *PollState) ReleaseLocked() (othersWait bool) {
 	return p.Waiters > 0
 }
 
-// SleepProbe: while spinning is on, every SleepProbe-th wait sleeps
-// instead, timed (sleepProbed), so that the spin is weighed against what
-// a sleep costs. A spin pays where it catches the answer sooner than a
-// sleep's wake-up would; where the CPUs are taken (a loaded host) the
-// answer comes late because the spin takes the CPU the peer needs, yet
-// the spin still catches it, and the budget stretches to the late answer
-// (learn): soft's TCP path, one connection on the shared 2-CPU host,
-// default PollTime against none: 7.6-10.4k round trips/s at 140-151 us
-// p50 against 30.8-33.0k at 29-30 us (TCP 23-45k, 20-23 us). Every 64th:
-// a median is untouched by it, and a 10 us round trip gives 1/64 of a
-// wake-up's cost on average.
-const SleepProbe = 64
-
-// spinPays is whether a spin's catch (spunUS) beats a sleep (sleptUS) by
-// enough to spin: a spun wait under 3/4 of a slept one. Unknown (no sleep
-// timed yet), it does.
-func spinPays(spunUS, sleptUS int32) bool {
-	return sleptUS == 0 || spunUS < sleptUS-sleptUS/4
-}
-
 // spinNext reports whether the holder's next wait spins before it sleeps:
-// while spins catch completions sooner than a sleep would (but for a sleep
-// probe every SleepProbe-th wait), and every spinProbe-th wait once they
+// while spins catch completions, and every spinProbe-th wait once they
 // stopped doing so.
 func (p *PollState) spinNext() bool {
-	p.probing = false
 	if p.Spin <= 0 {
 		return false
 	}
 	if p.Misses < SpinMisses {
-		if p.unslept++; p.unslept >= SleepProbe {
-			p.unslept = 0
-			p.probing = true
-			return false
-		}
 		return true
 	}
 	if p.skipped++; p.skipped >= SpinProbe {
@@ -212,60 +171,13 @@ func (p *PollState) spinNext() bool {
 
 // spinCaught takes in a spin, begun at began, that caught completions.
 func (p *PollState) spinCaught(began time.Time) {
-	var w time.Duration
-	if !began.IsZero() {
-		w = time.Since(began)
-	}
-	p.caughtOne(w)
+	p.caughtOne()
 	p.waited(began)
 }
 
-// caughtOne takes in a spin that caught completions after w (0: not
-// timed). Spinning goes (or stays) on, unless the spins' catches come, on
-// average, no sooner than a sleep's wake-up: then the spin took the CPU
-// for nothing, and counts as a miss (one quick catch does not turn
-// spinning back on: on a loaded host a probe's spin sometimes finds the
-// peer running).
-func (p *PollState) caughtOne(w time.Duration) {
+func (p *PollState) caughtOne() {
 	p.Caught++
-	if w > 0 {
-		us := int32(min(w, time.Second) / time.Microsecond)
-		p.spunUS = movingAvg(p.spunUS, us)
-		if !spinPays(p.spunUS, p.sleptUS) {
-			p.missed()
-			return
-		}
-	}
 	p.Misses, p.skipped = 0, 0
-}
-
-// sleepProbed takes in a sleep probe's wait, which lasted w: where a spin
-// does not beat it, spinning turns off (the probes while it is off turn it
-// back on when a spin does).
-func (p *PollState) sleepProbed(w time.Duration) {
-	us := int32(min(w, time.Second) / time.Microsecond)
-	p.sleptUS = movingAvg(p.sleptUS, max(us, 1))
-	if p.spunUS > 0 && !spinPays(p.spunUS, p.sleptUS) {
-		p.Misses = SpinMisses
-	}
-}
-
-// probeSlept takes in a sleep probe's wait, begun at began.
-func (p *PollState) probeSlept(began time.Time) { p.sleepProbed(time.Since(began)) }
-
-// missed counts a wait that a spin did not pay for.
-func (p *PollState) missed() {
-	if p.Misses < SpinMisses {
-		p.Misses++
-	}
-}
-
-// movingAvg moves avg a quarter of the way to v (to v at once from 0).
-func movingAvg(avg, v int32) int32 {
-	if avg == 0 {
-		return v
-	}
-	return avg + (v-avg)/4
 }
 
 // channelSpun takes in a wait whose channel did the spinning (soft's):
@@ -273,7 +185,7 @@ func movingAvg(avg, v int32) int32 {
 // the wait slept after polling, zero if it never had to.
 func (p *PollState) channelSpun(polled, parked time.Duration) {
 	if parked == 0 {
-		p.caughtOne(polled)
+		p.caughtOne()
 		if polled > 0 {
 			p.Learn(polled)
 		}
@@ -289,8 +201,8 @@ func (p *PollState) channelSpun(polled, parked time.Duration) {
 func (p *PollState) sleptAfterSpin(d time.Duration) {
 	if d <= 2*p.Reach {
 		p.Misses = 0
-	} else {
-		p.missed()
+	} else if p.Misses < SpinMisses {
+		p.Misses++
 	}
 }
 
