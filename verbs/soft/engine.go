@@ -95,6 +95,7 @@ func (q *qp) kick() {
 		}
 		tr := q.tr
 		piped := q.batch.piped
+		q.snd.inl.writing = true
 		q.mu.Unlock()
 		setPipelined(tr, piped)
 		n, err := tr.writev(v, g, false)
@@ -104,9 +105,10 @@ func (q *qp) kick() {
 			return
 		}
 		if rest := trimVec(v, n); len(rest) > 0 {
-			q.handOff(rest, g[len(v)-len(rest):])
+			q.handOff(rest, g[len(v)-len(rest):]) // the sender writes on
 			return
 		}
+		q.snd.inl.written()
 		q.afterWrite()
 	}
 }
@@ -119,6 +121,7 @@ func (q *qp) kick() {
 func (q *qp) txFailed(err error) {
 	q.txDead = true
 	q.txBusy = false
+	q.snd.inl.written()
 	if err == errFenced {
 		tr := q.tr
 		q.mu.Unlock()
@@ -163,6 +166,7 @@ func (q *qp) sender(v [][]byte, g []gateRef) {
 		}
 		tr := q.tr
 		piped := q.batch.piped // of the batch v came from, or was just built
+		q.snd.inl.writing = true
 		q.mu.Unlock()
 		setPipelined(tr, piped)
 		_, err := tr.writev(v, g, true)
@@ -172,6 +176,7 @@ func (q *qp) sender(v [][]byte, g []gateRef) {
 			q.txFailed(err)
 			return
 		}
+		q.snd.inl.written()
 		q.afterWrite()
 	}
 }

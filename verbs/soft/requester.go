@@ -71,6 +71,8 @@ type requester struct {
 	// not executed but flushed.
 	doomed bool
 
+	inl inlineBufs // the send slots' inline buffers that a write in flight may read
+
 	rnrTimer  *time.Timer // ends an RNR wait (rnrExpired)
 	wdTimer   *time.Timer // the transport timer (watchdog)
 	wdLast    uint64
@@ -187,7 +189,7 @@ func (req *requester) postSend(wr *verbs.SendWR) error {
 	s.sg, s.gates = s.sg[:0], s.gates[:0]
 	var total uint64
 	if inline {
-		s.inl = s.inl[:0]
+		s.inl = req.inl.fresh(s.inl)
 		for i := range wr.SG {
 			s.inl = append(s.inl, req.localBytes(&wr.SG[i])...)
 		}
@@ -724,4 +726,48 @@ func ackTimeout(t int) time.Duration {
 		return 0
 	}
 	return time.Duration(4096<<uint(t)) * time.Nanosecond
+}
+
+// inlineBufs keeps a send slot's inline buffer (Go memory: the WR's bytes
+// copied at post time) from being written while a batch that may read it
+// is being written outside mu (writing). A slot's WR completes once the
+// peer acknowledged it, so its bytes were written out before its slot is
+// posted to again; but with shared memory the acknowledgement's order
+// reaches this process through the rings, memory that the race detector
+// does not see as the same (each end maps it at its own address), and
+// a stream whose sender wrote a long batch in the background had its
+// early slots posted to while the sender still wrote the batch's later
+// frames: reported as a race (TestRsocketStream, 2 runs in 8). So a slot
+// posted to while a write is in flight gets a buffer off the free list
+// and its own is held until the write is out. Buffers grow no more in
+// number than the slots: one is held only in place of one taken.
+type inlineBufs struct {
+	writing bool     // a batch is being written outside mu
+	held    [][]byte // taken out of slots while it was
+	free    [][]byte // for slots posted to while a write is in flight
+}
+
+// fresh returns the buffer, empty, that a slot whose inline buffer is old
+// copies its next WR's bytes into. Called with mu held.
+func (b *inlineBufs) fresh(old []byte) []byte {
+	if !b.writing {
+		return old[:0]
+	}
+	b.held = append(b.held, old)
+	if n := len(b.free); n > 0 {
+		x := b.free[n-1]
+		b.free[n-1] = nil
+		b.free = b.free[:n-1]
+		return x[:0]
+	}
+	return nil
+}
+
+// written takes in that no batch is being written any more: what was held
+// may be written again. Called with mu held.
+func (b *inlineBufs) written() {
+	b.writing = false
+	b.free = append(b.free, b.held...)
+	clear(b.held)
+	b.held = b.held[:0]
 }
