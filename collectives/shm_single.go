@@ -164,30 +164,19 @@ func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
 // allGatherSingle: every rank posts send's address and reads the
 // others' blocks from theirs.
 func (t *shmTeam) allGatherSingle(g *Group, send, recv []byte) error {
-	op, blk := opWord(g.cur), len(send)
-	k, _, err := t.begin(g)
-	if err != nil {
-		return err
-	}
-	addr, _ := t.lend(send, nil)
-	defer t.unlend()
-	t.postAt(k, op, uint64(blk), addr)
-	if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-		return err
-	}
-	for i := 1; i < t.n; i++ {
-		q := (t.me + i) % t.n // not all at rank 0 first
-		if err := t.readFrom(g, q, recv[q*blk:(q+1)*blk], t.addrPosted(q, k)); err != nil {
-			return err
-		}
-	}
-	t.done(k)
-	return t.awaitRead(g, k)
+	return t.gatherBlocksSingle(g, send, recv, len(send), 0)
 }
 
 // allToAllSingle: every rank posts send's address; rank r reads block r
 // of every other rank's send.
 func (t *shmTeam) allToAllSingle(g *Group, send, recv []byte, blk int) error {
+	return t.gatherBlocksSingle(g, send, recv, blk, uint64(t.me*blk))
+}
+
+// gatherBlocksSingle is one step in which every rank posts send's address
+// and reads, from each other rank q's send at off, the blk bytes that go
+// to recv's block q.
+func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off uint64) error {
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -200,8 +189,8 @@ func (t *shmTeam) allToAllSingle(g *Group, send, recv []byte, blk int) error {
 		return err
 	}
 	for i := 1; i < t.n; i++ {
-		q := (t.me + i) % t.n
-		if err := t.readFrom(g, q, recv[q*blk:(q+1)*blk], t.addrPosted(q, k)+uint64(t.me*blk)); err != nil {
+		q := (t.me + i) % t.n // not all at rank 0 first
+		if err := t.readFrom(g, q, recv[q*blk:(q+1)*blk], t.addrPosted(q, k)+off); err != nil {
 			return err
 		}
 	}
