@@ -82,5 +82,11 @@ func TestCountersAckTimeouts(t *testing.T) {
 	require.NoError(t, d.qp.PostSend([]verbs.SendWR{{WRID: 9, Opcode: verbs.OpRDMAWrite, Flags: verbs.SendSignaled,
 		SG: []verbs.SGE{verbs.SGEOf(d.mr, d.mem.Bytes()[:8])}, RemoteAddr: w.mr.Addr(), RKey: w.mr.RKey()}}))
 	assert.Equal(t, verbs.WCRetryExcErr, d.completion(t).Status)
-	assert.Equal(t, soft.Counters{AckTimeouts: 3, RetryExceeded: 1}, countedSince(before))
+	// LateTimers says whether this process ran late, which the test does
+	// not govern: with 4 ms timeouts on a loaded host one expiry came a
+	// whole timeout late (counting nothing, as it should) and the exact
+	// comparison failed. The retries are what is under test.
+	got := countedSince(before)
+	got.LateTimers = 0
+	assert.Equal(t, soft.Counters{AckTimeouts: 3, RetryExceeded: 1}, got)
 }
