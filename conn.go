@@ -20,9 +20,15 @@ type Conn struct {
 
 // newConn sets up a connection on id: its verbs resources, and its
 // receives posted (streamconn.Conn.Init, with cfg as the engine takes it).
+// cfg has its defaults filled in.
 func newConn(provider string, ech verbs.EventChannel, id verbs.CMID, cfg Config, grow bool) (*Conn, error) {
-	ec := streamconn.Config(cfg)
-	ec.PollTime, ec.BusyPoll = cfg.pollTime(), cfg.busyPoll()
+	ec := streamconn.Config{
+		RingSize: cfg.RingSize, SendBufferSize: cfg.SendBufferSize,
+		SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth,
+		InlineThreshold: cfg.InlineThreshold, RendezvousThreshold: cfg.RendezvousThreshold,
+		KeepAlive: cfg.KeepAlive, PeerTimeout: cfg.PeerTimeout, HandshakeTimeout: cfg.HandshakeTimeout,
+		PollTime: cfg.pollTime(), BusyPoll: cfg.busyPoll(),
+	}
 	c := new(Conn)
 	if err := c.c.Init(provider, ech, id, ec, grow); err != nil {
 		return nil, err
