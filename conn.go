@@ -100,7 +100,7 @@ func (f *Conn) SetWriteDeadline(t time.Time) error { return f.c.SetWriteDeadline
 // their Desc, which only this connection's peer can use. The exposure ends
 // with Unexpose, b's Free or the connection's Close, whichever comes first.
 func (c *Conn) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
-	d, err := c.c.Remote().Expose(b.engine(), off, n, streamconn.Access(access))
+	d, err := c.c.Remote().Expose(b.engine(), off, n, int(access))
 	return Desc(d), err
 }
 

@@ -13,15 +13,16 @@ import (
 // its BufferPool.Put) or the connection's release.
 
 // Expose registers n bytes of b at offset off on the connection for the
-// peer to access (access: AccessRead, AccessWrite or both) and returns
-// their Desc, which only this connection's peer can use. The exposure ends
-// with Unexpose, b's Free or the connection's Close, whichever comes first.
-func (c remoteOps) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
+// peer to access (access: the public rdma.Access, onesided.AccessRead,
+// AccessWrite or both or'ed) and returns their Desc, which only this
+// connection's peer can use. The exposure ends with Unexpose, b's Free or
+// the connection's Close, whichever comes first.
+func (c remoteOps) Expose(b *Buffer, off, n int, access int) (Desc, error) {
 	const op = "expose"
 	var d Desc
 	switch {
-	case access <= 0 || access&^(AccessRead|AccessWrite) != 0:
-		return d, c.Core.OpErr(op, invalid("access %d is not AccessRead, AccessWrite or both", int(access)))
+	case access <= 0 || access&^int(onesided.AccessRead|onesided.AccessWrite) != 0:
+		return d, c.Core.OpErr(op, invalid("access %d is not AccessRead, AccessWrite or both", access))
 	case b == nil:
 		return d, c.Core.OpErr(op, invalid("nil Buffer"))
 	case off < 0 || n <= 0 || off > len(b.buf) || n > len(b.buf)-off:
@@ -31,11 +32,11 @@ func (c remoteOps) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 		return d, c.Core.OpErr(op, err)
 	}
 	defer b.release()
-	va := verbs.Access(0)
-	if access&AccessWrite != 0 {
+	a, va := onesided.Access(access), verbs.Access(0) // access is checked
+	if a&onesided.AccessWrite != 0 {
 		va |= verbs.AccessLocalWrite | verbs.AccessRemoteWrite
 	}
-	if access&AccessRead != 0 {
+	if a&onesided.AccessRead != 0 {
 		va |= verbs.AccessRemoteRead
 	}
 	var id uint32
@@ -46,7 +47,7 @@ func (c remoteOps) Expose(b *Buffer, off, n int, access Access) (Desc, error) {
 	if err != nil {
 		return d, c.Core.OpErr(op, err)
 	}
-	onesided.Desc{Access: onesided.Access(access), Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
+	onesided.Desc{Access: a, Addr: mr.Addr(), Len: uint64(n), RKey: mr.RKey(), ID: id}.Marshal(d[:])
 	c.Core.Counters.Exposures.Add(1)
 	return d, nil
 }

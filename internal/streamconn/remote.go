@@ -18,17 +18,8 @@ import (
 // docs/design.md, "One-sided operations").
 
 // Desc is the public rdma.Desc's bytes (their layout:
-// internal/onesided/desc.go), and Access the public rdma.Access: the face
-// converts both.
+// internal/onesided/desc.go); the face converts it.
 type Desc [onesided.DescLen]byte
-
-// Access is what an exposed range lets the peer do.
-type Access int
-
-const (
-	AccessRead  = Access(onesided.AccessRead)
-	AccessWrite = Access(onesided.AccessWrite)
-)
 
 var errNotInBuffer = &BufferError{"the slice does not lie in a Buffer (one-sided operations move registered memory: AllocBuffer)", syscall.EINVAL}
 
