@@ -28,9 +28,6 @@ import (
 // heartbeat ends them, once Config.PeerTimeout has passed, and a side
 // that was itself paused does not blame its peer for its own pause.
 
-// pausePeerName is the peer process of the pause subtests.
-const pausePeerName = "conntest-pause"
-
 // retryWindow is the transport's retry window of rdma.Conn's QPs: 8 tries
 // (retry count 7) of 4.096 us * 2^16 each (endpoint.go's ackTimeoutExp).
 const retryWindow = 8 * 4096 * (1 << 16) * time.Nanosecond
@@ -47,37 +44,14 @@ const pauseConns = 3
 // window.
 const pauseWrite = 512 << 10
 
-func init() {
-	testsupport.RegisterPeer(pausePeerName, runPausePeer)
-	register("PeerPaused", testPeerPaused)
-	register("PeerPausedUnderTimeout", testPeerPausedUnderTimeout)
-}
-
-// runPausePeer is the paused peer: args are provider, wire, address,
-// PeerTimeout and KeepAlive. It dials pauseConns conns and echoes
-// whatever each brings; as each ends it prints "conn <i>: <error>" to its
-// standard output, and it exits once all have.
-func runPausePeer(args []string) int {
-	if len(args) != 5 {
-		fmt.Fprintf(os.Stderr, "conntest pause peer: want provider, wire, address, PeerTimeout, KeepAlive; got %q\n", args)
-		return 2
-	}
-	peerTimeout, err1 := time.ParseDuration(args[3])
-	keepAlive, err2 := time.ParseDuration(args[4])
-	if err1 != nil || err2 != nil {
-		fmt.Fprintln(os.Stderr, "conntest pause peer: bad duration:", args[3:])
-		return 2
-	}
-	stack := rootstack.Root()
-	if stack == nil {
-		fmt.Fprintln(os.Stderr, "conntest peer: the root package is not in the binary")
-		return 2
-	}
-	cfg := stack.Tune(nil, rootstack.Tuning{Provider: args[0], Wire: args[1], PeerTimeout: peerTimeout, KeepAlive: keepAlive})
+// echoPeer is the paused peer (runPeer's mode "echo"): it dials pauseConns
+// conns with cfg and echoes whatever each brings; as each ends it prints
+// "conn <i>: <error>" to its standard output, and it returns once all have.
+func echoPeer(stack rootstack.Stack, cfg any, addr string) int {
 	var wg sync.WaitGroup
 	var out sync.Mutex
 	for i := 0; i < pauseConns; i++ {
-		c, err := stack.Dial(context.Background(), cfg, args[2], time.Minute)
+		c, err := stack.Dial(context.Background(), cfg, addr, time.Minute)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "conntest pause peer:", err)
 			return 3
@@ -99,7 +73,7 @@ func runPausePeer(args []string) int {
 	return 0
 }
 
-// pausedPeer is a peer process of pausePeerName and this side's conns to
+// pausedPeer is a peer process in mode "echo" and this side's conns to
 // it.
 type pausedPeer struct {
 	proc  *os.Process
@@ -110,7 +84,7 @@ type pausedPeer struct {
 // startPausePeer starts the paused peer with its PeerTimeout and
 // KeepAlive, accepts its conns on ln, and checks that each echoes.
 func (s *suite) startPausePeer(t *testing.T, ln net.Listener, peerTimeout, keepAlive time.Duration) *pausedPeer {
-	cmd := testsupport.PeerCommand(pausePeerName, s.tuned.Provider, s.tuned.Wire, ln.Addr().String(),
+	cmd := testsupport.PeerCommand(peerName, "echo", s.tuned.Provider, s.tuned.Wire, ln.Addr().String(),
 		peerTimeout.String(), keepAlive.String())
 	cmd.Env = append(cmd.Env, s.cfg.PeerEnv...)
 	cmd.Stderr = os.Stderr

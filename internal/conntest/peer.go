@@ -24,22 +24,35 @@ func init() {
 	testsupport.RegisterPeer(peerName, runPeer)
 	register("PeerKilled", testPeerKilled)
 	register("PeerStopped", testPeerStopped)
+	register("PeerPaused", testPeerPaused)
+	register("PeerPausedUnderTimeout", testPeerPausedUnderTimeout)
 }
 
-// runPeer is the peer process: args are mode, provider, wire and address. It
-// dials, then streams until it fails ("stream").
+// runPeer is the peer process: args are mode, provider, wire, address,
+// PeerTimeout and KeepAlive. It dials, then in mode "stream" writes until
+// the conn fails; in mode "echo" it echoes on pauseConns conns (echoPeer,
+// pause.go).
 func runPeer(args []string) int {
-	if len(args) != 4 {
-		fmt.Fprintf(os.Stderr, "conntest peer: want mode, provider, wire, address; got %q\n", args)
+	if len(args) != 6 {
+		fmt.Fprintf(os.Stderr, "conntest peer: want mode, provider, wire, address, PeerTimeout, KeepAlive; got %q\n", args)
 		return 2
 	}
 	mode, provider, wire, addr := args[0], args[1], args[2], args[3]
+	peerTimeout, err1 := time.ParseDuration(args[4])
+	keepAlive, err2 := time.ParseDuration(args[5])
+	if err1 != nil || err2 != nil {
+		fmt.Fprintln(os.Stderr, "conntest peer: bad duration:", args[4:])
+		return 2
+	}
 	stack := rootstack.Root()
 	if stack == nil {
 		fmt.Fprintln(os.Stderr, "conntest peer: the root package is not in the binary")
 		return 2
 	}
-	cfg := stack.Tune(nil, rootstack.Tuning{Provider: provider, Wire: wire})
+	cfg := stack.Tune(nil, rootstack.Tuning{Provider: provider, Wire: wire, PeerTimeout: peerTimeout, KeepAlive: keepAlive})
+	if mode == "echo" {
+		return echoPeer(stack, cfg, addr)
+	}
 	c, err := stack.Dial(context.Background(), cfg, addr, time.Minute)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "conntest peer:", err)
@@ -60,7 +73,7 @@ func runPeer(args []string) int {
 // startPeer starts a peer process in mode that dials ln, and accepts its
 // conn.
 func (s *suite) startPeer(t *testing.T, mode string, ln net.Listener) (*os.Process, Conn) {
-	cmd := testsupport.StartPeer(t, peerName, s.cfg.PeerEnv, mode, s.tuned.Provider, s.tuned.Wire, ln.Addr().String())
+	cmd := testsupport.StartPeer(t, peerName, s.cfg.PeerEnv, mode, s.tuned.Provider, s.tuned.Wire, ln.Addr().String(), "0s", "0s")
 	a, err := ln.Accept()
 	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
