@@ -8,18 +8,12 @@
 #
 # The report lands in build/softroce-bench-apps/: apps.json, apps.svg and the
 # table in out.txt.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
+. "$(dirname "$0")/softroce-run.sh"
 ROUNDS=${ROUNDS:-3}
 T=${T:-1s}
 RAFT_ENTRIES=${RAFT_ENTRIES:-2000}
 WORKLOADS=${WORKLOADS:-}
-OUT=build/softroce-bench-apps
-rm -rf "$OUT"
-mkdir -p "$OUT"
+softroce_out softroce-bench-apps
 $GO -C bench build -o "$PWD/$OUT/bench-apps" .
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh

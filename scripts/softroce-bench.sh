@@ -26,11 +26,7 @@
 # started) and a few scheduling stalls weigh on a mean, so a short run
 # measures mostly those. softroce-bench also reports the median round trip,
 # printed beside ib_send_lat's typical one.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
+. "$(dirname "$0")/softroce-run.sh"
 SIZES=${SIZES:-64 4096 65536}
 COUNT=${COUNT:-500}
 LATENCY_COUNT=${LATENCY_COUNT:-20000}
@@ -43,9 +39,7 @@ ROUNDS=${ROUNDS:-3}
 # guest run.
 POLL_SWEEP=${POLL_SWEEP:-}
 BASE_REV=${BASE_REV:-}
-OUT=build/softroce-bench
-rm -rf "$OUT"
-mkdir -p "$OUT"
+softroce_out softroce-bench
 $GO build -o "$OUT/softroce-bench" ./cmd/softroce-bench
 if [ -n "$BASE_REV" ]; then
 	base=$(mktemp -d)

@@ -10,15 +10,9 @@
 # buffer start at 64 KiB and grow only under load, so an idle one registers
 # about 132 KiB whatever Config.RingSize is (1,000 of them pin some 260 MiB
 # of the guest's memory).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
+. "$(dirname "$0")/softroce-run.sh"
 N=${N:-1000}
-OUT=build/softroce-conns
-rm -rf "$OUT"
-mkdir -p "$OUT"
+softroce_out softroce-conns
 $GO build -o "$OUT/rdmaconns" ./cmd/rdmaconns
 cat >"$OUT/run.sh" <<GUEST
 #!/bin/sh

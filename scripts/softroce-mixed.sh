@@ -19,16 +19,8 @@
 # between two such devices: RDMA_CM_EVENT_UNREACHABLE).
 #
 # Environment: GO, SOFTROCE_RUN, SOFTROCE_RACE ("-race" or ""), TESTFLAGS.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
-RACE=${SOFTROCE_RACE--race}
-OUT=build/softroce-mixed
-
-rm -rf "$OUT"
-mkdir -p "$OUT"
+. "$(dirname "$0")/softroce-run.sh"
+softroce_out softroce-mixed
 echo "test-softroce-mixed: building test binaries ($RACE)"
 # shellcheck disable=SC2086
 $GO test $RACE -c -o "$OUT/rdma.test" .

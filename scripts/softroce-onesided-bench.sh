@@ -10,17 +10,11 @@
 # (TCG): only ratios from one run mean anything.
 #
 #   scripts/softroce-onesided-bench.sh       (COUNT=40 STREAM_COUNT=200 ROUNDS=3 by default)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
+. "$(dirname "$0")/softroce-run.sh"
 COUNT=${COUNT:-40}
 STREAM_COUNT=${STREAM_COUNT:-200}
 ROUNDS=${ROUNDS:-3}
-OUT=build/softroce-onesided
-rm -rf "$OUT"
-mkdir -p "$OUT"
+softroce_out softroce-onesided
 $GO test -c -o "$OUT/rdma.test" .
 $GO build -o "$OUT/softroce-bench" ./cmd/softroce-bench
 

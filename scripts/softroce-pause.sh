@@ -10,16 +10,8 @@
 # Environment: GO (go), SOFTROCE_RUN (path of run-in-vm.sh), SOFTROCE_RACE
 # ("-race", or "" to build without the race detector), TESTFLAGS (extra
 # flags for the test binary).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
-RACE=${SOFTROCE_RACE--race}
-OUT=build/softroce-pause
-
-rm -rf "$OUT"
-mkdir -p "$OUT"
+. "$(dirname "$0")/softroce-run.sh"
+softroce_out softroce-pause
 echo "softroce-pause: building verbs/rdmacore's tests ($RACE)"
 # shellcheck disable=SC2086
 $GO test $RACE -c -o "$OUT/rdmacore.test" ./verbs/rdmacore

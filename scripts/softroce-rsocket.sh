@@ -26,12 +26,8 @@
 # (default 100), ROUNDS (default 1: the timing runs that many times,
 # interleaved, and prints medians); BUILD_ONLY=1 builds the guest directory
 # and stops.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
+. "$(dirname "$0")/softroce-run.sh"
 CC=${CC:-cc}
-. scripts/softroce-run.sh
 OUT=build/softroce-rsocket
 [ -x "$RUN" ] || { echo "softroce-rsocket: $RUN not found; set SOFTROCE_RUN" >&2; exit 2; }
 rm -rf "$OUT"

@@ -15,16 +15,8 @@
 # ("-race", or "" to build without the race detector),
 # SOFTROCE_VM_TESTS (replaces the VM_TESTS list),
 # TESTFLAGS (extra flags for every test binary, e.g. "-test.v -test.run Conformance").
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
-RACE=${SOFTROCE_RACE--race}
-OUT=build/softroce
-
-rm -rf "$OUT"
-mkdir -p "$OUT"
+. "$(dirname "$0")/softroce-run.sh"
+softroce_out softroce
 # The binaries need nothing of rdma-core to build: they open the guest's
 # libibverbs/librdmacm (Debian 12's) at run time.
 echo "test-softroce: building test binaries ($RACE)"

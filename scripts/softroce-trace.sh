@@ -9,17 +9,11 @@
 # benchmark's threads, in the slow round trips and in all.
 #
 #   scripts/softroce-trace.sh           (COUNT=3000 MARK_OVER=200us FLAGS=-busypoll)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-
-GO=${GO:-go}
-. scripts/softroce-run.sh
+. "$(dirname "$0")/softroce-run.sh"
 COUNT=${COUNT:-3000}
 MARK_OVER=${MARK_OVER:-200us}
 FLAGS=${FLAGS:--busypoll}
-OUT=build/softroce-trace
-rm -rf "$OUT"
-mkdir -p "$OUT"
+softroce_out softroce-trace
 $GO build -o "$OUT/softroce-bench" ./cmd/softroce-bench
 
 cat >"$OUT/run.sh" <<GUEST
