@@ -54,16 +54,7 @@ func (q *queuePair) PostSend(wrs []verbs.SendWR) error {
 	if q.dead {
 		return verbs.ErrClosed
 	}
-	for base := 0; base < len(wrs); {
-		n := 0
-		var refused error
-		for n < q.sendSlot && base+n < len(wrs) {
-			if err := q.checkSend(&wrs[base+n]); err != nil {
-				refused = err
-				break
-			}
-			n++
-		}
+	return postChunks(wrs, q.sendSlot, q.checkSend, func(base, n int) error {
 		q.binds = q.binds[:0]
 		for i := 0; i < n; i++ {
 			wr := &wrs[base+i]
@@ -72,23 +63,45 @@ func (q *queuePair) PostSend(wrs []verbs.SendWR) error {
 				q.binds = append(q.binds, bindPosted{i, wr.Bind.MW.(*memWindow), wr.Bind.RKey})
 			}
 		}
+		bad, errno := ibvPostSend(q.p, q.send)
+		if errno != 0 && (bad < 0 || bad >= n) {
+			bad = 0
+		}
+		if errno == 0 {
+			bad = n
+		}
+		// The windows of the binds posted carry their new rkeys.
+		for _, b := range q.binds {
+			if b.i < bad {
+				b.w.rkey.Store(b.rkey)
+				setMWRKey(b.w.p, b.rkey)
+			}
+		}
+		if errno != 0 {
+			return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_send", Errno: errno}}
+		}
+		return nil
+	})
+}
+
+// postChunks posts wrs in chunks of at most slots WRs (the QP's C array),
+// each with one call of post(base, n) for wrs[base:base+n]. A chunk ends
+// early at a WR check refuses: the WRs before it are posted, then the
+// refusal is a PostError at its index. post's error ends the run.
+func postChunks[WR any](wrs []WR, slots int, check func(*WR) error, post func(base, n int) error) error {
+	for base := 0; base < len(wrs); {
+		n := 0
+		var refused error
+		for n < slots && base+n < len(wrs) {
+			if err := check(&wrs[base+n]); err != nil {
+				refused = err
+				break
+			}
+			n++
+		}
 		if n > 0 {
-			bad, errno := ibvPostSend(q.p, q.send)
-			if errno != 0 && (bad < 0 || bad >= n) {
-				bad = 0
-			}
-			if errno == 0 {
-				bad = n
-			}
-			// The windows of the binds posted carry their new rkeys.
-			for _, b := range q.binds {
-				if b.i < bad {
-					b.w.rkey.Store(b.rkey)
-					setMWRKey(b.w.p, b.rkey)
-				}
-			}
-			if errno != 0 {
-				return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_send", Errno: errno}}
+			if err := post(base, n); err != nil {
+				return err
 			}
 		}
 		if refused != nil {
@@ -138,32 +151,24 @@ func (q *queuePair) PostRecv(wrs []verbs.RecvWR) error {
 	if q.dead {
 		return verbs.ErrClosed
 	}
-	for base := 0; base < len(wrs); {
-		n := 0
-		var refused error
-		for n < q.recvSlot && base+n < len(wrs) {
-			if len(wrs[base+n].SG) > q.cap.MaxRecvSGE {
-				refused = verbs.Errorf("ibv_post_recv", syscall.EINVAL, "%d SGEs, the QP allows %d",
-					len(wrs[base+n].SG), q.cap.MaxRecvSGE)
-				break
-			}
-			n++
-		}
+	return postChunks(wrs, q.recvSlot, q.checkRecv, func(base, n int) error {
 		for i := 0; i < n; i++ {
 			setRecvWR(q.recv, i, &wrs[base+i], i == n-1)
 		}
-		if n > 0 {
-			if bad, errno := ibvPostRecv(q.p, q.recv); errno != 0 {
-				if bad < 0 || bad >= n {
-					bad = 0
-				}
-				return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_recv", Errno: errno}}
+		if bad, errno := ibvPostRecv(q.p, q.recv); errno != 0 {
+			if bad < 0 || bad >= n {
+				bad = 0
 			}
+			return &verbs.PostError{Index: base + bad, Err: &verbs.Error{Op: "ibv_post_recv", Errno: errno}}
 		}
-		if refused != nil {
-			return &verbs.PostError{Index: base + n, Err: refused}
-		}
-		base += n
+		return nil
+	})
+}
+
+// checkRecv refuses a receive WR of more SGEs than the QP was granted.
+func (q *queuePair) checkRecv(wr *verbs.RecvWR) error {
+	if len(wr.SG) > q.cap.MaxRecvSGE {
+		return verbs.Errorf("ibv_post_recv", syscall.EINVAL, "%d SGEs, the QP allows %d", len(wr.SG), q.cap.MaxRecvSGE)
 	}
 	return nil
 }
