@@ -74,6 +74,42 @@ func main() {
 	}
 }
 
+// announcement is what the sender announces: the mode, the file's length
+// and its SHA-256.
+type announcement struct {
+	mode byte
+	n    uint64
+	sum  [sha256.Size]byte
+}
+
+// marshal is a's headerLen bytes: magic, mode, length, SHA-256.
+func (a announcement) marshal() []byte {
+	h := make([]byte, headerLen)
+	copy(h, magic)
+	h[4] = a.mode
+	binary.LittleEndian.PutUint64(h[5:], a.n)
+	copy(h[13:], a.sum[:])
+	return h
+}
+
+// readAnnouncement reads the sender's announcement from r and checks it:
+// this program's magic and modes, and a length of 1 to maxLen bytes.
+func readAnnouncement(r io.Reader, maxLen int64) (announcement, error) {
+	var h [headerLen]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return announcement{}, fmt.Errorf("announcement: %w", err)
+	}
+	a := announcement{mode: h[4], n: binary.LittleEndian.Uint64(h[5:])}
+	copy(a.sum[:], h[13:])
+	switch {
+	case string(h[:4]) != magic || a.mode != modePush && a.mode != modePull:
+		return a, errors.New("not a filexfer announcement")
+	case a.n == 0 || a.n > uint64(maxLen):
+		return a, fmt.Errorf("the sender announces %d bytes: not in 1..%d (-max)", a.n, maxLen)
+	}
+	return a, nil
+}
+
 // receive accepts one connection and takes one file from it.
 func receive(addr, out string, maxLen int64, deadline time.Time) error {
 	ln, err := rdma.Listen(rdma.Network, addr)
@@ -91,19 +127,11 @@ func receive(addr, out string, maxLen int64, deadline time.Time) error {
 	defer c.Close()
 	c.SetDeadline(deadline)
 
-	var h [headerLen]byte
-	if _, err := io.ReadFull(c, h[:]); err != nil {
-		return fmt.Errorf("announcement: %w", err)
+	a, err := readAnnouncement(c, maxLen)
+	if err != nil {
+		return err
 	}
-	mode, n := h[4], binary.LittleEndian.Uint64(h[5:])
-	var want [sha256.Size]byte
-	copy(want[:], h[13:])
-	switch {
-	case string(h[:4]) != magic || mode != modePush && mode != modePull:
-		return errors.New("not a filexfer announcement")
-	case n == 0 || n > uint64(maxLen):
-		return fmt.Errorf("the sender announces %d bytes: not in 1..%d (-max)", n, maxLen)
-	}
+	mode, n, want := a.mode, a.n, a.sum
 	buf, err := rdma.AllocBuffer(int(n))
 	if err != nil {
 		return err
@@ -222,15 +250,11 @@ func send(addr, file string, size int, pull bool, deadline time.Time) error {
 	defer c.Close()
 	c.SetDeadline(deadline)
 
-	var h [headerLen]byte
-	copy(h[:], magic)
-	h[4] = modePush
+	a := announcement{mode: modePush, n: uint64(n), sum: sum}
 	if pull {
-		h[4] = modePull
+		a.mode = modePull
 	}
-	binary.LittleEndian.PutUint64(h[5:], uint64(n))
-	copy(h[13:], sum[:])
-	msg := h[:]
+	msg := a.marshal()
 	var exposed rdma.Desc
 	if pull {
 		if exposed, err = c.Expose(buf, 0, n, rdma.AccessRead); err != nil {
