@@ -19,16 +19,7 @@ import (
 var cmEventMu sync.Mutex
 
 // ids maps librdmacm's IDs to their Go wrappers, for the IDs events name.
-var (
-	idsMu sync.Mutex
-	ids   = map[idPtr]*cmid{}
-)
-
-func lookupID(p idPtr) *cmid {
-	idsMu.Lock()
-	defer idsMu.Unlock()
-	return ids[p]
-}
+var ids wrappers[idPtr, cmid]
 
 // eventChannel is a verbs.EventChannel. A goroutine per channel (parked on
 // Go's runtime poller, never an OS thread) takes librdmacm's events as they
@@ -117,9 +108,7 @@ func (c *eventChannel) CreateID() (verbs.CMID, error) {
 func (c *eventChannel) adoptLocked(p idPtr) *cmid {
 	id := &cmid{p: p, ch: c}
 	c.nids++
-	idsMu.Lock()
-	ids[p] = id
-	idsMu.Unlock()
+	ids.add(p, id)
 	return id
 }
 
@@ -134,7 +123,7 @@ func (c *eventChannel) deliver(p cmEventPtr) (verbs.CMEvent, bool) {
 	raw := readCMEvent(p)
 	ev := verbs.CMEvent{Type: raw.typ, Status: raw.status, Param: raw.param}
 	if raw.typ == verbs.EventConnectRequest {
-		listen := lookupID(raw.listen)
+		listen := ids.get(raw.listen)
 		rdmaAckCMEvent(p)
 		if listen == nil {
 			// The listener is going away: refuse the connection.
@@ -149,7 +138,7 @@ func (c *eventChannel) deliver(p cmEventPtr) (verbs.CMEvent, bool) {
 		ev.Listen = listen
 		return ev, true
 	}
-	id := lookupID(raw.id)
+	id := ids.get(raw.id)
 	rdmaAckCMEvent(p)
 	if id == nil {
 		return ev, false
@@ -558,9 +547,7 @@ func (id *cmid) Destroy() error {
 	}
 	id.dead = true
 	id.mu.Unlock()
-	idsMu.Lock()
-	delete(ids, id.p)
-	idsMu.Unlock()
+	ids.remove(id.p)
 	// rdma_destroy_id waits until the ID's events are acknowledged; GetEvent
 	// acknowledges every event before returning, so this does not block long.
 	errno := rdmaDestroyID(id.p)

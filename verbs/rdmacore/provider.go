@@ -105,20 +105,10 @@ func (provider) CreateEventChannel() (verbs.EventChannel, error) {
 
 // shared holds one context wrapper per device context librdmacm opened, for
 // CMID.Context: those contexts live as long as the process.
-var (
-	sharedMu sync.Mutex
-	shared   = map[ctxPtr]*context{}
-)
+var shared wrappers[ctxPtr, context]
 
 func sharedContext(p ctxPtr) *context {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	c := shared[p]
-	if c == nil {
-		c = &context{p: p}
-		shared[p] = c
-	}
-	return c
+	return shared.getOrAdd(p, func() *context { return &context{p: p} })
 }
 
 // context is an opened device (verbs.Context). list, when set, is the
