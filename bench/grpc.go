@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -88,12 +86,6 @@ func grpcClient(t *transport, addr string) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(rawCodecName)))
 }
 
-// stamp writes worker w's op number into msg's first 16 bytes.
-func stamp(msg []byte, w int, op int64) {
-	binary.LittleEndian.PutUint64(msg, uint64(w))
-	binary.LittleEndian.PutUint64(msg[8:], uint64(op))
-}
-
 // grpcUnaryWorkload: rpcs concurrent unary calls of size bytes on one
 // ClientConn; every reply must equal its request.
 func grpcUnaryWorkload(name string, size, rpcs int) workload {
@@ -111,20 +103,10 @@ func grpcUnaryWorkload(name string, size, rpcs int) workload {
 					req[i] = byte(w + i)
 				}
 				var resp []byte
-				var ops int64
-				for time.Now().Before(until) {
-					stamp(req, w, ops)
-					start := time.Now()
-					if err := cc.Invoke(ctx, "/bench.Echo/Unary", &req, &resp); err != nil {
-						return ops, lat, err
-					}
-					if !bytes.Equal(resp, req) {
-						return ops, lat, errors.New("unary reply differs from its request")
-					}
-					lat = append(lat, time.Since(start))
-					ops++
-				}
-				return ops, lat, nil
+				return echoLoop(w, req, until, lat, "unary reply", func() ([]byte, error) {
+					err := cc.Invoke(ctx, "/bench.Echo/Unary", &req, &resp)
+					return resp, err
+				})
 			},
 		}, nil
 	}}
@@ -153,21 +135,15 @@ func grpcStreamWorkload(name string, size, streams int) workload {
 					req[i] = byte(w * i)
 				}
 				var resp []byte
-				var ops int64
-				for time.Now().Before(until) {
-					stamp(req, w, ops)
-					start := time.Now()
+				ops, lat, err := echoLoop(w, req, until, lat, "stream reply", func() ([]byte, error) {
 					if err := st.SendMsg(&req); err != nil {
-						return ops, lat, err
+						return nil, err
 					}
-					if err := st.RecvMsg(&resp); err != nil {
-						return ops, lat, err
-					}
-					if !bytes.Equal(resp, req) {
-						return ops, lat, errors.New("stream reply differs from its message")
-					}
-					lat = append(lat, time.Since(start))
-					ops++
+					err := st.RecvMsg(&resp)
+					return resp, err
+				})
+				if err != nil {
+					return ops, lat, err
 				}
 				if err := st.CloseSend(); err != nil {
 					return ops, lat, err

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -105,6 +107,34 @@ func runWorkers(ctx context.Context, m *measure, until time.Time, lat *latencies
 	}
 	wg.Wait()
 	return total, errors.Join(errs...)
+}
+
+// stamp writes worker w's op number into msg's first 16 bytes.
+func stamp(msg []byte, w int, op int64) {
+	binary.LittleEndian.PutUint64(msg, uint64(w))
+	binary.LittleEndian.PutUint64(msg[8:], uint64(op))
+}
+
+// echoLoop is worker w's round trips until until: each stamps msg with
+// its op number, then roundTrip sends msg and returns the answer, which
+// must equal it (else an error naming what, the answer). It returns the
+// round trips done and lat with their latencies appended.
+func echoLoop(w int, msg []byte, until time.Time, lat []time.Duration, what string, roundTrip func() ([]byte, error)) (int64, []time.Duration, error) {
+	var ops int64
+	for time.Now().Before(until) {
+		stamp(msg, w, ops)
+		start := time.Now()
+		got, err := roundTrip()
+		if err != nil {
+			return ops, lat, err
+		}
+		if !bytes.Equal(got, msg) {
+			return ops, lat, errors.New(what + " differs from the message")
+		}
+		lat = append(lat, time.Since(start))
+		ops++
+	}
+	return ops, lat, nil
 }
 
 // workloads are the bench's client workloads, raft's aside (raft.go).

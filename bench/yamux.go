@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -100,26 +98,16 @@ func yamuxWorkload(name string, size, streams int) workload {
 				for i := 16; i < size; i++ {
 					msg[i] = byte(w ^ i)
 				}
-				var ops int64
-				for time.Now().Before(until) {
-					stamp(msg, w, ops)
-					start := time.Now()
-					if err := st.SetDeadline(start.Add(time.Minute)); err != nil {
-						return ops, lat, err
+				return echoLoop(w, msg, until, lat, "yamux echo", func() ([]byte, error) {
+					if err := st.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+						return nil, err
 					}
 					if _, err := st.Write(msg); err != nil {
-						return ops, lat, err
+						return nil, err
 					}
-					if _, err := io.ReadFull(st, got); err != nil {
-						return ops, lat, err
-					}
-					if !bytes.Equal(got, msg) {
-						return ops, lat, errors.New("yamux echo differs from the message")
-					}
-					lat = append(lat, time.Since(start))
-					ops++
-				}
-				return ops, lat, nil
+					_, err := io.ReadFull(st, got)
+					return got, err
+				})
 			},
 		}, nil
 	}}
