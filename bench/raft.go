@@ -156,11 +156,7 @@ func (s *server) raftOp(req request) reply {
 		if s.raft != nil {
 			return reply{Err: "raft node already started"}
 		}
-		t, err := newTransport(req.Transport, s.provider, s.host)
-		if err != nil {
-			return reply{Err: err.Error()}
-		}
-		ln, err := t.listen()
+		t, ln, err := s.listen(req.Transport)
 		if err != nil {
 			return reply{Err: err.Error()}
 		}

@@ -84,11 +84,7 @@ func (s *server) start(req request) reply {
 	if !ok {
 		return reply{Err: fmt.Sprintf("unknown service %q", req.Service)}
 	}
-	t, err := newTransport(req.Transport, s.provider, s.host)
-	if err != nil {
-		return reply{Err: err.Error()}
-	}
-	ln, err := t.listen()
+	_, ln, err := s.listen(req.Transport)
 	if err != nil {
 		return reply{Err: err.Error()}
 	}
@@ -102,6 +98,20 @@ func (s *server) start(req request) reply {
 	s.running = append(s.running, &service{ln: tl, stop: stop})
 	s.mu.Unlock()
 	return reply{Addr: ln.Addr().String()}
+}
+
+// listen listens on the server's host over the transport of that name
+// (newTransport's).
+func (s *server) listen(name string) (*transport, net.Listener, error) {
+	t, err := newTransport(name, s.provider, s.host)
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err := t.listen()
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, ln, nil
 }
 
 // stopAll stops every service; the reply carries the paths their
