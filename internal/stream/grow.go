@@ -1,6 +1,9 @@
 package stream
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Rings that grow (version 3). A connection starts with a small receive
 // ring and moves to a larger one under load, so that an idle connection
@@ -20,7 +23,7 @@ import "encoding/binary"
 // RingMsgLen is the size of a RingMsg on the wire; MailboxLen the room
 // every ring has after its end, inside its registration, for the peer's.
 const (
-	RingMsgLen = 16
+	RingMsgLen = mailboxMsgLen
 	MailboxLen = 64
 )
 
@@ -34,19 +37,41 @@ type RingMsg struct {
 }
 
 // Marshal writes m into b (RingMsgLen bytes).
-func (m RingMsg) Marshal(b []byte) {
-	_ = b[RingMsgLen-1]
-	binary.LittleEndian.PutUint64(b, m.Addr)
-	binary.LittleEndian.PutUint32(b[8:], m.Key)
-	b[12], b[13], b[14], b[15] = m.Log, 0, 0, 0
-}
+func (m RingMsg) Marshal(b []byte) { mailboxMsg{m.Addr, m.Key, uint32(m.Log)}.put(b) }
 
 // ParseRingMsg decodes the RingMsg at the start of b (a mailbox).
 func ParseRingMsg(b []byte) (RingMsg, error) {
-	if len(b) < RingMsgLen || b[13]|b[14]|b[15] != 0 {
+	w, ok := getMailboxMsg(b)
+	if !ok || w.w2 > math.MaxUint8 {
 		return RingMsg{}, ErrRingMsg
 	}
-	return RingMsg{Addr: binary.LittleEndian.Uint64(b), Key: binary.LittleEndian.Uint32(b[8:]), Log: b[12]}, nil
+	return RingMsg{Addr: w.addr, Key: w.w1, Log: uint8(w.w2)}, nil
+}
+
+// mailboxMsg is the layout the messages written into a mailbox share (a
+// RingMsg, a RndvMsg): mailboxMsgLen bytes, little-endian, an address
+// uint64 and two uint32 words.
+type mailboxMsg struct {
+	addr   uint64
+	w1, w2 uint32
+}
+
+const mailboxMsgLen = 16
+
+func (m mailboxMsg) put(b []byte) {
+	_ = b[mailboxMsgLen-1]
+	binary.LittleEndian.PutUint64(b, m.addr)
+	binary.LittleEndian.PutUint32(b[8:], m.w1)
+	binary.LittleEndian.PutUint32(b[12:], m.w2)
+}
+
+// getMailboxMsg reads the message at the start of b; ok is false when b
+// is too short to hold one.
+func getMailboxMsg(b []byte) (m mailboxMsg, ok bool) {
+	if len(b) < mailboxMsgLen {
+		return m, false
+	}
+	return mailboxMsg{binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint32(b[8:]), binary.LittleEndian.Uint32(b[12:])}, true
 }
 
 // PrevRing is the ring the peer moved on from: positions below End are

@@ -1,7 +1,5 @@
 package stream
 
-import "encoding/binary"
-
 // Rendezvous (version 4). A large write from memory the writer registered
 // (an rdma.Buffer) does not go through the ring: the writer registers
 // exactly the bytes it writes, on the connection's own protection domain,
@@ -40,7 +38,7 @@ const (
 
 	// RndvMsgLen is a RndvMsg's size on the wire; RndvMsgAt its offset in
 	// the mailbox (the ring offer's RingMsg is at 0).
-	RndvMsgLen = 16
+	RndvMsgLen = mailboxMsgLen
 	RndvMsgAt  = RingMsgLen
 
 	// MaxRndvLen bounds one rendezvous: a longer Write is several.
@@ -75,19 +73,15 @@ type RndvMsg struct {
 }
 
 // Marshal writes m into b (RndvMsgLen bytes).
-func (m RndvMsg) Marshal(b []byte) {
-	_ = b[RndvMsgLen-1]
-	binary.LittleEndian.PutUint64(b, m.Addr)
-	binary.LittleEndian.PutUint32(b[8:], m.Len)
-	binary.LittleEndian.PutUint32(b[12:], m.Key)
-}
+func (m RndvMsg) Marshal(b []byte) { mailboxMsg{m.Addr, m.Len, m.Key}.put(b) }
 
 // ParseRndvMsg decodes and checks the RndvMsg at the start of b.
 func ParseRndvMsg(b []byte) (RndvMsg, error) {
-	if len(b) < RndvMsgLen {
+	w, ok := getMailboxMsg(b)
+	if !ok {
 		return RndvMsg{}, ErrRndvMsg
 	}
-	m := RndvMsg{Addr: binary.LittleEndian.Uint64(b), Len: binary.LittleEndian.Uint32(b[8:]), Key: binary.LittleEndian.Uint32(b[12:])}
+	m := RndvMsg{Addr: w.addr, Len: w.w1, Key: w.w2}
 	if m.Addr == 0 || m.Len == 0 || m.Len > MaxRndvLen || m.Addr+uint64(m.Len) < m.Addr {
 		return RndvMsg{}, ErrRndvMsg
 	}
