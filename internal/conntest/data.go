@@ -17,11 +17,7 @@ import (
 )
 
 func init() {
-	register("Nettest", testNettest)
-	register("Echo", testEcho)
-	register("LargerThanRing", testLargerThanRing)
-	register("Bidirectional", testBidirectional)
-	register("ZeroAllocs", testZeroAllocs)
+	register(testNettest, testEcho, testLargerThanRing, testBidirectional, testZeroAllocs)
 }
 
 // x/net/nettest's conformance tests of a net.Conn.

@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	register("DialHeldRequest", testDialHeldRequest)
+	register(testDialHeldRequest)
 }
 
 // heldListener is a connection manager listener of the provider under test

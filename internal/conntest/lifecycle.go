@@ -16,12 +16,7 @@ import (
 )
 
 func init() {
-	register("Deadlines", testDeadlines)
-	register("CloseUnblocks", testCloseUnblocks)
-	register("CloseUnblocksAccept", testCloseUnblocksAccept)
-	register("PeerClosed", testPeerClosed)
-	register("CloseWrite", testCloseWrite)
-	register("Churn", testChurn)
+	register(testDeadlines, testCloseUnblocks, testCloseUnblocksAccept, testPeerClosed, testCloseWrite, testChurn)
 }
 
 // An expired deadline is a timeout *net.OpError; clearing it makes the conn

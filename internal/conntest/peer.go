@@ -22,10 +22,7 @@ const peerName = "conntest"
 
 func init() {
 	testsupport.RegisterPeer(peerName, runPeer)
-	register("PeerKilled", testPeerKilled)
-	register("PeerStopped", testPeerStopped)
-	register("PeerPaused", testPeerPaused)
-	register("PeerPausedUnderTimeout", testPeerPausedUnderTimeout)
+	register(testPeerKilled, testPeerStopped, testPeerPaused, testPeerPausedUnderTimeout)
 }
 
 // runPeer is the peer process: args are mode, provider, wire, address,

@@ -30,10 +30,7 @@ import (
 // What people run over a net.Conn, unchanged.
 
 func init() {
-	register("Yamux", testYamux)
-	register("HTTP", testHTTP)
-	register("GRPC", testGRPC)
-	register("TLS", testTLS)
+	register(testYamux, testHTTP, testGRPC, testTLS)
 }
 
 // hashicorp/yamux over one conn: many streams, each echoed and checked.

@@ -12,7 +12,10 @@ package conntest
 import (
 	"context"
 	"net"
+	"reflect"
+	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,7 +95,19 @@ const network = "rdma"
 
 var tests testsupport.Subtests[*suite]
 
-func register(name string, fn func(t *testing.T, s *suite)) { tests.Add(name, fn) }
+// register adds subtests to the suite in the order given, each named by
+// its function less the prefix "test" (testEcho runs as Echo), so that a
+// subtest's name and its function's cannot part.
+func register(fns ...func(t *testing.T, s *suite)) {
+	for _, fn := range fns {
+		full := runtime.FuncForPC(reflect.ValueOf(fn).Pointer()).Name() // ".../conntest.testEcho"
+		name, ok := strings.CutPrefix(full[strings.LastIndexByte(full, '.')+1:], "test")
+		if !ok || name == "" {
+			panic("conntest: a subtest's function must be named testName, not " + full)
+		}
+		tests.Add(name, fn)
+	}
+}
 
 // Names lists the suite's subtests in the order Run runs them.
 func Names() []string { return tests.Names() }
