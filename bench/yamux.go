@@ -22,43 +22,30 @@ func serveYamux(ln net.Listener) (func() error, error) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var sessions []*yamux.Session
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := yamux.Server(c, yamuxConfig())
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			mu.Lock()
-			sessions = append(sessions, s)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					st, err := s.Accept()
-					if err != nil {
-						return
-					}
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						_, _ = io.Copy(st, st)
-						_ = st.Close()
-					}()
-				}
-			}()
+	closed := false
+	serveEach(&wg, ln, func(c net.Conn) {
+		s, err := yamux.Server(c, yamuxConfig())
+		if err != nil {
+			_ = c.Close()
+			return
 		}
-	}()
+		mu.Lock()
+		if closed { // stopped while this session started
+			mu.Unlock()
+			_ = s.Close()
+			return
+		}
+		sessions = append(sessions, s)
+		mu.Unlock()
+		serveEach(&wg, s, func(st net.Conn) {
+			_, _ = io.Copy(st, st)
+			_ = st.Close()
+		})
+	})
 	return func() error {
 		err := ln.Close()
 		mu.Lock()
+		closed = true
 		for _, s := range sessions {
 			_ = s.Close()
 		}
@@ -66,6 +53,21 @@ func serveYamux(ln net.Listener) (func() error, error) {
 		wg.Wait()
 		return err
 	}, nil
+}
+
+// serveEach accepts from ln (a listener, or a yamux session's streams)
+// until it fails, and runs handle on each connection; every goroutine is
+// wg's.
+func serveEach(wg *sync.WaitGroup, ln net.Listener, handle func(net.Conn)) {
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { handle(c) })
+		}
+	})
 }
 
 // yamuxWorkload: streams yamux streams over one connection, each writing
