@@ -14,34 +14,25 @@ LIMIT=${EXAMPLE_TIMEOUT:-120}
 OUT=build/examples
 NL=$'\n'
 
-# Per example: its arguments and a regexp its output must match. An example
-# in PAIR runs twice: "server args|client args"; the server prints
-# "listening on ADDR" and the client gets -addr ADDR; the client's output is
-# checked and the server must exit 0 too.
-declare -A PAIR=(
-	[rsocket]="echo-server -addr 127.0.0.1:0|echo-client -bytes 1000000"
-	[verbs-tcp-exchange]="-server -addr 127.0.0.1:0 -size 4194304|-size 4194304"
-	[filexfer]="-recv -addr 127.0.0.1:0|-size 33554433"
-)
-declare -A ARGS=(
-	[allreduce]="-n 3 -count 262144 -iters 2"
-	[echo]="-clients 2 -n 300"
-	[grpc]="-n 50"
-	[http]="-n 50"
-	[tls]=""
-	[yamux]="-streams 4 -size 262144"
-)
-declare -A WANT=(
-	[allreduce]='allreduce: 3 ranks, .*result checked'
-	[echo]='echo: 2 clients x 300 messages echoed'
-	[grpc]='grpc over rdma: 50 health checks .*: SERVING'
-	[http]='http over rdma: 50 requests .*last answer: "hello req49 over rdma'
-	[rsocket]='echo client: 1000000 bytes echoed and checked, EOF after CloseWrite'
-	[verbs-tcp-exchange]='verbs-tcp-exchange: 4194304 bytes RDMA WRITTEN and READ back, match'
-	[filexfer]="filexfer: 33554433 bytes pushed with WriteRemoteNotify .*SHA-256 matches${NL}filexfer: received 33554433 bytes written into our Buffer by the sender .*checked"
-	[tls]='tls over rdma .*TLS 1\.3.*"server got: hello over TLS over rdma'
-	[yamux]='yamux over rdma .*: 4 streams x 262144 bytes each way'
-)
+# Per example: its arguments and the regexps its output must match (one a
+# line). An example declared by pair runs twice, as a server and a client:
+# the server prints "listening on ADDR" and the client gets -addr ADDR; the
+# client's output is checked and the server must exit 0 too.
+declare -A ARGS=() PAIR=() WANT=()
+one() { ARGS[$1]=$2 WANT[$1]=$3; }          # one NAME ARGS WANT
+pair() { PAIR[$1]="$2|$3" WANT[$1]=$4; }    # pair NAME SERVERARGS CLIENTARGS WANT
+one allreduce "-n 3 -count 262144 -iters 2" 'allreduce: 3 ranks, .*result checked'
+one echo "-clients 2 -n 300" 'echo: 2 clients x 300 messages echoed'
+one grpc "-n 50" 'grpc over rdma: 50 health checks .*: SERVING'
+one http "-n 50" 'http over rdma: 50 requests .*last answer: "hello req49 over rdma'
+one tls "" 'tls over rdma .*TLS 1\.3.*"server got: hello over TLS over rdma'
+one yamux "-streams 4 -size 262144" 'yamux over rdma .*: 4 streams x 262144 bytes each way'
+pair rsocket "echo-server -addr 127.0.0.1:0" "echo-client -bytes 1000000" \
+	'echo client: 1000000 bytes echoed and checked, EOF after CloseWrite'
+pair verbs-tcp-exchange "-server -addr 127.0.0.1:0 -size 4194304" "-size 4194304" \
+	'verbs-tcp-exchange: 4194304 bytes RDMA WRITTEN and READ back, match'
+pair filexfer "-recv -addr 127.0.0.1:0" "-size 33554433" \
+	"filexfer: 33554433 bytes pushed with WriteRemoteNotify .*SHA-256 matches${NL}filexfer: received 33554433 bytes written into our Buffer by the sender .*checked"
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
