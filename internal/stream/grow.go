@@ -27,6 +27,14 @@ const (
 	MailboxLen = 64
 )
 
+// The breaches of the ring-growth rules.
+const (
+	ErrRingVersion  = ProtocolError("ring offer on a connection of protocol version 2 or earlier")
+	ErrRingMsg      = ProtocolError("malformed ring offer")
+	ErrRingOffer    = ProtocolError("ring offered before the last one was taken")
+	ErrRingNotOffer = ProtocolError("data for a ring that was not offered")
+)
+
 // RingMsg is a ring offered: where the sender of the offer wants its peer's
 // data from now on. Layout, little-endian: address uint64, rkey uint32,
 // size log2 uint8, three bytes zero.

@@ -5,7 +5,8 @@ type ProtocolError string
 
 func (e ProtocolError) Error() string { return "protocol error: " + string(e) }
 
-// The breaches a peer's message can commit.
+// The breaches a peer's message can commit (those of the ring-growth
+// and rendezvous rules are in grow.go and rndv.go).
 const (
 	ErrNoImm         = ProtocolError("message without immediate data")
 	ErrDataAfterFin  = ProtocolError("data after FIN")
@@ -15,10 +16,6 @@ const (
 	ErrControl       = ProtocolError("unknown or repeated control message")
 	ErrPingVersion   = ProtocolError("heartbeat message on a connection of protocol version 1")
 	ErrReservedKind  = ProtocolError("reserved message kind")
-	ErrRingVersion   = ProtocolError("ring offer on a connection of protocol version 2 or earlier")
-	ErrRingMsg       = ProtocolError("malformed ring offer")
-	ErrRingOffer     = ProtocolError("ring offered before the last one was taken")
-	ErrRingNotOffer  = ProtocolError("data for a ring that was not offered")
 )
 
 // Recv is the receiving direction's window: our ring, in which the peer
