@@ -73,6 +73,9 @@ func TestSmoke(t *testing.T) {
 					if tn == "rdma" && r.Ratio <= 0 {
 						t.Errorf("%s %s: no rdma/TCP ratio", n, path)
 					}
+					if wantBy := map[bool]string{true: "p50"}[n == "redis-get-quiet"]; tn == "rdma" && r.RatioBy != wantBy {
+						t.Errorf("%s %s: ratio by %q, want %q", n, path, r.RatioBy, wantBy)
+					}
 				}
 				if !found {
 					t.Errorf("no summary row for %s on %s over %s", n, path, tn)

@@ -127,6 +127,7 @@ func pacedRedisWorkload(name, op string, pipe, conns int, pace time.Duration) wo
 		}
 		return &measure{
 			workers: conns,
+			paced:   pace > 0,
 			close:   client.Close,
 			run: func(ctx context.Context, w int, until time.Time, lat []time.Duration) (int64, []time.Duration, error) {
 				var ops int64

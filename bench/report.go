@@ -27,8 +27,11 @@ type Result struct {
 	P50       float64 `json:"p50_us"`
 	P99       float64 `json:"p99_us"`
 	// Ratio is rdma's ops/s over TCP's in the same round (rdma rows),
-	// CPURatio rdma's CPU per op over TCP's.
+	// or, for a paced workload (RatioBy "p50"), whose throughput is its
+	// pace on either transport, TCP's p50 latency over rdma's: either way
+	// above 1 is rdma faster. CPURatio is rdma's CPU per op over TCP's.
 	Ratio    float64 `json:"ratio_rdma_tcp,omitempty"`
+	RatioBy  string  `json:"ratio_by,omitempty"` // "p50" for a paced workload; empty: throughput
 	CPURatio float64 `json:"cpu_ratio_rdma_tcp,omitempty"`
 	// RDMAPaths: the paths the client's rdma connections were on at the end.
 	RDMAPaths string `json:"rdma_paths,omitempty"`
@@ -73,8 +76,14 @@ func (r *report) add(out io.Writer, o options, round int, path, tn, workload str
 			}
 		}
 	}
+	if s.paced && rdma != nil {
+		rdma.RatioBy = "p50"
+	}
 	if rdma != nil && tcp != nil && tcp.OpsPerSec > 0 {
 		rdma.Ratio = rdma.OpsPerSec / tcp.OpsPerSec
+		if rdma.RatioBy == "p50" && rdma.P50 > 0 {
+			rdma.Ratio = tcp.P50 / rdma.P50
+		}
 		if tcp.CPUPerOp > 0 {
 			rdma.CPURatio = rdma.CPUPerOp / tcp.CPUPerOp
 		}
@@ -84,6 +93,9 @@ func (r *report) add(out io.Writer, o options, round int, path, tn, workload str
 			round, path, workload, tn, res.OpsPerSec, res.CPUPerOp, res.P50, res.P99)
 		if rdma != nil && tcp != nil {
 			line += fmt.Sprintf("  rdma/tcp %.2fx", rdma.Ratio)
+			if rdma.RatioBy != "" {
+				line += " by " + rdma.RatioBy
+			}
 		}
 		if s.paths != "" {
 			line += "  [" + s.paths + "]"
@@ -136,6 +148,7 @@ func (r *report) summarize() {
 			P50:       col(func(x Result) float64 { return x.P50 }),
 			P99:       col(func(x Result) float64 { return x.P99 }),
 			Ratio:     col(func(x Result) float64 { return x.Ratio }),
+			RatioBy:   g[len(g)-1].RatioBy,
 			CPURatio:  col(func(x Result) float64 { return x.CPURatio }),
 			RDMAPaths: g[len(g)-1].RDMAPaths,
 		}
@@ -181,13 +194,17 @@ func (r *report) pairs() [][2]Result {
 
 // table prints the medians, rdma beside TCP.
 func (r *report) table(out io.Writer) {
-	fmt.Fprintf(out, "\nmedians of the rounds (%s per measurement); ratio: median of the rounds' rdma/TCP; CPU: both processes' user+sys per op\n", r.Duration)
+	fmt.Fprintf(out, "\nmedians of the rounds (%s per measurement); ratio: median of the rounds' rdma/TCP throughput (paced workloads: TCP's p50 over rdma's, marked p50); CPU: both processes' user+sys per op\n", r.Duration)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tpath\tTCP ops/s\trdma ops/s\trdma/TCP\tTCP CPU/op us\trdma CPU/op us\tCPU rdma/TCP\tTCP p50 us\trdma p50 us\tTCP p99 us\trdma p99 us\trdma paths\t")
 	for _, p := range r.pairs() {
 		x, y := p[0], p[1]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\t%.1f\t%.1f\t%.2fx\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
-			x.Workload, x.Path, rate(y.OpsPerSec), rate(x.OpsPerSec), x.Ratio, y.CPUPerOp, x.CPUPerOp, x.CPURatio,
+		by := "x"
+		if x.RatioBy != "" {
+			by = "x " + x.RatioBy
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f%s\t%.1f\t%.1f\t%.2fx\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			x.Workload, x.Path, rate(y.OpsPerSec), rate(x.OpsPerSec), x.Ratio, by, y.CPUPerOp, x.CPUPerOp, x.CPURatio,
 			y.P50, x.P50, y.P99, x.P99, x.RDMAPaths)
 	}
 	_ = tw.Flush()
@@ -227,7 +244,7 @@ func (r *report) svg() string {
 	x := func(v float64) float64 { return left + v/top*width }
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", left+width+60, height)
-	fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13">rdma / Go TCP throughput, median of the rounds' ratios (%s)</text>`+"\n", left, r.Started.Format("2006-01-02"))
+	fmt.Fprintf(&b, `<text x="%d" y="16" font-size="13">rdma / Go TCP throughput (paced workloads: p50 latency, TCP's over rdma's), median of the rounds' ratios (%s)</text>`+"\n", left, r.Started.Format("2006-01-02"))
 	for v := 0.0; v <= top; v += 0.5 {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="30" x2="%.1f" y2="%d" stroke="%s"/><text x="%.1f" y="%d" text-anchor="middle">%.1f</text>`+"\n",
 			x(v), x(v), 40+rowH*len(workloads), map[bool]string{true: "#000", false: "#ddd"}[v == 1], x(v), 52+rowH*len(workloads), v)

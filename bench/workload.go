@@ -33,8 +33,12 @@ type workload struct {
 // works until until and returns its operations and their latencies.
 type measure struct {
 	workers int
-	run     func(ctx context.Context, w int, until time.Time, lat []time.Duration) (int64, []time.Duration, error)
-	close   func() error
+	// paced: each worker waits between operations (a pace), so that the
+	// throughput is the pace's on any transport and only the latency
+	// tells them apart: its ratio is by p50 (Result.RatioBy).
+	paced bool
+	run   func(ctx context.Context, w int, until time.Time, lat []time.Duration) (int64, []time.Duration, error)
+	close func() error
 }
 
 // sample is one measurement of one workload on one transport.
@@ -45,12 +49,13 @@ type sample struct {
 	p50     time.Duration
 	p99     time.Duration
 	paths   string // the rdma connections' paths at the end (client side)
+	paced   bool   // the measure's
 }
 
 // runMeasure runs m: warm first, then dur measured, with the CPU time of
 // this process and of the server (srvCPU) around the measured part.
 func runMeasure(ctx context.Context, m *measure, sc scale, srvCPU func() (time.Duration, error)) (sample, error) {
-	var s sample
+	s := sample{paced: m.paced}
 	if sc.warm > 0 {
 		if _, err := runWorkers(ctx, m, time.Now().Add(sc.warm), nil); err != nil {
 			return s, fmt.Errorf("warm-up: %w", err)

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"io"
+	"testing"
+	"time"
+)
+
+// A paced workload's throughput is its pace on either transport: its
+// ratio is TCP's p50 over rdma's, and says so; others stay by throughput.
+func TestRatioOfPacedWorkloadIsByLatency(t *testing.T) {
+	for _, paced := range []bool{false, true} {
+		r := &report{}
+		o := options{quiet: true}
+		tcp := sample{ops: 200, elapsed: time.Second, cpu: time.Millisecond, p50: 100 * time.Microsecond, p99: time.Millisecond, paced: paced}
+		rdma := sample{ops: 196, elapsed: time.Second, cpu: time.Millisecond, p50: 40 * time.Microsecond, p99: time.Millisecond, paced: paced}
+		r.add(io.Discard, o, 1, "shm", "tcp", "w", tcp)
+		r.add(io.Discard, o, 1, "shm", "rdma", "w", rdma)
+		r.summarize()
+		var got Result
+		for _, x := range r.Summary {
+			if x.Transport == "rdma" {
+				got = x
+			}
+		}
+		want, wantBy := 0.98, ""
+		if paced {
+			want, wantBy = 2.5, "p50"
+		}
+		if d := got.Ratio - want; d > 1e-9 || d < -1e-9 || got.RatioBy != wantBy {
+			t.Errorf("paced %v: ratio %.4f by %q, want %.4f by %q", paced, got.Ratio, got.RatioBy, want, wantBy)
+		}
+	}
+}
