@@ -26,6 +26,11 @@ import (
 //	recData   length stream bytes (padded to 8)
 //	recPad    length bytes to skip: the rest of the data area
 //
+// rgen is the consumer's: 0, or, when its wake-ups go through a doorbell
+// that other rings share (shm_doorbell_linux.go), the doorbell's arming
+// that set rwait last, which tells a producer whether another ring's
+// producer already signalled for it.
+//
 // The producer publishes tail only at record boundaries. Everything read
 // from the ring or the header page is checked: the peer can write to them.
 // Only stream bytes ever enter a ring: payloads are copied in by the
@@ -40,6 +45,7 @@ const (
 	offHead    = 128
 	offRWait   = 192
 	offWWait   = 256
+	offRGen    = 320
 
 	recData = 1
 	recPad  = 3
@@ -79,12 +85,13 @@ type shmRing struct {
 	wclosed *atomic.Uint32
 	rwait   *atomic.Uint32
 	wwait   *atomic.Uint32
+	rgen    *atomic.Uint64
 }
 
 func viewRing(mem []byte) shmRing {
 	return shmRing{mem: mem, data: mem[shmHdrPage:], mask: uint64(len(mem) - shmHdrPage - 1),
 		tail: au64(mem, offTail), head: au64(mem, offHead), wclosed: au32(mem, offWClosed),
-		rwait: au32(mem, offRWait), wwait: au32(mem, offWWait)}
+		rwait: au32(mem, offRWait), wwait: au32(mem, offWWait), rgen: au64(mem, offRGen)}
 }
 
 // shmLocal is what one side creates and passes to its peer: the ring it
@@ -96,7 +103,20 @@ func viewRing(mem []byte) shmRing {
 type shmLocal struct {
 	ring   []byte
 	ringFD int
-	ev     int
+	ev     int // -1 when gathered
+	// bell counts this connection as one to its peer process
+	// (joinDoorbell; nil: not counted); gathered: its wake-ups come
+	// through the bell's eventfd, not ev.
+	bell     *shmDoorbell
+	gathered bool
+}
+
+// eventFD is the eventfd the peer is to signal: ours, or the doorbell's.
+func (l *shmLocal) eventFD() int {
+	if l.gathered {
+		return l.bell.fd
+	}
+	return l.ev
 }
 
 // newShmLocal creates a ring of size data bytes (a power of two).
@@ -143,6 +163,10 @@ func (l *shmLocal) free() {
 			unix.Close(*fd)
 			*fd = -1
 		}
+	}
+	if l.bell != nil {
+		l.bell.release()
+		l.bell, l.gathered = nil, false
 	}
 }
 
