@@ -1,0 +1,268 @@
+//go:build linux
+
+package soft
+
+import (
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// selfDoorbell is the doorbell of this process's connections to itself
+// (both ends of the tests' connections run here), nil if none.
+func selfDoorbell(t *testing.T) *shmDoorbell {
+	start, ok := procStartTime(int32(os.Getpid()))
+	require.True(t, ok)
+	shmDoorbells.mu.Lock()
+	defer shmDoorbells.mu.Unlock()
+	return shmDoorbells.m[shmPeerProc{pid: int32(os.Getpid()), start: start}]
+}
+
+// gatheredPairs builds n connected pairs of shared-memory transports whose
+// setups join the doorbell of this process (the peer of both ends), as
+// the CM's exchange does after SO_PEERCRED.
+func gatheredPairs(t *testing.T, n int) (a, b []*shmTransport) {
+	t.Helper()
+	for range n {
+		ta, tb := tcpPair(t)
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		require.NoError(t, err)
+		ua, ub := unixConnOf(t, fds[0]), unixConnOf(t, fds[1])
+		la, err := newShmLocal(shmRingMin)
+		require.NoError(t, err)
+		lb, err := newShmLocal(shmRingMin)
+		require.NoError(t, err)
+		la.joinDoorbell(peerPID(ua))
+		lb.joinDoorbell(peerPID(ub))
+		require.NoError(t, sendSetup(ua, la))
+		pb, err := recvSetup(ub, shmRingMin)
+		require.NoError(t, err)
+		require.NoError(t, sendSetup(ub, lb))
+		pa, err := recvSetup(ua, shmRingMin)
+		require.NoError(t, err)
+		ua.Close()
+		ub.Close()
+		x, err := newShmTransport(ta, la, pa)
+		require.NoError(t, err)
+		y, err := newShmTransport(tb, lb, pb)
+		require.NoError(t, err)
+		a, b = append(a, x), append(b, y)
+	}
+	t.Cleanup(func() {
+		for i := range a {
+			a[i].close()
+			b[i].close()
+		}
+	})
+	return a, b
+}
+
+// Every connection to a peer process but the first shares one doorbell:
+// one eventfd, not one per connection, and the doorbell's goroutine ends
+// with the last of them.
+func TestShmDoorbellShared(t *testing.T) {
+	require.Nil(t, selfDoorbell(t), "no connection to this process yet")
+	before := openFDs(t)
+	const n = 8
+	a, b := gatheredPairs(t, n)
+	gathered := 0
+	for i := range n {
+		for _, x := range []*shmTransport{a[i], b[i]} {
+			if x.gathered {
+				gathered++
+			}
+		}
+	}
+	assert.Equal(t, 2*n-1, gathered, "all ends but the first gathered")
+	d := selfDoorbell(t)
+	require.NotNil(t, d)
+	for i := range n {
+		for _, x := range []*shmTransport{a[i], b[i]} {
+			require.Same(t, d, x.bell)
+			if x.gathered {
+				assert.Equal(t, d.fd, x.myEv)
+			}
+		}
+	}
+	// Each end holds the peer's eventfd and its TCP connection (the
+	// rings' memfds are closed once mapped); one end of all has an
+	// eventfd of its own, and the doorbell has one.
+	assert.Equal(t, 2*n*2+1+1, openFDs(t)-before, "descriptors of %d connections", n)
+
+	for i := range n {
+		a[i].close()
+		b[i].close()
+	}
+	select {
+	case <-d.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the doorbell's goroutine still runs after its last connection closed")
+	}
+	assert.Nil(t, selfDoorbell(t))
+	assert.Equal(t, before, openFDs(t), "descriptors after close")
+}
+
+// Round trips on many gathered connections at once, with no spin (every
+// wait sleeps): no wake-up is lost, and a burst costs fewer signals than
+// it has messages.
+func TestShmDoorbellRoundTrips(t *testing.T) {
+	defer SetSharedMemorySpin(SetSharedMemorySpin(0))
+	const n, rounds = 16, 300
+	a, b := gatheredPairs(t, n)
+	d := selfDoorbell(t)
+	require.NotNil(t, d)
+	wakeups := d.wakeups.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n)
+	for i := range n {
+		wg.Add(2)
+		go func() { // echo
+			defer wg.Done()
+			var h [hdrLen]byte
+			for range rounds {
+				if err := b[i].readHeader(&h); err != nil {
+					errs <- err
+					return
+				}
+				if err := writeFrame(b[i], &h, nil, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			var h [hdrLen]byte
+			for r := range rounds {
+				h[0] = byte(r)
+				if err := writeFrame(a[i], &h, nil, nil); err != nil {
+					errs <- err
+					return
+				}
+				var got [hdrLen]byte
+				if err := a[i].readHeader(&got); err != nil {
+					errs <- err
+					return
+				}
+				if got != h {
+					errs <- errProtocol
+					return
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(60 * time.Second):
+		t.Fatal("round trips stuck: a wake-up was lost")
+	}
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	woken := d.wakeups.Load() - wakeups
+	t.Logf("%d round trips on %d connections: the doorbell woke %d times", n*rounds, n, woken)
+	assert.Positive(t, woken, "the waits slept through the doorbell")
+}
+
+// A writer that waits for ring space on a gathered connection sleeps on
+// the doorbell and wakes when the consumer frees space.
+func TestShmDoorbellWriterWaitsForSpace(t *testing.T) {
+	defer SetSharedMemorySpin(SetSharedMemorySpin(0))
+	a, b := gatheredPairs(t, 2)
+	w, r := a[1], b[1]
+	require.True(t, w.gathered)
+	payload := make([]byte, 3*shmRingMin)
+	for i := range payload {
+		payload[i] = byte(i * 7)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.writev([][]byte{payload}, nil, true)
+		errc <- err
+	}()
+	require.Eventually(t, func() bool {
+		d := w.bell
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return w.waits[sleepWriter].idx >= 0
+	}, 10*time.Second, time.Millisecond, "the writer sleeps on the doorbell")
+	got := make([]byte, len(payload))
+	require.NoError(t, r.readPayload(got, gateRef{}))
+	require.NoError(t, <-errc)
+	assert.Equal(t, payload, got)
+}
+
+// Close, a read deadline and the peer's death each wake a reader asleep
+// on the doorbell, with the error that says which.
+func TestShmDoorbellWakesOnLocalEvents(t *testing.T) {
+	defer SetSharedMemorySpin(SetSharedMemorySpin(0))
+	a, b := gatheredPairs(t, 4)
+	asleep := func(x *shmTransport) func() bool {
+		return func() bool {
+			x.bell.mu.Lock()
+			defer x.bell.mu.Unlock()
+			return x.waits[sleepReader].idx >= 0
+		}
+	}
+	read := func(x *shmTransport) chan error {
+		c := make(chan error, 1)
+		go func() {
+			var h [hdrLen]byte
+			c <- x.readHeader(&h)
+		}()
+		require.Eventually(t, asleep(x), 10*time.Second, time.Millisecond)
+		return c
+	}
+	wait := func(c chan error) error {
+		select {
+		case err := <-c:
+			return err
+		case <-time.After(10 * time.Second):
+			t.Fatal("the reader was not woken")
+			return nil
+		}
+	}
+
+	c := read(b[1])
+	b[1].close()
+	assert.ErrorIs(t, wait(c), net.ErrClosed)
+
+	c = read(b[2])
+	require.NoError(t, b[2].setReadDeadline(time.Now().Add(20*time.Millisecond)))
+	assert.ErrorIs(t, wait(c), os.ErrDeadlineExceeded)
+
+	// The peer's end goes (its TCP connection closes, as when its process
+	// dies): the reader sees the stream cut; the other connections are
+	// untouched.
+	c = read(b[3])
+	a[3].tcp.Close()
+	assert.Error(t, wait(c))
+	var h [hdrLen]byte
+	h[0] = 9
+	require.NoError(t, writeFrame(a[0], &h, nil, nil))
+	var got [hdrLen]byte
+	require.NoError(t, b[0].readHeader(&got))
+	assert.Equal(t, h, got)
+}
+
+// A producer signals a consumer's doorbell once per arming: a second ring
+// of the same arming is not signalled, a new arming is, and a ring
+// without a doorbell (rgen 0) or of a peer we do not know always is.
+func TestShmDoorbellMustSignal(t *testing.T) {
+	d := &shmDoorbell{}
+	assert.True(t, d.mustSignal(0))
+	assert.True(t, d.mustSignal(0))
+	assert.True(t, d.mustSignal(5))
+	assert.False(t, d.mustSignal(5))
+	assert.True(t, d.mustSignal(6))
+	assert.True(t, (*shmDoorbell)(nil).mustSignal(6))
+}
