@@ -28,10 +28,11 @@ import (
 // on a channel; one goroutine per doorbell (ring) sleeps on the eventfd,
 // and once woken looks at every registered wait and readies those whose
 // condition came true, as the runtime's poller readies the goroutines of
-// many descriptors. While that goroutine is awake it clears the waits'
-// flags in the rings (rwait, wwait), so that the peer signals no more
-// until it sleeps again, setting them back first: a burst across many
-// connections costs the peer one signal, not one per connection.
+// many descriptors. Each time it goes to sleep (an arming) it sets every
+// registered wait's flag in its ring (rwait, wwait) and writes the
+// arming's number beside rwait (rgen); the peer's producers signal an
+// arming once between them (mustSignal): a burst across many connections
+// costs the peer one signal, not one per connection.
 //
 // Nothing changes on the wire: the peer signals the eventfd it was given,
 // as it always did, so a peer of an earlier version works with either
@@ -195,7 +196,8 @@ func (d *shmDoorbell) open() error {
 }
 
 // release drops a connection's count; the last one closes the eventfd,
-// which ends ring.
+// which ends ring, and waits for it to return (it has no wait left to
+// look at, and returns at once).
 func (d *shmDoorbell) release() {
 	shmDoorbells.mu.Lock()
 	d.refs--
@@ -206,6 +208,7 @@ func (d *shmDoorbell) release() {
 	shmDoorbells.mu.Unlock()
 	if last && d.file != nil {
 		d.file.Close()
+		<-d.done
 	}
 }
 
@@ -269,12 +272,15 @@ func (w *shmWait) arm(gen uint64) {
 	if w.who == sleepReader {
 		w.t.rx.rgen.Store(gen)
 	}
-	w.flag.Store(1)
+	if w.flag.Load() == 0 {
+		w.flag.Store(1)
+	}
 }
 
 // dispatch readies the registered waits whose condition came true and
-// clears the flags of the others (the ring goroutine is awake and will
-// look again before it sleeps). It returns how many it readied.
+// returns how many. The others' flags stay set: a producer that takes one
+// signals only if none did for this arming (mustSignal), and ring looks
+// at every wait again before it sleeps.
 func (d *shmDoorbell) dispatch() int {
 	n := 0
 	d.mu.Lock()
@@ -285,9 +291,6 @@ func (d *shmDoorbell) dispatch() int {
 			w.poke <- struct{}{}
 			n++
 			continue // the last one moved to i
-		}
-		if w.flag.Load() != 0 {
-			w.flag.Store(0)
 		}
 		i++
 	}

@@ -265,4 +265,9 @@ func TestShmDoorbellMustSignal(t *testing.T) {
 	assert.False(t, d.mustSignal(5))
 	assert.True(t, d.mustSignal(6))
 	assert.True(t, (*shmDoorbell)(nil).mustSignal(6))
+	// Numbers are looked up per peer process: one that another peer's
+	// ring shows (whatever it wrote there) silences nothing here.
+	other := &shmDoorbell{}
+	assert.True(t, other.mustSignal(6))
+	assert.False(t, d.mustSignal(6))
 }

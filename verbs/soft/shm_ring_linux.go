@@ -44,8 +44,8 @@ const (
 	offWClosed = 72
 	offHead    = 128
 	offRWait   = 192
+	offRGen    = 200 // on rwait's line: an arming writes both
 	offWWait   = 256
-	offRGen    = 320
 
 	recData = 1
 	recPad  = 3
