@@ -5,6 +5,7 @@ package soft
 import (
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmanet/rdma/internal/testsupport"
+	"github.com/rdmanet/rdma/verbs"
 )
 
 // selfDoorbell is the doorbell of this process's connections to itself
@@ -270,4 +274,138 @@ func TestShmDoorbellMustSignal(t *testing.T) {
 	other := &shmDoorbell{}
 	assert.True(t, other.mustSignal(6))
 	assert.False(t, d.mustSignal(6))
+}
+
+func init() { testsupport.RegisterPeer("soft-kill-gathered", killGatheredChild) }
+
+// killGatheredChild runs in a peer process: it dials args[1] connections
+// to args[0], on shared memory at once, and waits to be killed.
+func killGatheredChild(args []string) int {
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return 2
+	}
+	SetSharedMemorySwitch(0)
+	p, _ := verbs.Lookup("soft")
+	ch, _ := p.CreateEventChannel()
+	dst, err := net.ResolveTCPAddr("tcp", args[0])
+	if err != nil {
+		return 3
+	}
+	for range n {
+		id, _ := ch.CreateID()
+		_ = id.ResolveAddr(nil, dst, 5*time.Second)
+		_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
+		_ = id.ResolveRoute(5 * time.Second)
+		_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
+		ctx := id.Context()
+		pd, _ := ctx.AllocPD()
+		cq, _ := ctx.CreateCQ(16, nil)
+		if _, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+			return 4
+		}
+		_ = id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7})
+		if e, err := ch.GetEvent(time.Now().Add(5 * time.Second)); err != nil || e.Type != verbs.EventEstablished {
+			return 5
+		}
+	}
+	time.Sleep(time.Minute)
+	return 6
+}
+
+// A peer process with several connections on one doorbell dies (SIGKILL):
+// every one of them is seen DISCONNECTED and flushes its posted receive,
+// and the doorbell of that process goes with them.
+func TestShmDoorbellPeerKilled(t *testing.T) {
+	defer SetSharedMemorySwitch(SetSharedMemorySwitch(0))
+	const n = 3
+	ch := newEventChannel()
+	defer ch.Close()
+	lid := newCMID(ch)
+	defer lid.Destroy()
+	require.NoError(t, lid.BindAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 24)}))
+	require.NoError(t, lid.Listen(n))
+	cmd := testsupport.StartPeer(t, "soft-kill-gathered", nil, lid.LocalAddr().String(), strconv.Itoa(n))
+
+	type end struct {
+		id  verbs.CMID
+		qp  verbs.QP
+		cq  verbs.CQ
+		pd  verbs.PD
+		mr  verbs.MR
+		mem *verbs.Memory
+	}
+	var ends []end
+	for established := 0; established < n; {
+		req, err := ch.GetEvent(time.Now().Add(10 * time.Second))
+		require.NoError(t, err)
+		if req.Type == verbs.EventEstablished {
+			established++
+			continue
+		}
+		require.Equal(t, verbs.EventConnectRequest, req.Type)
+		var e end
+		e.id = req.ID
+		e.pd, err = req.ID.Context().AllocPD()
+		require.NoError(t, err)
+		e.cq, err = req.ID.Context().CreateCQ(16, nil)
+		require.NoError(t, err)
+		e.qp, err = req.ID.CreateQP(e.pd, &verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		require.NoError(t, err)
+		e.mem, err = verbs.AllocMemory(4096)
+		require.NoError(t, err)
+		e.mr, err = e.pd.RegMR(e.mem.Bytes(), verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		require.NoError(t, req.ID.Accept(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7}))
+		ends = append(ends, e)
+	}
+	for _, e := range ends {
+		require.Eventually(t, func() bool { return Carrier(e.qp) == "shm" }, 10*time.Second, time.Millisecond)
+		require.NoError(t, e.qp.PostRecv([]verbs.RecvWR{{WRID: 42, SG: []verbs.SGE{verbs.SGEOf(e.mr, e.mem.Bytes()[:64])}}}))
+	}
+	gathered := 0
+	for _, e := range ends {
+		q := e.qp.(*qp)
+		q.mu.Lock()
+		st, _ := q.tr.(*shmTransport)
+		if sw, ok := q.tr.(*switchTransport); ok {
+			st = sw.ok.Load()
+		}
+		if st != nil && st.gathered {
+			gathered++
+		}
+		q.mu.Unlock()
+	}
+	require.Equal(t, n-1, gathered, "all connections to the peer but the first on its doorbell")
+	start, ok := procStartTime(int32(cmd.Process.Pid))
+	require.True(t, ok)
+	proc := shmPeerProc{pid: int32(cmd.Process.Pid), start: start}
+
+	require.NoError(t, cmd.Process.Kill())
+	for range n {
+		ev, err := ch.GetEvent(time.Now().Add(10 * time.Second))
+		require.NoError(t, err)
+		require.Equal(t, verbs.EventDisconnected, ev.Type)
+	}
+	for _, e := range ends {
+		wc := make([]verbs.WC, 2)
+		k, err := e.cq.Poll(wc)
+		require.NoError(t, err)
+		require.Equal(t, 1, k)
+		assert.Equal(t, verbs.WCWRFlushErr, wc[0].Status)
+		a, err := e.qp.Query()
+		require.NoError(t, err)
+		assert.Equal(t, verbs.QPSErr, a.State)
+		require.NoError(t, e.qp.Destroy())
+		require.NoError(t, e.id.Destroy())
+		require.NoError(t, e.mr.Dereg())
+		require.NoError(t, e.cq.Destroy())
+		require.NoError(t, e.pd.Dealloc())
+		require.NoError(t, e.mem.Free())
+	}
+	require.Eventually(t, func() bool {
+		shmDoorbells.mu.Lock()
+		defer shmDoorbells.mu.Unlock()
+		return shmDoorbells.m[proc] == nil
+	}, 10*time.Second, time.Millisecond, "the dead peer's doorbell released")
 }
