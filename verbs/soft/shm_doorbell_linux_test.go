@@ -112,6 +112,21 @@ func TestShmDoorbellShared(t *testing.T) {
 	assert.Equal(t, before, openFDs(t), "descriptors after close")
 }
 
+// With gathering off, a connection keeps its own eventfd and no doorbell
+// is made.
+func TestShmDoorbellOff(t *testing.T) {
+	defer shmGather.Store(shmGather.Swap(false))
+	a, b := gatheredPairs(t, 3)
+	for i := range a {
+		for _, x := range []*shmTransport{a[i], b[i]} {
+			assert.False(t, x.gathered)
+			assert.Nil(t, x.bell)
+			assert.NotNil(t, x.ev)
+		}
+	}
+	assert.Nil(t, selfDoorbell(t))
+}
+
 // Round trips on many gathered connections at once, with no spin (every
 // wait sleeps): no wake-up is lost, and a burst costs fewer signals than
 // it has messages.
