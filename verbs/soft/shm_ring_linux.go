@@ -99,7 +99,9 @@ func viewRing(mem []byte) shmRing {
 // signals both when it put data in our ring and when it freed space in its
 // own. One eventfd per side, not one per condition: a connection holds
 // three descriptors (its own eventfd, the peer's, the handshake's TCP
-// connection), and the ring's memfd is closed once mapped.
+// connection), and the ring's memfd is closed once mapped. From the second
+// connection to a peer process on, the eventfd is that process's doorbell,
+// which the connections share (shm_doorbell_linux.go): two descriptors.
 type shmLocal struct {
 	ring   []byte
 	ringFD int
