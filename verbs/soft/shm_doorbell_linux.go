@@ -337,6 +337,3 @@ func (d *shmDoorbell) sleep(w *shmWait) {
 	}
 	<-w.poke
 }
-
-// signal wakes ring (a local event: the transport closed, a deadline).
-func (d *shmDoorbell) signal() { signalFD(d.fd) }
