@@ -5,6 +5,7 @@ package soft
 import (
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -423,4 +424,49 @@ func TestShmDoorbellPeerKilled(t *testing.T) {
 		defer shmDoorbells.mu.Unlock()
 		return shmDoorbells.m[proc] == nil
 	}, 10*time.Second, time.Millisecond, "the dead peer's doorbell released")
+}
+
+// Connections through the CM come and go in batches: while a batch lives
+// all but its first share the doorbell, each carries round trips through
+// it, and once a batch is closed no doorbell, descriptor or goroutine of
+// it is left.
+func TestShmDoorbellChurn(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	defer SetSharedMemory(SetSharedMemory(true))
+	defer SetSharedMemorySwitch(SetSharedMemorySwitch(0))
+	lch, lid := setupListener(t, net.IPv4(127, 0, 0, 24))
+	fds := openFDs(t)
+	goroutines := runtime.NumGoroutine()
+	for range 3 {
+		var conns []*switchConn
+		for range 4 {
+			sc := dialSwitchConn(t, lch, lid)
+			require.Eventually(t, func() bool { return Carrier(sc.aq) == "shm" && Carrier(sc.pq) == "shm" },
+				10*time.Second, 100*time.Microsecond)
+			conns = append(conns, sc)
+		}
+		d := selfDoorbell(t)
+		require.NotNil(t, d)
+		woken := d.wakeups.Load()
+		for _, sc := range conns {
+			sc.roundTrips(t, 20)
+		}
+		assert.Positive(t, d.wakeups.Load()-woken, "round trips woke the doorbell")
+		for _, sc := range conns {
+			sc.close()
+		}
+		require.Eventually(t, func() bool { return selfDoorbell(t) == nil }, 10*time.Second, time.Millisecond,
+			"the doorbell released with the last connection")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for (openFDs(t) > fds || runtime.NumGoroutine() > goroutines) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.LessOrEqual(t, openFDs(t), fds, "descriptors after the churn")
+	if !assert.LessOrEqual(t, runtime.NumGoroutine(), goroutines, "goroutines after the churn") {
+		buf := make([]byte, 1<<20)
+		t.Logf("%s", buf[:runtime.Stack(buf, true)])
+	}
 }
