@@ -214,7 +214,8 @@ func (d *shmDoorbell) release() {
 
 // ring is the doorbell's goroutine: it sleeps on the eventfd with every
 // registered wait's flag set, and once woken readies the waits that can
-// go on, staying awake (and the flags clear) while it keeps finding some.
+// go on, staying awake while it keeps finding some (the flags stay set:
+// the peer signals the arming at most once more).
 func (d *shmDoorbell) ring() {
 	defer close(d.done)
 	for {
