@@ -234,6 +234,7 @@ func (o *shmOffer) accept(size int, deadline time.Time) shmResult {
 		}
 		peer, err := peerSetup(b[16:], fds, len(local.ring)-shmHdrPage)
 		if err == nil {
+			local.joinDoorbell(peerPID(uc))
 			if err = sendSetup(uc, local); err != nil {
 				peer.free()
 				peer = nil
@@ -377,6 +378,7 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 			return nil
 		}
 		p.uc, p.limit = uc, limit
+		p.local.joinDoorbell(peerPID(uc))
 		if err := sendTokenSetup(uc, &off.token, p.local); err != nil {
 			p.abort()
 			return nil
@@ -405,6 +407,7 @@ func shmAnswer(req *hsMsg, c *net.TCPConn, deadline time.Time) *shmPrepared {
 			return nil
 		}
 	}
+	p.local.joinDoorbell(peerPID(uc))
 	if err := sendSetup(uc, p.local); err != nil {
 		p.abort()
 		return nil

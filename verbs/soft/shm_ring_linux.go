@@ -26,6 +26,11 @@ import (
 //	recData   length stream bytes (padded to 8)
 //	recPad    length bytes to skip: the rest of the data area
 //
+// rgen is the consumer's: 0, or, when its wake-ups go through a doorbell
+// that other rings share (shm_doorbell_linux.go), the doorbell's arming
+// that set rwait last, which tells a producer whether another ring's
+// producer already signalled for it.
+//
 // The producer publishes tail only at record boundaries. Everything read
 // from the ring or the header page is checked: the peer can write to them.
 // Only stream bytes ever enter a ring: payloads are copied in by the
@@ -39,6 +44,7 @@ const (
 	offWClosed = 72
 	offHead    = 128
 	offRWait   = 192
+	offRGen    = 200 // on rwait's line: an arming writes both
 	offWWait   = 256
 
 	recData = 1
@@ -79,12 +85,13 @@ type shmRing struct {
 	wclosed *atomic.Uint32
 	rwait   *atomic.Uint32
 	wwait   *atomic.Uint32
+	rgen    *atomic.Uint64
 }
 
 func viewRing(mem []byte) shmRing {
 	return shmRing{mem: mem, data: mem[shmHdrPage:], mask: uint64(len(mem) - shmHdrPage - 1),
 		tail: au64(mem, offTail), head: au64(mem, offHead), wclosed: au32(mem, offWClosed),
-		rwait: au32(mem, offRWait), wwait: au32(mem, offWWait)}
+		rwait: au32(mem, offRWait), wwait: au32(mem, offWWait), rgen: au64(mem, offRGen)}
 }
 
 // shmLocal is what one side creates and passes to its peer: the ring it
@@ -92,11 +99,26 @@ func viewRing(mem []byte) shmRing {
 // signals both when it put data in our ring and when it freed space in its
 // own. One eventfd per side, not one per condition: a connection holds
 // three descriptors (its own eventfd, the peer's, the handshake's TCP
-// connection), and the ring's memfd is closed once mapped.
+// connection), and the ring's memfd is closed once mapped. From the second
+// connection to a peer process on, the eventfd is that process's doorbell,
+// which the connections share (shm_doorbell_linux.go): two descriptors.
 type shmLocal struct {
 	ring   []byte
 	ringFD int
-	ev     int
+	ev     int // -1 when gathered
+	// bell counts this connection as one to its peer process
+	// (joinDoorbell; nil: not counted); gathered: its wake-ups come
+	// through the bell's eventfd, not ev.
+	bell     *shmDoorbell
+	gathered bool
+}
+
+// eventFD is the eventfd the peer is to signal: ours, or the doorbell's.
+func (l *shmLocal) eventFD() int {
+	if l.gathered {
+		return l.bell.fd
+	}
+	return l.ev
 }
 
 // newShmLocal creates a ring of size data bytes (a power of two).
@@ -143,6 +165,10 @@ func (l *shmLocal) free() {
 			unix.Close(*fd)
 			*fd = -1
 		}
+	}
+	if l.bell != nil {
+		l.bell.release()
+		l.bell, l.gathered = nil, false
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 func sendSetup(uc *net.UnixConn, l *shmLocal) error {
 	var b [shmSetupLen]byte
 	marshalShmSetup(&b, uint32(len(l.ring)-shmHdrPage))
-	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.ev), nil)
+	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.eventFD()), nil)
 	return err
 }
 
@@ -71,7 +71,7 @@ func sendTokenSetup(uc *net.UnixConn, token *[16]byte, l *shmLocal) error {
 	var b [16 + shmSetupLen]byte
 	copy(b[:], token[:])
 	marshalShmSetup((*[shmSetupLen]byte)(b[16:]), uint32(len(l.ring)-shmHdrPage))
-	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.ev), nil)
+	_, _, err := uc.WriteMsgUnix(b[:], unix.UnixRights(l.ringFD, l.eventFD()), nil)
 	return err
 }
 
@@ -137,16 +137,30 @@ func init() { shmUID.Store(uint32(os.Geteuid())) }
 // as our effective uid (SO_PEERCRED: the connecting process's credentials
 // for a listener, the listening process's for a dialler).
 func samePrincipal(uc *net.UnixConn) bool {
+	cred := peerCred(uc)
+	return cred != nil && cred.Uid == shmUID.Load()
+}
+
+// peerPID is the pid of the process at the other end of uc (SO_PEERCRED),
+// 0 if unknown (or not in our pid namespace).
+func peerPID(uc *net.UnixConn) int32 {
+	if cred := peerCred(uc); cred != nil {
+		return cred.Pid
+	}
+	return 0
+}
+
+func peerCred(uc *net.UnixConn) *unix.Ucred {
 	rc, err := uc.SyscallConn()
 	if err != nil {
-		return false
+		return nil
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil || cerr != nil {
-		return false
+		return nil
 	}
-	return cred.Uid == shmUID.Load()
+	return cred
 }

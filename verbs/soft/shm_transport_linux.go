@@ -29,10 +29,16 @@ type shmTransport struct {
 	tx   shmRing      // we produce
 	size uint64
 
-	ev     *os.File // ours: we sleep on it
+	ev     *os.File // ours: we sleep on it (nil when gathered)
 	evRC   syscall.RawConn
-	myEv   int // its descriptor, valid until free
+	myEv   int // its descriptor (or the doorbell's), valid until free
 	peerEv int // the peer's: we signal it
+
+	// The doorbell: bell counts us as a connection to the peer process;
+	// when gathered, both waits sleep through it (shm_doorbell_linux.go).
+	bell     *shmDoorbell
+	gathered bool
+	waits    [2]shmWait
 
 	rdl shmReadDeadline
 
@@ -98,19 +104,24 @@ func newShmTransport(c *net.TCPConn, l *shmLocal, p *shmPeer) (*shmTransport, er
 	t := &shmTransport{tcp: c, rx: viewRing(l.ring), tx: viewRing(p.ring),
 		peerEv: p.ev, watchDone: make(chan struct{})}
 	t.size = uint64(len(t.tx.data))
-	t.myEv = l.ev
+	t.myEv = l.eventFD()
 	t.rdl.wake = func() {
 		if t.enter() {
 			signalFD(t.myEv)
 			t.exit()
 		}
 	}
-	t.ev = os.NewFile(uintptr(l.ev), "eventfd")
-	unix.Close(l.ringFD)
-	l.ring, l.ringFD, l.ev = nil, -1, -1
-	p.ring, p.ev = nil, -1
+	t.bell, t.gathered = l.bell, l.gathered
+	t.waits[sleepReader] = shmWait{t: t, who: sleepReader, flag: t.rx.rwait, idx: -1, poke: make(chan struct{}, 1)}
+	t.waits[sleepWriter] = shmWait{t: t, who: sleepWriter, flag: t.tx.wwait, idx: -1, poke: make(chan struct{}, 1)}
 	var err error
-	t.evRC, err = t.ev.SyscallConn()
+	if !t.gathered {
+		t.ev = os.NewFile(uintptr(l.ev), "eventfd")
+		t.evRC, err = t.ev.SyscallConn()
+	}
+	unix.Close(l.ringFD)
+	l.ring, l.ringFD, l.ev, l.bell, l.gathered = nil, -1, -1, nil, false
+	p.ring, p.ev = nil, -1
 	t.sleepFns = [2]func(uintptr) bool{t.doWait, t.doWaitSpace}
 	t.poke = [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
 	t.watchFn = t.startWatch
@@ -139,8 +150,13 @@ func (t *shmTransport) exit() {
 func (t *shmTransport) free() {
 	_ = unix.Munmap(t.rx.mem)
 	_ = unix.Munmap(t.tx.mem)
-	t.ev.Close()
+	if t.ev != nil {
+		t.ev.Close()
+	}
 	unix.Close(t.peerEv)
+	if t.bell != nil {
+		t.bell.release()
+	}
 }
 
 func (t *shmTransport) startWatch() { go t.watch() }
@@ -282,6 +298,10 @@ func (t *shmTransport) ready(who int) bool {
 // well as its own, and a waiter that registers later looks at its own
 // after registering (a signal always follows what it announces).
 func (t *shmTransport) sleep(who int) error {
+	if t.gathered {
+		t.bell.sleep(&t.waits[who])
+		return nil
+	}
 	other := 1 - who
 	t.sleepMu.Lock()
 	if t.parked {
@@ -706,7 +726,7 @@ func (t *shmTransport) closeRec() {
 func (t *shmTransport) publish() {
 	t.closeRec()
 	t.tx.tail.Store(t.wpos)
-	if t.tx.rwait.Load() != 0 && t.tx.rwait.CompareAndSwap(1, 0) {
+	if t.tx.rwait.Load() != 0 && t.tx.rwait.CompareAndSwap(1, 0) && t.bell.mustSignal(t.tx.rgen.Load()) {
 		signalFD(t.peerEv)
 	}
 }
