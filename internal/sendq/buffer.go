@@ -71,9 +71,12 @@ func (s *Buffer) Retire(end uint64) { s.head = end }
 // InFlight is how many bytes are reserved or posted and not yet retired.
 func (s *Buffer) InFlight() uint64 { return s.Tail - s.head }
 
-// HalfFull says more than half the buffer waits for completions: then
-// every send is signaled, so that room comes back before it runs out.
-func (s *Buffer) HalfFull() bool { return s.Tail-s.head >= uint64(len(s.Buf))/2 }
+// SignalSpan is how many of the buffer's bytes may be posted behind the
+// last signaled WR before the next one is signaled (Queue.Push): a
+// quarter, so that a writer waiting for room, which has more than half
+// the buffer in flight (a write takes at most a quarter, and a pad less),
+// always waits behind a signaled WR.
+func (s *Buffer) SignalSpan() uint64 { return uint64(len(s.Buf)) / 4 }
 
 // MoveTo continues in buf (a larger buffer), from the current position:
 // what is in flight stays in the old one until retired.

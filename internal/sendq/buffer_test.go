@@ -41,22 +41,17 @@ func TestSendBufferReservesInOrderWithoutWrapping(t *testing.T) {
 	assert.Equal(t, uint64(8192-200), free)
 }
 
-func TestSendBufferHalfFullAndNext(t *testing.T) {
+// Next is where the next Reserve puts its bytes; the signal span is a
+// quarter of the buffer, and follows it when it grows.
+func TestSendBufferNextAndSignalSpan(t *testing.T) {
 	mem := make([]byte, 4096)
 	s := NewBuffer(mem)
-	_, contig := s.Room()
 	n := s.Next(10)
 	r := s.Reserve(10)
 	assert.Equal(t, &n[0], &r[0], "next is where reserve puts the bytes")
-	s.Post(10)
-	assert.False(t, s.HalfFull())
-	s.Pad(contig - 10)
-	s.Reserve(2048 - contig)
-	s.Post(2048 - contig)
-	assert.True(t, s.HalfFull(), "half the buffer waits for completions")
-	s.Retire(s.Posted)
-	assert.False(t, s.HalfFull())
-	assert.Zero(t, s.InFlight())
+	assert.Equal(t, uint64(1024), s.SignalSpan())
+	s.MoveTo(make([]byte, 16384))
+	assert.Equal(t, uint64(4096), s.SignalSpan())
 }
 
 // A buffer that grows goes on from the current position in the new one;
