@@ -73,10 +73,21 @@ func (s *Buffer) InFlight() uint64 { return s.Tail - s.head }
 
 // SignalSpan is how many of the buffer's bytes may be posted behind the
 // last signaled WR before the next one is signaled (Queue.Push): a
-// quarter, so that a writer waiting for room, which has more than half
-// the buffer in flight (a write takes at most a quarter, and a pad less),
-// always waits behind a signaled WR.
-func (s *Buffer) SignalSpan() uint64 { return uint64(len(s.Buf)) / 4 }
+// quarter of the buffer while more than half of it is in flight, and no
+// limit while less is (NoSpan), when a completion's room is not wanted
+// yet. A writer that waits for room has more than half the buffer in
+// flight (a write takes at most a quarter, and its pad less), and the WR
+// that left it so was signaled, unless a signaled WR after the last
+// completed one already was: it always waits behind a signaled WR.
+func (s *Buffer) SignalSpan() uint64 {
+	if s.Tail-s.head < uint64(len(s.Buf))/2 {
+		return NoSpan
+	}
+	return uint64(len(s.Buf)) / 4
+}
+
+// NoSpan is a signal span that no send buffer's bytes reach.
+const NoSpan = 1 << 62
 
 // MoveTo continues in buf (a larger buffer), from the current position:
 // what is in flight stays in the old one until retired.

@@ -25,8 +25,8 @@ type Queue struct {
 	Reserved   uint64 // WRs a writer reserved and has not queued yet
 	Unsignaled uint32 // unsignaled sends since the last signaled one
 	// sigEnd is the send buffer's bytes posted up to the last signaled WR,
-	// its low 32 bits: what has been posted since is less than a
-	// quarter of the buffer (at most 256 MiB) and a write or pad, so
+	// its low 32 bits: what has been posted since is still in flight (no
+	// completion reported it), at most the buffer (1 GiB) and a write, so
 	// their difference fits. (rdma.Conn keeps to a size class:
 	// TestConnFitsItsSizeClass.)
 	sigEnd     uint32
@@ -71,11 +71,11 @@ func (q *Queue) ProbeDue() bool { return q.Reserved == 0 && (q.Idle() || q.Unsig
 // buffer's bytes posted once it is, and returns the slot. The WR is
 // signaled when signal says so, when sigEvery-1 unsignaled ones precede
 // it, or when the send buffer's bytes posted since the last signaled WR
-// reach sigBytes (a quarter of the buffer): so a completion frees at
-// least a quarter of the queue or of the buffer, and a writer that waits
-// for either has a signaled WR outstanding to wake it (WaitNeedsProbe
-// covers what these bounds do not). Signaling is no denser under
-// pressure: on soft each signaled WR costs an ACK frame from the peer.
+// reach sigBytes (Buffer.SignalSpan: a quarter of the buffer once half of
+// it is in flight): so a writer that waits for slots or buffer room has a
+// signaled WR outstanding to wake it (WaitNeedsProbe covers what these
+// bounds do not). Signaling is no denser under pressure: on soft each
+// signaled WR costs an ACK frame from the peer.
 func (q *Queue) Push(wr verbs.SendWR, sge *verbs.SGE, end, sigBytes uint64, signal bool) uint64 {
 	s := q.slot()
 	if signal || q.Unsignaled+1 >= uint32(q.sigEvery) || uint64(uint32(end)-q.sigEnd) >= sigBytes {

@@ -32,9 +32,8 @@ func TestSendQueueRoom(t *testing.T) {
 	assert.True(t, q.HasRoom())
 }
 
-// noSpan is a send buffer span no test's bytes reach: only the WR count
-// decides which WRs are signaled.
-const noSpan = 1 << 62
+// noSpan: only the WR count decides which WRs are signaled.
+const noSpan = NoSpan
 
 // A send is signaled when asked, or after sigEvery-1 unsignaled ones,
 // however full the queue: under pressure too, every signaled WR costs an

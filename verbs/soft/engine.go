@@ -467,7 +467,9 @@ func (q *qp) rxIdle(boundary bool) bool {
 		// GetEvent waiter it stops at the frame that gave it its event,
 		// before idling, so that its consumer's reply (sent from the same
 		// goroutine, next) carries the ACK.
-		prompt := r.ackReq
+		// Requests the count rule left to the end of their batch
+		// (rxFrame) are owed an ACK at once, as they would have had it.
+		prompt := r.ackReq || r.owed >= q.rcv.ackEvery
 		r.owed, r.ackReq = 0, false
 		q.mu.Lock()
 		q.rcv.idleAck(prompt)
