@@ -71,9 +71,23 @@ func (s *Buffer) Retire(end uint64) { s.head = end }
 // InFlight is how many bytes are reserved or posted and not yet retired.
 func (s *Buffer) InFlight() uint64 { return s.Tail - s.head }
 
-// HalfFull says more than half the buffer waits for completions: then
-// every send is signaled, so that room comes back before it runs out.
-func (s *Buffer) HalfFull() bool { return s.Tail-s.head >= uint64(len(s.Buf))/2 }
+// SignalSpan is how many of the buffer's bytes may be posted behind the
+// last signaled WR before the next one is signaled (Queue.Push): a
+// quarter of the buffer while more than half of it is in flight, and no
+// limit while less is (NoSpan), when a completion's room is not wanted
+// yet. A writer that waits for room has more than half the buffer in
+// flight (a write takes at most a quarter, and its pad less), and the WR
+// that left it so was signaled, unless a signaled WR after the last
+// completed one already was: it always waits behind a signaled WR.
+func (s *Buffer) SignalSpan() uint64 {
+	if s.Tail-s.head < uint64(len(s.Buf))/2 {
+		return NoSpan
+	}
+	return uint64(len(s.Buf)) / 4
+}
+
+// NoSpan is a signal span that no send buffer's bytes reach.
+const NoSpan = 1 << 62
 
 // MoveTo continues in buf (a larger buffer), from the current position:
 // what is in flight stays in the old one until retired.

@@ -41,22 +41,30 @@ func TestSendBufferReservesInOrderWithoutWrapping(t *testing.T) {
 	assert.Equal(t, uint64(8192-200), free)
 }
 
-func TestSendBufferHalfFullAndNext(t *testing.T) {
+// Next is where the next Reserve puts its bytes. The signal span is a
+// quarter of the buffer while more than half of it is in flight, and no
+// limit while less is; it follows the buffer when it grows.
+func TestSendBufferNextAndSignalSpan(t *testing.T) {
 	mem := make([]byte, 4096)
 	s := NewBuffer(mem)
-	_, contig := s.Room()
 	n := s.Next(10)
 	r := s.Reserve(10)
 	assert.Equal(t, &n[0], &r[0], "next is where reserve puts the bytes")
 	s.Post(10)
-	assert.False(t, s.HalfFull())
-	s.Pad(contig - 10)
-	s.Reserve(2048 - contig)
-	s.Post(2048 - contig)
-	assert.True(t, s.HalfFull(), "half the buffer waits for completions")
-	s.Retire(s.Posted)
-	assert.False(t, s.HalfFull())
-	assert.Zero(t, s.InFlight())
+	assert.Equal(t, uint64(NoSpan), s.SignalSpan(), "little in flight: no byte limit")
+	_, contig := s.Room()
+	s.Pad(contig)
+	s.Reserve(2048 - contig - 10)
+	s.Post(2048 - contig - 10)
+	assert.Equal(t, uint64(2048), s.InFlight())
+	assert.Equal(t, uint64(1024), s.SignalSpan(), "half in flight: a quarter")
+	s.Retire(s.Posted - 1)
+	assert.Equal(t, uint64(NoSpan), s.SignalSpan())
+	big := make([]byte, 16384)
+	s.MoveTo(big)
+	s.Reserve(9000)
+	s.Post(9000)
+	assert.Equal(t, uint64(4096), s.SignalSpan(), "a quarter of the larger buffer")
 }
 
 // A buffer that grows goes on from the current position in the new one;

@@ -24,8 +24,14 @@ type Queue struct {
 	Done       uint64 // WRs completed
 	Reserved   uint64 // WRs a writer reserved and has not queued yet
 	Unsignaled uint32 // unsignaled sends since the last signaled one
-	sigEvery   uint32 // at most this many unsignaled sends in a row
+	// sigEnd is the send buffer's bytes posted up to the last signaled WR,
+	// its low 32 bits: what has been posted since is still in flight (no
+	// completion reported it), at most the buffer (1 GiB) and a write, so
+	// their difference fits. (rdma.Conn keeps to a size class:
+	// TestConnFitsItsSizeClass.)
+	sigEnd     uint32
 	maxSlots   int32  // the most slots the queue grows to
+	sigEvery   uint16 // at most this many unsignaled sends in a row (depth/4 <= 1024)
 	Submitting bool   // a goroutine is handing WRs to the QP (submit)
 
 	WRs  []verbs.SendWR
@@ -37,7 +43,7 @@ type Queue struct {
 // NewQueue is a queue of depth WRs for data, credits and control
 // messages, in at most maxSlots slots (at least depth+1).
 func NewQueue(depth, maxSlots int) Queue {
-	q := Queue{Depth: uint64(depth), sigEvery: uint32(max(depth/4, 1)), maxSlots: int32(maxSlots)}
+	q := Queue{Depth: uint64(depth), sigEvery: uint16(max(depth/4, 1)), maxSlots: int32(maxSlots)}
 	q.resize(min(StartSlots, maxSlots))
 	return q
 }
@@ -63,14 +69,19 @@ func (q *Queue) ProbeDue() bool { return q.Reserved == 0 && (q.Idle() || q.Unsig
 
 // Push queues wr, its one SGE (if any) kept in the WR's slot, end the send
 // buffer's bytes posted once it is, and returns the slot. The WR is
-// signaled when signal says so, when sigEvery unsignaled ones preceded
-// it, or when the queue is half full: completions must come often enough
-// to free slots and send buffer before a writer waits for them.
-func (q *Queue) Push(wr verbs.SendWR, sge *verbs.SGE, end uint64, signal bool) uint64 {
+// signaled when signal says so, when sigEvery-1 unsignaled ones precede
+// it, or when the send buffer's bytes posted since the last signaled WR
+// reach sigBytes (Buffer.SignalSpan: a quarter of the buffer once half of
+// it is in flight): so a writer that waits for slots or buffer room has a
+// signaled WR outstanding to wake it (WaitNeedsProbe covers what these
+// bounds do not). Signaling is no denser under pressure: on soft each
+// signaled WR costs an ACK frame from the peer.
+func (q *Queue) Push(wr verbs.SendWR, sge *verbs.SGE, end, sigBytes uint64, signal bool) uint64 {
 	s := q.slot()
-	if signal || q.Unsignaled+1 >= q.sigEvery || q.Used()+1 >= q.Depth/2 {
+	if signal || q.Unsignaled+1 >= uint32(q.sigEvery) || uint64(uint32(end)-q.sigEnd) >= sigBytes {
 		wr.Flags |= verbs.SendSignaled
 		q.Unsignaled = 0
+		q.sigEnd = uint32(end)
 	} else {
 		q.Unsignaled++
 	}
@@ -86,6 +97,18 @@ func (q *Queue) Push(wr verbs.SendWR, sge *verbs.SGE, end uint64, signal bool) u
 	q.Posted++
 	return s
 }
+
+// SignalOutstanding reports whether a signaled WR is queued and not yet
+// completed: its completion will come, and report the WRs before it.
+// The last signaled WR's id is Posted-Unsignaled-1 (none was, while
+// Posted == Unsignaled).
+func (q *Queue) SignalOutstanding() bool { return q.Posted-uint64(q.Unsignaled) > q.Done }
+
+// WaitNeedsProbe reports whether a writer about to wait for queue slots
+// or send buffer room must first queue a signaled probe: WRs are
+// outstanding, but none of them is signaled, so no completion would come
+// to free them (only the keepalive's probe, much later).
+func (q *Queue) WaitNeedsProbe() bool { return !q.Idle() && !q.SignalOutstanding() }
 
 // slot is the slot of the next WR, growing the queue if that slot still
 // holds one not completed.

@@ -32,13 +32,17 @@ func TestSendQueueRoom(t *testing.T) {
 	assert.True(t, q.HasRoom())
 }
 
-// A send is signaled when asked, after sigEvery-1 unsignaled ones, and
-// whenever the queue is half full, so that completions free slots before
-// a writer waits for them.
+// noSpan: only the WR count decides which WRs are signaled.
+const noSpan = NoSpan
+
+// A send is signaled when asked, or after sigEvery-1 unsignaled ones,
+// however full the queue: under pressure too, every signaled WR costs an
+// ACK from a soft peer, and sigEvery (a quarter of the depth) already puts
+// a signaled WR among any quarter of the queue.
 func TestSendQueueSignals(t *testing.T) {
 	q := NewQueue(16, 18) // sigEvery 4
 	signaled := func(signal bool) bool {
-		s := q.Push(verbs.SendWR{Opcode: verbs.OpRDMAWrite}, nil, 0, signal)
+		s := q.Push(verbs.SendWR{Opcode: verbs.OpRDMAWrite}, nil, 0, noSpan, signal)
 		return q.WRs[s].Flags&verbs.SendSignaled != 0
 	}
 	var got []bool
@@ -50,14 +54,57 @@ func TestSendQueueSignals(t *testing.T) {
 		"one in every sigEvery")
 	assert.True(t, signaled(true), "asked for")
 	assert.False(t, signaled(false), "the count starts again after a signaled one")
-
 	q.Done = q.Posted
-	for range 6 {
-		signaled(false)
-		q.Unsignaled = 0 // only the fill level decides below
+	got = got[:0]
+	for range 16 { // none completes: the queue fills to its depth
+		got = append(got, signaled(false))
 	}
-	assert.False(t, signaled(false), "7 outstanding of 16")
-	assert.True(t, signaled(false), "the 8th: half the queue")
+	assert.Equal(t, []bool{false, false, true, false, false, false, true, false, false, false, true, false, false, false, true, false}, got,
+		"a full queue is signaled no more densely")
+}
+
+// A send is signaled once the send buffer's bytes posted since the last
+// signaled WR reach the span (a quarter of the buffer), whatever the count:
+// a few large writes fill the buffer long before sigEvery WRs.
+func TestSendQueueSignalsBySendBufferSpan(t *testing.T) {
+	q := NewQueue(128, 130) // sigEvery 32
+	var end uint64
+	signaled := func(n uint64) bool {
+		end += n
+		s := q.Push(verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm}, nil, end, 1000, false)
+		return q.WRs[s].Flags&verbs.SendSignaled != 0
+	}
+	assert.False(t, signaled(100))
+	assert.False(t, signaled(400))
+	assert.False(t, signaled(499), "999 bytes posted")
+	assert.True(t, signaled(1), "1000")
+	assert.False(t, signaled(0), "a credit or control message posts no bytes")
+	assert.True(t, signaled(1000))
+	assert.True(t, signaled(5000), "a write longer than the span")
+}
+
+// A writer about to wait for room needs a probe exactly when WRs are
+// outstanding and none of them is signaled: a signaled one's completion
+// would wake it, and with none outstanding there is room to come back to.
+func TestSendQueueWaitNeedsProbe(t *testing.T) {
+	q := NewQueue(16, 18) // sigEvery 4
+	assert.False(t, q.WaitNeedsProbe(), "idle")
+	q.Push(verbs.SendWR{}, nil, 0, noSpan, true)
+	assert.True(t, q.SignalOutstanding())
+	assert.False(t, q.WaitNeedsProbe(), "a signaled WR will complete")
+	q.Push(verbs.SendWR{}, nil, 0, noSpan, false)
+	q.Push(verbs.SendWR{}, nil, 0, noSpan, false)
+	assert.False(t, q.WaitNeedsProbe(), "the signaled WR before the unsignaled tail reports it")
+	end, _, ok := q.Complete(q.Posted - 3)
+	require.True(t, ok)
+	assert.Zero(t, end)
+	assert.False(t, q.SignalOutstanding())
+	assert.True(t, q.WaitNeedsProbe(), "two unsignaled WRs left and nothing to report them")
+	q.Push(verbs.SendWR{}, nil, 0, noSpan, true) // the probe
+	assert.False(t, q.WaitNeedsProbe())
+	_, _, ok = q.Complete(q.Posted - 1)
+	require.True(t, ok)
+	assert.False(t, q.WaitNeedsProbe(), "idle again")
 }
 
 // Growing the send queue moves every WR not yet completed to its new slot
@@ -67,7 +114,7 @@ func TestSendQueueSignals(t *testing.T) {
 func TestSendQueueGrowthKeepsWRs(t *testing.T) {
 	const slots = 130
 	q := NewQueue(slots-2, slots)
-	q.sigEvery = 1 << 20
+	q.sigEvery = 1<<16 - 1
 	buf := make([]byte, 1<<16)
 	ops := map[uint64]*Op{}
 	var end uint64
@@ -76,7 +123,7 @@ func TestSendQueueGrowthKeepsWRs(t *testing.T) {
 		n := 1 + seq%13
 		end += n
 		sge := verbs.SGE{Addr: verbs.AddrOf(buf[seq%1000:]), Length: uint32(n), LKey: 7}
-		s := q.Push(verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(seq), RemoteAddr: 4096 * seq}, &sge, end, false)
+		s := q.Push(verbs.SendWR{Opcode: verbs.OpRDMAWriteWithImm, Imm: uint32(seq), RemoteAddr: 4096 * seq}, &sge, end, noSpan, false)
 		if seq%5 == 0 {
 			ops[seq] = &Op{}
 			q.Ops[s] = ops[seq]
@@ -136,7 +183,7 @@ func TestSendQueueGrowthKeepsWRs(t *testing.T) {
 func TestSendQueueRefusesStrayCompletions(t *testing.T) {
 	q := NewQueue(8, 10)
 	for range 3 {
-		q.Push(verbs.SendWR{}, nil, 0, false)
+		q.Push(verbs.SendWR{}, nil, 0, noSpan, false)
 	}
 	_, _, ok := q.Complete(3)
 	assert.False(t, ok, "not posted yet")
@@ -164,13 +211,13 @@ func TestSendQueueSubmitsInOrderAcrossTheWrap(t *testing.T) {
 	}
 	for round := range 5 {
 		for range 3 + round%4 {
-			q.Push(verbs.SendWR{}, nil, 0, false)
+			q.Push(verbs.SendWR{}, nil, 0, noSpan, false)
 		}
 		hand()
 		q.Done = q.Posted
 	}
 	for range StartSlots { // every slot taken, none handed over yet
-		q.Push(verbs.SendWR{}, nil, 0, false)
+		q.Push(verbs.SendWR{}, nil, 0, noSpan, false)
 	}
 	hand()
 	require.Len(t, ids, int(q.Posted))
@@ -185,9 +232,9 @@ func TestSendQueueSubmitsInOrderAcrossTheWrap(t *testing.T) {
 // when the queue is idle or has an unsignaled tail, and no WR is reserved.
 func TestSendQueueTrimAndProbe(t *testing.T) {
 	q := NewQueue(30, 32)
-	q.sigEvery = 1 << 20
+	q.sigEvery = 1<<16 - 1
 	for range 10 { // below half the queue: none signaled
-		q.Push(verbs.SendWR{}, nil, 0, false)
+		q.Push(verbs.SendWR{}, nil, 0, noSpan, false)
 	}
 	require.Greater(t, len(q.WRs), StartSlots)
 	assert.True(t, q.ProbeDue(), "an unsignaled tail")

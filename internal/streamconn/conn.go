@@ -268,7 +268,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 		}
 		n, at, inline := c.send().reserveLocked(len(b) - sent)
 		if n == 0 {
-			c.Core.Mu.Unlock()
+			c.send().unlockSubmit() // a probe reserveLocked queued
 			c.awaitRoom()
 			continue
 		}

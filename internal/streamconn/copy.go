@@ -82,7 +82,8 @@ func (c copying) sendSpace() ([]byte, error) {
 			c.Core.Mu.Unlock()
 			return buf, nil
 		}
-		c.Core.Mu.Unlock()
+		c.send().awaitRoomLocked()
+		c.send().unlockSubmit()
 		c.awaitRoom()
 	}
 }
@@ -99,7 +100,7 @@ func (c copying) postRead(p []byte) error {
 		}
 		n, at, inline := c.send().reserveLocked(len(p))
 		if n == 0 {
-			c.Core.Mu.Unlock()
+			c.send().unlockSubmit() // a probe reserveLocked queued
 			c.awaitRoom()
 			continue
 		}

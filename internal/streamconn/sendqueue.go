@@ -35,11 +35,17 @@ func (c *sendSide) CanSendCredit() bool { return c.TX.MayCredit() && c.SQ.HasRoo
 // It waits for room for a whole chunk (or all of want, if less) rather than
 // posting whatever sliver completions or credits have just freed: that would
 // shred a stream into tiny writes (silly window syndrome). The wait always
-// ends: ring credit comes back in quarter-ring steps, and when the send
-// buffer is more than half full every send is signaled.
+// ends: ring credit comes back in quarter-ring steps, and queue slots and
+// send buffer room come back with the completion of a signaled WR, which
+// the signaling rule (sendq.Queue.Push) puts among the WRs a writer waits
+// behind, or else awaitRoomLocked's probe. A caller that gets 0 unlocks
+// with unlockSubmit, so that the probe goes out, and waits (awaitRoom).
 func (c sender) reserveLocked(want int) (n int, at uint64, inline bool) {
 	if !c.CanSendData() {
 		c.Core.Counters.CreditWaits++
+		if !c.SQ.HasRoom() {
+			c.awaitRoomLocked()
+		}
 		return 0, 0, false
 	}
 	n64 := min(uint64(want), uint64(c.chunk))
@@ -60,6 +66,7 @@ func (c sender) reserveLocked(want int) (n int, at uint64, inline bool) {
 		}
 		if free < pad+n64 {
 			c.Core.Counters.SendBufWaits++
+			c.awaitRoomLocked()
 			return 0, 0, false
 		}
 		c.SB.Pad(pad)
@@ -70,6 +77,18 @@ func (c sender) reserveLocked(want int) (n int, at uint64, inline bool) {
 		c.setChunkLocked() // the peer's ring grew (ringgrowth.go)
 	}
 	return n, at, n <= c.inline
+}
+
+// awaitRoomLocked makes sure that a writer about to wait for queue slots
+// or send buffer room is woken: that a completion will come. Signaling is
+// sparse (a WR in sigEvery, or a quarter of the send buffer), so the WRs
+// outstanding may all be unsignaled, and then nothing would report them
+// before the keepalive's probe; a signaled probe behind them does, at the
+// cost of one empty frame, only when no signaled WR is outstanding.
+func (c sender) awaitRoomLocked() {
+	if c.SQ.WaitNeedsProbe() {
+		c.postProbeLocked()
+	}
 }
 
 // inlineSlotLocked is the inline staging of the next send WR, n bytes of
@@ -108,13 +127,12 @@ func (c sender) enqueueLocked(op verbs.Opcode, imm uint32, buf []byte, addr uint
 // slot, where a caller puts what the WR carries beyond these (a bind, the
 // operation waiting for its completion).
 func (c *sendSide) enqueueWRLocked(op verbs.Opcode, imm uint32, mr verbs.MR, buf []byte, addr uint64, rkey uint32, flags verbs.SendFlags, signal bool) uint64 {
-	signal = signal || c.SB.HalfFull()
 	wr := verbs.SendWR{Opcode: op, Flags: flags, Imm: imm, RemoteAddr: addr, RKey: rkey}
 	if len(buf) == 0 {
-		return c.SQ.Push(wr, nil, c.SB.Posted, signal)
+		return c.SQ.Push(wr, nil, c.SB.Posted, c.SB.SignalSpan(), signal)
 	}
 	sge := verbs.SGE{Addr: verbs.AddrOf(buf), Length: uint32(len(buf)), LKey: mr.LKey()}
-	return c.SQ.Push(wr, &sge, c.SB.Posted, signal)
+	return c.SQ.Push(wr, &sge, c.SB.Posted, c.SB.SignalSpan(), signal)
 }
 
 // submit posts the queued send WRs, in order. One goroutine at a time holds

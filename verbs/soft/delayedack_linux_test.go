@@ -28,6 +28,15 @@ type ackEnd struct {
 // to delayed ACKs (hsDelayedAcks).
 func newAckPair(t testing.TB, delayed bool) (a, b *ackEnd) {
 	t.Helper()
+	a, b, startB := newAckPairHeld(t, delayed)
+	startB()
+	return a, b
+}
+
+// newAckPairHeld is newAckPair with b's receiver not yet started: what a
+// sends waits in the socket until startB.
+func newAckPairHeld(t testing.TB, delayed bool) (a, b *ackEnd, startB func()) {
+	t.Helper()
 	ca, cb := loopbackPair(t)
 	ends := [2]*ackEnd{}
 	for i, c := range []transport{mustTCP(t, ca), mustTCP(t, cb)} {
@@ -47,7 +56,9 @@ func newAckPair(t testing.TB, delayed bool) (a, b *ackEnd) {
 		q.state = verbs.QPSRTS
 		q.mu.Unlock()
 		q.start(c, &hsMsg{qpn: 1, sqDepth: 129, delayedAcks: delayed}, nil)
-		q.startReceiver(nil)
+		if i == 0 {
+			q.startReceiver(nil)
+		}
 		t.Cleanup(func() {
 			_ = q.Destroy()
 			_ = m.Dereg()
@@ -55,7 +66,7 @@ func newAckPair(t testing.TB, delayed bool) (a, b *ackEnd) {
 		})
 		ends[i] = &ackEnd{q: q, cq: cqi.(*cq), mr: m, buf: mem.Bytes()}
 	}
-	return ends[0], ends[1]
+	return ends[0], ends[1], func() { ends[1].q.startReceiver(nil) }
 }
 
 // loopbackPair is a TCP connection on 127.0.0.22, both ends.
@@ -319,4 +330,39 @@ func TestDelayedAcksFillingSendQueueAsks(t *testing.T) {
 		time.Sleep(200 * time.Microsecond)
 	}
 	require.Eventually(t, a.acked, 20*time.Second, time.Millisecond)
+}
+
+// Requests that arrive in one read are acknowledged by one ACK frame at
+// the end of that read's batch, not one every ackEvery requests in it:
+// each ACK frame costs the peer a write and a wake-up, and TCP's delayed
+// ACK answers a run of segments read at once the same way. (The rule on
+// a connection without delayed ACKs is unchanged.)
+func TestDelayedAcksOnePerReadBatch(t *testing.T) {
+	withAckDelay(t, time.Minute)
+	a, b, startB := newAckPairHeld(t, true)
+	started := false
+	defer func() {
+		if !started {
+			startB() // Destroy waits for the receiver
+		}
+	}()
+	raddr := uint64(verbs.AddrOf(b.buf[256:]))
+	const n = 128 // within a's send queue (129)
+	wrs := make([]verbs.SendWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.OpRDMAWrite,
+			SG: []verbs.SGE{verbs.SGEOf(a.mr, a.buf[64:128])}, RemoteAddr: raddr, RKey: b.mr.RKey()}
+	}
+	require.NoError(t, a.q.PostSend(wrs))
+	require.Eventually(t, func() bool { // all n in b's socket: b reads them at once
+		a.q.mu.Lock()
+		defer a.q.mu.Unlock()
+		return a.q.snd.sqSent == a.q.snd.sqTail && !a.q.txBusy
+	}, 10*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.Equal(t, 16, b.q.rcv.ackEvery, "an ACK every 16 requests, were they read one by one")
+	startB()
+	started = true
+	require.Eventually(t, a.acked, 10*time.Second, time.Millisecond)
+	assert.LessOrEqual(t, b.frames(), uint64(2), "one ACK for the batch, at most one more if the kernel split it")
 }

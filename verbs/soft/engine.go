@@ -44,6 +44,9 @@ func (q *qp) start(tr transport, peer *hsMsg, down func(error)) {
 	if h, ok := tr.(interface{ ackEvery(int) int }); ok {
 		q.rcv.ackEvery = h.ackEvery(q.rcv.ackEvery) // a transport where ACKs are cheap asks for more
 	}
+	if b, ok := tr.(interface{ buffered() bool }); ok && q.delayedAcks {
+		q.rx.buffered = b.buffered
+	}
 	q.running = true
 	q.mu.Unlock()
 }
@@ -319,6 +322,9 @@ type rxState struct {
 	ackReq  bool // a frame since then asked for a prompt ACK (flagAckReq)
 	gotDisc bool
 	drv     *compChannel // the channel whose waiter holds the role
+	// buffered reports whether the transport holds input already read:
+	// the rest of the batch the last read brought (TCP; nil elsewhere).
+	buffered func() bool
 }
 
 // rxRole is who holds the receive role, and the hand-over between the
@@ -461,7 +467,9 @@ func (q *qp) rxIdle(boundary bool) bool {
 		// GetEvent waiter it stops at the frame that gave it its event,
 		// before idling, so that its consumer's reply (sent from the same
 		// goroutine, next) carries the ACK.
-		prompt := r.ackReq
+		// Requests the count rule left to the end of their batch
+		// (rxFrame) are owed an ACK at once, as they would have had it.
+		prompt := r.ackReq || r.owed >= q.rcv.ackEvery
 		r.owed, r.ackReq = 0, false
 		q.mu.Lock()
 		q.rcv.idleAck(prompt)
@@ -617,7 +625,13 @@ func (q *qp) rxFrame() error {
 		}
 		if executed {
 			r.owed++
-			if r.owed >= q.rcv.ackEvery {
+			// Where ACKs are delayed, the every-ackEvery ACK waits for
+			// the end of the batch the last read brought: one ACK frame
+			// (one write, one wake-up of the peer) per batch read, not
+			// per ackEvery requests in it, as TCP's delayed ACK answers
+			// a run of segments read at once. The batch is bounded: the
+			// peer sends no more than its send queue holds unacknowledged.
+			if r.owed >= q.rcv.ackEvery && (r.buffered == nil || !r.buffered()) {
 				q.mu.Lock()
 				q.rcv.wantAck()
 				q.mu.Unlock()
