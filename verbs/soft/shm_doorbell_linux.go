@@ -66,8 +66,9 @@ var shmDoorbells struct {
 // up or being set up) and, once a second came, the eventfd they share and
 // the goroutine that sleeps on it.
 type shmDoorbell struct {
-	proc shmPeerProc
-	refs int // under shmDoorbells.mu
+	proc     shmPeerProc
+	refs     int // under shmDoorbells.mu
+	gathered int // connections whose wake-ups come through it (under shmDoorbells.mu)
 
 	fd     int // the eventfd; -1 until made
 	file   *os.File
@@ -86,6 +87,17 @@ type shmDoorbell struct {
 	// signalled for (mustSignal).
 	rung atomic.Uint64
 }
+
+// shmGatherMax bounds the connections that gather on one doorbell; the
+// ones past it keep their own eventfds. Each sleep of the doorbell's
+// goroutine arms every registered wait (a write into each ring's header)
+// and each wake-up looks at every one: the cost of a sleep and of a
+// wake-up grows with the waits, and idle connections are waits too. With
+// 1,000 idle connections to one peer on one doorbell the process used
+// 19.5% of a core against 3.5% with an eventfd each (keepalives waking
+// the doorbell, each wake-up and sleep walking 2,000 waits); 64 busy
+// connections, where gathering pays, fit under the bound.
+var shmGatherMax = 128
 
 // shmArmings numbers the armings of all doorbells of the process, so that
 // no two (one closed, a later one to the same peer) ever share a number.
@@ -170,10 +182,11 @@ func (l *shmLocal) joinDoorbell(pid int32) {
 	}
 	d.refs++
 	l.bell = d
-	if d.fd >= 0 {
+	if d.fd >= 0 && d.gathered < shmGatherMax {
 		unix.Close(l.ev)
 		l.ev = -1
 		l.gathered = true
+		d.gathered++
 	}
 }
 
@@ -195,12 +208,16 @@ func (d *shmDoorbell) open() error {
 	return nil
 }
 
-// release drops a connection's count; the last one closes the eventfd,
-// which ends ring, and waits for it to return (it has no wait left to
-// look at, and returns at once).
-func (d *shmDoorbell) release() {
+// release drops a connection's count (gathered: it was one of the
+// doorbell's); the last one closes the eventfd, which ends ring, and
+// waits for it to return (it has no wait left to look at, and returns at
+// once).
+func (d *shmDoorbell) release(gathered bool) {
 	shmDoorbells.mu.Lock()
 	d.refs--
+	if gathered {
+		d.gathered--
+	}
 	last := d.refs == 0
 	if last {
 		delete(shmDoorbells.m, d.proc)

@@ -113,6 +113,47 @@ func TestShmDoorbellShared(t *testing.T) {
 	assert.Equal(t, before, openFDs(t), "descriptors after close")
 }
 
+// At most shmGatherMax connections gather on a doorbell: the others keep
+// eventfds of their own (a doorbell's sleeps and wake-ups walk its waits,
+// idle ones too), and a gathered connection's place is free again once it
+// closes.
+func TestShmDoorbellGathersAtMostMax(t *testing.T) {
+	defer func(m int) { shmGatherMax = m }(shmGatherMax)
+	shmGatherMax = 3
+	a, b := gatheredPairs(t, 4)
+	gathered := func(ts ...*shmTransport) (n int) {
+		for _, x := range ts {
+			if x.gathered {
+				n++
+				assert.Nil(t, x.ev)
+			} else {
+				assert.NotNil(t, x.ev, "a connection not gathered has its own eventfd")
+			}
+		}
+		return n
+	}
+	all := func() []*shmTransport {
+		var ts []*shmTransport
+		for i := range a {
+			ts = append(ts, a[i], b[i])
+		}
+		return ts
+	}
+	assert.Equal(t, 3, gathered(all()...), "gathered of 8 ends")
+	d := selfDoorbell(t)
+	require.NotNil(t, d)
+	for i := range a { // the gathered ones free their places
+		for _, x := range []*shmTransport{a[i], b[i]} {
+			if x.gathered {
+				x.close()
+			}
+		}
+	}
+	c, e := gatheredPairs(t, 1)
+	assert.Equal(t, 2, gathered(c[0], e[0]), "places freed by the closed connections")
+	assert.Same(t, d, c[0].bell)
+}
+
 // With gathering off, a connection keeps its own eventfd and no doorbell
 // is made.
 func TestShmDoorbellOff(t *testing.T) {

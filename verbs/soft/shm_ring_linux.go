@@ -167,7 +167,7 @@ func (l *shmLocal) free() {
 		}
 	}
 	if l.bell != nil {
-		l.bell.release()
+		l.bell.release(l.gathered)
 		l.bell, l.gathered = nil, false
 	}
 }

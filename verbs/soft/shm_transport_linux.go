@@ -155,7 +155,7 @@ func (t *shmTransport) free() {
 	}
 	unix.Close(t.peerEv)
 	if t.bell != nil {
-		t.bell.release()
+		t.bell.release(t.gathered)
 	}
 }
 
