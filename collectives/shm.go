@@ -457,28 +457,41 @@ func (t *shmTeam) barrier(g *Group) error {
 	return nil
 }
 
-func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
-	op, nb := opWord(g.cur), uint64(len(buf))
-	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(len(buf), lo+shmChunk)
+// chunkSteps runs an operation of nbytes a rank (the length every rank's
+// descriptor carries) as steps of at most per bytes [lo, hi): in each,
+// put fills this rank's buffer mine with its part, the step is posted and
+// every rank's post awaited, then take reads what this rank needs from
+// the ranks' buffers b (t.bufs[q][b]).
+func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
+	op, nb := opWord(g.cur), uint64(nbytes)
+	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
+		lo := i * per
+		hi := min(nbytes, lo+per)
 		k, mine, err := t.begin(g)
 		if err != nil {
 			return err
 		}
-		if t.me == root {
-			copy(mine, buf[lo:hi])
-		}
+		put(mine, lo, hi)
 		t.post(k, op, nb)
 		if err := t.waitAll(g, k, op, nb); err != nil {
 			return err
 		}
-		if t.me != root {
-			copy(buf[lo:hi], t.bufs[root][k&1])
-		}
+		take(k&1, lo, hi)
 		t.done(k)
 	}
 	return nil
+}
+
+func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
+	return t.chunkSteps(g, len(buf), shmChunk, func(mine []byte, lo, hi int) {
+		if t.me == root {
+			copy(mine, buf[lo:hi])
+		}
+	}, func(b uint64, lo, hi int) {
+		if t.me != root {
+			copy(buf[lo:hi], t.bufs[root][b])
+		}
+	})
 }
 
 // reduceTo reduces send into recv at root, or at every rank (root -1):
@@ -486,83 +499,42 @@ func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
 // the result compute the whole chunk from the n buffers in rank order,
 // into recv. Ranks and root are t's.
 func (t *shmTeam) reduceTo(g *Group, root int, send, recv []byte) error {
-	op, nb := opWord(g.cur), uint64(len(send))
-	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(len(send), lo+shmChunk)
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
+	return t.chunkSteps(g, len(send), shmChunk, func(mine []byte, lo, hi int) {
+		copy(mine, send[lo:hi])
+	}, func(b uint64, lo, hi int) {
+		if root >= 0 && t.me != root {
+			return
 		}
-		c := copy(mine, send[lo:hi])
-		t.post(k, op, nb)
-		if err := t.waitAll(g, k, op, nb); err != nil {
-			return err
+		c, dst := hi-lo, recv[lo:hi]
+		g.red.fn3(dst, t.bufs[0][b][:c], t.bufs[1][b][:c], g.red.op)
+		for q := 2; q < t.n; q++ {
+			g.red.fn(dst, t.bufs[q][b][:c], g.red.op, false)
 		}
-		if root < 0 || t.me == root {
-			dst, b := recv[lo:hi], k&1
-			g.red.fn3(dst, t.bufs[0][b][:c], t.bufs[1][b][:c], g.red.op)
-			for q := 2; q < t.n; q++ {
-				g.red.fn(dst, t.bufs[q][b][:c], g.red.op, false)
-			}
-		}
-		t.done(k)
-	}
-	return nil
+	})
 }
 
 func (t *shmTeam) allGather(g *Group, send, recv []byte) error {
-	op, blk := opWord(g.cur), len(send)
-	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(blk, lo+shmChunk)
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
-		}
-		copy(mine, send[lo:hi])
-		t.post(k, op, uint64(blk))
-		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-			return err
-		}
-		for q := range t.n {
-			if q != t.me {
-				copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][k&1])
-			}
-		}
-		t.done(k)
-	}
-	return nil
+	return t.gather(g, -1, send, recv)
 }
 
-// gather: every rank posts its chunk, root collects (root -1: nobody,
-// see allGather).
+// gather: every rank posts its chunk, root collects (root -1: every rank,
+// an all-gather).
 func (t *shmTeam) gather(g *Group, root int, send, recv []byte) error {
-	op, blk := opWord(g.cur), len(send)
-	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(blk, lo+shmChunk)
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
-		}
+	blk := len(send)
+	return t.chunkSteps(g, blk, shmChunk, func(mine []byte, lo, hi int) {
 		if t.me != root {
 			copy(mine, send[lo:hi])
 		}
-		t.post(k, op, uint64(blk))
-		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-			return err
+	}, func(b uint64, lo, hi int) {
+		if root >= 0 && t.me != root {
+			return
 		}
-		if t.me == root {
-			for q := range t.n {
-				if q != t.me {
-					copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][k&1])
-				}
+		for q := range t.n {
+			if q != t.me {
+				copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][b])
 			}
 		}
-		t.done(k)
-	}
-	return nil
+	})
 }
 
 // allToAll: in each step a rank's buffer holds the next piece of every
@@ -572,39 +544,28 @@ func (t *shmTeam) gather(g *Group, root int, send, recv []byte) error {
 func (t *shmTeam) allToAll(g *Group, root int, send, recv []byte, blk int) error {
 	n := t.n
 	per := shmChunk / max(1, n-1) &^ 7
-	op := opWord(g.cur)
-	for i, steps := 0, chunks(blk, per); i < steps; i++ {
-		lo := i * per
-		c := min(blk, lo+per) - lo
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
+	return t.chunkSteps(g, blk, per, func(mine []byte, lo, hi int) {
+		if root >= 0 && t.me != root {
+			return
 		}
-		if root < 0 || t.me == root {
-			for j := range n {
-				if j != t.me {
-					s := slotOf(j, t.me) * per
-					copy(mine[s:s+c], send[j*blk+lo:])
-				}
+		for j := range n {
+			if j != t.me {
+				s := slotOf(j, t.me) * per
+				copy(mine[s:s+hi-lo], send[j*blk+lo:])
 			}
 		}
-		t.post(k, op, uint64(blk))
-		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-			return err
-		}
+	}, func(b uint64, lo, hi int) {
 		switch {
 		case root < 0:
 			for q := range n {
 				if q != t.me {
-					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][slotOf(t.me, q)*per:])
+					copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][b][slotOf(t.me, q)*per:])
 				}
 			}
 		case t.me != root:
-			copy(recv[lo:lo+c], t.bufs[root][k&1][slotOf(t.me, root)*per:])
+			copy(recv[lo:hi], t.bufs[root][b][slotOf(t.me, root)*per:])
 		}
-		t.done(k)
-	}
-	return nil
+	})
 }
 
 // slotOf is the place of rank to's piece in rank from's buffer during an
