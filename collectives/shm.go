@@ -70,8 +70,10 @@ type shmCtrl struct {
 	posted atomic.Uint64 // last step whose contribution is in the buffer; a futex word (low half)
 	_      [56]byte
 	// desc[k%2] describes step k: step, operation word, length, and for a
-	// single-copy step the address of the buffer it reads from.
-	desc     [2][4]atomic.Uint64
+	// single-copy step the address of the buffer the peers read from and
+	// of the one they write into (a single-copy AllReduce's result);
+	// padded to whole cache lines.
+	desc     [2][8]atomic.Uint64
 	readDone atomic.Uint64 // last step whose peers' buffers this rank read; a futex word (low half)
 	_        [56]byte
 	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
@@ -147,7 +149,7 @@ type shmTeam struct {
 	// so large operations copy once, from the caller's buffer on one rank
 	// to the caller's buffer on another (shm_single.go).
 	single bool
-	// singleReduce: AllReduce copies once too (up to shmSingleReduceMax),
+	// singleReduce: AllReduce copies once too,
 	// agreed where every rank has a CPU of its own (spreads): with more
 	// ranks than CPUs its extra waits cost more than the copy it saves.
 	singleReduce bool
@@ -229,16 +231,17 @@ func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
 }
 
 // post publishes this rank's contribution to step k.
-func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0) }
+func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0, 0) }
 
-// postAt is post with an address in this process for the peers to read
-// from (shm_single.go).
-func (t *shmTeam) postAt(k, op, nbytes, addr uint64) {
+// postAt is post with addresses in this process for the peers to read
+// from and to write into (shm_single.go).
+func (t *shmTeam) postAt(k, op, nbytes, readAddr, writeAddr uint64) {
 	c := t.ctrl[t.me]
 	d := &c.desc[k&1]
 	d[1].Store(op)
 	d[2].Store(nbytes)
-	d[3].Store(addr)
+	d[3].Store(readAddr)
+	d[4].Store(writeAddr)
 	d[0].Store(k)
 	c.posted.Store(k)
 	if c.sleepPosted.Load() != 0 {

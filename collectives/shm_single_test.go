@@ -209,3 +209,77 @@ func TestOneRankGroup(t *testing.T) {
 	}
 	require.NoError(t, g.Barrier(testCtx(t)))
 }
+
+// A single-copy AllReduce is one step: each rank writes the pieces of
+// its block into the others' results as it computes them, rather than
+// taking a second step to read the others' blocks, so the ranks meet
+// once an operation whatever its size.
+func TestSingleCopyAllReduceIsOneStep(t *testing.T) {
+	needSingleCopy(t)
+	for _, n := range []int{2, 3} {
+		t.Run(name("n=", n), func(t *testing.T) {
+			gs := newEngineGroups(t, n, "shm")
+			for _, g := range gs {
+				g.shm.singleReduce = true
+			}
+			ctx := testCtx(t)
+			count := n * shmSingleMin / 4 * 3
+			bufs := make([][]float32, n)
+			for r := range bufs {
+				bufs[r] = make([]float32, count)
+				for i := range bufs[r] {
+					bufs[r][i] = float32(r + 1 + i%5)
+				}
+			}
+			before := gs[0].shm.step
+			mustAll(t, gs, func(g *Group) error {
+				b := bufs[g.Rank()]
+				return AllReduce(ctx, g, b, b, Sum)
+			})
+			require.Equal(t, uint64(1), gs[0].shm.step-before, "steps of one AllReduce")
+			for r := range bufs {
+				for i, v := range bufs[r] {
+					if want := float32(n*(n+1)/2 + n*(i%5)); v != want {
+						t.Fatalf("rank %d element %d: %v, want %v", r, i, v, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A peer that posts, for a single-copy AllReduce, an address to write
+// into that its process has not mapped breaks the group with an error
+// naming it, as a bad address to read from does.
+func TestSingleCopyBadWriteAddress(t *testing.T) {
+	needSingleCopy(t)
+	gs := newEngineGroups(t, 2, "shm")
+	t0, c1 := gs[0].shm, gs[0].shm.ctrl[1]
+	t0.singleReduce = true
+	k := t0.ctrl[0].posted.Load() + 1
+	buf := make([]float32, shmSingleMin)
+	peerSend := make([]float32, shmSingleMin)
+	errc := make(chan error, 1)
+	go func() { errc <- AllReduce(testCtx(t), gs[0], buf, buf, Sum) }()
+	mine := &t0.ctrl[0].desc[k&1]
+	for t0.ctrl[0].posted.Load() < k {
+		time.Sleep(time.Millisecond)
+	}
+	d := &c1.desc[k&1]
+	d[1].Store(mine[1].Load())
+	d[2].Store(mine[2].Load())
+	d[3].Store(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(peerSend)))))
+	d[4].Store(1 << 62) // nothing is mapped there
+	d[0].Store(k)
+	c1.posted.Store(k)
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(time.Minute):
+		t.Fatal("the writer to a bad address still waits")
+	}
+	runtime.KeepAlive(peerSend)
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "writing its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
