@@ -164,11 +164,21 @@ func TestSingleCopyDoesNotAllocate(t *testing.T) {
 func TestSingleCopyBadAddress(t *testing.T) {
 	needSingleCopy(t)
 	gs := newEngineGroups(t, 2, "shm")
-	t0, c1 := gs[0].shm, gs[0].shm.ctrl[1]
-	k := t0.ctrl[0].posted.Load() + 1
 	buf := make([]byte, 2*shmSingleMin)
+	err := postAsRank1(t, gs[0], func() error { return gs[0].Broadcast(testCtx(t), 1, buf) }, 1<<62, 0) // nothing is mapped there
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "reading its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// postAsRank1 runs op on g, rank 0 of a single-copy group of two, and
+// posts rank 1's side of the step op takes, with the same descriptor and
+// the addresses given, as a hostile rank 1 could; it returns op's error.
+func postAsRank1(t *testing.T, g *Group, op func() error, readAddr, writeAddr uint64) error {
+	t0, c1 := g.shm, g.shm.ctrl[1]
+	k := t0.ctrl[0].posted.Load() + 1
 	errc := make(chan error, 1)
-	go func() { errc <- gs[0].Broadcast(testCtx(t), 1, buf) }()
+	go func() { errc <- op() }()
 	mine := &t0.ctrl[0].desc[k&1]
 	for t0.ctrl[0].posted.Load() < k {
 		time.Sleep(time.Millisecond)
@@ -176,18 +186,17 @@ func TestSingleCopyBadAddress(t *testing.T) {
 	d := &c1.desc[k&1]
 	d[1].Store(mine[1].Load())
 	d[2].Store(mine[2].Load())
-	d[3].Store(1 << 62) // nothing is mapped there
+	d[3].Store(readAddr)
+	d[4].Store(writeAddr)
 	d[0].Store(k)
 	c1.posted.Store(k)
-	var err error
 	select {
-	case err = <-errc:
+	case err := <-errc:
+		return err
 	case <-time.After(time.Minute):
-		t.Fatal("the reader of a bad address still waits")
+		t.Fatal("rank 0 still waits")
+		return nil
 	}
-	requireRank(t, err, 1)
-	require.Contains(t, err.Error(), "reading its buffer")
-	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
 }
 
 // A group of one rank, set up as Join does, runs every operation (it
@@ -254,30 +263,10 @@ func TestSingleCopyAllReduceIsOneStep(t *testing.T) {
 func TestSingleCopyBadWriteAddress(t *testing.T) {
 	needSingleCopy(t)
 	gs := newEngineGroups(t, 2, "shm")
-	t0, c1 := gs[0].shm, gs[0].shm.ctrl[1]
-	t0.singleReduce = true
-	k := t0.ctrl[0].posted.Load() + 1
-	buf := make([]float32, shmSingleMin)
-	peerSend := make([]float32, shmSingleMin)
-	errc := make(chan error, 1)
-	go func() { errc <- AllReduce(testCtx(t), gs[0], buf, buf, Sum) }()
-	mine := &t0.ctrl[0].desc[k&1]
-	for t0.ctrl[0].posted.Load() < k {
-		time.Sleep(time.Millisecond)
-	}
-	d := &c1.desc[k&1]
-	d[1].Store(mine[1].Load())
-	d[2].Store(mine[2].Load())
-	d[3].Store(uint64(uintptr(unsafe.Pointer(unsafe.SliceData(peerSend)))))
-	d[4].Store(1 << 62) // nothing is mapped there
-	d[0].Store(k)
-	c1.posted.Store(k)
-	var err error
-	select {
-	case err = <-errc:
-	case <-time.After(time.Minute):
-		t.Fatal("the writer to a bad address still waits")
-	}
+	gs[0].shm.singleReduce = true
+	buf, peerSend := make([]float32, shmSingleMin), make([]float32, shmSingleMin)
+	err := postAsRank1(t, gs[0], func() error { return AllReduce(testCtx(t), gs[0], buf, buf, Sum) },
+		uint64(uintptr(unsafe.Pointer(unsafe.SliceData(peerSend)))), 1<<62)
 	runtime.KeepAlive(peerSend)
 	requireRank(t, err, 1)
 	require.Contains(t, err.Error(), "writing its buffer")
