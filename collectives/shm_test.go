@@ -397,3 +397,28 @@ func TestMoveOffCPU(t *testing.T) {
 	assert.NotEqual(t, from, to)
 	assert.True(t, before.IsSet(int(to)), "moved to CPU %d, outside the mask", to)
 }
+
+// A wait for a peer process spins, then yields the CPU for
+// shmYieldPeer, then sleeps on the futex; one for a rank of this process
+// yields for a millisecond, then naps.
+func TestShmWaitYieldsBeforeSleeping(t *testing.T) {
+	const spinUntil = int64(1e9)
+	us := int64(time.Microsecond)
+	cases := []struct {
+		sleeps bool
+		at     int64
+		want   waitStep
+	}{
+		{true, spinUntil - 1, waitSpin},
+		{true, spinUntil, waitYield},
+		{true, spinUntil + int64(shmYieldPeer) - 1, waitYield},
+		{true, spinUntil + int64(shmYieldPeer), waitFutex},
+		{true, spinUntil + 5000*us, waitFutex},
+		{false, spinUntil - 1, waitSpin},
+		{false, spinUntil + 999*us, waitYield},
+		{false, spinUntil + 1000*us, waitNap},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, nextWait(c.sleeps, c.at, spinUntil), "sleeps %v, %d ns after the spin", c.sleeps, c.at-spinUntil)
+	}
+}
