@@ -174,7 +174,8 @@ const (
 	// shmMoveEvery bounds how often a waiting rank moves to another CPU.
 	shmMoveEvery = time.Millisecond
 	// shmYieldPeer is how long a wait for a peer process yields the CPU
-	// after spinning, before it sleeps (nextWait). 4 ranks on 2 CPUs under
+	// after spinning, before it sleeps, where there are more ranks than
+	// CPUs (nextWait). 4 ranks on 2 CPUs under
 	// other load, 4 KiB, 3 rounds each: broadcast 17-19 us against 34-69
 	// sleeping at once, allgather 34-47 against 49-127; 256 KiB the same
 	// within the rounds' scatter at 50 us, worse in some rounds at 100 us
@@ -330,7 +331,7 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 			}
 			return err
 		}
-		switch nextWait(sleeps, now, spinUntil) {
+		switch t.nextWait(sleeps, now, spinUntil) {
 		case waitSpin:
 			if !sleeps {
 				runtime.Gosched() // ranks of this process may need this P
@@ -360,14 +361,20 @@ const (
 )
 
 // nextWait is how a wait for a rank (of another process if sleeps) that
-// spun until spinUntil goes on at now. After spinning it yields the CPU
-// for a while before it sleeps: the rank it waits for is often queued on
-// this very CPU (more ranks than CPUs, or the host's other load), and
-// yielding hands the CPU over without a sleep's wake-up, which on a
-// loaded host costs tens of microseconds more. Only for a while: a
-// yielding rank competes for the CPU with the ranks doing the work.
-func nextWait(sleeps bool, now, spinUntil int64) waitStep {
+// spun until spinUntil goes on at now. With more ranks than CPUs, after
+// spinning it yields the CPU for a while before it sleeps: the rank it
+// waits for is then often queued on this very CPU, and yielding hands the
+// CPU over without a sleep's wake-up, which on a loaded host costs tens of
+// microseconds more. Only for a while: a yielding rank competes for the
+// CPU with the ranks doing the work. With a CPU per rank it sleeps at
+// once: two ranks that yield to each other on one CPU stay there (a
+// wake-up may place the sleeper on another CPU; 2 ranks, 4 KiB AllGather:
+// 13 us a run in such rounds, against 1.3 us when each has its CPU).
+func (t *shmTeam) nextWait(sleeps bool, now, spinUntil int64) waitStep {
 	yieldFor := int64(shmYieldPeer)
+	if t.spreads {
+		yieldFor = 0
+	}
 	if !sleeps {
 		yieldFor = int64(time.Millisecond)
 	}

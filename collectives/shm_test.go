@@ -398,27 +398,32 @@ func TestMoveOffCPU(t *testing.T) {
 	assert.True(t, before.IsSet(int(to)), "moved to CPU %d, outside the mask", to)
 }
 
-// A wait for a peer process spins, then yields the CPU for
-// shmYieldPeer, then sleeps on the futex; one for a rank of this process
+// With more ranks than CPUs, a wait for a peer process spins, then
+// yields the CPU for shmYieldPeer, then sleeps on the futex; with a CPU
+// per rank it sleeps right after spinning. One for a rank of this process
 // yields for a millisecond, then naps.
 func TestShmWaitYieldsBeforeSleeping(t *testing.T) {
 	const spinUntil = int64(1e9)
 	us := int64(time.Microsecond)
 	cases := []struct {
-		sleeps bool
-		at     int64
-		want   waitStep
+		spreads, sleeps bool
+		at              int64
+		want            waitStep
 	}{
-		{true, spinUntil - 1, waitSpin},
-		{true, spinUntil, waitYield},
-		{true, spinUntil + int64(shmYieldPeer) - 1, waitYield},
-		{true, spinUntil + int64(shmYieldPeer), waitFutex},
-		{true, spinUntil + 5000*us, waitFutex},
-		{false, spinUntil - 1, waitSpin},
-		{false, spinUntil + 999*us, waitYield},
-		{false, spinUntil + 1000*us, waitNap},
+		{false, true, spinUntil - 1, waitSpin},
+		{false, true, spinUntil, waitYield},
+		{false, true, spinUntil + int64(shmYieldPeer) - 1, waitYield},
+		{false, true, spinUntil + int64(shmYieldPeer), waitFutex},
+		{false, true, spinUntil + 5000*us, waitFutex},
+		{true, true, spinUntil - 1, waitSpin},
+		{true, true, spinUntil, waitFutex},
+		{false, false, spinUntil - 1, waitSpin},
+		{false, false, spinUntil + 999*us, waitYield},
+		{false, false, spinUntil + 1000*us, waitNap},
+		{true, false, spinUntil + 999*us, waitYield},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, nextWait(c.sleeps, c.at, spinUntil), "sleeps %v, %d ns after the spin", c.sleeps, c.at-spinUntil)
+		tm := &shmTeam{spreads: c.spreads}
+		require.Equal(t, c.want, tm.nextWait(c.sleeps, c.at, spinUntil), "spreads %v, sleeps %v, %d ns after the spin", c.spreads, c.sleeps, c.at-spinUntil)
 	}
 }
