@@ -146,15 +146,7 @@ func TestSingleCopyDoesNotAllocate(t *testing.T) {
 		"AllGather": func(g *Group) error { return g.AllGather(ctx, in[g.Rank()][:size], out[g.Rank()]) },
 		"AllToAll":  func(g *Group) error { return g.AllToAll(ctx, in[g.Rank()], out[g.Rank()]) },
 	}
-	for name, op := range ops {
-		require.NoError(t, d.run(op), name)
-		allocs := testing.AllocsPerRun(5, func() {
-			if err := d.run(op); err != nil {
-				t.Error(err)
-			}
-		})
-		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
-	}
+	requireNoAllocs(t, d, ops, n)
 }
 
 // A peer that posts an address its process has not mapped breaks the

@@ -91,15 +91,7 @@ func checkShmAllocs(t *testing.T, ctx context.Context) {
 		"Scatter":   func(g *Group) error { return g.Scatter(ctx, 0, in[g.Rank()], out[g.Rank()][:big]) },
 		"Gather":    func(g *Group) error { return g.Gather(ctx, 1, in[g.Rank()][:big], out[g.Rank()]) },
 	}
-	for name, op := range ops {
-		require.NoError(t, d.run(op), name)
-		allocs := testing.AllocsPerRun(5, func() {
-			if err := d.run(op); err != nil {
-				t.Error(err)
-			}
-		})
-		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
-	}
+	requireNoAllocs(t, d, ops, n)
 }
 
 // What a peer leaves in its control block is bounded before use: a failure
@@ -425,5 +417,20 @@ func TestShmWaitYieldsBeforeSleeping(t *testing.T) {
 	for _, c := range cases {
 		tm := &shmTeam{spreads: c.spreads}
 		require.Equal(t, c.want, tm.nextWait(c.sleeps, c.at, spinUntil), "spreads %v, sleeps %v, %d ns after the spin", c.spreads, c.sleeps, c.at-spinUntil)
+	}
+}
+
+// requireNoAllocs runs each of ops on every one of d's n ranks once, then
+// requires that further runs allocate nothing.
+func requireNoAllocs(t *testing.T, d *driver, ops map[string]func(g *Group) error, n int) {
+	t.Helper()
+	for name, op := range ops {
+		require.NoError(t, d.run(op), name)
+		allocs := testing.AllocsPerRun(5, func() {
+			if err := d.run(op); err != nil {
+				t.Error(err)
+			}
+		})
+		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
 	}
 }
