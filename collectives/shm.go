@@ -145,6 +145,9 @@ type shmTeam struct {
 	// the earliest unix ns of the next such move.
 	spreads  bool
 	nextMove int64
+	// yields: the waits of the operation under way yield the CPU for a
+	// while before they sleep (expect, nextWait).
+	yields bool
 	// single: every rank can read the others' memory (process_vm_readv),
 	// so large operations copy once, from the caller's buffer on one rank
 	// to the caller's buffer on another (shm_single.go).
@@ -181,6 +184,9 @@ const (
 	// within the rounds' scatter at 50 us, worse in some rounds at 100 us
 	// and more (the yielding ranks take CPU from the working ones).
 	shmYieldPeer = 50 * time.Microsecond
+	// shmYieldBelow is the size a rank below which an operation's waits
+	// yield (nextWait).
+	shmYieldBelow = 64 << 10
 )
 
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
@@ -360,19 +366,26 @@ const (
 	waitNap                   // sleep a little (a rank of this process)
 )
 
+// expect sets how the waits of an operation that moves nbytes a rank go
+// on (nextWait).
+func (t *shmTeam) expect(nbytes int) { t.yields = !t.spreads && nbytes < shmYieldBelow }
+
 // nextWait is how a wait for a rank (of another process if sleeps) that
-// spun until spinUntil goes on at now. With more ranks than CPUs, after
+// spun until spinUntil goes on at now. With more ranks than CPUs, in an
+// operation of less than shmYieldBelow a rank, after
 // spinning it yields the CPU for a while before it sleeps: the rank it
 // waits for is then often queued on this very CPU, and yielding hands the
 // CPU over without a sleep's wake-up, which on a loaded host costs tens of
 // microseconds more. Only for a while: a yielding rank competes for the
-// CPU with the ranks doing the work. With a CPU per rank it sleeps at
-// once: two ranks that yield to each other on one CPU stay there (a
+// CPU with the ranks doing the work, which in a larger operation take
+// longer than the yields last and lose the CPU to them (4 ranks on 2 CPUs,
+// 256 KiB Broadcast: 357-718 us yielding against 259-274 sleeping at once,
+// 3 rounds). With a CPU per rank it sleeps at once: two ranks that yield to each other on one CPU stay there (a
 // wake-up may place the sleeper on another CPU; 2 ranks, 4 KiB AllGather:
 // 13 us a run in such rounds, against 1.3 us when each has its CPU).
 func (t *shmTeam) nextWait(sleeps bool, now, spinUntil int64) waitStep {
 	yieldFor := int64(shmYieldPeer)
-	if t.spreads {
+	if !t.yields {
 		yieldFor = 0
 	}
 	if !sleeps {
@@ -492,6 +505,7 @@ func (t *shmTeam) wakeAll() {
 func chunks(nbytes, per int) int { return max(1, (nbytes+per-1)/per) }
 
 func (t *shmTeam) barrier(g *Group) error {
+	t.expect(0)
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -511,6 +525,7 @@ func (t *shmTeam) barrier(g *Group) error {
 // every rank's post awaited, then take reads what this rank needs from
 // the ranks' buffers b (t.bufs[q][b]).
 func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
+	t.expect(nbytes)
 	op, nb := opWord(g.cur), uint64(nbytes)
 	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
 		lo := i * per

@@ -150,6 +150,7 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 // broadcastSingle: the root posts buf's address, every other rank reads
 // buf from it.
 func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
+	t.expect(len(buf))
 	op, nb := opWord(g.cur), uint64(len(buf))
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -191,6 +192,7 @@ func (t *shmTeam) allToAllSingle(g *Group, send, recv []byte, blk int) error {
 // and reads, from each other rank q's send at off, the blk bytes that go
 // to recv's block q.
 func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off uint64) error {
+	t.expect(blk)
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -248,6 +250,7 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 // it (every recv is complete). In place, a member writes a piece into a
 // peer's buffer only after it read that piece of it.
 func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte, push bool) error {
+	t.expect(len(send))
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(send))
 	inPlace := unsafe.SliceData(send) == unsafe.SliceData(recv)
@@ -316,6 +319,7 @@ func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte, push bool) er
 // and waits until the others read its own: send and recv of the step
 // before are the caller's again.
 func (t *shmTeam) allGatherBlocksSingle(g *Group, recv []byte) error {
+	t.expect(len(recv))
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(recv))
 	_, recvAddr := t.lend(t.lent[0], recv)

@@ -390,10 +390,11 @@ func TestMoveOffCPU(t *testing.T) {
 	assert.True(t, before.IsSet(int(to)), "moved to CPU %d, outside the mask", to)
 }
 
-// With more ranks than CPUs, a wait for a peer process spins, then
-// yields the CPU for shmYieldPeer, then sleeps on the futex; with a CPU
-// per rank it sleeps right after spinning. One for a rank of this process
-// yields for a millisecond, then naps.
+// With more ranks than CPUs, a wait for a peer process in an operation of
+// less than shmYieldBelow a rank spins, then yields the CPU for
+// shmYieldPeer, then sleeps on the futex; with a CPU per rank, or in a
+// larger operation, it sleeps right after spinning. One for a rank of
+// this process yields for a millisecond, then naps.
 func TestShmWaitYieldsBeforeSleeping(t *testing.T) {
 	const spinUntil = int64(1e9)
 	us := int64(time.Microsecond)
@@ -415,8 +416,15 @@ func TestShmWaitYieldsBeforeSleeping(t *testing.T) {
 		{true, false, spinUntil + 999*us, waitYield},
 	}
 	for _, c := range cases {
-		tm := &shmTeam{spreads: c.spreads}
-		require.Equal(t, c.want, tm.nextWait(c.sleeps, c.at, spinUntil), "spreads %v, sleeps %v, %d ns after the spin", c.spreads, c.sleeps, c.at-spinUntil)
+		for _, size := range []int{0, 4 << 10, shmYieldBelow - 1, shmYieldBelow, 16 << 20} {
+			tm := &shmTeam{spreads: c.spreads}
+			tm.expect(size)
+			want := c.want
+			if want == waitYield && c.sleeps && size >= shmYieldBelow {
+				want = waitFutex
+			}
+			require.Equal(t, want, tm.nextWait(c.sleeps, c.at, spinUntil), "spreads %v, sleeps %v, %d bytes, %d ns after the spin", c.spreads, c.sleeps, size, c.at-spinUntil)
+		}
 	}
 }
 
