@@ -173,11 +173,15 @@ func TestRankProcessDies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	const n, dead = 4, 2
 	// On the same-host engine the survivors learn of the death from the
-	// dead process's pidfd, not from its conns.
-	for _, algo := range []string{"stream", "shm"} {
-		t.Run(algo, func(t *testing.T) {
+	// dead process's pidfd, not from its conns. Two ranks on a host with
+	// a CPU for each reduce by single copy, in one step (shm_single.go).
+	for _, c := range []struct {
+		algo    string
+		n, dead int
+	}{{"stream", 4, 2}, {"shm", 4, 2}, {"shm", 2, 1}} {
+		n, dead, algo := c.n, c.dead, c.algo
+		t.Run(fmt.Sprintf("%s/n=%d", algo, n), func(t *testing.T) {
 			cmds := startRanks(t, n, dieEnv+"="+strconv.Itoa(dead), AlgoEnv+"="+algo)
 			outs := combinedOutputs(cmds)
 			named := 0

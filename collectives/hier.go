@@ -161,7 +161,7 @@ func allReduceAmong(g *Group, members []int, me int, buf []byte) error {
 func (h *hierarchy) allReduceSplit(g *Group, send, recv []byte) error {
 	t := h.team
 	defer t.unlend()
-	if err := t.reduceScatterSingle(g, send, recv); err != nil {
+	if err := t.reduceScatterSingle(g, send, recv, false); err != nil {
 		return err
 	}
 	lo, hi := singleBlock(len(recv), g.red.elem, t.n, t.me)

@@ -70,8 +70,10 @@ type shmCtrl struct {
 	posted atomic.Uint64 // last step whose contribution is in the buffer; a futex word (low half)
 	_      [56]byte
 	// desc[k%2] describes step k: step, operation word, length, and for a
-	// single-copy step the address of the buffer it reads from.
-	desc     [2][4]atomic.Uint64
+	// single-copy step the address of the buffer the peers read from and
+	// of the one they write into (a single-copy AllReduce's result);
+	// padded to whole cache lines.
+	desc     [2][8]atomic.Uint64
 	readDone atomic.Uint64 // last step whose peers' buffers this rank read; a futex word (low half)
 	_        [56]byte
 	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
@@ -143,11 +145,14 @@ type shmTeam struct {
 	// the earliest unix ns of the next such move.
 	spreads  bool
 	nextMove int64
+	// yields: the waits of the operation under way yield the CPU for a
+	// while before they sleep (expect, nextWait).
+	yields bool
 	// single: every rank can read the others' memory (process_vm_readv),
 	// so large operations copy once, from the caller's buffer on one rank
 	// to the caller's buffer on another (shm_single.go).
 	single bool
-	// singleReduce: AllReduce copies once too (up to shmSingleReduceMax),
+	// singleReduce: AllReduce copies once too,
 	// agreed where every rank has a CPU of its own (spreads): with more
 	// ranks than CPUs its extra waits cost more than the copy it saves.
 	singleReduce bool
@@ -171,6 +176,17 @@ const (
 	shmSleepMax = time.Millisecond
 	// shmMoveEvery bounds how often a waiting rank moves to another CPU.
 	shmMoveEvery = time.Millisecond
+	// shmYieldPeer is how long a wait for a peer process yields the CPU
+	// after spinning, before it sleeps, where there are more ranks than
+	// CPUs (nextWait). 4 ranks on 2 CPUs under
+	// other load, 4 KiB, 3 rounds each: broadcast 17-19 us against 34-69
+	// sleeping at once, allgather 34-47 against 49-127; 256 KiB the same
+	// within the rounds' scatter at 50 us, worse in some rounds at 100 us
+	// and more (the yielding ranks take CPU from the working ones).
+	shmYieldPeer = 50 * time.Microsecond
+	// shmYieldBelow is the size a rank below which an operation's waits
+	// yield (nextWait).
+	shmYieldBelow = 64 << 10
 )
 
 // newShmTeam lays a team over seg, which has layoutFor(n).size bytes.
@@ -229,16 +245,17 @@ func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
 }
 
 // post publishes this rank's contribution to step k.
-func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0) }
+func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0, 0) }
 
-// postAt is post with an address in this process for the peers to read
-// from (shm_single.go).
-func (t *shmTeam) postAt(k, op, nbytes, addr uint64) {
+// postAt is post with addresses in this process for the peers to read
+// from and to write into (shm_single.go).
+func (t *shmTeam) postAt(k, op, nbytes, readAddr, writeAddr uint64) {
 	c := t.ctrl[t.me]
 	d := &c.desc[k&1]
 	d[1].Store(op)
 	d[2].Store(nbytes)
-	d[3].Store(addr)
+	d[3].Store(readAddr)
+	d[4].Store(writeAddr)
 	d[0].Store(k)
 	c.posted.Store(k)
 	if c.sleepPosted.Load() != 0 {
@@ -320,25 +337,69 @@ func (t *shmTeam) await(g *Group, q int, word *atomic.Uint64, sleepers *atomic.U
 			}
 			return err
 		}
-		if now < spinUntil {
+		switch t.nextWait(sleeps, now, spinUntil) {
+		case waitSpin:
 			if !sleeps {
 				runtime.Gosched() // ranks of this process may need this P
 			}
-			continue
-		}
-		switch {
-		case sleeps:
+		case waitYield:
+			osYield()
+		case waitFutex:
 			sleepers.Add(1)
 			if v := word.Load(); v < want {
 				futexWait(word, uint32(v), time.Duration(t.sleepMax))
 			}
 			sleepers.Add(^uint32(0))
-		case now-spinUntil < int64(time.Millisecond):
-			osYield()
 		default:
 			time.Sleep(20 * time.Microsecond)
 		}
 	}
+}
+
+// How a wait goes on between its checks (nextWait).
+type waitStep int
+
+const (
+	waitSpin  waitStep = iota // poll the word again
+	waitYield                 // give the CPU to the threads queued on it, staying runnable
+	waitFutex                 // sleep on the word until its owner stores (a peer process)
+	waitNap                   // sleep a little (a rank of this process)
+)
+
+// expect sets how the waits of an operation that moves nbytes a rank go
+// on (nextWait).
+func (t *shmTeam) expect(nbytes int) { t.yields = !t.spreads && nbytes < shmYieldBelow }
+
+// nextWait is how a wait for a rank (of another process if sleeps) that
+// spun until spinUntil goes on at now. With more ranks than CPUs, in an
+// operation of less than shmYieldBelow a rank, after
+// spinning it yields the CPU for a while before it sleeps: the rank it
+// waits for is then often queued on this very CPU, and yielding hands the
+// CPU over without a sleep's wake-up, which on a loaded host costs tens of
+// microseconds more. Only for a while: a yielding rank competes for the
+// CPU with the ranks doing the work, which in a larger operation take
+// longer than the yields last and lose the CPU to them (4 ranks on 2 CPUs,
+// 256 KiB Broadcast: 357-718 us yielding against 259-274 sleeping at once,
+// 3 rounds). With a CPU per rank it sleeps at once: two ranks that yield to each other on one CPU stay there (a
+// wake-up may place the sleeper on another CPU; 2 ranks, 4 KiB AllGather:
+// 13 us a run in such rounds, against 1.3 us when each has its CPU).
+func (t *shmTeam) nextWait(sleeps bool, now, spinUntil int64) waitStep {
+	yieldFor := int64(shmYieldPeer)
+	if !t.yields {
+		yieldFor = 0
+	}
+	if !sleeps {
+		yieldFor = int64(time.Millisecond)
+	}
+	switch {
+	case now < spinUntil:
+		return waitSpin
+	case now-spinUntil < yieldFor:
+		return waitYield
+	case sleeps:
+		return waitFutex
+	}
+	return waitNap
 }
 
 func moved() bool {
@@ -444,6 +505,7 @@ func (t *shmTeam) wakeAll() {
 func chunks(nbytes, per int) int { return max(1, (nbytes+per-1)/per) }
 
 func (t *shmTeam) barrier(g *Group) error {
+	t.expect(0)
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -457,28 +519,42 @@ func (t *shmTeam) barrier(g *Group) error {
 	return nil
 }
 
-func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
-	op, nb := opWord(g.cur), uint64(len(buf))
-	for i, steps := 0, chunks(len(buf), shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(len(buf), lo+shmChunk)
+// chunkSteps runs an operation of nbytes a rank (the length every rank's
+// descriptor carries) as steps of at most per bytes [lo, hi): in each,
+// put fills this rank's buffer mine with its part, the step is posted and
+// every rank's post awaited, then take reads what this rank needs from
+// the ranks' buffers b (t.bufs[q][b]).
+func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
+	t.expect(nbytes)
+	op, nb := opWord(g.cur), uint64(nbytes)
+	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
+		lo := i * per
+		hi := min(nbytes, lo+per)
 		k, mine, err := t.begin(g)
 		if err != nil {
 			return err
 		}
-		if t.me == root {
-			copy(mine, buf[lo:hi])
-		}
+		put(mine, lo, hi)
 		t.post(k, op, nb)
 		if err := t.waitAll(g, k, op, nb); err != nil {
 			return err
 		}
-		if t.me != root {
-			copy(buf[lo:hi], t.bufs[root][k&1])
-		}
+		take(k&1, lo, hi)
 		t.done(k)
 	}
 	return nil
+}
+
+func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
+	return t.chunkSteps(g, len(buf), shmChunk, func(mine []byte, lo, hi int) {
+		if t.me == root {
+			copy(mine, buf[lo:hi])
+		}
+	}, func(b uint64, lo, hi int) {
+		if t.me != root {
+			copy(buf[lo:hi], t.bufs[root][b])
+		}
+	})
 }
 
 // reduceTo reduces send into recv at root, or at every rank (root -1):
@@ -486,83 +562,42 @@ func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
 // the result compute the whole chunk from the n buffers in rank order,
 // into recv. Ranks and root are t's.
 func (t *shmTeam) reduceTo(g *Group, root int, send, recv []byte) error {
-	op, nb := opWord(g.cur), uint64(len(send))
-	for i, steps := 0, chunks(len(send), shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(len(send), lo+shmChunk)
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
+	return t.chunkSteps(g, len(send), shmChunk, func(mine []byte, lo, hi int) {
+		copy(mine, send[lo:hi])
+	}, func(b uint64, lo, hi int) {
+		if root >= 0 && t.me != root {
+			return
 		}
-		c := copy(mine, send[lo:hi])
-		t.post(k, op, nb)
-		if err := t.waitAll(g, k, op, nb); err != nil {
-			return err
+		c, dst := hi-lo, recv[lo:hi]
+		g.red.fn3(dst, t.bufs[0][b][:c], t.bufs[1][b][:c], g.red.op)
+		for q := 2; q < t.n; q++ {
+			g.red.fn(dst, t.bufs[q][b][:c], g.red.op, false)
 		}
-		if root < 0 || t.me == root {
-			dst, b := recv[lo:hi], k&1
-			g.red.fn3(dst, t.bufs[0][b][:c], t.bufs[1][b][:c], g.red.op)
-			for q := 2; q < t.n; q++ {
-				g.red.fn(dst, t.bufs[q][b][:c], g.red.op, false)
-			}
-		}
-		t.done(k)
-	}
-	return nil
+	})
 }
 
 func (t *shmTeam) allGather(g *Group, send, recv []byte) error {
-	op, blk := opWord(g.cur), len(send)
-	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(blk, lo+shmChunk)
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
-		}
-		copy(mine, send[lo:hi])
-		t.post(k, op, uint64(blk))
-		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-			return err
-		}
-		for q := range t.n {
-			if q != t.me {
-				copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][k&1])
-			}
-		}
-		t.done(k)
-	}
-	return nil
+	return t.gather(g, -1, send, recv)
 }
 
-// gather: every rank posts its chunk, root collects (root -1: nobody,
-// see allGather).
+// gather: every rank posts its chunk, root collects (root -1: every rank,
+// an all-gather).
 func (t *shmTeam) gather(g *Group, root int, send, recv []byte) error {
-	op, blk := opWord(g.cur), len(send)
-	for i, steps := 0, chunks(blk, shmChunk); i < steps; i++ {
-		lo := i * shmChunk
-		hi := min(blk, lo+shmChunk)
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
-		}
+	blk := len(send)
+	return t.chunkSteps(g, blk, shmChunk, func(mine []byte, lo, hi int) {
 		if t.me != root {
 			copy(mine, send[lo:hi])
 		}
-		t.post(k, op, uint64(blk))
-		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-			return err
+	}, func(b uint64, lo, hi int) {
+		if root >= 0 && t.me != root {
+			return
 		}
-		if t.me == root {
-			for q := range t.n {
-				if q != t.me {
-					copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][k&1])
-				}
+		for q := range t.n {
+			if q != t.me {
+				copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][b])
 			}
 		}
-		t.done(k)
-	}
-	return nil
+	})
 }
 
 // allToAll: in each step a rank's buffer holds the next piece of every
@@ -572,39 +607,28 @@ func (t *shmTeam) gather(g *Group, root int, send, recv []byte) error {
 func (t *shmTeam) allToAll(g *Group, root int, send, recv []byte, blk int) error {
 	n := t.n
 	per := shmChunk / max(1, n-1) &^ 7
-	op := opWord(g.cur)
-	for i, steps := 0, chunks(blk, per); i < steps; i++ {
-		lo := i * per
-		c := min(blk, lo+per) - lo
-		k, mine, err := t.begin(g)
-		if err != nil {
-			return err
+	return t.chunkSteps(g, blk, per, func(mine []byte, lo, hi int) {
+		if root >= 0 && t.me != root {
+			return
 		}
-		if root < 0 || t.me == root {
-			for j := range n {
-				if j != t.me {
-					s := slotOf(j, t.me) * per
-					copy(mine[s:s+c], send[j*blk+lo:])
-				}
+		for j := range n {
+			if j != t.me {
+				s := slotOf(j, t.me) * per
+				copy(mine[s:s+hi-lo], send[j*blk+lo:])
 			}
 		}
-		t.post(k, op, uint64(blk))
-		if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
-			return err
-		}
+	}, func(b uint64, lo, hi int) {
 		switch {
 		case root < 0:
 			for q := range n {
 				if q != t.me {
-					copy(recv[q*blk+lo:q*blk+lo+c], t.bufs[q][k&1][slotOf(t.me, q)*per:])
+					copy(recv[q*blk+lo:q*blk+hi], t.bufs[q][b][slotOf(t.me, q)*per:])
 				}
 			}
 		case t.me != root:
-			copy(recv[lo:lo+c], t.bufs[root][k&1][slotOf(t.me, root)*per:])
+			copy(recv[lo:hi], t.bufs[root][b][slotOf(t.me, root)*per:])
 		}
-		t.done(k)
-	}
-	return nil
+	})
 }
 
 // slotOf is the place of rank to's piece in rank from's buffer during an

@@ -624,18 +624,30 @@ func futexWake(word *atomic.Uint64) {
 // group's are). A bad address fails (EFAULT) without touching dst
 // beyond what was read.
 func readPeer(pid int, dst []byte, addr uint64) error {
-	if len(dst) == 0 {
+	return peerIO(unix.SYS_PROCESS_VM_READV, pid, dst, addr)
+}
+
+// writePeer copies src into process pid's memory at addr
+// (process_vm_writev), as readPeer reads. A bad address fails (EFAULT).
+func writePeer(pid int, src []byte, addr uint64) error {
+	return peerIO(unix.SYS_PROCESS_VM_WRITEV, pid, src, addr)
+}
+
+// peerIO moves buf from or to pid's memory at addr with the system call
+// nr (process_vm_readv or process_vm_writev), all of it or an error.
+func peerIO(nr uintptr, pid int, buf []byte, addr uint64) error {
+	if len(buf) == 0 {
 		return nil
 	}
-	local := unix.Iovec{Base: unsafe.SliceData(dst), Len: uint64(len(dst))}
-	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(dst)}
-	n, _, e := unix.Syscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1,
+	local := unix.Iovec{Base: unsafe.SliceData(buf), Len: uint64(len(buf))}
+	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(buf)}
+	n, _, e := unix.Syscall6(nr, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1,
 		uintptr(unsafe.Pointer(&remote)), 1, 0)
 	switch {
 	case e != 0:
 		return e
-	case int(n) != len(dst):
-		return fmt.Errorf("read %d of %d bytes", n, len(dst))
+	case int(n) != len(buf):
+		return fmt.Errorf("moved %d of %d bytes", n, len(buf))
 	}
 	return nil
 }

@@ -38,6 +38,8 @@ func (*shmLiveness) pid(int) int { return 0 }
 
 func readPeer(int, []byte, uint64) error { return errors.ErrUnsupported }
 
+func writePeer(int, []byte, uint64) error { return errors.ErrUnsupported }
+
 func osYield() { runtime.Gosched() }
 
 func futexWait(*atomic.Uint64, uint32, time.Duration) {}

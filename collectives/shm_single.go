@@ -17,15 +17,18 @@ import (
 // buffer on one rank straight into the caller's buffer on another, as
 // Open MPI's sm transport does with CMA:
 //
-//   - The operation is one step (AllReduce two). In it each rank posts,
-//     beside the step's descriptor, the address in its own process of the
-//     buffer the others read; each reader checks the descriptor as for any
-//     step, reads what it needs with process_vm_readv, and says it read
-//     the step. A rank returns only once every rank that reads its buffer
-//     said so: the buffer is the caller's again.
-//   - The address a peer posts is used for nothing but reading that peer's
-//     own memory: a bad one fails the read (EFAULT), which breaks the group
-//     with an error naming the peer. Every length comes from the local call.
+//   - The operation is one step. In it each rank posts, beside the step's
+//     descriptor, the address in its own process of the buffer the others
+//     read (for AllReduce also of the result the others write into); each
+//     reader checks the descriptor as for any step, reads what it needs
+//     with process_vm_readv (an AllReduce writes each piece of its block
+//     of the result into the others' with process_vm_writev), and says it
+//     is done with the step. A rank returns only once every other rank
+//     said so: its buffers are the caller's again.
+//   - The addresses a peer posts are used for nothing but reading and
+//     writing that peer's own memory: a bad one fails the call (EFAULT),
+//     which breaks the group with an error naming the peer. Every length
+//     comes from the local call.
 //     Reads go a piece at a time with the group's checks between pieces;
 //     one piece is not bounded by ctx, so a peer whose memory there stalls
 //     the kernel (a mapping of a file system that does not answer) holds
@@ -46,15 +49,12 @@ import (
 // copy of a chunk that stays in the cache.
 const shmSingleMin = 64 << 10
 
-// shmSingleReduceMax bounds the AllReduce of one host that copies once.
-// Above it the two-copy path wins where the callers' data was just
-// written (in the writer's cache, as after a computation): a rank copies
-// its own data from its cache into the segment, where the rank reading it
-// finds it a chunk at a time, while a single copy reads all of it across
-// cores. 2 ranks, 4 MiB, every run's data written just before: 0.73 ms
-// with two copies, 0.94 with one. With more ranks than CPUs
-// (singleReduce false) two copies were faster at every size.
-const shmSingleReduceMax = 1 << 20
+// An AllReduce copies once at every size from shmSingleMin a rank where
+// every rank has a CPU (singleReduce): it is one step however large, so a
+// rank that the host's other load preempts holds the others up once, not
+// at every chunk (at 16 MiB two copies take 128 steps in lockstep, and on
+// a loaded host took 1.5-3x as long: docs/measurements). With more ranks
+// than CPUs (singleReduce false) two copies were faster at every size.
 
 // shmSinglePiece bounds one read, so that a failure elsewhere in the
 // group, Close or ctx ends a large operation within a piece's time.
@@ -98,14 +98,25 @@ func (t *shmTeam) unlend() { t.lent = [2][]byte{} }
 // piece at a time, checking between pieces that the wait for q can still
 // succeed.
 func (t *shmTeam) readFrom(g *Group, q int, dst []byte, addr uint64) error {
-	for off := 0; off < len(dst); off += shmSinglePiece {
-		end := min(len(dst), off+shmSinglePiece)
-		err := readPeer(t.live.pid(q), dst[off:end], addr+uint64(off))
+	return t.copyPeer(g, q, dst, addr, readPeer, "receive", "reading its buffer")
+}
+
+// writeTo copies src into rank q's memory at addr, as readFrom reads.
+func (t *shmTeam) writeTo(g *Group, q int, src []byte, addr uint64) error {
+	return t.copyPeer(g, q, src, addr, writePeer, "send", "writing its buffer")
+}
+
+// copyPeer moves buf to or from rank q's memory at addr with move, a
+// piece at a time; op and what name the move in errors.
+func (t *shmTeam) copyPeer(g *Group, q int, buf []byte, addr uint64, move func(pid int, buf []byte, addr uint64) error, op, what string) error {
+	for off := 0; off < len(buf); off += shmSinglePiece {
+		end := min(len(buf), off+shmSinglePiece)
+		err := move(t.live.pid(q), buf[off:end], addr+uint64(off))
 		if t.live.dead(q) {
-			return &RankError{Rank: t.rankOf(q), Op: "receive", Err: errors.New("its process exited")}
+			return &RankError{Rank: t.rankOf(q), Op: op, Err: errors.New("its process exited")}
 		}
 		if err != nil {
-			return &RankError{Rank: t.rankOf(q), Op: "receive", Err: fmt.Errorf("reading its buffer: %w", err)}
+			return &RankError{Rank: t.rankOf(q), Op: op, Err: fmt.Errorf("%s: %w", what, err)}
 		}
 		if err := t.check(g, q, time.Now().UnixNano()); err != nil {
 			return err
@@ -114,9 +125,12 @@ func (t *shmTeam) readFrom(g *Group, q int, dst []byte, addr uint64) error {
 	return nil
 }
 
-// addrPosted is the address rank q posted with step k, once waitAll
-// returned for k (q cannot post k+2 before this rank is done with k).
+// addrPosted is the address rank q posted with step k for reading, once
+// waitAll returned for k (q cannot post k+2 before this rank is done with
+// k); writeAddrPosted the one for writing.
 func (t *shmTeam) addrPosted(q int, k uint64) uint64 { return t.ctrl[q].desc[k&1][3].Load() }
+
+func (t *shmTeam) writeAddrPosted(q int, k uint64) uint64 { return t.ctrl[q].desc[k&1][4].Load() }
 
 // awaitRead waits until every other rank has read step k (from this
 // rank's buffer, in a single-copy step).
@@ -136,6 +150,7 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 // broadcastSingle: the root posts buf's address, every other rank reads
 // buf from it.
 func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
+	t.expect(len(buf))
 	op, nb := opWord(g.cur), uint64(len(buf))
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -146,7 +161,7 @@ func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
 		addr, _ = t.lend(buf, nil)
 		defer t.unlend()
 	}
-	t.postAt(k, op, nb, addr)
+	t.postAt(k, op, nb, addr, 0)
 	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
@@ -177,6 +192,7 @@ func (t *shmTeam) allToAllSingle(g *Group, send, recv []byte, blk int) error {
 // and reads, from each other rank q's send at off, the blk bytes that go
 // to recv's block q.
 func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off uint64) error {
+	t.expect(blk)
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -184,7 +200,7 @@ func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off u
 	}
 	addr, _ := t.lend(send, nil)
 	defer t.unlend()
-	t.postAt(k, op, uint64(blk), addr)
+	t.postAt(k, op, uint64(blk), addr, 0)
 	if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
 		return err
 	}
@@ -198,14 +214,15 @@ func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off u
 	return t.awaitRead(g, k)
 }
 
-// allReduceSingle: a reduce-scatter, then an all-gather, each one step
-// (see reduceScatterSingle and allGatherBlocksSingle).
+// allReduceSingle is one step: a reduce-scatter (reduceScatterSingle) in
+// which each member, as soon as it has computed a piece of its block,
+// writes it into every other member's recv too, from its cache (the
+// all-gather's copy, without a second step or a second read of the block
+// from memory). A member returns once every other one said it is done
+// with the step: its recv is complete and its send read.
 func (t *shmTeam) allReduceSingle(g *Group, send, recv []byte) error {
 	defer t.unlend()
-	if err := t.reduceScatterSingle(g, send, recv); err != nil {
-		return err
-	}
-	return t.allGatherBlocksSingle(g, recv)
+	return t.reduceScatterSingle(g, send, recv, true)
 }
 
 // singleBlock is member i's block of an n-member reduce-scatter of nbytes
@@ -226,16 +243,26 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 // (each reads its own block), and keeps its own piece aside first. The
 // members may still read send when it returns; allGatherBlocksSingle
 // waits for them, and the caller unlends both.
-func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte) error {
+//
+// With push, each piece of the block, once computed, is written into
+// the same place of every other member's recv, whose address each posted
+// with the step, and the step ends only once every member is done with
+// it (every recv is complete). In place, a member writes a piece into a
+// peer's buffer only after it read that piece of it.
+func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte, push bool) error {
+	t.expect(len(send))
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(send))
 	inPlace := unsafe.SliceData(send) == unsafe.SliceData(recv)
-	sendAddr, _ := t.lend(send, recv)
+	sendAddr, recvAddr := t.lend(send, recv)
+	if !push {
+		recvAddr = 0
+	}
 	k, _, err := t.begin(g)
 	if err != nil {
 		return err
 	}
-	t.postAt(k, op, nb, sendAddr)
+	t.postAt(k, op, nb, sendAddr, recvAddr)
 	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
@@ -273,8 +300,17 @@ func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte) error {
 			}
 			g.red.fn(dst, sq, g.red.op, false)
 		}
+		for i := 1; push && i < n; i++ {
+			q := (t.me + i) % n
+			if err := t.writeTo(g, q, dst, t.writeAddrPosted(q, k)+uint64(p)); err != nil {
+				return err
+			}
+		}
 	}
 	t.done(k)
+	if push {
+		return t.awaitRead(g, k)
+	}
 	return nil
 }
 
@@ -283,6 +319,7 @@ func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte) error {
 // and waits until the others read its own: send and recv of the step
 // before are the caller's again.
 func (t *shmTeam) allGatherBlocksSingle(g *Group, recv []byte) error {
+	t.expect(len(recv))
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(recv))
 	_, recvAddr := t.lend(t.lent[0], recv)
@@ -290,7 +327,7 @@ func (t *shmTeam) allGatherBlocksSingle(g *Group, recv []byte) error {
 	if err != nil {
 		return err
 	}
-	t.postAt(k, op, nb, recvAddr)
+	t.postAt(k, op, nb, recvAddr, 0)
 	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}

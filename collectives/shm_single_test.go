@@ -146,15 +146,7 @@ func TestSingleCopyDoesNotAllocate(t *testing.T) {
 		"AllGather": func(g *Group) error { return g.AllGather(ctx, in[g.Rank()][:size], out[g.Rank()]) },
 		"AllToAll":  func(g *Group) error { return g.AllToAll(ctx, in[g.Rank()], out[g.Rank()]) },
 	}
-	for name, op := range ops {
-		require.NoError(t, d.run(op), name)
-		allocs := testing.AllocsPerRun(5, func() {
-			if err := d.run(op); err != nil {
-				t.Error(err)
-			}
-		})
-		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
-	}
+	requireNoAllocs(t, d, ops, n)
 }
 
 // A peer that posts an address its process has not mapped breaks the
@@ -164,11 +156,21 @@ func TestSingleCopyDoesNotAllocate(t *testing.T) {
 func TestSingleCopyBadAddress(t *testing.T) {
 	needSingleCopy(t)
 	gs := newEngineGroups(t, 2, "shm")
-	t0, c1 := gs[0].shm, gs[0].shm.ctrl[1]
-	k := t0.ctrl[0].posted.Load() + 1
 	buf := make([]byte, 2*shmSingleMin)
+	err := postAsRank1(t, gs[0], func() error { return gs[0].Broadcast(testCtx(t), 1, buf) }, 1<<62, 0) // nothing is mapped there
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "reading its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// postAsRank1 runs op on g, rank 0 of a single-copy group of two, and
+// posts rank 1's side of the step op takes, with the same descriptor and
+// the addresses given, as a hostile rank 1 could; it returns op's error.
+func postAsRank1(t *testing.T, g *Group, op func() error, readAddr, writeAddr uint64) error {
+	t0, c1 := g.shm, g.shm.ctrl[1]
+	k := t0.ctrl[0].posted.Load() + 1
 	errc := make(chan error, 1)
-	go func() { errc <- gs[0].Broadcast(testCtx(t), 1, buf) }()
+	go func() { errc <- op() }()
 	mine := &t0.ctrl[0].desc[k&1]
 	for t0.ctrl[0].posted.Load() < k {
 		time.Sleep(time.Millisecond)
@@ -176,18 +178,17 @@ func TestSingleCopyBadAddress(t *testing.T) {
 	d := &c1.desc[k&1]
 	d[1].Store(mine[1].Load())
 	d[2].Store(mine[2].Load())
-	d[3].Store(1 << 62) // nothing is mapped there
+	d[3].Store(readAddr)
+	d[4].Store(writeAddr)
 	d[0].Store(k)
 	c1.posted.Store(k)
-	var err error
 	select {
-	case err = <-errc:
+	case err := <-errc:
+		return err
 	case <-time.After(time.Minute):
-		t.Fatal("the reader of a bad address still waits")
+		t.Fatal("rank 0 still waits")
+		return nil
 	}
-	requireRank(t, err, 1)
-	require.Contains(t, err.Error(), "reading its buffer")
-	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
 }
 
 // A group of one rank, set up as Join does, runs every operation (it
@@ -208,4 +209,58 @@ func TestOneRankGroup(t *testing.T) {
 		require.NoError(t, g.AllToAll(testCtx(t), make([]byte, count), make([]byte, count)))
 	}
 	require.NoError(t, g.Barrier(testCtx(t)))
+}
+
+// A single-copy AllReduce is one step: each rank writes the pieces of
+// its block into the others' results as it computes them, rather than
+// taking a second step to read the others' blocks, so the ranks meet
+// once an operation whatever its size.
+func TestSingleCopyAllReduceIsOneStep(t *testing.T) {
+	needSingleCopy(t)
+	for _, n := range []int{2, 3} {
+		t.Run(name("n=", n), func(t *testing.T) {
+			gs := newEngineGroups(t, n, "shm")
+			for _, g := range gs {
+				g.shm.singleReduce = true
+			}
+			ctx := testCtx(t)
+			count := n * shmSingleMin / 4 * 3
+			bufs := make([][]float32, n)
+			for r := range bufs {
+				bufs[r] = make([]float32, count)
+				for i := range bufs[r] {
+					bufs[r][i] = float32(r + 1 + i%5)
+				}
+			}
+			before := gs[0].shm.step
+			mustAll(t, gs, func(g *Group) error {
+				b := bufs[g.Rank()]
+				return AllReduce(ctx, g, b, b, Sum)
+			})
+			require.Equal(t, uint64(1), gs[0].shm.step-before, "steps of one AllReduce")
+			for r := range bufs {
+				for i, v := range bufs[r] {
+					if want := float32(n*(n+1)/2 + n*(i%5)); v != want {
+						t.Fatalf("rank %d element %d: %v, want %v", r, i, v, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A peer that posts, for a single-copy AllReduce, an address to write
+// into that its process has not mapped breaks the group with an error
+// naming it, as a bad address to read from does.
+func TestSingleCopyBadWriteAddress(t *testing.T) {
+	needSingleCopy(t)
+	gs := newEngineGroups(t, 2, "shm")
+	gs[0].shm.singleReduce = true
+	buf, peerSend := make([]float32, shmSingleMin), make([]float32, shmSingleMin)
+	err := postAsRank1(t, gs[0], func() error { return AllReduce(testCtx(t), gs[0], buf, buf, Sum) },
+		uint64(uintptr(unsafe.Pointer(unsafe.SliceData(peerSend)))), 1<<62)
+	runtime.KeepAlive(peerSend)
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "writing its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
 }

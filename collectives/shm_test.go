@@ -91,15 +91,7 @@ func checkShmAllocs(t *testing.T, ctx context.Context) {
 		"Scatter":   func(g *Group) error { return g.Scatter(ctx, 0, in[g.Rank()], out[g.Rank()][:big]) },
 		"Gather":    func(g *Group) error { return g.Gather(ctx, 1, in[g.Rank()][:big], out[g.Rank()]) },
 	}
-	for name, op := range ops {
-		require.NoError(t, d.run(op), name)
-		allocs := testing.AllocsPerRun(5, func() {
-			if err := d.run(op); err != nil {
-				t.Error(err)
-			}
-		})
-		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
-	}
+	requireNoAllocs(t, d, ops, n)
 }
 
 // What a peer leaves in its control block is bounded before use: a failure
@@ -396,4 +388,57 @@ func TestMoveOffCPU(t *testing.T) {
 	require.True(t, moved)
 	assert.NotEqual(t, from, to)
 	assert.True(t, before.IsSet(int(to)), "moved to CPU %d, outside the mask", to)
+}
+
+// With more ranks than CPUs, a wait for a peer process in an operation of
+// less than shmYieldBelow a rank spins, then yields the CPU for
+// shmYieldPeer, then sleeps on the futex; with a CPU per rank, or in a
+// larger operation, it sleeps right after spinning. One for a rank of
+// this process yields for a millisecond, then naps.
+func TestShmWaitYieldsBeforeSleeping(t *testing.T) {
+	const spinUntil = int64(1e9)
+	us := int64(time.Microsecond)
+	cases := []struct {
+		spreads, sleeps bool
+		at              int64
+		want            waitStep
+	}{
+		{false, true, spinUntil - 1, waitSpin},
+		{false, true, spinUntil, waitYield},
+		{false, true, spinUntil + int64(shmYieldPeer) - 1, waitYield},
+		{false, true, spinUntil + int64(shmYieldPeer), waitFutex},
+		{false, true, spinUntil + 5000*us, waitFutex},
+		{true, true, spinUntil - 1, waitSpin},
+		{true, true, spinUntil, waitFutex},
+		{false, false, spinUntil - 1, waitSpin},
+		{false, false, spinUntil + 999*us, waitYield},
+		{false, false, spinUntil + 1000*us, waitNap},
+		{true, false, spinUntil + 999*us, waitYield},
+	}
+	for _, c := range cases {
+		for _, size := range []int{0, 4 << 10, shmYieldBelow - 1, shmYieldBelow, 16 << 20} {
+			tm := &shmTeam{spreads: c.spreads}
+			tm.expect(size)
+			want := c.want
+			if want == waitYield && c.sleeps && size >= shmYieldBelow {
+				want = waitFutex
+			}
+			require.Equal(t, want, tm.nextWait(c.sleeps, c.at, spinUntil), "spreads %v, sleeps %v, %d bytes, %d ns after the spin", c.spreads, c.sleeps, size, c.at-spinUntil)
+		}
+	}
+}
+
+// requireNoAllocs runs each of ops on every one of d's n ranks once, then
+// requires that further runs allocate nothing.
+func requireNoAllocs(t *testing.T, d *driver, ops map[string]func(g *Group) error, n int) {
+	t.Helper()
+	for name, op := range ops {
+		require.NoError(t, d.run(op), name)
+		allocs := testing.AllocsPerRun(5, func() {
+			if err := d.run(op); err != nil {
+				t.Error(err)
+			}
+		})
+		require.Zero(t, allocs, "%s allocates %v times per run (all %d ranks)", name, allocs, n)
+	}
 }
