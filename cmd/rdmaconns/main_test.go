@@ -30,7 +30,7 @@ func TestRunReports(t *testing.T) {
 		assert.Positive(t, r.CPUPerConn, "%s: CPU per conn", r.Path)
 		if r.Path == "shm" {
 			// The shm row's connections move to shared memory at once
-			// (each then holds 2 descriptors, the peer's eventfd and the
+			// (each past the first four then holds 2 descriptors, the peer's eventfd and the
 			// handshake's TCP connection, its own wake-ups coming through
 			// the doorbell of the peer process, here this one): they say
 			// so in their stats, bar one still mid-move when the row was

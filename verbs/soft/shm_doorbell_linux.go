@@ -22,7 +22,7 @@ import (
 // call on the sender's side, an epoll wake-up on the receiver's) was a
 // fifth of the CPU time of a round trip (rdmaperf -P 64, 64 B).
 //
-// From the second connection to a peer process on, a connection's setup
+// Past the first shmGatherAfter connections to a peer process, a connection's setup
 // passes the peer the doorbell's eventfd instead of one of its own
 // (joinDoorbell). A connection's waits register with the doorbell and park
 // on a channel; one goroutine per doorbell (ring) sleeps on the eventfd,
@@ -36,8 +36,8 @@ import (
 //
 // Nothing changes on the wire: the peer signals the eventfd it was given,
 // as it always did, so a peer of an earlier version works with either
-// kind, and the first connection to a peer keeps its own eventfd (a single
-// connection's wake-up stays one hand-off, not two).
+// kind, and the first connections to a peer keep their own eventfds (a
+// single connection's wake-up stays one hand-off, not two).
 //
 // Only connections to one peer process share a doorbell (the process as
 // SO_PEERCRED reports it on the socket that passed the rings, with its
@@ -98,6 +98,17 @@ type shmDoorbell struct {
 // the doorbell, each wake-up and sleep walking 2,000 waits); 64 busy
 // connections, where gathering pays, fit under the bound.
 var shmGatherMax = 128
+
+// shmGatherAfter is how many connections to a peer process keep their
+// own eventfds before the next ones gather on a doorbell. A gathered
+// wait is readied by the doorbell's goroutine, a hand-off more than a
+// wait on its own eventfd, which a few connections pay without the
+// gathering's gain: with a doorbell from the second connection on,
+// go-redis on 4 connections (bench/'s redis-set-c4 and redis-get-c4 over
+// shared memory) ran 76-95k ops/s at 17-22 us of CPU an op against
+// 82-114k at 15-20 with none (3 rounds each, alternating), while 8 and
+// 64 connections gained (rdmaperf -P 8: 2.77x -> 4.17x TCP's round trips).
+var shmGatherAfter = 4
 
 // shmArmings numbers the armings of all doorbells of the process, so that
 // no two (one closed, a later one to the same peer) ever share a number.
@@ -177,7 +188,7 @@ func (l *shmLocal) joinDoorbell(pid int32) {
 		d = &shmDoorbell{proc: proc, fd: -1}
 		shmDoorbells.m[proc] = d
 	}
-	if d.refs > 0 && d.fd < 0 {
+	if d.refs >= shmGatherAfter && d.fd < 0 {
 		_ = d.open() // without it, l keeps its own eventfd
 	}
 	d.refs++

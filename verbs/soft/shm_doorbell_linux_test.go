@@ -19,6 +19,11 @@ import (
 	"github.com/rdmanet/rdma/verbs"
 )
 
+// The package's tests gather from a peer's second connection on, so that
+// a few connections exercise the doorbell; TestShmDoorbellGathersAfter
+// checks the default.
+func init() { shmGatherAfter = 1 }
+
 // selfDoorbell is the doorbell of this process's connections to itself
 // (both ends of the tests' connections run here), nil if none.
 func selfDoorbell(t *testing.T) *shmDoorbell {
@@ -152,6 +157,23 @@ func TestShmDoorbellGathersAtMostMax(t *testing.T) {
 	c, e := gatheredPairs(t, 1)
 	assert.Equal(t, 2, gathered(c[0], e[0]), "places freed by the closed connections")
 	assert.Same(t, d, c[0].bell)
+}
+
+// The first shmGatherAfter connections to a peer process keep their own
+// eventfds (one hand-off a wake-up); the doorbell opens with the next and
+// gathers it and those after it.
+func TestShmDoorbellGathersAfter(t *testing.T) {
+	defer func(n int) { shmGatherAfter = n }(shmGatherAfter)
+	shmGatherAfter = 4
+	a, b := gatheredPairs(t, 4) // 8 ends, all to this process
+	var ends []*shmTransport
+	for i := range a {
+		ends = append(ends, a[i], b[i])
+	}
+	for i, x := range ends {
+		assert.Equal(t, i >= 4, x.gathered, "end %d", i)
+		assert.Equal(t, i < 4, x.ev != nil, "end %d has its own eventfd", i)
+	}
 }
 
 // With gathering off, a connection keeps its own eventfd and no doorbell
