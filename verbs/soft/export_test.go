@@ -137,3 +137,5 @@ func (p *RawPeer) Drain(deadline time.Time, secret byte) (secretBytes int, naks 
 
 // Close ends the connection.
 func (p *RawPeer) Close() error { return p.c.Close() }
+
+var ChildConnect = childConnect

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdmanet/rdma/internal/testsupport"
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 func init() { testsupport.RegisterPeer("soft-kill", killChild) }
@@ -19,22 +20,13 @@ func killChild(args []string) int {
 	addr := args[0]
 	p, _ := verbs.Lookup("soft")
 	ch, _ := p.CreateEventChannel()
-	id, _ := ch.CreateID()
 	dst, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
 		return 3
 	}
-	_ = id.ResolveAddr(nil, dst, 5*time.Second)
-	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
-	_ = id.ResolveRoute(5 * time.Second)
-	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
-	ctx := id.Context()
-	pd, _ := ctx.AllocPD()
-	cq, _ := ctx.CreateCQ(16, nil)
-	if _, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		return 4
+	if code := soft.ChildConnect(ch, dst); code != 0 {
+		return code
 	}
-	_ = id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7})
 	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
 	time.Sleep(time.Minute)
 	return 5

@@ -372,18 +372,9 @@ func killGatheredChild(args []string) int {
 		return 3
 	}
 	for range n {
-		id, _ := ch.CreateID()
-		_ = id.ResolveAddr(nil, dst, 5*time.Second)
-		_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
-		_ = id.ResolveRoute(5 * time.Second)
-		_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
-		ctx := id.Context()
-		pd, _ := ctx.AllocPD()
-		cq, _ := ctx.CreateCQ(16, nil)
-		if _, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-			return 4
+		if code := childConnect(ch, dst); code != 0 {
+			return code
 		}
-		_ = id.Connect(&verbs.ConnParam{RetryCount: 7, RNRRetryCount: 7})
 		if e, err := ch.GetEvent(time.Now().Add(5 * time.Second)); err != nil || e.Type != verbs.EventEstablished {
 			return 5
 		}
