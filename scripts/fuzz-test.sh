@@ -12,7 +12,6 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 FUZZMINIMIZETIME=${FUZZMINIMIZETIME:-1s}
 counts=scripts/fuzz-counts
-default_count=20000
 module=$($GO list -m)
 for pkg in $($GO list ./...); do
 	for f in $($GO test -list '^Fuzz' "$pkg" 2>/dev/null | grep '^Fuzz' || true); do
@@ -21,7 +20,11 @@ for pkg in $($GO list ./...); do
 		else
 			rel=${pkg#"$module"}; rel=.${rel}
 			n=$(awk -v p="$rel" -v f="$f" '$1 == p && $2 == f { print $3 }' "$counts")
-			budget=${n:-$default_count}x
+			if [ -z "$n" ]; then
+				echo "fuzz $pkg $f: no count in $counts (add '$rel $f N', N about 8 s of its executions)" >&2
+				exit 1
+			fi
+			budget=${n}x
 		fi
 		echo "fuzz $pkg $f ($budget)"
 		if ! out=$($GO test -run '^$' -fuzz "^$f\$" -fuzztime "$budget" \
