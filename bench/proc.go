@@ -27,11 +27,11 @@ type request struct {
 
 // reply is the server process's answer, one line on its stdout.
 type reply struct {
-	Err   string        `json:"err,omitempty"`
-	Addr  string        `json:"addr,omitempty"`
-	CPU   time.Duration `json:"cpu,omitempty"`
-	Paths string        `json:"paths,omitempty"`
-	Raft  *raftReply    `json:"raft,omitempty"`
+	Err   string     `json:"err,omitempty"`
+	Addr  string     `json:"addr,omitempty"`
+	CPU   cpuTime    `json:"cpu"`
+	Paths string     `json:"paths,omitempty"`
+	Raft  *raftReply `json:"raft,omitempty"`
 }
 
 // callTimeout bounds every exchange with a server process: one that does
@@ -96,7 +96,7 @@ func (c *child) call(req request) (reply, error) {
 }
 
 // cpu is the server process's CPU time so far.
-func (c *child) cpu() (time.Duration, error) {
+func (c *child) cpu() (cpuTime, error) {
 	r, err := c.call(request{Op: "cpu"})
 	return r.CPU, err
 }

@@ -24,6 +24,7 @@ type Result struct {
 	Seconds   float64 `json:"seconds"`
 	OpsPerSec float64 `json:"ops_per_sec"`
 	CPUPerOp  float64 `json:"cpu_per_op_us"` // both processes' user+sys (raft: all three)
+	SysPerOp  float64 `json:"sys_per_op_us"` // the kernel's part of CPUPerOp
 	P50       float64 `json:"p50_us"`
 	P99       float64 `json:"p99_us"`
 	// Ratio is rdma's ops/s over TCP's in the same round (rdma rows),
@@ -33,6 +34,10 @@ type Result struct {
 	Ratio    float64 `json:"ratio_rdma_tcp,omitempty"`
 	RatioBy  string  `json:"ratio_by,omitempty"` // "p50" for a paced workload; empty: throughput
 	CPURatio float64 `json:"cpu_ratio_rdma_tcp,omitempty"`
+	// Ceiling is TCP's CPU per op over its user-mode part: the ratio a
+	// CPU-bound workload would reach if rdma's transport took no CPU at all
+	// and the kernel's time were all TCP's (rdma rows).
+	Ceiling float64 `json:"cpu_bound_ceiling,omitempty"`
 	// RDMAPaths: the paths the client's rdma connections were on at the end.
 	RDMAPaths string `json:"rdma_paths,omitempty"`
 }
@@ -62,7 +67,8 @@ func (r *report) add(out io.Writer, o options, round int, path, tn, workload str
 		res.OpsPerSec = float64(s.ops) / s.elapsed.Seconds()
 	}
 	if s.ops > 0 {
-		res.CPUPerOp = us(s.cpu) / float64(s.ops)
+		res.CPUPerOp = us(s.cpu.total()) / float64(s.ops)
+		res.SysPerOp = us(s.cpu.Sys) / float64(s.ops)
 	}
 	r.Rounds = append(r.Rounds, res)
 	var rdma, tcp *Result
@@ -86,6 +92,9 @@ func (r *report) add(out io.Writer, o options, round int, path, tn, workload str
 		}
 		if tcp.CPUPerOp > 0 {
 			rdma.CPURatio = rdma.CPUPerOp / tcp.CPUPerOp
+		}
+		if user := tcp.CPUPerOp - tcp.SysPerOp; user > 0 {
+			rdma.Ceiling = tcp.CPUPerOp / user
 		}
 	}
 	if !o.quiet {
@@ -145,11 +154,13 @@ func (r *report) summarize() {
 			Seconds:   col(func(x Result) float64 { return x.Seconds }),
 			OpsPerSec: col(func(x Result) float64 { return x.OpsPerSec }),
 			CPUPerOp:  col(func(x Result) float64 { return x.CPUPerOp }),
+			SysPerOp:  col(func(x Result) float64 { return x.SysPerOp }),
 			P50:       col(func(x Result) float64 { return x.P50 }),
 			P99:       col(func(x Result) float64 { return x.P99 }),
 			Ratio:     col(func(x Result) float64 { return x.Ratio }),
 			RatioBy:   g[len(g)-1].RatioBy,
 			CPURatio:  col(func(x Result) float64 { return x.CPURatio }),
+			Ceiling:   col(func(x Result) float64 { return x.Ceiling }),
 			RDMAPaths: g[len(g)-1].RDMAPaths,
 		}
 		r.Summary = append(r.Summary, res)
@@ -194,17 +205,17 @@ func (r *report) pairs() [][2]Result {
 
 // table prints the medians, rdma beside TCP.
 func (r *report) table(out io.Writer) {
-	fmt.Fprintf(out, "\nmedians of the rounds (%s per measurement); ratio: median of the rounds' rdma/TCP throughput (paced workloads: TCP's p50 over rdma's, marked p50); CPU: both processes' user+sys per op\n", r.Duration)
+	fmt.Fprintf(out, "\nmedians of the rounds (%s per measurement); ratio: median of the rounds' rdma/TCP throughput (paced workloads: TCP's p50 over rdma's, marked p50); CPU: both processes' user+sys per op, sys its kernel part; ceiling: TCP's CPU over its user part, the most a CPU-bound workload gains from a transport that costs nothing\n", r.Duration)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tpath\tTCP ops/s\trdma ops/s\trdma/TCP\tTCP CPU/op us\trdma CPU/op us\tCPU rdma/TCP\tTCP p50 us\trdma p50 us\tTCP p99 us\trdma p99 us\trdma paths\t")
+	fmt.Fprintln(tw, "workload\tpath\tTCP ops/s\trdma ops/s\trdma/TCP\tTCP CPU/op us\trdma CPU/op us\tCPU rdma/TCP\tTCP sys/op us\tceiling\tTCP p50 us\trdma p50 us\tTCP p99 us\trdma p99 us\trdma paths\t")
 	for _, p := range r.pairs() {
 		x, y := p[0], p[1]
 		by := "x"
 		if x.RatioBy != "" {
 			by = "x " + x.RatioBy
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f%s\t%.1f\t%.1f\t%.2fx\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
-			x.Workload, x.Path, rate(y.OpsPerSec), rate(x.OpsPerSec), x.Ratio, by, y.CPUPerOp, x.CPUPerOp, x.CPURatio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2f%s\t%.1f\t%.1f\t%.2fx\t%.1f\t%.2fx\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t\n",
+			x.Workload, x.Path, rate(y.OpsPerSec), rate(x.OpsPerSec), x.Ratio, by, y.CPUPerOp, x.CPUPerOp, x.CPURatio, y.SysPerOp, x.Ceiling,
 			y.P50, x.P50, y.P99, x.P99, x.RDMAPaths)
 	}
 	_ = tw.Flush()

@@ -165,14 +165,14 @@ func runRaft(ctx context.Context, sc scale, host string, ps pathSpec, tn string)
 	if err != nil {
 		return
 	}
-	cpu := func() (time.Duration, error) {
-		var sum time.Duration
+	cpu := func() (cpuTime, error) {
+		var sum cpuTime
 		for _, n := range nodes {
 			c, err := n.cpu()
 			if err != nil {
-				return 0, err
+				return sum, err
 			}
-			sum += c
+			sum = sum.plus(c)
 		}
 		return sum, nil
 	}
@@ -188,7 +188,7 @@ func runRaft(ctx context.Context, sc scale, host string, ps pathSpec, tn string)
 	if err != nil {
 		return
 	}
-	apply = sample{ops: int64(sc.raftEntries), elapsed: r.Raft.Elapsed, cpu: c1 - c0, p50: r.Raft.P50, p99: r.Raft.P99, paths: r.Paths}
+	apply = sample{ops: int64(sc.raftEntries), elapsed: r.Raft.Elapsed, cpu: c1.minus(c0), p50: r.Raft.P50, p99: r.Raft.P99, paths: r.Paths}
 	if err = raftAgree(nodes, r.Raft.Applied, 30*time.Second); err != nil {
 		return
 	}

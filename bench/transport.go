@@ -122,11 +122,26 @@ func (l *trackingListener) paths() string {
 	return pathCounts(l.conns)
 }
 
-// processCPU is this process's CPU time so far, user plus system.
-func processCPU() time.Duration {
+// cpuTime is CPU time spent, in user mode and in the kernel. The kernel's
+// part is where TCP's own cost shows (its copies, wake-ups and system
+// calls), so TCP's CPU per op minus it bounds what any transport could
+// save: a CPU-bound workload's rdma/TCP ratio cannot pass
+// total/(total - sys) of TCP's even if rdma's transport cost nothing.
+type cpuTime struct {
+	User time.Duration `json:"user"`
+	Sys  time.Duration `json:"sys"`
+}
+
+func (c cpuTime) total() time.Duration { return c.User + c.Sys }
+
+func (c cpuTime) plus(o cpuTime) cpuTime  { return cpuTime{c.User + o.User, c.Sys + o.Sys} }
+func (c cpuTime) minus(o cpuTime) cpuTime { return cpuTime{c.User - o.User, c.Sys - o.Sys} }
+
+// processCPU is this process's CPU time so far.
+func processCPU() cpuTime {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return cpuTime{}
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cpuTime{User: time.Duration(ru.Utime.Nano()), Sys: time.Duration(ru.Stime.Nano())}
 }

@@ -45,7 +45,7 @@ type measure struct {
 type sample struct {
 	ops     int64
 	elapsed time.Duration
-	cpu     time.Duration // both processes' user+sys
+	cpu     cpuTime // both processes' (raft: all three)
 	p50     time.Duration
 	p99     time.Duration
 	paths   string // the rdma connections' paths at the end (client side)
@@ -54,7 +54,7 @@ type sample struct {
 
 // runMeasure runs m: warm first, then dur measured, with the CPU time of
 // this process and of the server (srvCPU) around the measured part.
-func runMeasure(ctx context.Context, m *measure, sc scale, srvCPU func() (time.Duration, error)) (sample, error) {
+func runMeasure(ctx context.Context, m *measure, sc scale, srvCPU func() (cpuTime, error)) (sample, error) {
 	s := sample{paced: m.paced}
 	if sc.warm > 0 {
 		if _, err := runWorkers(ctx, m, time.Now().Add(sc.warm), nil); err != nil {
@@ -82,7 +82,7 @@ func runMeasure(ctx context.Context, m *measure, sc scale, srvCPU func() (time.D
 		return s, errors.New("no operation completed")
 	}
 	s.ops = ops
-	s.cpu = c1 - c0 + s1 - s0
+	s.cpu = c1.minus(c0).plus(s1.minus(s0))
 	s.p50, s.p99 = lat.quantiles()
 	return s, nil
 }
