@@ -154,12 +154,17 @@ func raiseFDLimit(want int) error {
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return err
 	}
-	if lim.Cur >= uint64(want) {
+	// Rlimit's fields are uint64 on Linux, int64 on FreeBSD: compared as
+	// uint64, a negative (unlimited) value counts as the largest.
+	if uint64(lim.Cur) >= uint64(want) {
 		return nil
 	}
-	lim.Cur = min(uint64(want), lim.Max)
+	setLimit(&lim.Cur, min(uint64(want), uint64(lim.Max)))
 	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
+
+// setLimit stores v in an Rlimit field of either signedness.
+func setLimit[T int64 | uint64](field *T, v uint64) { *field = T(v) }
 
 // endpoints opens and closes one path's connections.
 type endpoints struct {
