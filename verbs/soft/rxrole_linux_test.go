@@ -149,7 +149,9 @@ func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
 	wc := make([]verbs.WC, 16)
 	fired0 := a.rxRole.fired.Load()
 	got := 0
+	var longest time.Duration // the longest period seen while the waiter returns
 	for end := time.Now().Add(run); time.Now().Before(end); {
+		longest = max(longest, a.rxRole.handback())
 		require.NoError(t, cqa.ReqNotify(false))
 		n, err := cqa.Poll(wc)
 		require.NoError(t, err)
@@ -170,10 +172,12 @@ func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
 	}
 	fired := a.rxRole.fired.Load() - fired0
 	wg.Wait()
+	t.Logf("%d messages, %d expiries in %v, longest period %v", got, fired, run, longest)
 	require.Greater(t, got, 50, "the waiter took too few messages to judge")
-	assert.Equal(t, rxHandbackMax, a.rxRole.handback(), "the period did not lengthen")
-	// Every rxHandback: 150 expiries; every rxHandbackMax: about 38.
-	assert.LessOrEqual(t, fired, uint64(run/rxHandbackMax)+15, "the handback timer fired %d times in %v", fired, run)
+	assert.Equal(t, rxHandbackMax, longest, "the period did not lengthen")
+	// Every rxHandback: up to 150 expiries; every rxHandbackMax: about
+	// 38, more where a slow waiter let the background take the role.
+	assert.LessOrEqual(t, fired, uint64(run/(2*rxHandback)), "the handback timer fired %d times in %v", fired, run)
 
 	// The waiter is gone: the background takes the role back, and the
 	// period is rxHandback again.
