@@ -170,13 +170,22 @@ func (q *cq) addQP(p *qp) {
 	q.mu.Lock()
 	q.qps[p] = struct{}{}
 	q.mu.Unlock()
+	cqMembership.Add(1)
 }
 
 func (q *cq) removeQP(p *qp) {
 	q.mu.Lock()
 	delete(q.qps, p)
 	q.mu.Unlock()
+	cqMembership.Add(1)
 }
+
+// cqMembership counts the changes of which QPs feed which CQs, and which
+// CQs a channel delivers for, in the whole process: a channel's soleQP
+// answer holds as long as it has not moved. It moves after the change, so
+// that an answer computed from a count read before the change is not
+// taken for current.
+var cqMembership atomic.Uint64
 
 // compChannel delivers CQ events. Waiters park on a Go channel (no OS
 // thread), or, when the channel's CQs are fed by a single connected QP,
@@ -190,6 +199,12 @@ type compChannel struct {
 	head    int
 	cqs     []*cq
 	driving *qp // the QP a waiter is reading for, if any
+	// sole is soleQP's last answer before its liveness check, computed
+	// when cqMembership stood at soleAt (0: never): a waiter asks on every
+	// GetEvent, and walking the CQs' QP sets each time cost a ping-pong's
+	// waiter a map iteration a message.
+	sole    *qp
+	soleAt  uint64
 	nEvents atomic.Int64
 	wake    chan struct{} // capacity 1: "the queue may be non-empty"
 	closed  chan struct{}
@@ -212,6 +227,7 @@ func (c *compChannel) attach(q *cq) {
 	c.mu.Lock()
 	c.cqs = append(c.cqs, q)
 	c.mu.Unlock()
+	cqMembership.Add(1)
 }
 
 func (c *compChannel) detach(q *cq) {
@@ -223,6 +239,7 @@ func (c *compChannel) detach(q *cq) {
 		}
 	}
 	c.mu.Unlock()
+	cqMembership.Add(1)
 }
 
 func (c *compChannel) isDead() bool { return c.deadA.Load() }
@@ -309,6 +326,18 @@ func (c *compChannel) onDeadline() {
 // soleQP is the one running QP feeding all of c's CQs, or nil. Called with
 // c.mu held.
 func (c *compChannel) soleQP() *qp {
+	if at := cqMembership.Load(); at != c.soleAt || at == 0 {
+		c.sole, c.soleAt = c.feeder(), at
+	}
+	if c.sole == nil || !c.sole.rxRole.live.Load() {
+		return nil
+	}
+	return c.sole
+}
+
+// feeder is the one QP feeding all of c's CQs, or nil. Called with c.mu
+// held.
+func (c *compChannel) feeder() *qp {
 	var only *qp
 	for _, q := range c.cqs {
 		q.mu.Lock()
@@ -320,9 +349,6 @@ func (c *compChannel) soleQP() *qp {
 			only = p
 		}
 		q.mu.Unlock()
-	}
-	if only == nil || !only.rxRole.live.Load() {
-		return nil
 	}
 	return only
 }
