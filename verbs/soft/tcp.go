@@ -27,10 +27,7 @@ import (
 // a call that may block. That bookkeeping wakes the runtime's monitor
 // thread (a futex call each way) on a goroutine's first call after an idle
 // spell, which on the latency path is every call after a wake-up, and lets
-// the monitor hand our P to another thread during a long copy. Which is
-// what a process with more waits than Ps wants, where a P stalled with its
-// thread holds up the goroutines queued on it: there they go through the
-// runtime (sockCall).
+// the monitor hand our P to another thread during a long copy.
 type tcpTransport struct {
 	c  *net.TCPConn
 	rc syscall.RawConn
@@ -170,36 +167,6 @@ func (t *tcpTransport) giveBack() {
 	t.big, t.buf, t.r, t.w = nil, t.small[:], 0, 0
 }
 
-// sockCall makes a read or write system call on the socket: raw
-// (RawSyscall, as the transport's comment says why) while the process's
-// waits are no more than its Ps, and through the runtime (Syscall) while
-// they outnumber them (spinGate.ManyWaits). A raw call leaves the
-// goroutine's P with its thread, and when the kernel takes the CPU from
-// that thread, as it does at a call's return on a host whose CPUs are
-// taken (a write that wakes the peer is such a call), the goroutines
-// queued on that P wait until the thread runs again: with 8 connections on
-// 2 CPUs, 130-240 of a process's round trips a second had their goroutine
-// seen running for 0.3-2 ms, 1-2 ms on average, and the round trips queued
-// behind them made p99 (docs/measurements/2026-11-29-tcp-path-many-conns.md).
-// Through the runtime, the monitor hands such a P to another thread, as for
-// Go's net.Conn. With no more waits than Ps, nothing queues behind a stalled
-// P, and one connection's round trip keeps the raw call's saving.
-func sockCall(trap, fd, p, n uintptr) (uintptr, unix.Errno) {
-	if spinGate.ManyWaits() {
-		r, _, e := cookedSyscall(trap, fd, p, n)
-		return r, e
-	}
-	r, _, e := rawSyscall(trap, fd, p, n)
-	return r, e
-}
-
-// The two kinds of call sockCall makes: variables so that a test can see
-// which one it took.
-var (
-	rawSyscall    = unix.RawSyscall
-	cookedSyscall = unix.Syscall
-)
-
 func newTCPTransport(c *net.TCPConn) (*tcpTransport, error) {
 	rc, err := c.SyscallConn()
 	if err != nil {
@@ -227,9 +194,9 @@ func (t *tcpTransport) doRead(fd uintptr) bool {
 		var e unix.Errno
 		if t.rcnt == 1 {
 			// Plain read(2) is cheaper than a one-element readv(2).
-			n, e = sockCall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(t.riov[0].Base)), uintptr(t.riov[0].Len))
+			n, _, e = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(t.riov[0].Base)), uintptr(t.riov[0].Len))
 		} else {
-			n, e = sockCall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&t.riov[0])), uintptr(t.rcnt))
+			n, _, e = unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&t.riov[0])), uintptr(t.rcnt))
 		}
 		t.rgate.exit()
 		switch e {
@@ -598,9 +565,9 @@ func (t *tcpTransport) doWrite(fd uintptr) bool {
 		var n uintptr
 		var e unix.Errno
 		if k == 1 {
-			n, e = sockCall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(t.wiov[0].Base)), uintptr(t.wiov[0].Len))
+			n, _, e = unix.RawSyscall(unix.SYS_WRITE, fd, uintptr(unsafe.Pointer(t.wiov[0].Base)), uintptr(t.wiov[0].Len))
 		} else {
-			n, e = sockCall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(k))
+			n, _, e = unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.wiov[0])), uintptr(k))
 		}
 		if t.wgates != nil {
 			exitAll(t.wgates[t.widx:end])

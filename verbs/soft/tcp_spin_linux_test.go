@@ -4,13 +4,11 @@ package soft
 
 import (
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 )
 
 // A read that would block polls the socket for its spin before it parks
@@ -190,51 +188,4 @@ func TestTCPPollingYieldsTheCPUOnlyLater(t *testing.T) {
 	time.Sleep(2 * tcpPollGoschedFor)
 	require.True(t, tr.polling())
 	assert.Equal(t, int32(1), l.yields.Load(), "past them, the poll yields the CPU and times it")
-}
-
-// The socket's reads and writes are raw system calls while the process's
-// waits are no more than its Ps, and go through the runtime while they
-// outnumber them (sockCall), so that the runtime can hand the P of a
-// thread the kernel keeps off the CPU in one of them to another thread.
-func TestSocketCallsGoThroughRuntimeWhileWaitsOutnumberPs(t *testing.T) {
-	var raw, cooked atomic.Int32
-	prevRaw, prevCooked := rawSyscall, cookedSyscall
-	rawSyscall = func(trap, a1, a2, a3 uintptr) (uintptr, uintptr, unix.Errno) {
-		raw.Add(1)
-		return prevRaw(trap, a1, a2, a3)
-	}
-	cookedSyscall = func(trap, a1, a2, a3 uintptr) (uintptr, uintptr, unix.Errno) {
-		cooked.Add(1)
-		return prevCooked(trap, a1, a2, a3)
-	}
-	t.Cleanup(func() { rawSyscall, cookedSyscall = prevRaw, prevCooked })
-	l := &testSpinLimit{}
-	useTCPSpinLimit(t, l)
-	a, b := tcpPair(t)
-	reader, err := newTCPTransport(a)
-	require.NoError(t, err)
-	writer, err := newTCPTransport(b)
-	require.NoError(t, err)
-
-	exchange := func() {
-		t.Helper()
-		msg := make([]byte, hdrLen)
-		msg[0] = 0x5a
-		n, err := writer.writev([][]byte{msg}, nil, true)
-		require.NoError(t, err)
-		require.Equal(t, hdrLen, n)
-		var h [hdrLen]byte
-		require.NoError(t, reader.readHeader(&h))
-		require.Equal(t, byte(0x5a), h[0], "the header read is the one written")
-	}
-
-	exchange()
-	assert.GreaterOrEqual(t, raw.Load(), int32(2), "a write and a read, raw")
-	assert.Zero(t, cooked.Load(), "none through the runtime with few waits")
-
-	raw.Store(0)
-	l.manyWaits.Store(true)
-	exchange()
-	assert.GreaterOrEqual(t, cooked.Load(), int32(2), "a write and a read through the runtime")
-	assert.Zero(t, raw.Load(), "none raw while waits outnumber Ps")
 }
