@@ -152,9 +152,10 @@ type shmTeam struct {
 	// so large operations copy once, from the caller's buffer on one rank
 	// to the caller's buffer on another (shm_single.go).
 	single bool
-	// singleReduce: AllReduce copies once too,
-	// agreed where every rank has a CPU of its own (spreads): with more
-	// ranks than CPUs its extra waits cost more than the copy it saves.
+	// singleReduce: AllReduce copies once too, and a single-copy
+	// Broadcast's root shares the copying (broadcastSingle), agreed where
+	// every rank has a CPU of its own (spreads): with more ranks than CPUs
+	// the extra waits cost more than the copy they save.
 	singleReduce bool
 	// lent holds the caller's buffers whose addresses a single-copy
 	// operation posts, for its duration: stored here, they escape to the

@@ -148,32 +148,71 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 }
 
 // broadcastSingle: the root posts buf's address, every other rank reads
-// buf from it.
+// buf from it. Where every rank has a CPU of its own (singleReduce, agreed
+// by all), the root shares the copying instead of only waiting: each
+// receiver also posts its buf's address, and the root writes that
+// receiver's share (broadcastShare) into it while the receiver reads the
+// rest; every rank returns once every other one is done with the step
+// (the receivers' bufs complete, the root's read). With one receiver that
+// is two CPUs copying instead of one.
 func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
 	t.expect(len(buf))
 	op, nb := opWord(g.cur), uint64(len(buf))
+	share := t.singleReduce
 	k, _, err := t.begin(g)
 	if err != nil {
 		return err
 	}
 	var addr uint64
-	if t.me == root {
+	if t.me == root || share {
 		addr, _ = t.lend(buf, nil)
 		defer t.unlend()
 	}
-	t.postAt(k, op, nb, addr, 0)
+	t.postAt(k, op, nb, addr, addr)
 	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
 	if t.me != root {
-		if err := t.readFrom(g, root, buf, t.addrPosted(root, k)); err != nil {
+		lo, hi := 0, 0
+		if share {
+			lo, hi = broadcastShare(len(buf), t.n, root, t.me)
+		}
+		from := t.addrPosted(root, k)
+		if err := t.readFrom(g, root, buf[:lo], from); err != nil {
+			return err
+		}
+		if err := t.readFrom(g, root, buf[hi:], from+uint64(hi)); err != nil {
 			return err
 		}
 		t.done(k)
+		if share {
+			return t.awaitRead(g, k)
+		}
 		return nil
+	}
+	for i := 1; share && i < t.n; i++ {
+		q := (t.me + i) % t.n
+		lo, hi := broadcastShare(len(buf), t.n, root, q)
+		if err := t.writeTo(g, q, buf[lo:hi], t.writeAddrPosted(q, k)+uint64(lo)); err != nil {
+			return err
+		}
 	}
 	t.done(k)
 	return t.awaitRead(g, k)
+}
+
+// broadcastShare is the part [lo, hi) of an nbytes broadcast from root
+// that the root writes into receiver q's buffer when it shares the
+// copying: 1/n of it, so that the root and each receiver copy
+// (n-1)/n of the buffer each; the parts of the n-1 receivers differ, so
+// that they read different parts of the root's buffer at any time. A
+// multiple of 64 bytes, not to share cache lines with the receiver's
+// reads.
+func broadcastShare(nbytes, n, root, q int) (lo, hi int) {
+	j := (q - root + n) % n // 1..n-1
+	per := nbytes / n &^ 63
+	lo = (j - 1) * per
+	return lo, lo + per
 }
 
 // allGatherSingle: every rank posts send's address and reads the

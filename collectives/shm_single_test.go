@@ -4,6 +4,7 @@ package collectives
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"net"
 	"os"
@@ -260,6 +261,23 @@ func TestSingleCopyBadWriteAddress(t *testing.T) {
 	err := postAsRank1(t, gs[0], func() error { return AllReduce(testCtx(t), gs[0], buf, buf, Sum) },
 		uint64(uintptr(unsafe.Pointer(unsafe.SliceData(peerSend)))), 1<<62)
 	runtime.KeepAlive(peerSend)
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "writing its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// Where every rank has a CPU, a single-copy Broadcast's root writes a
+// share of the buffer into each receiver's, at the address the receiver
+// posted: a receiver that posts one its process has not mapped breaks the
+// group with an error naming it, and the root returns at once.
+func TestSingleCopyBroadcastRootShares(t *testing.T) {
+	needSingleCopy(t)
+	gs := newEngineGroups(t, 2, "shm")
+	gs[0].shm.singleReduce = true
+	buf := make([]byte, 2*shmSingleMin)
+	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+	defer cancel()
+	err := postAsRank1(t, gs[0], func() error { return gs[0].Broadcast(ctx, 0, buf) }, 0, 1<<62)
 	requireRank(t, err, 1)
 	require.Contains(t, err.Error(), "writing its buffer")
 	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
