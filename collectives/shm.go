@@ -271,15 +271,29 @@ func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
 		if q == t.me {
 			continue
 		}
-		c := t.ctrl[q]
-		if err := t.await(g, q, &c.posted, &c.sleepPosted, k); err != nil {
+		if err := t.waitFor(g, q, k, op, nbytes); err != nil {
 			return err
 		}
-		// q cannot overwrite desc[k%2] before this rank has read step k.
-		d := &c.desc[k&1]
-		if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
-			return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
-		}
+	}
+	return nil
+}
+
+// waitFor waits until rank q has posted step k, and checks its
+// descriptor.
+func (t *shmTeam) waitFor(g *Group, q int, k, op, nbytes uint64) error {
+	c := t.ctrl[q]
+	if err := t.await(g, q, &c.posted, &c.sleepPosted, k); err != nil {
+		return err
+	}
+	return t.checkPosted(q, k, op, nbytes)
+}
+
+// checkPosted checks the descriptor rank q posted with step k, which it
+// did. q cannot overwrite desc[k%2] before this rank has read step k.
+func (t *shmTeam) checkPosted(q int, k, op, nbytes uint64) error {
+	d := &t.ctrl[q].desc[k&1]
+	if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
+		return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
 	}
 	return nil
 }

@@ -148,35 +148,68 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 }
 
 // broadcastSingle: the root posts buf's address, every other rank reads
-// buf from it. Where every rank has a CPU of its own (singleReduce, agreed
-// by all), the root shares the copying instead of only waiting: each
-// receiver also posts its buf's address, and the root writes that
-// receiver's share (broadcastShare) into it while the receiver reads the
-// rest; every rank returns once every other one is done with the step
-// (the receivers' bufs complete, the root's read). With one receiver that
-// is two CPUs copying instead of one.
+// buf from it. A receiver waits for the root's post alone, not for the
+// other receivers, and returns once it has read; the root waits for every
+// receiver's post and checks its descriptor (so calls that disagree, on
+// the root too, fail on the root and the rank that disagrees), then for
+// every receiver's word that it read. With more ranks than CPUs a
+// receiver that the host runs late then holds up the root alone, not the
+// other receivers too (each of which it would have to wake).
+//
+// Where every rank has a CPU of its own (singleReduce, agreed by all), the
+// root shares the copying instead of only waiting: each receiver also
+// posts its buf's address, and the root writes that receiver's share
+// (broadcastShare) into it while the receiver reads the rest; every rank
+// returns once every other one is done with the step (the receivers' bufs
+// complete, the root's read). With one receiver that is two CPUs copying
+// instead of one.
 func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
+	if t.singleReduce {
+		return t.broadcastShared(g, root, buf)
+	}
 	t.expect(len(buf))
 	op, nb := opWord(g.cur), uint64(len(buf))
-	share := t.singleReduce
 	k, _, err := t.begin(g)
 	if err != nil {
 		return err
 	}
-	var addr uint64
-	if t.me == root || share {
-		addr, _ = t.lend(buf, nil)
-		defer t.unlend()
+	if t.me != root {
+		t.post(k, op, nb)
+		if err := t.waitFor(g, root, k, op, nb); err != nil {
+			return err
+		}
+		if err := t.readFrom(g, root, buf, t.addrPosted(root, k)); err != nil {
+			return err
+		}
+		t.done(k)
+		return nil
 	}
+	addr, _ := t.lend(buf, nil)
+	defer t.unlend()
+	t.postAt(k, op, nb, addr, 0)
+	if err := t.waitAll(g, k, op, nb); err != nil {
+		return err
+	}
+	t.done(k)
+	return t.awaitRead(g, k)
+}
+
+// broadcastShared is broadcastSingle with the root sharing the copying.
+func (t *shmTeam) broadcastShared(g *Group, root int, buf []byte) error {
+	t.expect(len(buf))
+	op, nb := opWord(g.cur), uint64(len(buf))
+	k, _, err := t.begin(g)
+	if err != nil {
+		return err
+	}
+	addr, _ := t.lend(buf, nil)
+	defer t.unlend()
 	t.postAt(k, op, nb, addr, addr)
 	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
 	if t.me != root {
-		lo, hi := 0, 0
-		if share {
-			lo, hi = broadcastShare(len(buf), t.n, root, t.me)
-		}
+		lo, hi := broadcastShare(len(buf), t.n, root, t.me)
 		from := t.addrPosted(root, k)
 		if err := t.readFrom(g, root, buf[:lo], from); err != nil {
 			return err
@@ -185,12 +218,9 @@ func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
 			return err
 		}
 		t.done(k)
-		if share {
-			return t.awaitRead(g, k)
-		}
-		return nil
+		return t.awaitRead(g, k)
 	}
-	for i := 1; share && i < t.n; i++ {
+	for i := 1; i < t.n; i++ {
 		q := (t.me + i) % t.n
 		lo, hi := broadcastShare(len(buf), t.n, root, q)
 		if err := t.writeTo(g, q, buf[lo:hi], t.writeAddrPosted(q, k)+uint64(lo)); err != nil {

@@ -282,3 +282,59 @@ func TestSingleCopyBroadcastRootShares(t *testing.T) {
 	require.Contains(t, err.Error(), "writing its buffer")
 	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
 }
+
+// With more ranks than CPUs (the root does not share the copying), a
+// single-copy Broadcast's receiver waits for the root alone: it returns
+// with the data while another receiver has not even called yet, and the
+// root returns once that one has read too.
+func TestSingleCopyBroadcastReceiversDoNotWait(t *testing.T) {
+	needSingleCopy(t)
+	const n = 3
+	gs := newEngineGroups(t, n, "shm")
+	for _, g := range gs {
+		g.shm.singleReduce = false
+	}
+	ctx := testCtx(t)
+	size := 2*shmSingleMin + 5
+	want := pattern(size, keyOf(31))
+	bufs := [n][]byte{append([]byte(nil), want...), make([]byte, size), make([]byte, size)}
+	rootErr := make(chan error, 1)
+	go func() { rootErr <- gs[0].Broadcast(ctx, 0, bufs[0]) }()
+	require.NoError(t, gs[1].Broadcast(ctx, 0, bufs[1]), "rank 1, rank 2 not called yet")
+	require.Equal(t, want, bufs[1])
+	select {
+	case err := <-rootErr:
+		t.Fatalf("the root returned (%v) before rank 2 read", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	require.NoError(t, gs[2].Broadcast(ctx, 0, bufs[2]))
+	require.NoError(t, <-rootErr)
+	require.Equal(t, want, bufs[2])
+	mustAll(t, gs, func(g *Group) error { return g.Barrier(ctx) })
+}
+
+// Ranks that disagree on a single-copy Broadcast's root fail, though a
+// receiver no longer checks the others' descriptors: the root checks each
+// receiver's before it is done with the step, and the group breaks.
+func TestSingleCopyBroadcastMismatchedRoot(t *testing.T) {
+	needSingleCopy(t)
+	const n = 3
+	gs := newEngineGroups(t, n, "shm")
+	for _, g := range gs {
+		g.shm.singleReduce = false
+	}
+	ctx := testCtx(t)
+	size := 2 * shmSingleMin
+	errs := runAll(gs, func(g *Group) error {
+		root := 0
+		if g.Rank() == 2 {
+			root = 2
+		}
+		return g.Broadcast(ctx, root, make([]byte, size))
+	})
+	requireRank(t, errs[0], 2)
+	require.Error(t, errs[2])
+	for r, g := range gs {
+		require.Error(t, g.Barrier(ctx), "rank %d", r)
+	}
+}
