@@ -540,6 +540,15 @@ func (t *shmTeam) barrier(g *Group) error {
 // every rank's post awaited, then take reads what this rank needs from
 // the ranks' buffers b (t.bufs[q][b]).
 func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
+	return t.chunkStepsFrom(g, -1, nbytes, per, put, take)
+}
+
+// chunkStepsFrom is chunkSteps where every rank but from needs only
+// from's buffer (from -1: every rank needs every buffer): such a rank
+// waits for from's post alone, while from still waits for every rank's
+// and checks its descriptor. Each buffer is written again two steps later
+// only once every rank said it read it (begin), whoever waited for whom.
+func (t *shmTeam) chunkStepsFrom(g *Group, from, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
 	t.expect(nbytes)
 	op, nb := opWord(g.cur), uint64(nbytes)
 	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
@@ -551,7 +560,12 @@ func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo
 		}
 		put(mine, lo, hi)
 		t.post(k, op, nb)
-		if err := t.waitAll(g, k, op, nb); err != nil {
+		if from >= 0 && t.me != from {
+			err = t.waitFor(g, from, k, op, nb)
+		} else {
+			err = t.waitAll(g, k, op, nb)
+		}
+		if err != nil {
 			return err
 		}
 		take(k&1, lo, hi)
@@ -561,7 +575,7 @@ func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo
 }
 
 func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
-	return t.chunkSteps(g, len(buf), shmChunk, func(mine []byte, lo, hi int) {
+	return t.chunkStepsFrom(g, root, len(buf), shmChunk, func(mine []byte, lo, hi int) {
 		if t.me == root {
 			copy(mine, buf[lo:hi])
 		}

@@ -284,10 +284,11 @@ func TestSingleCopyBroadcastRootShares(t *testing.T) {
 }
 
 // With more ranks than CPUs (the root does not share the copying), a
-// single-copy Broadcast's receiver waits for the root alone: it returns
-// with the data while another receiver has not even called yet, and the
-// root returns once that one has read too.
-func TestSingleCopyBroadcastReceiversDoNotWait(t *testing.T) {
+// Broadcast's receiver waits for the root alone, through the segment
+// (one step) as by single copy: it returns with the data while
+// another receiver has not even called yet, and the root returns once
+// that one has read too.
+func TestBroadcastReceiversDoNotWait(t *testing.T) {
 	needSingleCopy(t)
 	const n = 3
 	gs := newEngineGroups(t, n, "shm")
@@ -295,22 +296,26 @@ func TestSingleCopyBroadcastReceiversDoNotWait(t *testing.T) {
 		g.shm.singleReduce = false
 	}
 	ctx := testCtx(t)
-	size := 2*shmSingleMin + 5
-	want := pattern(size, keyOf(31))
-	bufs := [n][]byte{append([]byte(nil), want...), make([]byte, size), make([]byte, size)}
-	rootErr := make(chan error, 1)
-	go func() { rootErr <- gs[0].Broadcast(ctx, 0, bufs[0]) }()
-	require.NoError(t, gs[1].Broadcast(ctx, 0, bufs[1]), "rank 1, rank 2 not called yet")
-	require.Equal(t, want, bufs[1])
-	select {
-	case err := <-rootErr:
-		t.Fatalf("the root returned (%v) before rank 2 read", err)
-	case <-time.After(20 * time.Millisecond):
+	for _, size := range []int{1000, 2*shmSingleMin + 5} {
+		for _, g := range gs {
+			g.shm.single = size > shmChunk
+		}
+		want := pattern(size, keyOf(31, size))
+		bufs := [n][]byte{append([]byte(nil), want...), make([]byte, size), make([]byte, size)}
+		rootErr := make(chan error, 1)
+		go func() { rootErr <- gs[0].Broadcast(ctx, 0, bufs[0]) }()
+		require.NoError(t, gs[1].Broadcast(ctx, 0, bufs[1]), "size %d: rank 1, rank 2 not called yet", size)
+		require.Equal(t, want, bufs[1])
+		select {
+		case err := <-rootErr:
+			t.Fatalf("size %d: the root returned (%v) before rank 2 read", size, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		require.NoError(t, gs[2].Broadcast(ctx, 0, bufs[2]))
+		require.NoError(t, <-rootErr)
+		require.Equal(t, want, bufs[2])
+		mustAll(t, gs, func(g *Group) error { return g.Barrier(ctx) })
 	}
-	require.NoError(t, gs[2].Broadcast(ctx, 0, bufs[2]))
-	require.NoError(t, <-rootErr)
-	require.Equal(t, want, bufs[2])
-	mustAll(t, gs, func(g *Group) error { return g.Barrier(ctx) })
 }
 
 // Ranks that disagree on a single-copy Broadcast's root fail, though a
