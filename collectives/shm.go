@@ -20,8 +20,9 @@ import (
 //     descriptor, each on its own cache line) and a slot of two chunk
 //     buffers. An operation is a sequence of steps, numbered across the
 //     group's lifetime: in step k a rank copies its part of the chunk into
-//     its buffer k%2, publishes k, waits until every rank published k, reads
-//     what it needs from the others' buffers, and publishes that it read k.
+//     its buffer k%2, publishes k, waits until every rank published k (a
+//     Broadcast's receiver: the root), reads what it needs from the others'
+//     buffers, and publishes that it read k.
 //     A buffer is written again at step k+2 only once every rank read step
 //     k, so large messages are pipelined chunk by chunk, double-buffered.
 //   - The calling goroutine makes all the progress: it spins on the peers'

@@ -23,8 +23,10 @@ import (
 //     reader checks the descriptor as for any step, reads what it needs
 //     with process_vm_readv (an AllReduce writes each piece of its block
 //     of the result into the others' with process_vm_writev), and says it
-//     is done with the step. A rank returns only once every other rank
-//     said so: its buffers are the caller's again.
+//     is done with the step. A rank whose buffers others read or write
+//     returns only once they said so: its buffers are the caller's again.
+//     (A Broadcast's receiver, whose buffer nobody touches unless the root
+//     shares the copying, returns once it has read.)
 //   - The addresses a peer posts are used for nothing but reading and
 //     writing that peer's own memory: a bad one fails the call (EFAULT),
 //     which breaks the group with an error naming the peer. Every length
