@@ -235,11 +235,10 @@ func (t *shmTeam) broadcastShared(g *Group, root int, buf []byte) error {
 
 // broadcastShare is the part [lo, hi) of an nbytes broadcast from root
 // that the root writes into receiver q's buffer when it shares the
-// copying: 1/n of it, so that the root and each receiver copy
-// (n-1)/n of the buffer each; the parts of the n-1 receivers differ, so
-// that they read different parts of the root's buffer at any time. A
-// multiple of 64 bytes, not to share cache lines with the receiver's
-// reads.
+// copying: a different n-th of it for each receiver, so that the root
+// and each receiver copy (n-1)/n of the buffer each. Its bounds are
+// multiples of 64 bytes, so that the root's writes and the receiver's
+// reads share no cache line.
 func broadcastShare(nbytes, n, root, q int) (lo, hi int) {
 	j := (q - root + n) % n // 1..n-1
 	per := nbytes / n &^ 63
