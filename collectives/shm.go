@@ -20,8 +20,9 @@ import (
 //     descriptor, each on its own cache line) and a slot of two chunk
 //     buffers. An operation is a sequence of steps, numbered across the
 //     group's lifetime: in step k a rank copies its part of the chunk into
-//     its buffer k%2, publishes k, waits until every rank published k, reads
-//     what it needs from the others' buffers, and publishes that it read k.
+//     its buffer k%2, publishes k, waits until every rank published k (a
+//     Broadcast's receiver: the root), reads what it needs from the others'
+//     buffers, and publishes that it read k.
 //     A buffer is written again at step k+2 only once every rank read step
 //     k, so large messages are pipelined chunk by chunk, double-buffered.
 //   - The calling goroutine makes all the progress: it spins on the peers'
@@ -152,9 +153,10 @@ type shmTeam struct {
 	// so large operations copy once, from the caller's buffer on one rank
 	// to the caller's buffer on another (shm_single.go).
 	single bool
-	// singleReduce: AllReduce copies once too,
-	// agreed where every rank has a CPU of its own (spreads): with more
-	// ranks than CPUs its extra waits cost more than the copy it saves.
+	// singleReduce: AllReduce copies once too, and a single-copy
+	// Broadcast's root shares the copying (broadcastSingle), agreed where
+	// every rank has a CPU of its own (spreads): with more ranks than CPUs
+	// the extra waits cost more than the copy they save.
 	singleReduce bool
 	// lent holds the caller's buffers whose addresses a single-copy
 	// operation posts, for its duration: stored here, they escape to the
@@ -270,15 +272,29 @@ func (t *shmTeam) waitAll(g *Group, k, op, nbytes uint64) error {
 		if q == t.me {
 			continue
 		}
-		c := t.ctrl[q]
-		if err := t.await(g, q, &c.posted, &c.sleepPosted, k); err != nil {
+		if err := t.waitFor(g, q, k, op, nbytes); err != nil {
 			return err
 		}
-		// q cannot overwrite desc[k%2] before this rank has read step k.
-		d := &c.desc[k&1]
-		if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
-			return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
-		}
+	}
+	return nil
+}
+
+// waitFor waits until rank q has posted step k, and checks its
+// descriptor.
+func (t *shmTeam) waitFor(g *Group, q int, k, op, nbytes uint64) error {
+	c := t.ctrl[q]
+	if err := t.await(g, q, &c.posted, &c.sleepPosted, k); err != nil {
+		return err
+	}
+	return t.checkPosted(q, k, op, nbytes)
+}
+
+// checkPosted checks the descriptor rank q posted with step k, which it
+// did. q cannot overwrite desc[k%2] before this rank has read step k.
+func (t *shmTeam) checkPosted(q int, k, op, nbytes uint64) error {
+	d := &t.ctrl[q].desc[k&1]
+	if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
+		return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
 	}
 	return nil
 }
@@ -525,6 +541,15 @@ func (t *shmTeam) barrier(g *Group) error {
 // every rank's post awaited, then take reads what this rank needs from
 // the ranks' buffers b (t.bufs[q][b]).
 func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
+	return t.chunkStepsFrom(g, -1, nbytes, per, put, take)
+}
+
+// chunkStepsFrom is chunkSteps where every rank but from needs only
+// from's buffer (from -1: every rank needs every buffer): such a rank
+// waits for from's post alone, while from still waits for every rank's
+// and checks its descriptor. Each buffer is written again two steps later
+// only once every rank said it read it (begin), whoever waited for whom.
+func (t *shmTeam) chunkStepsFrom(g *Group, from, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
 	t.expect(nbytes)
 	op, nb := opWord(g.cur), uint64(nbytes)
 	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
@@ -536,7 +561,12 @@ func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo
 		}
 		put(mine, lo, hi)
 		t.post(k, op, nb)
-		if err := t.waitAll(g, k, op, nb); err != nil {
+		if from >= 0 && t.me != from {
+			err = t.waitFor(g, from, k, op, nb)
+		} else {
+			err = t.waitAll(g, k, op, nb)
+		}
+		if err != nil {
 			return err
 		}
 		take(k&1, lo, hi)
@@ -546,7 +576,7 @@ func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo
 }
 
 func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
-	return t.chunkSteps(g, len(buf), shmChunk, func(mine []byte, lo, hi int) {
+	return t.chunkStepsFrom(g, root, len(buf), shmChunk, func(mine []byte, lo, hi int) {
 		if t.me == root {
 			copy(mine, buf[lo:hi])
 		}

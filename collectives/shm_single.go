@@ -23,8 +23,10 @@ import (
 //     reader checks the descriptor as for any step, reads what it needs
 //     with process_vm_readv (an AllReduce writes each piece of its block
 //     of the result into the others' with process_vm_writev), and says it
-//     is done with the step. A rank returns only once every other rank
-//     said so: its buffers are the caller's again.
+//     is done with the step. A rank whose buffers others read or write
+//     returns only once they said so: its buffers are the caller's again.
+//     (A Broadcast's receiver, whose buffer nobody touches unless the root
+//     shares the copying, returns once it has read.)
 //   - The addresses a peer posts are used for nothing but reading and
 //     writing that peer's own memory: a bad one fails the call (EFAULT),
 //     which breaks the group with an error naming the peer. Every length
@@ -148,32 +150,100 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 }
 
 // broadcastSingle: the root posts buf's address, every other rank reads
-// buf from it.
+// buf from it. A receiver waits for the root's post alone, not for the
+// other receivers, and returns once it has read; the root waits for every
+// receiver's post and checks its descriptor (so calls that disagree, on
+// the root too, fail on the root and the rank that disagrees), then for
+// every receiver's word that it read. With more ranks than CPUs a
+// receiver that the host runs late then holds up the root alone, not the
+// other receivers too (each of which it would have to wake).
+//
+// Where every rank has a CPU of its own (singleReduce, agreed by all), the
+// root shares the copying instead of only waiting: each receiver also
+// posts its buf's address, and the root writes that receiver's share
+// (broadcastShare) into it while the receiver reads the rest; every rank
+// returns once every other one is done with the step (the receivers' bufs
+// complete, the root's read). With one receiver that is two CPUs copying
+// instead of one.
 func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
+	if t.singleReduce {
+		return t.broadcastShared(g, root, buf)
+	}
 	t.expect(len(buf))
 	op, nb := opWord(g.cur), uint64(len(buf))
 	k, _, err := t.begin(g)
 	if err != nil {
 		return err
 	}
-	var addr uint64
-	if t.me == root {
-		addr, _ = t.lend(buf, nil)
-		defer t.unlend()
-	}
-	t.postAt(k, op, nb, addr, 0)
-	if err := t.waitAll(g, k, op, nb); err != nil {
-		return err
-	}
 	if t.me != root {
+		t.post(k, op, nb)
+		if err := t.waitFor(g, root, k, op, nb); err != nil {
+			return err
+		}
 		if err := t.readFrom(g, root, buf, t.addrPosted(root, k)); err != nil {
 			return err
 		}
 		t.done(k)
 		return nil
 	}
+	addr, _ := t.lend(buf, nil)
+	defer t.unlend()
+	t.postAt(k, op, nb, addr, 0)
+	if err := t.waitAll(g, k, op, nb); err != nil {
+		return err
+	}
 	t.done(k)
 	return t.awaitRead(g, k)
+}
+
+// broadcastShared is broadcastSingle with the root sharing the copying.
+func (t *shmTeam) broadcastShared(g *Group, root int, buf []byte) error {
+	t.expect(len(buf))
+	op, nb := opWord(g.cur), uint64(len(buf))
+	k, _, err := t.begin(g)
+	if err != nil {
+		return err
+	}
+	addr, _ := t.lend(buf, nil)
+	defer t.unlend()
+	t.postAt(k, op, nb, addr, addr)
+	if err := t.waitAll(g, k, op, nb); err != nil {
+		return err
+	}
+	if t.me != root {
+		lo, hi := broadcastShare(len(buf), t.n, root, t.me)
+		from := t.addrPosted(root, k)
+		if err := t.readFrom(g, root, buf[:lo], from); err != nil {
+			return err
+		}
+		if err := t.readFrom(g, root, buf[hi:], from+uint64(hi)); err != nil {
+			return err
+		}
+		t.done(k)
+		return t.awaitRead(g, k)
+	}
+	for i := 1; i < t.n; i++ {
+		q := (t.me + i) % t.n
+		lo, hi := broadcastShare(len(buf), t.n, root, q)
+		if err := t.writeTo(g, q, buf[lo:hi], t.writeAddrPosted(q, k)+uint64(lo)); err != nil {
+			return err
+		}
+	}
+	t.done(k)
+	return t.awaitRead(g, k)
+}
+
+// broadcastShare is the part [lo, hi) of an nbytes broadcast from root
+// that the root writes into receiver q's buffer when it shares the
+// copying: a different n-th of it for each receiver, so that the root
+// and each receiver copy (n-1)/n of the buffer each. Its bounds are
+// multiples of 64 bytes, so that the root's writes and the receiver's
+// reads share no cache line.
+func broadcastShare(nbytes, n, root, q int) (lo, hi int) {
+	j := (q - root + n) % n // 1..n-1
+	per := nbytes / n &^ 63
+	lo = (j - 1) * per
+	return lo, lo + per
 }
 
 // allGatherSingle: every rank posts send's address and reads the

@@ -4,6 +4,7 @@ package collectives
 
 import (
 	"bytes"
+	"context"
 	"math"
 	"net"
 	"os"
@@ -263,4 +264,82 @@ func TestSingleCopyBadWriteAddress(t *testing.T) {
 	requireRank(t, err, 1)
 	require.Contains(t, err.Error(), "writing its buffer")
 	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// Where every rank has a CPU, a single-copy Broadcast's root writes a
+// share of the buffer into each receiver's, at the address the receiver
+// posted: a receiver that posts one its process has not mapped breaks the
+// group with an error naming it, and the root returns at once.
+func TestSingleCopyBroadcastRootShares(t *testing.T) {
+	needSingleCopy(t)
+	gs := newEngineGroups(t, 2, "shm")
+	gs[0].shm.singleReduce = true
+	buf := make([]byte, 2*shmSingleMin)
+	ctx, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+	defer cancel()
+	err := postAsRank1(t, gs[0], func() error { return gs[0].Broadcast(ctx, 0, buf) }, 0, 1<<62)
+	requireRank(t, err, 1)
+	require.Contains(t, err.Error(), "writing its buffer")
+	require.ErrorIs(t, gs[0].Barrier(testCtx(t)), ErrBroken)
+}
+
+// With more ranks than CPUs (the root does not share the copying), a
+// Broadcast's receiver waits for the root alone, through the segment
+// (one step) as by single copy: it returns with the data while
+// another receiver has not even called yet, and the root returns once
+// that one has read too.
+func TestBroadcastReceiversDoNotWait(t *testing.T) {
+	needSingleCopy(t)
+	const n = 3
+	gs := newEngineGroups(t, n, "shm")
+	for _, g := range gs {
+		g.shm.singleReduce = false
+	}
+	ctx := testCtx(t)
+	for _, size := range []int{1000, 2*shmSingleMin + 5} {
+		for _, g := range gs {
+			g.shm.single = size > shmChunk
+		}
+		want := pattern(size, keyOf(31, size))
+		bufs := [n][]byte{append([]byte(nil), want...), make([]byte, size), make([]byte, size)}
+		rootErr := make(chan error, 1)
+		go func() { rootErr <- gs[0].Broadcast(ctx, 0, bufs[0]) }()
+		require.NoError(t, gs[1].Broadcast(ctx, 0, bufs[1]), "size %d: rank 1, rank 2 not called yet", size)
+		require.Equal(t, want, bufs[1])
+		select {
+		case err := <-rootErr:
+			t.Fatalf("size %d: the root returned (%v) before rank 2 read", size, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		require.NoError(t, gs[2].Broadcast(ctx, 0, bufs[2]))
+		require.NoError(t, <-rootErr)
+		require.Equal(t, want, bufs[2])
+		mustAll(t, gs, func(g *Group) error { return g.Barrier(ctx) })
+	}
+}
+
+// Ranks that disagree on a single-copy Broadcast's root fail, though a
+// receiver no longer checks the others' descriptors: the root checks each
+// receiver's before it is done with the step, and the group breaks.
+func TestSingleCopyBroadcastMismatchedRoot(t *testing.T) {
+	needSingleCopy(t)
+	const n = 3
+	gs := newEngineGroups(t, n, "shm")
+	for _, g := range gs {
+		g.shm.singleReduce = false
+	}
+	ctx := testCtx(t)
+	size := 2 * shmSingleMin
+	errs := runAll(gs, func(g *Group) error {
+		root := 0
+		if g.Rank() == 2 {
+			root = 2
+		}
+		return g.Broadcast(ctx, root, make([]byte, size))
+	})
+	requireRank(t, errs[0], 2)
+	require.Error(t, errs[2])
+	for r, g := range gs {
+		require.Error(t, g.Barrier(ctx), "rank %d", r)
+	}
 }

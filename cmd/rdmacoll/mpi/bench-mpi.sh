@@ -17,6 +17,11 @@
 # soft over TCP: RDMA_SOFT_SHM=0) beside Open MPI's TCP BTL (--mca btl
 # tcp,self), both over loopback on this host, for COLL_TCP_RANKS ranks
 # (default 4; empty skips it) at COLL_TCP_SIZES (4M,16M).
+#
+# COLL_OTHER names another rdmacoll binary (e.g. built from an earlier
+# commit): each round then runs it right after this one, under the same
+# mpirun, and its ratio to Open MPI is printed too (interleaved A/B on a
+# shared host).
 set -eu
 out=${1:?usage: bench-mpi.sh OUTDIR}
 GO=${GO:-go}
@@ -28,6 +33,7 @@ COLL_FLAGS=${COLL_FLAGS:-}
 MPIRUN_FLAGS=${MPIRUN_FLAGS:---bind-to none}
 COLL_TCP_RANKS=${COLL_TCP_RANKS-4}
 COLL_TCP_SIZES=${COLL_TCP_SIZES:-4M,16M}
+COLL_OTHER=${COLL_OTHER:-}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 
@@ -49,20 +55,30 @@ asroot=
 if [ "$(id -u)" = 0 ]; then asroot=--allow-run-as-root; fi
 echo "# $(mpirun --version 2>/dev/null | head -n 1); $($GO version); $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for n in $COLL_RANKS; do
-	base= this=
+	base= this= other=
 	for r in $(seq 1 "$COLL_ROUNDS"); do
 		port=$((20000 + ($$ * 7 + r * 131 + n) % 30000))
-		mf="$out/mpi-n$n-r$r.txt" rf="$out/rdmacoll-n$n-r$r.txt"
+		mf="$out/mpi-n$n-r$r.txt" rf="$out/rdmacoll-n$n-r$r.txt" of="$out/other-n$n-r$r.txt"
 		# shellcheck disable=SC2086
 		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" "$out/collmpi" \
 			-sizes "$COLL_SIZES" -iters "$COLL_ITERS" -check >"$mf"
 		# shellcheck disable=SC2086
 		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=127.0.0.1:$port \
 			"$out/rdmacoll" -sizes "$COLL_SIZES" -iters "$COLL_ITERS" -check $COLL_FLAGS >"$rf"
+		if [ -n "$COLL_OTHER" ]; then
+			# shellcheck disable=SC2086
+			mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=127.0.0.1:$((port + 1)) \
+				"$COLL_OTHER" -sizes "$COLL_SIZES" -iters "$COLL_ITERS" -check $COLL_FLAGS >"$of"
+			other="${other:+$other,}$of"
+		fi
 		base="${base:+$base,}$mf" this="${this:+$this,}$rf"
 	done
 	echo "# $n ranks, $COLL_ROUNDS rounds (Open MPI then rdmacoll in each)"
 	"$out/rdmacoll" -compare "$base" "$this" | tee "$out/ratio-n$n.txt"
+	if [ -n "$COLL_OTHER" ]; then
+		echo "# $n ranks, $COLL_OTHER in the same rounds"
+		"$out/rdmacoll" -compare "$base" "$other" | tee "$out/ratio-other-n$n.txt"
+	fi
 done
 for n in $COLL_TCP_RANKS; do
 	base= this=
