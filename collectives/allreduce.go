@@ -31,7 +31,7 @@ func AllReduce[T Number](ctx context.Context, g *Group, send, recv []T, op Op) e
 	g.red = reducerFor[T](op)
 	switch {
 	case g.shm != nil && g.shm.singleReduce && len(sb)/g.shm.n >= shmSingleMin:
-		return g.end(g.shm.allReduceSingle(g, sb, rb))
+		return g.end(g.shm.copyOnce().allReduce(g, sb, rb))
 	case g.shm != nil:
 		return g.end(g.shm.reduceTo(g, -1, sb, rb))
 	case g.hier != nil:

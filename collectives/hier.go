@@ -161,12 +161,12 @@ func allReduceAmong(g *Group, members []int, me int, buf []byte) error {
 func (h *hierarchy) allReduceSplit(g *Group, send, recv []byte) error {
 	t := h.team
 	defer t.unlend()
-	if err := t.reduceScatterSingle(g, send, recv, false); err != nil {
+	if err := t.copyOnce().reduceScatter(g, send, recv, false); err != nil {
 		return err
 	}
 	lo, hi := singleBlock(len(recv), g.red.elem, t.n, t.me)
 	if err := allReduceAmong(g, h.peers, h.hostIdx, recv[lo:hi]); err != nil {
 		return err
 	}
-	return t.allGatherBlocksSingle(g, recv)
+	return t.copyOnce().allGatherBlocks(g, recv)
 }

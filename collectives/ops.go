@@ -71,7 +71,7 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 	}
 	if t := g.shm; t != nil {
 		if t.single && len(buf) >= shmSingleMin {
-			return g.end(t.broadcastSingle(g, root, buf))
+			return g.end(t.copyOnce().broadcast(g, root, buf))
 		}
 		return g.end(t.broadcast(g, root, buf))
 	}
@@ -246,7 +246,7 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte) error {
 	case n == 1:
 		return g.end(nil)
 	case g.shm != nil && g.shm.single && blk >= shmSingleMin:
-		return g.end(g.shm.allGatherSingle(g, send, recv))
+		return g.end(g.shm.copyOnce().allGather(g, send, recv))
 	case g.shm != nil:
 		return g.end(g.shm.allGather(g, send, recv))
 	case n*blk <= allGatherShort:
@@ -315,7 +315,7 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte) error {
 	case n == 1:
 		return g.end(nil)
 	case g.shm != nil && g.shm.single && blk >= shmSingleMin:
-		return g.end(g.shm.allToAllSingle(g, send, recv, blk))
+		return g.end(g.shm.copyOnce().allToAll(g, send, recv, blk))
 	case g.shm != nil:
 		return g.end(g.shm.allToAll(g, -1, send, recv, blk))
 	case blk <= bruckBlockMax && n >= 4:

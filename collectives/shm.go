@@ -154,7 +154,7 @@ type shmTeam struct {
 	// to the caller's buffer on another (shm_single.go).
 	single bool
 	// singleReduce: AllReduce copies once too, and a single-copy
-	// Broadcast's root shares the copying (broadcastSingle), agreed where
+	// Broadcast's root shares the copying (singleCopy.broadcast), agreed where
 	// every rank has a CPU of its own (spreads): with more ranks than CPUs
 	// the extra waits cost more than the copy they save.
 	singleReduce bool

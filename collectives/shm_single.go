@@ -149,7 +149,14 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 	return nil
 }
 
-// broadcastSingle: the root posts buf's address, every other rank reads
+// singleCopy is the team's operations that copy once between the callers'
+// buffers (process_vm_readv and process_vm_writev), a view over the team:
+// the state is the team's, these are its steps.
+type singleCopy struct{ *shmTeam }
+
+func (t *shmTeam) copyOnce() singleCopy { return singleCopy{t} }
+
+// broadcast: the root posts buf's address, every other rank reads
 // buf from it. A receiver waits for the root's post alone, not for the
 // other receivers, and returns once it has read; the root waits for every
 // receiver's post and checks its descriptor (so calls that disagree, on
@@ -165,7 +172,7 @@ func (t *shmTeam) awaitRead(g *Group, k uint64) error {
 // returns once every other one is done with the step (the receivers' bufs
 // complete, the root's read). With one receiver that is two CPUs copying
 // instead of one.
-func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
+func (t singleCopy) broadcast(g *Group, root int, buf []byte) error {
 	if t.singleReduce {
 		return t.broadcastShared(g, root, buf)
 	}
@@ -196,8 +203,8 @@ func (t *shmTeam) broadcastSingle(g *Group, root int, buf []byte) error {
 	return t.awaitRead(g, k)
 }
 
-// broadcastShared is broadcastSingle with the root sharing the copying.
-func (t *shmTeam) broadcastShared(g *Group, root int, buf []byte) error {
+// broadcastShared is singleCopy.broadcast with the root sharing the copying.
+func (t singleCopy) broadcastShared(g *Group, root int, buf []byte) error {
 	t.expect(len(buf))
 	op, nb := opWord(g.cur), uint64(len(buf))
 	k, _, err := t.begin(g)
@@ -246,22 +253,22 @@ func broadcastShare(nbytes, n, root, q int) (lo, hi int) {
 	return lo, lo + per
 }
 
-// allGatherSingle: every rank posts send's address and reads the
+// allGather: every rank posts send's address and reads the
 // others' blocks from theirs.
-func (t *shmTeam) allGatherSingle(g *Group, send, recv []byte) error {
-	return t.gatherBlocksSingle(g, send, recv, len(send), 0)
+func (t singleCopy) allGather(g *Group, send, recv []byte) error {
+	return t.gatherBlocks(g, send, recv, len(send), 0)
 }
 
-// allToAllSingle: every rank posts send's address; rank r reads block r
+// allToAll: every rank posts send's address; rank r reads block r
 // of every other rank's send.
-func (t *shmTeam) allToAllSingle(g *Group, send, recv []byte, blk int) error {
-	return t.gatherBlocksSingle(g, send, recv, blk, uint64(t.me*blk))
+func (t singleCopy) allToAll(g *Group, send, recv []byte, blk int) error {
+	return t.gatherBlocks(g, send, recv, blk, uint64(t.me*blk))
 }
 
-// gatherBlocksSingle is one step in which every rank posts send's address
+// gatherBlocks is one step in which every rank posts send's address
 // and reads, from each other rank q's send at off, the blk bytes that go
 // to recv's block q.
-func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off uint64) error {
+func (t singleCopy) gatherBlocks(g *Group, send, recv []byte, blk int, off uint64) error {
 	t.expect(blk)
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
@@ -284,15 +291,15 @@ func (t *shmTeam) gatherBlocksSingle(g *Group, send, recv []byte, blk int, off u
 	return t.awaitRead(g, k)
 }
 
-// allReduceSingle is one step: a reduce-scatter (reduceScatterSingle) in
+// allReduce is one step: a reduce-scatter (singleCopy.reduceScatter) in
 // which each member, as soon as it has computed a piece of its block,
 // writes it into every other member's recv too, from its cache (the
 // all-gather's copy, without a second step or a second read of the block
 // from memory). A member returns once every other one said it is done
 // with the step: its recv is complete and its send read.
-func (t *shmTeam) allReduceSingle(g *Group, send, recv []byte) error {
+func (t singleCopy) allReduce(g *Group, send, recv []byte) error {
 	defer t.unlend()
-	return t.reduceScatterSingle(g, send, recv, true)
+	return t.reduceScatter(g, send, recv, true)
 }
 
 // singleBlock is member i's block of an n-member reduce-scatter of nbytes
@@ -302,7 +309,7 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 	return lo * e, hi * e
 }
 
-// reduceScatterSingle is one step in which every member of t posts
+// reduceScatter is one step in which every member of t posts
 // send's address and computes its block of the result into recv
 // (singleBlock), reading the other members' pieces of that block into its
 // own segment buffers (free in this step: every member posted it, so every
@@ -311,7 +318,7 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 // every member gets it bitwise the same. recv may be send: a member writes
 // only its own block of recv, which no other member reads of its send
 // (each reads its own block), and keeps its own piece aside first. The
-// members may still read send when it returns; allGatherBlocksSingle
+// members may still read send when it returns; singleCopy.allGatherBlocks
 // waits for them, and the caller unlends both.
 //
 // With push, each piece of the block, once computed, is written into
@@ -319,7 +326,7 @@ func singleBlock(nbytes, e, n, i int) (lo, hi int) {
 // with the step, and the step ends only once every member is done with
 // it (every recv is complete). In place, a member writes a piece into a
 // peer's buffer only after it read that piece of it.
-func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte, push bool) error {
+func (t singleCopy) reduceScatter(g *Group, send, recv []byte, push bool) error {
 	t.expect(len(send))
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(send))
@@ -384,11 +391,11 @@ func (t *shmTeam) reduceScatterSingle(g *Group, send, recv []byte, push bool) er
 	return nil
 }
 
-// allGatherBlocksSingle is one step in which every member of t posts
+// allGatherBlocks is one step in which every member of t posts
 // recv's address, reads every other member's block (singleBlock) from it,
 // and waits until the others read its own: send and recv of the step
 // before are the caller's again.
-func (t *shmTeam) allGatherBlocksSingle(g *Group, recv []byte) error {
+func (t singleCopy) allGatherBlocks(g *Group, recv []byte) error {
 	t.expect(len(recv))
 	n, e := t.n, g.red.elem
 	op, nb := opWord(g.cur), uint64(len(recv))
