@@ -139,3 +139,4 @@ func (p *RawPeer) Drain(deadline time.Time, secret byte) (secretBytes int, naks 
 func (p *RawPeer) Close() error { return p.c.Close() }
 
 var ChildConnect = childConnect
+var ChildQP = childQP

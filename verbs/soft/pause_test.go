@@ -38,21 +38,13 @@ func pauseChild(args []string) int {
 	if err != nil {
 		return 3
 	}
-	id, _ := ch.CreateID()
 	dst, err := net.ResolveTCPAddr("tcp", args[0])
 	if err != nil {
 		return 3
 	}
-	_ = id.ResolveAddr(nil, dst, 5*time.Second)
-	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
-	_ = id.ResolveRoute(5 * time.Second)
-	_, _ = ch.GetEvent(time.Now().Add(5 * time.Second))
-	ctx := id.Context()
-	pd, _ := ctx.AllocPD()
-	cq, _ := ctx.CreateCQ(16, nil)
-	qp, err := id.CreateQP(pd, &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return 4
+	id, pd, cq, qp, code := soft.ChildQP(ch, dst)
+	if code != 0 {
+		return code
 	}
 	mem, err := verbs.AllocMemory(4096)
 	if err != nil {
