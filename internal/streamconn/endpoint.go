@@ -152,3 +152,12 @@ const maxRdAtom = 16
 // maxChunk bounds one RDMA write, so that the reader starts on a long Write
 // before all of it has landed.
 const maxChunk = 64 << 10
+
+// softMaxChunk is maxChunk on the soft provider, whose writes land as they
+// are read from the transport, not a chunk at a time: each chunk costs it a
+// work request, a frame and a completion, and on the TCP path a writev and
+// its reads, so a Write of 1 MiB went out in 17 frames. With 256 KiB (a
+// quarter of the default ring) a 1 MiB stream moved 0.62-0.66x -> 0.97-0.98x
+// TCP's rate on the TCP path and 2.5-2.9x -> 3.3-3.5x on shared memory
+// (docs/measurements/2026-11-29-soft-chunk.md).
+const softMaxChunk = 256 << 10

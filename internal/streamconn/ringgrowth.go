@@ -4,6 +4,7 @@ import (
 	"github.com/rdmanet/rdma/internal/regmem"
 	"github.com/rdmanet/rdma/internal/stream"
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/soft"
 )
 
 // Rings and send buffers that grow with the load. A connection starts with
@@ -209,7 +210,12 @@ func (g *growth) retireSend(sqDone uint64) {
 }
 
 // setChunkLocked bounds a single RDMA write by a quarter of the peer's
-// ring and of the send buffer (and maxChunk), as they are now.
+// ring and of the send buffer (and the provider's maxChunk), as they are
+// now.
 func (c sender) setChunkLocked() {
-	c.chunk = min(maxChunk, int(c.TX.Size/4), len(c.SB.Buf)/4)
+	limit := maxChunk
+	if c.Prov == soft.Name {
+		limit = softMaxChunk
+	}
+	c.chunk = min(limit, int(c.TX.Size/4), len(c.SB.Buf)/4)
 }
