@@ -98,6 +98,20 @@ const defaultShmSwitch = 64 << 10
 // rings' reader spin adds some 0.2 ms over a few round trips after it).
 const defaultShmSwitchFrames = 8
 
+// A connection that has lived shmSettleAge moves at its shmSettleFrames'th
+// frame received on TCP (with the frame rule on): a pooled, long-lived
+// connection that talks seldom (hashicorp/raft's heartbeat connections,
+// which its replication pipeline may then take from the pool) gets shared
+// memory within a few messages, while a short-lived one (a request or two
+// within its first 100 ms) still never pays for the rings. With 8 frames
+// alone bench/'s raft-apply ran bimodally at 0.57-0.85x TCP's entries over
+// shared memory, its pipeline on a TCP-path connection in some runs; with
+// 2 frames it ran at 1.37-1.81x (docs/measurements/2026-11-29-soft-chunk.md).
+const (
+	shmSettleAge    = 100 * time.Millisecond
+	shmSettleFrames = 2
+)
+
 // defaultShmSpin is the default bounded spin of a reader on an empty ring.
 // The spin yields the CPU (sched_yield) every few dozen checks, so that on
 // a busy host the peer, or anything else runnable, gets to run meanwhile;
@@ -168,24 +182,35 @@ func SetSharedMemorySwitchFrames(frames int) int {
 
 // switchRule is when a connection on its way to shared memory moves: once
 // it has carried bytes on TCP (both ways, 0: at once), or once its active
-// side has received frames frames there (0: no such rule), whichever
-// comes first.
+// side has received frames frames there (0: no such rule, nor the next), or
+// settleFrames once it is settleAge old (0: no such rule), whichever comes
+// first.
 type switchRule struct {
 	bytes, frames int64
+	settleFrames  int64
+	settleAge     time.Duration
 }
 
 // currentSwitchRule is the rule for a connection set up now.
 func currentSwitchRule() switchRule {
-	return switchRule{bytes: shmAfter.Load(), frames: shmAfterN.Load()}
+	return switchRule{bytes: shmAfter.Load(), frames: shmAfterN.Load(),
+		settleFrames: shmSettleFrames, settleAge: shmSettleAge}
 }
 
 // immediate reports whether the rule moves a connection at once.
 func (r switchRule) immediate() bool { return r.bytes == 0 }
 
 // due reports whether a connection that has carried bytes and received
-// frames has reached the rule.
-func (r switchRule) due(bytes, frames int64) bool {
-	return bytes >= r.bytes || r.frames > 0 && frames >= r.frames
+// frames has reached the rule; age is how long it has lived (read only when
+// the settled rule may decide: a clock read per frame is spared the rest).
+func (r switchRule) due(bytes, frames int64, age func() time.Duration) bool {
+	if bytes >= r.bytes {
+		return true
+	}
+	if r.frames <= 0 {
+		return false
+	}
+	return frames >= r.frames || r.settleFrames > 0 && frames >= r.settleFrames && age() >= r.settleAge
 }
 
 // SetSharedMemorySpin sets how long a reader of a shared-memory connection

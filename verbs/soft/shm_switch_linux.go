@@ -65,6 +65,7 @@ type switchTransport struct {
 	// and frames received on TCP.
 	offer   *shmOffer
 	rule    switchRule
+	born    int64 // monotime when the connection was set up
 	moved   atomic.Int64
 	frames  atomic.Int64
 	started atomic.Bool // the offer is open (or failed to open)
@@ -114,7 +115,7 @@ func newSwitchTransport(tr *tcpTransport, x *shmExchange) *switchTransport {
 // the peer once the connection has reached rule.
 func newSwitchActive(tr *tcpTransport, o *shmOffer, rule switchRule) *switchTransport {
 	s := newSwitchTransport(tr, o.x)
-	s.offer, s.rule = o, rule
+	s.offer, s.rule, s.born = o, rule, monotime()
 	if rule.immediate() {
 		s.start()
 	}
@@ -139,10 +140,13 @@ func (s *switchTransport) count(n int) {
 	if s.offer == nil || s.started.Load() {
 		return
 	}
-	if s.rule.due(s.moved.Add(int64(n)), s.frames.Load()) {
+	if s.rule.due(s.moved.Add(int64(n)), s.frames.Load(), s.age) {
 		s.start()
 	}
 }
+
+// age is how long the connection has lived.
+func (s *switchTransport) age() time.Duration { return time.Duration(monotime() - s.born) }
 
 // countFrame adds a frame received on TCP (the active side's reader) and
 // its header's bytes.
@@ -150,7 +154,7 @@ func (s *switchTransport) countFrame() {
 	if s.offer == nil || s.started.Load() {
 		return
 	}
-	if s.rule.due(s.moved.Add(hdrLen), s.frames.Add(1)) {
+	if s.rule.due(s.moved.Add(hdrLen), s.frames.Add(1), s.age) {
 		s.start()
 	}
 }

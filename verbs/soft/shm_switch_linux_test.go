@@ -515,19 +515,30 @@ func TestSwitchTransportInvitesAfterTraffic(t *testing.T) {
 // The rule: bytes or frames, whichever first; no frame rule at 0; bytes 0
 // moves at once.
 func TestSwitchRule(t *testing.T) {
+	settled := switchRule{bytes: 64 << 10, frames: 8, settleFrames: 2, settleAge: 100 * time.Millisecond}
 	for _, c := range []struct {
 		rule          switchRule
 		bytes, frames int64
+		age           time.Duration
 		due           bool
 	}{
-		{switchRule{bytes: 64 << 10, frames: 16}, 0, 0, false},
-		{switchRule{bytes: 64 << 10, frames: 16}, 64<<10 - 1, 15, false},
-		{switchRule{bytes: 64 << 10, frames: 16}, 64 << 10, 0, true},
-		{switchRule{bytes: 64 << 10, frames: 16}, 100, 16, true},
-		{switchRule{bytes: 64 << 10}, 100, 1 << 20, false},
-		{switchRule{bytes: 0, frames: 16}, 0, 0, true},
+		{switchRule{bytes: 64 << 10, frames: 16}, 0, 0, time.Hour, false},
+		{switchRule{bytes: 64 << 10, frames: 16}, 64<<10 - 1, 15, time.Hour, false},
+		{switchRule{bytes: 64 << 10, frames: 16}, 64 << 10, 0, 0, true},
+		{switchRule{bytes: 64 << 10, frames: 16}, 100, 16, 0, true},
+		{switchRule{bytes: 64 << 10}, 100, 1 << 20, time.Hour, false},
+		{switchRule{bytes: 0, frames: 16}, 0, 0, 0, true},
+		// A settled connection moves at its second frame, a young one not.
+		{settled, 100, 1, time.Hour, false},
+		{settled, 100, 2, 99 * time.Millisecond, false},
+		{settled, 100, 2, 100 * time.Millisecond, true},
+		{settled, 100, 7, time.Millisecond, false},
+		{settled, 100, 8, 0, true},
+		// With the frame rule off, the byte count alone decides.
+		{switchRule{bytes: 64 << 10, settleFrames: 2, settleAge: time.Millisecond}, 100, 5, time.Hour, false},
 	} {
-		assert.Equal(t, c.due, c.rule.due(c.bytes, c.frames), "%+v after %d bytes, %d frames", c.rule, c.bytes, c.frames)
+		age := func() time.Duration { return c.age }
+		assert.Equal(t, c.due, c.rule.due(c.bytes, c.frames, age), "%+v after %d bytes, %d frames, %v", c.rule, c.bytes, c.frames, c.age)
 	}
 	assert.True(t, switchRule{}.immediate())
 	assert.False(t, switchRule{bytes: 1, frames: 1}.immediate())
@@ -752,4 +763,34 @@ func BenchmarkShmSwitch(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 		})
 	}
+}
+
+// A connection that talks seldom moves once it has settled: a few quick
+// round trips in its first moments leave it on TCP (a short-lived
+// connection never pays for the rings), one more after shmSettleAge moves
+// it.
+func TestSwitchSettledConnection(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	defer SetSharedMemory(SetSharedMemory(true))
+	defer SetSharedMemorySwitch(SetSharedMemorySwitch(64 << 10))
+	defer SetSharedMemorySwitchFrames(SetSharedMemorySwitchFrames(8))
+	lch := newEventChannel()
+	lid := newCMID(lch)
+	require.NoError(t, lid.BindAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 78)}))
+	require.NoError(t, lid.Listen(8))
+	defer func() { lid.Destroy(); lch.Close() }()
+	sc := dialSwitchConn(t, lch, lid)
+	defer sc.close()
+	start := time.Now()
+	sc.roundTrips(t, 2)
+	if time.Since(start) < shmSettleAge/2 { // else the host was too slow to tell
+		time.Sleep(20 * time.Millisecond)
+		assert.Equal(t, "tcp", Carrier(sc.aq), "a young connection after 2 round trips")
+	}
+	time.Sleep(shmSettleAge)
+	sc.roundTrips(t, 1)
+	on := func() bool { return Carrier(sc.aq) == "shm" && Carrier(sc.pq) == "shm" }
+	require.True(t, eventually(on), "carriers %s and %s after a round trip at %v, want shm", Carrier(sc.aq), Carrier(sc.pq), time.Since(start))
 }
