@@ -59,3 +59,62 @@ func TestDeadlineMovedKeepsOneTimer(t *testing.T) {
 		t.Fatal("the deadline moved nearer never expired")
 	}
 }
+
+// A deadline moved later, cleared or set in the past leaves the running
+// timer as it is (no timer update on the path of an application that
+// moves its deadline every request); the timer, run early, waits on for
+// the deadline as it is then. Only a deadline nearer than the timer
+// resets it.
+func TestDeadlineTimerResetOnlyWhenNearer(t *testing.T) {
+	d := MakeDeadline()
+	defer d.Stop()
+	first := time.Now().Add(time.Hour)
+	d.Set(first)
+	fireAt := func() time.Time {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.fireAt
+	}
+	assert.Equal(t, first, fireAt())
+	d.Set(first.Add(time.Hour))
+	assert.Equal(t, first, fireAt(), "moved later: the timer stays")
+	d.Set(time.Time{})
+	assert.Equal(t, first, fireAt(), "cleared: the timer stays")
+	d.Set(time.Unix(1, 0))
+	assert.True(t, d.Passed())
+	assert.Equal(t, first, fireAt(), "passed: the timer stays")
+	near := time.Now().Add(time.Minute)
+	d.Set(near)
+	assert.Equal(t, near, fireAt(), "nearer: reset")
+
+	// The timer runs for the earlier time and then for the later one.
+	start := time.Now()
+	d.Set(start.Add(20 * time.Millisecond))
+	d.Set(start.Add(80 * time.Millisecond))
+	time.Sleep(50 * time.Millisecond)
+	assert.False(t, d.Passed(), "the timer's earlier run leaves the moved deadline open")
+	select {
+	case <-d.Wait():
+		assert.False(t, time.Now().Before(start.Add(80*time.Millisecond)), "closed before the deadline")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the deadline moved later never expired")
+	}
+}
+
+// BenchmarkDeadlineHTTPRequest is the read deadline's moves of one
+// net/http server request on a keep-alive connection (ReadHeaderTimeout
+// set, no ReadTimeout or IdleTimeout): the header's deadline, cleared, the
+// background read's abort (a time long past), cleared, cleared for the
+// idle wait.
+func BenchmarkDeadlineHTTPRequest(b *testing.B) {
+	d := MakeDeadline()
+	defer d.Stop()
+	b.ReportAllocs()
+	for b.Loop() {
+		d.Set(time.Now().Add(30 * time.Second))
+		d.Set(time.Time{})
+		d.Set(time.Unix(1, 0))
+		d.Set(time.Time{})
+		d.Set(time.Time{})
+	}
+}

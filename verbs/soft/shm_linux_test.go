@@ -815,3 +815,41 @@ func TestShmTransportRewindsWhenDrained(t *testing.T) {
 		require.NoError(t, b.readPayload(got, gateRef{}))
 	}
 }
+
+// A reader whose last wait ended over shmIdleGap ago, with nothing come in
+// or gone out since, sleeps at once instead of spinning (the wait of soft's
+// background receiver on a quiet connection); one that sent since, whose
+// answer may be near, spins as before, however long ago its last wait.
+func TestShmReaderSkipsSpinWhenQuiet(t *testing.T) {
+	useSpinLimit(t, &testSpinLimit{}) // spins allowed: what is tested is the quiet rule
+	a, b := shmPair(t)
+	var hdr [hdrLen]byte
+	read := func() chan error { return readHeaderAsync(b) }
+
+	// The first wait spins, and catches data sent within it.
+	done := read()
+	time.Sleep(20 * time.Millisecond)
+	assert.Zero(t, b.rx.rwait.Load(), "spinning, not asleep")
+	require.NoError(t, writeFrame(a, &hdr, nil, nil))
+	require.NoError(t, <-done)
+	require.False(t, b.rIdle)
+
+	// Quiet since, but b sent: its wait spins.
+	time.Sleep(5 * shmIdleGap)
+	require.NoError(t, writeFrame(b, &hdr, nil, nil))
+	done = read()
+	assert.False(t, readerAsleep(b, 50*time.Millisecond), "spinning after a send")
+	require.NoError(t, writeFrame(a, &hdr, nil, nil))
+	require.NoError(t, <-done)
+	require.False(t, b.rIdle)
+
+	// Quiet since, nothing sent or received: the wait sleeps at once, well
+	// within the one-second spin.
+	entered := b.rSpin
+	time.Sleep(5 * shmIdleGap)
+	done = read()
+	assert.True(t, readerAsleep(b, 300*time.Millisecond), "no spin after a quiet gap")
+	require.NoError(t, writeFrame(a, &hdr, nil, nil))
+	require.NoError(t, <-done)
+	assert.Equal(t, entered, b.rSpin, "the skipped spin is no miss")
+}

@@ -53,6 +53,7 @@ type shmTransport struct {
 	rBusy   busySpin
 	rSpin   failing       // the whole spin (busyspin.go)
 	rIdle   bool          // the last wait slept longer than shmIdleGap
+	rQuiet  shmQuiet      // what the last wait's end saw
 	rSlept  time.Duration // slept since the last setSpin
 	intr    atomic.Bool
 	rArm    bool
@@ -125,6 +126,7 @@ func newShmTransport(c *net.TCPConn, l *shmLocal, p *shmPeer) (*shmTransport, er
 	t.sleepFns = [2]func(uintptr) bool{t.doWait, t.doWaitSpace}
 	t.poke = [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
 	t.watchFn = t.startWatch
+	t.rQuiet.txTail = ^uint64(0) // no wait yet: the first may spin
 	if err != nil {
 		t.close()
 		return nil, errShmSetup
@@ -536,8 +538,8 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 		// ManyWaits first: with many connections no spin begins, and
 		// the clock read that EnterAt wants would be spent for nothing.
 		if spin := shmSpin.Load(); spin > 0 && !t.rIdle && !spinGate.ManyWaits() && t.rSpin.try() {
-			if start := spinGate.Now(); spinGate.EnterAt(start) {
-				t.spinRead(start, spin)
+			if start := spinGate.Now(); !t.rQuiet.since(start, t.rhead, t.tx.tail.Load()) && spinGate.EnterAt(start) {
+				t.rQuiet.ended(t.spinRead(start, spin), t.rx.tail.Load(), t.tx.tail.Load())
 				spinGate.Leave()
 				return nil
 			}
@@ -576,7 +578,38 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 	t.rIdle = d > int64(shmIdleGap)
 	t.rSlept += time.Duration(d)
 	t.rx.rwait.Store(0)
+	t.rQuiet.ended(spinGate.Now(), t.rx.tail.Load(), t.tx.tail.Load())
 	return err
+}
+
+// shmQuiet is what the reader saw as its last wait ended: when (a reading
+// of spinGate.Now), and the tails of both rings then.
+type shmQuiet struct {
+	at     int64
+	rxTail uint64
+	txTail uint64
+}
+
+// ended records the end of a wait (its spin's or its sleep's) at now,
+// with the tails of the ring we read (rx) and the one we write (tx).
+func (q *shmQuiet) ended(now int64, rx, tx uint64) {
+	*q = shmQuiet{at: now, rxTail: rx, txTail: tx}
+}
+
+// since reports whether, at now, the connection has been quiet since the
+// reader's last wait ended at least shmIdleGap ago: nothing came in after
+// what that wait found (the reader's head is still there) and nothing went
+// out (our tail is). Such a wait does not spin, for nothing says data is
+// near: no answer is due to something sent, and no stream is flowing.
+// Above all it is the wait of soft's background receiver, which takes the
+// receive role back once a connection's waiters have let it go for a while
+// (a quiet go-redis client between its paced requests): its spin found
+// nothing, and its misses turned the spin off for the waits of the
+// program's own reads too (rSpin). A reader that sent since (a request
+// whose answer it waits for) or that waits again soon (a stream) spins as
+// before; so does a reader's first wait.
+func (q *shmQuiet) since(now int64, rhead, tx uint64) bool {
+	return now-q.at >= int64(shmIdleGap) && rhead == q.rxTail && tx == q.txTail
 }
 
 // spinRead is the reader's spin on an empty ring, for up to spin ns from
@@ -586,9 +619,11 @@ func (t *shmTransport) wait(boundary bool, stage *int) error {
 // wait for a P (spinGate.CrowdedAt), whom the sleep gives it, more waits
 // run than Ps (spinGate.ManyWaits), or a slow
 // yield among many sleeping readers (spinGate.Yielded). A spin that ran
-// out after a slow yield tells spinGate.Contended.
-func (t *shmTransport) spinRead(start, spin int64) {
+// out after a slow yield tells spinGate.Contended. It returns its last
+// reading of the clock (start if it took none).
+func (t *shmTransport) spinRead(start, spin int64) (now int64) {
 	end := start + spin
+	now = start
 	busy := t.rBusy.budget(spin)
 	// contended: a yield found the CPU wanted. yielded: when the last
 	// yield began; the next look at the clock, 64 polls (well under a
@@ -603,7 +638,7 @@ func (t *shmTransport) spinRead(start, spin int64) {
 			return
 		}
 		if i%64 == 0 {
-			now := spinGate.Now()
+			now = spinGate.Now()
 			if yielded != 0 {
 				slow, stop := spinGate.Yielded(time.Duration(now - yielded))
 				if stop {
