@@ -315,12 +315,26 @@ var errProtocol = errors.New("soft: peer broke the frame protocol")
 // a round trip, is woken for nothing every 4 ms rather than every 1 (8
 // connections on 2 CPUs: a wake-up every 5 round trips of each side
 // became one every 20).
+//
+// How long the role must stay free before the background takes it is
+// learned too (rxRole.idleNeed): each time a waiter wants the role back
+// from the background before the background read a frame, the need
+// doubles, up to rxIdleMax, and it falls back to rxHandback once the
+// background reads one first. A connection that answers a request every
+// few milliseconds (a quiet redis GET) had the background take the role
+// in every gap and hand it back at every request: a wake-up, a sleep on
+// the transport and an interrupt a request, 1.5-2x TCP's CPU per request
+// over shared memory, 0.9x with the need learned (bench/'s redis-get-quiet;
+// docs/measurements/2026-11-29-shm-app-cpu.md). Input that comes while
+// nobody holds the role (an ACK, a one-sided operation to a program busy
+// elsewhere) waits for rxIdleMax at most, once.
 const (
 	rxFree        = 0
 	rxBackground  = 1
 	rxApp         = 2
 	rxHandback    = time.Millisecond
 	rxHandbackMax = 4 * rxHandback
+	rxIdleMax     = 32 * rxHandback
 )
 
 // rxState is the receive loop's state; only the role holder touches it.
@@ -331,6 +345,7 @@ type rxState struct {
 	owed    int  // requests executed since we last asked for an ACK
 	ackReq  bool // a frame since then asked for a prompt ACK (flagAckReq)
 	gotDisc bool
+	served  uint64       // frames the background read while no waiter wanted the role
 	drv     *compChannel // the channel whose waiter holds the role
 	// buffered reports whether the transport holds input already read:
 	// the rest of the batch the last read brought (TCP; nil elsewhere).
@@ -352,7 +367,9 @@ type rxRole struct {
 	armed  atomic.Bool                 // timer is running
 	freeAt atomic.Int64                // monotime when a waiter last let go of the role
 	period atomic.Int64                // the handback timer's next period (rxHandback..rxHandbackMax), 0: rxHandback
+	need   atomic.Int64                // how long the role stays free before the background takes it (rxHandback..rxIdleMax), 0: rxHandback
 	fired  atomic.Uint64               // the handback timer's expiries (the background's wake-ups by it)
+	takes  atomic.Uint64               // the background's take-overs of the role after a waiter let it go
 }
 
 // init makes the role's channel and its stopped timer.
@@ -382,10 +399,12 @@ func (q *qp) receiver(pre func() error) {
 		}
 	}
 	for {
+		served := q.rx.served
 		err := q.rxLoop(nil)
 		if err != nil && err != errInterrupted {
 			return
 		}
+		q.rxRole.learn(q.rx.served != served)
 		// A waiter wants the role: hand it over and tell it. Should it not
 		// take the role after all, the handback timer brings us back.
 		q.rxRole.wanted.Store(false)
@@ -402,10 +421,11 @@ func (q *qp) receiver(pre func() error) {
 				q.rxRole.armed.Store(false)
 				q.rxRole.fired.Add(1)
 				// Take over only once the role has been free for
-				// rxHandback: a waiter that keeps coming back keeps it.
-				if idle := monotime() - q.rxRole.freeAt.Load(); idle < int64(rxHandback) && q.rxRole.owner.Load() == rxFree {
+				// idleNeed: a waiter that keeps coming back keeps it.
+				need := q.rxRole.idleNeed()
+				if idle := time.Duration(monotime() - q.rxRole.freeAt.Load()); idle < need && q.rxRole.owner.Load() == rxFree {
 					q.rxRole.lengthen()
-					q.rxRole.armHandback(time.Duration(int64(rxHandback) - idle))
+					q.rxRole.armHandback(min(need-idle, rxHandbackMax))
 					continue
 				}
 				if q.rxRole.owner.Load() == rxApp {
@@ -419,6 +439,7 @@ func (q *qp) receiver(pre func() error) {
 			}
 			if q.rxRole.owner.CompareAndSwap(rxFree, rxBackground) {
 				q.rxRole.period.Store(int64(rxHandback))
+				q.rxRole.takes.Add(1)
 				break
 			}
 		}
@@ -458,6 +479,28 @@ func (r *rxRole) handback() time.Duration {
 		return time.Duration(d)
 	}
 	return rxHandback
+}
+
+// idleNeed is how long the role must have been free before the background
+// takes it.
+func (r *rxRole) idleNeed() time.Duration {
+	if d := r.need.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return rxHandback
+}
+
+// learn takes in how the background's hold of the role ended: served, it
+// read a frame before a waiter wanted the role back (the take-over was
+// needed: the need falls back to rxHandback), or not (the waiter was back
+// first, and would have read what came itself: the need doubles, up to
+// rxIdleMax). Called by the background.
+func (r *rxRole) learn(served bool) {
+	if served {
+		r.need.Store(int64(rxHandback))
+		return
+	}
+	r.need.Store(int64(min(2*r.idleNeed(), rxIdleMax)))
 }
 
 // lengthen doubles the handback timer's period, up to rxHandbackMax: its
@@ -551,6 +594,9 @@ func (q *qp) rxLoop(c *compChannel) error {
 				err = io.EOF
 			}
 			return err
+		}
+		if c == nil && !q.rxRole.wanted.Load() {
+			q.rx.served++
 		}
 	}
 }

@@ -103,7 +103,18 @@ func TestSoleQPKeptUntilMembershipChanges(t *testing.T) {
 // taken again, come every rxHandbackMax rather than every rxHandback;
 // once the waiter stops, the background takes the role back within that
 // and the period falls back to rxHandback.
-func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
+// rxPair is two connected QPs over TCP loopback, each with its background
+// receiver: a, whose CQ delivers on c and which has 64 receives posted,
+// and b, which sends to it.
+type rxPair struct {
+	a, b *qp
+	c    *compChannel
+	post func() // posts a receive on a
+	send func() // b sends a 64-byte message
+	wc   []verbs.WC
+}
+
+func newRxPair(t *testing.T) *rxPair {
 	ca, cb := loopbackPair(t)
 	a, c, ap := newChannelQP(t)
 	mem, err := verbs.AllocMemory(4096)
@@ -126,12 +137,58 @@ func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
 		e.q.start(e.c, &hsMsg{qpn: 1, sqDepth: 129, delayedAcks: true}, nil)
 		e.q.startReceiver(nil)
 	}
-	post := func() {
+	p := &rxPair{a: a, b: b, c: c, wc: make([]verbs.WC, 16)}
+	p.post = func() {
 		require.NoError(t, a.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(am, mem.Bytes()[:64])}}}))
 	}
-	for range 64 {
-		post()
+	p.send = func() {
+		_ = b.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend,
+			SG: []verbs.SGE{verbs.SGEOf(bm, mem.Bytes()[64:128])}}})
 	}
+	for range 64 {
+		p.post()
+	}
+	return p
+}
+
+// received polls a's CQ and counts the messages in it, posting a receive
+// for each.
+func (p *rxPair) received(t *testing.T) int {
+	n, err := p.c.cqs[0].Poll(p.wc)
+	require.NoError(t, err)
+	got := 0
+	for _, w := range p.wc[:n] {
+		if w.Opcode == verbs.WCRecv {
+			got++
+			p.post()
+		}
+	}
+	return got
+}
+
+// await waits on a's channel, as GetEvent's caller (so holding the
+// receive role), for a message, within d.
+func (p *rxPair) await(t *testing.T, d time.Duration) int {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		require.NoError(t, p.c.cqs[0].ReqNotify(false))
+		if got := p.received(t); got > 0 {
+			return got
+		}
+		require.NoError(t, p.c.SetDeadline(end))
+		if _, err := p.c.GetEvent(); err != nil {
+			continue
+		}
+		if got := p.received(t); got > 0 {
+			return got
+		}
+	}
+	return 0
+}
+
+func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
+	p := newRxPair(t)
+	a, b, c, post := p.a, p.b, p.c, p.post
+	_ = b
 
 	// b sends a message every 200 us for 150 ms; a's waiter takes each.
 	const run = 150 * time.Millisecond
@@ -140,8 +197,7 @@ func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for end := time.Now().Add(run); time.Now().Before(end); {
-			_ = b.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.OpSend,
-				SG: []verbs.SGE{verbs.SGEOf(bm, mem.Bytes()[64:128])}}})
+			p.send()
 			time.Sleep(200 * time.Microsecond)
 		}
 	}()
@@ -184,4 +240,49 @@ func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return a.rxRole.owner.Load() == rxBackground && a.rxRole.handback() == rxHandback
 	}, 5*time.Second, time.Millisecond)
+}
+
+// A waiter that comes back every few milliseconds, after the background
+// took the role in the gap, teaches the background to leave the role free
+// longer (idleNeed doubles, up to rxIdleMax): after a few rounds it no
+// longer takes the role between the waiter's waits. A message that comes
+// while nobody waits is still read (within rxIdleMax), and a take-over
+// that serves input brings the need back to rxHandback.
+func TestHandbackLearnsAWaiterThatReturns(t *testing.T) {
+	p := newRxPair(t)
+	const rounds, gap = 24, 5 * time.Millisecond
+	var takesLate uint64
+	var longest time.Duration
+	for i := range rounds {
+		if i == rounds/2 {
+			takesLate = p.a.rxRole.takes.Load()
+		}
+		time.Sleep(gap) // the role is free: the waiter is busy elsewhere
+		go func() {
+			time.Sleep(gap / 5)
+			p.send()
+		}()
+		require.Equal(t, 1, p.await(t, 5*time.Second), "round %d", i)
+		longest = max(longest, p.a.rxRole.idleNeed())
+	}
+	takesLate = p.a.rxRole.takes.Load() - takesLate
+	t.Logf("background take-overs in the last %d rounds: %d; longest need %v", rounds/2, takesLate, longest)
+	assert.Greater(t, longest, gap, "the need did not grow past the waiter's gap")
+	assert.LessOrEqual(t, takesLate, uint64(rounds/4), "the background kept taking the role between waits")
+
+	// Nobody waits: the background still reads a message, within
+	// rxIdleMax of the role falling free.
+	start := time.Now()
+	p.send()
+	require.Eventually(t, func() bool { return p.received(t) == 1 }, 5*time.Second, time.Millisecond)
+	assert.Less(t, time.Since(start), rxIdleMax+500*time.Millisecond, "a message while nobody waits")
+
+	// The background served input before a waiter came: the need is back
+	// to rxHandback once a waiter takes the role again.
+	go func() {
+		time.Sleep(gap)
+		p.send()
+	}()
+	require.Equal(t, 1, p.await(t, 5*time.Second))
+	assert.Equal(t, rxHandback, p.a.rxRole.idleNeed())
 }
