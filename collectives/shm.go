@@ -594,6 +594,11 @@ func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo
 func (t *shmTeam) chunkStepsFrom(g *Group, from, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
 	t.expect(nbytes)
 	t.readsOnly = from >= 0 && t.me != from
+	if t.readsOnly && (eagerRoot{t}).fits(nbytes) {
+		// The root does not wait for this rank: it is running, or queued
+		// for a CPU, copying the steps in. Yield to it rather than sleep.
+		t.yields = true
+	}
 	op, nb := opWord(g.cur), uint64(nbytes)
 	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
 		lo := i * per
