@@ -24,7 +24,10 @@ import (
 //     Broadcast's receiver: the root), reads what it needs from the others'
 //     buffers, and publishes that it read k.
 //     A buffer is written again at step k+2 only once every rank read step
-//     k, so large messages are pipelined chunk by chunk, double-buffered.
+//     k, so large messages are pipelined chunk by chunk, double-buffered
+//     (a step that wrote nothing into it waits for step k-2 only: begin).
+//     A Broadcast's root with more ranks than CPUs returns once its data is
+//     in the segment (shm_eager.go).
 //   - The calling goroutine makes all the progress: it spins on the peers'
 //     counters (yielding the CPU after a short while), with no goroutine
 //     hand-off and no system call per chunk.
