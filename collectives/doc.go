@@ -70,7 +70,10 @@
 // its kind, its root, element type and reduction op, an algorithm step, and
 // the payload length. A rank whose peer is in a different operation, or in the
 // same one with other arguments, gets an error naming that peer instead of
-// silently mixing data.
+// silently mixing data. (On a host with more ranks than CPUs, the root of a
+// Broadcast of 64 KiB to 256 KiB returns once its data is in the shared
+// segment, before the receivers call: it learns of a mismatch in its next
+// operation, which fails naming the peer.)
 //
 // Any failure of an operation (a peer's connection lost, a mismatched frame,
 // bad arguments, a cancelled context, Close) breaks the Group: the operation

@@ -70,7 +70,7 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 		return g.end(err)
 	}
 	if t := g.shm; t != nil {
-		if t.single && len(buf) >= shmSingleMin {
+		if t.single && len(buf) >= shmSingleMin && !(eagerRoot{t}).fits(len(buf)) {
 			return g.end(t.copyOnce().broadcast(g, root, buf))
 		}
 		return g.end(t.broadcast(g, root, buf))

@@ -24,7 +24,10 @@ import (
 //     Broadcast's receiver: the root), reads what it needs from the others'
 //     buffers, and publishes that it read k.
 //     A buffer is written again at step k+2 only once every rank read step
-//     k, so large messages are pipelined chunk by chunk, double-buffered.
+//     k, so large messages are pipelined chunk by chunk, double-buffered
+//     (a step that wrote nothing into it waits for step k-2 only: begin).
+//     A Broadcast's root with more ranks than CPUs returns once its data is
+//     in the segment (shm_eager.go).
 //   - The calling goroutine makes all the progress: it spins on the peers'
 //     counters (yielding the CPU after a short while), with no goroutine
 //     hand-off and no system call per chunk.
@@ -70,11 +73,11 @@ const shmTextMax = 200
 type shmCtrl struct {
 	posted atomic.Uint64 // last step whose contribution is in the buffer; a futex word (low half)
 	_      [56]byte
-	// desc[k%2] describes step k: step, operation word, length, and for a
-	// single-copy step the address of the buffer the peers read from and
-	// of the one they write into (a single-copy AllReduce's result);
-	// padded to whole cache lines.
-	desc     [2][8]atomic.Uint64
+	// desc[k%shmDescs] describes step k: step, operation word, length,
+	// and for a single-copy step the address of the buffer the peers read
+	// from and of the one they write into (a single-copy AllReduce's
+	// result); padded to whole cache lines.
+	desc     [shmDescs][8]atomic.Uint64
 	readDone atomic.Uint64 // last step whose peers' buffers this rank read; a futex word (low half)
 	_        [56]byte
 	state    atomic.Uint64 // shmLive, shmClosed, or shmAborted | blamed<<32
@@ -92,6 +95,12 @@ type shmCtrl struct {
 }
 
 const shmCtrlSize = int(unsafe.Sizeof(shmCtrl{}))
+
+// shmDescs is how many steps' descriptors a control block holds: twice
+// the buffers, so that a step that wrote nothing into its buffer (a
+// barrier's, a Broadcast receiver's) lets the rank start the next step on
+// that buffer before every peer has checked it (begin).
+const shmDescs = 4
 
 // States of a rank's control block.
 const (
@@ -162,6 +171,17 @@ type shmTeam struct {
 	// operation posts, for its duration: stored here, they escape to the
 	// heap, where nothing moves them (a goroutine's stack moves).
 	lent [2][]byte
+	// eager: a Broadcast of shmEagerMin to shmEagerMax bytes returns on
+	// its root once the data is in the segment (shm_eager.go), agreed
+	// where some rank has no CPU of its own; owed the steps of the last
+	// one whose receivers' posts the root has yet to check.
+	eager bool
+	owed  owedSteps
+	// readsOnly: the operation under way writes nothing into this rank's
+	// buffers (a barrier, a Broadcast's receiver); spared[b]: the last
+	// step on buffer b wrote nothing into it (begin).
+	readsOnly bool
+	spared    [2]bool
 }
 
 // Spin budgets of a wait before it sleeps. With a CPU for every rank, the
@@ -230,19 +250,37 @@ func headerOf(step, op, nbytes uint64) header {
 		tag: uint32(step), len: uint32(nbytes)}
 }
 
-// begin opens the next step: it waits until every rank has read this
-// rank's buffer of two steps ago, and returns the step and that buffer.
+// begin opens the next step k: it waits until every rank has read this
+// rank's buffer of step k-2, which k reuses, and checked its descriptor of
+// step k-shmDescs, whose place k's takes; and returns the step and that
+// buffer. Where step k-2 wrote nothing into the buffer, the wait is for
+// step k-shmDescs alone: a rank woken late from a barrier then holds up
+// no other rank's next step, only the one after (a Broadcast's root, 4
+// ranks on 2 CPUs, waited here for the last rank the host woke).
 func (t *shmTeam) begin(g *Group) (uint64, []byte, error) {
+	if t.owed.to != 0 {
+		if err := (eagerRoot{t}).settle(g); err != nil {
+			return 0, nil, err
+		}
+	}
 	t.step++
 	k := t.step
-	if k > 2 {
+	var since uint64
+	switch {
+	case k > 2 && !t.spared[k&1]:
+		since = k - 2
+	case k > shmDescs:
+		since = k - shmDescs
+	}
+	if since > 0 {
 		for q := range t.n {
 			c := t.ctrl[q]
-			if err := t.await(g, q, &c.readDone, &c.sleepRead, k-2); err != nil {
+			if err := t.await(g, q, &c.readDone, &c.sleepRead, since); err != nil {
 				return 0, nil, err
 			}
 		}
 	}
+	t.spared[k&1] = t.readsOnly
 	return k, t.bufs[t.me][k&1], nil
 }
 
@@ -253,7 +291,7 @@ func (t *shmTeam) post(k, op, nbytes uint64) { t.postAt(k, op, nbytes, 0, 0) }
 // from and to write into (shm_single.go).
 func (t *shmTeam) postAt(k, op, nbytes, readAddr, writeAddr uint64) {
 	c := t.ctrl[t.me]
-	d := &c.desc[k&1]
+	d := &c.desc[k%shmDescs]
 	d[1].Store(op)
 	d[2].Store(nbytes)
 	d[3].Store(readAddr)
@@ -290,9 +328,10 @@ func (t *shmTeam) waitFor(g *Group, q int, k, op, nbytes uint64) error {
 }
 
 // checkPosted checks the descriptor rank q posted with step k, which it
-// did. q cannot overwrite desc[k%2] before this rank has read step k.
+// did. q cannot overwrite desc[k%shmDescs] before this rank has read step
+// k (begin).
 func (t *shmTeam) checkPosted(q int, k, op, nbytes uint64) error {
-	d := &t.ctrl[q].desc[k&1]
+	d := &t.ctrl[q].desc[k%shmDescs]
 	if gs, gop, gn := d[0].Load(), d[1].Load(), d[2].Load(); gs != k || gop != op || gn != nbytes {
 		return &RankError{Rank: t.rankOf(q), Op: "frame", Err: &mismatchError{got: headerOf(gs, gop, gn), want: headerOf(k, op, nbytes)}}
 	}
@@ -384,7 +423,12 @@ const (
 
 // expect sets how the waits of an operation that moves nbytes a rank go
 // on (nextWait).
-func (t *shmTeam) expect(nbytes int) { t.yields = !t.spreads && nbytes < shmYieldBelow }
+// It also marks the operation as one that writes into this rank's
+// buffers (readsOnly), as all but a barrier and a Broadcast's receiver do.
+func (t *shmTeam) expect(nbytes int) {
+	t.yields = !t.spreads && nbytes < shmYieldBelow
+	t.readsOnly = false
+}
 
 // nextWait is how a wait for a rank (of another process if sleeps) that
 // spun until spinUntil goes on at now. With more ranks than CPUs, in an
@@ -522,6 +566,7 @@ func chunks(nbytes, per int) int { return max(1, (nbytes+per-1)/per) }
 
 func (t *shmTeam) barrier(g *Group) error {
 	t.expect(0)
+	t.readsOnly = true
 	op := opWord(g.cur)
 	k, _, err := t.begin(g)
 	if err != nil {
@@ -551,6 +596,12 @@ func (t *shmTeam) chunkSteps(g *Group, nbytes, per int, put func(mine []byte, lo
 // only once every rank said it read it (begin), whoever waited for whom.
 func (t *shmTeam) chunkStepsFrom(g *Group, from, nbytes, per int, put func(mine []byte, lo, hi int), take func(b uint64, lo, hi int)) error {
 	t.expect(nbytes)
+	t.readsOnly = from >= 0 && t.me != from
+	if t.readsOnly && (eagerRoot{t}).fits(nbytes) {
+		// The root does not wait for this rank: it is running, or queued
+		// for a CPU, copying the steps in. Yield to it rather than sleep.
+		t.yields = true
+	}
 	op, nb := opWord(g.cur), uint64(nbytes)
 	for i, steps := 0, chunks(nbytes, per); i < steps; i++ {
 		lo := i * per
@@ -576,6 +627,9 @@ func (t *shmTeam) chunkStepsFrom(g *Group, from, nbytes, per int, put func(mine 
 }
 
 func (t *shmTeam) broadcast(g *Group, root int, buf []byte) error {
+	if e := (eagerRoot{t}); t.me == root && e.fits(len(buf)) {
+		return e.broadcast(g, buf)
+	}
 	return t.chunkStepsFrom(g, root, len(buf), shmChunk, func(mine []byte, lo, hi int) {
 		if t.me == root {
 			copy(mine, buf[lo:hi])

@@ -206,6 +206,7 @@ func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, i
 	}
 	team.single = votes[0] == 1
 	team.singleReduce = team.single && votes[1] == 1
+	team.eager = votes[1] == 0
 	return nil
 }
 

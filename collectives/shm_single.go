@@ -128,11 +128,13 @@ func (t *shmTeam) copyPeer(g *Group, q int, buf []byte, addr uint64, move func(p
 }
 
 // addrPosted is the address rank q posted with step k for reading, once
-// waitAll returned for k (q cannot post k+2 before this rank is done with
-// k); writeAddrPosted the one for writing.
-func (t *shmTeam) addrPosted(q int, k uint64) uint64 { return t.ctrl[q].desc[k&1][3].Load() }
+// waitAll returned for k (q cannot post k+shmDescs before this rank is
+// done with k); writeAddrPosted the one for writing.
+func (t *shmTeam) addrPosted(q int, k uint64) uint64 { return t.ctrl[q].desc[k%shmDescs][3].Load() }
 
-func (t *shmTeam) writeAddrPosted(q int, k uint64) uint64 { return t.ctrl[q].desc[k&1][4].Load() }
+func (t *shmTeam) writeAddrPosted(q int, k uint64) uint64 {
+	return t.ctrl[q].desc[k%shmDescs][4].Load()
+}
 
 // awaitRead waits until every other rank has read step k (from this
 // rank's buffer, in a single-copy step).

@@ -172,11 +172,11 @@ func postAsRank1(t *testing.T, g *Group, op func() error, readAddr, writeAddr ui
 	k := t0.ctrl[0].posted.Load() + 1
 	errc := make(chan error, 1)
 	go func() { errc <- op() }()
-	mine := &t0.ctrl[0].desc[k&1]
+	mine := &t0.ctrl[0].desc[k%shmDescs]
 	for t0.ctrl[0].posted.Load() < k {
 		time.Sleep(time.Millisecond)
 	}
-	d := &c1.desc[k&1]
+	d := &c1.desc[k%shmDescs]
 	d[1].Store(mine[1].Load())
 	d[2].Store(mine[2].Load())
 	d[3].Store(readAddr)
@@ -293,7 +293,7 @@ func TestBroadcastReceiversDoNotWait(t *testing.T) {
 	const n = 3
 	gs := newEngineGroups(t, n, "shm")
 	for _, g := range gs {
-		g.shm.singleReduce = false
+		g.shm.singleReduce, g.shm.eager = false, false // not shm_eager.go's root
 	}
 	ctx := testCtx(t)
 	for _, size := range []int{1000, 2*shmSingleMin + 5} {
@@ -326,7 +326,7 @@ func TestSingleCopyBroadcastMismatchedRoot(t *testing.T) {
 	const n = 3
 	gs := newEngineGroups(t, n, "shm")
 	for _, g := range gs {
-		g.shm.singleReduce = false
+		g.shm.singleReduce, g.shm.eager = false, false // not shm_eager.go's root
 	}
 	ctx := testCtx(t)
 	size := 2 * shmSingleMin

@@ -18,6 +18,8 @@
 # tcp,self), both over loopback on this host, for COLL_TCP_RANKS ranks
 # (default 4; empty skips it) at COLL_TCP_SIZES (4M,16M).
 #
+# COLL_ROOT_IP (default 127.0.0.1) is the loopback address the ranks meet on.
+#
 # COLL_OTHER names another rdmacoll binary (e.g. built from an earlier
 # commit): each round then runs it right after this one, under the same
 # mpirun, and its ratio to Open MPI is printed too (interleaved A/B on a
@@ -34,6 +36,7 @@ MPIRUN_FLAGS=${MPIRUN_FLAGS:---bind-to none}
 COLL_TCP_RANKS=${COLL_TCP_RANKS-4}
 COLL_TCP_SIZES=${COLL_TCP_SIZES:-4M,16M}
 COLL_OTHER=${COLL_OTHER:-}
+COLL_ROOT_IP=${COLL_ROOT_IP:-127.0.0.1}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 
@@ -63,11 +66,11 @@ for n in $COLL_RANKS; do
 		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" "$out/collmpi" \
 			-sizes "$COLL_SIZES" -iters "$COLL_ITERS" -check >"$mf"
 		# shellcheck disable=SC2086
-		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=127.0.0.1:$port \
+		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=$COLL_ROOT_IP:$port \
 			"$out/rdmacoll" -sizes "$COLL_SIZES" -iters "$COLL_ITERS" -check $COLL_FLAGS >"$rf"
 		if [ -n "$COLL_OTHER" ]; then
 			# shellcheck disable=SC2086
-			mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=127.0.0.1:$((port + 1)) \
+			mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=$COLL_ROOT_IP:$((port + 1)) \
 				"$COLL_OTHER" -sizes "$COLL_SIZES" -iters "$COLL_ITERS" -check $COLL_FLAGS >"$of"
 			other="${other:+$other,}$of"
 		fi
@@ -89,7 +92,7 @@ for n in $COLL_TCP_RANKS; do
 		mpirun $asroot --oversubscribe $MPIRUN_FLAGS --mca btl tcp,self -n "$n" "$out/collmpi" \
 			-sizes "$COLL_TCP_SIZES" -iters "$COLL_ITERS" -check >"$mf"
 		# shellcheck disable=SC2086
-		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=127.0.0.1:$port \
+		mpirun $asroot --oversubscribe $MPIRUN_FLAGS -n "$n" -x RDMA_ROOT_ADDR=$COLL_ROOT_IP:$port \
 			-x RDMA_COLL_ALGO=stream -x RDMA_SOFT_SHM=0 \
 			"$out/rdmacoll" -sizes "$COLL_TCP_SIZES" -iters "$COLL_ITERS" -check $COLL_FLAGS >"$rf"
 		base="${base:+$base,}$mf" this="${this:+$this,}$rf"
