@@ -173,9 +173,10 @@ func SetSharedMemorySwitch(bytes int) int {
 // SetSharedMemorySwitchFrames sets how many frames (messages, their
 // acknowledgements) the dialing side of a connection set up afterwards
 // receives on TCP before the connection moves to shared memory, when it
-// has not carried SetSharedMemorySwitch's bytes by then (default 8;
-// 0: the byte count alone decides; RDMA_SOFT_SHM_SWITCH_FRAMES sets it at
-// start-up). It returns the previous value.
+// has not carried SetSharedMemorySwitch's bytes by then (default 8, and 2
+// once the connection has lived 100 ms; 0: the byte count alone decides;
+// RDMA_SOFT_SHM_SWITCH_FRAMES sets it at start-up). It returns the
+// previous value.
 func SetSharedMemorySwitchFrames(frames int) int {
 	return int(shmAfterN.Swap(int64(max(frames, 0))))
 }
