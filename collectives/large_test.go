@@ -22,14 +22,21 @@ func TestLargeMessages(t *testing.T) {
 }
 
 func checkLargeMessages(t *testing.T, engine string, n int) {
-	gs := newEngineGroups(t, n, engine)
+	checkOperations(t, newEngineGroups(t, n, engine), mib)
+}
+
+// checkOperations runs every operation with size bytes a rank (or about
+// that) on gs, and checks every rank's result: Broadcast, AllReduce,
+// Reduce, AllGather, AllToAll, Scatter and Gather.
+func checkOperations(t *testing.T, gs []*Group, size int) {
+	n := len(gs)
 	ctx := testCtx(t)
 
 	// Broadcast.
-	want := pattern(mib, keyOf(6, n))
+	want := pattern(size, keyOf(6, n))
 	got := make([][]byte, n)
 	mustAll(t, gs, func(g *Group) error {
-		got[g.Rank()] = make([]byte, mib)
+		got[g.Rank()] = make([]byte, size)
 		if g.Rank() == n-1 {
 			copy(got[g.Rank()], want)
 		}
@@ -40,7 +47,7 @@ func checkLargeMessages(t *testing.T, engine string, n int) {
 	}
 
 	// AllReduce and Reduce, float64 Sum and int32 Max.
-	counts := mib / 8
+	counts := size / 8
 	in := make([][]float64, n)
 	for r := range in {
 		in[r] = inputs[float64](counts, keyOf(7, r))
@@ -56,10 +63,10 @@ func checkLargeMessages(t *testing.T, engine string, n int) {
 	}
 	inI := make([][]int32, n)
 	for r := range inI {
-		inI[r] = inputs[int32](mib/4+1, keyOf(8, r))
+		inI[r] = inputs[int32](size/4+1, keyOf(8, r))
 	}
 	wantI := serialReduce(inI, Max)
-	outI := make([]int32, mib/4+1)
+	outI := make([]int32, size/4+1)
 	mustAll(t, gs, func(g *Group) error {
 		var recv []int32
 		if g.Rank() == 1 {
@@ -69,8 +76,8 @@ func checkLargeMessages(t *testing.T, engine string, n int) {
 	})
 	require.Equal(t, wantI, outI)
 
-	// AllGather and AllToAll of 1 MiB results.
-	blk := mib / n
+	// AllGather and AllToAll of size-byte results.
+	blk := size / n
 	agWant := make([]byte, 0, n*blk)
 	for r := 0; r < n; r++ {
 		agWant = append(agWant, pattern(blk, keyOf(9, r))...)
@@ -96,7 +103,7 @@ func checkLargeMessages(t *testing.T, engine string, n int) {
 		}
 	}
 
-	// Scatter and Gather of 1 MiB at the root.
+	// Scatter and Gather of size bytes at the root.
 	sc := pattern(n*blk, keyOf(11, n))
 	scGot := make([][]byte, n)
 	mustAll(t, gs, func(g *Group) error {

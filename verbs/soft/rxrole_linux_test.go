@@ -97,17 +97,11 @@ func TestSoleQPKeptUntilMembershipChanges(t *testing.T) {
 	assert.Nil(t, got)
 }
 
-// While a GetEvent waiter keeps coming back for the receive role, the
-// handback timer's period doubles up to rxHandbackMax, so that its
-// expiries, each a wake-up of the background receiver that finds the role
-// taken again, come every rxHandbackMax rather than every rxHandback;
-// once the waiter stops, the background takes the role back within that
-// and the period falls back to rxHandback.
 // rxPair is two connected QPs over TCP loopback, each with its background
 // receiver: a, whose CQ delivers on c and which has 64 receives posted,
-// and b, which sends to it.
+// and one that sends to it (send).
 type rxPair struct {
-	a, b *qp
+	a    *qp
 	c    *compChannel
 	post func() // posts a receive on a
 	send func() // b sends a 64-byte message
@@ -137,7 +131,7 @@ func newRxPair(t *testing.T) *rxPair {
 		e.q.start(e.c, &hsMsg{qpn: 1, sqDepth: 129, delayedAcks: true}, nil)
 		e.q.startReceiver(nil)
 	}
-	p := &rxPair{a: a, b: b, c: c, wc: make([]verbs.WC, 16)}
+	p := &rxPair{a: a, c: c, wc: make([]verbs.WC, 16)}
 	p.post = func() {
 		require.NoError(t, a.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{verbs.SGEOf(am, mem.Bytes()[:64])}}}))
 	}
@@ -185,10 +179,15 @@ func (p *rxPair) await(t *testing.T, d time.Duration) int {
 	return 0
 }
 
+// While a GetEvent waiter keeps coming back for the receive role, the
+// handback timer's period doubles up to rxHandbackMax, so that its
+// expiries, each a wake-up of the background receiver that finds the role
+// taken again, come every rxHandbackMax rather than every rxHandback;
+// once the waiter stops, the background takes the role back within that
+// and the period falls back to rxHandback.
 func TestHandbackLengthensWhileAWaiterReturns(t *testing.T) {
 	p := newRxPair(t)
-	a, b, c, post := p.a, p.b, p.c, p.post
-	_ = b
+	a, c, post := p.a, p.c, p.post
 
 	// b sends a message every 200 us for 150 ms; a's waiter takes each.
 	const run = 150 * time.Millisecond
