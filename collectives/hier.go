@@ -29,14 +29,16 @@ type hierarchy struct {
 	// (nil otherwise); hostIdx is this rank's host's index in it.
 	peers   []int
 	hostIdx int
-	// split: every rank agreed to split large AllReduces (see above).
-	split bool
+	// split: every rank agreed to split large AllReduces (see above);
+	// pieces is splitPiecesEnv's setting (0: by size, hier_pipe.go).
+	split  bool
+	pieces int
 }
 
 // newHierarchy places rank among hosts, given each rank's host (equal
 // values: same host) and this host's team (nil if alone).
 func newHierarchy[K comparable](host []K, rank int, team *shmTeam) *hierarchy {
-	h := &hierarchy{team: team, lead: -1}
+	h := &hierarchy{team: team, lead: -1, pieces: splitPiecesFromEnv()}
 	index := make(map[K]int) // host -> its index in leaders
 	var members [][]int      // each host's ranks, ascending
 	for r, k := range host {
@@ -157,16 +159,10 @@ func allReduceAmong(g *Group, members []int, me int, buf []byte) error {
 }
 
 // allReduceSplit: reduce-scatter on the host, all-reduce of this rank's
-// block with its counterparts, all-gather on the host (see above).
+// block with its counterparts, all-gather on the host (see above), in
+// pieces whose stages overlap (hier_pipe.go).
 func (h *hierarchy) allReduceSplit(g *Group, send, recv []byte) error {
-	t := h.team
-	defer t.unlend()
-	if err := t.copyOnce().reduceScatter(g, send, recv, false); err != nil {
-		return err
-	}
-	lo, hi := singleBlock(len(recv), g.red.elem, t.n, t.me)
-	if err := allReduceAmong(g, h.peers, h.hostIdx, recv[lo:hi]); err != nil {
-		return err
-	}
-	return t.copyOnce().allGatherBlocks(g, recv)
+	p := splitPipeline{}
+	p.init(g, h, send, recv, splitPiecesFor(len(recv), h.pieces))
+	return p.run()
 }

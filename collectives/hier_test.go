@@ -135,3 +135,59 @@ func TestHierarchicalAllReduceDoesNotAllocate(t *testing.T) {
 		require.Zero(t, allocs, "%d elements: %v allocations per run (all %d ranks)", count, allocs, n)
 	}
 }
+
+// A large split AllReduce goes in pieces whose stages overlap
+// (hier_pipe.go): two host steps a piece, and the same bits on every rank
+// as in one piece, for piece counts that divide the elements unevenly and
+// in place or not.
+func TestHierarchicalAllReduceInPieces(t *testing.T) {
+	const n, count = 4, 700_001 // 5.6 MB of float64: 4 pieces by size
+	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
+	if !gs[0].hier.split {
+		t.Skip("ranks cannot read each other's memory here (process_vm_readv): no split AllReduce")
+	}
+	require.Equal(t, 4, splitPiecesFor(count*8, 0))
+	ctx := testCtx(t)
+	in := make([][]float64, n)
+	for r := range in {
+		in[r] = make([]float64, count)
+		for i := range in[r] {
+			in[r][i] = float64(splitmix64(uint64(r*count+i))%1e6) / 7
+		}
+	}
+	want := make([]float64, count)
+	for i := range want {
+		want[i] = (in[0][i] + in[2][i]) + (in[1][i] + in[3][i])
+	}
+	out := make([][]float64, n)
+	for r := range out {
+		out[r] = make([]float64, count)
+	}
+	for _, pieces := range []int{0, 1, 3, 7} {
+		for _, inPlace := range []bool{false, true} {
+			steps := make([]uint64, n)
+			mustAll(t, gs, func(g *Group) error {
+				g.hier.pieces = pieces
+				steps[g.Rank()] = g.hier.team.step
+				send, recv := in[g.Rank()], out[g.Rank()]
+				if inPlace {
+					copy(recv, send)
+					send = recv
+				}
+				return AllReduce(ctx, g, send, recv, Sum)
+			})
+			wantPieces := splitPiecesFor(count*8, pieces)
+			for r := range n {
+				require.Equal(t, uint64(2*wantPieces), gs[r].hier.team.step-steps[r],
+					"pieces %d: rank %d's host steps", pieces, r)
+				for i := range want {
+					if math.Float64bits(out[r][i]) != math.Float64bits(want[i]) {
+						t.Fatalf("pieces %d, in place %v: rank %d element %d is %v, want %v",
+							pieces, inPlace, r, i, out[r][i], want[i])
+					}
+				}
+			}
+		}
+	}
+	checkGroup(t, gs)
+}
