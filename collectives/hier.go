@@ -29,6 +29,8 @@ type hierarchy struct {
 	// (nil otherwise); hostIdx is this rank's host's index in it.
 	peers   []int
 	hostIdx int
+	// members: each host's ranks, ascending, in the leaders' order.
+	members [][]int
 	// split: every rank agreed to split large AllReduces (see above);
 	// pieces is splitPiecesEnv's setting (0: by size, hier_pipe.go).
 	split  bool
@@ -54,6 +56,7 @@ func newHierarchy[K comparable](host []K, rank int, team *shmTeam) *hierarchy {
 		}
 		members[i] = append(members[i], r)
 	}
+	h.members = members
 	h.hostIdx = index[host[rank]]
 	local := -1
 	for j, r := range members[h.hostIdx] {
@@ -165,4 +168,26 @@ func (h *hierarchy) allReduceSplit(g *Group, send, recv []byte) error {
 	p := splitPipeline{}
 	p.init(g, h, send, recv, splitPiecesFor(len(recv), h.pieces))
 	return p.run()
+}
+
+// allGather, where the split is agreed (as for AllReduce): each rank's
+// block goes round the ring of its counterparts, one a host (each block
+// crosses between two hosts once, instead of once per host the group's
+// ring passes), then the host's ranks copy each other's counterparts'
+// blocks once (singleCopy.gatherCounterparts). recv already holds this
+// rank's own block.
+func (h *hierarchy) allGather(g *Group, recv []byte, blk int) error {
+	m, me := len(h.peers), h.hostIdx
+	right, left := h.peers[mod(me+1, m)], h.peers[mod(me-1, m)]
+	block := func(i int) []byte {
+		r := h.peers[mod(i, m)]
+		return recv[r*blk : (r+1)*blk]
+	}
+	for s := 0; s < m-1; s++ {
+		if err := g.exchange(right, left, uint32(s), block(me-s), block(me-s-1)); err != nil {
+			return err
+		}
+	}
+	defer h.team.unlend()
+	return h.team.copyOnce().gatherCounterparts(g, recv, blk, h.members)
 }

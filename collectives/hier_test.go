@@ -134,6 +134,23 @@ func TestHierarchicalAllReduceDoesNotAllocate(t *testing.T) {
 		})
 		require.Zero(t, allocs, "%d elements: %v allocations per run (all %d ranks)", count, allocs, n)
 	}
+	// The AllGather across hosts too (the counterparts' ring and the host
+	// step).
+	recvs := make([][]byte, n)
+	for r := range recvs {
+		recvs[r] = make([]byte, n*shmSingleMin)
+	}
+	gather := func(g *Group) error {
+		b := bytesOf(bufs[g.Rank()])[:shmSingleMin]
+		return g.AllGather(ctx, b, recvs[g.Rank()])
+	}
+	require.NoError(t, d.run(gather))
+	allocs := testing.AllocsPerRun(5, func() {
+		if err := d.run(gather); err != nil {
+			t.Error(err)
+		}
+	})
+	require.Zero(t, allocs, "AllGather: %v allocations per run (all %d ranks)", allocs, n)
 }
 
 // A large split AllReduce goes in pieces whose stages overlap
@@ -190,4 +207,45 @@ func TestHierarchicalAllReduceInPieces(t *testing.T) {
 		}
 	}
 	checkGroup(t, gs)
+}
+
+// AllGather across hosts: every rank gets every block, right, on 2 hosts
+// and on 3 (the ranks of a host interleaved with the others'), with blocks
+// small enough for the group's ring and large enough for the counterparts'
+// ring and the host's single copy, which then run (two host steps' worth
+// of reads: one).
+func TestHierarchicalAllGather(t *testing.T) {
+	for _, hosts := range []int{2, 3} {
+		n := 2 * hosts
+		gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%hosts) })
+		for _, blk := range []int{1000, shmSingleMin + 8} {
+			recvs := make([][]byte, n)
+			steps := make([]uint64, n)
+			mustAll(t, gs, func(g *Group) error {
+				send := make([]byte, blk)
+				for i := range send {
+					send[i] = byte(splitmix64(uint64(g.Rank()*blk + i)))
+				}
+				recvs[g.Rank()] = make([]byte, n*blk)
+				steps[g.Rank()] = g.hier.team.step
+				return g.AllGather(testCtx(t), send, recvs[g.Rank()])
+			})
+			for r := range n {
+				for q := range n {
+					for i := range blk {
+						if want := byte(splitmix64(uint64(q*blk + i))); recvs[r][q*blk+i] != want {
+							t.Fatalf("%d hosts, block %d B: rank %d has %#x at byte %d of rank %d's block, want %#x",
+								hosts, blk, r, recvs[r][q*blk+i], i, q, want)
+						}
+					}
+				}
+				hostSteps := uint64(0)
+				if blk >= shmSingleMin && gs[r].hier.split {
+					hostSteps = 1
+				}
+				assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, block %d B: rank %d's host steps", hosts, blk, r)
+			}
+		}
+		checkGroup(t, gs)
+	}
 }

@@ -249,6 +249,8 @@ func (g *Group) AllGather(ctx context.Context, send, recv []byte) error {
 		return g.end(g.shm.copyOnce().allGather(g, send, recv))
 	case g.shm != nil:
 		return g.end(g.shm.allGather(g, send, recv))
+	case g.hier != nil && g.hier.split && blk >= shmSingleMin:
+		return g.end(g.hier.allGather(g, recv, blk))
 	case n*blk <= allGatherShort:
 		return g.end(g.allGatherBruck(send, recv))
 	default:

@@ -420,3 +420,35 @@ func (t singleCopy) allGatherBlocks(g *Group, recv []byte) error {
 	t.done(k)
 	return t.awaitRead(g, k)
 }
+
+// gatherCounterparts is one step in which every member of t posts recv's
+// address and reads, from each other member q, the blocks of blk bytes of
+// q's counterparts (the ranks of q's local index on every host, whose
+// blocks q has gathered: members[i][q] on host i), and waits until the
+// others have read this member's: an AllGather's host step
+// (hierarchy.allGather).
+func (t singleCopy) gatherCounterparts(g *Group, recv []byte, blk int, members [][]int) error {
+	t.expect(len(recv))
+	op, nb := opWord(g.cur), uint64(len(recv))
+	_, addr := t.lend(nil, recv)
+	k, _, err := t.begin(g)
+	if err != nil {
+		return err
+	}
+	t.postAt(k, op, nb, addr, 0)
+	if err := t.waitAll(g, k, op, nb); err != nil {
+		return err
+	}
+	for i := 1; i < t.n; i++ {
+		q := (t.me + i) % t.n
+		from := t.addrPosted(q, k)
+		for _, host := range members {
+			r := host[q]
+			if err := t.readFrom(g, q, recv[r*blk:(r+1)*blk], from+uint64(r*blk)); err != nil {
+				return err
+			}
+		}
+	}
+	t.done(k)
+	return t.awaitRead(g, k)
+}
