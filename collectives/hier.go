@@ -191,3 +191,50 @@ func (h *hierarchy) allGather(g *Group, recv []byte, blk int) error {
 	defer h.team.unlend()
 	return h.team.copyOnce().gatherCounterparts(g, recv, blk, h.members)
 }
+
+// broadcast, where the split is agreed: the parts of buf, one per local
+// index, cross between hosts side by side. On the root's host each rank
+// reads its part from the root, sends it to its counterparts on the other
+// hosts, then reads the other parts from the root while those sends are
+// under way; on the other hosts each rank receives its part from its
+// counterpart on the root's host, and the host's ranks copy each other's
+// parts once.
+func (h *hierarchy) broadcast(g *Group, root int, buf []byte) error {
+	t := h.team.copyOnce()
+	defer t.unlend()
+	rootHost, rootLocal := h.placeOf(root)
+	lo, hi := blockRange(len(buf), t.n, t.me)
+	part := buf[lo:hi]
+	if h.hostIdx != rootHost {
+		if err := g.recv(h.members[rootHost][t.me], 0, part); err != nil {
+			return err
+		}
+		return t.readParts(g, buf, -1, partsOfOwners)
+	}
+	if err := t.readParts(g, buf, rootLocal, partOwn); err != nil {
+		return err
+	}
+	for i, host := range h.members {
+		if i != rootHost {
+			if err := g.send(host[t.me], 0, part); err != nil {
+				return err
+			}
+		}
+	}
+	if err := t.readParts(g, buf, rootLocal, partsButOwn); err != nil {
+		return err
+	}
+	return g.waitSends()
+}
+
+// placeOf is rank r's host (its index in leaders) and its index there.
+func (h *hierarchy) placeOf(r int) (host, local int) {
+	for i, m := range h.members {
+		for j, q := range m {
+			if q == r {
+				return i, j
+			}
+		}
+	}
+	return -1, -1
+}

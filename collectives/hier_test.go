@@ -92,25 +92,39 @@ func TestHierarchicalAllReduce(t *testing.T) {
 	checkGroup(t, gs)
 }
 
-// A rank that leaves in the middle of a hierarchical AllReduce breaks it on
-// every rank, on its host and across, with an error naming a rank; nothing
-// waits for it.
-func TestHierarchicalAllReduceRankCloses(t *testing.T) {
+// A rank that leaves in the middle of a hierarchical AllReduce, AllGather
+// or Broadcast breaks it on every rank that needs it, on its host and
+// across, with an error naming a rank; nothing waits for it.
+func TestHierarchicalRankCloses(t *testing.T) {
 	const n, gone = 4, 3
-	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	time.AfterFunc(50*time.Millisecond, func() { gs[gone].Close() })
-	errs := runAll(gs[:gone], func(g *Group) error {
-		buf := make([]float64, 1<<16)
-		return AllReduce(ctx, g, buf, buf, Sum)
-	})
-	for r, err := range errs {
-		var re *RankError
-		require.ErrorAs(t, err, &re, "rank %d", r)
-		require.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d waited for ctx", r)
+	ops := map[string]func(ctx context.Context, g *Group) error{
+		"AllReduce": func(ctx context.Context, g *Group) error {
+			buf := make([]float64, 1<<16)
+			return AllReduce(ctx, g, buf, buf, Sum)
+		},
+		"AllGather": func(ctx context.Context, g *Group) error {
+			return g.AllGather(ctx, make([]byte, 1<<17), make([]byte, n<<17))
+		},
+		"Broadcast": func(ctx context.Context, g *Group) error { return g.Broadcast(ctx, 0, make([]byte, 1<<19)) },
 	}
-	requireRank(t, errs[1], gone, "rank 1 shares a host with rank %d", gone)
+	for name, op := range ops {
+		t.Run(name, func(t *testing.T) {
+			gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			time.AfterFunc(50*time.Millisecond, func() { gs[gone].Close() })
+			errs := runAll(gs[:gone], func(g *Group) error { return op(ctx, g) })
+			for r, err := range errs {
+				if name == "Broadcast" && r%2 == 0 && err == nil {
+					continue // the root and its host's rank need nothing of rank 3
+				}
+				var re *RankError
+				require.ErrorAs(t, err, &re, "rank %d", r)
+				require.NotErrorIs(t, err, context.DeadlineExceeded, "rank %d waited for ctx", r)
+			}
+			requireRank(t, errs[1], gone, "rank 1 shares a host with rank %d", gone)
+		})
+	}
 }
 
 // The hierarchical AllReduce allocates nothing per operation.
@@ -151,6 +165,14 @@ func TestHierarchicalAllReduceDoesNotAllocate(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs, "AllGather: %v allocations per run (all %d ranks)", allocs, n)
+	bcast := func(g *Group) error { return g.Broadcast(ctx, 1, recvs[g.Rank()]) }
+	require.NoError(t, d.run(bcast))
+	allocs = testing.AllocsPerRun(5, func() {
+		if err := d.run(bcast); err != nil {
+			t.Error(err)
+		}
+	})
+	require.Zero(t, allocs, "Broadcast: %v allocations per run (all %d ranks)", allocs, n)
 }
 
 // A large split AllReduce goes in pieces whose stages overlap
@@ -244,6 +266,50 @@ func TestHierarchicalAllGather(t *testing.T) {
 					hostSteps = 1
 				}
 				assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, block %d B: rank %d's host steps", hosts, blk, r)
+			}
+		}
+		checkGroup(t, gs)
+	}
+}
+
+// Broadcast across hosts: from every root, on 2 hosts and on 3, every rank
+// gets the root's bytes, small (the group's algorithms) and large (the
+// parts crossing side by side: two host steps on the root's host, one on
+// the others).
+func TestHierarchicalBroadcast(t *testing.T) {
+	for _, hosts := range []int{2, 3} {
+		n := 2 * hosts
+		gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%hosts) })
+		for _, size := range []int{1000, 2*shmSingleMin + 3} {
+			for root := range n {
+				bufs := make([][]byte, n)
+				steps := make([]uint64, n)
+				mustAll(t, gs, func(g *Group) error {
+					bufs[g.Rank()] = make([]byte, size)
+					if g.Rank() == root {
+						for i := range bufs[root] {
+							bufs[root][i] = byte(splitmix64(uint64(root*size + i)))
+						}
+					}
+					steps[g.Rank()] = g.hier.team.step
+					return g.Broadcast(testCtx(t), root, bufs[g.Rank()])
+				})
+				for r := range n {
+					for i := range size {
+						if want := byte(splitmix64(uint64(root*size + i))); bufs[r][i] != want {
+							t.Fatalf("%d hosts, %d B from rank %d: rank %d has %#x at byte %d, want %#x",
+								hosts, size, root, r, bufs[r][i], i, want)
+						}
+					}
+					hostSteps := uint64(0)
+					if size >= 2*shmSingleMin && gs[r].hier.split {
+						hostSteps = 1
+						if r%hosts == root%hosts {
+							hostSteps = 2
+						}
+					}
+					assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, %d B from rank %d: rank %d's host steps", hosts, size, root, r)
+				}
 			}
 		}
 		checkGroup(t, gs)

@@ -75,6 +75,9 @@ func (g *Group) Broadcast(ctx context.Context, root int, buf []byte) error {
 		}
 		return g.end(t.broadcast(g, root, buf))
 	}
+	if h := g.hier; h != nil && h.split && len(buf)/h.team.n >= shmSingleMin {
+		return g.end(h.broadcast(g, root, buf))
+	}
 	return g.end(g.broadcast(root, buf))
 }
 

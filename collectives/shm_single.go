@@ -452,3 +452,59 @@ func (t singleCopy) gatherCounterparts(g *Group, recv []byte, blk int, members [
 	t.done(k)
 	return t.awaitRead(g, k)
 }
+
+// Which parts of a buffer a member reads in singleCopy.readParts.
+type partsRead int
+
+const (
+	partOwn      partsRead = iota // its own part, from the root
+	partsButOwn                   // every part but its own, from the root
+	partsOfOwners                 // every other part, from its owner
+)
+
+// readParts is one step of a Broadcast across hosts
+// (hierarchy.broadcast): every member posts buf's address and reads parts
+// of buf (member q's part: blockRange over its bytes) as which says; root
+// is the member that has them all (partOwn, partsButOwn) and reads
+// nothing. Every member returns once the others are done with the step.
+func (t singleCopy) readParts(g *Group, buf []byte, root int, which partsRead) error {
+	t.expect(len(buf))
+	op, nb := opWord(g.cur), uint64(len(buf))
+	addr, _ := t.lend(buf, nil)
+	k, _, err := t.begin(g)
+	if err != nil {
+		return err
+	}
+	t.postAt(k, op, nb, addr, 0)
+	if err := t.waitAll(g, k, op, nb); err != nil {
+		return err
+	}
+	read := func(q, part int) error {
+		lo, hi := blockRange(len(buf), t.n, part)
+		return t.readFrom(g, q, buf[lo:hi], t.addrPosted(q, k)+uint64(lo))
+	}
+	switch {
+	case which == partsOfOwners:
+		for i := 1; i < t.n; i++ {
+			q := (t.me + i) % t.n
+			if err := read(q, q); err != nil {
+				return err
+			}
+		}
+	case t.me == root:
+	case which == partOwn:
+		if err := read(root, t.me); err != nil {
+			return err
+		}
+	default:
+		for part := range t.n {
+			if part != t.me {
+				if err := read(root, part); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	t.done(k)
+	return t.awaitRead(g, k)
+}
