@@ -457,9 +457,9 @@ func (t singleCopy) gatherCounterparts(g *Group, recv []byte, blk int, members [
 type partsRead int
 
 const (
-	partOwn      partsRead = iota // its own part, from the root
-	partsButOwn                   // every part but its own, from the root
-	partsOfOwners                 // every other part, from its owner
+	partOwn       partsRead = iota // its own part, from the root
+	partsButOwn                    // every part but its own, from the root
+	partsOfOwners                  // every other part, from its owner
 )
 
 // readParts is one step of a Broadcast across hosts
