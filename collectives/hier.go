@@ -1,5 +1,7 @@
 package collectives
 
+import "slices"
+
 // Hierarchical AllReduce, for a group that spans hosts where the ranks of
 // a host share a segment (Join sets it up as for a one-host group, per
 // host): the host's ranks reduce into their leader (the host's lowest
@@ -237,4 +239,33 @@ func (h *hierarchy) placeOf(r int) (host, local int) {
 		}
 	}
 	return -1, -1
+}
+
+// allToAll, where the split is agreed: the blocks for the other hosts'
+// ranks are posted to their links first, the host's ranks copy the blocks
+// they have for each other once (singleCopy.allToAll) while those are
+// under way, and the other hosts' blocks are received last, in the
+// pairwise order.
+func (h *hierarchy) allToAll(g *Group, send, recv []byte, blk int) error {
+	n, r, mine := g.size, g.rank, h.members[h.hostIdx]
+	onHost := func(q int) bool { return slices.Contains(mine, q) }
+	for k := 1; k < n; k++ {
+		if to := mod(r+k, n); !onHost(to) {
+			if err := g.send(to, 0, send[to*blk:(to+1)*blk]); err != nil {
+				return err
+			}
+		}
+	}
+	t := h.team.copyOnce()
+	if err := t.gatherBlocks(g, send, recv, blk, uint64(r*blk)); err != nil {
+		return err
+	}
+	for k := 1; k < n; k++ {
+		if from := mod(r-k, n); !onHost(from) {
+			if err := g.recv(from, 0, recv[from*blk:(from+1)*blk]); err != nil {
+				return err
+			}
+		}
+	}
+	return g.waitSends()
 }

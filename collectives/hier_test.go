@@ -92,8 +92,8 @@ func TestHierarchicalAllReduce(t *testing.T) {
 	checkGroup(t, gs)
 }
 
-// A rank that leaves in the middle of a hierarchical AllReduce, AllGather
-// or Broadcast breaks it on every rank that needs it, on its host and
+// A rank that leaves in the middle of a hierarchical AllReduce, AllGather,
+// Broadcast or AllToAll breaks it on every rank that needs it, on its host and
 // across, with an error naming a rank; nothing waits for it.
 func TestHierarchicalRankCloses(t *testing.T) {
 	const n, gone = 4, 3
@@ -106,6 +106,9 @@ func TestHierarchicalRankCloses(t *testing.T) {
 			return g.AllGather(ctx, make([]byte, 1<<17), make([]byte, n<<17))
 		},
 		"Broadcast": func(ctx context.Context, g *Group) error { return g.Broadcast(ctx, 0, make([]byte, 1<<19)) },
+		"AllToAll": func(ctx context.Context, g *Group) error {
+			return g.AllToAll(ctx, make([]byte, n<<17), make([]byte, n<<17))
+		},
 	}
 	for name, op := range ops {
 		t.Run(name, func(t *testing.T) {
@@ -173,6 +176,18 @@ func TestHierarchicalAllReduceDoesNotAllocate(t *testing.T) {
 		}
 	})
 	require.Zero(t, allocs, "Broadcast: %v allocations per run (all %d ranks)", allocs, n)
+	sends := make([][]byte, n)
+	for r := range sends {
+		sends[r] = make([]byte, n*shmSingleMin)
+	}
+	a2a := func(g *Group) error { return g.AllToAll(ctx, sends[g.Rank()], recvs[g.Rank()]) }
+	require.NoError(t, d.run(a2a))
+	allocs = testing.AllocsPerRun(5, func() {
+		if err := d.run(a2a); err != nil {
+			t.Error(err)
+		}
+	})
+	require.Zero(t, allocs, "AllToAll: %v allocations per run (all %d ranks)", allocs, n)
 }
 
 // A large split AllReduce goes in pieces whose stages overlap
@@ -310,6 +325,48 @@ func TestHierarchicalBroadcast(t *testing.T) {
 					}
 					assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, %d B from rank %d: rank %d's host steps", hosts, size, root, r)
 				}
+			}
+		}
+		checkGroup(t, gs)
+	}
+}
+
+// AllToAll across hosts: on 2 hosts and on 3, every rank gets block r of
+// every rank's send, small (the group's algorithms) and large (the host's
+// blocks in one single-copy step, the others' over the links).
+func TestHierarchicalAllToAll(t *testing.T) {
+	for _, hosts := range []int{2, 3} {
+		n := 2 * hosts
+		gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%hosts) })
+		for _, blk := range []int{1000, shmSingleMin + 8} {
+			recvs := make([][]byte, n)
+			steps := make([]uint64, n)
+			val := func(from, to, i int) byte { return byte(splitmix64(uint64((from*n+to)*blk + i))) }
+			mustAll(t, gs, func(g *Group) error {
+				send := make([]byte, n*blk)
+				for to := range n {
+					for i := range blk {
+						send[to*blk+i] = val(g.Rank(), to, i)
+					}
+				}
+				recvs[g.Rank()] = make([]byte, n*blk)
+				steps[g.Rank()] = g.hier.team.step
+				return g.AllToAll(testCtx(t), send, recvs[g.Rank()])
+			})
+			for r := range n {
+				for q := range n {
+					for i := range blk {
+						if want := val(q, r, i); recvs[r][q*blk+i] != want {
+							t.Fatalf("%d hosts, block %d B: rank %d has %#x at byte %d of rank %d's block, want %#x",
+								hosts, blk, r, recvs[r][q*blk+i], i, q, want)
+						}
+					}
+				}
+				hostSteps := uint64(0)
+				if blk >= shmSingleMin && gs[r].hier.split {
+					hostSteps = 1
+				}
+				assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, block %d B: rank %d's host steps", hosts, blk, r)
 			}
 		}
 		checkGroup(t, gs)

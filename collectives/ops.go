@@ -323,6 +323,8 @@ func (g *Group) AllToAll(ctx context.Context, send, recv []byte) error {
 		return g.end(g.shm.copyOnce().allToAll(g, send, recv, blk))
 	case g.shm != nil:
 		return g.end(g.shm.allToAll(g, -1, send, recv, blk))
+	case g.hier != nil && g.hier.split && blk >= shmSingleMin:
+		return g.end(g.hier.allToAll(g, send, recv, blk))
 	case blk <= bruckBlockMax && n >= 4:
 		return g.end(g.allToAllBruck(send, recv, blk))
 	default:

@@ -269,7 +269,8 @@ func (t singleCopy) allToAll(g *Group, send, recv []byte, blk int) error {
 
 // gatherBlocks is one step in which every rank posts send's address
 // and reads, from each other rank q's send at off, the blk bytes that go
-// to recv's block q.
+// to recv's block q (the block of q's rank in the group, where the team
+// is a host's part of it).
 func (t singleCopy) gatherBlocks(g *Group, send, recv []byte, blk int, off uint64) error {
 	t.expect(blk)
 	op := opWord(g.cur)
@@ -285,7 +286,8 @@ func (t singleCopy) gatherBlocks(g *Group, send, recv []byte, blk int, off uint6
 	}
 	for i := 1; i < t.n; i++ {
 		q := (t.me + i) % t.n // not all at rank 0 first
-		if err := t.readFrom(g, q, recv[q*blk:(q+1)*blk], t.addrPosted(q, k)+off); err != nil {
+		r := t.rankOf(q)
+		if err := t.readFrom(g, q, recv[r*blk:(r+1)*blk], t.addrPosted(q, k)+off); err != nil {
 			return err
 		}
 	}
