@@ -10,7 +10,6 @@ import "slices"
 // each leader broadcasts the result to its host through the segment. Only
 // the leaders' data crosses hosts, once each way per byte, instead of
 // every rank's. Every rank gets the leaders' result, bit for bit.
-
 //
 // Where every host has the same number of ranks and they can read each
 // other's memory (shm_single.go), a large AllReduce splits the work among
@@ -19,7 +18,10 @@ import "slices"
 // rank all-reduces its block with the ranks of the same local index on the
 // other hosts (its counterparts), all pairs of hosts' links at once, and the
 // host's ranks all-gather the blocks. Each host link then carries 1/L of
-// the data, L streams side by side.
+// the data, L streams side by side. A large Broadcast, AllGather or
+// AllToAll takes the same paths: between hosts only from counterpart to
+// counterpart (or, for AllToAll, to the other hosts' ranks), within a host
+// by single copies; small ones run over the conns.
 
 // hierarchy is this rank's place in a group spread over hosts.
 type hierarchy struct {

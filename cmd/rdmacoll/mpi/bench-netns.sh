@@ -9,7 +9,7 @@
 # addressed), runs rdmacoll
 # (the ranks are on two hosts: AllReduce is hierarchical, a shared segment
 # per namespace and the conns between them, a large one split among all
-# four ranks; the other operations run over the conns; RDMA_COLL_ALGO=stream keeps all on the conns) and Open MPI's program with
+# four ranks, and large Broadcasts, AllGathers and AllToAlls likewise cross between hosts only from counterpart to counterpart; RDMA_COLL_ALGO=stream keeps all on the conns) and Open MPI's program with
 # its TCP BTL on 4 ranks, ranks 0 and 2 in the first namespace, 1 and 3 in
 # the second, COLL_ROUNDS rounds, and prints the ratio. The namespaces are
 # removed on exit. Open MPI's ranks cannot start inside the namespaces this
