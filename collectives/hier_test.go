@@ -6,6 +6,7 @@ import (
 	"context"
 	"math"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -371,4 +372,32 @@ func TestHierarchicalAllToAll(t *testing.T) {
 		}
 		checkGroup(t, gs)
 	}
+}
+
+// The ranks of all hosts on this machine's kernel count for a team's
+// waits: two "hosts" of 2 ranks each on one machine are 4 ranks on its
+// CPUs, which spin briefly where there are fewer than 4 CPUs.
+func TestHierarchicalTeamCountsTheKernelsRanks(t *testing.T) {
+	const n = 4
+	gs := newHierGroups(t, n, func(r int) byte { return byte(1 + r%2) })
+	wantSpin, wantSpreads := cpuPolicy(n)
+	for r, g := range gs {
+		require.Equal(t, 2, g.hier.team.n, "rank %d", r)
+		assert.Equal(t, wantSpreads, g.hier.team.spreads, "rank %d", r)
+		assert.Equal(t, wantSpin, g.hier.team.spin, "rank %d", r)
+	}
+}
+
+func TestCPUPolicy(t *testing.T) {
+	cpus := runtime.NumCPU()
+	spin, spreads := cpuPolicy(cpus)
+	assert.True(t, spreads)
+	assert.Equal(t, int64(shmSpinAlone), spin)
+	spin, spreads = cpuPolicy(cpus + 1)
+	assert.False(t, spreads)
+	assert.Equal(t, int64(shmSpinShared), spin)
+	t.Setenv("RDMA_COLL_SPIN", "5us")
+	spin, spreads = cpuPolicy(cpus)
+	assert.True(t, spreads)
+	assert.Equal(t, int64(5*time.Microsecond), spin)
 }

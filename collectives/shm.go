@@ -215,13 +215,8 @@ const (
 func newShmTeam(seg []byte, n, me int) *shmTeam {
 	l := layoutFor(n)
 	t := &shmTeam{seg: seg, n: n, me: me, groupSize: n, ctrl: make([]*shmCtrl, n), bufs: make([][2][]byte, n), sleeps: make([]bool, n)}
-	t.spin, t.sleepMax = int64(shmSpinShared), int64(shmSleepMax)
-	if n <= runtime.NumCPU() {
-		t.spin, t.spreads = int64(shmSpinAlone), true
-	}
-	if d, err := time.ParseDuration(os.Getenv("RDMA_COLL_SPIN")); err == nil {
-		t.spin = int64(d)
-	}
+	t.sleepMax = int64(shmSleepMax)
+	t.spin, t.spreads = cpuPolicy(n)
 	for q := range n {
 		t.ctrl[q] = (*shmCtrl)(unsafe.Pointer(&seg[l.ctrlOff+q*shmCtrlSize]))
 		for b := range 2 {
@@ -230,6 +225,22 @@ func newShmTeam(seg []byte, n, me int) *shmTeam {
 		}
 	}
 	return t
+}
+
+// cpuPolicy is how the waits of a team go where ranks processes share
+// this kernel's CPUs (the team's, and those of any other rank on the same
+// machine, such as a group's "hosts" in containers or network namespaces
+// of one machine): spin 1 ms and move off a peer's CPU when each has a CPU
+// of its own, else spin briefly (RDMA_COLL_SPIN sets the spin).
+func cpuPolicy(ranks int) (spin int64, spreads bool) {
+	spin = int64(shmSpinShared)
+	if ranks <= runtime.NumCPU() {
+		spin, spreads = int64(shmSpinAlone), true
+	}
+	if d, err := time.ParseDuration(os.Getenv("RDMA_COLL_SPIN")); err == nil {
+		spin = int64(d)
+	}
+	return spin, spreads
 }
 
 // rankOf is member q's rank in the group.

@@ -69,6 +69,20 @@ func shmMode() (string, error) {
 	}
 }
 
+// idLen is a rank's identity record at Join: its host identity, then
+// the first 8 bytes of its kernel's (kernelIdentity).
+const idLen = 32 + 8
+
+// kernelIdentity is a digest of this kernel's boot: the same in every
+// network namespace and container on the machine. Zero if unknown.
+func kernelIdentity() [32]byte {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return [32]byte{}
+	}
+	return sha256.Sum256(boot)
+}
+
 // hostIdentity is a digest of this process's boot, network namespace and
 // effective uid, or zero where shared memory is not possible.
 func hostIdentity() [32]byte {
@@ -111,9 +125,26 @@ func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, i
 	if n < 2 {
 		return nil // nothing to share; the operations are copies
 	}
-	ids := make([]byte, 32*n)
-	if err := g.AllGather(ctx, id[:], ids); err != nil {
+	// Each rank's host identity, and a digest of its kernel's boot: ranks
+	// on one kernel share its CPUs even when they are on different hosts
+	// to the group (network namespaces, containers).
+	var mine [idLen]byte
+	copy(mine[:], id[:])
+	if id != ([32]byte{}) {
+		kernel := kernelIdentity()
+		copy(mine[32:], kernel[:])
+	}
+	all := make([]byte, idLen*n)
+	if err := g.AllGather(ctx, mine[:], all); err != nil {
 		return err
+	}
+	ids := make([]byte, 32*n)
+	onKernel := 0 // ranks on this kernel, this one included
+	for r := range n {
+		copy(ids[32*r:], all[idLen*r:])
+		if id != ([32]byte{}) && string(all[idLen*r+32:idLen*(r+1)]) == string(mine[32:]) {
+			onKernel++
+		}
 	}
 	var team *shmTeam
 	var setupErr error
@@ -152,6 +183,7 @@ func attachShmAs(ctx context.Context, g *Group, conns []net.Conn, mode string, i
 			cancel()
 			if team != nil {
 				team.ranks, team.groupSize = local, n
+				team.spin, team.spreads = cpuPolicy(onKernel)
 			}
 		}
 	default:
