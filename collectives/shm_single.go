@@ -158,6 +158,19 @@ type singleCopy struct{ *shmTeam }
 
 func (t *shmTeam) copyOnce() singleCopy { return singleCopy{t} }
 
+// open begins a step of nbytes in which this member posts addr for the
+// others to read, and waits for every member's post of it.
+func (t singleCopy) open(g *Group, nbytes int, addr uint64) (uint64, error) {
+	t.expect(nbytes)
+	op, nb := opWord(g.cur), uint64(nbytes)
+	k, _, err := t.begin(g)
+	if err != nil {
+		return 0, err
+	}
+	t.postAt(k, op, nb, addr, 0)
+	return k, t.waitAll(g, k, op, nb)
+}
+
 // broadcast: the root posts buf's address, every other rank reads
 // buf from it. A receiver waits for the root's post alone, not for the
 // other receivers, and returns once it has read; the root waits for every
@@ -272,16 +285,10 @@ func (t singleCopy) allToAll(g *Group, send, recv []byte, blk int) error {
 // to recv's block q (the block of q's rank in the group, where the team
 // is a host's part of it).
 func (t singleCopy) gatherBlocks(g *Group, send, recv []byte, blk int, off uint64) error {
-	t.expect(blk)
-	op := opWord(g.cur)
-	k, _, err := t.begin(g)
-	if err != nil {
-		return err
-	}
 	addr, _ := t.lend(send, nil)
 	defer t.unlend()
-	t.postAt(k, op, uint64(blk), addr, 0)
-	if err := t.waitAll(g, k, op, uint64(blk)); err != nil {
+	k, err := t.open(g, blk, addr)
+	if err != nil {
 		return err
 	}
 	for i := 1; i < t.n; i++ {
@@ -400,16 +407,10 @@ func (t singleCopy) reduceScatter(g *Group, send, recv []byte, push bool) error 
 // and waits until the others read its own: send and recv of the step
 // before are the caller's again.
 func (t singleCopy) allGatherBlocks(g *Group, recv []byte) error {
-	t.expect(len(recv))
 	n, e := t.n, g.red.elem
-	op, nb := opWord(g.cur), uint64(len(recv))
 	_, recvAddr := t.lend(t.lent[0], recv)
-	k, _, err := t.begin(g)
+	k, err := t.open(g, len(recv), recvAddr)
 	if err != nil {
-		return err
-	}
-	t.postAt(k, op, nb, recvAddr, 0)
-	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
 	for i := 1; i < n; i++ {
@@ -430,15 +431,9 @@ func (t singleCopy) allGatherBlocks(g *Group, recv []byte) error {
 // others have read this member's: an AllGather's host step
 // (hierarchy.allGather).
 func (t singleCopy) gatherCounterparts(g *Group, recv []byte, blk int, members [][]int) error {
-	t.expect(len(recv))
-	op, nb := opWord(g.cur), uint64(len(recv))
 	_, addr := t.lend(nil, recv)
-	k, _, err := t.begin(g)
+	k, err := t.open(g, len(recv), addr)
 	if err != nil {
-		return err
-	}
-	t.postAt(k, op, nb, addr, 0)
-	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
 	for i := 1; i < t.n; i++ {
@@ -470,15 +465,9 @@ const (
 // is the member that has them all (partOwn, partsButOwn) and reads
 // nothing. Every member returns once the others are done with the step.
 func (t singleCopy) readParts(g *Group, buf []byte, root int, which partsRead) error {
-	t.expect(len(buf))
-	op, nb := opWord(g.cur), uint64(len(buf))
 	addr, _ := t.lend(buf, nil)
-	k, _, err := t.begin(g)
+	k, err := t.open(g, len(buf), addr)
 	if err != nil {
-		return err
-	}
-	t.postAt(k, op, nb, addr, 0)
-	if err := t.waitAll(g, k, op, nb); err != nil {
 		return err
 	}
 	read := func(q, part int) error {
