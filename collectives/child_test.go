@@ -116,7 +116,77 @@ func childOps(ctx context.Context, g *Group) error {
 			return fmt.Errorf("rank %d: AllToAll byte %d is %d", r, i, recv[i])
 		}
 	}
+	if err := childLargeOps(ctx, g); err != nil {
+		return err
+	}
 	return g.Barrier(ctx)
+}
+
+// childLargeOps runs the operations at sizes where a group spread over
+// hosts takes its hierarchical paths (a split AllReduce in pieces, the
+// counterparts' Broadcast, AllGather and AllToAll), with checks.
+func childLargeOps(ctx context.Context, g *Group) error {
+	n, r := g.Size(), g.Rank()
+	buf := make([]float32, 1<<20) // 4 MiB: two pieces
+	for i := range buf {
+		buf[i] = float32((r + i) % 5)
+	}
+	if err := AllReduce(ctx, g, buf, buf, Sum); err != nil {
+		return err
+	}
+	for i := range buf {
+		var want float32
+		for q := range n {
+			want += float32((q + i) % 5)
+		}
+		if buf[i] != want {
+			return fmt.Errorf("rank %d: 4 MiB AllReduce element %d is %v, want %v", r, i, buf[i], want)
+		}
+	}
+	const blk = 70_000
+	val := func(from, to, i int) byte { return byte(from*31 + to*7 + i%251) }
+	send, recv := make([]byte, n*blk), make([]byte, n*blk)
+	for to := range n {
+		for i := range blk {
+			send[to*blk+i] = val(r, to, i)
+		}
+	}
+	if err := g.AllToAll(ctx, send, recv); err != nil {
+		return err
+	}
+	for from := range n {
+		for i := range blk {
+			if got := recv[from*blk+i]; got != val(from, r, i) {
+				return fmt.Errorf("rank %d: AllToAll byte %d of rank %d's block is %d", r, i, from, got)
+			}
+		}
+	}
+	if err := g.AllGather(ctx, send[r*blk:(r+1)*blk], recv); err != nil {
+		return err
+	}
+	for from := range n {
+		for i := range blk {
+			if got := recv[from*blk+i]; got != val(from, from, i) {
+				return fmt.Errorf("rank %d: AllGather byte %d of rank %d's block is %d", r, i, from, got)
+			}
+		}
+	}
+	root := n - 1
+	for i := range recv {
+		recv[i] = 0
+		if r == root {
+			recv[i] = byte(i % 253)
+		}
+	}
+	if err := g.Broadcast(ctx, root, recv); err != nil {
+		return err
+	}
+	for i := range recv {
+		if recv[i] != byte(i%253) {
+			return fmt.Errorf("rank %d: Broadcast byte %d is %d", r, i, recv[i])
+		}
+	}
+	return nil
 }
 
 // startRanks runs n ranks of the test binary with extra environment.
