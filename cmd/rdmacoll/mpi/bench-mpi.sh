@@ -16,7 +16,9 @@
 # Then the engine a group spanning hosts uses (its conns: RDMA_COLL_ALGO=stream,
 # soft over TCP: RDMA_SOFT_SHM=0) beside Open MPI's TCP BTL (--mca btl
 # tcp,self), both over loopback on this host, for COLL_TCP_RANKS ranks
-# (default 4; empty skips it) at COLL_TCP_SIZES (4M,16M).
+# (default 4; empty skips it) at COLL_TCP_SIZES (4M,16M). Last, as root,
+# 2 network-namespace hosts x 2 ranks beside Open MPI between the same
+# hosts (bench-netns.sh, at COLL_TCP_SIZES; COLL_NETNS=0 skips it).
 #
 # COLL_ROOT_IP (default 127.0.0.1) is the loopback address the ranks meet on.
 #
@@ -101,7 +103,9 @@ for n in $COLL_TCP_RANKS; do
 	"$out/rdmacoll" -compare "$base" "$this" | tee "$out/ratio-tcp-n$n.txt"
 done
 # Last, 2 network-namespace hosts x 2 ranks (root and iproute2 needed).
-if [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
+if [ "${COLL_NETNS:-1}" = 0 ]; then
+	echo "# bench-netns.sh skipped: COLL_NETNS=0"
+elif [ "$(id -u)" = 0 ] && command -v ip >/dev/null 2>&1; then
 	COLL_SIZES=$COLL_TCP_SIZES "$here/bench-netns.sh" "$out"
 else
 	echo "# bench-netns.sh skipped: it needs root and iproute2"
