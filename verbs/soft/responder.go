@@ -367,7 +367,15 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 		copy(sc.gates, r.gates)
 	}
 	res.popRecv()
-	q.mu.Unlock()
+	// A payload the transport holds already is copied under mu: the copy
+	// cannot wait on the peer (nor on a fence: Dereg waits out copies,
+	// never the other way round), and the request completes in the same
+	// hold of mu, not a second one. One that is still coming is read with
+	// mu released.
+	here := payloadHere(q.tr, h.len)
+	if !here {
+		q.mu.Unlock()
+	}
 	var fenced bool
 	if h.typ == frameWriteImm {
 		if err = q.tr.readPayload(dst, fence); err == errFenced {
@@ -377,9 +385,14 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 		fenced, err = sc.readFrom(q.tr, int(h.len))
 	}
 	if err != nil {
+		if here {
+			q.mu.Unlock()
+		}
 		return false, err
 	}
-	q.mu.Lock()
+	if !here {
+		q.mu.Lock()
+	}
 	if fenced {
 		// The target region went away while the payload came in: for a
 		// WRITE WITH IMMEDIATE its memory (a remote access error, as when
@@ -406,6 +419,14 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 	}
 	q.mu.Unlock()
 	return true, nil
+}
+
+// payloadHere reports whether tr holds the next n bytes already read
+// (the TCP transport's buffer, which a read of a header and a small
+// payload fills at once), so that reading them is a copy.
+func payloadHere(tr transport, n uint32) bool {
+	t, ok := tr.(*tcpTransport)
+	return ok && t.w-t.r >= int(n)
 }
 
 // accessCut fails the request whose target region was deregistered while

@@ -64,3 +64,28 @@ func TestTCPReadKeepsItsWakeReading(t *testing.T) {
 	polled, _ := reader.setSpin(0)
 	assert.Greater(t, polled, time.Duration(0), "the polling caught the input")
 }
+
+// payloadHere says whether the TCP transport holds the next n bytes, so
+// that the responder copies them under its lock instead of reading them
+// with the lock released; not for a transport of another kind.
+func TestPayloadHereOnlyForBufferedBytes(t *testing.T) {
+	a, b := tcpPair(t)
+	reader, err := newTCPTransport(a)
+	require.NoError(t, err)
+	writer, err := newTCPTransport(b)
+	require.NoError(t, err)
+	_, err = writer.writev([][]byte{make([]byte, hdrLen+64)}, nil, true)
+	require.NoError(t, err)
+	var h [hdrLen]byte
+	require.NoError(t, reader.readHeader(&h))
+	// One read brought the header and the payload behind it.
+	assert.True(t, payloadHere(reader, 64), "the payload read with the header")
+	assert.False(t, payloadHere(reader, 65), "a byte more than was read")
+	require.NoError(t, reader.readPayload(make([]byte, 40), gateRef{}))
+	assert.True(t, payloadHere(reader, 24))
+	assert.False(t, payloadHere(reader, 25))
+	require.NoError(t, reader.readPayload(make([]byte, 24), gateRef{}))
+	assert.True(t, payloadHere(reader, 0), "an empty payload")
+	assert.False(t, payloadHere(reader, 1), "nothing buffered")
+	assert.False(t, payloadHere(nil, 0), "not a TCP transport")
+}
