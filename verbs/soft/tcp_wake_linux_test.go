@@ -88,4 +88,20 @@ func TestPayloadHereOnlyForBufferedBytes(t *testing.T) {
 	assert.True(t, payloadHere(reader, 0), "an empty payload")
 	assert.False(t, payloadHere(reader, 1), "nothing buffered")
 	assert.False(t, payloadHere(nil, 0), "not a TCP transport")
+
+	// A long payload is read with the lock released, even when it is all
+	// here: a writer would wait for the copy.
+	_, err = writer.writev([][]byte{make([]byte, hdrLen+2*payloadHereMax)}, nil, true)
+	require.NoError(t, err)
+	require.NoError(t, reader.readHeader(&h))
+	require.Eventually(t, func() bool {
+		if reader.w-reader.r < 2*payloadHereMax {
+			n, err := reader.readv(nil, reader.buf[reader.w:], false)
+			reader.w += n
+			return err == nil && reader.w-reader.r >= 2*payloadHereMax
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
+	assert.True(t, payloadHere(reader, payloadHereMax))
+	assert.False(t, payloadHere(reader, payloadHereMax+1), "a payload over payloadHereMax")
 }
