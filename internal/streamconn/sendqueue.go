@@ -144,6 +144,12 @@ func (c sender) submit() error {
 	if c.SQ.Submitting {
 		return nil
 	}
+	return c.submitLocked()
+}
+
+// submitLocked is submit with mu held and the role free: it takes the
+// role, posts with mu released and returns with mu held again.
+func (c sender) submitLocked() error {
 	c.SQ.Submitting = true
 	defer func() { c.SQ.Submitting = false }()
 	for c.SQ.Submitted != c.SQ.Posted {
@@ -163,14 +169,16 @@ func (c sender) submit() error {
 	return nil
 }
 
-// unlockSubmit releases mu and submits what was queued under it, unless a
-// submit in progress will.
+// unlockSubmit submits what was queued under mu, unless a submit in
+// progress will, and releases mu. It takes the role before letting go of
+// mu rather than after (a Write's every message, and a Read's credit,
+// come this way): one lock of mu fewer a post than an unlock and a
+// submit.
 func (c sender) unlockSubmit() {
-	pending := c.SQ.Submitted != c.SQ.Posted && !c.SQ.Submitting
-	c.Core.Mu.Unlock()
-	if pending {
-		c.submit()
+	if c.SQ.Submitted != c.SQ.Posted && !c.SQ.Submitting {
+		_ = c.submitLocked()
 	}
+	c.Core.Mu.Unlock()
 }
 
 // creditLocked returns ring and receive credit to the peer when a quarter of

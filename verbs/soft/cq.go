@@ -374,8 +374,11 @@ func (c *compChannel) GetEvent() (verbs.CQ, error) {
 // to poll and when to stop (pollrole.go and poller.go in package rdma), which spares
 // it reading the clock around every wait.
 func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, parked time.Duration, err error) {
+	// mu is held at the top of the loop: a drive that read the event
+	// comes back to it under the lock it retook to clear driving, one
+	// lock of mu fewer a wait than a fresh one.
+	c.mu.Lock()
 	for {
-		c.mu.Lock()
 		if c.dead {
 			c.mu.Unlock()
 			return nil, polled, parked, verbs.ErrClosed
@@ -407,7 +410,6 @@ func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, par
 				polled, parked = max(polled, pd), parked+pk
 				c.mu.Lock()
 				c.driving = nil
-				c.mu.Unlock()
 				continue
 			}
 			if p.rxRole.owner.Load() == rxBackground {
@@ -426,6 +428,7 @@ func (c *compChannel) GetEventSpin(spin time.Duration) (cq verbs.CQ, polled, par
 		if spin > 0 {
 			parked += time.Duration(monotime() - slept)
 		}
+		c.mu.Lock()
 	}
 }
 

@@ -454,9 +454,16 @@ func (q *qp) drive(c *compChannel, spin time.Duration) (polled, parked time.Dura
 	q.rx.drv = c
 	q.tr.setSpin(spin)
 	_ = q.rxLoop(c)
+	var free int64
+	if t, ok := q.tr.(*tcpTransport); ok {
+		free = t.wokeAt()
+	}
+	if free == 0 {
+		free = monotime()
+	}
 	polled, parked = q.tr.setSpin(0)
 	q.rx.drv = nil
-	q.rxRole.freeAt.Store(monotime())
+	q.rxRole.freeAt.Store(free)
 	q.rxRole.owner.Store(rxFree)
 	if q.rxRole.ended.Load() {
 		return polled, parked
@@ -513,7 +520,7 @@ func (r *rxRole) lengthen() {
 // The timer is left running rather than stopped and reset on every wait,
 // which would cost the latency path a timer update each time.
 func (r *rxRole) armHandback(d time.Duration) {
-	if !r.armed.Swap(true) {
+	if !r.armed.Load() && !r.armed.Swap(true) { // a load first: it is mostly armed
 		r.timer.Reset(d)
 	}
 }
@@ -580,8 +587,7 @@ func (q *qp) rxLoop(c *compChannel) error {
 			}
 			return errInterrupted
 		}
-		err := q.rxFrame()
-		q.rxRole.parked.Store(false)
+		err := q.rxFrame() // which clears parked
 		if err == errInterrupted {
 			continue
 		}
@@ -663,7 +669,12 @@ func (q *qp) rxFrame() error {
 	r := &q.rx
 	tr := q.tr
 	err := tr.readHeader(&r.hb)
-	q.rxRole.parked.Store(false) // from here on, events we post need no interrupt
+	if q.rxRole.parked.Load() {
+		// From here on, events we post need no interrupt. Only the holder
+		// stores parked: a load spares the store (a locked instruction on
+		// amd64) for the frames read without a park between.
+		q.rxRole.parked.Store(false)
+	}
 	if err != nil {
 		return err
 	}

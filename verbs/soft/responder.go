@@ -367,7 +367,15 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 		copy(sc.gates, r.gates)
 	}
 	res.popRecv()
-	q.mu.Unlock()
+	// A payload the transport holds already is copied under mu: the copy
+	// cannot wait on the peer (nor on a fence: Dereg waits out copies,
+	// never the other way round), and the request completes in the same
+	// hold of mu, not a second one. One that is still coming is read with
+	// mu released.
+	here := payloadHere(q.tr, h.len)
+	if !here {
+		q.mu.Unlock()
+	}
 	var fenced bool
 	if h.typ == frameWriteImm {
 		if err = q.tr.readPayload(dst, fence); err == errFenced {
@@ -377,9 +385,14 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 		fenced, err = sc.readFrom(q.tr, int(h.len))
 	}
 	if err != nil {
+		if here {
+			q.mu.Unlock()
+		}
 		return false, err
 	}
-	q.mu.Lock()
+	if !here {
+		q.mu.Lock()
+	}
 	if fenced {
 		// The target region went away while the payload came in: for a
 		// WRITE WITH IMMEDIATE its memory (a remote access error, as when
@@ -407,6 +420,19 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 	q.mu.Unlock()
 	return true, nil
 }
+
+// payloadHere reports whether tr holds the next n bytes already read
+// (the TCP transport's buffer, which a read of a header and a small
+// payload fills at once), so that reading them is a copy, and a short one
+// (payloadHereMax): a writer waits for mu while it runs.
+func payloadHere(tr transport, n uint32) bool {
+	t, ok := tr.(*tcpTransport)
+	return ok && n <= payloadHereMax && t.w-t.r >= int(n)
+}
+
+// payloadHereMax is the largest payload copied under mu: a page, some
+// 100 ns of copy, against the lock pair it saves.
+const payloadHereMax = 4096
 
 // accessCut fails the request whose target region was deregistered while
 // its payload came in (the rest was skipped): a remote access error, as

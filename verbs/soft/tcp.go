@@ -59,7 +59,8 @@ type tcpTransport struct {
 
 	// Polling before a park (setSpin): spin is the budget; spinEnd the
 	// current wait's end of polling (spinGate.Now; 0: not polling yet, -1:
-	// parked); parkedAt when the reader last parked (monotime); and since
+	// parked); parkedAt when the reader last parked (monotime), or once it
+	// woke, minus when it woke (wokeAt); and since
 	// setSpin, polled is the longest polling that input ended, parked the
 	// time parked.
 	spin     time.Duration
@@ -344,19 +345,31 @@ func (t *tcpTransport) interruptPending() bool {
 	return t.intr
 }
 
-// unparked counts the time parked since a polling read parked, if it did.
+// unparked counts the time parked since a polling read parked, if it did,
+// and keeps the clock reading it took for wokeAt.
 func (t *tcpTransport) unparked() {
-	if t.parkedAt != 0 {
-		t.parked += time.Duration(monotime() - t.parkedAt)
-		t.parkedAt = 0
+	if t.parkedAt > 0 {
+		now := monotime()
+		t.parked += time.Duration(now - t.parkedAt)
+		t.parkedAt = -now
 	}
 }
+
+// wokeAt is the monotime at which the reader last woke from a park since
+// setSpin, or 0. The receive role's holder lets go of the role a few
+// microseconds after the wake-up that brought its event, and takes this
+// reading for the moment (rxRole.freeAt) instead of a clock read of its
+// own: the background compares it with a millisecond at the least.
+func (t *tcpTransport) wokeAt() int64 { return max(-t.parkedAt, 0) }
 
 // caught notes input that came while the wait polled (spinEnd > 0), or
 // after it parked (-1).
 func (t *tcpTransport) caught() {
 	if t.spinEnd > 0 {
 		t.polled = max(t.polled, time.Duration(spinGate.Now()-(t.spinEnd-int64(t.spin))))
+		if t.parkedAt < 0 {
+			t.parkedAt = 0 // the last wake-up's reading is a polling old
+		}
 	}
 	t.spinEnd = 0
 }
@@ -364,6 +377,9 @@ func (t *tcpTransport) caught() {
 func (t *tcpTransport) setSpin(d time.Duration) (polled, parked time.Duration) {
 	polled, parked = t.polled, t.parked
 	t.spin, t.polled, t.parked = d, 0, 0
+	if t.parkedAt < 0 {
+		t.parkedAt = 0 // a wake-up's reading, which the next drive does not use
+	}
 	return polled, parked
 }
 
