@@ -816,54 +816,6 @@ func TestShmTransportRewindsWhenDrained(t *testing.T) {
 	}
 }
 
-// Small frames read one behind, so that the reader has never taken all
-// that was written when the writer looks, also stay near the ring's start:
-// the writer starts again at the beginning once the room before the reader
-// holds the frame and what is unread (rewindEarly), and every frame
-// arrives intact and in order across those jumps.
-func TestShmTransportRewindsBehindALaggingReader(t *testing.T) {
-	a, b := shmPair(t)
-	var hdr, h [hdrLen]byte
-	var v [][]byte
-	payload := make([]byte, 100)
-	got := make([]byte, len(payload))
-	require.NoError(t, writeFrame(a, &hdr, payload, v)) // frame 0: the reader stays one behind
-	most := uint64(0)
-	for i := 1; i < 2000; i++ {
-		hdr[0], payload[0] = byte(i), byte(i>>8)
-		require.NoError(t, writeFrame(a, &hdr, payload, v))
-		most = max(most, a.wpos&a.tx.mask)
-		require.NoError(t, b.readHeader(&h))
-		require.Equal(t, byte(i-1), h[0], "frame %d", i-1)
-		require.NoError(t, b.readPayload(got, gateRef{}))
-		require.Equal(t, byte((i-1)>>8), got[0], "frame %d", i-1)
-	}
-	assert.Less(t, most, uint64(shmHotWindow+512), "the writer came back to the start")
-	assert.Greater(t, a.wpos, uint64(len(a.tx.data)), "it went round the ring that way, not by filling it")
-}
-
-// rewindEarly: the room before the consumer must hold what the writer is
-// about to write, with its records' headers, and no less than what is
-// unread; a consumer in the previous lap leaves no room before it.
-func TestShmRewindEarly(t *testing.T) {
-	for _, c := range []struct {
-		pos, unread, need uint64
-		want              bool
-	}{
-		{pos: 8 << 10, unread: 0, need: 100, want: true},
-		{pos: 8 << 10, unread: 1 << 10, need: 1 << 10, want: true},
-		{pos: 8 << 10, unread: 5 << 10, need: 100, want: false},     // room 3 KiB < 5 KiB unread
-		{pos: 8 << 10, unread: 4 << 10, need: 4 << 10, want: false}, // the frame and its headers do not fit
-		{pos: 8 << 10, unread: 4 << 10, need: 4<<10 - 2*(recHdr+8), want: true},
-		{pos: 8 << 10, unread: 8 << 10, need: 0, want: false}, // the consumer at the lap's start
-		{pos: 8 << 10, unread: 3 << 20, need: 0, want: false}, // the consumer in the previous lap
-		{pos: 2 << 20, unread: 512 << 10, need: 256 << 10, want: true},
-		{pos: 2 << 20, unread: 1 << 20, need: 1 << 20, want: false}, // a 1 MiB frame with headers: no
-	} {
-		assert.Equal(t, c.want, rewindEarly(c.pos, c.unread, c.need), "%+v", c)
-	}
-}
-
 // A reader whose last wait ended over shmIdleGap ago, with nothing come in
 // or gone out since, sleeps at once instead of spinning (the wait of soft's
 // background receiver on a quiet connection); one that sent since, whose

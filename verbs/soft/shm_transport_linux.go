@@ -68,7 +68,6 @@ type shmTransport struct {
 	wArm     bool
 	wSeen    atomic.Uint64 // whead when the writer went to sleep, for the reader's look
 	rewindAt uint64        // wpos from which rewind looks at the consumer's head again
-	wLeft    uint64        // bytes the writev under way has yet to write (rewind's need)
 	txCopy   ringCopier
 
 	// Who sleeps on the eventfd (sleep).
@@ -709,30 +708,6 @@ func (t *shmTransport) reserve(need uint64) (bool, error) {
 	}
 }
 
-// rewindEarly reports whether a writer at pos in the data area, with unread
-// bytes written and not yet taken, starts again at the beginning before the
-// consumer has taken everything, to write need more bytes. With many busy
-// connections a consumer has seldom taken everything when the writer looks,
-// so that writer went on into lines and pages that nothing had touched for
-// a lap of the ring (4 MiB), each page a fault in both processes on the
-// first lap. The area before the consumer (pos-unread bytes, when the
-// consumer is in this lap) is free; after the recPad it is all the writer
-// has until the consumer passes the pad. So the rewind waits until that
-// room holds what the writev under way still has to write (so that it
-// does not wait for the consumer where going on would not have) and no
-// less than what is unread (so that the writer may run as far ahead of the
-// consumer as it was). A stream's ring then spans about twice its bytes in
-// flight, a conversation's a few pages.
-func rewindEarly(pos, unread, need uint64) bool {
-	if unread >= pos {
-		return false // the consumer is still in the previous lap, or at this one's start
-	}
-	room := pos - unread
-	// Each record of the writev costs a header and up to 7 bytes of padding.
-	need += (need/shmPipedRecordMax + 2) * (recHdr + 8)
-	return room >= unread && room >= need
-}
-
 // shmHotWindow is how far into the data area a writer goes before, once
 // the consumer has taken everything, it starts again at the beginning
 // (rewind). Positions only grow, so a ring of 4 MiB that carries small
@@ -744,10 +719,9 @@ func rewindEarly(pos, unread, need uint64) bool {
 const shmHotWindow = 4 << 10
 
 // rewind starts the next record at the beginning of the data area when
-// the writer is past shmHotWindow and the consumer has taken all it wrote,
-// or enough of it (rewindEarly): a recPad record to the end of the area,
-// which the consumer skips as it skips the one before a record that would
-// not fit.
+// the writer is past shmHotWindow and the consumer has taken all it wrote:
+// a recPad record to the end of the area, which the consumer skips as it
+// skips the one before a record that would not fit.
 //
 // It looks at the consumer's head at most once per shmHotWindow written
 // (rewindAt): a look reads a line the consumer writes at every record, and
@@ -762,7 +736,7 @@ func (t *shmTransport) rewind() error {
 		if _, err := t.refresh(); err != nil {
 			return err
 		}
-		if t.whead != t.wpos && !rewindEarly(pos, t.wpos-t.whead, t.wLeft) {
+		if t.whead != t.wpos {
 			t.rewindAt = t.wpos + shmHotWindow
 			return nil
 		}
@@ -879,10 +853,6 @@ func (t *shmTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, e
 	defer t.exit()
 	n := 0
 	off := 0 // into bufs[i]; bufs itself is the caller's and stays as it is
-	total := 0
-	for _, b := range bufs {
-		total += len(b)
-	}
 	for i := 0; i < len(bufs); {
 		if t.closed.Load() {
 			return n, net.ErrClosed
@@ -903,7 +873,6 @@ func (t *shmTransport) writev(bufs [][]byte, gates []gateRef, wait bool) (int, e
 			t.publish()
 			return n, errFenced
 		}
-		t.wLeft = uint64(total - n)
 		k, err := t.appendData(b)
 		g.exit()
 		if err != nil {
