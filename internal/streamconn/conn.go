@@ -81,10 +81,6 @@ type recvSide struct {
 
 	// The messages received so far: each is a sign of life (heartbeat.go).
 	Received uint64
-
-	// While the ring is small: its tail at the last data write, and the
-	// bytes of the data writes large enough to be a stream's (ringgrowth.go).
-	growSeen, growBig uint64
 }
 
 // Init sets up a connection on id: its verbs resources, and its receives

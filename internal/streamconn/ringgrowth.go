@@ -15,10 +15,9 @@ import (
 // many page-table pages a thousand connections' first touches need), and
 // a busy one gets the full window after its first few hundred kilobytes.
 //
-//   - The ring grows when the peer has written four rings' worth into it
-//     in writes of an eighth of the ring or more (a stream's chunks, not a
-//     conversation's messages), or more than half of it that our reader
-//     has not yet freed (the peer is close to waiting for credit). We register a ring of RingSize and offer it (stream.RingMsg,
+//   - The ring grows when the peer has written four rings' worth into it,
+//     or more than half of it that our reader has not yet freed (the peer
+//     is close to waiting for credit). We register a ring of RingSize and offer it (stream.RingMsg,
 //     written into the peer's mailbox with a CtlRing immediate); the
 //     peer's next data write goes to it, and the old ring is read to its
 //     end and deregistered (internal/stream/grow.go has the protocol).
@@ -41,12 +40,6 @@ const GrowStart = 64 << 10
 // GrowAfterRings is how many rings' worth of data the peer writes before
 // its ring grows, whatever our reader does: a stream, not a few messages.
 const GrowAfterRings = 4
-
-// growWriteMin is the fraction of the ring (1/growWriteMin) that a data
-// write must carry to count toward GrowAfterRings: the peer's chunks are a
-// quarter ring, so a stream's large Writes count and a conversation's
-// messages do not.
-const growWriteMin = 8
 
 // growth is a connection's state once its ring or send buffer grew; only
 // connections that moved data get one.
@@ -97,24 +90,12 @@ func (c growing) mailbox() []byte { return c.Ring[len(c.Ring):cap(c.Ring)] }
 
 // OfferRingLocked offers the peer a ring of RingSize when the one it writes
 // into is small and the peer streams: it has written four rings' worth
-// into it in writes of growWriteMin or more, or more than half of it is
-// in the peer's hands (landed, not yet credited back: our reader lags). A
-// message credit and a send slot must be free for the offer. The caller
-// checked that the ring is smaller than RingSize, and calls it once a
-// data write.
-//
-// Small writes do not count: a conversation of small messages (an http
-// keep-alive connection's requests) wrote four rings' worth after a few
-// hundred messages, and its ring grew to RingSize, sixteen times the
-// memory its messages then walked through, each page faulted in on its
-// first lap; with 64 such connections the copies out of the rings missed
-// the caches (docs/measurements/2026-11-29-shm-http.md).
+// into it, or more than half of it is in the peer's hands (landed, not yet
+// credited back: our reader lags). A message credit and a send slot must
+// be free for the offer. The caller checked that the ring is smaller than
+// RingSize.
 func (c growing) OfferRingLocked() {
-	if n := c.RX.Tail - c.growSeen; n >= c.RX.Size/growWriteMin {
-		c.growBig += n
-	}
-	c.growSeen = c.RX.Tail
-	if c.growBig < GrowAfterRings*c.RX.Size && c.RX.Tail-c.RX.Credited <= c.RX.Size/2 {
+	if c.RX.Tail-c.RX.Base < GrowAfterRings*c.RX.Size && c.RX.Tail-c.RX.Credited <= c.RX.Size/2 {
 		return
 	}
 	log := stream.RingLog(c.Cfg.RingSize)
