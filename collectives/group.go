@@ -462,17 +462,20 @@ func (g *Group) recvReduce(p int, tag uint32, dst []byte, srcFirst bool) error {
 	}
 	h := g.cur
 	h.tag = tag
-	buf := g.scratch(slotFrame, min(len(dst), frameMax))
+	buf := g.scratch(slotFrame, min(len(dst), reducePiece))
 	for {
 		n := min(len(dst), frameMax)
 		h.len = uint32(n)
 		if err := l.readHeader(&h); err != nil {
 			return err
 		}
-		if err := l.readPayload(buf[:n]); err != nil {
-			return err
+		for off := 0; off < n; off += reducePiece {
+			m := min(n-off, reducePiece)
+			if err := l.readPayload(buf[:m]); err != nil {
+				return err
+			}
+			g.red.fn(dst[off:off+m], buf[:m], g.red.op, srcFirst)
 		}
-		g.red.fn(dst[:n], buf[:n], g.red.op, srcFirst)
 		dst = dst[n:]
 		if len(dst) == 0 {
 			return nil

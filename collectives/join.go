@@ -87,7 +87,32 @@ func (b *Bootstrap) Join(ctx context.Context, rank, size int, rootAddr string) (
 	return join(ctx, tr, secret, rank, size, rootAddr, b.LocalAddr)
 }
 
+// linkRing is the ring and send buffer a group's conn may grow to when
+// the caller's Config leaves them unset (rdma.Config's default is 1 MiB):
+// a collective's blocks are megabytes, and a link that streams them
+// stalls less often with room for 2 MiB in flight. Between two namespace
+// hosts AllToAll and AllReduce of 4 and 16 MiB took 0.93-0.98 of their
+// time with 1 MiB (4 alternated rounds). Only a link that streams grows.
+const linkRing = 2 << 20
+
+// linkConfig is the Config of a group's conns: cfg's, with linkRing where
+// it leaves the ring or the send buffer unset. cfg itself is not changed.
+func linkConfig(cfg *rdma.Config) *rdma.Config {
+	c := rdma.Config{}
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.RingSize == 0 {
+		c.RingSize = linkRing
+	}
+	if c.SendBufferSize == 0 {
+		c.SendBufferSize = linkRing
+	}
+	return &c
+}
+
 func rdmaTransport(cfg *rdma.Config) transport {
+	cfg = linkConfig(cfg)
 	return transport{
 		listen: func(ctx context.Context, addr string) (net.Listener, error) {
 			lc := rdma.ListenConfig{Config: cfg}

@@ -281,3 +281,17 @@ func TestParamsFromEnv(t *testing.T) {
 	_, err = paramsFromEnv(env("RANK", "2", "WORLD_SIZE", "2", "RDMA_ROOT_ADDR", "h:1"))
 	require.ErrorContains(t, err, "rank < size")
 }
+
+// A group's conns get 2 MiB rings and send buffers unless the caller's
+// Config sets them; the caller's Config is left as it was.
+func TestLinkConfig(t *testing.T) {
+	c := linkConfig(nil)
+	assert.Equal(t, linkRing, c.RingSize)
+	assert.Equal(t, linkRing, c.SendBufferSize)
+	mine := &rdma.Config{RingSize: 256 << 10, Provider: rdma.ProviderSoft}
+	c = linkConfig(mine)
+	assert.Equal(t, 256<<10, c.RingSize)
+	assert.Equal(t, linkRing, c.SendBufferSize)
+	assert.Equal(t, rdma.ProviderSoft, c.Provider)
+	assert.Zero(t, mine.SendBufferSize, "the caller's Config changed")
+}
