@@ -268,21 +268,7 @@ func TestHierarchicalAllGather(t *testing.T) {
 				steps[g.Rank()] = g.hier.team.step
 				return g.AllGather(testCtx(t), send, recvs[g.Rank()])
 			})
-			for r := range n {
-				for q := range n {
-					for i := range blk {
-						if want := byte(splitmix64(uint64(q*blk + i))); recvs[r][q*blk+i] != want {
-							t.Fatalf("%d hosts, block %d B: rank %d has %#x at byte %d of rank %d's block, want %#x",
-								hosts, blk, r, recvs[r][q*blk+i], i, q, want)
-						}
-					}
-				}
-				hostSteps := uint64(0)
-				if blk >= shmSingleMin && gs[r].hier.split {
-					hostSteps = 1
-				}
-				assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, block %d B: rank %d's host steps", hosts, blk, r)
-			}
+			checkBlocks(t, gs, recvs, steps, hosts, blk, func(q, _, i int) byte { return byte(splitmix64(uint64(q*blk + i))) })
 		}
 		checkGroup(t, gs)
 	}
@@ -354,21 +340,7 @@ func TestHierarchicalAllToAll(t *testing.T) {
 				steps[g.Rank()] = g.hier.team.step
 				return g.AllToAll(testCtx(t), send, recvs[g.Rank()])
 			})
-			for r := range n {
-				for q := range n {
-					for i := range blk {
-						if want := val(q, r, i); recvs[r][q*blk+i] != want {
-							t.Fatalf("%d hosts, block %d B: rank %d has %#x at byte %d of rank %d's block, want %#x",
-								hosts, blk, r, recvs[r][q*blk+i], i, q, want)
-						}
-					}
-				}
-				hostSteps := uint64(0)
-				if blk >= shmSingleMin && gs[r].hier.split {
-					hostSteps = 1
-				}
-				assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, block %d B: rank %d's host steps", hosts, blk, r)
-			}
+			checkBlocks(t, gs, recvs, steps, hosts, blk, val)
 		}
 		checkGroup(t, gs)
 	}
@@ -400,4 +372,27 @@ func TestCPUPolicy(t *testing.T) {
 	spin, spreads = cpuPolicy(cpus)
 	assert.True(t, spreads)
 	assert.Equal(t, int64(5*time.Microsecond), spin)
+}
+
+// checkBlocks checks that every rank r's recvs[r] holds, as block q, the
+// bytes want(q, r, i), and that a run with blocks of blk bytes took one
+// host step (the single copy) where they are large enough to split, none
+// else; steps are the ranks' host steps before the run.
+func checkBlocks(t *testing.T, gs []*Group, recvs [][]byte, steps []uint64, hosts, blk int, want func(q, r, i int) byte) {
+	n := len(gs)
+	for r := range n {
+		for q := range n {
+			for i := range blk {
+				if w := want(q, r, i); recvs[r][q*blk+i] != w {
+					t.Fatalf("%d hosts, block %d B: rank %d has %#x at byte %d of rank %d's block, want %#x",
+						hosts, blk, r, recvs[r][q*blk+i], i, q, w)
+				}
+			}
+		}
+		hostSteps := uint64(0)
+		if blk >= shmSingleMin && gs[r].hier.split {
+			hostSteps = 1
+		}
+		assert.Equal(t, hostSteps, gs[r].hier.team.step-steps[r], "%d hosts, block %d B: rank %d's host steps", hosts, blk, r)
+	}
 }
