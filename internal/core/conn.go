@@ -114,11 +114,17 @@ func (c *Conn) SetDeadlines(op string, t time.Time, a, b *Deadline) error {
 	if err := c.CheckOpen(op); err != nil {
 		return err
 	}
-	a.Set(t)
-	if b != nil {
-		b.Set(t)
+	sooner := a.Set(t)
+	if b != nil && b.Set(t) {
+		sooner = true
 	}
-	c.LookAgain()
+	if sooner {
+		// Only a deadline that comes sooner wakes the poll role's holder:
+		// go-redis and raft move both deadlines later before every
+		// request, and net/http clears them, and each wake-up of a
+		// holder asleep on the channel costs a wake-up and a sleep.
+		c.LookAgain()
+	}
 	return nil
 }
 

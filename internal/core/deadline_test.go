@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // passed answers from the deadline's state through every move: none, in
@@ -116,5 +117,58 @@ func BenchmarkDeadlineHTTPRequest(b *testing.B) {
 		d.Set(time.Unix(1, 0))
 		d.Set(time.Time{})
 		d.Set(time.Time{})
+	}
+}
+
+// Set says whether a wait honouring the deadline may have to end sooner:
+// only a deadline set where none was, or moved earlier.
+func TestDeadlineSetSooner(t *testing.T) {
+	d := MakeDeadline()
+	defer d.Stop()
+	now := time.Now()
+	assert.False(t, d.Set(time.Time{}), "none cleared")
+	assert.True(t, d.Set(now.Add(time.Hour)), "set where none was")
+	assert.False(t, d.Set(now.Add(2*time.Hour)), "moved later")
+	assert.False(t, d.Set(now.Add(2*time.Hour)), "set again as it was")
+	assert.True(t, d.Set(now.Add(time.Minute)), "moved earlier")
+	assert.True(t, d.Set(time.Unix(1, 0)), "moved into the past")
+	assert.False(t, d.Set(time.Time{}), "cleared")
+}
+
+// SetDeadlines wakes the poll role's holder (LookAgain) only for a
+// deadline that comes sooner than the one it may sleep with: a deadline
+// moved later or cleared, as go-redis, raft and net/http do around every
+// request, leaves it asleep.
+func TestSetDeadlinesWakesOnlyForSooner(t *testing.T) {
+	var c Conn
+	c.ClosedCh = make(chan struct{})
+	c.ReadDL, c.WriteDL = MakeDeadline(), MakeDeadline()
+	defer c.ReadDL.Stop()
+	defer c.WriteDL.Stop()
+	looks := 0
+	c.LookAgain = func() { looks++ }
+	now := time.Now()
+	steps := []struct {
+		name  string
+		t     time.Time
+		both  bool
+		looks int
+	}{
+		{"read deadline set", now.Add(time.Hour), false, 1},
+		{"read deadline later", now.Add(2 * time.Hour), false, 1},
+		{"both set: the write deadline was none", now.Add(3 * time.Hour), true, 2},
+		{"both later", now.Add(4 * time.Hour), true, 2},
+		{"read deadline sooner", now.Add(time.Minute), false, 3},
+		{"read deadline cleared", time.Time{}, false, 3},
+		{"both cleared", time.Time{}, true, 3},
+		{"both in the past", time.Unix(1, 0), true, 4},
+	}
+	for _, s := range steps {
+		var b *Deadline
+		if s.both {
+			b = &c.WriteDL
+		}
+		require.NoError(t, c.SetDeadlines("set", s.t, &c.ReadDL, b))
+		assert.Equal(t, s.looks, looks, s.name)
 	}
 }
