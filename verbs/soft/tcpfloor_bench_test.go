@@ -171,6 +171,7 @@ type floorWriter struct {
 	gathered bool
 	mu       sync.Mutex
 	buf      []byte
+	stopped  bool
 	wake     chan struct{}
 }
 
@@ -192,16 +193,21 @@ func (w *floorWriter) send(p uint32, m []byte) {
 		w.mu.Unlock()
 		return
 	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if !w.stopped {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
+	w.mu.Unlock()
 }
 
 // stop ends the writer goroutine, once no sender is left.
 func (w *floorWriter) stop() {
-	if w.gathered {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gathered && !w.stopped {
+		w.stopped = true
 		close(w.wake)
 	}
 }
