@@ -109,7 +109,8 @@ func (c *Conn) CheckOpen(op string) error {
 }
 
 // SetDeadlines moves a (and b, unless nil) to t, for op (a SetDeadline of
-// the face), and has a sleeping poll role holder look at them.
+// the face), and has a sleeping poll role holder look at them if that
+// brought one sooner.
 func (c *Conn) SetDeadlines(op string, t time.Time, a, b *Deadline) error {
 	if err := c.CheckOpen(op); err != nil {
 		return err
