@@ -22,6 +22,21 @@ func requireRank(t *testing.T, err error, rank int, msgAndArgs ...any) {
 	require.Contains(t, err.Error(), "rank "+itoa(rank))
 }
 
+// requireRankOrReporter checks err is a *RankError naming rank, or one
+// that rank reported: ranks that disagree each blame the other, and which
+// of them sees it first, and reports it to the rest, is the scheduler's.
+func requireRankOrReporter(t *testing.T, err error, rank int) {
+	t.Helper()
+	var re *RankError
+	require.True(t, errors.As(err, &re), "error %q names no rank", err)
+	if re.Rank == rank {
+		requireRank(t, err, rank)
+		return
+	}
+	require.Equal(t, "failed", re.Op, "error %q", err)
+	require.Contains(t, err.Error(), "reported by rank "+itoa(rank))
+}
+
 func itoa(i int) string { return name(i) }
 
 func TestContextCancelUnblocks(t *testing.T) {
