@@ -80,9 +80,9 @@ func raftCluster(b *testing.B, kind string) ([]*raft.Raft, func()) {
 			}
 		}
 	case "pipe":
-		net := &memNet{listeners: map[string]*memListener{}}
+		mn := &memNet{listeners: map[string]*memListener{}}
 		for i := range 3 {
-			ln := net.listen(fmt.Sprintf("mem%d", i))
+			ln := mn.listen(fmt.Sprintf("mem%d", i))
 			t := raft.NewNetworkTransportWithLogger(ln, 3, 10*time.Second, hclog.NewNullLogger())
 			trans = append(trans, t)
 			closers = append(closers, func() { _ = t.Close() })

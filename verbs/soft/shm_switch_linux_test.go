@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/rdmanet/rdma/verbs"
+	"github.com/rdmanet/rdma/verbs/verbstest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -743,8 +744,7 @@ func BenchmarkShmSwitch(b *testing.B) {
 			require.NoError(b, lid.BindAddr(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 77)}))
 			require.NoError(b, lid.Listen(64))
 			defer func() { lid.Destroy(); lch.Close() }()
-			var ru0, ru1 unix.Rusage
-			require.NoError(b, unix.Getrusage(unix.RUSAGE_SELF, &ru0))
+			cpu0 := verbstest.ProcessCPU(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				sc := dialSwitchConn(b, lch, lid)
@@ -758,8 +758,7 @@ func BenchmarkShmSwitch(b *testing.B) {
 				sc.close()
 			}
 			b.StopTimer()
-			require.NoError(b, unix.Getrusage(unix.RUSAGE_SELF, &ru1))
-			cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+			cpu := verbstest.ProcessCPU(b) - cpu0
 			b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/op")
 		})
 	}

@@ -7,9 +7,9 @@ import (
 	"io"
 	"net"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/rdmanet/rdma/verbs/verbstest"
 )
 
 // BenchmarkTCPPingPongFloor is the floor under soft's TCP path with many
@@ -68,8 +68,7 @@ func floorPingPong(b *testing.B, pairs int, shape string) {
 	per := max(1, b.N/pairs)
 	var cw, sw *floorWriter
 	left.Add(pairs)
-	var ru0, ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	cpu0 := verbstest.ProcessCPU(b)
 	b.ResetTimer()
 	if shape == "socket-per-pair" {
 		for p := range pairs {
@@ -130,15 +129,14 @@ func floorPingPong(b *testing.B, pairs int, shape string) {
 		cw.stop()
 		sw.stop()
 	}
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) +
-		syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+	cpu := verbstest.ProcessCPU(b) - cpu0
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(per*pairs), "cpu-ns/op")
 	b.ReportMetric(float64(per*pairs)/b.Elapsed().Seconds(), "rt/s")
 }
 
 // floorDemux reads frames (pair, then the message) off c and hands each
-// message to its pair's channel.
+// message to its pair's channel, in the pair's own buffer: a pair has one
+// message in flight, taken before its next one comes.
 func floorDemux(c net.Conn, to []chan []byte) {
 	defer func() {
 		for _, ch := range to {
@@ -146,20 +144,23 @@ func floorDemux(c net.Conn, to []chan []byte) {
 		}
 	}()
 	r := bufio.NewReaderSize(c, 64<<10)
+	bufs := make([][]byte, len(to))
+	for p := range bufs {
+		bufs[p] = make([]byte, floorMsg)
+	}
 	var hdr [4]byte
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			return
-		}
-		m := make([]byte, floorMsg)
-		if _, err := io.ReadFull(r, m); err != nil {
 			return
 		}
 		p := binary.LittleEndian.Uint32(hdr[:])
 		if int(p) >= len(to) {
 			return
 		}
-		to[p] <- m
+		if _, err := io.ReadFull(r, bufs[p]); err != nil {
+			return
+		}
+		to[p] <- bufs[p]
 	}
 }
 

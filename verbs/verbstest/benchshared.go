@@ -43,10 +43,11 @@ func (l CQLayout) String() string {
 	return "unknown"
 }
 
-// processCPU is the CPU time (user plus system) this process has used.
-func processCPU(b *testing.B) time.Duration {
+// ProcessCPU is the CPU time (user plus system) this process has used:
+// a benchmark's cpu-ns/op is its difference over the run.
+func ProcessCPU(tb testing.TB) time.Duration {
 	var ru syscall.Rusage
-	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	require.NoError(tb, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
@@ -234,13 +235,13 @@ func BenchManyPingPong(b *testing.B, cfg Config, pairs, size int, layout CQLayou
 	start(cli, cliSide, reply)
 
 	startTimer(b, size)
-	cpu0 := processCPU(b)
+	cpu0 := ProcessCPU(b)
 	select {
 	case <-finished:
 	case err := <-errc:
 		b.Fatal(err)
 	}
-	cpu := processCPU(b) - cpu0
+	cpu := ProcessCPU(b) - cpu0
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 
