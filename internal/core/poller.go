@@ -202,9 +202,12 @@ func (r Poller) pollRole(dl *Deadline, draining, spinOK bool) {
 	if p.Spin > 0 && !chanSpins {
 		began = time.Now()
 	}
-	spun := (spinOK || !chanSpins) && p.spinNext() && spinAllowed(chanSpins)
+	wantsSpin := (spinOK || !chanSpins) && p.spinNext()
+	spun := wantsSpin && spinAllowed(chanSpins)
 	if spun {
 		p.Spins++
+	} else if wantsSpin {
+		p.Refused++
 	}
 	if spun && !chanSpins {
 		res := r.spinFor(dl, draining, p.Reach)

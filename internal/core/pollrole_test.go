@@ -222,3 +222,29 @@ func TestPollRoleCountsItsWait(t *testing.T) {
 	assert.Equal(t, int32(1), ch.waiting, "counted while it slept")
 	assert.Zero(t, l.waits.Load(), "uncounted once it returned")
 }
+
+// A wait that would spin counts the spin it began (Spins) or, when the
+// process's spin limit refused it and it slept at once, the refusal
+// (Refused); a role without a spin budget counts neither.
+func TestPollRoleCountsRefusedSpins(t *testing.T) {
+	l := &testSpinLimit{}
+	useSpinLimit(t, l)
+	wait := func(spin time.Duration) (spins, refused uint64) {
+		r := newEmptyPoller()
+		r.E.CompCh = &deadlineChannel{l: l}
+		r.F.Poll.Spin, r.F.Poll.Reach = spin, spin
+		dl := new(Deadline)
+		*dl = MakeDeadline()
+		dl.Set(time.Now().Add(5 * time.Millisecond))
+		r.pollRole(dl, true, false)
+		return r.F.Poll.Spins, r.F.Poll.Refused
+	}
+
+	spins, refused := wait(time.Millisecond)
+	assert.Equal(t, [2]uint64{1, 0}, [2]uint64{spins, refused}, "the limit let the spin begin")
+	l.refuse = true
+	spins, refused = wait(time.Millisecond)
+	assert.Equal(t, [2]uint64{0, 1}, [2]uint64{spins, refused}, "the limit refused it")
+	spins, refused = wait(0)
+	assert.Equal(t, [2]uint64{0, 0}, [2]uint64{spins, refused}, "no budget: nothing to refuse")
+}
