@@ -28,7 +28,8 @@ func TestRsocketPollTime(t *testing.T) {
 
 // rsPingPongSpins runs 20 round trips of 8 bytes on an rsocket pair whose
 // Config has PollTime poll, and returns the spins the dialer's poll role
-// began and those the process's spin limit refused.
+// began and those the process's spin limit refused, as its Stats count
+// them.
 func rsPingPongSpins(t *testing.T, poll time.Duration) (spins, refused uint64) {
 	cfg := rsConfig()
 	cfg.PollTime = poll
@@ -46,7 +47,6 @@ func rsPingPongSpins(t *testing.T, poll time.Duration) (spins, refused uint64) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, <-echoed)
-	c.c.Core.Mu.Lock()
-	defer c.c.Core.Mu.Unlock()
-	return c.c.Core.Poll.Spins, c.c.Core.Poll.Refused
+	st := c.Stats()
+	return st.Spins, st.SpinsRefused
 }

@@ -85,6 +85,7 @@ type ConnStats struct {
 	ReadsSlept   uint64
 	Spins        uint64        // busy-polls begun by the poll role (any caller)
 	SpinsCaught  uint64        // of those, ones that caught a completion
+	SpinsRefused uint64        // waits that would have spun but slept at once: the process's spin limit said no
 	Sleeps       uint64        // sleeps on the completion channel
 	ReadWaits    uint64        // times a Read waited for data
 	KeepAlives   uint64        // keepalive probes sent (an idle connection's zero-length write)

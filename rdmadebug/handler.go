@@ -224,8 +224,8 @@ func writeConn(w io.Writer, now time.Time, c rdma.ConnStats) {
 		c.RingSize, c.PeerRingSize, c.SendBufferSize, c.SendDepth, c.RecvDepth, c.SendsPending, c.RecvsPosted, c.Credits)
 	fmt.Fprintf(w, "\t ring_growths:%d sndbuf_growths:%d queue_trims:%d credit_waits:%d ring_waits:%d sndbuf_waits:%d write_wait:%s\n",
 		c.RingGrowths, c.SendBufferGrowths, c.QueueTrims, c.CreditWaits, c.RingWaits, c.SendBufferWaits, dur(c.WriteWaitTime))
-	fmt.Fprintf(w, "\t reads_at_once:%d reads_handed:%d reads_spun:%d reads_slept:%d spins:%d spins_caught:%d sleeps:%d\n",
-		c.ReadsAtOnce, c.ReadsHanded, c.ReadsSpun, c.ReadsSlept, c.Spins, c.SpinsCaught, c.Sleeps)
+	fmt.Fprintf(w, "\t reads_at_once:%d reads_handed:%d reads_spun:%d reads_slept:%d spins:%d spins_caught:%d spins_refused:%d sleeps:%d\n",
+		c.ReadsAtOnce, c.ReadsHanded, c.ReadsSpun, c.ReadsSlept, c.Spins, c.SpinsCaught, c.SpinsRefused, c.Sleeps)
 	fmt.Fprintf(w, "\t keepalives:%d pings_sent:%d pongs_recv:%d pings_recv:%d pongs_sent:%d\n",
 		c.KeepAlives, c.PingsSent, c.PongsRecv, c.PingsRecv, c.PongsSent)
 	if c.RemoteWrites|c.RemoteReads|c.NotifiesReceived|c.Exposures != 0 {

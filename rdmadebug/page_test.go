@@ -193,13 +193,13 @@ ID     State  Recv-Q Send-Q Local Address:Port    Peer Address:Port     Provider
 	 rtt:1.5ms retrans:3 age:1.5s lastsnd:never lastrcv:250ms bytes_sent:0 bytes_received:5 msgs_sent:0 msgs_received:1 writes:0 reads:1
 	 ring:65536 peer_ring:65536 sndbuf:65536 send_depth:0 recv_depth:0 sends_pending:0 recvs_posted:0 credits:0
 	 ring_growths:0 sndbuf_growths:0 queue_trims:0 credit_waits:0 ring_waits:0 sndbuf_waits:0 write_wait:0s
-	 reads_at_once:0 reads_handed:0 reads_spun:0 reads_slept:0 spins:0 spins_caught:0 sleeps:0
+	 reads_at_once:0 reads_handed:0 reads_spun:0 reads_slept:0 spins:0 spins_caught:0 spins_refused:0 sleeps:0
 	 keepalives:0 pings_sent:0 pongs_recv:0 pings_recv:0 pongs_sent:0
 4      FAILED      0     10 127.0.0.1:40002       127.0.0.1:9000        soft     soft-shm -
 	 rtt:- retrans:0 age:1s lastsnd:2ms lastrcv:never bytes_sent:0 bytes_received:0 msgs_sent:0 msgs_received:0 writes:0 reads:0
 	 ring:0 peer_ring:0 sndbuf:0 send_depth:0 recv_depth:0 sends_pending:0 recvs_posted:0 credits:0
 	 ring_growths:0 sndbuf_growths:0 queue_trims:0 credit_waits:0 ring_waits:0 sndbuf_waits:0 write_wait:0s
-	 reads_at_once:0 reads_handed:0 reads_spun:0 reads_slept:0 spins:0 spins_caught:0 sleeps:0
+	 reads_at_once:0 reads_handed:0 reads_spun:0 reads_slept:0 spins:0 spins_caught:0 spins_refused:0 sleeps:0
 	 keepalives:0 pings_sent:0 pongs_recv:0 pings_recv:0 pongs_sent:0
 	 error: peer vanished
 next: ?start=5&limit=2
@@ -317,7 +317,7 @@ N ESTAB N N ADDR ADDR soft soft-PATH N
 	 rtt:D retrans:N age:D lastsnd:never lastrcv:never bytes_sent:N bytes_received:N msgs_sent:N msgs_received:N writes:N reads:N
 	 ring:N peer_ring:N sndbuf:N send_depth:N recv_depth:N sends_pending:N recvs_posted:N credits:N
 	 ring_growths:N sndbuf_growths:N queue_trims:N credit_waits:N ring_waits:N sndbuf_waits:N write_wait:D
-	 reads_at_once:N reads_handed:N reads_spun:N reads_slept:N spins:N spins_caught:N sleeps:N
+	 reads_at_once:N reads_handed:N reads_spun:N reads_slept:N spins:N spins_caught:N spins_refused:N sleeps:N
 	 keepalives:N pings_sent:N pongs_recv:N pings_recv:N pongs_sent:N
 `
 	assert.Equal(t, want, text)

@@ -133,6 +133,7 @@ func (f *Face) Snapshot(wire string, e *core.Endpoint, locked func(s *connstats.
 	s.Reads = s.ReadsAtOnce + s.ReadsHanded + s.ReadsSpun + s.ReadsSlept
 	s.MessagesSent, s.MessagesReceived = st.MsgsSent, st.MsgsRecv
 	s.CreditWaits, s.WriteWaitTime = st.CreditWaits, st.WriteWait
+	s.Spins, s.SpinsCaught, s.SpinsRefused, s.Sleeps = st.Spins, st.Caught, st.Refused, st.Sleeps
 	s.Opened, s.Closed = st.Opened, c.Closed
 	s.SinceSent, s.SinceRecv = since(now, st.SeenSentAt), since(now, st.SeenRecvAt)
 	if err := locked(&s, st); err != nil {

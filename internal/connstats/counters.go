@@ -39,7 +39,7 @@ type Counters struct {
 	CreditWaits, RingWaits, SendBufWaits uint64
 	WriteWait                            time.Duration
 	ReadWaits                            uint64
-	Spins, Caught, Sleeps                uint64 // the poll role's, copied when it is let go
+	Spins, Caught, Refused, Sleeps       uint64 // the poll role's, copied when it is let go
 	RingGrowths, SendGrowths, Trims      uint64
 	Keepalives, PingsSent, PongsRecv     uint64
 	PingsRecv, PongsSent                 uint64

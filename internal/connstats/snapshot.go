@@ -29,7 +29,7 @@ type Snapshot struct {
 
 	WriteWaitTime time.Duration
 
-	ReadsAtOnce, ReadsHanded, ReadsSpun, ReadsSlept, Spins, SpinsCaught, Sleeps, ReadWaits, KeepAlives, PingsSent, PongsRecv, PingsRecv, PongsSent uint64
+	ReadsAtOnce, ReadsHanded, ReadsSpun, ReadsSlept, Spins, SpinsCaught, SpinsRefused, Sleeps, ReadWaits, KeepAlives, PingsSent, PongsRecv, PingsRecv, PongsSent uint64
 
 	SinceSent, SinceRecv, LastSeenStep time.Duration
 

@@ -104,7 +104,7 @@ func (r Poller) Await(ready chan struct{}, dl *Deadline, draining bool) {
 	r.F.WaitedLocked(dl, began, r.F.Poll.pollKind(sleeps, caught))
 	// The role's counts, which only its holder touches, for Stats.
 	st := r.F.Counters
-	st.Spins, st.Caught, st.Sleeps = r.F.Poll.Spins, r.F.Poll.Caught, r.F.Poll.Sleeps
+	st.Spins, st.Caught, st.Refused, st.Sleeps = r.F.Poll.Spins, r.F.Poll.Caught, r.F.Poll.Refused, r.F.Poll.Sleeps
 	select {
 	case <-ready: // our own poke, from what we applied: the caller looks anyway
 	default:

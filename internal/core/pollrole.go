@@ -47,7 +47,7 @@ type PollState struct {
 	Misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
 	Spins   uint64        // spins begun (for tests)
-	Refused uint64        // spins the process's spin limit refused: the wait slept at once (for tests)
+	Refused uint64        // spins the process's spin limit refused: the wait slept at once (the root's Stats)
 	Sleeps  uint64        // sleeps on the channel (for tests)
 	Caught  uint64        // spins that caught completions (the root's Stats)
 	chanAt  time.Time     // the deadline last set on the channel

@@ -391,7 +391,6 @@ func (c *Conn) Stats() connstats.Snapshot {
 		s.SendBufferSize, s.SendBuffered = len(c.SB.Buf), int(c.SB.InFlight())
 		s.RingGrowths, s.SendBufferGrowths, s.QueueTrims = st.RingGrowths, st.SendGrowths, st.Trims
 		s.RingWaits, s.SendBufferWaits, s.ReadWaits = st.RingWaits, st.SendBufWaits, st.ReadWaits
-		s.Spins, s.SpinsCaught, s.Sleeps = st.Spins, st.Caught, st.Sleeps
 		s.KeepAlives, s.PingsSent, s.PongsRecv = st.Keepalives, st.PingsSent, st.PongsRecv
 		s.PingsRecv, s.PongsSent = st.PingsRecv, st.PongsSent
 		s.RendezvousSent, s.RendezvousWindowed, s.RendezvousReceived = st.RndvSent, st.RndvWindowed, st.RndvRecv
