@@ -96,6 +96,7 @@ func (m *memTransport) discard(n int) error {
 	_, err := io.CopyN(io.Discard, m.r, int64(n))
 	return err
 }
+func (m *memTransport) holds(n int) bool                                     { return m.r.Len() >= n }
 func (m *memTransport) setIdle(func(bool) bool)                              {}
 func (m *memTransport) interrupt()                                           {}
 func (m *memTransport) setSpin(time.Duration) (polled, parked time.Duration) { return 0, 0 }

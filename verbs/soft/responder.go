@@ -422,12 +422,12 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 }
 
 // payloadHere reports whether tr holds the next n bytes already read
-// (the TCP transport's buffer, which a read of a header and a small
-// payload fills at once), so that reading them is a copy, and a short one
-// (payloadHereMax): a writer waits for mu while it runs.
+// (transport.holds: the TCP transport's buffer, which a read of a header
+// and a small payload fills at once; the shared-memory ring's record),
+// so that reading them is a copy, and a short one (payloadHereMax): a
+// writer waits for mu while it runs.
 func payloadHere(tr transport, n uint32) bool {
-	t, ok := tr.(*tcpTransport)
-	return ok && n <= payloadHereMax && t.w-t.r >= int(n)
+	return n <= payloadHereMax && tr.holds(int(n))
 }
 
 // payloadHereMax is the largest payload copied under mu: a page, some

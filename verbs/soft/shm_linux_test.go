@@ -853,3 +853,31 @@ func TestShmReaderSkipsSpinWhenQuiet(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Equal(t, entered, b.rSpin, "the skipped spin is no miss")
 }
+
+// On shared memory the payload is here once its header was read when the
+// writer wrote the frame in one call (one record); a payload that goes on
+// in the next record is not, nor is a byte more than the record holds.
+func TestShmHoldsTheRecordsRest(t *testing.T) {
+	a, b := shmPair(t)
+	_, err := a.writev([][]byte{make([]byte, hdrLen), make([]byte, 64)}, nil, true)
+	require.NoError(t, err)
+	var h [hdrLen]byte
+	require.NoError(t, b.readHeader(&h))
+	assert.True(t, payloadHere(b, 64), "header and payload in one record")
+	assert.False(t, payloadHere(b, 65), "a byte more than the record holds")
+	require.NoError(t, b.readPayload(make([]byte, 40), gateRef{}))
+	assert.True(t, b.holds(24))
+	assert.False(t, b.holds(25))
+	require.NoError(t, b.readPayload(make([]byte, 24), gateRef{}))
+	assert.True(t, b.holds(0), "an empty payload")
+
+	// The header in one record, its payload in the next.
+	_, err = a.writev([][]byte{make([]byte, hdrLen)}, nil, true)
+	require.NoError(t, err)
+	_, err = a.writev([][]byte{make([]byte, 64)}, nil, true)
+	require.NoError(t, err)
+	require.NoError(t, b.readHeader(&h))
+	assert.False(t, b.holds(1), "the payload is in the next record")
+	assert.True(t, b.holds(0))
+	require.NoError(t, b.readPayload(make([]byte, 64), gateRef{}))
+}

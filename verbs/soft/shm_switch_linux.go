@@ -439,6 +439,20 @@ func (s *switchTransport) readPayload(dst []byte, g gateRef) error {
 	return s.tcp.readPayload(dst, g)
 }
 
+// holds asks the side that reads. On TCP, only once the active side's
+// rule no longer needs counting what is read: readPayload's count may
+// start the switch there (open the offer's socket, send the invitation),
+// which is not work for under the QP's lock.
+func (s *switchTransport) holds(n int) bool {
+	if s.rd != nil {
+		return s.rd.holds(n)
+	}
+	if s.offer != nil && !s.started.Load() {
+		return false
+	}
+	return s.tcp.holds(n)
+}
+
 func (s *switchTransport) discard(n int) error {
 	if s.rd != nil {
 		return s.rd.discard(n)

@@ -793,3 +793,59 @@ func TestSwitchSettledConnection(t *testing.T) {
 	on := func() bool { return Carrier(sc.aq) == "shm" && Carrier(sc.pq) == "shm" }
 	require.True(t, eventually(on), "carriers %s and %s after a round trip at %v, want shm", Carrier(sc.aq), Carrier(sc.pq), time.Since(start))
 }
+
+// A switching connection's active side, still on TCP, says it holds no
+// payload while its rule still counts what it reads (readPayload's count
+// may start the switch: no work for under the QP's lock), and holds it
+// once the switch has started; a side that counts nothing (the passive
+// side's offer is nil) asks its TCP transport.
+func TestSwitchTransportHoldsOnlyOnceCountingEnds(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no boot ID: shared memory is never offered")
+	}
+	active, passive := tcpPair(t)
+	tr, o := offeringSide(t, active)
+	s := newSwitchActive(tr, o, switchRule{bytes: 1 << 20})
+	defer s.close()
+	go func() { _, _ = io.Copy(io.Discard, passive) }() // the invitation
+	sendFrame(t, passive, 64)
+	var h [hdrLen]byte
+	require.NoError(t, s.readHeader(&h))
+	readAhead(t, s.tcp, 64)
+	assert.False(t, s.holds(64), "the rule still counts what is read")
+	s.start()
+	assert.True(t, s.holds(64), "the switch has started: nothing left to count")
+	assert.False(t, s.holds(65))
+
+	a, b := tcpPair(t)
+	btr, err := newTCPTransport(b)
+	require.NoError(t, err)
+	ps := &switchTransport{tcp: btr}
+	sendFrame(t, a, 64)
+	require.NoError(t, ps.readHeader(&h))
+	readAhead(t, btr, 64)
+	assert.True(t, ps.holds(64), "no rule to count for")
+}
+
+// sendFrame writes a SEND frame with an n-byte payload on c in one write.
+func sendFrame(t *testing.T, c net.Conn, n int) {
+	t.Helper()
+	var h [hdrLen]byte
+	(&header{typ: frameSend, len: uint32(n)}).encode(&h)
+	_, err := c.Write(append(h[:], make([]byte, n)...))
+	require.NoError(t, err)
+}
+
+// readAhead reads from tr's socket into its buffer until n bytes wait
+// there, as one read of a header and a small payload brings them.
+func readAhead(t *testing.T, tr *tcpTransport, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if tr.w-tr.r < n {
+			k, err := tr.readv(nil, tr.buf[tr.w:], false)
+			tr.w += k
+			return err == nil && tr.w-tr.r >= n
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
+}

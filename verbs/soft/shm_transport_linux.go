@@ -442,6 +442,11 @@ func (t *shmTransport) discard(n int) error {
 	return nil
 }
 
+// holds: the next n bytes lie in the current record (a frame's header and
+// payload are written as one record, so the payload is there once its
+// header was read); a payload that goes on in the next record says false.
+func (t *shmTransport) holds(n int) bool { return len(t.recSrc) >= n }
+
 // take copies from the current record into dst.
 func (t *shmTransport) take(dst []byte) int {
 	n := copy(dst, t.recSrc)

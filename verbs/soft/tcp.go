@@ -148,6 +148,10 @@ func (t *tcpTransport) lend() {
 // buffered reports whether bytes read from the socket wait in the buffer.
 func (t *tcpTransport) buffered() bool { return t.r != t.w }
 
+// holds: the next n bytes were read from the socket with what came before
+// (a header and a small payload arrive in one read).
+func (t *tcpTransport) holds(n int) bool { return t.w-t.r >= n }
+
 // dropBuffer gives the big buffer back for good, when the reader leaves
 // this transport (a switch to shared memory) with nothing buffered.
 func (t *tcpTransport) dropBuffer() {

@@ -38,6 +38,12 @@ type transport interface {
 	readPayload(dst []byte, g gateRef) error
 	// discard skips the next n bytes.
 	discard(n int) error
+	// holds reports whether the next n bytes are here already, so that
+	// readPayload of them copies without waiting on the peer (the
+	// responder then reads a small payload under the QP's lock). It may
+	// say false where they are: a false costs only a second hold of the
+	// lock.
+	holds(n int) bool
 	// setIdle installs a hook that the read methods call when they are
 	// about to block for lack of input (once per wait). The engine flushes
 	// coalesced acknowledgements there, so that the check costs no extra
