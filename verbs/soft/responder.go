@@ -320,18 +320,26 @@ func (res *responder) onRequest(h *header, sc *scratch) (executed bool, err erro
 		q.mu.Unlock()
 		return true, nil
 	case frameWrite:
-		q.mu.Unlock()
+		// A payload that is here is copied under mu, as a SEND's (below).
+		here := payloadHere(q.tr, h.len)
+		if !here {
+			q.mu.Unlock()
+		}
 		err := q.tr.readPayload(dst, fence)
-		if err == errFenced {
+		if err != nil && err != errFenced {
+			if here {
+				q.mu.Unlock()
+			}
+			return false, err
+		}
+		if !here {
 			q.mu.Lock()
+		}
+		if err == errFenced {
 			res.accessCut()
 			q.mu.Unlock()
 			return false, nil
 		}
-		if err != nil {
-			return false, err
-		}
-		q.mu.Lock()
 		res.rcvExpected++
 		q.mu.Unlock()
 		return true, nil
