@@ -863,13 +863,7 @@ func TestShmHoldsTheRecordsRest(t *testing.T) {
 	require.NoError(t, err)
 	var h [hdrLen]byte
 	require.NoError(t, b.readHeader(&h))
-	assert.True(t, payloadHere(b, 64), "header and payload in one record")
-	assert.False(t, payloadHere(b, 65), "a byte more than the record holds")
-	require.NoError(t, b.readPayload(make([]byte, 40), gateRef{}))
-	assert.True(t, b.holds(24))
-	assert.False(t, b.holds(25))
-	require.NoError(t, b.readPayload(make([]byte, 24), gateRef{}))
-	assert.True(t, b.holds(0), "an empty payload")
+	checkHolds64(t, b)
 
 	// The header in one record, its payload in the next.
 	_, err = a.writev([][]byte{make([]byte, hdrLen)}, nil, true)

@@ -65,6 +65,21 @@ func TestTCPReadKeepsItsWakeReading(t *testing.T) {
 	assert.Greater(t, polled, time.Duration(0), "the polling caught the input")
 }
 
+// checkHolds64: reader has read the header of a frame whose 64-byte
+// payload was written with it in one call. The payload is here, to the
+// byte, and what has been read of it is no longer.
+func checkHolds64(t *testing.T, reader transport) {
+	t.Helper()
+	assert.True(t, payloadHere(reader, 64), "the payload came with the header")
+	assert.False(t, payloadHere(reader, 65), "a byte more than came")
+	require.NoError(t, reader.readPayload(make([]byte, 40), gateRef{}))
+	assert.True(t, payloadHere(reader, 24))
+	assert.False(t, payloadHere(reader, 25))
+	require.NoError(t, reader.readPayload(make([]byte, 24), gateRef{}))
+	assert.True(t, payloadHere(reader, 0), "an empty payload")
+	assert.False(t, payloadHere(reader, 1), "nothing more")
+}
+
 // payloadHere says whether the TCP transport holds the next n bytes, so
 // that the responder copies them under its lock instead of reading them
 // with the lock released.
@@ -79,14 +94,7 @@ func TestPayloadHereOnlyForBufferedBytes(t *testing.T) {
 	var h [hdrLen]byte
 	require.NoError(t, reader.readHeader(&h))
 	// One read brought the header and the payload behind it.
-	assert.True(t, payloadHere(reader, 64), "the payload read with the header")
-	assert.False(t, payloadHere(reader, 65), "a byte more than was read")
-	require.NoError(t, reader.readPayload(make([]byte, 40), gateRef{}))
-	assert.True(t, payloadHere(reader, 24))
-	assert.False(t, payloadHere(reader, 25))
-	require.NoError(t, reader.readPayload(make([]byte, 24), gateRef{}))
-	assert.True(t, payloadHere(reader, 0), "an empty payload")
-	assert.False(t, payloadHere(reader, 1), "nothing buffered")
+	checkHolds64(t, reader)
 
 	// A long payload is read with the lock released, even when it is all
 	// here: a writer would wait for the copy.
