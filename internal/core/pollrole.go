@@ -46,9 +46,9 @@ type PollState struct {
 	Claimed bool          // settle waits to take the role: nobody else takes it (under mu)
 	Misses  int           // waits in a row that a spin did not catch
 	skipped int           // waits without a spin since spinning turned off
-	Spins   uint64        // spins begun (for tests)
+	Spins   uint64        // spins begun (the root's Stats)
 	Refused uint64        // spins the process's spin limit refused: the wait slept at once (the root's Stats)
-	Sleeps  uint64        // sleeps on the channel (for tests)
+	Sleeps  uint64        // sleeps on the channel (the root's Stats)
 	Caught  uint64        // spins that caught completions (the root's Stats)
 	chanAt  time.Time     // the deadline last set on the channel
 	chanSeq uint64        // intrSeq when it was set
