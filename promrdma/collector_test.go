@@ -2,6 +2,7 @@ package promrdma
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -18,6 +19,10 @@ import (
 // The metrics pass the client library's lint and count what a pair of
 // connections did: 3 Writes of 1000 bytes one way, one of 3000 back.
 func TestCollector(t *testing.T) {
+	// The process's counters before: what earlier tests (and earlier runs
+	// of this one, go test -count=N) counted stays in them.
+	base := rdma.ReadProcessStats()
+	bt, bs := base.Totals, base.Soft
 	cfg := &rdma.Config{Provider: rdma.ProviderSoft}
 	ln, err := (&rdma.ListenConfig{Config: cfg}).Listen(context.Background(), "rdma", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -66,41 +71,41 @@ func TestCollector(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, problems, "lint")
 
-	want := `
+	want := fmt.Sprintf(`
 # HELP rdma_bytes_total Stream bytes: written by Write (direction=sent) or returned by Read (direction=received).
 # TYPE rdma_bytes_total counter
-rdma_bytes_total{direction="received"} 6000
-rdma_bytes_total{direction="sent"} 6000
+rdma_bytes_total{direction="received"} %d
+rdma_bytes_total{direction="sent"} %d
 # HELP rdma_messages_total Data writes on the wire: posted (direction=sent) or arrived (direction=received).
 # TYPE rdma_messages_total counter
-rdma_messages_total{direction="received"} 4
-rdma_messages_total{direction="sent"} 4
+rdma_messages_total{direction="received"} %d
+rdma_messages_total{direction="sent"} %d
 # HELP rdma_writes_total Write calls that accepted at least a byte.
 # TYPE rdma_writes_total counter
-rdma_writes_total 4
-`
+rdma_writes_total %d
+`, bt.BytesReceived+6000, bt.BytesSent+6000, bt.MessagesReceived+4, bt.MessagesSent+4, bt.Writes+4)
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"rdma_bytes_total", "rdma_messages_total", "rdma_writes_total"))
 	// Both ends are open, each on one of soft's paths (a same-host
 	// connection starts on TCP and moves to shared memory once it talks);
 	// every path has its series.
 	open := openByPath(t, reg)
-	assert.Equal(t, 2.0, open["soft/soft-tcp"]+open["soft/soft-shm"], "%v", open)
+	assert.Equal(t, float64(base.Open+2), open["soft/soft-tcp"]+open["soft/soft-shm"], "%v", open)
 	assert.Equal(t, 0.0, open["rdmacore/rdmacore"], "%v", open)
 	assert.Len(t, open, 3, "%v", open)
-	want = `
+	want = fmt.Sprintf(`
 # HELP rdma_exposures_total Ranges of Buffers exposed to a peer (Expose calls that succeeded).
 # TYPE rdma_exposures_total counter
-rdma_exposures_total 1
+rdma_exposures_total %d
 # HELP rdma_remote_bytes_total Bytes one-sided operations wrote into the peer's exposed ranges (op=write) or read from them (op=read).
 # TYPE rdma_remote_bytes_total counter
-rdma_remote_bytes_total{op="read"} 50
-rdma_remote_bytes_total{op="write"} 200
+rdma_remote_bytes_total{op="read"} %d
+rdma_remote_bytes_total{op="write"} %d
 # HELP rdma_remote_operations_total One-sided operations that succeeded: RDMA writes into the peer's exposed ranges (op=write: WriteRemote and WriteRemoteNotify) and reads from them (op=read: ReadRemote).
 # TYPE rdma_remote_operations_total counter
-rdma_remote_operations_total{op="read"} 1
-rdma_remote_operations_total{op="write"} 2
-`
+rdma_remote_operations_total{op="read"} %d
+rdma_remote_operations_total{op="write"} %d
+`, bt.Exposures+1, bt.RemoteBytesRead+50, bt.RemoteBytesWritten+200, bt.RemoteReads+1, bt.RemoteWrites+2)
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"rdma_exposures_total", "rdma_remote_bytes_total", "rdma_remote_operations_total"))
 	// The soft engine's counters are there, one series per label value.
@@ -113,33 +118,35 @@ rdma_remote_operations_total{op="write"} 2
 	assert.Equal(t, 3, n, "sent_window, sent_registration, received")
 	// The one connection's request offered shared memory (both ends on
 	// this host), and the listener took it: counted on both sides.
-	want = `
+	want = fmt.Sprintf(`
 # HELP rdma_soft_shm_offers_total Soft provider: handshakes this process's listeners answered whose request offered shared memory, by answer: accepted (the connection may use it: it starts on TCP and moves once it talks) or refused (it stays on TCP). Counts handshakes, not connections on shared memory: rdma_connections_open{path="soft-shm"} counts those.
 # TYPE rdma_soft_shm_offers_total counter
-rdma_soft_shm_offers_total{answer="accepted"} 1
-rdma_soft_shm_offers_total{answer="refused"} 0
+rdma_soft_shm_offers_total{answer="accepted"} %d
+rdma_soft_shm_offers_total{answer="refused"} %d
 # HELP rdma_soft_shm_dials_total Soft provider: handshakes of this process's dials that offered shared memory, by the listener's answer: accepted (the connection may use it: it starts on TCP and moves once it talks) or refused (it stays on TCP). Counts handshakes, not connections on shared memory: rdma_connections_open{path="soft-shm"} counts those.
 # TYPE rdma_soft_shm_dials_total counter
-rdma_soft_shm_dials_total{answer="accepted"} 1
-rdma_soft_shm_dials_total{answer="refused"} 0
-`
+rdma_soft_shm_dials_total{answer="accepted"} %d
+rdma_soft_shm_dials_total{answer="refused"} %d
+`, bs.ShmOffersAccepted+1, bs.ShmOffersRefused, bs.ShmDialsAccepted+1, bs.ShmDialsRefused)
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "rdma_soft_shm_offers_total", "rdma_soft_shm_dials_total"))
 
 	// Closed connections stay in the totals.
 	c.Close()
 	s.Close()
-	want = `
+	want = fmt.Sprintf(`
 # HELP rdma_bytes_total Stream bytes: written by Write (direction=sent) or returned by Read (direction=received).
 # TYPE rdma_bytes_total counter
-rdma_bytes_total{direction="received"} 6000
-rdma_bytes_total{direction="sent"} 6000
+rdma_bytes_total{direction="received"} %d
+rdma_bytes_total{direction="sent"} %d
 # HELP rdma_connections_closed_total Connections closed since the process started.
 # TYPE rdma_connections_closed_total counter
-rdma_connections_closed_total 2
-`
+rdma_connections_closed_total %d
+`, bt.BytesReceived+6000, bt.BytesSent+6000, bt.Closed+2)
 	assert.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"rdma_bytes_total", "rdma_connections_closed_total"))
-	assert.Equal(t, map[string]float64{"rdmacore/rdmacore": 0, "soft/soft-shm": 0, "soft/soft-tcp": 0}, openByPath(t, reg))
+	open = openByPath(t, reg)
+	assert.Equal(t, float64(base.Open), open["soft/soft-tcp"]+open["soft/soft-shm"], "%v", open)
+	assert.Equal(t, 0.0, open["rdmacore/rdmacore"], "%v", open)
 }
 
 // openByPath is rdma_connections_open's series, by "provider/path".
