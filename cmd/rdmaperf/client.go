@@ -82,6 +82,7 @@ func connStats(cs []net.Conn, msgs int64) *connFigures {
 		s.Sleeps += x.Sleeps
 		s.Spins += x.Spins
 		s.SpinsCaught += x.SpinsCaught
+		s.SpinsRefused += x.SpinsRefused
 		s.MessagesSent += x.MessagesSent + x.MessagesReceived
 		s.RendezvousSent += x.RendezvousSent + x.RendezvousReceived
 		s.ReadsAtOnce += x.ReadsAtOnce
@@ -108,6 +109,7 @@ func connStats(cs []net.Conn, msgs int64) *connFigures {
 		SleepsPerMsg:      per(s.Sleeps),
 		SpinsPerMsg:       per(s.Spins),
 		SpinsCaughtShare:  share(s.SpinsCaught, s.Spins),
+		RefusedPerMsg:     per(s.SpinsRefused),
 		WireMsgsPerMsg:    per(s.MessagesSent),
 		RndvPerMsg:        per(s.RendezvousSent),
 		ReadsAtOnce:       share(s.ReadsAtOnce, s.Reads),

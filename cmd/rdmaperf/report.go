@@ -163,15 +163,15 @@ func writeConnTable(r *report, b *strings.Builder, lw int) {
 	}
 	fmt.Fprintf(b, "\nrdma conn stats, client side, per message of the test (latency: per round trip); rndv: rendezvous transfers (zero-copy Writes); reads: share at once/handed/spun/slept\n")
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "test\tsize\t%-*s\tpath\twire msgs\trndv\twrite waits\twait\tspins\tcaught\tsleeps\treads\tgrowths\t\n", lw, "transport")
+	fmt.Fprintf(tw, "test\tsize\t%-*s\tpath\twire msgs\trndv\twrite waits\twait\tspins\tcaught\trefused\tsleeps\treads\tgrowths\t\n", lw, "transport")
 	for _, res := range r.Results {
 		c := res.Median.Conn
 		if c == nil {
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%-*s\t%s\t%.2f\t%.2f\t%.3f\t%s\t%.2f\t%.0f%%\t%.2f\t%.0f/%.0f/%.0f/%.0f%%\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%-*s\t%s\t%.2f\t%.2f\t%.3f\t%s\t%.2f\t%.0f%%\t%.2f\t%.2f\t%.0f/%.0f/%.0f/%.0f%%\t%d\t\n",
 			res.Test, formatSize(res.Size), lw, res.Label(), c.Path, c.WireMsgsPerMsg, c.RndvPerMsg, c.WriteWaitsPerMsg, usText(int64(c.WriteWaitNsPerMsg)),
-			c.SpinsPerMsg, 100*c.SpinsCaughtShare, c.SleepsPerMsg,
+			c.SpinsPerMsg, 100*c.SpinsCaughtShare, c.RefusedPerMsg, c.SleepsPerMsg,
 			100*c.ReadsAtOnce, 100*c.ReadsHanded, 100*c.ReadsSpun, 100*c.ReadsSlept, c.RingGrowths)
 	}
 	tw.Flush()

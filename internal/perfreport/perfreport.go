@@ -109,6 +109,7 @@ type ConnFigures struct {
 	SleepsPerMsg      float64 `json:"sleeps_per_msg"`        // sleeps on the completion channel
 	SpinsPerMsg       float64 `json:"spins_per_msg"`         // busy-polls begun
 	SpinsCaughtShare  float64 `json:"spins_caught_share"`    // of those, the share that caught a completion
+	RefusedPerMsg     float64 `json:"spins_refused_per_msg"` // waits that would have spun but the process's spin limit said no
 	WireMsgsPerMsg    float64 `json:"wire_msgs_per_msg"`     // data writes on the wire, both ways
 	RndvPerMsg        float64 `json:"rndv_per_msg"`          // rendezvous transfers, both ways (zero-copy Writes)
 	// Reads that returned data, by how the data came: the shares of
@@ -216,6 +217,7 @@ func medianConn(ms []Measure, medF func(f func(m *Measure) float64) float64) *Co
 		SleepsPerMsg:      f(func(c *ConnFigures) float64 { return c.SleepsPerMsg }),
 		SpinsPerMsg:       f(func(c *ConnFigures) float64 { return c.SpinsPerMsg }),
 		SpinsCaughtShare:  f(func(c *ConnFigures) float64 { return c.SpinsCaughtShare }),
+		RefusedPerMsg:     f(func(c *ConnFigures) float64 { return c.RefusedPerMsg }),
 		WireMsgsPerMsg:    f(func(c *ConnFigures) float64 { return c.WireMsgsPerMsg }),
 		RndvPerMsg:        f(func(c *ConnFigures) float64 { return c.RndvPerMsg }),
 		ReadsAtOnce:       f(func(c *ConnFigures) float64 { return c.ReadsAtOnce }),

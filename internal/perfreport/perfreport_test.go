@@ -26,7 +26,7 @@ func TestFinishTakesMediansAndRatiosAgainstTCP(t *testing.T) {
 	r := &Report{Tool: Tool, Results: []Result{
 		{Test: TestStream, Size: 64, Transport: "rdma", Provider: "soft", Rounds: []Measure{{BytesPerSec: 300}, {BytesPerSec: 100}, {BytesPerSec: 200}}},
 		{Test: TestStream, Size: 64, Transport: "tcp", Rounds: []Measure{{BytesPerSec: 50}, {BytesPerSec: 100}}},
-		{Test: TestLatency, Size: 64, Transport: "rdma", Rounds: []Measure{{P50Ns: 10, Conn: &ConnFigures{Path: "soft-shm", SpinsPerMsg: 1}}, {P50Ns: 30, Conn: &ConnFigures{Path: "soft-shm", SpinsPerMsg: 3}}, {P50Ns: 20, Conn: &ConnFigures{Path: "soft-shm", SpinsPerMsg: 2}}}},
+		{Test: TestLatency, Size: 64, Transport: "rdma", Rounds: []Measure{{P50Ns: 10, Conn: &ConnFigures{Path: "soft-shm", SpinsPerMsg: 1, RefusedPerMsg: 4}}, {P50Ns: 30, Conn: &ConnFigures{Path: "soft-shm", SpinsPerMsg: 3, RefusedPerMsg: 0}}, {P50Ns: 20, Conn: &ConnFigures{Path: "soft-shm", SpinsPerMsg: 2, RefusedPerMsg: 6}}}},
 		{Test: TestLatency, Size: 64, Transport: "tcp", Rounds: []Measure{{P50Ns: 40}}},
 		{Test: TestLatency, Size: 128, Transport: "rdma", Rounds: []Measure{{P50Ns: 40}}},
 	}}
@@ -43,6 +43,7 @@ func TestFinishTakesMediansAndRatiosAgainstTCP(t *testing.T) {
 	require.NotNil(t, r.Results[2].Median.Conn)
 	assert.Equal(t, "soft-shm", r.Results[2].Median.Conn.Path)
 	assert.Equal(t, 2.0, r.Results[2].Median.Conn.SpinsPerMsg)
+	assert.Equal(t, 4.0, r.Results[2].Median.Conn.RefusedPerMsg, "each figure its own median")
 	require.NotNil(t, r.Results[2].VsTCP)
 	assert.InDelta(t, 0.5, *r.Results[2].VsTCP, 1e-9)
 	assert.Equal(t, "p50_ns", r.Results[2].VsTCPOf)
