@@ -835,17 +835,3 @@ func sendFrame(t *testing.T, c net.Conn, n int) {
 	_, err := c.Write(append(h[:], make([]byte, n)...))
 	require.NoError(t, err)
 }
-
-// readAhead reads from tr's socket into its buffer until n bytes wait
-// there, as one read of a header and a small payload brings them.
-func readAhead(t *testing.T, tr *tcpTransport, n int) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		if tr.w-tr.r < n {
-			k, err := tr.readv(nil, tr.buf[tr.w:], false)
-			tr.w += k
-			return err == nil && tr.w-tr.r >= n
-		}
-		return true
-	}, 5*time.Second, time.Millisecond)
-}

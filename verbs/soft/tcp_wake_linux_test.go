@@ -80,6 +80,20 @@ func checkHolds64(t *testing.T, reader transport) {
 	assert.False(t, payloadHere(reader, 1), "nothing more")
 }
 
+// readAhead reads from tr's socket into its buffer until n bytes wait
+// there, as one read of a header and a small payload brings them.
+func readAhead(t *testing.T, tr *tcpTransport, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		if tr.w-tr.r < n {
+			k, err := tr.readv(nil, tr.buf[tr.w:], false)
+			tr.w += k
+			return err == nil && tr.w-tr.r >= n
+		}
+		return true
+	}, 5*time.Second, time.Millisecond)
+}
+
 // payloadHere says whether the TCP transport holds the next n bytes, so
 // that the responder copies them under its lock instead of reading them
 // with the lock released.
@@ -101,14 +115,7 @@ func TestPayloadHereOnlyForBufferedBytes(t *testing.T) {
 	_, err = writer.writev([][]byte{make([]byte, hdrLen+2*payloadHereMax)}, nil, true)
 	require.NoError(t, err)
 	require.NoError(t, reader.readHeader(&h))
-	require.Eventually(t, func() bool {
-		if reader.w-reader.r < 2*payloadHereMax {
-			n, err := reader.readv(nil, reader.buf[reader.w:], false)
-			reader.w += n
-			return err == nil && reader.w-reader.r >= 2*payloadHereMax
-		}
-		return true
-	}, 5*time.Second, time.Millisecond)
+	readAhead(t, reader, 2*payloadHereMax)
 	assert.True(t, payloadHere(reader, payloadHereMax))
 	assert.False(t, payloadHere(reader, payloadHereMax+1), "a payload over payloadHereMax")
 }
